@@ -1,0 +1,28 @@
+"""Core library: no GUI toolkit is imported here or below (DESIGN.md).
+
+Submodules are imported on first use of a public name, so a front end that needs only
+``core.result`` does not pay for torch's start-up twice.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_PUBLIC = {
+    "Backbone": "backbones", "BackboneError": "backbones", "load_backbone": "backbones",
+    "CancelToken": "engine", "Progress": "engine", "RunCancelled": "engine", "RunConfig": "engine",
+    "drain": "engine", "regularize": "engine", "regularize_stack": "engine",
+    "resolve_device": "engine", "run_engine": "engine",
+    "PreparedImage": "images", "prepare_image": "images",
+    "NULL_METHODS": "nulls", "NullConfig": "nulls", "null_images": "nulls",
+    "AttentionResult": "result",
+}
+
+__all__ = list(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC:
+        return getattr(import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

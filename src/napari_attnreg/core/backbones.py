@@ -1,0 +1,320 @@
+"""Load a ViT backbone and describe what the rest of the pipeline needs from it.
+
+Everything the statistics depend on (patch size, number of prefix tokens, normalisation,
+default input size) is read from the model itself, never assumed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+DEMO_DIR = Path(__file__).resolve().parent.parent / "models"
+DEMO_NAME = "demo"
+
+_WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".ckpt", ".bin")
+_IMAGENET_MEAN = (0.485, 0.456, 0.406)
+_IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class BackboneError(ValueError):
+    """A model could not be loaded; the message says what to do instead."""
+
+
+@dataclass
+class Backbone:
+    """A timm ViT plus the facts about it that attention extraction needs.
+
+    Attributes
+    ----------
+    model : nn.Module
+        The timm VisionTransformer-family model, in eval mode.
+    name : str
+        Architecture name (timm name, ``"demo"``, or the class name of a given module).
+    weights : str
+        Where the weights came from (``"pretrained"``, a file path, ``"random-init"``, ...).
+    patch_size : tuple of int
+        Patch height and width in model pixels.
+    num_prefix_tokens : int
+        Class, distillation and register tokens that precede the patch tokens.
+    mean, std : tuple of float
+        Per-channel normalisation the model was trained with.
+    input_size : tuple of int
+        Default ``(C, H, W)`` from the model's pretrained config.
+    """
+
+    model: nn.Module
+    name: str
+    weights: str
+    patch_size: tuple[int, int]
+    num_prefix_tokens: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    input_size: tuple[int, int, int]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def in_chans(self) -> int:
+        return int(self.input_size[0])
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.model.blocks[-1].attn.num_heads)
+
+    @property
+    def depth(self) -> int:
+        return len(self.model.blocks)
+
+    @property
+    def is_random_init(self) -> bool:
+        return self.weights == "random-init"
+
+    def to(self, device: torch.device | str) -> "Backbone":
+        self.model.to(device)
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def describe(self) -> str:
+        gh, gw = self.patch_size
+        return (
+            f"{self.name} ({self.weights}; patch {gh}x{gw}, {self.depth} blocks, "
+            f"{self.num_heads} heads, {self.num_prefix_tokens} prefix tokens)"
+        )
+
+
+def load_backbone(
+    model: str | nn.Module | Path = DEMO_NAME,
+    *,
+    arch: str | None = None,
+    pretrained: bool = True,
+    device: str | torch.device | None = None,
+) -> Backbone:
+    """Load a ViT from a name, a hub id, a local weights file or an ``nn.Module``.
+
+    Parameters
+    ----------
+    model : str, Path or nn.Module
+        ``"demo"`` (bundled, offline), a timm model name such as
+        ``"vit_small_patch8_224.dino"``, an ``"hf-hub:org/name"`` id, a local weights file
+        (``.safetensors``, ``.pth``, ``.pt``, Lightning ``.ckpt``; give ``arch``), or a
+        timm ViT-family module.
+    arch : str, optional
+        timm architecture name for a local weights file.
+    pretrained : bool
+        For a timm name: download pretrained weights (needs internet). ``False`` gives a
+        random-init model, useful for tests only.
+    device : str or torch.device, optional
+        Move the model there.
+
+    Returns
+    -------
+    Backbone
+
+    Examples
+    --------
+    >>> bb = load_backbone("vit_tiny_patch16_224", pretrained=False)
+    >>> bb.patch_size, bb.num_prefix_tokens
+    ((16, 16), 1)
+    """
+    if isinstance(model, nn.Module):
+        bb = _from_module(model, name=type(model).__name__, weights="given module")
+    elif isinstance(model, Backbone):
+        bb = model
+    elif not isinstance(model, (str, Path)):
+        raise BackboneError(
+            f"model must be a timm name, a weights file path or an nn.Module, got {type(model).__name__}"
+        )
+    elif str(model) == DEMO_NAME:
+        bb = _load_demo()
+    elif Path(str(model)).suffix.lower() in _WEIGHT_SUFFIXES or Path(str(model)).is_file():
+        bb = _load_weights_file(Path(model), arch)
+    else:
+        bb = _load_timm(str(model), pretrained=pretrained)
+    bb.model.eval()
+    if device is not None:
+        bb.to(device)
+    return bb
+
+
+def _from_module(module: nn.Module, *, name: str, weights: str, cfg: dict | None = None) -> Backbone:
+    for attr in ("patch_embed", "blocks"):
+        if not hasattr(module, attr):
+            raise BackboneError(
+                f"{type(module).__name__} is not a timm ViT-family model (it has no '{attr}'); "
+                "use a timm VisionTransformer such as 'vit_small_patch16_224', DeiT, DINOv2 or EVA."
+            )
+    if getattr(module, "cls_token", None) is None:
+        raise BackboneError(
+            f"{name} has no class token, so it has no CLS attention to regularize; "
+            "choose a ViT with a class token (class_token=True)."
+        )
+    cfg = dict(cfg or getattr(module, "pretrained_cfg", None) or {})
+    ps = module.patch_embed.patch_size
+    patch_size = (int(ps[0]), int(ps[1])) if isinstance(ps, (tuple, list)) else (int(ps), int(ps))
+    in_chans = int(module.patch_embed.proj.in_channels)
+    img_size = getattr(module.patch_embed, "img_size", None) or (224, 224)
+    input_size = tuple(cfg.get("input_size") or (in_chans, img_size[0], img_size[1]))
+    mean = tuple(float(v) for v in cfg.get("mean", _IMAGENET_MEAN))
+    std = tuple(float(v) for v in cfg.get("std", _IMAGENET_STD))
+    if len(mean) != in_chans:
+        mean, std = (mean[0],) * in_chans, (std[0],) * in_chans
+    _enable_dynamic_size(module)
+    return Backbone(
+        model=module,
+        name=name,
+        weights=weights,
+        patch_size=patch_size,
+        num_prefix_tokens=int(getattr(module, "num_prefix_tokens", 1)),
+        mean=mean,
+        std=std,
+        input_size=(int(input_size[0]), int(input_size[1]), int(input_size[2])),
+    )
+
+
+def _enable_dynamic_size(module: nn.Module) -> None:
+    """Let the model take any H×W that is a multiple of the patch size.
+
+    timm resamples the absolute position embedding per call when ``dynamic_img_size`` is on;
+    the patch embed must then hand over an NHWC grid instead of a flat sequence.
+    """
+    from timm.layers import Format
+
+    pe = module.patch_embed
+    if hasattr(module, "dynamic_img_size"):
+        module.dynamic_img_size = True
+        pe.strict_img_size = False
+        pe.flatten = False
+        pe.output_fmt = Format.NHWC
+    elif hasattr(pe, "strict_img_size"):
+        pe.strict_img_size = False
+
+
+def _create_timm(name: str, *, pretrained: bool, **kwargs: Any) -> nn.Module:
+    import timm
+
+    try:
+        return timm.create_model(name, pretrained=pretrained, **kwargs)
+    except RuntimeError as err:
+        if "Unknown model" in str(err) or "Invalid pretrained tag" in str(err):
+            raise BackboneError(
+                f"timm does not know the model '{name}'. See timm.list_models('vit*') for names, "
+                "or pass a local weights file with arch=..."
+            ) from err
+        raise _download_error(name, err) from err
+    except (OSError, ConnectionError, TimeoutError, ValueError) as err:
+        raise _download_error(name, err) from err
+    except Exception as err:  # the hub client raises many unrelated types on no network
+        if pretrained and type(err).__module__.split(".")[0] in ("huggingface_hub", "requests", "urllib3", "httpx"):
+            raise _download_error(name, err) from err
+        raise
+
+
+def _download_error(name: str, err: BaseException) -> BackboneError:
+    return BackboneError(
+        f"Could not download pretrained weights for '{name}' ({type(err).__name__}: "
+        f"{str(err).splitlines()[0][:200] if str(err) else 'no details'}). Without internet, "
+        f"download the weights elsewhere and load them from a file: "
+        f"load_backbone('path/to/weights.safetensors', arch='{_arch_of(name)}') "
+        f"(or --model FILE --arch NAME on the command line)."
+    )
+
+
+def _arch_of(name: str) -> str:
+    """timm architecture of a model name: 'hf-hub:timm/vit_x.tag' and 'vit_x.tag' → 'vit_x'."""
+    return name.removeprefix("hf-hub:").split("/")[-1].split(".")[0]
+
+
+def _load_timm(name: str, *, pretrained: bool) -> Backbone:
+    module = _create_timm(name, pretrained=pretrained)
+    return _from_module(module, name=name, weights="pretrained" if pretrained else "random-init")
+
+
+def _load_demo() -> Backbone:
+    cfg_path = DEMO_DIR / "demo_vit.json"
+    weights_path = DEMO_DIR / "demo_vit.safetensors"
+    if not (cfg_path.is_file() and weights_path.is_file()):
+        raise BackboneError(
+            f"The bundled demo model is missing from {DEMO_DIR} (broken install?). "
+            "Reinstall napari-attnreg, or pass a timm model name or a weights file."
+        )
+    from safetensors.torch import load_file
+    from timm.models.vision_transformer import VisionTransformer
+
+    cfg = json.loads(cfg_path.read_text())
+    module = VisionTransformer(**cfg["timm_kwargs"])
+    module.load_state_dict(load_file(str(weights_path)))
+    pcfg = {"mean": cfg["mean"], "std": cfg["std"], "input_size": cfg["input_size"]}
+    bb = _from_module(module, name=DEMO_NAME, weights=str(weights_path.name), cfg=pcfg)
+    bb.extra = {"classes": cfg.get("classes"), "config": cfg}
+    return bb
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """Read a weights file and strip Lightning / DataParallel key prefixes.
+
+    Parameters
+    ----------
+    path : Path
+        ``.safetensors``, ``.pth``, ``.pt``, ``.bin`` or Lightning ``.ckpt``.
+    """
+    if not path.is_file():
+        raise BackboneError(f"Weights file not found: {path}")
+    if path.suffix.lower() == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(path))
+    else:
+        try:
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
+        except Exception as err:
+            raise BackboneError(f"Could not read weights file {path}: {err}") from err
+    for key in ("state_dict", "model", "model_state_dict", "teacher"):
+        if isinstance(state, dict) and key in state and isinstance(state[key], dict):
+            state = state[key]
+            break
+    if not isinstance(state, dict) or not state:
+        raise BackboneError(f"{path} holds no state dict of tensors.")
+    for prefix in ("model.", "module.", "backbone.", "encoder."):
+        if all(k.startswith(prefix) for k in state):
+            state = {k[len(prefix):]: v for k, v in state.items()}
+    return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+
+
+def _load_weights_file(path: Path, arch: str | None) -> Backbone:
+    if arch is None:
+        raise BackboneError(
+            f"To load the weights file {path.name}, also give the timm architecture it belongs to, "
+            "e.g. arch='vit_small_patch8_224' (CLI: --arch)."
+        )
+    state = read_state_dict(path)
+    kwargs: dict[str, Any] = {}
+    head = state.get("head.weight")
+    kwargs["num_classes"] = int(head.shape[0]) if head is not None else 0
+    module = _create_timm(arch, pretrained=False, **kwargs)
+    if "pos_embed" in state and state["pos_embed"].shape != module.pos_embed.shape:
+        from timm.layers import resample_abs_pos_embed
+
+        npt = 0 if getattr(module, "no_embed_class", False) else module.num_prefix_tokens
+        n_old = state["pos_embed"].shape[1] - npt
+        side = int(round(n_old**0.5))
+        state["pos_embed"] = resample_abs_pos_embed(
+            state["pos_embed"], new_size=module.patch_embed.grid_size, old_size=(side, side),
+            num_prefix_tokens=npt,
+        )
+    missing, unexpected = module.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.startswith(("head.", "fc_norm."))]
+    if missing or unexpected:
+        raise BackboneError(
+            f"{path.name} does not match architecture '{arch}': "
+            f"{len(missing)} missing keys (e.g. {missing[:3]}), {len(unexpected)} unexpected "
+            f"(e.g. {unexpected[:3]}). Check --arch."
+        )
+    return _from_module(module, name=arch, weights=str(path))

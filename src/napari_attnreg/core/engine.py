@@ -1,0 +1,446 @@
+"""The pipeline as a generator: observed attention, null chunks, statistics.
+
+:func:`run_engine` yields a :class:`Progress` after the observed map and after every chunk
+of null images, and returns the :class:`AttentionResult` (``StopIteration.value``). Each
+yield is a cancellation point: a :class:`CancelToken` or ``generator.close()`` stops it
+before the next chunk. The napari worker runs this generator; :func:`regularize` drains it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from .attention import cls_attention
+from .backbones import Backbone, load_backbone
+from .images import PreparedImage, TargetSize, map_over_stack, prepare_image
+from .nulls import NullConfig, null_images
+from .regularize import DEFAULT_L_TH, DEFAULT_P_TH, DEFAULT_Z_TH, RULES
+from .result import AttentionResult
+from .stats import compute_statistics
+
+Precision = Literal["auto", "float32", "bfloat16", "float16"]
+CPU_MAX_CHUNK = 32  # beyond this CPU throughput no longer improves and memory keeps growing
+
+
+class RunCancelled(Exception):
+    """Raised by :func:`run_engine` when its :class:`CancelToken` was cancelled."""
+
+
+class CancelToken:
+    """Thread-safe flag a GUI sets to stop a run at the next chunk boundary."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        if self._event.is_set():
+            raise RunCancelled("The run was cancelled.")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One progress event.
+
+    Attributes
+    ----------
+    stage : {"observed", "nulls", "statistics"}
+    done, total : int
+        Null images processed so far and requested.
+    chunk_size : int
+        Current chunk size (it halves after an out-of-memory error).
+    elapsed_s : float
+    message : str
+    """
+
+    stage: str
+    done: int
+    total: int
+    chunk_size: int
+    elapsed_s: float
+    message: str = ""
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total else 1.0
+
+
+@dataclass
+class RunConfig:
+    """Every option of a run (all keyword arguments of :func:`regularize`)."""
+
+    method: str = "normal"
+    n_boot: int = 200
+    seed: int = 0
+    device: str = "auto"
+    chunk_size: int | None = None
+    memory_fraction: float = 0.5
+    precision: Precision = "auto"
+    layer: int = -1
+    head: str | int = "mean"
+    p_method: str = "pooled"
+    alternative: str = "two-sided"
+    pi0_method: str | float = "reference"
+    null: str = "theoretical"
+    rule: str = "lfdr"
+    z_th: float = DEFAULT_Z_TH
+    p_th: float = DEFAULT_P_TH
+    l_th: float = DEFAULT_L_TH
+    std_factor: float = 1.0
+    per_channel: bool = True
+    block_size: int | None = None
+    keep_nulls: bool = False
+    target_size: TargetSize = "model"
+    channel_axis: int | None = None
+    channels: Sequence[int] | None = None
+    merge: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if not isinstance(self.n_boot, (int, np.integer)) or self.n_boot < 1:
+            raise ValueError(f"n_boot must be a positive integer, got {self.n_boot!r}.")
+        if self.chunk_size is not None and self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive integer or None (auto), got {self.chunk_size}.")
+        if self.rule not in RULES:
+            raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}.")
+        if self.precision not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"precision must be auto/float32/bfloat16/float16, got {self.precision!r}.")
+        if self.head != "mean" and not isinstance(self.head, (int, np.integer)):
+            raise ValueError(f"head must be 'mean' or a head index, got {self.head!r}.")
+        NullConfig(self.method, self.std_factor, self.per_channel, self.block_size)
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``auto`` → cuda → mps → cpu; an explicit device that is not available is an error."""
+    name = str(device)
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was asked for but no CUDA GPU is available; use device='auto' or 'cpu'.")
+    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError("device='mps' was asked for but Apple MPS is not available; use 'auto' or 'cpu'.")
+    return dev
+
+
+def autocast_dtype(device: torch.device, precision: Precision) -> torch.dtype | None:
+    """Low-precision type for the backbone, or None for float32."""
+    if precision == "float32":
+        return None
+    if precision == "bfloat16":
+        return torch.bfloat16
+    if precision == "float16":
+        return torch.float16
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return None  # CPU bf16 is slower than float32 on most CPUs; MPS autocast is still partial
+
+
+def auto_chunk_size(backbone: Backbone, model_shape: tuple[int, int], device: torch.device,
+                    dtype: torch.dtype | None, memory_fraction: float = 0.5) -> int:
+    """Null images per chunk from a memory budget.
+
+    Under inference mode only one block's activations live at a time; the widest is the MLP
+    (4·D per token) next to the residual stream and q/k/v, about 16·D values per token.
+    """
+    ph, pw = backbone.patch_size
+    tokens = (model_shape[0] // ph) * (model_shape[1] // pw) + backbone.num_prefix_tokens
+    width = int(backbone.model.blocks[-1].norm1.normalized_shape[0])
+    elem = 2 if dtype in (torch.bfloat16, torch.float16) else 4
+    per_image = tokens * width * 16 * elem + backbone.in_chans * model_shape[0] * model_shape[1] * 4 * 3
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        budget = free * memory_fraction
+        return int(max(1, min(512, budget // per_image)))
+    budget = 2 * 1024**3  # CPU/MPS: stay far from the analyst's RAM limits
+    return int(max(1, min(CPU_MAX_CHUNK, budget // per_image)))
+
+
+def _is_oom(err: BaseException) -> bool:
+    if isinstance(err, getattr(torch, "OutOfMemoryError", ())) or isinstance(err, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
+
+
+def _amp(device: torch.device, dtype: torch.dtype | None):
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def _package_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("napari-attnreg")
+    except Exception:  # running from a source tree that was never installed
+        return "unknown"
+
+
+def run_engine(
+    image: Any,
+    backbone: Backbone,
+    config: RunConfig,
+    cancel: CancelToken | None = None,
+) -> Generator[Progress, None, AttentionResult]:
+    """Run the bootstrap pipeline, yielding progress once per chunk.
+
+    Parameters
+    ----------
+    image : array-like or PreparedImage
+        The 2D image (see :func:`prepare_image`), or one already prepared.
+    backbone : Backbone
+    config : RunConfig
+    cancel : CancelToken, optional
+
+    Yields
+    ------
+    Progress
+
+    Returns
+    -------
+    AttentionResult
+        As ``StopIteration.value``; :func:`drain` collects it.
+
+    Raises
+    ------
+    RunCancelled
+        When ``cancel`` was set; nothing partial is returned.
+    """
+    config.validate()
+    t_start = time.perf_counter()
+    device = resolve_device(config.device)
+    dtype = autocast_dtype(device, config.precision)
+    if isinstance(image, PreparedImage):
+        prepared = image
+    else:
+        prepared = prepare_image(
+            image, patch_size=backbone.patch_size, mean=backbone.mean, std=backbone.std,
+            default_size=backbone.input_size[1:], target_size=config.target_size,
+            channel_axis=config.channel_axis, channels=config.channels, merge=config.merge,
+        )
+    if backbone.device != device:
+        backbone.to(device)
+    x = prepared.tensor.to(device)
+    null_cfg = NullConfig(config.method, config.std_factor, config.per_channel, config.block_size)
+    head = config.head
+    chunk = config.chunk_size or auto_chunk_size(backbone, prepared.model_shape, device, dtype,
+                                                 config.memory_fraction)
+    n_boot = int(config.n_boot)
+    chunk = min(chunk, n_boot)
+    timings: dict[str, float] = {"prepare_s": time.perf_counter() - t_start}
+    if cancel is not None:
+        cancel.raise_if_cancelled()
+
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        with _amp(device, dtype):
+            heads_obs = cls_attention(backbone, x[None], layer=config.layer, head="all")[0].float()
+        observed = heads_obs.mean(0) if head == "mean" else heads_obs[int(head)]
+        timings["observed_s"] = time.perf_counter() - t0
+        yield Progress("observed", 0, n_boot, chunk, time.perf_counter() - t_start, "observed attention")
+
+        grid = observed.shape
+        null_scores = torch.empty((n_boot, grid[0] * grid[1]), dtype=torch.float32, device=device)
+        done = 0
+        t_gen = t_fwd = 0.0
+        t_nulls = time.perf_counter()
+        while done < n_boot:
+            if cancel is not None:
+                cancel.raise_if_cancelled()
+            size = min(chunk, n_boot - done)
+            try:
+                ta = time.perf_counter()
+                batch = null_images(x, range(done, done + size), null_cfg, seed=config.seed,
+                                    patch_size=backbone.patch_size[0])
+                tb = time.perf_counter()
+                with _amp(device, dtype):
+                    maps = cls_attention(backbone, batch, layer=config.layer, head=head)
+                null_scores[done:done + size] = maps.reshape(size, -1).float()
+                t_gen += tb - ta
+                t_fwd += time.perf_counter() - tb
+            except Exception as err:
+                if not _is_oom(err):
+                    raise
+                oom = True
+            else:
+                oom = False
+            if oom:
+                # outside the except block, so the failed batch and its traceback are freed
+                batch = maps = None
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                if size <= 1:
+                    raise MemoryError(
+                        "Out of memory with a single null image per chunk; use a smaller target_size, "
+                        "a smaller model, or device='cpu'.")
+                chunk = max(1, size // 2)
+                yield Progress("nulls", done, n_boot, chunk, time.perf_counter() - t_start,
+                               f"out of memory: chunk size halved to {chunk}")
+                continue
+            done += size
+            yield Progress("nulls", done, n_boot, chunk, time.perf_counter() - t_start,
+                           f"{done}/{n_boot} null images")
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        timings["nulls_s"] = time.perf_counter() - t_nulls
+        timings["null_generation_s"] = t_gen
+        timings["null_forward_s"] = t_fwd
+
+        if cancel is not None:
+            cancel.raise_if_cancelled()
+        t0 = time.perf_counter()
+        stats = compute_statistics(observed.reshape(-1), null_scores, p_method=config.p_method,
+                                   alternative=config.alternative, pi0_method=config.pi0_method,
+                                   null=config.null)
+        timings["statistics_s"] = time.perf_counter() - t0
+        kept = null_scores.reshape(n_boot, *grid).cpu().numpy() if config.keep_nulls else None
+    timings["total_s"] = time.perf_counter() - t_start
+
+    def grid_map(v: np.ndarray) -> np.ndarray:
+        return np.asarray(v, dtype=np.float64).reshape(grid)
+
+    summary = dict(stats.null_summary)
+    summary.update(mu0=float(stats.mu0), sigma0=float(stats.sigma0))
+    cfg = asdict(config)
+    cfg.pop("extra")
+    metadata = {
+        "model": backbone.name,
+        "weights": backbone.weights,
+        "random_init": backbone.is_random_init,
+        "num_prefix_tokens": backbone.num_prefix_tokens,
+        "device": str(device),
+        "precision": str(dtype).replace("torch.", "") if dtype else "float32",
+        "chunk_size": chunk,
+        "timings": timings,
+        "package_version": _package_version(),
+        "torch_version": torch.__version__,
+        **{k: v for k, v in cfg.items() if k != "device"},
+        **config.extra,
+    }
+    yield Progress("statistics", n_boot, n_boot, chunk, time.perf_counter() - t_start, "statistics done")
+    return AttentionResult(
+        attention=observed.cpu().numpy().astype(np.float64),
+        z=grid_map(stats.z), p=grid_map(stats.p), lfdr=grid_map(stats.lfdr),
+        posterior=grid_map(stats.posterior), q=grid_map(stats.q), pi0=float(stats.pi0),
+        thresholds={"rule": config.rule, "z_th": config.z_th, "p_th": config.p_th, "l_th": config.l_th},
+        image_shape=prepared.image_shape, model_shape=prepared.model_shape,
+        patch_size=prepared.patch_size, head_attention=heads_obs.cpu().numpy().astype(np.float64),
+        null_summary=summary, null_scores=kept, metadata=metadata,
+    )
+
+
+def drain(gen: Generator[Progress, None, AttentionResult],
+          progress: Callable[[Progress], Any] | None = None) -> AttentionResult:
+    """Run a generator from :func:`run_engine` to the end, passing events to ``progress``."""
+    while True:
+        try:
+            event = next(gen)
+        except StopIteration as stop:
+            return stop.value
+        if progress is not None:
+            progress(event)
+
+
+def regularize(
+    image: Any,
+    model: str | Backbone | torch.nn.Module = "demo",
+    *,
+    progress: Callable[[Progress], Any] | None = None,
+    cancel: CancelToken | None = None,
+    arch: str | None = None,
+    **options: Any,
+) -> AttentionResult:
+    """Bootstrap significance and regularized attention maps for one 2D image.
+
+    Parameters
+    ----------
+    image : array-like
+        2D grayscale, RGB(A) or multichannel (``channel_axis=``), any numeric dtype.
+    model : str, Backbone or nn.Module
+        ``"demo"`` (bundled), a timm name, a weights file (with ``arch=``) or a module.
+    progress : callable, optional
+        Called with each :class:`Progress` event.
+    cancel : CancelToken, optional
+    arch : str, optional
+        timm architecture of a weights file.
+    **options
+        Any :class:`RunConfig` field: ``method`` ("normal", "uniform", "pixel", "patch"),
+        ``n_boot`` (200), ``seed`` (0), ``device`` ("auto"), ``chunk_size``, ``precision``,
+        ``layer``, ``head``, ``p_method``, ``alternative``, ``pi0_method``, ``null``, ``rule``
+        ("lfdr"), ``z_th``, ``p_th``, ``l_th``, ``keep_nulls``, ``target_size``, ...
+
+    Returns
+    -------
+    AttentionResult
+
+    Examples
+    --------
+    >>> from napari_attnreg import regularize
+    >>> from skimage.data import cell
+    >>> result = regularize(cell(), n_boot=100, seed=1)          # doctest: +SKIP
+    >>> result.posterior.shape, result.regularized("p", p_th=0.05).max()  # doctest: +SKIP
+    """
+    known = set(RunConfig.__dataclass_fields__) - {"extra"}
+    unknown = set(options) - known
+    if unknown:
+        raise TypeError(f"regularize() got unknown options {sorted(unknown)}; valid: {sorted(known)}")
+    config = RunConfig(**options)
+    config.validate()
+    backbone = model if isinstance(model, Backbone) else load_backbone(model, arch=arch)
+    return drain(run_engine(image, backbone, config, cancel), progress)
+
+
+def regularize_stack(
+    stack: Any,
+    model: str | Backbone | torch.nn.Module = "demo",
+    *,
+    channel_last: bool = False,
+    progress: Callable[[int, int, Progress], Any] | None = None,
+    cancel: CancelToken | None = None,
+    **options: Any,
+) -> list[AttentionResult]:
+    """:func:`regularize` on every 2D plane of an nD stack (leading axes in C order).
+
+    Parameters
+    ----------
+    stack : array-like
+        ``(..., H, W)`` or, with ``channel_last``, ``(..., H, W, C)``.
+    progress : callable, optional
+        Called with ``(plane_index, n_planes, Progress)``.
+
+    Returns
+    -------
+    list of AttentionResult
+        One per plane; ``np.ndindex(stack.shape[:-2])`` gives each plane's index.
+    """
+    arr = np.asarray(stack)
+    backbone = model if isinstance(model, Backbone) else load_backbone(model, arch=options.pop("arch", None))
+    tail = 3 if channel_last else 2
+    n_planes = int(np.prod(arr.shape[: max(arr.ndim - tail, 0)], dtype=np.int64)) or 1
+    counter = iter(range(n_planes))
+
+    def one(plane: np.ndarray) -> AttentionResult:
+        index = next(counter)
+        cb = (lambda ev: progress(index, n_planes, ev)) if progress else None
+        return regularize(plane, backbone, progress=cb, cancel=cancel, **options)
+
+    return map_over_stack(one, arr, channel_last=channel_last)

@@ -1,0 +1,266 @@
+"""Any analyst's array → model-ready tensor, and the exact map back to the original pixels.
+
+Microscopy data is rarely 8-bit RGB: 16-bit and float data get percentile scaling,
+single-channel data is repeated to the model's channels, multichannel data is chosen or
+merged, and the image is resized (keeping its aspect ratio) to multiples of the patch size.
+The per-axis scale factors are kept so every map lands exactly on the original image.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+TargetSize = int | tuple[int, int] | Literal["model", "native"] | None
+
+
+@dataclass(frozen=True)
+class PreparedImage:
+    """A model-ready image and its geometry relative to the original array.
+
+    Attributes
+    ----------
+    tensor : torch.Tensor
+        ``(C, H, W)`` float32, normalised with the model's mean/std.
+    display : np.ndarray
+        ``(H0, W0)`` or ``(H0, W0, 3)`` float32 in [0, 1]: the scaled original, for figures.
+    image_shape : tuple of int
+        ``(H0, W0)`` of the original image.
+    model_shape : tuple of int
+        ``(H, W)`` fed to the model.
+    patch_size : tuple of int
+    """
+
+    tensor: torch.Tensor
+    display: np.ndarray
+    image_shape: tuple[int, int]
+    model_shape: tuple[int, int]
+    patch_size: tuple[int, int]
+
+    @property
+    def grid_shape(self) -> tuple[int, int]:
+        return (self.model_shape[0] // self.patch_size[0], self.model_shape[1] // self.patch_size[1])
+
+    @property
+    def token_scale(self) -> tuple[float, float]:
+        """Size of one token in original-image pixels, per axis."""
+        return (
+            self.patch_size[0] * self.image_shape[0] / self.model_shape[0],
+            self.patch_size[1] * self.image_shape[1] / self.model_shape[1],
+        )
+
+
+def _check_values(arr: np.ndarray) -> None:
+    if arr.size == 0:
+        raise ValueError("The image is empty (it has a zero-length axis); load a non-empty image.")
+    if arr.dtype.kind == "c":
+        raise ValueError("Complex images are not supported; pass the magnitude (np.abs) instead.")
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"Image dtype {arr.dtype} is not numeric; pass a numeric array.")
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+        bad = int(np.count_nonzero(~np.isfinite(arr)))
+        raise ValueError(f"The image has {bad} NaN/Inf pixels; replace them first "
+                         "(e.g. np.nan_to_num(image, nan=np.nanmedian(image))).")
+
+
+def to_channels_last(
+    image: np.ndarray,
+    *,
+    channel_axis: int | None = None,
+    channels: Sequence[int] | None = None,
+    merge: Literal["mean", "max"] | None = None,
+) -> np.ndarray:
+    """Bring a 2D image to ``(H, W)`` or ``(H, W, C≤3)``.
+
+    Parameters
+    ----------
+    image : np.ndarray
+        ``(H, W)``, ``(H, W, 3|4)`` RGB(A), or multichannel with ``channel_axis`` given.
+    channel_axis : int, optional
+        Axis holding channels for multichannel data (e.g. 0 for ``(C, H, W)``).
+    channels : sequence of int, optional
+        Up to three channels to use (mapped to R, G, B).
+    merge : "mean" or "max", optional
+        Merge all (or the chosen) channels into one grayscale image instead.
+    """
+    arr = np.asarray(image)
+    if channel_axis is not None:
+        if arr.ndim != 3:
+            raise ValueError(f"channel_axis needs a 3D (channels + 2D) image, got {arr.ndim}D.")
+        arr = np.moveaxis(arr, channel_axis, -1)
+    elif arr.ndim == 3 and arr.shape[-1] == 4:
+        arr = arr[..., :3]  # alpha carries no image content
+    elif arr.ndim == 3 and arr.shape[-1] != 3:
+        raise ValueError(
+            f"A 3D image of shape {arr.shape} is ambiguous: give channel_axis= for multichannel "
+            "data, or use regularize_stack() for a z/t stack."
+        )
+    if arr.ndim not in (2, 3):
+        raise ValueError(
+            f"Expected a 2D image (H, W), RGB(A) (H, W, 3|4) or multichannel with channel_axis; got "
+            f"{arr.ndim}D shape {arr.shape}. For stacks use regularize_stack()."
+        )
+    if arr.ndim == 3:
+        n_ch = arr.shape[-1]
+        if channels is not None:
+            channels = list(channels)
+            if not channels or any(not 0 <= c < n_ch for c in channels):
+                raise ValueError(f"channels={channels} invalid for an image with {n_ch} channels.")
+            arr = arr[..., channels]
+        if merge is not None:
+            if merge not in ("mean", "max"):
+                raise ValueError(f"merge must be 'mean' or 'max', got {merge!r}")
+            arr = arr.astype(np.float32).mean(-1) if merge == "mean" else arr.max(-1)
+        elif arr.shape[-1] == 1:
+            arr = arr[..., 0]
+        elif arr.shape[-1] > 3:
+            raise ValueError(
+                f"The image has {arr.shape[-1]} channels; choose up to three with channels=[...] "
+                "or merge them with merge='mean' / 'max'."
+            )
+    return arr
+
+
+def scale_intensity(arr: np.ndarray, percentiles: tuple[float, float] = (0.5, 99.8)) -> np.ndarray:
+    """Map intensities to float32 [0, 1]: uint8 by /255, bool as 0/1, else by percentiles.
+
+    16-bit and float microscopy data use a fraction of their range; percentile scaling (per
+    image, all channels together, so colour balance is kept) is what viewers show by default.
+    """
+    if arr.dtype == bool:
+        out = arr.astype(np.float32)
+    elif arr.dtype == np.uint8:
+        out = arr.astype(np.float32) / 255.0
+    else:
+        data = arr.astype(np.float32)
+        lo, hi = np.percentile(data, percentiles)
+        if hi <= lo:  # spiky data: fall back to the full range
+            lo, hi = float(data.min()), float(data.max())
+        out = np.clip((data - lo) / (hi - lo), 0.0, 1.0) if hi > lo else np.zeros_like(data)
+    if float(out.max()) - float(out.min()) <= 0:
+        raise ValueError("The image is constant (every pixel has the same value), so attention on it "
+                         "has nothing to find; check that the right layer/channel was chosen.")
+    return out
+
+
+def model_input_shape(image_shape: tuple[int, int], patch_size: tuple[int, int],
+                      target_size: TargetSize, default_size: tuple[int, int]) -> tuple[int, int]:
+    """H, W fed to the model: aspect ratio kept, each a multiple of the patch size."""
+    h0, w0 = image_shape
+    ph, pw = patch_size
+    if target_size in (None, "native"):
+        scale = 1.0
+    else:
+        if target_size == "model":
+            long_side = max(default_size)
+        elif isinstance(target_size, (tuple, list)):
+            th, tw = (int(v) for v in target_size)
+            return (max(ph, round(th / ph) * ph), max(pw, round(tw / pw) * pw))
+        elif isinstance(target_size, (int, np.integer)) and target_size > 0:
+            long_side = int(target_size)
+        else:
+            raise ValueError(f"target_size must be 'model', 'native', a positive int or (H, W); "
+                             f"got {target_size!r}")
+        scale = long_side / max(h0, w0)
+    return (max(ph, round(h0 * scale / ph) * ph), max(pw, round(w0 * scale / pw) * pw))
+
+
+def prepare_image(
+    image: Any,
+    *,
+    patch_size: tuple[int, int],
+    mean: Sequence[float],
+    std: Sequence[float],
+    default_size: tuple[int, int] = (224, 224),
+    target_size: TargetSize = "model",
+    channel_axis: int | None = None,
+    channels: Sequence[int] | None = None,
+    merge: Literal["mean", "max"] | None = None,
+    percentiles: tuple[float, float] = (0.5, 99.8),
+) -> PreparedImage:
+    """Turn a 2D image of any dtype and channel layout into a model-ready tensor.
+
+    Parameters
+    ----------
+    image : array-like
+        2D grayscale, RGB/RGBA, or multichannel (with ``channel_axis``); uint8/uint16/float/bool.
+    patch_size, mean, std, default_size
+        From the backbone (see :class:`Backbone`).
+    target_size : "model", "native", int or (H, W)
+        ``"model"``: long side = the model's default input size; ``"native"``: keep the image
+        resolution (rounded to the patch size); int: that long side; (H, W): exactly that.
+    channel_axis, channels, merge
+        Multichannel handling, see :func:`to_channels_last`.
+    percentiles : (float, float)
+        Intensity scaling for non-uint8 data.
+
+    Returns
+    -------
+    PreparedImage
+
+    Raises
+    ------
+    ValueError
+        Empty, NaN/Inf, constant, smaller than one patch, or wrong number of dimensions.
+    """
+    arr = np.asarray(image)
+    _check_values(arr)
+    arr = to_channels_last(arr, channel_axis=channel_axis, channels=channels, merge=merge)
+    h0, w0 = arr.shape[:2]
+    ph, pw = patch_size
+    if h0 < ph or w0 < pw:
+        raise ValueError(f"The image ({h0}x{w0} px) is smaller than one {ph}x{pw} patch of this "
+                         "model; use a larger image or a model with smaller patches.")
+    display = scale_intensity(arr, percentiles)
+    in_chans = len(mean)
+    chw = torch.from_numpy(np.ascontiguousarray(display))
+    chw = chw[None] if chw.ndim == 2 else chw.permute(2, 0, 1)
+    if chw.shape[0] != in_chans:
+        if chw.shape[0] == 1:
+            chw = chw.expand(in_chans, -1, -1)
+        elif in_chans == 1:
+            chw = chw.mean(0, keepdim=True)
+        else:  # 2 channels into an RGB model: fill the third with zeros, like a microscope's RGB view
+            chw = torch.cat([chw, chw.new_zeros(in_chans - chw.shape[0], *chw.shape[1:])])[:in_chans]
+    h, w = model_input_shape((h0, w0), patch_size, target_size, default_size)
+    if (h, w) != (h0, w0):
+        chw = F.interpolate(chw[None].float(), size=(h, w), mode="bilinear",
+                            antialias=h < h0 or w < w0, align_corners=False)[0]
+    m = torch.tensor(mean, dtype=torch.float32)[:, None, None]
+    s = torch.tensor(std, dtype=torch.float32)[:, None, None]
+    tensor = ((chw.float() - m) / s).contiguous()
+    return PreparedImage(tensor=tensor, display=display, image_shape=(h0, w0), model_shape=(h, w),
+                         patch_size=(ph, pw))
+
+
+def map_over_stack(func: Callable[[np.ndarray], Any], stack: np.ndarray, *, spatial_ndim: int = 2,
+                   channel_last: bool = False) -> list[Any]:
+    """Apply ``func`` to every 2D plane of an nD stack, in C order of the leading axes.
+
+    Parameters
+    ----------
+    func : callable
+        Called with each ``(H, W)`` (or ``(H, W, C)`` if ``channel_last``) plane.
+    stack : np.ndarray
+        ``(..., H, W)`` or ``(..., H, W, C)``.
+    spatial_ndim : int
+        Number of trailing image axes (2).
+    channel_last : bool
+        Whether a trailing channel axis follows the image axes.
+
+    Returns
+    -------
+    list
+        Results in the order of ``np.ndindex(leading_shape)``.
+    """
+    arr = np.asarray(stack)
+    tail = spatial_ndim + (1 if channel_last else 0)
+    if arr.ndim < tail:
+        raise ValueError(f"Expected at least {tail} dimensions, got shape {arr.shape}.")
+    lead = arr.shape[: arr.ndim - tail]
+    return [func(arr[idx]) for idx in np.ndindex(lead)] if lead else [func(arr)]

@@ -1,0 +1,123 @@
+"""Bootstrap null images (METHOD.md §3), generated on the compute device.
+
+Each null image ``b`` draws from its own generator, seeded from ``(seed, b)``. The result
+therefore does not depend on the chunking (the engine halves chunks on out-of-memory), and
+the same seed on the same device always gives the same images.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+NULL_METHODS = ("normal", "uniform", "pixel", "patch")
+
+
+@dataclass(frozen=True)
+class NullConfig:
+    """Parameters of a null generator.
+
+    Attributes
+    ----------
+    method : {"normal", "uniform", "pixel", "patch"}
+    std_factor : float
+        ``normal`` only: scale of the noise relative to the image's std.
+    per_channel : bool
+        ``normal``/``uniform``: moments or bounds per channel (True) or over the whole image.
+    block_size : int, optional
+        ``patch`` only: block side in model pixels (default: the patch size).
+    """
+
+    method: str = "normal"
+    std_factor: float = 1.0
+    per_channel: bool = True
+    block_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in NULL_METHODS:
+            raise ValueError(f"Unknown bootstrap method {self.method!r}; choose one of {NULL_METHODS}.")
+        if not (np.isfinite(self.std_factor) and self.std_factor > 0):
+            raise ValueError(f"std_factor must be a positive number, got {self.std_factor}.")
+        if self.block_size is not None and self.block_size < 1:
+            raise ValueError(f"block_size must be a positive int, got {self.block_size}.")
+
+
+def image_seed(seed: int, index: int) -> int:
+    """Independent 63-bit seed for null image ``index`` of a run seeded with ``seed``."""
+    state = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, int(index)]).generate_state(2, np.uint32)
+    return int((int(state[0]) << 31) ^ int(state[1]))
+
+
+def null_images(
+    image: torch.Tensor,
+    indices: Sequence[int],
+    config: NullConfig,
+    *,
+    seed: int,
+    patch_size: int | None = None,
+) -> torch.Tensor:
+    """Null images number ``indices`` for a model-ready image.
+
+    Parameters
+    ----------
+    image : torch.Tensor
+        ``(C, H, W)`` normalised image on the compute device.
+    indices : sequence of int
+        Which null images of the run to make (their seeds derive from ``seed`` and the index).
+    config : NullConfig
+    seed : int
+    patch_size : int, optional
+        Default block size for ``patch``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(len(indices), C, H, W)``, same dtype and device as ``image``.
+    """
+    if image.ndim != 3:
+        raise ValueError(f"image must be (C, H, W), got {tuple(image.shape)}")
+    c, h, w = image.shape
+    x = image.float()
+    gen = torch.Generator(device=image.device)
+    out = torch.empty((len(indices), c, h, w), dtype=x.dtype, device=image.device)
+    method = config.method
+    if method == "normal":
+        dims = (1, 2) if config.per_channel else (0, 1, 2)
+        mean = x.mean(dim=dims, keepdim=True)
+        std = x.std(dim=dims, keepdim=True, unbiased=False) * config.std_factor
+    elif method == "uniform":
+        flat = x.reshape(c, -1) if config.per_channel else x.reshape(1, -1)
+        low = flat.min(dim=1).values.view(-1, 1, 1)
+        span = (flat.max(dim=1).values.view(-1, 1, 1) - low)
+    elif method == "pixel":
+        pixels = x.reshape(c, h * w)
+    else:
+        block = config.block_size or patch_size
+        if block is None:
+            raise ValueError("The patch bootstrap needs a block size (or the model's patch size).")
+        if h % block or w % block:
+            raise ValueError(f"The patch bootstrap needs H, W ({h}, {w}) to be multiples of the block "
+                             f"size {block}; choose a block size that divides both.")
+        nby, nbx = h // block, w // block
+        # (C, nby, nbx, block, block): one row per block, so a permutation shuffles whole blocks
+        blocks = x.reshape(c, nby, block, nbx, block).permute(0, 1, 3, 2, 4).reshape(c, nby * nbx, block, block)
+
+    for row, index in enumerate(indices):
+        gen.manual_seed(image_seed(seed, index))
+        if method == "normal":
+            noise = torch.randn((c, h, w), generator=gen, device=image.device, dtype=x.dtype)
+            out[row] = mean + std * noise
+        elif method == "uniform":
+            u = torch.rand((c, h, w), generator=gen, device=image.device, dtype=x.dtype)
+            out[row] = low + span * u
+        elif method == "pixel":
+            pick = torch.randint(0, h * w, (h * w,), generator=gen, device=image.device)
+            out[row] = pixels[:, pick].reshape(c, h, w)
+        else:
+            perm = torch.randperm(nby * nbx, generator=gen, device=image.device)
+            shuffled = blocks[:, perm].reshape(c, nby, nbx, block, block)
+            out[row] = shuffled.permute(0, 1, 3, 2, 4).reshape(c, h, w)
+    return out.to(image.dtype)

@@ -1,0 +1,262 @@
+"""AttentionResult: every map of one run, its geometry, its metadata, save and load.
+
+Maps are kept at token level (``(gh, gw)``); :meth:`AttentionResult.to_pixels` places them
+on the original image grid using the exact per-axis scale of the resize the model needed.
+Thresholds can be changed afterwards without recomputing anything.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import regularize as _reg
+
+MAP_NAMES = ("attention", "z", "p", "lfdr", "posterior", "q")
+FORMAT_VERSION = 1
+
+
+@dataclass
+class AttentionResult:
+    """Result of :func:`napari_attnreg.regularize` for one 2D image.
+
+    Attributes
+    ----------
+    attention : np.ndarray
+        ``(gh, gw)`` observed CLS attention (raw map).
+    z, p, lfdr, posterior, q : np.ndarray
+        ``(gh, gw)`` token statistics (METHOD.md §4–7).
+    pi0 : float
+        Estimated proportion of null tokens.
+    thresholds : dict
+        ``rule``, ``z_th``, ``p_th``, ``l_th`` used by :meth:`regularized` when not overridden.
+    image_shape : tuple of int
+        ``(H0, W0)`` of the original image.
+    model_shape : tuple of int
+        ``(H, W)`` the model saw.
+    patch_size : tuple of int
+    head_attention : np.ndarray, optional
+        ``(heads, gh, gw)`` per-head raw maps.
+    null_summary : dict
+        ``mu0``, ``sigma0`` and small summaries of the null scores.
+    null_scores : np.ndarray, optional
+        ``(B, gh, gw)`` null attention, only with ``keep_nulls=True``.
+    metadata : dict
+        Model, weights, method, n_boot, seed, device, timings, package version, ...
+    """
+
+    attention: np.ndarray
+    z: np.ndarray
+    p: np.ndarray
+    lfdr: np.ndarray
+    posterior: np.ndarray
+    q: np.ndarray
+    pi0: float
+    thresholds: dict[str, Any]
+    image_shape: tuple[int, int]
+    model_shape: tuple[int, int]
+    patch_size: tuple[int, int]
+    head_attention: np.ndarray | None = None
+    null_summary: dict[str, Any] = field(default_factory=dict)
+    null_scores: np.ndarray | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    # ---- geometry -------------------------------------------------------------------------
+    @property
+    def grid_shape(self) -> tuple[int, int]:
+        return tuple(int(v) for v in self.attention.shape[-2:])  # type: ignore[return-value]
+
+    @property
+    def token_scale(self) -> tuple[float, float]:
+        """Size of one token in original-image pixels (napari ``scale`` of a token-grid layer)."""
+        return (
+            self.patch_size[0] * self.image_shape[0] / self.model_shape[0],
+            self.patch_size[1] * self.image_shape[1] / self.model_shape[1],
+        )
+
+    @property
+    def token_translate(self) -> tuple[float, float]:
+        """Offset of token (0, 0)'s centre from pixel (0, 0)'s centre, in original pixels.
+
+        With pixel centres at integer coordinates, token ``i`` covers ``[i·s − 0.5, (i+1)·s − 0.5)``,
+        so its centre sits at ``(s − 1) / 2 + i·s``.
+        """
+        sy, sx = self.token_scale
+        return ((sy - 1) / 2, (sx - 1) / 2)
+
+    def _pixel_token_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """Token row/column of every original pixel (nearest, by pixel centre)."""
+        gh, gw = self.grid_shape
+        sy, sx = self.token_scale
+        rows = np.minimum(((np.arange(self.image_shape[0]) + 0.5) / sy).astype(np.int64), gh - 1)
+        cols = np.minimum(((np.arange(self.image_shape[1]) + 0.5) / sx).astype(np.int64), gw - 1)
+        return rows, cols
+
+    def to_pixels(self, token_map: np.ndarray) -> np.ndarray:
+        """Nearest-neighbour upsampling of a ``(..., gh, gw)`` map to ``(..., H0, W0)``."""
+        arr = np.asarray(token_map)
+        if arr.shape[-2:] != self.grid_shape:
+            raise ValueError(f"map shape {arr.shape} does not end with the token grid {self.grid_shape}")
+        rows, cols = self._pixel_token_index()
+        return arr[..., rows[:, None], cols[None, :]]
+
+    def token_coverage(self, mask: np.ndarray) -> np.ndarray:
+        """Fraction of each token's original-pixel footprint that lies inside a boolean mask."""
+        m = np.asarray(mask, dtype=bool)
+        if m.shape != tuple(self.image_shape):
+            raise ValueError(f"mask shape {m.shape} does not match the image shape {self.image_shape}")
+        rows, cols = self._pixel_token_index()
+        gh, gw = self.grid_shape
+        flat = (rows[:, None] * gw + cols[None, :]).ravel()
+        inside = np.bincount(flat, weights=m.ravel().astype(np.float64), minlength=gh * gw)
+        total = np.bincount(flat, minlength=gh * gw).astype(np.float64)
+        return (inside / np.maximum(total, 1)).reshape(gh, gw)
+
+    # ---- thresholds -----------------------------------------------------------------------
+    def _thresholds(self, rule: str | None, z_th: float | None, p_th: float | None,
+                    l_th: float | None) -> dict[str, Any]:
+        t = dict(self.thresholds)
+        for key, value in (("rule", rule), ("z_th", z_th), ("p_th", p_th), ("l_th", l_th)):
+            if value is not None:
+                t[key] = value
+        if t["rule"] not in _reg.RULES:
+            raise ValueError(f"Unknown rule {t['rule']!r}; choose one of {_reg.RULES}.")
+        return t
+
+    def regularized_maps(self, *, z_th: float | None = None, p_th: float | None = None,
+                         l_th: float | None = None) -> dict[str, np.ndarray]:
+        """All regularized maps of METHOD.md §8 (``base``, ``p``, ``lfdr``, ``pi0``, ``soft``)."""
+        t = self._thresholds(None, z_th, p_th, l_th)
+        return _reg.regularized_maps(self.attention, self.z, self.p, self.lfdr, self.posterior,
+                                     self.pi0, z_th=t["z_th"], p_th=t["p_th"], l_th=t["l_th"])
+
+    def regularized(self, rule: str | None = None, *, z_th: float | None = None,
+                    p_th: float | None = None, l_th: float | None = None) -> np.ndarray:
+        """Regularized attention ``(gh, gw)`` by one rule, thresholds re-applied on the fly.
+
+        Examples
+        --------
+        >>> sparse = result.regularized("lfdr", l_th=0.1)   # doctest: +SKIP
+        """
+        t = self._thresholds(rule, z_th, p_th, l_th)
+        return self.regularized_maps(z_th=t["z_th"], p_th=t["p_th"], l_th=t["l_th"])[t["rule"]]
+
+    def significant(self, rule: str | None = None, *, z_th: float | None = None,
+                    p_th: float | None = None, l_th: float | None = None) -> np.ndarray:
+        """Boolean ``(gh, gw)`` mask of tokens that the rule keeps."""
+        t = self._thresholds(rule, z_th, p_th, l_th)
+        return _reg.significance_mask(t["rule"], self.z, self.p, self.lfdr, self.pi0,
+                                      z_th=t["z_th"], p_th=t["p_th"], l_th=t["l_th"],
+                                      posterior=self.posterior)
+
+    def with_thresholds(self, **thresholds: Any) -> "AttentionResult":
+        """A copy whose default thresholds are changed (the maps are shared, not recomputed)."""
+        t = self._thresholds(thresholds.pop("rule", None), thresholds.pop("z_th", None),
+                             thresholds.pop("p_th", None), thresholds.pop("l_th", None))
+        if thresholds:
+            raise ValueError(f"Unknown threshold names: {sorted(thresholds)}")
+        return replace(self, thresholds=t)
+
+    # ---- persistence ----------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write one ``.npz`` file: every array plus the JSON metadata (no pickles).
+
+        Returns the path written (``.npz`` is appended if missing).
+        """
+        path = Path(path)
+        if path.suffix != ".npz":
+            path = path.with_name(path.name + ".npz")
+        arrays: dict[str, np.ndarray] = {name: np.asarray(getattr(self, name)) for name in MAP_NAMES}
+        for name in ("head_attention", "null_scores"):
+            if getattr(self, name) is not None:
+                arrays[name] = np.asarray(getattr(self, name))
+        summary_json: dict[str, Any] = {}
+        for key, value in self.null_summary.items():
+            if isinstance(value, np.ndarray):
+                arrays[f"null_summary__{key}"] = value
+            else:
+                summary_json[key] = value
+        header = {
+            "format": "napari-attnreg result",
+            "format_version": FORMAT_VERSION,
+            "pi0": float(self.pi0),
+            "thresholds": self.thresholds,
+            "image_shape": list(self.image_shape),
+            "model_shape": list(self.model_shape),
+            "patch_size": list(self.patch_size),
+            "null_summary": summary_json,
+            "metadata": self.metadata,
+        }
+        arrays["metadata_json"] = np.frombuffer(json.dumps(header, default=_json_default).encode(), dtype=np.uint8)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".partial.npz")
+        np.savez_compressed(tmp, **arrays)
+        tmp.replace(path)  # a crash mid-write never leaves a truncated result behind
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "AttentionResult":
+        """Read a file written by :meth:`save`."""
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"No result file at {path}")
+        with np.load(path, allow_pickle=False) as data:
+            if "metadata_json" not in data:
+                raise ValueError(f"{path} is not a napari-attnreg result file (no metadata).")
+            header = json.loads(bytes(data["metadata_json"]).decode())
+            arrays = {k: data[k] for k in data.files}
+        if header.get("format_version", 0) > FORMAT_VERSION:
+            raise ValueError(f"{path} was written by a newer napari-attnreg; upgrade to read it.")
+        summary = dict(header.get("null_summary", {}))
+        summary.update({k.split("__", 1)[1]: v for k, v in arrays.items() if k.startswith("null_summary__")})
+        return cls(
+            **{name: arrays[name] for name in MAP_NAMES},
+            pi0=float(header["pi0"]),
+            thresholds=header["thresholds"],
+            image_shape=tuple(header["image_shape"]),
+            model_shape=tuple(header["model_shape"]),
+            patch_size=tuple(header["patch_size"]),
+            head_attention=arrays.get("head_attention"),
+            null_summary=summary,
+            null_scores=arrays.get("null_scores"),
+            metadata=header.get("metadata", {}),
+        )
+
+    def summary(self) -> str:
+        """A few lines for a status bar or a terminal."""
+        sig = self.significant()
+        md = self.metadata
+        return (
+            f"{md.get('model', '?')} · {md.get('method', '?')} · B={md.get('n_boot', '?')} · "
+            f"grid {self.grid_shape[0]}x{self.grid_shape[1]} · π0={self.pi0:.3f} · "
+            f"{int(sig.sum())}/{sig.size} tokens significant ({self.thresholds['rule']}) · "
+            f"{md.get('timings', {}).get('total_s', float('nan')):.2f} s on {md.get('device', '?')}"
+        )
+
+    def __eq__(self, other: object) -> bool:  # arrays make the dataclass default ambiguous
+        if not isinstance(other, AttentionResult):
+            return NotImplemented
+        for f in fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+                if a is None or b is None or not np.array_equal(a, b):
+                    return False
+            elif f.name != "null_summary" and a != b:
+                return False
+        return True
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, (tuple, set)):
+        return list(obj)
+    return str(obj)

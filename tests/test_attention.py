@@ -1,0 +1,95 @@
+"""The CLS-row fast path against the full attention matrix computed the slow explicit way."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+
+from napari_attnreg.core.attention import cls_attention
+from napari_attnreg.core.backbones import load_backbone
+
+# (architecture, expected prefix tokens): DINO-style ViT-S/8, DeiT distilled, DINOv2 + 4 registers
+MODELS = [
+    ("vit_small_patch8_224", 1),
+    ("deit_small_distilled_patch16_224", 2),
+    ("vit_small_patch14_reg4_dinov2", 5),
+]
+
+
+def explicit_cls_attention(model: torch.nn.Module, x: torch.Tensor, layer: int, npt: int) -> torch.Tensor:
+    """Full T×T attention of block ``layer`` with fused attention off, CLS row, patch columns."""
+    captured = {}
+    for blk in model.blocks:
+        blk.attn.fused_attn = False
+    target = model.blocks[layer].attn
+    handle = target.attn_drop.register_forward_hook(lambda m, i, o: captured.setdefault("a", o))
+    try:
+        with torch.no_grad():
+            model.forward_features(x)
+    finally:
+        handle.remove()
+        for blk in model.blocks:
+            blk.attn.fused_attn = True
+    full = captured["a"]  # (N, heads, L, L)
+    assert full.shape[-1] == full.shape[-2]
+    return full[:, :, 0, npt:]
+
+
+@pytest.mark.parametrize("name,npt", MODELS)
+@pytest.mark.parametrize("layer", [-1, 1])
+def test_fast_path_matches_full_matrix(name, npt, layer):
+    torch.manual_seed(0)
+    module = timm.create_model(name, pretrained=False, depth=3)
+    bb = load_backbone(module)
+    assert bb.num_prefix_tokens == npt
+    ph, pw = bb.patch_size
+    x = torch.randn(2, 3, ph * 7, pw * 5)  # non-square, non-default size: pos-embed resampling
+    with torch.inference_mode():
+        fast = cls_attention(bb, x, layer=layer, head="all")
+    slow = explicit_cls_attention(module, x, layer, npt).reshape(fast.shape)
+    assert fast.dtype == torch.float32
+    assert fast.shape == (2, module.blocks[0].attn.num_heads, 7, 5)
+    assert (fast - slow).abs().max().item() <= 1e-5
+    # softmax ran over all tokens, prefix included: patch entries sum to less than one
+    assert torch.all(fast.sum((-1, -2)) < 1.0)
+
+
+def test_head_options(tiny_backbone):
+    x = torch.randn(1, 3, 64, 48)
+    with torch.inference_mode():
+        every = cls_attention(tiny_backbone, x, head="all")
+        mean = cls_attention(tiny_backbone, x, head="mean")
+        one = cls_attention(tiny_backbone, x, head=1)
+    torch.testing.assert_close(mean, every.mean(1))
+    torch.testing.assert_close(one, every[:, 1])
+    with pytest.raises(ValueError, match="head"):
+        cls_attention(tiny_backbone, x, head=99)
+    with pytest.raises(ValueError, match="layer"):
+        cls_attention(tiny_backbone, x, layer=7)
+    with pytest.raises(ValueError, match="multiple of the patch"):
+        cls_attention(tiny_backbone, torch.randn(1, 3, 60, 48))
+
+
+def test_fast_path_is_used_and_never_builds_the_matrix(tiny_backbone, monkeypatch):
+    """The explicit fallback must not run for plain timm ViTs."""
+    import napari_attnreg.core.attention as att
+
+    def boom(*a, **k):
+        raise AssertionError("explicit path used")
+
+    monkeypatch.setattr(att, "_explicit_row_attention", boom)
+    with torch.inference_mode():
+        cls_attention(tiny_backbone, torch.randn(1, 3, 32, 32))
+
+
+def test_fallback_for_other_attention_modules():
+    """EVA (rotary attention) goes through the explicit path and still gives a valid row."""
+    torch.manual_seed(0)
+    module = timm.create_model("eva02_tiny_patch14_224", pretrained=False, depth=2)
+    bb = load_backbone(module)
+    x = torch.randn(1, 3, 224, 224)
+    with torch.inference_mode():
+        maps = cls_attention(bb, x, head="all")
+    assert maps.shape == (1, 3, 16, 16)
+    assert torch.all(maps >= 0) and torch.all(maps.sum((-1, -2)) <= 1.0 + 1e-6)
