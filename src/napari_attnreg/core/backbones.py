@@ -309,7 +309,13 @@ def _load_weights_file(path: Path, arch: str | None) -> Backbone:
             state["pos_embed"], new_size=module.patch_embed.grid_size, old_size=(side, side),
             num_prefix_tokens=npt,
         )
-    missing, unexpected = module.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = module.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # shape mismatches are raised even with strict=False
+        raise BackboneError(
+            f"{path.name} does not match architecture '{arch}' (tensor shapes differ: "
+            f"{str(err).splitlines()[1].strip() if len(str(err).splitlines()) > 1 else err}). Check --arch."
+        ) from err
     missing = [k for k in missing if not k.startswith(("head.", "fc_norm."))]
     if missing or unexpected:
         raise BackboneError(

@@ -1,0 +1,71 @@
+"""Bootstrap null generators: definitions of METHOD.md §3, seeding, chunk invariance."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from napari_attnreg.core.nulls import NullConfig, null_images
+
+
+@pytest.fixture
+def image():
+    torch.manual_seed(0)
+    x = torch.randn(3, 32, 48)
+    x[0] += 2.0
+    x[1] *= 3.0
+    return x
+
+
+@pytest.mark.parametrize("method", ["normal", "uniform", "pixel", "patch"])
+def test_seeded_and_chunk_invariant(image, method):
+    cfg = NullConfig(method)
+    whole = null_images(image, range(8), cfg, seed=5, patch_size=8)
+    parts = torch.cat([null_images(image, range(0, 3), cfg, seed=5, patch_size=8),
+                       null_images(image, range(3, 8), cfg, seed=5, patch_size=8)])
+    assert whole.shape == (8, 3, 32, 48)
+    torch.testing.assert_close(whole, parts, rtol=0, atol=0)
+    other = null_images(image, range(8), cfg, seed=6, patch_size=8)
+    assert not torch.equal(whole, other)
+    assert not torch.equal(whole[0], whole[1])
+
+
+def test_normal_matches_channel_moments(image):
+    nulls = null_images(image, range(64), NullConfig("normal"), seed=0)
+    for c in range(3):
+        assert abs(nulls[:, c].mean() - image[c].mean()) < 0.05 * image[c].std()
+        assert abs(nulls[:, c].std() / image[c].std(unbiased=False) - 1) < 0.02
+    glob = null_images(image, range(16), NullConfig("normal", per_channel=False), seed=0)
+    assert abs(glob.mean() - image.mean()) < 0.05
+    wide = null_images(image, range(16), NullConfig("normal", std_factor=2.0), seed=0)
+    assert abs(wide[:, 1].std() / image[1].std(unbiased=False) - 2) < 0.05
+
+
+def test_uniform_bounds_from_normalised_image(image):
+    nulls = null_images(image, range(16), NullConfig("uniform"), seed=0)
+    for c in range(3):
+        assert nulls[:, c].min() >= image[c].min() and nulls[:, c].max() <= image[c].max()
+
+
+def test_pixel_resamples_whole_pixel_vectors(image):
+    nulls = null_images(image, range(4), NullConfig("pixel"), seed=0)
+    pixels = {tuple(v.tolist()) for v in image.reshape(3, -1).T}
+    for v in nulls[0].reshape(3, -1).T[:200]:
+        assert tuple(v.tolist()) in pixels
+
+
+def test_patch_permutes_blocks(image):
+    nulls = null_images(image, range(2), NullConfig("patch"), seed=0, patch_size=8)
+    blocks = lambda x: sorted(tuple(x[:, i:i + 8, j:j + 8].flatten().tolist())
+                              for i in range(0, 32, 8) for j in range(0, 48, 8))
+    assert blocks(nulls[0]) == blocks(image)
+    assert not torch.equal(nulls[0], image)
+    with pytest.raises(ValueError, match="multiples of the block"):
+        null_images(image, range(1), NullConfig("patch", block_size=5), seed=0)
+
+
+def test_bad_config():
+    with pytest.raises(ValueError, match="Unknown bootstrap method"):
+        NullConfig("gaussian")
+    with pytest.raises(ValueError, match="std_factor"):
+        NullConfig("normal", std_factor=0)
