@@ -1,0 +1,206 @@
+"""Command line: ``attnreg run IMAGE... --out DIR`` and ``attnreg demo``.
+
+One ``.npz`` result file and one PNG figure per image (per plane for stacks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .core.nulls import NULL_METHODS
+from .core.regularize import RULES
+
+
+def read_image(path: Path) -> np.ndarray:
+    """Read a TIFF (tifffile) or any format imageio knows."""
+    if not path.is_file():
+        raise ValueError(f"No such image file: {path}")
+    if path.suffix.lower() in (".tif", ".tiff"):
+        import tifffile
+
+        return tifffile.imread(path)
+    import imageio.v3 as iio
+
+    return iio.imread(path)
+
+
+def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Path:
+    """PNG with the image, raw attention, p-value, posterior and the regularized map."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rule = result.thresholds["rule"]
+    panels = [
+        ("raw attention", result.attention, "magma", None),
+        ("p-value (dark = significant)", result.p, "viridis", (0, 1)),
+        ("posterior P(non-null)", result.posterior, "inferno", (0, 1)),
+        (f"regularized ({rule})", result.regularized(), "magma", None),
+    ]
+    fig, axes = plt.subplots(1, 5, figsize=(20, 4.4), constrained_layout=True)
+    axes[0].imshow(display, cmap="gray" if display.ndim == 2 else None)
+    axes[0].set_title("image")
+    sig = result.to_pixels(result.significant().astype(float))
+    for ax, (name, token_map, cmap, lim) in zip(axes[1:], panels):
+        ax.imshow(display, cmap="gray" if display.ndim == 2 else None)
+        vmin, vmax = lim if lim else (0, float(np.max(result.attention)))
+        im = ax.imshow(result.to_pixels(token_map), cmap=cmap, alpha=0.6, vmin=vmin, vmax=vmax)
+        ax.set_title(name)
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    axes[4].contour(sig, levels=[0.5], colors="cyan", linewidths=0.8)
+    for ax in axes:
+        ax.set_axis_off()
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    opts: dict[str, Any] = dict(
+        method=args.method, n_boot=args.n_boot, seed=args.seed, device=args.device,
+        chunk_size=args.chunk_size, precision=args.precision, rule=args.rule,
+        p_th=args.p_th, l_th=args.l_th, z_th=args.z_th, p_method=args.p_method,
+        alternative=args.alternative, pi0_method=_pi0(args.pi0_method), null=args.null,
+        layer=args.layer, keep_nulls=args.keep_nulls, target_size=_size(args.target_size),
+        channel_axis=args.channel_axis, merge=args.merge,
+    )
+    if args.channels:
+        opts["channels"] = [int(c) for c in args.channels.split(",")]
+    return opts
+
+
+def _pi0(value: str) -> str | float:
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def _size(value: str) -> Any:
+    return int(value) if value.isdigit() else value
+
+
+def _planes(image: np.ndarray, opts: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
+    """Split an nD stack into 2D planes; RGB(A) and channel-axis images stay whole."""
+    rgb = image.ndim == 3 and image.shape[-1] in (3, 4)
+    spatial = 2 + (1 if rgb or opts.get("channel_axis") is not None else 0)
+    if image.ndim <= spatial:
+        return [("", image)]
+    if opts.get("channel_axis") is not None:
+        raise ValueError("--channel-axis with a stack of more than one plane is ambiguous; "
+                         "split the stack first.")
+    lead = image.shape[: image.ndim - spatial]
+    return [("_" + "-".join(str(i) for i in idx), image[idx]) for idx in np.ndindex(lead)]
+
+
+def run_files(paths: list[Path], out_dir: Path, model: str, arch: str | None,
+              opts: dict[str, Any], quiet: bool = False) -> list[Path]:
+    """Process image files; returns the result files written."""
+    from tqdm import tqdm
+
+    from .core.backbones import load_backbone
+    from .core.engine import RunConfig, drain, run_engine
+    from .core.images import prepare_image
+
+    backbone = load_backbone(model, arch=arch)
+    if backbone.is_random_init:
+        print("WARNING: the model has RANDOM weights (no pretrained weights loaded): its attention "
+              "is not meaningful. Use --model demo, a timm name with internet, or a weights file.",
+              file=sys.stderr)
+    print(f"model: {backbone.describe()}", file=sys.stderr)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    config = RunConfig(**opts)
+    config.validate()
+    for path in paths:
+        image = read_image(path)
+        for suffix, plane in _planes(image, opts):
+            stem = f"{path.stem}{suffix}"
+            prepared = prepare_image(
+                plane, patch_size=backbone.patch_size, mean=backbone.mean, std=backbone.std,
+                default_size=backbone.input_size[1:], target_size=config.target_size,
+                channel_axis=config.channel_axis, channels=config.channels, merge=config.merge)
+            config.extra = {"source": str(path), "plane": suffix.lstrip("_")}
+            with tqdm(total=config.n_boot, desc=stem, unit="img", disable=quiet, file=sys.stderr) as bar:
+                def tick(ev):
+                    bar.n = ev.done
+                    bar.set_postfix_str(f"chunk {ev.chunk_size}")
+                    bar.refresh()
+
+                result = drain(run_engine(prepared, backbone, config), tick)
+            out = result.save(out_dir / f"{stem}.attnreg.npz")
+            fig = save_figure(result, prepared.display, out_dir / f"{stem}.attnreg.png",
+                              f"{stem} — {result.summary()}")
+            print(f"{stem}: {result.summary()}\n  -> {out}\n  -> {fig}")
+            written.append(out)
+    return written
+
+
+def _add_run_options(p: argparse.ArgumentParser, n_boot: int) -> None:
+    p.add_argument("--out", type=Path, default=Path("attnreg_out"), help="output folder")
+    p.add_argument("--method", choices=NULL_METHODS, default="normal", help="bootstrap null generator")
+    p.add_argument("--n-boot", type=int, default=n_boot, help="number of bootstrap null images")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", help="auto (cuda → mps → cpu), cuda, mps or cpu")
+    p.add_argument("--chunk-size", type=int, default=None, help="null images per chunk (default: from memory)")
+    p.add_argument("--precision", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--rule", choices=RULES, default="lfdr", help="regularization rule for the figure")
+    p.add_argument("--p-th", type=float, default=0.3)
+    p.add_argument("--l-th", type=float, default=0.3)
+    p.add_argument("--z-th", type=float, default=0.0)
+    p.add_argument("--p-method", choices=["pooled", "null"], default="pooled")
+    p.add_argument("--alternative", choices=["two-sided", "greater"], default="two-sided")
+    p.add_argument("--pi0-method", default="reference", help="reference, smoother, bootstrap or a number")
+    p.add_argument("--null", choices=["theoretical", "empirical"], default="theoretical")
+    p.add_argument("--layer", type=int, default=-1, help="transformer block (-1 = last)")
+    p.add_argument("--target-size", default="model", help="'model', 'native' or the long side in pixels")
+    p.add_argument("--channel-axis", type=int, default=None, help="axis of channels in multichannel images")
+    p.add_argument("--channels", default=None, help="comma-separated channels to use (up to 3)")
+    p.add_argument("--merge", choices=["mean", "max"], default=None, help="merge channels to grayscale")
+    p.add_argument("--keep-nulls", action="store_true", help="store every null attention map")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="attnreg",
+        description="Bootstrap significance and regularized attention maps of Vision Transformers.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="process image files")
+    run.add_argument("images", nargs="+", type=Path)
+    run.add_argument("--model", default="demo", help="'demo', a timm name, hf-hub:id, or a weights file")
+    run.add_argument("--arch", default=None, help="timm architecture of a weights file")
+    _add_run_options(run, n_boot=200)
+    demo = sub.add_parser("demo", help="bundled demo model on the bundled sample image (offline)")
+    _add_run_options(demo, n_boot=200)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``attnreg`` command."""
+    args = build_parser().parse_args(argv)
+    from .core.backbones import BackboneError
+
+    try:
+        opts = _options(args)
+        if args.command == "demo":
+            from .samples import demo_image_path
+
+            run_files([demo_image_path()], args.out, "demo", None, opts, args.quiet)
+        else:
+            run_files(args.images, args.out, args.model, args.arch, opts, args.quiet)
+    except (ValueError, BackboneError, MemoryError) as err:
+        print(f"attnreg: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
