@@ -322,18 +322,19 @@ def run_engine(
     summary.update(mu0=float(stats.mu0), sigma0=float(stats.sigma0))
     cfg = asdict(config)
     cfg.pop("extra")
+    cfg["chunk_size_requested"] = cfg.pop("chunk_size")
     metadata = {
+        **{k: v for k, v in cfg.items() if k != "device"},
         "model": backbone.name,
         "weights": backbone.weights,
         "random_init": backbone.is_random_init,
         "num_prefix_tokens": backbone.num_prefix_tokens,
         "device": str(device),
         "precision": str(dtype).replace("torch.", "") if dtype else "float32",
-        "chunk_size": chunk,
+        "chunk_size": chunk,  # after any out-of-memory halving
         "timings": timings,
         "package_version": _package_version(),
         "torch_version": torch.__version__,
-        **{k: v for k, v in cfg.items() if k != "device"},
         **config.extra,
     }
     yield Progress("statistics", n_boot, n_boot, chunk, time.perf_counter() - t_start, "statistics done")

@@ -143,15 +143,16 @@ class AttentionResult:
         >>> sparse = result.regularized("lfdr", l_th=0.1)   # doctest: +SKIP
         """
         t = self._thresholds(rule, z_th, p_th, l_th)
-        return self.regularized_maps(z_th=t["z_th"], p_th=t["p_th"], l_th=t["l_th"])[t["rule"]]
+        return _reg.regularized_map(t["rule"], self.attention, self.z, self.p, self.lfdr,
+                                    self.posterior, self.pi0, z_th=t["z_th"], p_th=t["p_th"],
+                                    l_th=t["l_th"])
 
     def significant(self, rule: str | None = None, *, z_th: float | None = None,
                     p_th: float | None = None, l_th: float | None = None) -> np.ndarray:
         """Boolean ``(gh, gw)`` mask of tokens that the rule keeps."""
         t = self._thresholds(rule, z_th, p_th, l_th)
         return _reg.significance_mask(t["rule"], self.z, self.p, self.lfdr, self.pi0,
-                                      z_th=t["z_th"], p_th=t["p_th"], l_th=t["l_th"],
-                                      posterior=self.posterior)
+                                      z_th=t["z_th"], p_th=t["p_th"], l_th=t["l_th"])
 
     def with_thresholds(self, **thresholds: Any) -> "AttentionResult":
         """A copy whose default thresholds are changed (the maps are shared, not recomputed)."""

@@ -1,0 +1,198 @@
+"""The generator engine and AttentionResult: determinism, chunks, cancel, OOM backoff, I/O."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import napari_attnreg.core.engine as engine_mod
+from napari_attnreg import AttentionResult, regularize
+from napari_attnreg.core.engine import CancelToken, RunCancelled, RunConfig, drain, run_engine
+
+FAST = dict(n_boot=12, chunk_size=5, device="cpu")
+
+
+def assert_close_result(a, b):
+    """Equal up to float32 batch-blocking noise: z to 1e-5, p within a few pool ranks."""
+    np.testing.assert_allclose(a.z, b.z, rtol=0, atol=1e-5)
+    m0 = a.attention.size * (1 + a.metadata["n_boot"])
+    np.testing.assert_allclose(a.p, b.p, rtol=0, atol=3 / m0)
+
+
+def test_regularize_end_to_end(tiny_backbone, blob_image):
+    events = []
+    res = regularize(blob_image, tiny_backbone, progress=events.append, **FAST)
+    gh, gw = res.grid_shape
+    assert (gh, gw) == (14, 12)  # 96x80 → long side 224 → 224x192 model pixels → 14x12 tokens
+    for name in ("attention", "z", "p", "lfdr", "posterior", "q"):
+        arr = getattr(res, name)
+        assert arr.shape == (gh, gw) and np.all(np.isfinite(arr)), name
+    assert np.all((res.p >= 0) & (res.p <= 1)) and 0 <= res.pi0 <= 1
+    np.testing.assert_allclose(res.posterior, 1 - res.lfdr)
+    assert res.head_attention.shape == (3, gh, gw)
+    np.testing.assert_allclose(res.head_attention.mean(0), res.attention, rtol=1e-6)
+    assert [e.stage for e in events] == ["observed", "nulls", "nulls", "nulls", "statistics"]
+    assert [e.done for e in events if e.stage == "nulls"] == [5, 10, 12]
+    md = res.metadata
+    assert md["n_boot"] == 12 and md["seed"] == 0 and md["device"] == "cpu" and md["method"] == "normal"
+    assert md["timings"]["total_s"] > 0 and md["random_init"] is False  # a given module
+    assert res.null_summary["sigma0"] > 0
+
+
+def test_same_seed_same_result_and_chunk_invariance(tiny_backbone, blob_image):
+    a = regularize(blob_image, tiny_backbone, **FAST)
+    again = regularize(blob_image, tiny_backbone, **FAST)
+    b = regularize(blob_image, tiny_backbone, **{**FAST, "chunk_size": 12})
+    c = regularize(blob_image, tiny_backbone, **{**FAST, "seed": 1})
+    for name in ("attention", "z", "p", "lfdr", "q"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(again, name))
+    # other chunk sizes draw the same null images; only GEMM blocking of the batch differs (~1e-7)
+    assert_close_result(a, b)
+    assert not np.array_equal(a.z, c.z)
+
+
+@pytest.mark.parametrize("method", ["uniform", "pixel", "patch"])
+def test_every_null_method_runs(tiny_backbone, blob_image, method):
+    res = regularize(blob_image, tiny_backbone, method=method, **FAST)
+    assert res.metadata["method"] == method and np.isfinite(res.z).all()
+
+
+def test_cancel_token_stops_within_one_chunk(tiny_backbone, blob_image):
+    token = CancelToken()
+    gen = run_engine(blob_image, tiny_backbone, RunConfig(n_boot=50, chunk_size=5, device="cpu"), token)
+    seen = []
+    with pytest.raises(RunCancelled):
+        for ev in gen:
+            seen.append(ev)
+            if ev.stage == "nulls" and ev.done >= 10:
+                token.cancel()
+    assert max(e.done for e in seen) == 10
+
+
+def test_closing_the_generator_stops_it(tiny_backbone, blob_image):
+    gen = run_engine(blob_image, tiny_backbone, RunConfig(n_boot=50, chunk_size=5, device="cpu"))
+    next(gen), next(gen)
+    gen.close()
+    with pytest.raises(StopIteration):
+        next(gen)
+
+
+def test_out_of_memory_halves_the_chunk_and_gives_the_same_result(tiny_backbone, blob_image, monkeypatch):
+    real = engine_mod.cls_attention
+    calls = []
+
+    def flaky(bb, images, **kw):
+        calls.append(images.shape[0])
+        if images.shape[0] > 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(bb, images, **kw)
+
+    expected = regularize(blob_image, tiny_backbone, **FAST)
+    monkeypatch.setattr(engine_mod, "cls_attention", flaky)
+    events = []
+    res = regularize(blob_image, tiny_backbone, progress=events.append, **{**FAST, "chunk_size": 12})
+    assert any("halved" in e.message for e in events)
+    assert res.metadata["chunk_size"] == 3
+    assert_close_result(res, expected)
+
+
+def test_out_of_memory_at_one_image_is_a_clear_error(tiny_backbone, blob_image, monkeypatch):
+    real = engine_mod.cls_attention
+
+    def always(bb, images, **kw):
+        if kw.get("head") != "all":  # null chunks fail; the observed image (head="all") fits
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return real(bb, images, **kw)
+
+    monkeypatch.setattr(engine_mod, "cls_attention", always)
+    with pytest.raises(MemoryError, match="single null image"):
+        regularize(blob_image, tiny_backbone, **FAST)
+
+
+def test_other_errors_are_not_swallowed(tiny_backbone, blob_image, monkeypatch):
+    def broken(bb, images, **kw):
+        raise RuntimeError("shape mismatch somewhere")
+
+    monkeypatch.setattr(engine_mod, "cls_attention", broken)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        regularize(blob_image, tiny_backbone, **FAST)
+
+
+def test_bad_options(tiny_backbone, blob_image):
+    with pytest.raises(TypeError, match="unknown options"):
+        regularize(blob_image, tiny_backbone, nboot=3)
+    with pytest.raises(ValueError, match="n_boot"):
+        regularize(blob_image, tiny_backbone, n_boot=0)
+    with pytest.raises(ValueError, match="Unknown bootstrap"):
+        regularize(blob_image, tiny_backbone, method="gauss")
+    with pytest.raises(ValueError, match="no CUDA"):
+        if torch.cuda.is_available():
+            raise ValueError("no CUDA (skipped: a GPU is present)")
+        regularize(blob_image, tiny_backbone, device="cuda")
+    with pytest.raises(ValueError, match="constant"):
+        regularize(np.ones((64, 64)), tiny_backbone, **FAST)
+
+
+def test_thresholds_reapply_without_recomputing(tiny_backbone, blob_image):
+    res = regularize(blob_image, tiny_backbone, **FAST)
+    loose = res.regularized("p", p_th=1.0)
+    strict = res.regularized("p", p_th=0.0)
+    assert np.count_nonzero(strict) <= np.count_nonzero(loose)
+    np.testing.assert_array_equal(loose, np.where(res.z >= 0, res.attention, 0))
+    assert set(res.regularized_maps()) == {"base", "p", "lfdr", "pi0", "soft"}
+    assert res.significant("lfdr", l_th=1.0).sum() == (res.z >= 0).sum()
+    other = res.with_thresholds(rule="p", p_th=0.05)
+    assert other.thresholds["rule"] == "p" and res.thresholds["rule"] == "lfdr"
+    with pytest.raises(ValueError, match="Unknown rule"):
+        res.regularized("bogus")
+
+
+def test_pixel_geometry_is_exact(tiny_backbone, blob_image):
+    res = regularize(blob_image, tiny_backbone, **FAST)
+    assert res.image_shape == (96, 80) and res.model_shape == (224, 192)
+    sy, sx = res.token_scale
+    assert np.isclose(sy, 16 * 96 / 224) and np.isclose(sx, 16 * 80 / 192)
+    up = res.to_pixels(res.attention)
+    assert up.shape == (96, 80)
+    # every pixel takes the value of the token whose footprint holds its centre
+    for r, c in [(0, 0), (95, 79), (50, 33), (6, 6), (7, 7)]:
+        i, j = int((r + 0.5) / sy), int((c + 0.5) / sx)
+        assert up[r, c] == res.attention[i, j]
+    cover = res.token_coverage(np.ones((96, 80), bool))
+    np.testing.assert_allclose(cover, 1.0)
+    half = np.zeros((96, 80), bool)
+    half[:48] = True
+    assert np.isclose(res.token_coverage(half).mean(), 0.5, atol=0.05)
+
+
+def test_save_load_round_trip(tiny_backbone, blob_image, tmp_path):
+    res = regularize(blob_image, tiny_backbone, keep_nulls=True, **FAST)
+    assert res.null_scores.shape == (12, *res.grid_shape)
+    path = res.save(tmp_path / "out" / "result")
+    assert path.name == "result.npz"
+    back = AttentionResult.load(path)
+    assert back == res
+    assert back.metadata["timings"] == res.metadata["timings"] and back.metadata["n_boot"] == 12
+    np.testing.assert_array_equal(back.regularized(), res.regularized())
+    assert set(back.null_summary) == set(res.null_summary)
+    for key, value in res.null_summary.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_allclose(back.null_summary[key], value)
+        else:
+            assert back.null_summary[key] == value
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=np.zeros(3))
+    with pytest.raises(ValueError, match="not a napari-attnreg result"):
+        AttentionResult.load(bad)
+
+
+def test_regularize_stack_maps_over_leading_axes(tiny_backbone, blob_image):
+    from napari_attnreg import regularize_stack
+
+    stack = np.stack([blob_image, blob_image[::-1], blob_image[:, ::-1]])[None]  # (1, 3, H, W)
+    seen = []
+    results = regularize_stack(stack, tiny_backbone, progress=lambda i, n, ev: seen.append((i, n)),
+                               n_boot=6, chunk_size=6, device="cpu")
+    assert len(results) == 3 and {i for i, _ in seen} == {0, 1, 2} and seen[0][1] == 3
+    assert not np.allclose(results[0].attention, results[1].attention)
