@@ -1,0 +1,175 @@
+"""Regularized attention maps (METHOD.md §8).
+
+Every rule keeps the observed attention of the tokens it accepts and zeroes the
+rest, except ``"soft"``, which shrinks every token by its posterior probability
+of being non-null. Inputs are token maps of any shape (``(T,)`` or
+``(gh, gw)``); thresholds can be moved freely because nothing is recomputed.
+
+Defaults: ``z_th = 0`` (paper) and ``p_th = l_th = 0.3``, the reference
+implementation's high-level default (its low-level function uses 0.1 and its
+notebook often the median of the map; pass those explicitly to compare).
+
+Example
+-------
+>>> import numpy as np
+>>> a = np.array([0.5, 0.3, 0.2]); z = np.array([2.0, 0.5, -1.0])
+>>> p = np.array([0.01, 0.4, 0.9]); lfdr = np.array([0.05, 0.6, 1.0])
+>>> regularized_maps(a, z, p, lfdr, 1 - lfdr, 0.5)["p"]
+array([0.5, 0. , 0. ])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+RULES = ("p", "lfdr", "pi0", "soft", "base")
+DEFAULT_Z_TH = 0.0
+DEFAULT_P_TH = 0.3
+DEFAULT_L_TH = 0.3
+
+
+def _as_float_array(x: np.ndarray, name: str, shape: tuple[int, ...] | None) -> np.ndarray:
+    arr = np.asarray(x, dtype=np.float64)
+    if shape is not None and arr.shape != shape:
+        raise ValueError(f"{name} has shape {arr.shape} but attention has {shape}; pass maps "
+                         "of the same token grid.")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or inf; recompute the statistics.")
+    return arr
+
+
+def _check_rule(rule: str) -> None:
+    if rule not in RULES:
+        raise ValueError(f"rule={rule!r} is not supported; use one of {RULES}.")
+
+
+def _check_fraction(value: float, name: str) -> float:
+    value = float(value)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must lie in [0, 1], got {value}.")
+    return value
+
+
+def pi0_p_threshold(p: np.ndarray, pi0: float) -> float:
+    """The ``100·(1 − π0)``-th percentile of ``p``: the pi0 rule keeps ``p`` at or below it.
+
+    Zeroing the ``π0`` fraction of tokens with the largest p-values is the
+    reference implementation's way to drop the estimated null tokens.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    if p.size == 0:
+        raise ValueError("p is empty; pass the p-value map of at least one token.")
+    return float(np.percentile(p, 100.0 * (1.0 - _check_fraction(pi0, "pi0"))))
+
+
+def significance_mask(
+    rule: str,
+    z: np.ndarray,
+    p: np.ndarray,
+    lfdr: np.ndarray,
+    pi0: float,
+    *,
+    z_th: float = DEFAULT_Z_TH,
+    p_th: float = DEFAULT_P_TH,
+    l_th: float = DEFAULT_L_TH,
+    posterior: np.ndarray | None = None,
+) -> np.ndarray:
+    """Tokens kept (not zeroed) by a rule.
+
+    Parameters
+    ----------
+    rule : {"p", "lfdr", "pi0", "soft", "base"}
+        ``"base"``: ``z >= z_th``; ``"p"``: and ``p <= p_th``; ``"lfdr"``: and
+        ``lfdr <= l_th``; ``"pi0"``: and ``p`` at most its ``100·(1 − π0)``-th
+        percentile; ``"soft"``: ``posterior = 1 − lfdr >= 0.5`` and ``z >= z_th``
+        (the soft map itself is never zero there, so this is the token set
+        worth outlining).
+    z, p, lfdr : arrays of one shape
+    pi0 : float in [0, 1]
+    z_th, p_th, l_th : float
+        Thresholds on z, p and lfdr.
+    posterior : array, optional
+        Used by ``"soft"``; defaults to ``1 - lfdr``.
+
+    Returns
+    -------
+    np.ndarray of bool, the shape of ``z``.
+    """
+    _check_rule(rule)
+    z = _as_float_array(z, "z", None)
+    p = _as_float_array(p, "p", z.shape)
+    lfdr = _as_float_array(lfdr, "lfdr", z.shape)
+    keep = z >= z_th
+    if rule == "p":
+        keep &= p <= p_th
+    elif rule == "lfdr":
+        keep &= lfdr <= l_th
+    elif rule == "pi0":
+        keep &= p <= pi0_p_threshold(p, pi0)
+    elif rule == "soft":
+        post = 1.0 - lfdr if posterior is None else _as_float_array(posterior, "posterior", z.shape)
+        keep &= post >= 0.5
+    return keep
+
+
+def regularized_map(
+    rule: str,
+    attention: np.ndarray,
+    z: np.ndarray,
+    p: np.ndarray,
+    lfdr: np.ndarray,
+    posterior: np.ndarray,
+    pi0: float,
+    *,
+    z_th: float = DEFAULT_Z_TH,
+    p_th: float = DEFAULT_P_TH,
+    l_th: float = DEFAULT_L_TH,
+) -> np.ndarray:
+    """One regularized map; see :func:`regularized_maps` for the rules."""
+    _check_rule(rule)
+    attention = _as_float_array(attention, "attention", None)
+    if np.any(attention < 0):
+        raise ValueError("attention contains negative values; pass the observed attention map.")
+    if rule == "soft":
+        posterior = _as_float_array(posterior, "posterior", attention.shape)
+        return attention * np.clip(posterior, 0.0, 1.0)
+    z = _as_float_array(z, "z", attention.shape)
+    keep = significance_mask(rule, z, p, lfdr, pi0, z_th=z_th, p_th=p_th, l_th=l_th)
+    return np.where(keep, attention, 0.0)
+
+
+def regularized_maps(
+    attention: np.ndarray,
+    z: np.ndarray,
+    p: np.ndarray,
+    lfdr: np.ndarray,
+    posterior: np.ndarray,
+    pi0: float,
+    *,
+    z_th: float = DEFAULT_Z_TH,
+    p_th: float = DEFAULT_P_TH,
+    l_th: float = DEFAULT_L_TH,
+) -> dict[str, np.ndarray]:
+    """The five regularized attention maps of METHOD.md §8.
+
+    Parameters
+    ----------
+    attention, z, p, lfdr, posterior : arrays of one shape
+        Observed attention and its token statistics.
+    pi0 : float
+        Estimated proportion of null tokens.
+    z_th, p_th, l_th : float
+        Thresholds on z, p and lfdr.
+
+    Returns
+    -------
+    dict with float64 maps the shape of ``attention``:
+    ``"base"`` = A·[z ≥ z_th]; ``"p"`` = base·[p ≤ p_th];
+    ``"lfdr"`` = base·[lfdr ≤ l_th]; ``"pi0"`` = base zeroed where p exceeds
+    its ``100·(1 − π0)``-th percentile; ``"soft"`` = A·posterior.
+    """
+    return {
+        rule: regularized_map(rule, attention, z, p, lfdr, posterior, pi0,
+                              z_th=z_th, p_th=p_th, l_th=l_th)
+        for rule in ("base", "p", "lfdr", "pi0", "soft")
+    }
