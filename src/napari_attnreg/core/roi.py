@@ -1,0 +1,274 @@
+"""Region-of-interest measures (METHOD.md §10) and the per-ROI statistics table.
+
+The measures work on any pair of same-shaped maps (token grids or pixel maps).
+The table is shared by the napari and notebook front ends: ROIs are integer
+labels on the *original* image grid, mapped to tokens by coverage.
+
+Token membership
+    A token belongs to an ROI when at least half of its original-pixel
+    footprint lies inside it (``coverage >= 0.5``). An ROI smaller than that
+    everywhere (e.g. a few pixels) gets its single most-covered token, so every
+    drawn ROI has a row.
+
+Example
+-------
+>>> import numpy as np
+>>> raw = np.array([[0.1, 0.2], [0.3, 0.4]]); roi = np.array([[False, False], [False, True]])
+>>> mean_percentile(raw, raw, roi)       # 0.4 exceeds all three outside scores
+100.0
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.stats import fisher_exact
+
+#: Columns of :func:`roi_table`, in CSV order.
+ROI_COLUMNS = (
+    "label",
+    "area_px",
+    "n_tokens",
+    "mean_attention",
+    "mean_regularized",
+    "mean_posterior",
+    "frac_significant",
+    "mean_pct_raw",
+    "mean_pct_regularized",
+    "odds_ratio",
+    "fisher_p",
+)
+#: A token belongs to an ROI when at least this fraction of its footprint is inside.
+MEMBERSHIP_COVERAGE = 0.5
+
+
+def _as_mask(mask: np.ndarray, shape: tuple[int, ...], name: str = "roi_mask") -> np.ndarray:
+    m = np.asarray(mask)
+    if m.shape != shape:
+        raise ValueError(f"{name} has shape {m.shape} but the scores have {shape}; pass a "
+                         "boolean mask on the same grid.")
+    return m.astype(bool)
+
+
+def sparsity(scores: np.ndarray, roi_mask: np.ndarray | None = None) -> float:
+    """Percentage of non-zero scores, in the ROI or over the whole map.
+
+    Parameters
+    ----------
+    scores : array
+        A (regularized) attention map.
+    roi_mask : bool array, optional
+        Restrict the count to these elements.
+
+    Returns
+    -------
+    float in [0, 100].
+    """
+    scores = np.asarray(scores)
+    values = scores if roi_mask is None else scores[_as_mask(roi_mask, scores.shape)]
+    if values.size == 0:
+        raise ValueError("The ROI is empty; draw a region that covers at least one element.")
+    return 100.0 * np.count_nonzero(values) / values.size
+
+
+def roi_percentiles(scores: np.ndarray, raw: np.ndarray, roi_mask: np.ndarray) -> np.ndarray:
+    """Percentile of every ROI score among the *raw* scores outside the ROI.
+
+    Ties count half (mid-rank, scipy ``percentileofscore(kind="mean")``), so a
+    score equal to every outside score sits at 50.
+
+    Returns
+    -------
+    np.ndarray of the ROI elements' percentiles in [0, 100].
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    raw = np.asarray(raw, dtype=np.float64)
+    if raw.shape != scores.shape:
+        raise ValueError(f"raw has shape {raw.shape} but scores have {scores.shape}.")
+    roi = _as_mask(roi_mask, scores.shape)
+    outside = np.sort(raw[~roi])
+    inside = scores[roi]
+    if inside.size == 0 or outside.size == 0:
+        raise ValueError("The ROI must contain some elements and leave some outside it.")
+    below = np.searchsorted(outside, inside, side="left")
+    below_or_equal = np.searchsorted(outside, inside, side="right")
+    return 100.0 * (below + below_or_equal) / (2.0 * outside.size)
+
+
+def mean_percentile(scores: np.ndarray, raw: np.ndarray, roi_mask: np.ndarray) -> float:
+    """ROI mean percentile (METHOD.md §10).
+
+    Parameters
+    ----------
+    scores : array
+        Map whose ROI scores are ranked (raw or regularized).
+    raw : array
+        The un-regularized map; its scores outside the ROI are the reference.
+    roi_mask : bool array
+        The ROI.
+
+    Returns
+    -------
+    float in [0, 100]: the mean of :func:`roi_percentiles`.
+    """
+    return float(np.mean(roi_percentiles(scores, raw, roi_mask)))
+
+
+def d_ratio(reg_pcts: np.ndarray, raw_pcts: np.ndarray) -> tuple[float, float]:
+    """``D = Σ reg / Σ raw`` over images and its first-order (delta-method) error.
+
+    Parameters
+    ----------
+    reg_pcts, raw_pcts : arrays ``(n_images,)``
+        Mean percentiles of the same ROIs after and before regularization.
+
+    Returns
+    -------
+    (D, error)
+        ``error = |D| sqrt(Var R / R² + Var W / W² − 2 Cov(R, W) / (R W))`` with
+        ``R = Σ reg``, ``W = Σ raw`` and ``Var R = n s²_reg`` etc. (sample
+        variances, ddof 1). The covariance term is kept because both sums come
+        from the same images. ``error`` is NaN for a single image.
+    """
+    reg = np.asarray(reg_pcts, dtype=np.float64).reshape(-1)
+    raw = np.asarray(raw_pcts, dtype=np.float64).reshape(-1)
+    if reg.shape != raw.shape or reg.size == 0:
+        raise ValueError("reg_pcts and raw_pcts must be non-empty and of equal length "
+                         "(one mean percentile per image).")
+    if not (np.all(np.isfinite(reg)) and np.all(np.isfinite(raw))):
+        raise ValueError("reg_pcts and raw_pcts must be finite.")
+    total_reg, total_raw = reg.sum(), raw.sum()
+    if total_raw == 0:
+        raise ValueError("The raw mean percentiles sum to 0, so D is undefined.")
+    d = float(total_reg / total_raw)
+    n = reg.size
+    if n < 2:
+        return d, math.nan
+    cov = np.cov(reg, raw, ddof=1) * n
+    rel = cov[0, 0] / total_reg**2 if total_reg != 0 else 0.0
+    rel += cov[1, 1] / total_raw**2
+    if total_reg != 0:
+        rel -= 2.0 * cov[0, 1] / (total_reg * total_raw)
+    return d, float(abs(d) * math.sqrt(max(rel, 0.0)))
+
+
+def null_calibration(p: np.ndarray) -> float:
+    """Signed RMSD between sorted null p-values and uniform quantiles ``(i − 0.5)/n``.
+
+    Positive when the median p-value is ≤ 0.5 (p-values too small: inflation).
+    """
+    p = np.sort(np.asarray(p, dtype=np.float64).reshape(-1))
+    if p.size == 0:
+        raise ValueError("p is empty; pass the p-values of null images.")
+    uniform = (np.arange(1, p.size + 1) - 0.5) / p.size
+    rmsd = float(np.sqrt(np.mean((p - uniform) ** 2)))
+    return rmsd if np.median(p) <= 0.5 else -rmsd
+
+
+def roi_tokens(result: Any, roi: np.ndarray) -> np.ndarray:
+    """Tokens ``(gh, gw)`` that belong to a boolean pixel ROI (see module docstring)."""
+    coverage = np.asarray(result.token_coverage(roi), dtype=np.float64)
+    member = coverage >= MEMBERSHIP_COVERAGE
+    if not member.any() and coverage.max() > 0:
+        member = np.zeros(coverage.shape, dtype=bool)
+        member[np.unravel_index(np.argmax(coverage), coverage.shape)] = True
+    return member
+
+
+def _odds_ratio(table: np.ndarray) -> float:
+    (a, b), (c, d) = table.astype(np.float64)
+    if min(a, b, c, d) == 0:
+        # Haldane–Anscombe: +0.5 per cell keeps the ratio finite with an empty cell.
+        a, b, c, d = a + 0.5, b + 0.5, c + 0.5, d + 0.5
+    return float(a * d / (b * c))
+
+
+def roi_table(
+    result: Any,
+    labels: np.ndarray,
+    *,
+    rule: str | None = None,
+    p_th: float | None = None,
+    l_th: float | None = None,
+    z_th: float | None = None,
+) -> list[dict]:
+    """Per-ROI statistics of one result.
+
+    Parameters
+    ----------
+    result : AttentionResult
+        Token maps and geometry of a run.
+    labels : int array ``result.image_shape``
+        ROI labels on the original image grid; 0 is background, each positive
+        id one ROI (a boolean mask is one ROI with id 1).
+    rule, p_th, l_th, z_th
+        Regularization rule and thresholds; ``None`` uses ``result.thresholds``.
+
+    Returns
+    -------
+    list of dict, one per ROI with the keys of :data:`ROI_COLUMNS`:
+    ``label``, ``area_px``, ``n_tokens`` (member tokens), ``mean_attention``
+    (raw) and ``mean_regularized`` over the members, ``mean_posterior``,
+    ``frac_significant`` (members kept by the rule), ``mean_pct_raw`` /
+    ``mean_pct_regularized`` (:func:`mean_percentile` against the raw tokens
+    outside; NaN when the ROI covers every token), ``odds_ratio`` and
+    ``fisher_p`` (two-sided Fisher exact test) of significant tokens inside
+    versus outside the ROI; the odds ratio gets +0.5 per cell when a cell is 0.
+    """
+    labels = np.asarray(labels)
+    if labels.dtype == bool:
+        labels = labels.astype(np.int64)
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"labels must be an integer label image, got dtype {labels.dtype}; "
+                         "convert shapes to labels first.")
+    if labels.shape != tuple(result.image_shape):
+        raise ValueError(f"labels have shape {labels.shape} but the image is "
+                         f"{tuple(result.image_shape)}; draw the ROIs on the original image.")
+    thresholds = dict(rule=rule, p_th=p_th, l_th=l_th, z_th=z_th)
+    significant = np.asarray(result.significant(**thresholds), dtype=bool)
+    regularized = np.asarray(result.regularized(**thresholds), dtype=np.float64)
+    attention = np.asarray(result.attention, dtype=np.float64)
+    posterior = np.asarray(result.posterior, dtype=np.float64)
+
+    rows = []
+    for label in np.unique(labels[labels > 0]):
+        roi = labels == label
+        member = roi_tokens(result, roi)
+        outside = ~member
+        table = np.array([
+            [np.sum(significant & member), np.sum(~significant & member)],
+            [np.sum(significant & outside), np.sum(~significant & outside)],
+        ])
+        if outside.any():
+            pct_raw = mean_percentile(attention, attention, member)
+            pct_reg = mean_percentile(regularized, attention, member)
+        else:
+            pct_raw = pct_reg = math.nan
+        rows.append({
+            "label": int(label),
+            "area_px": int(roi.sum()),
+            "n_tokens": int(member.sum()),
+            "mean_attention": float(attention[member].mean()),
+            "mean_regularized": float(regularized[member].mean()),
+            "mean_posterior": float(posterior[member].mean()),
+            "frac_significant": float(significant[member].mean()),
+            "mean_pct_raw": pct_raw,
+            "mean_pct_regularized": pct_reg,
+            "odds_ratio": _odds_ratio(table),
+            "fisher_p": float(fisher_exact(table).pvalue),
+        })
+    return rows
+
+
+def roi_table_to_csv(rows: list[dict], path: str | Path) -> None:
+    """Write :func:`roi_table` rows as CSV (header only when there are no rows)."""
+    extra = [k for row in rows for k in row if k not in ROI_COLUMNS]
+    fieldnames = list(ROI_COLUMNS) + list(dict.fromkeys(extra))
+    with open(Path(path), "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fieldnames)
+        writer.writeheader()
+        writer.writerows(rows)

@@ -1,0 +1,192 @@
+"""ROI measures (METHOD.md §10) and the per-ROI table."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import fisher_exact, percentileofscore
+
+# Load the submodule first: core/__init__'s lazy name "regularize" (the engine function)
+# otherwise makes result.py's `from . import regularize` circular (reported to the lead).
+import napari_attnreg.core.regularize  # noqa: F401, I001
+from napari_attnreg.core import roi as R
+from napari_attnreg.core.result import AttentionResult
+
+# 2 x 3 token grid, patch 4, image 8 x 12 (one token = a 4 x 4 pixel block)
+ATT = np.array([[0.30, 0.05, 0.20], [0.10, 0.25, 0.10]])
+Z = np.array([[2.0, -1.0, 1.5], [0.2, 1.8, 0.1]])
+P = np.array([[0.01, 0.70, 0.04], [0.50, 0.02, 0.40]])
+LFDR = np.array([[0.05, 1.00, 0.20], [0.90, 0.10, 0.80]])
+
+
+def make_result(image_shape=(8, 12), rule="p") -> AttentionResult:
+    return AttentionResult(
+        attention=ATT, z=Z, p=P, lfdr=LFDR, posterior=1 - LFDR, q=P, pi0=0.5,
+        thresholds={"rule": rule, "z_th": 0.0, "p_th": 0.05, "l_th": 0.3},
+        image_shape=image_shape, model_shape=(8, 12), patch_size=(4, 4),
+    )
+
+
+# ------------------------------------------------------------ measures
+
+
+def test_sparsity():
+    m = np.array([[0.0, 0.2], [0.0, 0.0]])
+    assert R.sparsity(m) == 25.0
+    assert R.sparsity(m, np.array([[False, True], [False, False]])) == 100.0
+    with pytest.raises(ValueError, match="empty"):
+        R.sparsity(m, np.zeros((2, 2), bool))
+
+
+def test_percentiles_match_scipy_and_a_literal_loop():
+    rng = np.random.default_rng(0)
+    raw = np.round(rng.uniform(size=(7, 9)), 1)  # coarse values: many ties
+    scores = np.where(rng.uniform(size=raw.shape) < 0.4, 0.0, raw)  # a "regularized" map
+    roi = rng.uniform(size=raw.shape) < 0.3
+    outside = raw[~roi]
+    expected = [percentileofscore(outside, v, kind="mean") for v in scores[roi]]
+    np.testing.assert_allclose(R.roi_percentiles(scores, raw, roi), expected, atol=1e-12)
+    total = 0.0
+    for v in scores[roi]:
+        below = sum(1 for o in outside if o < v)
+        equal = sum(1 for o in outside if o == v)
+        total += 100.0 * (below + 0.5 * equal) / len(outside)
+    assert R.mean_percentile(scores, raw, roi) == pytest.approx(total / roi.sum(), abs=1e-12)
+
+
+def test_mean_percentile_by_hand():
+    raw = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    roi = np.array([False, False, False, True, True])
+    assert R.mean_percentile(raw, raw, roi) == 100.0  # 4 and 5 beat 1, 2, 3
+    reg = np.array([1.0, 2.0, 3.0, 0.0, 2.0])
+    # 0 -> 0 %, 2 -> (1 below + 0.5 tie) / 3 = 50 %
+    assert R.mean_percentile(reg, raw, roi) == pytest.approx(25.0)
+    with pytest.raises(ValueError, match="outside"):
+        R.mean_percentile(raw, raw, np.ones(5, bool))
+
+
+def test_d_ratio_and_delta_method_error():
+    reg = np.array([20.0, 35.0, 28.0, 40.0])
+    raw = np.array([60.0, 70.0, 55.0, 80.0])
+    d, err = R.d_ratio(reg, raw)
+    assert d == pytest.approx(reg.sum() / raw.sum())
+    # delta method with the gradient of R/W written out
+    n, rs, ws = reg.size, reg.sum(), raw.sum()
+    grad = np.array([1 / ws, -rs / ws**2])
+    cov = n * np.cov(np.vstack([reg, raw]))
+    assert err == pytest.approx(math.sqrt(grad @ cov @ grad))
+    d1, err1 = R.d_ratio([10.0], [20.0])
+    assert d1 == 0.5 and math.isnan(err1)
+    with pytest.raises(ValueError):
+        R.d_ratio([1.0, 2.0], [0.0, 0.0])
+    with pytest.raises(ValueError):
+        R.d_ratio([1.0], [1.0, 2.0])
+
+
+def test_null_calibration_sign_and_size():
+    n = 200
+    uniform = (np.arange(1, n + 1) - 0.5) / n
+    assert R.null_calibration(uniform) == pytest.approx(0.0, abs=1e-15)
+    assert R.null_calibration(uniform**2) > 0.05  # p-values pushed to 0: inflation
+    assert R.null_calibration(np.sqrt(uniform)) < -0.05  # conservative
+
+
+# ------------------------------------------------------------ table
+
+
+def labels_8x12() -> np.ndarray:
+    labels = np.zeros((8, 12), np.int32)
+    labels[0:4, 0:4] = 1  # token (0,0) fully ...
+    labels[0:2, 4] = 1  # ... plus 2 of token (0,1)'s 16 pixels: not a member
+    labels[5:7, 9:11] = 7  # 4 pixels of token (1,2): coverage 0.25, fallback member
+    labels[4:8, 0:8] = 3  # tokens (1,0) and (1,1)
+    return labels
+
+
+def test_roi_table_by_hand():
+    result = make_result()
+    rows = R.roi_table(result, labels_8x12())
+    assert [r["label"] for r in rows] == [1, 3, 7]
+    assert all(list(r) == list(R.ROI_COLUMNS) for r in rows)
+    # rule "p", p_th 0.05, z_th 0: significant tokens (0,0), (0,2), (1,1)
+    sig = np.array([[True, False, True], [False, True, False]])
+    np.testing.assert_array_equal(result.significant(), sig)
+
+    r1, r3, r7 = rows
+    assert (r1["area_px"], r1["n_tokens"]) == (18, 1)
+    assert r1["mean_attention"] == 0.30 and r1["mean_regularized"] == 0.30
+    assert r1["mean_posterior"] == pytest.approx(0.95)
+    assert r1["frac_significant"] == 1.0
+    assert r1["mean_pct_raw"] == 100.0  # 0.30 is the largest token
+    assert r1["mean_pct_regularized"] == 100.0
+    # inside: 1 sig, 0 not; outside: 2 sig, 3 not -> an empty cell: +0.5 correction
+    assert r1["odds_ratio"] == pytest.approx((1.5 * 3.5) / (0.5 * 2.5))
+    assert r1["fisher_p"] == pytest.approx(fisher_exact([[1, 0], [2, 3]]).pvalue)
+
+    assert (r3["area_px"], r3["n_tokens"]) == (32, 2)
+    assert r3["mean_attention"] == pytest.approx(0.175)
+    assert r3["mean_regularized"] == pytest.approx(0.125)  # (0 + 0.25) / 2
+    assert r3["frac_significant"] == 0.5
+    # outside raw: 0.30, 0.05, 0.20, 0.10; inside 0.10 -> (1 + 0.5)/4, 0.25 -> 3/4
+    assert r3["mean_pct_raw"] == pytest.approx((37.5 + 75.0) / 2)
+    # regularized inside: 0 -> 0 %, 0.25 -> 75 %
+    assert r3["mean_pct_regularized"] == pytest.approx(37.5)
+    assert r3["odds_ratio"] == pytest.approx((1 * 2) / (1 * 2))
+    assert r3["fisher_p"] == pytest.approx(fisher_exact([[1, 1], [2, 2]]).pvalue)
+
+    assert (r7["area_px"], r7["n_tokens"]) == (4, 1)
+    assert r7["mean_attention"] == 0.10 and r7["frac_significant"] == 0.0
+
+
+def test_roi_table_rule_override_and_bool_labels():
+    result = make_result()
+    mask = np.zeros((8, 12), bool)
+    mask[4:8, 0:8] = True
+    (row,) = R.roi_table(result, mask, rule="base")
+    assert row["label"] == 1 and row["frac_significant"] == 1.0  # both z >= 0
+    (row,) = R.roi_table(result, mask, rule="base", z_th=1.0)
+    assert row["frac_significant"] == 0.5
+
+
+def test_roi_covering_everything_has_no_percentile():
+    (row,) = R.roi_table(make_result(), np.ones((8, 12), np.uint8))
+    assert row["n_tokens"] == 6 and math.isnan(row["mean_pct_raw"])
+    assert row["fisher_p"] == 1.0 and math.isfinite(row["odds_ratio"])
+
+
+def test_roi_membership_with_non_integer_token_scale():
+    # image 10 x 15 resized to 8 x 12 for the model: one token = 5 x 5 original pixels
+    result = make_result(image_shape=(10, 15))
+    labels = np.zeros((10, 15), np.int64)
+    labels[5:10, 10:15] = 2
+    (row,) = R.roi_table(result, labels)
+    assert row["n_tokens"] == 1 and row["mean_attention"] == ATT[1, 2]
+
+
+@pytest.mark.parametrize(
+    "labels, match",
+    [(np.zeros((8, 11), int), "original image"), (np.zeros((8, 12), float), "integer")],
+)
+def test_roi_table_bad_labels(labels, match):
+    with pytest.raises(ValueError, match=match):
+        R.roi_table(make_result(), labels)
+
+
+def test_empty_labels_give_no_rows():
+    assert R.roi_table(make_result(), np.zeros((8, 12), int)) == []
+
+
+def test_csv_round_trip(tmp_path):
+    rows = R.roi_table(make_result(), labels_8x12())
+    path = tmp_path / "rois.csv"
+    R.roi_table_to_csv(rows, path)
+    with open(path, newline="") as handle:
+        back = list(csv.DictReader(handle))
+    assert [int(r["label"]) for r in back] == [1, 3, 7]
+    assert float(back[1]["mean_pct_raw"]) == rows[1]["mean_pct_raw"]
+    assert list(back[0]) == list(R.ROI_COLUMNS)
+    R.roi_table_to_csv([], tmp_path / "empty.csv")
+    assert (tmp_path / "empty.csv").read_text().strip() == ",".join(R.ROI_COLUMNS)
