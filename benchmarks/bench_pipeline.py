@@ -103,7 +103,9 @@ def main(argv: list[str] | None = None) -> dict:
                        chunk_size=args.chunk_size, method=args.method)
     drain(run_engine(prepared, bb, RunConfig(**{**config.__dict__, "n_boot": min(4, args.n_boot)})))
 
-    pipeline, stats_t, chunks = [], [], []
+    # Alternate pipeline and bare runs so drifting machine load hits both alike (shared machines).
+    pipeline, bare, stats_t = [], [], []
+    x = prepared.tensor.to(device)
     for _ in range(args.repeats):
         _sync(device)
         t0 = time.perf_counter()
@@ -111,11 +113,8 @@ def main(argv: list[str] | None = None) -> dict:
         _sync(device)
         pipeline.append(time.perf_counter() - t0)
         stats_t.append(result.metadata["timings"]["statistics_s"])
-        chunks.append(result.metadata["chunk_size"])
-    chunk = chunks[-1]
-    x = prepared.tensor.to(device)
-    bare = [bare_forward_seconds(bb, x, args.n_boot + 1, chunk, device, dtype) for _ in range(args.repeats)]
-
+        chunk = result.metadata["chunk_size"]
+        bare.append(bare_forward_seconds(bb, x, args.n_boot + 1, chunk, device, dtype))
     p, b, s = statistics.median(pipeline), statistics.median(bare), statistics.median(stats_t)
     out = {
         "model": args.model, "size": args.size, "grid": list(result.grid_shape), "n_boot": args.n_boot,

@@ -1,7 +1,7 @@
 """Core library: no GUI toolkit is imported here or below (DESIGN.md).
 
-Submodules are imported on first use of a public name, so a front end that needs only
-``core.result`` does not pay for torch's start-up twice.
+Submodules are imported on first use of a public name. ``core.regularize`` is the module of
+regularization rules; the pipeline function is ``napari_attnreg.regularize`` (core.engine).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 _PUBLIC = {
     "Backbone": "backbones", "BackboneError": "backbones", "load_backbone": "backbones",
     "CancelToken": "engine", "Progress": "engine", "RunCancelled": "engine", "RunConfig": "engine",
-    "drain": "engine", "regularize": "engine", "regularize_stack": "engine",
+    "drain": "engine", "regularize_stack": "engine",
     "resolve_device": "engine", "run_engine": "engine",
     "PreparedImage": "images", "prepare_image": "images",
     "NULL_METHODS": "nulls", "NullConfig": "nulls", "null_images": "nulls",

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import regularize as _reg
+from .regularize import RULES, regularized_map, regularized_maps, significance_mask
 
 MAP_NAMES = ("attention", "z", "p", "lfdr", "posterior", "q")
 FORMAT_VERSION = 1
@@ -123,15 +123,15 @@ class AttentionResult:
         for key, value in (("rule", rule), ("z_th", z_th), ("p_th", p_th), ("l_th", l_th)):
             if value is not None:
                 t[key] = value
-        if t["rule"] not in _reg.RULES:
-            raise ValueError(f"Unknown rule {t['rule']!r}; choose one of {_reg.RULES}.")
+        if t["rule"] not in RULES:
+            raise ValueError(f"Unknown rule {t['rule']!r}; choose one of {RULES}.")
         return t
 
     def regularized_maps(self, *, z_th: float | None = None, p_th: float | None = None,
                          l_th: float | None = None) -> dict[str, np.ndarray]:
         """All regularized maps of METHOD.md §8 (``base``, ``p``, ``lfdr``, ``pi0``, ``soft``)."""
         t = self._thresholds(None, z_th, p_th, l_th)
-        return _reg.regularized_maps(self.attention, self.z, self.p, self.lfdr, self.posterior,
+        return regularized_maps(self.attention, self.z, self.p, self.lfdr, self.posterior,
                                      self.pi0, z_th=t["z_th"], p_th=t["p_th"], l_th=t["l_th"])
 
     def regularized(self, rule: str | None = None, *, z_th: float | None = None,
@@ -143,7 +143,7 @@ class AttentionResult:
         >>> sparse = result.regularized("lfdr", l_th=0.1)   # doctest: +SKIP
         """
         t = self._thresholds(rule, z_th, p_th, l_th)
-        return _reg.regularized_map(t["rule"], self.attention, self.z, self.p, self.lfdr,
+        return regularized_map(t["rule"], self.attention, self.z, self.p, self.lfdr,
                                     self.posterior, self.pi0, z_th=t["z_th"], p_th=t["p_th"],
                                     l_th=t["l_th"])
 
@@ -151,7 +151,7 @@ class AttentionResult:
                     p_th: float | None = None, l_th: float | None = None) -> np.ndarray:
         """Boolean ``(gh, gw)`` mask of tokens that the rule keeps."""
         t = self._thresholds(rule, z_th, p_th, l_th)
-        return _reg.significance_mask(t["rule"], self.z, self.p, self.lfdr, self.pi0,
+        return significance_mask(t["rule"], self.z, self.p, self.lfdr, self.pi0,
                                       z_th=t["z_th"], p_th=t["p_th"], l_th=t["l_th"])
 
     def with_thresholds(self, **thresholds: Any) -> "AttentionResult":

@@ -1,0 +1,58 @@
+"""The attnreg command: files in, one result file and one figure per image/plane out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tifffile
+import timm
+import torch
+from safetensors.torch import save_file
+
+from napari_attnreg import AttentionResult
+from napari_attnreg.cli import main
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory):
+    torch.manual_seed(0)
+    module = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=12)
+    path = tmp_path_factory.mktemp("w") / "tiny.safetensors"
+    save_file(module.state_dict(), str(path))
+    return path
+
+
+def test_run_on_tiff_stack_and_png(tmp_path, weights, blob_image, capsys):
+    import imageio.v3 as iio
+
+    stack = np.stack([blob_image, blob_image[::-1]])
+    tifffile.imwrite(tmp_path / "stack.tif", stack)
+    rgb = np.repeat((blob_image // 256).astype(np.uint8)[..., None], 3, axis=-1)
+    iio.imwrite(tmp_path / "rgb.png", rgb)
+    out = tmp_path / "out"
+    code = main(["run", str(tmp_path / "stack.tif"), str(tmp_path / "rgb.png"), "--model", str(weights),
+                 "--arch", "vit_tiny_patch16_224", "--n-boot", "6", "--out", str(out), "--quiet",
+                 "--device", "cpu", "--rule", "p", "--p-th", "0.2"])
+    assert code == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["rgb.attnreg.npz", "rgb.attnreg.png", "stack_0.attnreg.npz", "stack_0.attnreg.png",
+                     "stack_1.attnreg.npz", "stack_1.attnreg.png"]
+    res = AttentionResult.load(out / "stack_1.attnreg.npz")
+    assert res.image_shape == blob_image.shape and res.metadata["n_boot"] == 6
+    assert res.thresholds == {"rule": "p", "z_th": 0.0, "p_th": 0.2, "l_th": 0.3}
+    assert res.metadata["source"].endswith("stack.tif") and res.metadata["plane"] == "1"
+    assert (out / "rgb.attnreg.png").stat().st_size > 10_000
+    assert "grid" in capsys.readouterr().out
+
+
+def test_errors_are_one_clear_line(tmp_path, weights, capsys):
+    assert main(["run", str(tmp_path / "missing.tif"), "--model", str(weights),
+                 "--arch", "vit_tiny_patch16_224"]) == 2
+    assert "No such image file" in capsys.readouterr().err
+    tifffile.imwrite(tmp_path / "flat.tif", np.full((64, 64), 5, np.uint16))
+    assert main(["run", str(tmp_path / "flat.tif"), "--model", str(weights), "--n-boot", "4",
+                 "--arch", "vit_tiny_patch16_224", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "constant" in err and "Traceback" not in err
+    assert main(["run", str(tmp_path / "flat.tif"), "--model", str(weights)]) == 2
+    assert "arch" in capsys.readouterr().err
