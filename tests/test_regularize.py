@@ -56,7 +56,7 @@ def test_pi0_rule_drops_the_pi0_fraction_with_largest_p():
 
 
 def test_significance_masks_by_hand():
-    kw = dict(z_th=0.5, p_th=0.3, l_th=0.3)
+    kw = {"z_th": 0.5, "p_th": 0.3, "l_th": 0.3}
     np.testing.assert_array_equal(R.significance_mask("base", Z, P, LFDR, 0.5, **kw),
                                   [[True, True, False], [False, False, False]])
     np.testing.assert_array_equal(R.significance_mask("soft", Z, P, LFDR, 0.5, **kw),
@@ -72,24 +72,23 @@ def test_elementwise_rules_commute_with_pixel_upsampling():
     # Every rule but "pi0" acts token by token, so regularizing the upsampled
     # statistics equals upsampling the token-level result (METHOD.md §9).
     s = 4
-    up = lambda m: ref.upsample(m, s)  # noqa: E731
     for rule in ("base", "p", "lfdr", "soft"):
         tok = R.regularized_map(rule, A, Z, P, LFDR, POST, 0.5)
-        pix = R.regularized_map(rule, up(A), up(Z), up(P), up(LFDR), up(POST), 0.5)
-        np.testing.assert_array_equal(pix, up(tok))
+        pix = R.regularized_map(rule, *(ref.upsample(m, s) for m in (A, Z, P, LFDR, POST)), 0.5)
+        np.testing.assert_array_equal(pix, ref.upsample(tok, s))
 
 
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(attention=A[:1]), "shape"),
-        (dict(p=np.full_like(P, np.nan)), "NaN"),
-        (dict(attention=-A), "negative"),
-        (dict(pi0=1.5), "pi0"),
+        ({"attention": A[:1]}, "shape"),
+        ({"p": np.full_like(P, np.nan)}, "NaN"),
+        ({"attention": -A}, "negative"),
+        ({"pi0": 1.5}, "pi0"),
     ],
 )
 def test_bad_input_raises(kwargs, match):
-    args = dict(attention=A, z=Z, p=P, lfdr=LFDR, posterior=POST, pi0=0.5) | kwargs
+    args = {"attention": A, "z": Z, "p": P, "lfdr": LFDR, "posterior": POST, "pi0": 0.5} | kwargs
     with pytest.raises(ValueError, match=match):
         R.regularized_maps(**args)
 

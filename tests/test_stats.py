@@ -57,7 +57,9 @@ def test_pooled_token_level_equals_pixel_level(maps, alternative, pi0_method, nu
                                  pi0_method=pi0_method, null=null)
     t = token_stats(obs, nul, p_method="pooled", alternative=alternative,
                     pi0_method=pi0_method, null=null)
-    px = lambda a: to_pixels(a, (GH, GW), s)  # noqa: E731
+    def px(a):
+        return to_pixels(a, (GH, GW), s)
+
     np.testing.assert_allclose(px(t.p), r["p"], rtol=0, atol=1e-12)
     np.testing.assert_allclose(px(t.z), r["z"], rtol=0, atol=1e-6)
     assert t.pi0 == pytest.approx(r["pi0"], abs=1e-10)
@@ -238,8 +240,10 @@ def test_bad_options_raise(kw):
 
 
 def test_underflowed_zeros_are_clamped_with_warning():
-    obs = torch.tensor([0.0, 0.5, 0.5, 0.0, 0.1, 0.2])
-    null = torch.rand(10, 6) + 0.05
+    g = torch.Generator().manual_seed(0)
+    obs = torch.softmax(2 * torch.randn(64, generator=g), 0)
+    obs[[0, 3]] = 0.0
+    null = torch.softmax(torch.randn(10, 64, generator=g), 1)
     with pytest.warns(S.StatisticsWarning, match="zeros"):
         st_ = S.compute_statistics(obs, null)
     assert np.all(np.isfinite(st_.z)) and st_.p[0] == st_.p[3]
@@ -299,7 +303,7 @@ def test_null_summary(maps):
     np.testing.assert_allclose(summ["z_null_std"], z_null.std(0), atol=1e-12)
     np.testing.assert_allclose(summ["z_null_quantiles"],
                                np.quantile(z_null, summ["quantile_levels"]), atol=1e-12)
-    counts, edges = np.histogram(z_null, bins=summ["hist_edges"])
+    counts, _ = np.histogram(z_null, bins=summ["hist_edges"])
     np.testing.assert_array_equal(summ["hist_counts"], counts)
     assert summ["hist_counts"].sum() == z_null.size and (summ["B"], summ["T"]) == (B, GH * GW)
     assert summ["lfdr_fit"] == "lindsey-deg7" and summ["empirical_null"] is None

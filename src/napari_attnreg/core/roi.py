@@ -228,7 +228,7 @@ def roi_table(
     if labels.shape != tuple(result.image_shape):
         raise ValueError(f"labels have shape {labels.shape} but the image is "
                          f"{tuple(result.image_shape)}; draw the ROIs on the original image.")
-    thresholds = dict(rule=rule, p_th=p_th, l_th=l_th, z_th=z_th)
+    thresholds = {"rule": rule, "p_th": p_th, "l_th": l_th, "z_th": z_th}
     significant = np.asarray(result.significant(**thresholds), dtype=bool)
     regularized = np.asarray(result.regularized(**thresholds), dtype=np.float64)
     attention = np.asarray(result.attention, dtype=np.float64)

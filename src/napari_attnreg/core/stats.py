@@ -41,7 +41,7 @@ from statsmodels.tools.sm_exceptions import ModelWarning
 # local_fdr imports the GLM module lazily, and that first import installs
 # statsmodels' "always" warning filters, which would override our own
 # warning handling during the first fit; importing it up front avoids that.
-import statsmodels.genmod.generalized_linear_model  # noqa: E402, F401  isort: skip
+import statsmodels.genmod.generalized_linear_model  # noqa: F401  isort: skip
 
 P_METHODS = ("pooled", "null")
 ALTERNATIVES = ("two-sided", "greater")
@@ -321,7 +321,9 @@ def estimate_pi0(p: np.ndarray, method: str | float = "reference") -> float:
             raise ValueError(f"A fixed pi0 must lie in [0, 1], got {value}.")
         return value
     if not isinstance(method, str):
-        raise ValueError(f"pi0_method must be one of {PI0_METHODS} or a float, got {method!r}.")
+        raise ValueError(  # noqa: TRY004  (bad input is a ValueError across the package)
+            f"pi0_method must be one of {PI0_METHODS} or a float, got {method!r}."
+        )
     _check_choice(method, PI0_METHODS, "pi0_method")
     p = np.asarray(p, dtype=np.float64).reshape(-1)
     if p.size == 0 or not np.all((p >= 0) & (p <= 1)):
@@ -505,6 +507,10 @@ def qvalues(p: np.ndarray, pi0: float) -> np.ndarray:
 # --------------------------------------------------------------------------- all
 
 
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    return t.cpu().numpy().astype(np.float64)
+
+
 def _null_summary(z_null: torch.Tensor, sorted_null: torch.Tensor) -> dict:
     n = sorted_null.numel()
     levels = torch.linspace(0.0, 1.0, SUMMARY_QUANTILES, dtype=sorted_null.dtype,
@@ -519,16 +525,15 @@ def _null_summary(z_null: torch.Tensor, sorted_null: torch.Tensor) -> dict:
     cum = _count(sorted_null, edges, right=False)
     cum[-1] = n
     counts = torch.diff(cum)
-    to_np = lambda t: t.cpu().numpy().astype(np.float64)  # noqa: E731
     return {
         "B": int(z_null.shape[0]),
         "T": int(z_null.shape[1]),
-        "z_null_mean": to_np(z_null.mean(0)),
-        "z_null_std": to_np(z_null.std(0, correction=0)),
-        "quantile_levels": to_np(levels),
-        "z_null_quantiles": to_np(quantiles),
+        "z_null_mean": _to_numpy(z_null.mean(0)),
+        "z_null_std": _to_numpy(z_null.std(0, correction=0)),
+        "quantile_levels": _to_numpy(levels),
+        "z_null_quantiles": _to_numpy(quantiles),
         "hist_counts": counts.cpu().numpy().astype(np.int64),
-        "hist_edges": to_np(edges),
+        "hist_edges": _to_numpy(edges),
     }
 
 
