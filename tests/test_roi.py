@@ -9,9 +9,6 @@ import numpy as np
 import pytest
 from scipy.stats import fisher_exact, percentileofscore
 
-# Load the submodule first: core/__init__'s lazy name "regularize" (the engine function)
-# otherwise makes result.py's `from . import regularize` circular (reported to the lead).
-import napari_attnreg.core.regularize  # noqa: F401
 from napari_attnreg.core import roi as R
 from napari_attnreg.core.result import AttentionResult
 
