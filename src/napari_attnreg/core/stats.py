@@ -478,7 +478,10 @@ def local_fdr(z: np.ndarray, pi0: float, *, null: str = "theoretical") -> np.nda
     np.ndarray ``(T,)`` in [0, 1]: ``statsmodels.stats.multitest.local_fdr(z,
     null_proportion=pi0)`` (Lindsey's method, 29 bins, degree 7). If that fit
     fails, a degree-2 fit, then a Gaussian marginal, then the constant π0 are
-    used, each announced by a :class:`StatisticsWarning`.
+    used, each announced by a :class:`StatisticsWarning`. The two-group model
+    is on z itself, so the lfdr does not depend on the p-value ``alternative``:
+    tokens far *below* the null also get a small lfdr, and the z mask of the
+    regularized maps (METHOD.md §8) is what removes them.
     """
     return _local_fdr_details(z, float(pi0), null)[0]
 
