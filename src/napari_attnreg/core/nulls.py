@@ -82,7 +82,8 @@ def null_images(
     c, h, w = image.shape
     x = image.float()
     gen = torch.Generator(device=image.device)
-    out = torch.empty((len(indices), c, h, w), dtype=x.dtype, device=image.device)
+    out = torch.empty((len(indices), c, h, w), dtype=x.dtype, device=image.device) if (
+        config.method != "patch") else None
     method = config.method
     if method == "normal":
         dims = (1, 2) if config.per_channel else (0, 1, 2)
@@ -104,20 +105,25 @@ def null_images(
         nby, nbx = h // block, w // block
         # (C, nby, nbx, block, block): one row per block, so a permutation shuffles whole blocks
         blocks = x.reshape(c, nby, block, nbx, block).permute(0, 1, 3, 2, 4).reshape(c, nby * nbx, block, block)
+        shuffled = torch.empty((len(indices), c, nby * nbx, block, block), dtype=x.dtype, device=image.device)
 
     for row, index in enumerate(indices):
         gen.manual_seed(image_seed(seed, index))
-        if method == "normal":
-            noise = torch.randn((c, h, w), generator=gen, device=image.device, dtype=x.dtype)
-            out[row] = mean + std * noise
+        if method == "normal":  # draw straight into the output; scale the whole chunk once below
+            torch.randn((c, h, w), generator=gen, dtype=x.dtype, out=out[row])
         elif method == "uniform":
-            u = torch.rand((c, h, w), generator=gen, device=image.device, dtype=x.dtype)
-            out[row] = low + span * u
+            torch.rand((c, h, w), generator=gen, dtype=x.dtype, out=out[row])
         elif method == "pixel":
             pick = torch.randint(0, h * w, (h * w,), generator=gen, device=image.device)
-            out[row] = pixels[:, pick].reshape(c, h, w)
+            torch.index_select(pixels, 1, pick, out=out[row].view(c, h * w))
         else:
             perm = torch.randperm(nby * nbx, generator=gen, device=image.device)
-            shuffled = blocks[:, perm].reshape(c, nby, nbx, block, block)
-            out[row] = shuffled.permute(0, 1, 3, 2, 4).reshape(c, h, w)
+            torch.index_select(blocks, 1, perm, out=shuffled[row])
+    if method == "patch":  # blocks back to image layout, one copy for the whole chunk
+        n = len(indices)
+        out = shuffled.view(n, c, nby, nbx, block, block).permute(0, 1, 2, 4, 3, 5).reshape(n, c, h, w)
+    elif method == "normal":
+        out.mul_(std).add_(mean)
+    elif method == "uniform":
+        out.mul_(span).add_(low)
     return out.to(image.dtype)
