@@ -7,10 +7,10 @@ the same seed on the same device always gives the same images.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 NULL_METHODS = ("normal", "uniform", "pixel", "patch")
@@ -39,16 +39,29 @@ class NullConfig:
     def __post_init__(self) -> None:
         if self.method not in NULL_METHODS:
             raise ValueError(f"Unknown bootstrap method {self.method!r}; choose one of {NULL_METHODS}.")
-        if not (np.isfinite(self.std_factor) and self.std_factor > 0):
+        if not (math.isfinite(self.std_factor) and self.std_factor > 0):
             raise ValueError(f"std_factor must be a positive number, got {self.std_factor}.")
         if self.block_size is not None and self.block_size < 1:
             raise ValueError(f"block_size must be a positive int, got {self.block_size}.")
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(value: int) -> int:
+    value = (value + 0x9E3779B97F4A7C15) & _MASK64
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return value ^ (value >> 31)
+
+
 def image_seed(seed: int, index: int) -> int:
-    """Independent 63-bit seed for null image ``index`` of a run seeded with ``seed``."""
-    state = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, int(index)]).generate_state(2, np.uint32)
-    return int((int(state[0]) << 31) ^ int(state[1]))
+    """Independent 63-bit seed for null image ``index`` of a run seeded with ``seed``.
+
+    SplitMix64 of the pair: well-mixed streams for neighbouring indices and seeds, and about
+    a microsecond per image (a thousand GPU nulls must not wait on seeding).
+    """
+    return _splitmix64(_splitmix64(int(seed) & _MASK64) ^ int(index)) >> 1
 
 
 def null_images(
