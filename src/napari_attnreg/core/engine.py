@@ -166,6 +166,9 @@ def auto_chunk_size(backbone: Backbone, model_shape: tuple[int, int], device: to
     width = int(backbone.model.blocks[-1].norm1.normalized_shape[0])
     elem = 2 if dtype in (torch.bfloat16, torch.float16) else 4
     per_image = tokens * width * 16 * elem + backbone.in_chans * model_shape[0] * model_shape[1] * 4 * 3
+    if device.type != "cuda":
+        # CPU/MPS SDPA may fall back to the math kernel, which holds a heads×L×L matrix
+        per_image += backbone.num_heads * tokens * tokens * 4
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         budget = free * memory_fraction
