@@ -1,0 +1,328 @@
+"""Output layers: geometry that lands exactly on the input image, colormaps, in-place updates.
+
+All maps stay on the token grid (a few thousand values per plane). A token-grid layer is
+placed on the image by composing the result's ``token_scale``/``token_translate`` with the
+input layer's own transform, so it is exact whatever resize the model needed. Functions
+that take a ``viewer`` must run on the GUI thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..core.result import AttentionResult
+
+PlaneIndex = tuple[int, ...]
+
+#: Output kinds in the order they are stacked above the image (last = top).
+KINDS = ("attention", "pvalue", "posterior", "regularized", "significant")
+SUFFIX = {
+    "attention": "attention",
+    "pvalue": "-log10 p",
+    "posterior": "posterior",
+    "regularized": "regularized",
+    "significant": "significant",
+}
+#: Shown on the first run; hidden layers are one click away in the layer list.
+VISIBLE = {"attention": False, "pvalue": False, "posterior": False, "regularized": True,
+           "significant": True}
+META_KEY = "attnreg"
+
+
+def layer_name(source_name: str, kind: str) -> str:
+    """``'cell · attention'`` etc."""
+    return f"{source_name} · {SUFFIX[kind]}"
+
+
+@dataclass(frozen=True)
+class SourceGeometry:
+    """Axes and transform of the input image layer, captured on the GUI thread.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        Layer shape without the RGB axis (``len == layer.ndim``).
+    rgb : bool
+    channel_axis : int, optional
+        Layer axis holding fluorescence channels.
+    scale, translate : tuple of float
+    rotate, shear : np.ndarray
+        As napari stores them; kept so output layers follow a rotated image too.
+    affine : np.ndarray
+        The layer's extra ``affine`` (physical → world).
+    """
+
+    shape: tuple[int, ...]
+    rgb: bool
+    channel_axis: int | None
+    scale: tuple[float, ...]
+    translate: tuple[float, ...]
+    rotate: np.ndarray = field(compare=False)
+    shear: np.ndarray = field(compare=False)
+    affine: np.ndarray = field(compare=False)
+
+    @classmethod
+    def from_layer(cls, layer: Any, channel_axis: int | None = None) -> "SourceGeometry":
+        shape = tuple(int(s) for s in layer.data.shape[: layer.ndim]) if not layer.multiscale else \
+            tuple(int(s) for s in layer.data[0].shape[: layer.ndim])
+        if channel_axis is not None and not 0 <= channel_axis < layer.ndim - 2:
+            raise ValueError(f"Channel axis {channel_axis} must be one of the non-image axes "
+                             f"0–{layer.ndim - 3} of this {layer.ndim}D layer.")
+        return cls(
+            shape=shape, rgb=bool(layer.rgb), channel_axis=channel_axis,
+            scale=tuple(float(v) for v in layer.scale),
+            translate=tuple(float(v) for v in layer.translate),
+            rotate=np.asarray(layer.rotate, dtype=float),
+            shear=np.asarray(layer.shear, dtype=float),
+            affine=np.asarray(layer.affine.affine_matrix, dtype=float),
+        )
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def image_shape(self) -> tuple[int, int]:
+        return self.shape[-2], self.shape[-1]
+
+    @property
+    def stack_axes(self) -> tuple[int, ...]:
+        """Axes in front of the image that are not channels: one run per index along them."""
+        return tuple(a for a in range(self.ndim - 2) if a != self.channel_axis)
+
+    @property
+    def stack_shape(self) -> tuple[int, ...]:
+        return tuple(self.shape[a] for a in self.stack_axes)
+
+    def planes(self) -> list[PlaneIndex]:
+        return [tuple(int(i) for i in idx) for idx in np.ndindex(self.stack_shape)] \
+            if self.stack_axes else [()]
+
+    def same_grid(self, other: "SourceGeometry") -> bool:
+        return self == other and np.allclose(self.rotate, other.rotate) and \
+            np.allclose(self.shear, other.shear) and np.allclose(self.affine, other.affine)
+
+    def linear_matrix(self) -> np.ndarray:
+        from napari.utils.transforms import Affine
+
+        return Affine(scale=self.scale, rotate=self.rotate, shear=self.shear).linear_matrix
+
+
+def token_transform(geometry: SourceGeometry, result: AttentionResult) -> dict[str, Any]:
+    """napari transform kwargs of a token-grid output layer over ``geometry``.
+
+    In the input layer's data coordinates a token-grid index ``i`` sits at ``d·i + e``
+    (``d = token_scale``, ``e = token_translate`` on the image axes; ``d = C`` and
+    ``e = (C − 1)/2`` on a channel axis, so one output plane spans every channel). napari
+    applies ``rotate·shear·scale`` then ``translate``, hence ``scale' = scale·d`` and
+    ``translate' = translate + (rotate·shear·scale)·e``; rotate, shear and affine carry over.
+    """
+    d = np.ones(geometry.ndim)
+    e = np.zeros(geometry.ndim)
+    d[-2:] = result.token_scale
+    e[-2:] = result.token_translate
+    if geometry.channel_axis is not None:
+        n_ch = geometry.shape[geometry.channel_axis]
+        d[geometry.channel_axis] = n_ch
+        e[geometry.channel_axis] = (n_ch - 1) / 2
+    scale = np.asarray(geometry.scale) * d
+    translate = np.asarray(geometry.translate) + geometry.linear_matrix() @ e
+    return {"scale": tuple(scale), "translate": tuple(translate), "rotate": geometry.rotate,
+            "shear": geometry.shear, "affine": geometry.affine}
+
+
+@dataclass
+class RunRecord:
+    """Results of the runs on one input layer, and the parameters that made them."""
+
+    source_id: Any
+    source_name: str
+    geometry: SourceGeometry
+    results: dict[PlaneIndex, AttentionResult]
+    params: dict[str, Any]
+    thresholds: dict[str, Any]
+
+    @property
+    def grid_shape(self) -> tuple[int, int]:
+        return next(iter(self.results.values())).grid_shape
+
+    @property
+    def any_result(self) -> AttentionResult:
+        return next(iter(self.results.values()))
+
+    def output_shape(self) -> tuple[int, ...]:
+        shape = list(self.geometry.shape[:-2]) + list(self.grid_shape)
+        if self.geometry.channel_axis is not None:
+            shape[self.geometry.channel_axis] = 1
+        return tuple(shape)
+
+    def plane_slot(self, plane: PlaneIndex) -> tuple[Any, ...]:
+        """Index of one plane's token grid in the stacked output array."""
+        slot: list[Any] = [slice(None)] * len(self.output_shape())
+        for axis, i in zip(self.geometry.stack_axes, plane):
+            slot[axis] = i
+        if self.geometry.channel_axis is not None:
+            slot[self.geometry.channel_axis] = 0
+        return tuple(slot)
+
+    def merge(self, other: "RunRecord") -> bool:
+        """Add another run's planes when it fits the same stack and token grid."""
+        if not (self.geometry.same_grid(other.geometry) and self.grid_shape == other.grid_shape
+                and self.params.get("model") == other.params.get("model")):
+            return False
+        self.results.update(other.results)
+        self.params = other.params
+        self.source_name = other.source_name
+        return True
+
+
+# ---- map values ------------------------------------------------------------------------------
+def neg_log10_p(result: AttentionResult) -> np.ndarray:
+    """``-log10 p``, with p = 0 (the pooled method's top token) floored at its resolution."""
+    n_boot = int(result.metadata.get("n_boot", 1))
+    floor = 1.0 / (result.attention.size * (1 + n_boot))
+    return -np.log10(np.maximum(result.p, floor))
+
+
+def plane_maps(result: AttentionResult, thresholds: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Every output map of one plane on its token grid (labels not yet numbered)."""
+    t = {k: thresholds[k] for k in ("rule", "z_th", "p_th", "l_th")}
+    return {
+        "attention": result.attention,
+        "pvalue": neg_log10_p(result),
+        "posterior": result.posterior,
+        "regularized": result.regularized(**t),
+        "significant": result.significant(**t),
+    }
+
+
+def stacked_maps(record: RunRecord, kinds: tuple[str, ...] = KINDS) -> dict[str, np.ndarray]:
+    """Output arrays of a record: planes never computed stay 0 (invisible in every colormap).
+
+    Significant regions are connected components (``skimage.measure.label``) of each plane's
+    significant tokens, numbered uniquely across the stack so each can be edited on its own.
+    """
+    from skimage.measure import label
+
+    shape = record.output_shape()
+    out = {k: np.zeros(shape, dtype=np.int32 if k == "significant" else np.float32) for k in kinds}
+    next_id = 0
+    for plane in sorted(record.results):
+        maps = plane_maps(record.results[plane], record.thresholds)
+        slot = record.plane_slot(plane)
+        for kind in kinds:
+            if kind == "significant":
+                labels = label(maps[kind], connectivity=1).astype(np.int32)
+                labels[labels > 0] += next_id
+                next_id = max(next_id, int(labels.max()))
+                out[kind][slot] = labels
+            else:
+                out[kind][slot] = maps[kind]
+    return out
+
+
+def contrast_limits(record: RunRecord, kind: str) -> tuple[float, float]:
+    if kind == "posterior":
+        return (0.0, 1.0)
+    if kind == "pvalue":
+        hi = max(float(neg_log10_p(r).max()) for r in record.results.values())
+        return (0.0, max(hi, 1.0))
+    # attention and regularized share limits so the two maps compare at a glance; the 99.5th
+    # percentile keeps one outlier token (a common ViT artefact) from darkening the rest
+    values = np.concatenate([r.attention.ravel() for r in record.results.values()])
+    hi = float(np.percentile(values, 99.5))
+    return (0.0, hi if hi > 0 else float(values.max()) or 1.0)
+
+
+# ---- colormaps ---------------------------------------------------------------------------
+_COLORMAP_BASE = {"attention": "inferno", "pvalue": "viridis", "posterior": "plasma",
+                  "regularized": "inferno"}
+
+
+def overlay_colormap(kind: str):
+    """A matplotlib map whose alpha ramps up from 0, so zeros vanish on dark or bright images."""
+    import matplotlib
+    from napari.utils.colormaps import Colormap
+
+    base = matplotlib.colormaps[_COLORMAP_BASE[kind]]
+    colors = base(np.linspace(0.0, 1.0, 256))
+    colors[:, 3] = np.clip(np.linspace(0.0, 1.0, 256) * 2.5, 0.0, 1.0)
+    colors[0, 3] = 0.0
+    return Colormap(colors=colors, name=f"attnreg {_COLORMAP_BASE[kind]} (transparent low)")
+
+
+# ---- viewer side (GUI thread only) ------------------------------------------------------------
+def find_output(viewer: Any, source_id: Any, kind: str) -> Any | None:
+    """The output layer of ``kind`` made from the layer with ``source_id``, if it still exists."""
+    for layer in viewer.layers:
+        meta = layer.metadata.get(META_KEY) if isinstance(layer.metadata, dict) else None
+        if meta and meta.get("source_id") == str(source_id) and meta.get("kind") == kind:
+            return layer
+    return None
+
+
+def _metadata(record: RunRecord, kind: str) -> dict[str, Any]:
+    result = record.any_result
+    return {META_KEY: {
+        "kind": kind,
+        "source": record.source_name,
+        "source_id": str(record.source_id),
+        "planes": [list(p) for p in sorted(record.results)],
+        "run": dict(record.params),
+        "thresholds": dict(record.thresholds),
+        "pi0": {str(list(p)): float(r.pi0) for p, r in record.results.items()},
+        "token_scale": list(result.token_scale),
+        "token_translate": list(result.token_translate),
+    }}
+
+
+def upsert_outputs(viewer: Any, record: RunRecord, kinds: tuple[str, ...] = KINDS) -> dict[str, Any]:
+    """Add the output layers of ``record`` or update those of an earlier run in place.
+
+    Layers are found by the source layer's id in their metadata (names may have been
+    edited); an existing layer keeps its place, visibility, opacity and colormap.
+    """
+    maps = stacked_maps(record, kinds)
+    transform = token_transform(record.geometry, record.any_result)
+    layers: dict[str, Any] = {}
+    for kind in kinds:
+        name = layer_name(record.source_name, kind)
+        meta = _metadata(record, kind)
+        layer = find_output(viewer, record.source_id, kind)
+        if layer is not None and layer.ndim != maps[kind].ndim:
+            index = viewer.layers.index(layer)
+            viewer.layers.remove(layer)
+            layer = None
+        else:
+            index = None
+        if layer is None:
+            if kind == "significant":
+                layer = viewer.add_labels(maps[kind], name=name, metadata=meta, opacity=0.45,
+                                          visible=VISIBLE[kind], **transform)
+            else:
+                layer = viewer.add_image(
+                    maps[kind], name=name, metadata=meta, colormap=overlay_colormap(kind),
+                    contrast_limits=contrast_limits(record, kind), blending="translucent",
+                    opacity=0.85 if kind != "attention" else 0.75, visible=VISIBLE[kind],
+                    interpolation2d="nearest", **transform)
+            if index is not None:
+                viewer.layers.move(viewer.layers.index(layer), index)
+        else:
+            # transform first so the new data never renders for a frame at the old extent
+            for key, value in transform.items():
+                setattr(layer, key, value)
+            layer.data = maps[kind]
+            layer.metadata = meta
+            layer.name = name
+            if kind != "significant":
+                layer.contrast_limits = contrast_limits(record, kind)
+        layers[kind] = layer
+    return layers
+
+
+def refresh_thresholds(viewer: Any, record: RunRecord) -> dict[str, Any]:
+    """Recompute only the threshold-dependent layers (regularized, significant) in place."""
+    return upsert_outputs(viewer, record, kinds=("regularized", "significant"))

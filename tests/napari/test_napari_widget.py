@@ -1,0 +1,167 @@
+"""End-to-end tests of the dock widget: run, re-run, cancel, thresholds, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from skimage.measure import label
+
+from napari_attnreg.core.engine import regularize
+from napari_attnreg._napari.layers import KINDS, layer_name
+
+pytestmark = pytest.mark.gui
+
+
+def _outputs(viewer, name):
+    return {kind: viewer.layers[layer_name(name, kind)] for kind in KINDS}
+
+
+def test_run_adds_aligned_layers_matching_the_core(viewer_widget, run_and_wait, cells_image,
+                                                   tiny_backbone):
+    viewer, widget = viewer_widget
+    image = viewer.add_image(cells_image, name="cells", scale=(0.5, 0.25), translate=(10.0, -3.0))
+    outcome = run_and_wait(widget)
+    assert outcome.error is None and not outcome.cancelled
+    layers = _outputs(viewer, "cells")
+    result = widget.current_record().results[()]
+    # the widget drives the core: the same options give the same maps
+    direct = regularize(cells_image, tiny_backbone, n_boot=16, chunk_size=8, device="cpu", seed=0)
+    np.testing.assert_allclose(result.attention, direct.attention)
+    np.testing.assert_allclose(result.p, direct.p)
+    for kind, layer in layers.items():
+        assert layer.data.shape == result.grid_shape
+        # pixel-edge corners coincide in world coordinates, whatever resize the model needed
+        gh, gw = result.grid_shape
+        h, w = cells_image.shape
+        for tok, pix in (((-0.5, -0.5), (-0.5, -0.5)), ((gh - 0.5, gw - 0.5), (h - 0.5, w - 0.5))):
+            np.testing.assert_allclose(layer.data_to_world(tok), image.data_to_world(pix))
+        assert layer.metadata["attnreg"]["run"]["n_boot"] == 16
+        assert layer.metadata["attnreg"]["source"] == "cells"
+    # token (i, j) sits on the centre of its pixel footprint
+    ts, tt = result.token_scale, result.token_translate
+    for i, j in ((0, 0), (3, 5)):
+        centre = (tt[0] + i * ts[0], tt[1] + j * ts[1])
+        np.testing.assert_allclose(layers["attention"].data_to_world((i, j)),
+                                   image.data_to_world(centre))
+    att = layers["attention"].data
+    assert np.all(att > 0) and att.sum() < 1.0
+    assert 0.0 <= layers["posterior"].data.min() and layers["posterior"].data.max() <= 1.0
+    assert layers["pvalue"].data.min() >= 0.0
+    np.testing.assert_allclose(layers["regularized"].data, result.regularized(), rtol=1e-6)
+    np.testing.assert_array_equal(layers["significant"].data > 0, result.significant())
+    assert layers["significant"].data.max() == label(result.significant(), connectivity=1).max()
+    assert widget.run_button.isEnabled() and not widget.cancel_button.isEnabled()
+
+
+def test_rerun_updates_layers_in_place(viewer_widget, run_and_wait, cells_image):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    first = _outputs(viewer, "cells")
+    before = first["attention"].data.copy()
+    n_layers = len(viewer.layers)
+    widget.seed_spin.setValue(3)
+    widget.method_combo.setCurrentText("uniform")
+    run_and_wait(widget)
+    second = _outputs(viewer, "cells")
+    assert len(viewer.layers) == n_layers
+    assert all(second[k] is first[k] for k in KINDS)
+    np.testing.assert_allclose(second["attention"].data, before)  # observed map is seed-free
+    assert second["pvalue"].metadata["attnreg"]["run"]["method"] == "uniform"
+    assert second["pvalue"].metadata["attnreg"]["run"]["seed"] == 3
+
+
+def test_threshold_change_updates_layers_without_rerun(viewer_widget, run_and_wait, cells_image,
+                                                       qtbot):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    result = widget.current_record().results[()]
+    layers = _outputs(viewer, "cells")
+    with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
+        widget.rule_combo.setCurrentIndex(widget.rule_combo.findData("p"))
+        widget.p_th_slider.setValue(0.05)
+        widget.z_th_slider.setValue(-1.0)
+    assert widget.worker is None
+    expected = result.regularized("p", p_th=0.05, z_th=-1.0)
+    np.testing.assert_allclose(layers["regularized"].data, expected, rtol=1e-6)
+    sig = result.significant("p", p_th=0.05, z_th=-1.0)
+    np.testing.assert_array_equal(layers["significant"].data > 0, sig)
+    assert layers["significant"].metadata["attnreg"]["thresholds"]["p_th"] == pytest.approx(0.05)
+    # the threshold-free layers did not change
+    np.testing.assert_allclose(layers["attention"].data, result.attention, rtol=1e-6)
+
+
+def test_cancel_mid_run_adds_nothing_and_keeps_layers(viewer_widget, qtbot, cells_image):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    viewer.add_points([[5, 5]], name="my points")
+    names = [layer.name for layer in viewer.layers]
+    widget.n_boot_spin.setValue(5000)
+    widget.chunk_spin.setValue(4)
+    events = []
+    with qtbot.waitSignal(widget.run_finished, timeout=60_000) as blocker:
+        worker = widget.run()
+        worker.yielded.connect(events.append)
+        assert not widget.run_button.isEnabled() and widget.cancel_button.isEnabled()
+        assert widget.run() is None  # a second run is refused while one runs
+        qtbot.waitUntil(lambda: any(e.event is not None and e.event.stage == "nulls"
+                                    for e in events), timeout=30_000)
+        widget.cancel()
+    outcome = blocker.args[0]
+    assert outcome.cancelled and outcome.results == {}
+    done = max(e.event.done for e in events if e.event is not None)
+    assert done < 5000
+    assert [layer.name for layer in viewer.layers] == names
+    assert widget.run_button.isEnabled()
+
+
+def test_stale_result_of_cancelled_run_is_dropped(viewer_widget, qtbot, cells_image):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    n = len(viewer.layers)
+    with qtbot.waitSignal(widget.run_finished, timeout=60_000) as blocker:
+        widget.run()
+        widget.cancel()  # before the first chunk: the observed map may already be done
+    assert blocker.args[0].cancelled
+    assert len(viewer.layers) == n
+
+
+def test_bad_inputs_notify_and_leave_layers(viewer_widget, run_and_wait, notifications, cells_image,
+                                            tmp_path):
+    from napari.utils.notifications import NotificationSeverity
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    before = {layer.name: layer.data.copy() for layer in viewer.layers}
+
+    widget.set_layer(viewer.add_image(np.full((64, 64), 7.0), name="flat"))
+    outcome = run_and_wait(widget)
+    assert outcome.error is not None and "constant" in outcome.error
+    errors = [n for n in notifications if n.severity == NotificationSeverity.ERROR]
+    assert errors and errors[-1].message == outcome.error
+
+    widget.set_layer(viewer.layers["cells"])
+    widget.model_combo.setCurrentIndex(widget.model_combo.findData("file"))
+    widget.weights_edit.setText(str(tmp_path / "missing.safetensors"))
+    widget.arch_edit.setText("vit_tiny_patch16_224")
+    outcome = run_and_wait(widget)
+    assert outcome.error is not None and "missing.safetensors" in outcome.error
+    assert notifications[-1].message == outcome.error
+
+    widget.set_model(widget._custom_model.module)
+    widget.head_spin.setValue(50)
+    outcome = run_and_wait(widget)
+    assert "Head 50 does not exist" in outcome.error
+
+    assert [layer.name for layer in viewer.layers] == list(before) + ["flat"]
+    for name, data in before.items():
+        np.testing.assert_array_equal(viewer.layers[name].data, data)
+    assert "flat · attention" not in viewer.layers
+
+
+def test_no_image_layer_notifies(viewer_widget, notifications):
+    viewer, widget = viewer_widget
+    assert widget.run() is None
+    assert "Add an image layer" in notifications[-1].message
