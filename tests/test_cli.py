@@ -56,3 +56,18 @@ def test_errors_are_one_clear_line(tmp_path, weights, capsys):
     assert "constant" in err and "Traceback" not in err
     assert main(["run", str(tmp_path / "flat.tif"), "--model", str(weights)]) == 2
     assert "arch" in capsys.readouterr().err
+
+
+def test_demo_command_runs_offline(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--n-boot", "6", "--quiet", "--device", "cpu"]) == 0
+    results = sorted(tmp_path.glob("*.attnreg.npz"))
+    assert len(results) == 1 and results[0].with_suffix(".png").exists()
+    res = AttentionResult.load(results[0])
+    assert res.metadata["n_boot"] == 6
+    from napari_attnreg.core.backbones import DEMO_DIR
+
+    if (DEMO_DIR / "demo_vit.safetensors").is_file():
+        assert res.metadata["model"] == "demo" and not res.metadata["random_init"]
+    else:  # a checkout without the trained files must say plainly that the weights are random
+        assert res.metadata["random_init"]
+        assert "RANDOM weights" in capsys.readouterr().err

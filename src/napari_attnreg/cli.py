@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .core.nulls import NULL_METHODS
-from .core.regularize import RULES
+from .core.regularize import DEFAULT_L_TH, DEFAULT_P_TH, DEFAULT_Z_TH, RULES
 
 
 def read_image(path: Path) -> np.ndarray:
@@ -100,7 +100,7 @@ def _planes(image: np.ndarray, opts: dict[str, Any]) -> list[tuple[str, np.ndarr
     return [("_" + "-".join(str(i) for i in idx), image[idx]) for idx in np.ndindex(lead)]
 
 
-def run_files(paths: list[Path], out_dir: Path, model: str, arch: str | None,
+def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
               opts: dict[str, Any], quiet: bool = False) -> list[Path]:
     """Process image files; returns the result files written."""
     from tqdm import tqdm
@@ -143,6 +143,33 @@ def run_files(paths: list[Path], out_dir: Path, model: str, arch: str | None,
     return written
 
 
+def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False) -> list[Path]:
+    """The bundled demo model on the bundled sample image.
+
+    A source checkout without the trained demo files falls back, loudly, to a random-init
+    ViT on scikit-image's ``cell`` so the pipeline can still be exercised offline.
+    """
+    from .core.backbones import DEMO_DIR
+    from .samples import DATA_DIR, DEMO_IMAGE, skimage_sample
+
+    image = DATA_DIR / DEMO_IMAGE
+    if not image.is_file():
+        import tifffile
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        image = out_dir / "cell.tif"
+        tifffile.imwrite(image, skimage_sample("cell"))
+        print("NOTE: the bundled synthetic sample is missing; using scikit-image's 'cell'.", file=sys.stderr)
+    if (DEMO_DIR / "demo_vit.safetensors").is_file():
+        return run_files([image], out_dir, "demo", None, opts, quiet)
+    from .core.backbones import load_backbone
+
+    print("NOTE: the bundled demo model is missing from this install; falling back to a "
+          "random-init vit_small_patch16_224.", file=sys.stderr)
+    return run_files([image], out_dir, load_backbone("vit_small_patch16_224", pretrained=False),
+                     None, opts, quiet)
+
+
 def _add_run_options(p: argparse.ArgumentParser, n_boot: int) -> None:
     p.add_argument("--out", type=Path, default=Path("attnreg_out"), help="output folder")
     p.add_argument("--method", choices=NULL_METHODS, default="normal", help="bootstrap null generator")
@@ -152,9 +179,9 @@ def _add_run_options(p: argparse.ArgumentParser, n_boot: int) -> None:
     p.add_argument("--chunk-size", type=int, default=None, help="null images per chunk (default: from memory)")
     p.add_argument("--precision", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--rule", choices=RULES, default="lfdr", help="regularization rule for the figure")
-    p.add_argument("--p-th", type=float, default=0.3)
-    p.add_argument("--l-th", type=float, default=0.3)
-    p.add_argument("--z-th", type=float, default=0.0)
+    p.add_argument("--p-th", type=float, default=DEFAULT_P_TH)
+    p.add_argument("--l-th", type=float, default=DEFAULT_L_TH)
+    p.add_argument("--z-th", type=float, default=DEFAULT_Z_TH)
     p.add_argument("--p-method", choices=["pooled", "null"], default="pooled")
     p.add_argument("--alternative", choices=["two-sided", "greater"], default="two-sided")
     p.add_argument("--pi0-method", default="reference", help="reference, smoother, bootstrap or a number")
@@ -191,9 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         opts = _options(args)
         if args.command == "demo":
-            from .samples import demo_image_path
-
-            run_files([demo_image_path()], args.out, "demo", None, opts, args.quiet)
+            run_demo(args.out, opts, args.quiet)
         else:
             run_files(args.images, args.out, args.model, args.arch, opts, args.quiet)
     except (ValueError, BackboneError, MemoryError) as err:
