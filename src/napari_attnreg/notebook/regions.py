@@ -1,0 +1,71 @@
+"""Regions of interest drawn in the notebook: shapes → integer labels on the original image.
+
+Shapes arrive in image coordinates with pixel centres at integers (what ``imshow`` with
+``extent=(-0.5, W-0.5, H-0.5, -0.5)`` reports), so a pixel belongs to a shape when its
+centre lies inside it — the same rule napari uses to rasterise Shapes to Labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from skimage.draw import polygon as _fill_polygon
+
+
+def rectangle_vertices(y0: float, x0: float, y1: float, x1: float) -> np.ndarray:
+    """``(4, 2)`` (row, col) corners of an axis-aligned rectangle given by two corners."""
+    top, bottom = sorted((float(y0), float(y1)))
+    left, right = sorted((float(x0), float(x1)))
+    return np.array([[top, left], [top, right], [bottom, right], [bottom, left]])
+
+
+def polygon_mask(vertices: Sequence[Sequence[float]], shape: tuple[int, int]) -> np.ndarray:
+    """Boolean mask of the pixels whose centres lie inside a polygon of (row, col) vertices.
+
+    Raises
+    ------
+    ValueError
+        Fewer than three vertices, or a polygon that covers no pixel centre.
+    """
+    verts = np.asarray(vertices, dtype=np.float64)
+    if verts.ndim != 2 or verts.shape[1] != 2 or len(verts) < 3:
+        raise ValueError("A region needs at least three (row, col) vertices.")
+    rr, cc = _fill_polygon(verts[:, 0], verts[:, 1], shape=shape)
+    mask = np.zeros(shape, dtype=bool)
+    mask[rr, cc] = True
+    if not mask.any():
+        raise ValueError("The region covers no pixel centre; draw a larger region.")
+    return mask
+
+
+def add_region(labels: np.ndarray, mask: np.ndarray) -> int:
+    """Paint ``mask`` into ``labels`` (in place) with the next free id; return that id.
+
+    A later region is drawn over an earlier one where they overlap, as in a paint program.
+    """
+    new_id = int(labels.max()) + 1 if labels.size else 1
+    labels[np.asarray(mask, dtype=bool)] = new_id
+    return new_id
+
+
+def as_labels(roi: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """A user's ROI (boolean mask or integer labels) as an int32 label image of ``shape``.
+
+    Raises
+    ------
+    ValueError
+        Wrong shape or a non-integer, non-boolean array.
+    """
+    arr = np.asarray(roi)
+    if arr.shape != tuple(shape):
+        raise ValueError(f"The ROI has shape {arr.shape} but the image plane is {tuple(shape)}; "
+                         "pass a mask or label image of the same height and width.")
+    if arr.dtype == bool:
+        return arr.astype(np.int32)
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"The ROI must be a boolean mask or an integer label image, got dtype "
+                         f"{arr.dtype}.")
+    if arr.size and arr.min() < 0:
+        raise ValueError("ROI labels must be >= 0 (0 is background).")
+    return arr.astype(np.int32)

@@ -1,0 +1,177 @@
+"""Run the engine generator without blocking the kernel: one chunk per worker-thread step.
+
+In a Jupyter kernel the main thread runs an asyncio event loop that also handles widget
+messages (button clicks, slider moves). :class:`BackgroundRunner` advances the engine
+generator one ``next()`` at a time in a single worker thread (``loop.run_in_executor``) and
+handles every event back on the event loop, so
+
+- the kernel stays idle while a run computes: Cancel clicks and threshold moves are
+  handled between chunks;
+- widgets are only ever touched from the event-loop thread, which does not depend on how
+  a given ipykernel version routes messages sent from other threads (ipykernel 7 changed
+  that; see ipywidgets #4001/#4020) and never races with a slider callback.
+
+Without a running loop (a plain script, a test) the same generator is drained in the
+calling thread with the same callbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..core.engine import CancelToken, Progress, RunCancelled
+from ..core.result import AttentionResult
+
+log = logging.getLogger(__name__)
+
+RunGenerator = Generator[Progress, None, AttentionResult]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended: ``done`` with a result, ``cancelled``, or ``failed`` with an error."""
+
+    kind: Literal["done", "cancelled", "failed"]
+    result: AttentionResult | None = None
+    error: BaseException | None = None
+
+
+def _advance(gen: RunGenerator) -> tuple[str, Any]:
+    # StopIteration must not cross a Future (asyncio turns it into RuntimeError)
+    try:
+        return "event", next(gen)
+    except StopIteration as stop:
+        return "done", stop.value
+
+
+def _log_failure(err: Exception) -> None:
+    # ValueError / MemoryError carry a user-facing message (the status line shows it); anything
+    # else is a bug or a broken environment, so its traceback goes to the log as well
+    expected = isinstance(err, (ValueError, MemoryError))
+    log.log(logging.DEBUG if expected else logging.ERROR, "attention run failed: %s", err,
+            exc_info=not expected)
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread (the kernel's), or None."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+class BackgroundRunner:
+    """One run at a time: start, cancel, and report events and the outcome by callbacks.
+
+    Parameters
+    ----------
+    on_event : callable
+        Called with each :class:`Progress`, on the thread that started the run.
+    on_finish : callable
+        Called once with the :class:`Outcome`, on the same thread.
+    """
+
+    def __init__(self, on_event: Callable[[Progress], Any], on_finish: Callable[[Outcome], Any]):
+        self._on_event = on_event
+        self._on_finish = on_finish
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._token: CancelToken | None = None
+        self.task: asyncio.Task | None = None
+        self.running = False
+
+    def start(self, make_generator: Callable[[CancelToken], RunGenerator], *,
+              background: bool = True) -> Outcome | None:
+        """Start a run.
+
+        Parameters
+        ----------
+        make_generator : callable
+            Called with a fresh :class:`CancelToken`; returns the (not yet started) generator.
+            Its body (model loading included) runs in the worker thread.
+        background : bool
+            With a running event loop, return at once and compute in the worker thread.
+            Otherwise (or with ``background=False``) run to the end in this thread.
+
+        Returns
+        -------
+        Outcome or None
+            None while a background run is still going.
+        """
+        if self.running:
+            raise ValueError("A run is already in progress; cancel it or wait for it to finish.")
+        self._token = CancelToken()
+        gen = make_generator(self._token)
+        self.running = True
+        loop = running_loop() if background else None
+        if loop is None:
+            return self._run_here(gen)
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="attnreg-run")
+        self.task = loop.create_task(self._run_async(gen, self._executor))
+        return None
+
+    def cancel(self) -> None:
+        """Ask the run to stop at the next chunk boundary (no-op when idle)."""
+        if self._token is not None:
+            self._token.cancel()
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._token is not None and self._token.cancelled
+
+    def _finish(self, outcome: Outcome) -> Outcome:
+        self.running = False
+        self._on_finish(outcome)
+        return outcome
+
+    def _run_here(self, gen: RunGenerator) -> Outcome:
+        try:
+            while True:
+                kind, value = _advance(gen)
+                if kind == "done":
+                    return self._finish(Outcome("done", result=value))
+                self._on_event(value)
+        except RunCancelled:
+            return self._finish(Outcome("cancelled"))
+        except KeyboardInterrupt:  # kernel interrupt during a blocking run: stop cleanly, re-raise
+            gen.close()
+            self._finish(Outcome("cancelled"))
+            raise
+        except Exception as err:  # shown in the widget's status line
+            _log_failure(err)
+            return self._finish(Outcome("failed", error=err))
+
+    async def _run_async(self, gen: RunGenerator, executor: concurrent.futures.Executor) -> Outcome:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                kind, value = await loop.run_in_executor(executor, _advance, gen)
+                if kind == "done":
+                    return self._finish(Outcome("done", result=value))
+                self._on_event(value)
+        except RunCancelled:
+            return self._finish(Outcome("cancelled"))
+        except asyncio.CancelledError:
+            # the task itself was cancelled (kernel shutting down): stop the generator after the
+            # step that may still be running in the worker; the executor runs jobs in order
+            if self._token is not None:
+                self._token.cancel()
+            executor.submit(gen.close)
+            self._finish(Outcome("cancelled"))
+            raise
+        except Exception as err:
+            _log_failure(err)
+            return self._finish(Outcome("failed", error=err))
+
+    def shutdown(self) -> None:
+        """Cancel any run and let the worker thread end."""
+        self.cancel()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
