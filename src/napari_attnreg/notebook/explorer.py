@@ -29,8 +29,8 @@ import ipywidgets as widgets
 import numpy as np
 import traitlets as t
 
-from ..core.engine import CancelToken, Progress, RunConfig, run_engine
 from ..core.backbones import Backbone, load_backbone
+from ..core.engine import CancelToken, Progress, RunConfig, run_engine
 from ..core.images import scale_intensity, to_channels_last
 from ..core.nulls import NULL_METHODS
 from ..core.regularize import DEFAULT_L_TH, DEFAULT_P_TH, DEFAULT_Z_TH, RULES
@@ -174,6 +174,7 @@ class AttentionExplorer(widgets.VBox):
             backbone = model if isinstance(model, Backbone) else load_backbone(model)
             name = backbone.name
             self._backbones[name] = backbone
+            self._given_name = name
         self._max_display = max_display
         self._result: AttentionResult | None = None
         self._result_slice: tuple[int, ...] | None = None
@@ -368,7 +369,10 @@ class AttentionExplorer(widgets.VBox):
         if backbone is None:
             yield Progress("model", 0, config.n_boot, 0, 0.0, f"loading model {name} …")
             backbone = load_backbone(name, arch=self._arch)
-            self._backbones = {name: backbone}  # keep one model in memory at a time
+            # keep one loaded-by-name model in memory at a time (plus one the user passed)
+            given = getattr(self, "_given_name", None)
+            self._backbones = {k: v for k, v in self._backbones.items() if k == given}
+            self._backbones[name] = backbone
         load_s = time.perf_counter() - t0
         token.raise_if_cancelled()
         config.extra = {**config.extra, "model_load_s": load_s}
@@ -570,7 +574,7 @@ class AttentionExplorer(widgets.VBox):
         self._colorbar_label.value = label
 
     def _describe_pixel(self, row: float, col: float) -> str:
-        r, c = int(round(row)), int(round(col))
+        r, c = round(row), round(col)
         h0, w0 = self._plane_shape
         if not (0 <= r < h0 and 0 <= c < w0):
             return ""
@@ -710,7 +714,7 @@ class AttentionExplorer(widgets.VBox):
             self.controls["draw"].tooltip = "Drawing needs ipympl; pass roi=mask instead."
 
         c = self.controls
-        section = lambda text: W.HTML(f"<b>{text}</b>")  # noqa: E731
+        section = lambda text: W.HTML(f"<b>{text}</b>")
         panel = W.VBox([
             section("Run"), c["model"], c["method"], c["n_boot"], c["seed"], c["device"],
             W.HBox([self._run_button, self._cancel_button]),
@@ -756,7 +760,9 @@ class AttentionExplorer(widgets.VBox):
 
     @t.observe("model_name")
     def _model_changed(self, change: dict) -> None:
-        self._backbones.pop(change["old"], None)
+        # free a model loaded by name; a model object the user passed cannot be reloaded, keep it
+        if change["old"] != getattr(self, "_given_name", None):
+            self._backbones.pop(change["old"], None)
 
     @t.observe("running")
     def _running_changed(self, change: dict) -> None:

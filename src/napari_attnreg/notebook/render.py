@@ -52,7 +52,7 @@ class DisplayGrid:
     image_shape: tuple[int, int]
 
     @classmethod
-    def for_shape(cls, image_shape: tuple[int, int], max_size: int = 768) -> "DisplayGrid":
+    def for_shape(cls, image_shape: tuple[int, int], max_size: int = 768) -> DisplayGrid:
         h0, w0 = (int(v) for v in image_shape)
         # large images are subsampled so that moving a threshold slider stays interactive
         factor = max(1.0, max(h0, w0) / float(max_size))

@@ -143,7 +143,7 @@ class BackgroundRunner:
             gen.close()
             self._finish(Outcome("cancelled"))
             raise
-        except Exception as err:  # shown in the widget's status line
+        except Exception as err:  # noqa: BLE001 -- any failure goes to the status line, not the kernel
             _log_failure(err)
             return self._finish(Outcome("failed", error=err))
 
@@ -165,7 +165,7 @@ class BackgroundRunner:
             executor.submit(gen.close)
             self._finish(Outcome("cancelled"))
             raise
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 -- an escaping error would kill the task silently
             _log_failure(err)
             return self._finish(Outcome("failed", error=err))
 

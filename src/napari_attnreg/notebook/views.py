@@ -95,7 +95,7 @@ class MplView:
         self.on_region: RegionCallback | None = None
         self.describe: Callable[[float, float], str] | None = None
         # useblit=False: the WebAgg canvas cannot blit; each drag step redraws the figure
-        line = {"color": "#%02x%02x%02x" % ROI_COLOR, "linewidth": 1.5}
+        line = {"color": "#{:02x}{:02x}{:02x}".format(*ROI_COLOR), "linewidth": 1.5}
         self.rectangle = RectangleSelector(
             self.ax, self._rectangle_done, useblit=False, button=[1], minspanx=1.0,
             minspany=1.0, spancoords="data", interactive=False,
