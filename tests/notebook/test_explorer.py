@@ -14,10 +14,12 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
-from napari_attnreg.core.result import AttentionResult  # noqa: E402
-from napari_attnreg.notebook import AttentionExplorer  # noqa: E402
-from napari_attnreg.notebook import explorer as explorer_module  # noqa: E402
-from napari_attnreg.notebook import render  # noqa: E402
+from napari_attnreg.core.result import AttentionResult
+from napari_attnreg.notebook import (
+    AttentionExplorer,
+    render,
+)
+from napari_attnreg.notebook import explorer as explorer_module
 
 
 @pytest.fixture
