@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import timm  # noqa: F401  # before any viewer: Triton must load before Mesa's libLLVM (see _compat)
 
 
 @pytest.fixture

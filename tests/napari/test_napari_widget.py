@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from skimage.measure import label
 
-from napari_attnreg.core.engine import regularize
 from napari_attnreg._napari.layers import KINDS, layer_name
+from napari_attnreg.core.engine import regularize
 
 pytestmark = pytest.mark.gui
 
@@ -28,7 +28,7 @@ def test_run_adds_aligned_layers_matching_the_core(viewer_widget, run_and_wait, 
     direct = regularize(cells_image, tiny_backbone, n_boot=16, chunk_size=8, device="cpu", seed=0)
     np.testing.assert_allclose(result.attention, direct.attention)
     np.testing.assert_allclose(result.p, direct.p)
-    for kind, layer in layers.items():
+    for layer in layers.values():
         assert layer.data.shape == result.grid_shape
         # pixel-edge corners coincide in world coordinates, whatever resize the model needed
         gh, gw = result.grid_shape
@@ -162,6 +162,6 @@ def test_bad_inputs_notify_and_leave_layers(viewer_widget, run_and_wait, notific
 
 
 def test_no_image_layer_notifies(viewer_widget, notifications):
-    viewer, widget = viewer_widget
+    _viewer, widget = viewer_widget
     assert widget.run() is None
     assert "Add an image layer" in notifications[-1].message

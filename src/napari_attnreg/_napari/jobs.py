@@ -18,6 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from ._compat import avoid_triton_llvm_clash
+
+avoid_triton_llvm_clash()  # before anything below can import timm (see _compat)
+
 from ..core.backbones import Backbone, load_backbone
 from ..core.engine import CancelToken, Progress, RunCancelled, RunConfig, run_engine
 from ..core.result import AttentionResult
@@ -62,6 +66,7 @@ _model_lock = threading.Lock()
 
 def load_model(spec: ModelSpec) -> Backbone:
     """Load (or reuse) the backbone of ``spec``; raises the core's ``BackboneError``."""
+    avoid_triton_llvm_clash()
     with _model_lock:
         key = spec.key()
         if key not in _model_cache:

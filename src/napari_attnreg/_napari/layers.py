@@ -65,7 +65,7 @@ class SourceGeometry:
     affine: np.ndarray = field(compare=False)
 
     @classmethod
-    def from_layer(cls, layer: Any, channel_axis: int | None = None) -> "SourceGeometry":
+    def from_layer(cls, layer: Any, channel_axis: int | None = None) -> SourceGeometry:
         shape = tuple(int(s) for s in layer.data.shape[: layer.ndim]) if not layer.multiscale else \
             tuple(int(s) for s in layer.data[0].shape[: layer.ndim])
         if channel_axis is not None and not 0 <= channel_axis < layer.ndim - 2:
@@ -101,7 +101,7 @@ class SourceGeometry:
         return [tuple(int(i) for i in idx) for idx in np.ndindex(self.stack_shape)] \
             if self.stack_axes else [()]
 
-    def same_grid(self, other: "SourceGeometry") -> bool:
+    def same_grid(self, other: SourceGeometry) -> bool:
         return self == other and np.allclose(self.rotate, other.rotate) and \
             np.allclose(self.shear, other.shear) and np.allclose(self.affine, other.affine)
 
@@ -168,7 +168,7 @@ class RunRecord:
             slot[self.geometry.channel_axis] = 0
         return tuple(slot)
 
-    def merge(self, other: "RunRecord") -> bool:
+    def merge(self, other: RunRecord) -> bool:
         """Add another run's planes when it fits the same stack and token grid."""
         if not (self.geometry.same_grid(other.geometry) and self.grid_shape == other.grid_shape
                 and self.params.get("model") == other.params.get("model")):

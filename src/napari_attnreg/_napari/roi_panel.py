@@ -14,8 +14,16 @@ from typing import Any
 import numpy as np
 from qtpy.QtCore import QTimer, Signal
 from qtpy.QtWidgets import (
-    QComboBox, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget,
-    QTableWidgetItem, QVBoxLayout, QWidget,
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
 )
 
 from ..core.roi import ROI_COLUMNS, roi_table, roi_table_to_csv
@@ -62,7 +70,7 @@ def _roi_lead_index(src: SourceGeometry, layer: Any, plane: PlaneIndex) -> tuple
         if src_axis < 0:
             return None  # the ROI layer has more axes than the image: ambiguous
         a, b = _axis_map(src, layer, src_axis)
-        index.append(int(round(a * full[src_axis] + b)))
+        index.append(round(a * full[src_axis] + b))
     return tuple(index)
 
 

@@ -14,8 +14,20 @@ from typing import Any
 import numpy as np
 from qtpy.QtCore import Qt, QTimer, Signal
 from qtpy.QtWidgets import (
-    QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
-    QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox, QVBoxLayout, QWidget,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
 )
 from superqt import QCollapsible, QLabeledDoubleSlider
 
@@ -544,7 +556,7 @@ class AttentionWidget(QWidget):
     def _on_progress(self, item: JobProgress) -> None:
         if item.task_id != self._task_id:
             return
-        value = int(round(1000 * item.fraction))
+        value = round(1000 * item.fraction)
         self.progress_bar.setValue(value)
         pbar = self._pbar  # updating it can process events, including this run's end
         if pbar is not None:

@@ -1,0 +1,83 @@
+"""nD stacks (current slice / all slices), RGB and multichannel images."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture
+def stack(cells_image):
+    return np.stack([cells_image, np.roll(cells_image, 20, axis=1), np.roll(cells_image, 35, axis=0)])
+
+
+def test_current_slice_then_all_slices(viewer_widget, run_and_wait, stack, qtbot):
+    viewer, widget = viewer_widget
+    image = viewer.add_image(stack, name="zstack", scale=(3.0, 1.0, 1.0))
+    assert widget.scope_combo.isEnabled()
+    viewer.dims.set_point(0, 3.0)  # world z = 3 → plane 1
+    run_and_wait(widget)
+    att = viewer.layers["zstack · attention"]
+    assert att.data.shape[0] == 3
+    computed = [bool(att.data[i].any()) for i in range(3)]
+    assert computed == [False, True, False]
+    np.testing.assert_allclose(att.data_to_world((1, 0, 0))[0], image.data_to_world((1, 0, 0))[0])
+
+    viewer.dims.set_point(0, 6.0)  # another slice adds its plane to the same layers
+    run_and_wait(widget)
+    assert [bool(att.data[i].any()) for i in range(3)] == [False, True, True]
+    assert viewer.layers["zstack · attention"] is att
+
+    widget.scope_combo.setCurrentText("all slices")
+    outcome = run_and_wait(widget)
+    assert sorted(outcome.results) == [(0,), (1,), (2,)]
+    assert all(att.data[i].any() for i in range(3))
+    sig = viewer.layers["zstack · significant"].data
+    ids = [set(np.unique(sig[i][sig[i] > 0])) for i in range(3)]
+    assert all(not (ids[i] & ids[j]) for i in range(3) for j in range(i + 1, 3))  # unique per stack
+    # the ROI table has one block of rows per computed plane
+    shapes = viewer.add_shapes([np.array([[10, 10], [60, 60]])], shape_type="rectangle", name="r")
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(shapes)
+    assert [r["plane"] for r in blocker.args[0]] == [[0], [1], [2]]
+
+
+def test_rgb_image(viewer_widget, run_and_wait):
+    from skimage.data import immunohistochemistry
+
+    viewer, widget = viewer_widget
+    rgb = immunohistochemistry()[::4, ::4]
+    image = viewer.add_image(rgb, name="ihc")
+    assert image.rgb and not widget.channel_box.isVisibleTo(widget)
+    outcome = run_and_wait(widget)
+    assert outcome.error is None
+    att = viewer.layers["ihc · attention"]
+    assert att.ndim == 2
+    gh, gw = att.data.shape
+    np.testing.assert_allclose(att.data_to_world((gh - 0.5, gw - 0.5)),
+                               image.data_to_world((rgb.shape[0] - 0.5, rgb.shape[1] - 0.5)))
+
+
+def test_multichannel_choose_channels(viewer_widget, run_and_wait, stack, notifications):
+    viewer, widget = viewer_widget
+    four = np.concatenate([stack, stack[:1] // 2])  # (4, H, W): four fluorescence channels
+    viewer.add_image(four, name="channels")
+    assert widget.channel_box.isVisibleTo(widget)
+    widget.channel_axis_combo.setCurrentIndex(widget.channel_axis_combo.findData(0))
+    assert not widget.scope_combo.isEnabled()  # no stack axis left
+    outcome = run_and_wait(widget)  # four channels, none chosen: the core says what to do
+    assert "choose up to three" in outcome.error
+    widget.channels_edit.setText("0,2")
+    outcome = run_and_wait(widget)
+    assert outcome.error is None and list(outcome.results) == [()]
+    att = viewer.layers["channels · attention"]
+    assert att.data.shape[0] == 1
+    # the single output plane spans all four channel positions
+    for c in range(4):
+        viewer.dims.set_point(0, c)
+        assert np.rint(att.world_to_data(viewer.dims.point)[0]) == 0
+    widget.channels_edit.setText("0,x")
+    assert widget.run() is None
+    assert "comma-separated" in notifications[-1].message

@@ -1,0 +1,93 @@
+"""ROI table against the core's roi_table, CSV export, live updates."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from napari_attnreg.core.roi import ROI_COLUMNS, roi_table
+
+pytestmark = pytest.mark.gui
+
+
+def _assert_rows_equal(rows, expected):
+    assert len(rows) == len(expected)
+    for row, exp in zip(rows, expected):
+        for key in ROI_COLUMNS:
+            np.testing.assert_allclose(row[key], exp[key], equal_nan=True, err_msg=key)
+
+
+def test_shapes_roi_table_matches_core_and_exports(viewer_widget, run_and_wait, cells_image, qtbot,
+                                                   tmp_path):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    shapes = viewer.add_shapes(
+        [np.array([[15, 10], [15, 45], [50, 45], [50, 10]]),   # over the first blob
+         np.array([[80, 70], [15, 15]])],                     # ellipse: centre, radii
+        shape_type=["rectangle", "ellipse"], name="rois")
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(shapes)
+    rows = blocker.args[0]
+    result = widget.current_record().results[()]
+    labels = shapes.to_labels(labels_shape=cells_image.shape)
+    t = widget.current_record().thresholds
+    _assert_rows_equal(rows, roi_table(result, labels, rule=t["rule"], p_th=t["p_th"],
+                                       l_th=t["l_th"], z_th=t["z_th"]))
+    assert [r["label"] for r in rows] == [1, 2]
+    assert widget.roi_panel.table.rowCount() == 2
+
+    # thresholds move → the table follows without a new run
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.rule_combo.setCurrentIndex(widget.rule_combo.findData("p"))
+        widget.p_th_slider.setValue(0.5)
+    _assert_rows_equal(blocker.args[0], roi_table(result, labels, rule="p", p_th=0.5,
+                                                  l_th=t["l_th"], z_th=t["z_th"]))
+
+    # editing the ROIs updates the table too
+    shapes.add_rectangles(np.array([[80, 5], [110, 30]]))
+    qtbot.waitUntil(lambda: len(widget.roi_panel.rows) == 3, timeout=5000)
+    assert [r["label"] for r in widget.roi_panel.rows] == [1, 2, 3]
+    assert widget.roi_panel.table.rowCount() == 3
+
+    path = widget.roi_panel.export_csv(tmp_path / "rois.csv")
+    with open(path, newline="") as fh:
+        read = list(csv.DictReader(fh))
+    assert len(read) == 3 and set(ROI_COLUMNS) <= set(read[0])
+    assert float(read[0]["mean_attention"]) == pytest.approx(widget.roi_panel.rows[0]["mean_attention"])
+
+
+def test_labels_roi_on_a_scaled_image(viewer_widget, run_and_wait, cells_image, qtbot):
+    """A Labels ROI painted in world space lands on the image's own pixel grid."""
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells", scale=(2.0, 2.0))
+    run_and_wait(widget)
+    roi_world = np.zeros((240, 200), dtype=np.int32)  # a scale-1 Labels layer over the image
+    roi_world[40:100, 20:90] = 4
+    roi = viewer.add_labels(roi_world, name="painted")
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(roi)
+    rows = blocker.args[0]
+    on_image = np.zeros(cells_image.shape, dtype=np.int64)
+    on_image[20:50, 10:45] = 4
+    result = widget.current_record().results[()]
+    t = widget.current_record().thresholds
+    _assert_rows_equal(rows, roi_table(result, on_image, **t))
+    assert rows[0]["label"] == 4 and rows[0]["area_px"] == 30 * 35
+
+
+def test_significant_layer_can_serve_as_roi(viewer_widget, run_and_wait, cells_image, qtbot):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    sig_layer = viewer.layers["cells · significant"]
+    if sig_layer.data.max() == 0:
+        pytest.skip("no significant region with this tiny random model")
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(sig_layer)
+    rows = blocker.args[0]
+    assert len(rows) == len(np.unique(sig_layer.data[sig_layer.data > 0]))
+    # regions made of significant tokens are fully significant under the same thresholds
+    assert all(r["frac_significant"] == pytest.approx(1.0) for r in rows)
