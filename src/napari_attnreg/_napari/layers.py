@@ -243,15 +243,13 @@ _COLORMAP_BASE = {"attention": "inferno", "pvalue": "viridis", "posterior": "pla
 
 
 def overlay_colormap(kind: str):
-    """A matplotlib map whose alpha ramps up from 0, so zeros vanish on dark or bright images."""
-    import matplotlib
-    from napari.utils.colormaps import Colormap
+    """napari's map with an alpha ramp from 0, so zeros vanish on dark or bright images."""
+    from napari.utils.colormaps import Colormap, ensure_colormap
 
-    base = matplotlib.colormaps[_COLORMAP_BASE[kind]]
-    colors = base(np.linspace(0.0, 1.0, 256))
-    colors[:, 3] = np.clip(np.linspace(0.0, 1.0, 256) * 2.5, 0.0, 1.0)
-    colors[0, 3] = 0.0
-    return Colormap(colors=colors, name=f"attnreg {_COLORMAP_BASE[kind]} (transparent low)")
+    name = _COLORMAP_BASE[kind]
+    colors = np.array(ensure_colormap(name).colors, dtype=float)  # 256 RGBA entries
+    colors[:, 3] = np.clip(np.linspace(0.0, 1.0, len(colors)) * 2.5, 0.0, 1.0)
+    return Colormap(colors=colors, name=f"attnreg {name} (transparent low)")
 
 
 # ---- viewer side (GUI thread only) ------------------------------------------------------------
@@ -311,9 +309,13 @@ def upsert_outputs(viewer: Any, record: RunRecord, kinds: tuple[str, ...] = KIND
             if index is not None:
                 viewer.layers.move(viewer.layers.index(layer), index)
         else:
-            # transform first so the new data never renders for a frame at the old extent
+            # transform first so the new data never renders for a frame at the old extent;
+            # only what changed: each assignment re-slices the layer and re-checks the dims
             for key, value in transform.items():
-                setattr(layer, key, value)
+                current = getattr(layer, key)
+                current = current.affine_matrix if key == "affine" else current
+                if np.shape(current) != np.shape(value) or not np.allclose(current, value):
+                    setattr(layer, key, value)
             layer.data = maps[kind]
             layer.metadata = meta
             layer.name = name
