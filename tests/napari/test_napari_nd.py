@@ -16,7 +16,7 @@ def stack(cells_image):
 def test_current_slice_then_all_slices(viewer_widget, run_and_wait, stack, qtbot):
     viewer, widget = viewer_widget
     image = viewer.add_image(stack, name="zstack", scale=(3.0, 1.0, 1.0))
-    assert widget.scope_combo.isEnabled()
+    assert widget.scope_combo.isVisibleTo(widget)
     viewer.dims.set_point(0, 3.0)  # world z = 3 → plane 1
     run_and_wait(widget)
     att = viewer.layers["zstack · attention"]
@@ -66,7 +66,7 @@ def test_multichannel_choose_channels(viewer_widget, run_and_wait, stack, notifi
     viewer.add_image(four, name="channels")
     assert widget.channel_box.isVisibleTo(widget)
     widget.channel_axis_combo.setCurrentIndex(widget.channel_axis_combo.findData(0))
-    assert not widget.scope_combo.isEnabled()  # no stack axis left
+    assert not widget.scope_combo.isVisibleTo(widget)  # no stack axis left
     outcome = run_and_wait(widget)  # four channels, none chosen: the core says what to do
     assert "choose up to three" in outcome.error
     widget.channels_edit.setText("0,2")

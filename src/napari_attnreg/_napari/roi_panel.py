@@ -201,6 +201,7 @@ class RoiPanel(QWidget):
         self.status.setWordWrap(True)
         self.table = QTableWidget(0, 0)
         self.table.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)  # the ROI id column names each row
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
         self.table.setMinimumHeight(110)
 

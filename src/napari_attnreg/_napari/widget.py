@@ -115,6 +115,7 @@ class AttentionWidget(QWidget):
         form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
         layout.addLayout(form)
+        self._form = form
 
         self.layer_combo = QComboBox()
         self.layer_combo.setToolTip("Image layer to analyse; follows layers being added, removed, renamed.")
@@ -184,10 +185,12 @@ class AttentionWidget(QWidget):
         self.std_factor_spin.setSingleStep(0.1)
         self.std_factor_spin.setValue(1.0)
         self.std_factor_spin.setPrefix("std × ")
+        self.std_factor_spin.setMinimumWidth(95)
         self.block_size_spin = QSpinBox()
         self.block_size_spin.setRange(0, 512)
         self.block_size_spin.setSpecialValueText("block = patch")
         self.block_size_spin.setPrefix("block ")
+        self.block_size_spin.setMinimumWidth(110)
         self.per_channel_check = QCheckBox("per channel")
         self.per_channel_check.setChecked(True)
         meth.addWidget(self.method_combo)
@@ -251,6 +254,7 @@ class AttentionWidget(QWidget):
         self.rule_combo = QComboBox()
         for rule in RULES:
             self.rule_combo.addItem(RULE_LABELS.get(rule, rule), rule)
+        self.rule_combo.setCurrentIndex(self.rule_combo.findData(RunConfig().rule))
         self.p_th_slider = self._slider(0.0, 1.0, DEFAULT_P_TH, 3)
         self.l_th_slider = self._slider(0.0, 1.0, DEFAULT_L_TH, 3)
         self.z_th_slider = self._slider(-3.0, 5.0, DEFAULT_Z_TH, 2)
@@ -316,7 +320,6 @@ class AttentionWidget(QWidget):
         ev = self.viewer.layers.events
         for emitter in (ev.inserted, ev.removed, ev.moved, ev.renamed):
             emitter.connect(self._refresh_layers)
-        self.viewer.dims.events.current_step.connect(self._on_dims_changed)
 
     def image_layers(self) -> list[Any]:
         from napari.layers import Image
@@ -368,7 +371,7 @@ class AttentionWidget(QWidget):
             for axis in range(layer.ndim - 2):
                 self.channel_axis_combo.addItem(f"axis {axis} ({shape[axis]})", axis)
         self.channel_axis_combo.blockSignals(False)
-        self.channel_box.setVisible(multi)
+        self._set_row_visible(self.channel_box, multi)
         self._on_channel_axis_changed()
         self.roi_panel.update_table()
 
@@ -376,12 +379,15 @@ class AttentionWidget(QWidget):
         layer = self.current_layer()
         axis = self.channel_axis_combo.currentData()
         stack = layer is not None and (layer.ndim - 2 - (axis is not None)) > 0
-        self.scope_combo.setEnabled(stack)
+        self._set_row_visible(self.scope_combo, stack)
         self.channels_edit.setEnabled(axis is not None)
         self.merge_combo.setEnabled(axis is not None)
 
-    def _on_dims_changed(self, event: Any = None) -> None:
-        pass  # the ROI table covers every computed plane; nothing depends on the slider
+    def _set_row_visible(self, field: QWidget, visible: bool) -> None:
+        field.setVisible(visible)
+        label = self._form.labelForField(field)
+        if label is not None:
+            label.setVisible(visible)
 
     # ================================================================ model / device / method
     def _on_model_source_changed(self, *_: Any) -> None:
@@ -554,16 +560,17 @@ class AttentionWidget(QWidget):
             self.progress_bar.setValue(0)
 
     def _on_progress(self, item: JobProgress) -> None:
-        if item.task_id != self._task_id:
+        if item.task_id != self._task_id or self.worker is None:
             return
         value = round(1000 * item.fraction)
         self.progress_bar.setValue(value)
-        pbar = self._pbar  # updating it can process events, including this run's end
+        if self._cancel is None or not self._cancel.cancelled:
+            self.status_label.setText(item.message)
+        # last: updating napari's activity-dock bar can process events, this run's end included
+        pbar = self._pbar
         if pbar is not None:
             pbar.set_description(item.message)
             pbar.update(value - pbar.n)
-        if self._cancel is None or not self._cancel.cancelled:
-            self.status_label.setText(item.message)
 
     def _on_returned(self, outcome: JobOutcome) -> None:
         self.last_outcome = outcome

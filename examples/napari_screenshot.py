@@ -1,0 +1,117 @@
+"""Write the README screenshot: the viewer with the dock widget, overlays and the ROI table.
+
+    python examples/napari_screenshot.py                    # → docs/images/napari_widget.png
+    python examples/napari_screenshot.py --out shot.png --n-boot 200
+
+Uses the bundled demo model and its synthetic sample (with the decisive objects as Labels
+ROIs). If the demo model is not installed it says so and falls back to scikit-image's
+``cell`` with a small random-init ViT, which shows the layout but not meaningful attention.
+Without a display it re-runs itself under ``xvfb-run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _ensure_display() -> None:
+    if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") \
+            and not os.environ.get("WAYLAND_DISPLAY") and shutil.which("xvfb-run"):
+        os.execvp("xvfb-run", ["xvfb-run", "-a", "-s", "-screen 0 1920x1200x24",
+                               sys.executable, *sys.argv])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=str(ROOT / "docs" / "images" / "napari_widget.png"))
+    parser.add_argument("--n-boot", type=int, default=None, help="default: the widget's default")
+    parser.add_argument("--size", default="1700x1050", help="window size WxH")
+    args = parser.parse_args()
+    _ensure_display()
+
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+    # load the model before the viewer opens its OpenGL context (see _napari/_compat.py)
+    from napari_attnreg.core.backbones import BackboneError, load_backbone
+
+    try:
+        backbone = load_backbone("demo")
+        demo = True
+    except BackboneError as err:
+        print(f"demo model unavailable ({err}); falling back to a random-init ViT", file=sys.stderr)
+        import timm
+
+        torch.manual_seed(0)
+        backbone = load_backbone(timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=4))
+        demo = False
+
+    import napari
+    from qtpy.QtCore import QEventLoop, Qt, QTimer
+    from qtpy.QtWidgets import QApplication
+
+    viewer = napari.Viewer(title="napari-attnreg")
+    width, height = (int(v) for v in args.size.split("x"))
+    viewer.window._qt_window.resize(width, height)
+    if demo:
+        layers = viewer.open_sample("napari-attnreg", "demo_cells")
+        image = layers[0]
+        roi = layers[1] if len(layers) > 1 else None
+    else:
+        image = viewer.open_sample("napari-attnreg", "cell")[0]
+        roi = viewer.add_shapes(
+            [np.array([[150, 120], [330, 300]]), np.array([[420, 330], [600, 520]])],
+            shape_type="rectangle", name="ROIs", edge_color="cyan", face_color="transparent",
+            edge_width=4)
+    dock, widget = viewer.window.add_plugin_dock_widget("napari-attnreg", "Attention Regularization")
+    viewer.window._qt_window.resizeDocks([dock], [560], Qt.Orientation.Horizontal)
+    if not demo:
+        widget.set_model(backbone, name="random ViT (demo model missing)")
+    widget.device_combo.setCurrentText("auto")
+    if args.n_boot:
+        widget.n_boot_spin.setValue(args.n_boot)
+    widget.set_layer(image)
+
+    loop = QEventLoop()
+    widget.run_finished.connect(lambda _outcome: loop.quit())
+    QTimer.singleShot(600_000, loop.quit)
+    widget.run()
+    loop.exec_()
+    outcome = widget.last_outcome
+    if outcome is None or outcome.error:
+        raise SystemExit(f"run failed: {outcome and outcome.error}")
+    name = image.name
+    viewer.layers[f"{name} · attention"].visible = False
+    if roi is not None:
+        widget.roi_panel.set_layer(roi)
+        roi.visible = True
+    viewer.layers.selection.active = viewer.layers[f"{name} · regularized"]
+    viewer.reset_view()
+    from napari._qt.dialogs.qt_notification import NapariQtNotification
+
+    for toast in viewer.window._qt_window.findChildren(NapariQtNotification):
+        toast.close()  # start-up notices (e.g. about the Qt backend) are not part of the picture
+    app = QApplication.instance()
+    for _ in range(30):  # let the canvas and the dock settle
+        app.processEvents()
+        time.sleep(0.02)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shot = viewer.screenshot(canvas_only=False, flash=False)
+    from skimage.io import imsave
+
+    imsave(out, shot, check_contrast=False)
+    print(f"wrote {out} ({shot.shape[1]}x{shot.shape[0]}); {widget.status_label.text()}")
+    viewer.close()
+
+
+if __name__ == "__main__":
+    main()
