@@ -681,7 +681,7 @@ class AttentionExplorer(widgets.VBox):
             "z_th": link(W.FloatSlider(min=-3, max=6, step=0.1, description="z ≥",
                                        layout=short, style=style), "z_th"),
             "draw": link(W.ToggleButtons(options=list(DRAW_MODES), description="draw ROI",
-                                         style={"description_width": "60px", "button_width": "62px"}),
+                                         style={"description_width": "60px", "button_width": "84px"}),
                          "draw_mode"),
         }
         self._run_button = W.Button(description="Run", button_style="primary", icon="play",

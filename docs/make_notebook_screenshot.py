@@ -1,0 +1,143 @@
+"""Screenshot of AttentionExplorer in a real JupyterLab page → docs/images/notebook_explorer.png.
+
+Starts a local JupyterLab server on a scratch notebook, opens it in headless Chromium
+(playwright driving the system browser, no browser download), runs all cells in the page,
+waits until the explorer reports "Done in" and the ipympl canvas has drawn, and photographs
+the widget's output area. Nothing is faked: the kernel, the widget manager and ipympl's
+front end are the ones a user gets.
+
+Usage::
+
+    python docs/make_notebook_screenshot.py [--out docs/images/notebook_explorer.png]
+        [--chromium /usr/bin/chromium] [--port 8899]
+
+Needs jupyterlab, ipympl, playwright (Python package only) and a Chromium binary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update"]
+
+CELL = r'''
+import numpy as np, torch
+torch.set_num_threads(1)
+from napari_attnreg.core.backbones import BackboneError, load_backbone
+from napari_attnreg.notebook import AttentionExplorer
+try:
+    from napari_attnreg.samples import demo_image
+    model, image, source = load_backbone("demo"), demo_image(), "demo"
+except (BackboneError, ValueError):
+    import timm
+    from skimage import data
+    torch.manual_seed(0)
+    model = load_backbone(timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=4))
+    image, source = data.cell(), "skimage cell + random-init vit_tiny"
+explorer = AttentionExplorer(image, model, n_boot=200, seed=0, device="auto", rule="p", p_th=0.2)
+h, w = image.shape[:2]
+explorer.run(wait=True)
+explorer.add_roi(rectangle=(h // 2, w // 2, h - 1, w - 1))
+print("image/model:", source)
+explorer
+'''
+
+
+def _free_port(preferred: int) -> int:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", preferred))
+            return preferred
+        except OSError:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+
+def _wait_http(url: str, timeout: float) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            urllib.request.urlopen(url, timeout=2).read()
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"JupyterLab did not answer at {url} within {timeout} s")
+
+
+def _check_server(server: subprocess.Popen, log: Path) -> None:
+    if server.poll() is not None:
+        raise RuntimeError(f"JupyterLab exited ({server.returncode}):\n{log.read_text()[-3000:]}")
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "images" / "notebook_explorer.png")
+    parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
+    parser.add_argument("--port", type=int, default=8899)
+    args = parser.parse_args(argv)
+    from playwright.sync_api import sync_playwright
+
+    work = Path(tempfile.mkdtemp(prefix="attnreg-lab-"))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(CELL)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, work / "explorer.ipynb")
+    port = _free_port(args.port)
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(work / "config")}  # no user settings/news
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+         f"--ServerApp.root_dir={work}", "--IdentityProvider.token=", "--ServerApp.password=",
+         "--LabApp.expose_app_in_browser=True", "--ServerApp.disable_check_xsrf=True",
+         # containers often run as root; the server only listens on 127.0.0.1
+         *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else [])],
+        cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=open(work / "lab.log", "w"))
+    try:
+        time.sleep(2)
+        _check_server(server, work / "lab.log")
+        _wait_http(f"http://127.0.0.1:{port}/api", 90)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1500})
+            page.goto(f"http://127.0.0.1:{port}/lab/tree/explorer.ipynb?reset")
+            page.wait_for_function("window.jupyterapp && document.querySelector('.jp-Notebook')",
+                                   timeout=120_000)
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+            time.sleep(3)  # let the kernel session attach before running
+            page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            page.wait_for_function(
+                "[...document.querySelectorAll('.attnreg-status')]"
+                ".some(e => e.textContent.includes('Done in'))", timeout=300_000)
+            page.wait_for_selector(".jupyter-matplotlib-figure canvas, .attnreg-status", timeout=60_000)
+            time.sleep(4)  # ipympl sends the first frame after the canvas reports its size
+            page.evaluate("window.jupyterapp.commands.execute('application:toggle-left-area')")
+            time.sleep(1)
+            output = page.locator(".jp-OutputArea-output:has(.attnreg-status)").first
+            output.scroll_into_view_if_needed()
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            output.screenshot(path=str(args.out))
+            browser.close()
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        shutil.rmtree(work, ignore_errors=True)
+    print(args.out)
+    return args.out
+
+
+if __name__ == "__main__":
+    main()
