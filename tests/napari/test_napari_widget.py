@@ -93,25 +93,32 @@ def test_threshold_change_updates_layers_without_rerun(viewer_widget, run_and_wa
 
 
 def test_cancel_mid_run_adds_nothing_and_keeps_layers(viewer_widget, qtbot, cells_image):
+    from qtpy.QtCore import Qt
+
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
     viewer.add_points([[5, 5]], name="my points")
     names = [layer.name for layer in viewer.layers]
     widget.n_boot_spin.setValue(5000)
     widget.chunk_spin.setValue(4)
-    events = []
+    done: list[int] = []  # appended on the worker thread, so it is never behind the worker
+
+    def record(item):
+        if item.event is not None:
+            done.append(item.event.done)
+
     with qtbot.waitSignal(widget.run_finished, timeout=60_000) as blocker:
         worker = widget.run()
-        worker.yielded.connect(events.append)
+        worker.yielded.connect(record, Qt.ConnectionType.DirectConnection)
         assert not widget.run_button.isEnabled() and widget.cancel_button.isEnabled()
         assert widget.run() is None  # a second run is refused while one runs
-        qtbot.waitUntil(lambda: any(e.event is not None and e.event.stage == "nulls"
-                                    for e in events), timeout=30_000)
+        qtbot.waitUntil(lambda: len(done) >= 3, timeout=30_000)
+        done_at_cancel = done[-1]
         widget.cancel()
     outcome = blocker.args[0]
     assert outcome.cancelled and outcome.results == {}
-    done = max(e.event.done for e in events if e.event is not None)
-    assert done < 5000
+    # it stops at the next chunk boundary: at most the chunk in flight is finished
+    assert done[-1] - done_at_cancel <= 4
     assert [layer.name for layer in viewer.layers] == names
     assert widget.run_button.isEnabled()
 
@@ -125,6 +132,19 @@ def test_stale_result_of_cancelled_run_is_dropped(viewer_widget, qtbot, cells_im
         widget.cancel()  # before the first chunk: the observed map may already be done
     assert blocker.args[0].cancelled
     assert len(viewer.layers) == n
+
+
+def test_activity_dock_quit_cancels_through_the_token(viewer_widget, qtbot, cells_image):
+    """napari's activity-dock cancel calls worker.quit(): the generator must still end itself."""
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    widget.n_boot_spin.setValue(5000)
+    widget.chunk_spin.setValue(4)
+    with qtbot.waitSignal(widget.run_finished, timeout=60_000) as blocker:
+        worker = widget.run()
+        worker.quit()
+    assert blocker.args[0].cancelled  # returned normally (not aborted) with a cancelled outcome
+    assert len(viewer.layers) == 1
 
 
 def test_bad_inputs_notify_and_leave_layers(viewer_widget, run_and_wait, notifications, cells_image,
@@ -165,3 +185,23 @@ def test_no_image_layer_notifies(viewer_widget, notifications):
     _viewer, widget = viewer_widget
     assert widget.run() is None
     assert "Add an image layer" in notifications[-1].message
+
+
+def test_out_of_memory_shows_the_core_message(viewer_widget, run_and_wait, notifications,
+                                              cells_image, monkeypatch):
+    from napari_attnreg._napari import jobs
+
+    message = ("Out of memory with a single null image per chunk; use a smaller target_size, "
+               "a smaller model, or device='cpu'.")
+
+    def oom(*args, **kwargs):
+        raise MemoryError(message)
+        yield  # a generator, like run_engine
+
+    monkeypatch.setattr(jobs, "run_engine", oom)
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    outcome = run_and_wait(widget)
+    assert outcome.error == message
+    assert notifications[-1].message == message
+    assert [layer.name for layer in viewer.layers] == ["cells"]
