@@ -725,7 +725,10 @@ class AttentionExplorer(widgets.VBox):
             W.HBox([self._csv_path, export]),
         ], layout=W.Layout(margin="0 0 0 12px"))
         image_area = W.VBox([self._slice_box, self._view.widget, self._colorbar_box])
-        self.children = (W.HBox([image_area, panel]), self._status, self._summary, self._roi_table)
+        # flex-start: the tall control panel must not stretch the image column (a gap would
+        # open between the canvas and its colorbar)
+        top = W.HBox([image_area, panel], layout=W.Layout(align_items="flex-start"))
+        self.children = (top, self._status, self._summary, self._roi_table)
 
     # ---- state observers --------------------------------------------------------------------
     @t.observe("overlay", "colormap", "opacity", "outline")
