@@ -101,6 +101,14 @@ class KernelSession:
         self.kc.shell_channel.send(msg)
         return msg["header"]["msg_id"]
 
+    def set_value(self, comm_id: str, value: Any) -> str:
+        """Move a control exactly as JupyterLab does (a state ``update`` from the front end)."""
+        msg = self.kc.session.msg("comm_msg", {
+            "comm_id": comm_id,
+            "data": {"method": "update", "state": {"value": value}, "buffer_paths": []}})
+        self.kc.shell_channel.send(msg)
+        return msg["header"]["msg_id"]
+
     def values_of(self, comm_id: str, key: str) -> list[tuple[float, Any]]:
         return [(u.t, u.state[key]) for u in self.updates if u.comm_id == comm_id and key in u.state]
 

@@ -88,6 +88,9 @@ def test_thresholds_rerender_without_recomputing(explorer, monkeypatch):
 def test_cancel_stops_a_background_run(blob_image, tiny_backbone):
     ex = AttentionExplorer(blob_image, tiny_backbone, n_boot=4000, chunk_size=4, device="cpu",
                            view="image")
+    ex.n_boot = 4
+    previous = ex.run(wait=True)
+    ex.n_boot = 4000
     seen: list[float] = []
 
     async def scenario():
@@ -101,8 +104,11 @@ def test_cancel_stops_a_background_run(blob_image, tiny_backbone):
         return await ex.wait()
 
     result = asyncio.run(scenario())
-    assert result is None and not ex.running
-    assert ex.status.startswith("Cancelled")
+    assert not ex.running
+    # the cancelled run is dropped; the previous result stays displayed and usable
+    assert result is not None and result.metadata["n_boot"] == 4
+    np.testing.assert_allclose(result.attention, previous.attention)
+    assert ex.status.startswith("Cancelled") and "previous result is still shown" in ex.status
     assert ex._progress.value < 0.5 and ex._progress.bar_style == "warning"
     assert seen == sorted(seen)
     ex.close()

@@ -49,6 +49,12 @@ def test_run_click_progress_and_cancel_in_a_live_kernel(kernel):
     assert len(after_idle) >= 2 and after_idle == sorted(after_idle) and after_idle[-1] < 1.0
     assert kernel.comms[cancel_id]["disabled"] is False
 
+    # mid-run the kernel still takes slider moves and executes cells
+    p_slider = kernel.find_comm(_model_name="FloatSliderModel", description="p ≤")
+    kernel.set_value(p_slider, 0.05)
+    out = kernel.execute("print(ex.p_th, ex.running, ex._runner.task.done())", timeout=30)
+    assert out.split() == ["0.05", "True", "False"]
+
     cancel = kernel.click(cancel_id)
     kernel.wait_for(lambda: "Cancelled" in kernel.comms[status_id].get("value", ""), 60,
                     "the Cancelled status")
