@@ -17,6 +17,7 @@ Needs jupyterlab, ipympl, playwright (Python package only) and a Chromium binary
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import socket
@@ -82,11 +83,38 @@ def _check_server(server: subprocess.Popen, log: Path) -> None:
         raise RuntimeError(f"JupyterLab exited ({server.returncode}):\n{log.read_text()[-3000:]}")
 
 
+def _live_check(page) -> None:
+    """Run and Cancel clicked in the browser: the bar must advance while the kernel is free."""
+    widget = page.locator(".jp-OutputArea-output:has(.attnreg-status)").first
+    n_boot = widget.locator(".widget-inline-hbox:has-text('bootstrap B') input")
+    n_boot.fill("3000")
+    n_boot.press("Enter")
+    time.sleep(1)
+    widget.locator("button:has-text('Run')").click()
+    bar = widget.locator(".widget-hprogress .progress-bar").first
+    samples = []
+    for _ in range(8):
+        time.sleep(0.5)
+        samples.append(bar.evaluate("e => parseFloat(e.style.width || '0')"))
+    widget.locator("button:has-text('Cancel')").click()
+    page.wait_for_function("[...document.querySelectorAll('.attnreg-status')]"
+                           ".some(e => e.textContent.includes('Cancelled'))", timeout=60_000)
+    status = widget.locator(".attnreg-status").inner_text()
+    print("progress bar % while running:", samples)
+    print("status after Cancel:", status)
+    moving = [b for a, b in itertools.pairwise(samples) if b > a]
+    if len(moving) < 2 or samples[-1] >= 100:
+        raise RuntimeError(f"the progress bar did not advance during the run: {samples}")
+
+
 def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "images" / "notebook_explorer.png")
     parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
     parser.add_argument("--port", type=int, default=8899)
+    parser.add_argument("--live-check", action="store_true",
+                        help="after the screenshot, click Run with B=3000 in the page, check that "
+                             "the progress bar advances, then click Cancel")
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
@@ -96,13 +124,14 @@ def main(argv: list[str] | None = None) -> Path:
     nbformat.write(nb, work / "explorer.ipynb")
     port = _free_port(args.port)
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(work / "config")}  # no user settings/news
+    log_file = open(work / "lab.log", "w")  # noqa: SIM115 -- the server writes it until the end
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
          f"--ServerApp.root_dir={work}", "--IdentityProvider.token=", "--ServerApp.password=",
          "--LabApp.expose_app_in_browser=True", "--ServerApp.disable_check_xsrf=True",
          # containers often run as root; the server only listens on 127.0.0.1
          *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else [])],
-        cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=open(work / "lab.log", "w"))
+        cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=log_file)
     try:
         time.sleep(2)
         _check_server(server, work / "lab.log")
@@ -127,6 +156,8 @@ def main(argv: list[str] | None = None) -> Path:
             output.scroll_into_view_if_needed()
             args.out.parent.mkdir(parents=True, exist_ok=True)
             output.screenshot(path=str(args.out))
+            if args.live_check:
+                _live_check(page)
             browser.close()
     finally:
         server.terminate()
@@ -134,6 +165,7 @@ def main(argv: list[str] | None = None) -> Path:
             server.wait(timeout=20)
         except subprocess.TimeoutExpired:
             server.kill()
+        log_file.close()
         shutil.rmtree(work, ignore_errors=True)
     print(args.out)
     return args.out
