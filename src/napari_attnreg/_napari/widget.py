@@ -37,9 +37,9 @@ from .jobs import JobOutcome, JobProgress, JobSpec, ModelSpec, run_job
 from .layers import RunRecord, SourceGeometry, refresh_thresholds, upsert_outputs
 from .roi_panel import RoiPanel
 
-#: UI default: with the demo model a 512×512 image finishes in seconds on a laptop CPU;
-#: raise it for smoother p-values (the p-value resolution is 1 / (T·(B + 1))).
-DEFAULT_N_BOOT = 100
+#: UI default = the engine's (200): with the demo model a 512×512 image takes a few seconds on a
+#: laptop CPU (see benchmarks/bench_napari_responsiveness.py); p resolution is 1 / (T·(B + 1)).
+DEFAULT_N_BOOT = RunConfig().n_boot
 RULE_LABELS = {
     "lfdr": "lfdr ≤ threshold (posterior)",
     "p": "p ≤ threshold",
@@ -250,6 +250,8 @@ class AttentionWidget(QWidget):
 
         # ---- thresholds (live)
         thr = QGroupBox("Thresholds (live, no recomputation)")
+        thr.setToolTip("Moving these redraws the regularized and significant layers of the chosen "
+                       "image (edits painted into its significant labels are replaced).")
         tf = QFormLayout(thr)
         self.rule_combo = QComboBox()
         for rule in RULES:
