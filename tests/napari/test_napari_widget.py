@@ -69,6 +69,12 @@ def test_rerun_updates_layers_in_place(viewer_widget, run_and_wait, cells_image)
     np.testing.assert_allclose(second["attention"].data, before)  # observed map is seed-free
     assert second["pvalue"].metadata["attnreg"]["run"]["method"] == "uniform"
     assert second["pvalue"].metadata["attnreg"]["run"]["seed"] == 3
+    # renaming the input renames its outputs (the ones the analyst left alone)
+    second["posterior"].name = "my posterior"
+    viewer.layers["cells"].name = "field 1"
+    assert viewer.layers["field 1 · attention"] is second["attention"]
+    assert second["posterior"].name == "my posterior"
+    assert second["attention"].metadata["attnreg"]["source"] == "field 1"
 
 
 def test_threshold_change_updates_layers_without_rerun(viewer_widget, run_and_wait, cells_image,

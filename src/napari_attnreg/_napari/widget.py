@@ -34,7 +34,16 @@ from superqt import QCollapsible, QLabeledDoubleSlider
 from ..core.engine import CancelToken, RunConfig, resolve_device
 from ..core.regularize import DEFAULT_L_TH, DEFAULT_P_TH, DEFAULT_Z_TH, RULES
 from .jobs import JobOutcome, JobProgress, JobSpec, ModelSpec, run_job
-from .layers import RunRecord, SourceGeometry, refresh_thresholds, upsert_outputs
+from .layers import (
+    KINDS,
+    META_KEY,
+    RunRecord,
+    SourceGeometry,
+    find_output,
+    layer_name,
+    refresh_thresholds,
+    upsert_outputs,
+)
 from .roi_panel import RoiPanel
 
 #: UI default = the engine's (200): with the demo model a 512×512 image takes a few seconds on a
@@ -348,8 +357,22 @@ class AttentionWidget(QWidget):
         alive = {layer.unique_id for layer in self.viewer.layers}
         for key in [k for k in self._records if k not in alive]:
             del self._records[key]
+        for layer in layers:
+            record = self._records.get(layer.unique_id)
+            if record is not None and record.source_name != layer.name:
+                self._rename_outputs(record, layer.name)
         if self.current_layer() is not current:
             self._on_layer_changed()
+
+    def _rename_outputs(self, record: RunRecord, new_name: str) -> None:
+        """Output layers follow a renamed input, unless the analyst renamed them already."""
+        old_name, record.source_name = record.source_name, new_name
+        for kind in KINDS:
+            out = find_output(self.viewer, record.source_id, kind)
+            if out is not None:
+                out.metadata[META_KEY]["source"] = new_name
+                if out.name == layer_name(old_name, kind):
+                    out.name = layer_name(new_name, kind)
 
     def current_layer(self) -> Any | None:
         return self.layer_combo.currentData() if self.layer_combo.count() else None
