@@ -93,6 +93,9 @@ def main() -> None:
     if roi is not None:
         widget.roi_panel.set_layer(roi)
         roi.visible = True
+        if hasattr(roi, "contour"):  # outline the ground-truth objects, fill the significant tokens
+            roi.contour = 3
+            roi.opacity = 0.9
     viewer.layers.selection.active = viewer.layers[f"{name} · regularized"]
     viewer.reset_view()
     from napari._qt.dialogs.qt_notification import NapariQtNotification
