@@ -48,7 +48,7 @@ except (BackboneError, ValueError):
     torch.manual_seed(0)
     model = load_backbone(timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=4))
     image, source = data.cell(), "skimage cell + random-init vit_tiny"
-explorer = AttentionExplorer(image, model, n_boot=200, seed=0, device="auto", rule="p", p_th=0.2)
+explorer = AttentionExplorer(image, model, n_boot=200, seed=0, device="auto")
 h, w = image.shape[:2]
 explorer.run(wait=True)
 explorer.add_roi(rectangle=(h // 2, w // 2, h - 1, w - 1))
