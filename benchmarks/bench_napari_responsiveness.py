@@ -8,12 +8,16 @@ For the same image, model and options (the widget's UI defaults unless overridde
 alternately and ``--repeats`` times each:
 
 * **sync**: the core generator drained on the main thread (what a script does);
-* **threaded**: the dock widget's Run (napari ``thread_worker`` over the same generator) in a
+* **thread_worker**: napari's ``thread_worker`` over the same bare generator (the thread
+  itself: micro-sam #740 saw large slowdowns here);
+* **widget**: the dock widget's Run (thread_worker + progress display + output layers) in a
   live viewer, while a 10 ms ``QTimer`` records when the GUI thread gets to run.
 
 It prints the longest and 99th-percentile gap between timer ticks while the job computes
 (aim: < 100 ms on CPU with the default model), the time the GUI thread then spends adding
-the layers, and threaded / sync wall time (napari thread-worker slowdowns, micro-sam #740).
+the layers, and the wall-time ratios to the synchronous run. Under software OpenGL (Mesa
+llvmpipe, as in CI) each repaint of the window costs ~20 ms of CPU, so the widget refreshes
+its progress display at most twice per second.
 With ``--redraw`` every tick also pans the camera, so the canvas repaints throughout.
 timm names load random-init weights: speed does not depend on the weights. Without a
 display it re-runs itself under ``xvfb-run``.
@@ -66,6 +70,7 @@ def main() -> None:
     image = (resize(cell(), (args.size, args.size), anti_aliasing=True) * 255).astype(np.uint8)
 
     import napari
+    from napari.qt.threading import thread_worker
     from qtpy.QtCore import QEventLoop, QTimer
     from qtpy.QtWidgets import QApplication
 
@@ -97,6 +102,17 @@ def main() -> None:
     def sync_run() -> float:
         t0 = time.perf_counter()
         drain(run_engine(image, backbone, widget.run_config()))
+        return time.perf_counter() - t0
+
+    def worker_run() -> float:
+        """napari thread_worker over the bare generator: no widget, no progress display."""
+        loop = QEventLoop()
+        worker = thread_worker(lambda: (yield from run_engine(image, backbone, widget.run_config())),
+                               start_thread=False)()
+        worker.finished.connect(loop.quit)
+        t0 = time.perf_counter()
+        worker.start()
+        loop.exec_()
         return time.perf_counter() - t0
 
     def threaded_run() -> dict[str, float]:
@@ -136,9 +152,10 @@ def main() -> None:
             "ticks": len(during),
         }
 
-    sync_s, threaded = [], []
+    sync_s, worker_s, threaded = [], [], []
     for _ in range(args.repeats):
         sync_s.append(sync_run())
+        worker_s.append(worker_run())
         threaded.append(threaded_run())
 
     def med(key: str) -> float:
@@ -157,6 +174,8 @@ def main() -> None:
         "redraw": args.redraw,
         "repeats": args.repeats,
         "sync_s": statistics.median(sync_s),
+        "worker_s": statistics.median(worker_s),
+        "worker_over_sync": statistics.median(worker_s) / statistics.median(sync_s),
         "threaded_compute_s": med("compute_s"),
         "threaded_wall_s": med("wall_s"),
         "layers_s": med("layers_s"),
@@ -164,6 +183,7 @@ def main() -> None:
         "max_gap_ms": max(r["max_gap_ms"] for r in threaded),
         "p99_gap_ms": med("p99_gap_ms"),
         "all_sync_s": sync_s,
+        "all_worker_s": worker_s,
         "all_threaded": threaded,
     }
     print(f"model        {report['model']}")
@@ -171,8 +191,10 @@ def main() -> None:
           f"B={config.n_boot}, chunk {report['chunk_size']}, {report['device']}, "
           f"{report['torch_threads']} torch threads{', redraw' if args.redraw else ''}")
     print(f"sync         {report['sync_s']:.2f} s   (median of {args.repeats})")
-    print(f"threaded     {report['threaded_compute_s']:.2f} s compute + {report['layers_s'] * 1000:.0f} ms "
-          f"adding layers  →  threaded/sync = {report['threaded_over_sync']:.3f}")
+    print(f"thread_worker {report['worker_s']:.2f} s  (bare generator, no widget) "
+          f"→ worker/sync = {report['worker_over_sync']:.3f}")
+    print(f"widget       {report['threaded_compute_s']:.2f} s compute + {report['layers_s'] * 1000:.0f} ms "
+          f"adding layers  →  widget/sync = {report['threaded_over_sync']:.3f}")
     print(f"event loop   longest gap {report['max_gap_ms']:.1f} ms, p99 {report['p99_gap_ms']:.1f} ms "
           f"(timer 10 ms; aim < 100 ms)")
     if args.json:

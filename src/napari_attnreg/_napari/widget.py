@@ -8,6 +8,7 @@ and thresholds that re-threshold the stored results without recomputing anything
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -56,6 +57,8 @@ RULE_LABELS = {
     "soft": "soft: attention × posterior",
     "base": "z ≥ threshold only",
 }
+#: Shortest interval between progress-display refreshes (seconds), see ``_on_progress``.
+UI_UPDATE_S = 0.5
 MODEL_SOURCES = {"demo": "demo (bundled)", "timm": "timm model name", "file": "weights file"}
 
 
@@ -105,6 +108,7 @@ class AttentionWidget(QWidget):
         self._cancel: CancelToken | None = None
         self._pbar: Any = None
         self._pending: JobSpec | None = None
+        self._last_ui_update = 0.0
         self._pending_geometry: SourceGeometry | None = None
         self._pending_source: Any = None
         self._records: dict[Any, RunRecord] = {}
@@ -587,6 +591,13 @@ class AttentionWidget(QWidget):
     def _on_progress(self, item: JobProgress) -> None:
         if item.task_id != self._task_id or self.worker is None:
             return
+        # Every repaint recomposites the whole window through OpenGL (QOpenGLWidget in Qt5);
+        # with software GL (Mesa llvmpipe) that costs ~50 ms of CPU taken from the run, so
+        # the progress display refreshes at most UI_UPDATE_S apart.
+        now = time.perf_counter()
+        if now - self._last_ui_update < UI_UPDATE_S and item.fraction < 1.0:
+            return
+        self._last_ui_update = now
         value = round(1000 * item.fraction)
         self.progress_bar.setValue(value)
         if self._cancel is None or not self._cancel.cancelled:
