@@ -211,3 +211,19 @@ def test_out_of_memory_shows_the_core_message(viewer_widget, run_and_wait, notif
     assert outcome.error == message
     assert notifications[-1].message == message
     assert [layer.name for layer in viewer.layers] == ["cells"]
+
+
+def test_outputs_follow_rotated_sheared_affine_image(viewer_widget, run_and_wait, cells_image):
+    viewer, widget = viewer_widget
+    affine = np.array([[1.0, 0.2, 5.0], [0.0, 0.8, -2.0], [0.0, 0.0, 1.0]])
+    image = viewer.add_image(cells_image, name="tilted", scale=(0.7, 1.3), translate=(4.0, 9.0),
+                             rotate=25.0, shear=[0.3], affine=affine)
+    run_and_wait(widget)
+    result = widget.current_record().results[()]
+    ts, tt = result.token_scale, result.token_translate
+    for name in ("tilted · attention", "tilted · significant"):
+        layer = viewer.layers[name]
+        for i, j in ((0, 0), (2, 7), (result.grid_shape[0] - 1, 1)):
+            np.testing.assert_allclose(layer.data_to_world((i, j)),
+                                       image.data_to_world((tt[0] + i * ts[0], tt[1] + j * ts[1])),
+                                       atol=1e-9)
