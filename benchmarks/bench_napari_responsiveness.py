@@ -9,7 +9,7 @@ alternately and ``--repeats`` times each:
 
 * **sync**: the core generator drained on the main thread (what a script does);
 * **thread_worker**: napari's ``thread_worker`` over the same bare generator (the thread
-  itself: micro-sam #740 saw large slowdowns here);
+  itself: micro-sam #740 saw large slowdowns here), without and with the 10 ms timer;
 * **widget**: the dock widget's Run (thread_worker + progress display + output layers) in a
   live viewer, while a 10 ms ``QTimer`` records when the GUI thread gets to run.
 
@@ -104,20 +104,9 @@ def main() -> None:
         drain(run_engine(image, backbone, widget.run_config()))
         return time.perf_counter() - t0
 
-    def worker_run() -> float:
-        """napari thread_worker over the bare generator: no widget, no progress display."""
-        loop = QEventLoop()
-        worker = thread_worker(lambda: (yield from run_engine(image, backbone, widget.run_config())),
-                               start_thread=False)()
-        worker.finished.connect(loop.quit)
-        t0 = time.perf_counter()
-        worker.start()
-        loop.exec_()
-        return time.perf_counter() - t0
-
-    def threaded_run() -> dict[str, float]:
+    def ticker() -> tuple[QTimer, list[float]]:
+        """A 10 ms timer on the GUI thread; its tick times show when the event loop ran."""
         ticks: list[float] = []
-        yields: list[float] = []
         pan = [0]
 
         def tick() -> None:
@@ -129,6 +118,33 @@ def main() -> None:
         timer = QTimer()
         timer.setInterval(10)
         timer.timeout.connect(tick)
+        return timer, ticks
+
+    def gap_stats(ticks: list[float], t0: float, t1: float) -> dict[str, float]:
+        during = np.array([t0] + [t for t in ticks if t0 <= t <= t1])
+        gaps = np.diff(during) if len(during) > 1 else np.array([t1 - t0])
+        return {"max_gap_ms": 1000 * float(gaps.max()),
+                "p99_gap_ms": 1000 * float(np.percentile(gaps, 99)), "ticks": len(during)}
+
+    def worker_run(tick: bool) -> dict[str, float]:
+        """napari thread_worker over the bare generator: no widget, no progress display."""
+        timer, ticks = ticker()
+        loop = QEventLoop()
+        worker = thread_worker(lambda: (yield from run_engine(image, backbone, widget.run_config())),
+                               start_thread=False)()
+        worker.finished.connect(loop.quit)
+        if tick:
+            timer.start()
+        t0 = time.perf_counter()
+        worker.start()
+        loop.exec_()
+        t1 = time.perf_counter()
+        timer.stop()
+        return {"wall_s": t1 - t0, **(gap_stats(ticks, t0, t1) if tick else {})}
+
+    def widget_run() -> dict[str, float]:
+        timer, ticks = ticker()
+        yields: list[float] = []
         loop = QEventLoop()
         done: list[float] = []
         widget.run_finished.connect(lambda _o: (done.append(time.perf_counter()), loop.quit()))
@@ -141,22 +157,16 @@ def main() -> None:
         widget.run_finished.disconnect()
         if widget.last_outcome is None or widget.last_outcome.error:
             raise SystemExit(f"run failed: {widget.last_outcome and widget.last_outcome.error}")
-        during = np.array([t0] + [t for t in ticks if t0 <= t <= yields[-1]])
-        gaps = np.diff(during) if len(during) > 1 else np.array([yields[-1] - t0])
-        return {
-            "wall_s": done[0] - t0,
-            "compute_s": yields[-1] - t0,
-            "layers_s": done[0] - yields[-1],
-            "max_gap_ms": 1000 * float(gaps.max()),
-            "p99_gap_ms": 1000 * float(np.percentile(gaps, 99)),
-            "ticks": len(during),
-        }
+        # gaps while the job computes (Run → last progress event); adding layers is reported apart
+        return {"wall_s": done[0] - t0, "compute_s": yields[-1] - t0,
+                "layers_s": done[0] - yields[-1], **gap_stats(ticks, t0, yields[-1])}
 
-    sync_s, worker_s, threaded = [], [], []
+    sync_s, bare, ticking, threaded = [], [], [], []
     for _ in range(args.repeats):
         sync_s.append(sync_run())
-        worker_s.append(worker_run())
-        threaded.append(threaded_run())
+        bare.append(worker_run(tick=False))
+        ticking.append(worker_run(tick=True))
+        threaded.append(widget_run())
 
     def med(key: str) -> float:
         return statistics.median(r[key] for r in threaded)
@@ -174,8 +184,9 @@ def main() -> None:
         "redraw": args.redraw,
         "repeats": args.repeats,
         "sync_s": statistics.median(sync_s),
-        "worker_s": statistics.median(worker_s),
-        "worker_over_sync": statistics.median(worker_s) / statistics.median(sync_s),
+        "worker_s": statistics.median(r["wall_s"] for r in bare),
+        "worker_ticking_s": statistics.median(r["wall_s"] for r in ticking),
+        "worker_max_gap_ms": max(r["max_gap_ms"] for r in ticking),
         "threaded_compute_s": med("compute_s"),
         "threaded_wall_s": med("wall_s"),
         "layers_s": med("layers_s"),
@@ -183,7 +194,8 @@ def main() -> None:
         "max_gap_ms": max(r["max_gap_ms"] for r in threaded),
         "p99_gap_ms": med("p99_gap_ms"),
         "all_sync_s": sync_s,
-        "all_worker_s": worker_s,
+        "all_worker": bare,
+        "all_worker_ticking": ticking,
         "all_threaded": threaded,
     }
     print(f"model        {report['model']}")
@@ -191,8 +203,10 @@ def main() -> None:
           f"B={config.n_boot}, chunk {report['chunk_size']}, {report['device']}, "
           f"{report['torch_threads']} torch threads{', redraw' if args.redraw else ''}")
     print(f"sync         {report['sync_s']:.2f} s   (median of {args.repeats})")
-    print(f"thread_worker {report['worker_s']:.2f} s  (bare generator, no widget) "
-          f"→ worker/sync = {report['worker_over_sync']:.3f}")
+    sync = report["sync_s"]
+    print(f"thread_worker {report['worker_s']:.2f} s bare generator ({report['worker_s'] / sync:.3f}× sync); "
+          f"{report['worker_ticking_s']:.2f} s with the 10 ms timer "
+          f"({report['worker_ticking_s'] / sync:.3f}×, longest gap {report['worker_max_gap_ms']:.1f} ms)")
     print(f"widget       {report['threaded_compute_s']:.2f} s compute + {report['layers_s'] * 1000:.0f} ms "
           f"adding layers  →  widget/sync = {report['threaded_over_sync']:.3f}")
     print(f"event loop   longest gap {report['max_gap_ms']:.1f} ms, p99 {report['p99_gap_ms']:.1f} ms "
