@@ -97,6 +97,11 @@ class AttentionWidget(QWidget):
     signal fires once the outcome was applied (layers added) or dropped.
     """
 
+    #: Also show progress in napari's activity dock. napari then animates a "busy" GIF in the
+    #: status bar for the whole run; with software OpenGL (Mesa llvmpipe: CI, VMs, remote
+    #: desktops) every frame recomposites the window, which costs CPU the run would use.
+    activity_progress: bool = True
+
     run_finished = Signal(object)  # JobOutcome
     outputs_updated = Signal(object)  # RunRecord, after a run or a threshold change
 
@@ -568,7 +573,8 @@ class AttentionWidget(QWidget):
         worker.finished.connect(self._on_finished)
         self.worker = worker
         self.last_outcome = None
-        self._pbar = progress(total=1000, desc=f"Attention regularization: {layer.name}")
+        self._pbar = progress(total=1000, desc=f"Attention regularization: {layer.name}") \
+            if self.activity_progress else None
         self._set_busy(True)
         n = len(spec.planes)
         self.status_label.setText(f"Running on {layer.name!r}" + (f" ({n} planes)" if n > 1 else "") + "…")
