@@ -5,9 +5,18 @@ figure)? The answer hangs on one to three small localized figures among many int
 nuclei (``napari_attnreg.synthetic``), so the model must look at them. A small timm
 VisionTransformer (class token, patch 8, 128x128 input, 4 blocks) is trained on CPU.
 
-Besides the classification loss, a small *attention-guidance* term rewards last-block CLS
-attention (mean over heads) on the tokens of the decisive figures in abnormal images. This
-is stated in the model card: the demo model is meant to have attention that means
+Classification alone does not get this from-scratch ViT off chance within a CPU budget (a
+needle-in-a-haystack label; see the ablation in the model card), so an auxiliary loss uses
+the planted masks (``--aux``):
+
+- ``attention`` (default, the bundled weights): *attention guidance*, −log of the share of
+  the last block's CLS attention (mean over heads) on the decisive tokens, abnormal images only.
+- ``tokens``: a linear head on the final patch tokens (discarded after training) predicts
+  which tokens hold a mitotic figure; the CLS attention itself is never supervised, so its
+  concentration on the figures is learnt, not imposed.
+- ``none``: classification only.
+
+This is stated in the model card: the demo model is meant to have attention that means
 something, so that the bootstrap statistics have a known answer to find.
 
 Run from the repository root (about 10 minutes on 2 CPU cores)::
@@ -36,6 +45,7 @@ from napari_attnreg.synthetic import TRAINING_SCALE, make_cell_image, write_demo
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "napari_attnreg"
 TRAIN_STREAM, TEST_STREAM = 0, 2
+AUX_MODES = ("attention", "tokens", "none")
 
 
 def make_split(n: int, stream: int, seed: int, size: int, patch: int) -> tuple[np.ndarray, ...]:
@@ -116,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=14)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--guidance", type=float, default=0.3, help="weight of the attention-guidance loss")
+    ap.add_argument("--guidance", type=float, default=0.3, help="weight of the auxiliary loss")
+    ap.add_argument("--aux", choices=AUX_MODES, default="attention",
+                    help="auxiliary loss on the planted masks: CLS-attention guidance, a per-token "
+                         "head on the patch features, or none")
     ap.add_argument("--img-size", type=int, default=128)
     ap.add_argument("--patch", type=int, default=8)
     ap.add_argument("--embed-dim", type=int, default=128)
@@ -136,7 +149,14 @@ def main(argv: list[str] | None = None) -> int:
     mean, std = float(tr_x.mean()), float(tr_x.std())
 
     model, kwargs = build_model(args)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.05)
+    params = list(model.parameters())
+    if args.aux == "tokens":
+        # training-only head on the final (normed) patch tokens; not part of the saved model
+        token_head = torch.nn.Linear(args.embed_dim, 1)
+        params += list(token_head.parameters())
+        features = {}
+        model.norm.register_forward_hook(lambda m, i, o: features.update(tokens=o))
+    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.05)
     steps = args.epochs * (len(tr_x) // args.batch_size)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=steps, pct_start=0.1)
     gen = torch.Generator().manual_seed(args.seed)
@@ -156,7 +176,12 @@ def main(argv: list[str] | None = None) -> int:
             logits, att = forward_with_attention(model, x)
             loss_cls = F.cross_entropy(logits, y)
             pos = (y == 1) & (cover.flatten(1).sum(1) > 0)
-            if pos.any():
+            if args.aux == "tokens":
+                tok_logits = token_head(features["tokens"][:, model.num_prefix_tokens:]).squeeze(-1)
+                target = (cover.flatten(1) >= 0.25).float()
+                # ~3 % of tokens are positive: up-weight them so the head does not predict all-zero
+                loss_att = F.binary_cross_entropy_with_logits(tok_logits, target, pos_weight=torch.tensor(5.0))
+            elif args.aux == "attention" and pos.any():
                 inside = (cover.flatten(1)[pos] >= 0.25).float()
                 share = (att[pos] * inside).sum(1) / att[pos].sum(1)
                 loss_att = -torch.log(share.clamp_min(1e-6)).mean()
@@ -165,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             loss = loss_cls + args.guidance * loss_att
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
             sched.step()
             run_cls += float(loss_cls.detach())
@@ -197,6 +222,38 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+_LOSS_TEXT = {
+    "attention": (
+        "Loss = cross-entropy + {w} x attention guidance, where attention guidance is\n"
+        "−log(share of the last block's mean CLS attention on tokens ≥ 25 % covered by a mitotic "
+        "figure),\non abnormal images only. **The demo model's attention was encouraged to look at "
+        "the decisive\nobjects**: it is a test article with a known answer for the bootstrap "
+        "statistics, not a\ndiscovery about mitosis."),
+    "tokens": (
+        "Loss = cross-entropy + {w} x token loss: a linear head on the final patch tokens (dropped "
+        "after\ntraining) predicts which tokens are ≥ 25 % covered by a mitotic figure (binary "
+        "cross-entropy,\npositives weighted 5x). The CLS attention itself is never supervised; "
+        "its concentration on the\nfigures is learnt. It is a test article with a known answer "
+        "for the bootstrap statistics,\nnot a discovery about mitosis."),
+    "none": "Loss = cross-entropy only.",
+}
+
+# Measured once with this script (seed 0, 3200 images, 6 epochs, same settings as the bundled
+# weights, --out elsewhere); not re-run by a training run.
+ABLATION = """**Ablation: why an auxiliary loss.** Same settings, 400 held-out images (stream 2):
+
+| `--aux` (weight) | held-out accuracy | CLS attention on mitotic tokens | their area | median enrichment |
+|---|---:|---:|---:|---:|
+| `attention` (0.3), bundled | 0.843 | 83.1 % | 3.5 % | 25.6x |
+| `tokens` (1.0), attention never supervised | 0.843 | 51.4 % | 3.5 % | 15.4x |
+| `none` (classification only) | 0.515 | 4.9 % | 3.5 % | 1.1x |
+
+Classification alone stays at chance within this CPU budget (5 min of training); a per-token
+auxiliary head that never touches the attention already makes the CLS attention concentrate on
+the figures, and attention guidance concentrates it further.
+"""
+
+
 def model_card(cfg: dict, n_params: int, args: argparse.Namespace) -> str:
     k, h = cfg["timm_kwargs"], cfg["held_out"]
     return f"""# Demo model card: `demo` (napari-attnreg)
@@ -218,17 +275,14 @@ images (stream 2), balanced classes.
 batch {args.batch_size}, {args.epochs} epochs, flips/rot90 and gain augmentation, on
 {args.threads} CPU threads: {cfg['training_seconds'] / 60:.1f} min training
 (+{cfg['data_seconds']:.0f} s data generation).
-Loss = cross-entropy + {args.guidance} x attention guidance, where attention guidance is
-−log(share of the last block's mean CLS attention on tokens ≥ 25 % covered by a mitotic figure),
-on abnormal images only. **The demo model's attention was encouraged to look at the decisive
-objects**: it is a test article with a known answer for the bootstrap statistics, not a
-discovery about mitosis.
+{_LOSS_TEXT[args.aux].format(w=args.guidance)}
 
 **Held-out results** ({args.n_test} images): accuracy {h['accuracy']:.3f}; in abnormal images
 the mitotic tokens cover {100 * h['mask_area_fraction']:.1f} % of the image but receive
 {100 * h['attention_mass_in_mask']:.1f} % of the CLS attention (median enrichment
 {h['enrichment_median']:.1f}x).
 
+{ABLATION}
 **Intended use.** Offline demos, tests and validation of napari-attnreg. Not for any
 biological or clinical decision.
 """
