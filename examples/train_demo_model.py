@@ -68,9 +68,9 @@ def make_split(n: int, stream: int, seed: int, size: int, patch: int) -> tuple[n
 def build_model(args: argparse.Namespace) -> tuple[torch.nn.Module, dict]:
     from timm.models.vision_transformer import VisionTransformer
 
-    kwargs = dict(img_size=args.img_size, patch_size=args.patch, in_chans=3, num_classes=2,
-                  embed_dim=args.embed_dim, depth=args.depth, num_heads=args.heads, mlp_ratio=4.0,
-                  class_token=True, global_pool="token", qkv_bias=True)
+    kwargs = {"img_size": args.img_size, "patch_size": args.patch, "in_chans": 3, "num_classes": 2,
+                  "embed_dim": args.embed_dim, "depth": args.depth, "num_heads": args.heads, "mlp_ratio": 4.0,
+                  "class_token": True, "global_pool": "token", "qkv_bias": True}
     return VisionTransformer(**kwargs), kwargs
 
 

@@ -280,7 +280,7 @@ def make_cell_image(
     psf = float(rng.uniform(0.8, 1.8) if psf_sigma is None else psf_sigma) * scale
     photons = float(np.exp(rng.uniform(np.log(60), np.log(800))) if photons is None else photons)
 
-    n_cells = max(1, int(round(density * h * w / (np.pi * r_mean**2))))
+    n_cells = max(1, round(density * h * w / (np.pi * r_mean**2)))
     if label:
         n_fig = int(n_abnormal or rng.choice([1, 2, 3], p=[0.6, 0.3, 0.1]))
     else:
