@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from napari.utils import progress
 from qtpy.QtCore import QTimer
 
 pytestmark = pytest.mark.gui
@@ -27,6 +28,9 @@ def test_event_loop_keeps_ticking_during_a_run(viewer_widget, qtbot, cells_image
             t0 = time.perf_counter()
             worker = widget.run()
             worker.yielded.connect(lambda _: last_yield.append(time.perf_counter()))
+            # progress also goes to napari's activity dock (a napari progress bar)
+            assert isinstance(widget._pbar, progress) and widget._pbar in progress._all_instances
+            qtbot.waitUntil(lambda: widget.progress_bar.value() > 0, timeout=30_000)
     finally:
         timer.stop()
     # gaps while the worker computes: from Run to the last progress event (layers come after)
@@ -36,3 +40,4 @@ def test_event_loop_keeps_ticking_during_a_run(viewer_widget, qtbot, cells_image
     assert len(during) > 10, "the timer never ticked while the job ran"
     assert gaps.max() < 1.0, f"event loop blocked for {gaps.max():.3f} s during the run"
     assert viewer.layers["cells · attention"].data.any()
+    assert widget._pbar is None and not widget.progress_bar.value()  # closed and reset
