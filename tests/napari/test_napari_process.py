@@ -44,3 +44,23 @@ def test_model_import_after_viewer_does_not_crash():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ERROR None" in proc.stdout
     assert "img · attention" in proc.stdout and "img · significant" in proc.stdout
+
+
+SCRIPT_CORE = r"""
+import numpy as np
+import napari
+
+viewer = napari.Viewer()  # a notebook or script that opened napari, then calls the core
+from napari_attnreg import regularize
+res = regularize(np.random.default_rng(0).random((64, 64)), "demo", n_boot=4, device="cpu")
+print("GRID", res.grid_shape)
+viewer.close()
+"""
+
+
+def test_core_after_viewer_does_not_crash():
+    """The guard lives in core.load_backbone, so scripts get it as well as the widget."""
+    proc = subprocess.run([sys.executable, "-c", SCRIPT_CORE], check=False, capture_output=True,
+                          text=True, timeout=180, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "GRID (16, 16)" in proc.stdout

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .triton_guard import avoid_triton_llvm_clash
+
 DEMO_DIR = Path(__file__).resolve().parent.parent / "models"
 DEMO_NAME = "demo"
 
@@ -124,6 +126,8 @@ def load_backbone(
     >>> bb.patch_size, bb.num_prefix_tokens
     ((16, 16), 1)
     """
+    # timm imports Triton; next to an open napari viewer on software OpenGL that segfaults
+    avoid_triton_llvm_clash()
     if isinstance(model, nn.Module):
         bb = _from_module(model, name=type(model).__name__, weights="given module")
     elif isinstance(model, Backbone):
