@@ -39,7 +39,9 @@ def test_run_on_tiff_stack_and_png(tmp_path, weights, blob_image, capsys):
                      "stack_1.attnreg.npz", "stack_1.attnreg.png"]
     res = AttentionResult.load(out / "stack_1.attnreg.npz")
     assert res.image_shape == blob_image.shape and res.metadata["n_boot"] == 6
-    assert res.thresholds == {"rule": "p", "z_th": 0.0, "p_th": 0.2, "l_th": 0.3}
+    # the directional default: no z mask, its own l_th/q_th; the explicit rule and p_th win
+    assert res.thresholds == {"rule": "p", "z_th": None, "p_th": 0.2, "l_th": 0.2, "q_th": 0.1}
+    assert res.preset == "directional" and res.metadata["preset"] == "directional"
     assert res.metadata["source"].endswith("stack.tif") and res.metadata["plane"] == "1"
     assert (out / "rgb.attnreg.png").stat().st_size > 10_000
     assert "grid" in capsys.readouterr().out
@@ -63,7 +65,7 @@ def test_demo_command_runs_offline(tmp_path, capsys):
     results = sorted(tmp_path.glob("*.attnreg.npz"))
     assert len(results) == 1 and results[0].with_suffix(".png").exists()
     res = AttentionResult.load(results[0])
-    assert res.metadata["n_boot"] == 6
+    assert res.metadata["n_boot"] == 6 and res.preset == "directional"
     from napari_attnreg.core.backbones import DEMO_DIR
 
     if (DEMO_DIR / "demo_vit.safetensors").is_file():
@@ -71,3 +73,20 @@ def test_demo_command_runs_offline(tmp_path, capsys):
     else:  # a checkout without the trained files must say plainly that the weights are random
         assert res.metadata["random_init"]
         assert "RANDOM weights" in capsys.readouterr().err
+
+
+def test_paper_preset_from_the_command_line(tmp_path, weights):
+    """--preset paper gives the published defaults; mixing it with directional-only options
+    is one clear line, not a traceback."""
+    tifffile.imwrite(tmp_path / "img.tif", (np.random.default_rng(0).random((64, 64)) * 999)
+                     .astype(np.uint16))
+    common = ["run", str(tmp_path / "img.tif"), "--model", str(weights), "--arch",
+              "vit_tiny_patch16_224", "--n-boot", "6", "--quiet", "--device", "cpu"]
+    assert main([*common, "--preset", "paper", "--out", str(tmp_path / "paper")]) == 0
+    res = AttentionResult.load(tmp_path / "paper" / "img.attnreg.npz")
+    assert res.preset == "paper"
+    assert res.thresholds == {"rule": "lfdr", "z_th": 0.0, "p_th": 0.3, "l_th": 0.3, "q_th": 0.1}
+    assert res.metadata["p_method"] == "pooled" and res.metadata["pi0_method"] == "reference"
+    assert main([*common, "--preset", "paper", "--null-pool", "position",
+                 "--out", str(tmp_path / "bad")]) == 2
+    assert main([*common, "--alternative", "two-sided", "--out", str(tmp_path / "bad")]) == 2

@@ -10,7 +10,7 @@ import napari_attnreg.core.engine as engine_mod
 from napari_attnreg import AttentionResult, regularize
 from napari_attnreg.core.engine import CancelToken, RunCancelled, RunConfig, drain, run_engine
 
-FAST = dict(n_boot=12, chunk_size=5, device="cpu")
+FAST = dict(n_boot=12, chunk_size=5, device="cpu", preset="paper")
 
 
 def assert_close_result(a, b):
@@ -140,7 +140,7 @@ def test_thresholds_reapply_without_recomputing(tiny_backbone, blob_image):
     strict = res.regularized("p", p_th=0.0)
     assert np.count_nonzero(strict) <= np.count_nonzero(loose)
     np.testing.assert_array_equal(loose, np.where(res.z >= 0, res.attention, 0))
-    assert set(res.regularized_maps()) == {"base", "p", "lfdr", "pi0", "soft"}
+    assert set(res.regularized_maps()) == {"base", "q", "p", "lfdr", "pi0", "soft"}
     assert res.significant("lfdr", l_th=1.0).sum() == (res.z >= 0).sum()
     other = res.with_thresholds(rule="p", p_th=0.05)
     assert other.thresholds["rule"] == "p" and res.thresholds["rule"] == "lfdr"

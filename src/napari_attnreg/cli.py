@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from .core.nulls import NULL_METHODS
-from .core.regularize import DEFAULT_L_TH, DEFAULT_P_TH, DEFAULT_Z_TH, RULES
+from .core.presets import DEFAULT_PRESET, PRESET_DEFAULTS, PRESETS
+from .core.regularize import RULES
 
 
 def read_image(path: Path) -> np.ndarray:
@@ -30,33 +31,32 @@ def read_image(path: Path) -> np.ndarray:
 
 
 def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Path:
-    """PNG with the image, raw attention, p-value, posterior and the regularized map."""
+    """PNG: the image, then every continuous map of the result's preset, each with a legend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rule = result.thresholds["rule"]
-    panels = [
-        ("raw attention", result.attention, "magma", None),
-        ("p-value (dark = significant)", result.p, "viridis", (0, 1)),
-        ("posterior P(non-null)", result.posterior, "inferno", (0, 1)),
-        (f"regularized ({rule})", result.regularized(), "magma", None),
-    ]
-    fig, axes = plt.subplots(1, 5, figsize=(20, 4.4), constrained_layout=True)
+    from .core.display import CONTINUOUS_MAPS, SIGNIFICANT_COLOR, diagnostics_lines
+
+    thresholds = result._thresholds()
+    fig, axes = plt.subplots(1, 1 + len(CONTINUOUS_MAPS), figsize=(20, 5.0), constrained_layout=True)
     axes[0].imshow(display, cmap="gray" if display.ndim == 2 else None)
     axes[0].set_title("image")
     sig = result.to_pixels(result.significant().astype(float))
-    for ax, (name, token_map, cmap, lim) in zip(axes[1:], panels):
+    for ax, view in zip(axes[1:], CONTINUOUS_MAPS):
         ax.imshow(display, cmap="gray" if display.ndim == 2 else None)
-        vmin, vmax = lim if lim else (0, float(np.max(result.attention)))
-        im = ax.imshow(result.to_pixels(token_map), cmap=cmap, alpha=0.6, vmin=vmin, vmax=vmax)
-        ax.set_title(name)
-        fig.colorbar(im, ax=ax, fraction=0.046)
-    axes[4].contour(sig, levels=[0.5], colors="cyan", linewidths=0.8)
+        vmin, vmax = view.limits(result)
+        im = ax.imshow(result.to_pixels(view.values(result, thresholds)), cmap=view.colormap,
+                       alpha=0.6, vmin=vmin, vmax=vmax)
+        ax.set_title(view.title(result.preset, thresholds), fontsize=10)
+        bar = fig.colorbar(im, ax=ax, fraction=0.046, orientation="horizontal", pad=0.02)
+        bar.set_label(view.legend(result.preset), fontsize=7, wrap=True)
+    axes[-1].contour(sig, levels=[0.5], colors=SIGNIFICANT_COLOR, linewidths=0.9)
     for ax in axes:
         ax.set_axis_off()
-    fig.suptitle(title, fontsize=10)
+    notes = diagnostics_lines(result)
+    fig.suptitle("\n".join([title, *notes]), fontsize=9)
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
@@ -65,9 +65,11 @@ def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Pat
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     opts: dict[str, Any] = dict(
         method=args.method, n_boot=args.n_boot, seed=args.seed, device=args.device,
-        chunk_size=args.chunk_size, precision=args.precision, rule=args.rule,
-        p_th=args.p_th, l_th=args.l_th, z_th=args.z_th, p_method=args.p_method,
-        alternative=args.alternative, pi0_method=_pi0(args.pi0_method), null=args.null,
+        chunk_size=args.chunk_size, precision=args.precision, preset=args.preset, rule=args.rule,
+        p_th=args.p_th, l_th=args.l_th, q_th=args.q_th, z_th=_z_th(args.z_th),
+        p_method=args.p_method, alternative=args.alternative,
+        pi0_method=_pi0(args.pi0_method) if args.pi0_method else None, null=args.null,
+        null_pool=args.null_pool,
         layer=args.layer, keep_nulls=args.keep_nulls, target_size=_size(args.target_size),
         channel_axis=args.channel_axis, merge=args.merge,
     )
@@ -81,6 +83,12 @@ def _pi0(value: str) -> str | float:
         return float(value)
     except ValueError:
         return value
+
+
+def _z_th(value: str | None) -> float | None:
+    if value is None or value.lower() == "none":
+        return None
+    return float(value)
 
 
 def _size(value: str) -> Any:
@@ -178,14 +186,29 @@ def _add_run_options(p: argparse.ArgumentParser, n_boot: int) -> None:
     p.add_argument("--device", default="auto", help="auto (cuda → mps → cpu), cuda, mps or cpu")
     p.add_argument("--chunk-size", type=int, default=None, help="null images per chunk (default: from memory)")
     p.add_argument("--precision", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    p.add_argument("--rule", choices=RULES, default="lfdr", help="regularization rule for the figure")
-    p.add_argument("--p-th", type=float, default=DEFAULT_P_TH)
-    p.add_argument("--l-th", type=float, default=DEFAULT_L_TH)
-    p.add_argument("--z-th", type=float, default=DEFAULT_Z_TH)
-    p.add_argument("--p-method", choices=["pooled", "null"], default="pooled")
-    p.add_argument("--alternative", choices=["two-sided", "greater"], default="two-sided")
-    p.add_argument("--pi0-method", default="reference", help="reference, smoother, bootstrap or a number")
-    p.add_argument("--null", choices=["theoretical", "empirical"], default="theoretical")
+    d, paper = PRESET_DEFAULTS["directional"], PRESET_DEFAULTS["paper"]
+
+    def both(key: str) -> str:
+        return f"default: {d[key]} (directional), {paper[key]} (paper)"
+
+    p.add_argument("--preset", choices=PRESETS, default=DEFAULT_PRESET,
+                   help="directional: is attention ABOVE the null (one-sided, q-value rule); "
+                        "paper: the published two-sided procedure, unchanged")
+    p.add_argument("--rule", choices=RULES, default=None, help="significance rule; " + both("rule"))
+    p.add_argument("--q-th", type=float, default=None, help="q-value threshold; " + both("q_th"))
+    p.add_argument("--p-th", type=float, default=None, help="p-value threshold; " + both("p_th"))
+    p.add_argument("--l-th", type=float, default=None, help="local fdr threshold; " + both("l_th"))
+    p.add_argument("--z-th", default=None, help="z mask ('none' = off); " + both("z_th"))
+    p.add_argument("--null-pool", choices=["pooled", "position"], default=None,
+                   help="directional only: compare each patch with all null patches (pooled) or "
+                        "with its own position (position-locked attention)")
+    p.add_argument("--p-method", choices=["pooled", "null"], default=None, help="paper preset only")
+    p.add_argument("--alternative", choices=["two-sided", "greater"], default=None,
+                   help="paper preset only")
+    p.add_argument("--pi0-method", default=None,
+                   help="reference, smoother, bootstrap or a number; " + both("pi0_method"))
+    p.add_argument("--null", choices=["theoretical", "empirical"], default=None,
+                   help="paper preset only: null of the local fdr")
     p.add_argument("--layer", type=int, default=-1, help="transformer block (-1 = last)")
     p.add_argument("--target-size", default="model", help="'model', 'native' or the long side in pixels")
     p.add_argument("--channel-axis", type=int, default=None, help="axis of channels in multichannel images")

@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import warnings
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -20,11 +21,21 @@ import torch
 
 from .attention import cls_attention
 from .backbones import Backbone, load_backbone
+from .diagnostics import diagnose
+from .directional import NULL_POOLS, directional_statistics
 from .images import PreparedImage, TargetSize, map_over_stack, prepare_image
 from .nulls import NullConfig, null_images
-from .regularize import DEFAULT_L_TH, DEFAULT_P_TH, DEFAULT_Z_TH, RULES
+from .presets import DEFAULT_PRESET, THRESHOLD_KEYS, resolve_options
+from .regularize import RULES
 from .result import AttentionResult
-from .stats import compute_statistics
+from .stats import (
+    ALTERNATIVES,
+    NULL_MODELS,
+    P_METHODS,
+    PI0_METHODS,
+    StatisticsWarning,
+    compute_statistics,
+)
 
 Precision = Literal["auto", "float32", "bfloat16", "float16"]
 CPU_MAX_CHUNK = 32  # beyond this CPU throughput no longer improves and memory keeps growing
@@ -81,8 +92,13 @@ class Progress:
 
 @dataclass
 class RunConfig:
-    """Every option of a run (all keyword arguments of :func:`regularize`)."""
+    """Every option of a run (all keyword arguments of :func:`regularize`).
 
+    ``preset`` ("directional", the default, or "paper") fills every statistics option left at
+    ``None``; :meth:`resolved` returns the config with those filled in.
+    """
+
+    preset: str = DEFAULT_PRESET
     method: str = "normal"
     n_boot: int = 200
     seed: int = 0
@@ -92,14 +108,16 @@ class RunConfig:
     precision: Precision = "auto"
     layer: int = -1
     head: str | int = "mean"
-    p_method: str = "pooled"
-    alternative: str = "two-sided"
-    pi0_method: str | float = "reference"
-    null: str = "theoretical"
-    rule: str = "lfdr"
-    z_th: float = DEFAULT_Z_TH
-    p_th: float = DEFAULT_P_TH
-    l_th: float = DEFAULT_L_TH
+    p_method: str | None = None
+    alternative: str | None = None
+    pi0_method: str | float | None = None
+    null: str | None = None
+    null_pool: str | None = None
+    rule: str | None = None
+    z_th: float | None = None
+    p_th: float | None = None
+    l_th: float | None = None
+    q_th: float | None = None
     std_factor: float = 1.0
     per_channel: bool = True
     block_size: int | None = None
@@ -110,7 +128,34 @@ class RunConfig:
     merge: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def resolved(self) -> "RunConfig":
+        """A copy with every preset-dependent option filled in (and checked against it)."""
+        keys = ("p_method", "alternative", "pi0_method", "null", "null_pool", *THRESHOLD_KEYS)
+        return replace(self, **resolve_options(self.preset, {k: getattr(self, k) for k in keys}))
+
+    def thresholds(self) -> dict[str, Any]:
+        """The rule and thresholds of a resolved config."""
+        return {k: getattr(self, k) for k in THRESHOLD_KEYS}
+
     def validate(self) -> None:
+        """Raise a ValueError that says what to change for any invalid option."""
+        self.resolved()._validate_resolved()
+
+    def _validate_resolved(self) -> None:
+        for name in ("p_th", "l_th", "q_th"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not (
+                    0.0 <= float(value) <= 1.0):
+                raise ValueError(f"{name} must be a number in [0, 1], got {value!r}.")
+        if self.null_pool not in NULL_POOLS:
+            raise ValueError(f"null_pool must be one of {NULL_POOLS}, got {self.null_pool!r}.")
+        for name, allowed in (("p_method", P_METHODS), ("alternative", ALTERNATIVES),
+                              ("null", NULL_MODELS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}.")
+        if isinstance(self.pi0_method, str) and self.pi0_method not in PI0_METHODS:
+            raise ValueError(f"pi0_method must be one of {PI0_METHODS} or a number in [0, 1], "
+                             f"got {self.pi0_method!r}.")
         if not isinstance(self.n_boot, (int, np.integer)) or self.n_boot < 1:
             raise ValueError(f"n_boot must be a positive integer, got {self.n_boot!r}.")
         if self.chunk_size is not None and self.chunk_size < 1:
@@ -228,7 +273,8 @@ def run_engine(
     RunCancelled
         When ``cancel`` was set; nothing partial is returned.
     """
-    config.validate()
+    config = config.resolved()
+    config._validate_resolved()
     t_start = time.perf_counter()
     device = resolve_device(config.device)
     dtype = autocast_dtype(device, config.precision)
@@ -243,6 +289,7 @@ def run_engine(
     if backbone.device != device:
         backbone.to(device)
     x = prepared.tensor.to(device)
+    source = prepared.source.to(device)  # nulls are drawn in the image's own channels
     null_cfg = NullConfig(config.method, config.std_factor, config.per_channel, config.block_size)
     head = config.head
     chunk = config.chunk_size or auto_chunk_size(backbone, prepared.model_shape, device, dtype,
@@ -272,8 +319,9 @@ def run_engine(
             size = min(chunk, n_boot - done)
             try:
                 ta = time.perf_counter()
-                batch = null_images(x, range(done, done + size), null_cfg, seed=config.seed,
-                                    patch_size=backbone.patch_size[0])
+                batch = prepared.channel_map(null_images(
+                    source, range(done, done + size), null_cfg, seed=config.seed,
+                    patch_size=backbone.patch_size[0]))
                 tb = time.perf_counter()
                 with _amp(device, dtype):
                     maps = cls_attention(backbone, batch, layer=config.layer, head=head)
@@ -311,9 +359,7 @@ def run_engine(
         if cancel is not None:
             cancel.raise_if_cancelled()
         t0 = time.perf_counter()
-        stats = compute_statistics(observed.reshape(-1), null_scores, p_method=config.p_method,
-                                   alternative=config.alternative, pi0_method=config.pi0_method,
-                                   null=config.null)
+        stats, warnings_seen = _statistics(observed.reshape(-1), null_scores, config)
         timings["statistics_s"] = time.perf_counter() - t0
         kept = null_scores.reshape(n_boot, *grid).cpu().numpy() if config.keep_nulls else None
     timings["total_s"] = time.perf_counter() - t_start
@@ -329,6 +375,7 @@ def run_engine(
     metadata = {
         **{k: v for k, v in cfg.items() if k != "device"},
         "model": backbone.name,
+        "model_domain": getattr(backbone, "domain", None),
         "weights": backbone.weights,
         "random_init": backbone.is_random_init,
         "num_prefix_tokens": backbone.num_prefix_tokens,
@@ -338,18 +385,49 @@ def run_engine(
         "timings": timings,
         "package_version": _package_version(),
         "torch_version": torch.__version__,
+        "channel_map": prepared.channel_map.kind,
+        "lfdr_fit": stats.null_summary.get("lfdr_fit"),
         **config.extra,
     }
+    metadata["diagnostics"] = [d.as_dict() for d in diagnose(
+        observed.cpu().numpy(), pi0=float(stats.pi0), lfdr_fit=str(stats.null_summary["lfdr_fit"]),
+        random_init=backbone.is_random_init, model_name=backbone.name,
+        domain=getattr(backbone, "domain", None), domain_note=getattr(backbone, "description", None),
+        warnings_seen=warnings_seen)]
     yield Progress("statistics", n_boot, n_boot, chunk, time.perf_counter() - t_start, "statistics done")
     return AttentionResult(
         attention=observed.cpu().numpy().astype(np.float64),
         z=grid_map(stats.z), p=grid_map(stats.p), lfdr=grid_map(stats.lfdr),
         posterior=grid_map(stats.posterior), q=grid_map(stats.q), pi0=float(stats.pi0),
-        thresholds={"rule": config.rule, "z_th": config.z_th, "p_th": config.p_th, "l_th": config.l_th},
+        thresholds=config.thresholds(),
         image_shape=prepared.image_shape, model_shape=prepared.model_shape,
         patch_size=prepared.patch_size, head_attention=heads_obs.cpu().numpy().astype(np.float64),
         null_summary=summary, null_scores=kept, metadata=metadata,
     )
+
+
+def _statistics(observed: torch.Tensor, null_scores: torch.Tensor,
+                config: RunConfig) -> tuple[Any, list[str]]:
+    """The preset's statistics, and the messages of the statistics warnings they raised.
+
+    The warnings are re-raised for Python users and also kept, so every front end can show
+    them as sentences (a GUI user never sees a Python warning).
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", StatisticsWarning)
+        if config.preset == "directional":
+            stats = directional_statistics(observed, null_scores, null_pool=config.null_pool,
+                                           pi0_method=config.pi0_method)
+        else:
+            stats = compute_statistics(observed, null_scores, p_method=config.p_method,
+                                       alternative=config.alternative,
+                                       pi0_method=config.pi0_method, null=config.null)
+    seen = []
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if issubclass(w.category, StatisticsWarning):
+            seen.append(str(w.message))
+    return stats, seen
 
 
 def drain(gen: Generator[Progress, None, AttentionResult],

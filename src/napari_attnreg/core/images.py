@@ -20,6 +20,57 @@ TargetSize = int | tuple[int, int] | Literal["model", "native"] | None
 
 
 @dataclass(frozen=True)
+class ChannelMap:
+    """How the image's own channels become the model's normalised input channels.
+
+    The bootstrap nulls are drawn in the image's own channels and then pass through the same
+    map as the observed image, so a grey image gets grey nulls (one noise channel, repeated),
+    never independent noise in each model channel.
+
+    Attributes
+    ----------
+    source_channels, model_channels : int
+    mean, std : tuple of float
+        The model's normalisation, one value per model channel.
+    """
+
+    source_channels: int
+    model_channels: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    @property
+    def kind(self) -> str:
+        """``identity``, ``repeat`` (grey → every channel), ``average`` or ``zero-fill``."""
+        if self.source_channels == self.model_channels:
+            return "identity"
+        if self.source_channels == 1:
+            return "repeat"
+        if self.model_channels == 1:
+            return "average"
+        return "zero-fill"
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        """``(N, source_channels, H, W)`` intensities in [0, 1] → normalised model input."""
+        if images.ndim != 4 or images.shape[1] != self.source_channels:
+            raise ValueError(f"expected (N, {self.source_channels}, H, W) images, got "
+                             f"{tuple(images.shape)}")
+        kind = self.kind
+        if kind == "repeat":
+            images = images.expand(-1, self.model_channels, -1, -1)
+        elif kind == "average":
+            images = images.mean(1, keepdim=True)
+        elif kind == "zero-fill":
+            # like a microscope's RGB view: missing model channels stay black, extra ones go
+            pad = images.new_zeros(images.shape[0], max(0, self.model_channels - images.shape[1]),
+                                   *images.shape[2:])
+            images = torch.cat([images, pad], 1)[:, : self.model_channels]
+        m = torch.tensor(self.mean, dtype=torch.float32, device=images.device)[:, None, None]
+        s = torch.tensor(self.std, dtype=torch.float32, device=images.device)[:, None, None]
+        return ((images.float() - m) / s).contiguous()
+
+
+@dataclass(frozen=True)
 class PreparedImage:
     """A model-ready image and its geometry relative to the original array.
 
@@ -27,6 +78,11 @@ class PreparedImage:
     ----------
     tensor : torch.Tensor
         ``(C, H, W)`` float32, normalised with the model's mean/std.
+    source : torch.Tensor
+        ``(c, H, W)`` float32 in [0, 1]: the image in its *own* ``c`` channels at the model's
+        size, before the channel map; bootstrap nulls are drawn from it.
+    channel_map : ChannelMap
+        ``channel_map(source[None])[0]`` is ``tensor``; nulls go through it too.
     display : np.ndarray
         ``(H0, W0)`` or ``(H0, W0, 3)`` float32 in [0, 1]: the scaled original, for figures.
     image_shape : tuple of int
@@ -41,6 +97,8 @@ class PreparedImage:
     image_shape: tuple[int, int]
     model_shape: tuple[int, int]
     patch_size: tuple[int, int]
+    source: torch.Tensor
+    channel_map: ChannelMap
 
     @property
     def grid_shape(self) -> tuple[int, int]:
@@ -217,25 +275,18 @@ def prepare_image(
         raise ValueError(f"The image ({h0}x{w0} px) is smaller than one {ph}x{pw} patch of this "
                          "model; use a larger image or a model with smaller patches.")
     display = scale_intensity(arr, percentiles)
-    in_chans = len(mean)
     chw = torch.from_numpy(np.ascontiguousarray(display))
     chw = chw[None] if chw.ndim == 2 else chw.permute(2, 0, 1)
-    if chw.shape[0] != in_chans:
-        if chw.shape[0] == 1:
-            chw = chw.expand(in_chans, -1, -1)
-        elif in_chans == 1:
-            chw = chw.mean(0, keepdim=True)
-        else:  # 2 channels into an RGB model: fill the third with zeros, like a microscope's RGB view
-            chw = torch.cat([chw, chw.new_zeros(in_chans - chw.shape[0], *chw.shape[1:])])[:in_chans]
     h, w = model_input_shape((h0, w0), patch_size, target_size, default_size)
     if (h, w) != (h0, w0):
         chw = F.interpolate(chw[None].float(), size=(h, w), mode="bilinear",
                             antialias=h < h0 or w < w0, align_corners=False)[0]
-    m = torch.tensor(mean, dtype=torch.float32)[:, None, None]
-    s = torch.tensor(std, dtype=torch.float32)[:, None, None]
-    tensor = ((chw.float() - m) / s).contiguous()
-    return PreparedImage(tensor=tensor, display=display, image_shape=(h0, w0), model_shape=(h, w),
-                         patch_size=(ph, pw))
+    source = chw.float().contiguous()
+    channel_map = ChannelMap(int(source.shape[0]), len(mean), tuple(float(v) for v in mean),
+                             tuple(float(v) for v in std))
+    return PreparedImage(tensor=channel_map(source[None])[0], display=display,
+                         image_shape=(h0, w0), model_shape=(h, w), patch_size=(ph, pw),
+                         source=source, channel_map=channel_map)
 
 
 def map_over_stack(func: Callable[[np.ndarray], Any], stack: np.ndarray, *, spatial_ndim: int = 2,

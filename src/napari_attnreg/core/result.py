@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from .diagnostics import Diagnostic, from_metadata
+from .presets import THRESHOLD_KEYS, default_thresholds
 from .regularize import RULES, regularized_map, regularized_maps, significance_mask
 
 MAP_NAMES = ("attention", "z", "p", "lfdr", "posterior", "q")
@@ -33,7 +35,8 @@ class AttentionResult:
     pi0 : float
         Estimated proportion of null tokens.
     thresholds : dict
-        ``rule``, ``z_th``, ``p_th``, ``l_th`` used by :meth:`regularized` when not overridden.
+        ``rule``, ``z_th``, ``p_th``, ``l_th``, ``q_th`` used by :meth:`regularized` when not
+        overridden (``z_th`` None: no z mask).
     image_shape : tuple of int
         ``(H0, W0)`` of the original image.
     model_shape : tuple of int
@@ -116,51 +119,66 @@ class AttentionResult:
         total = np.bincount(flat, minlength=gh * gw).astype(np.float64)
         return (inside / np.maximum(total, 1)).reshape(gh, gw)
 
+    # ---- statistics context ---------------------------------------------------------------
+    @property
+    def preset(self) -> str:
+        """``"directional"`` or ``"paper"``: which procedure produced ``p``, ``lfdr``, ..."""
+        return str(self.metadata.get("preset", "paper"))  # files before presets were paper
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        """Plain-sentence findings about this run (untrained model, degenerate π0, ...)."""
+        return from_metadata(self.metadata)
+
+    @property
+    def _pixels_per_token(self) -> int:
+        # the paper takes the pi0 rule's percentile on the upsampled pixel grid
+        return int(self.patch_size[0] * self.patch_size[1]) if self.preset == "paper" else 1
+
     # ---- thresholds -----------------------------------------------------------------------
-    def _thresholds(self, rule: str | None, z_th: float | None, p_th: float | None,
-                    l_th: float | None) -> dict[str, Any]:
-        t = dict(self.thresholds)
-        for key, value in (("rule", rule), ("z_th", z_th), ("p_th", p_th), ("l_th", l_th)):
+    def _thresholds(self, rule: str | None = None, **overrides: float | None) -> dict[str, Any]:
+        unknown = set(overrides) - set(THRESHOLD_KEYS)
+        if unknown:
+            raise ValueError(f"Unknown threshold names: {sorted(unknown)}; use {THRESHOLD_KEYS}.")
+        t = {**default_thresholds(self.preset), **self.thresholds}
+        for key, value in (("rule", rule), *overrides.items()):
             if value is not None:
                 t[key] = value
         if t["rule"] not in RULES:
             raise ValueError(f"Unknown rule {t['rule']!r}; choose one of {RULES}.")
         return t
 
-    def regularized_maps(self, *, z_th: float | None = None, p_th: float | None = None,
-                         l_th: float | None = None) -> dict[str, np.ndarray]:
-        """All regularized maps of METHOD.md §8 (``base``, ``p``, ``lfdr``, ``pi0``, ``soft``)."""
-        t = self._thresholds(None, z_th, p_th, l_th)
-        return regularized_maps(self.attention, self.z, self.p, self.lfdr, self.posterior,
-                                     self.pi0, z_th=t["z_th"], p_th=t["p_th"], l_th=t["l_th"])
+    def _rule_kwargs(self, t: dict[str, Any]) -> dict[str, Any]:
+        return {"z_th": t["z_th"], "p_th": t["p_th"], "l_th": t["l_th"], "q_th": t["q_th"],
+                "q": self.q, "pixels_per_token": self._pixels_per_token}
 
-    def regularized(self, rule: str | None = None, *, z_th: float | None = None,
-                    p_th: float | None = None, l_th: float | None = None) -> np.ndarray:
+    def regularized_maps(self, **thresholds: float | None) -> dict[str, np.ndarray]:
+        """The regularized map of every rule (``base``, ``q``, ``p``, ``lfdr``, ``pi0``, ``soft``)."""
+        t = self._thresholds(None, **thresholds)
+        return regularized_maps(self.attention, self.z, self.p, self.lfdr, self.posterior,
+                                self.pi0, **self._rule_kwargs(t))
+
+    def regularized(self, rule: str | None = None, **thresholds: float | None) -> np.ndarray:
         """Regularized attention ``(gh, gw)`` by one rule, thresholds re-applied on the fly.
 
         Examples
         --------
-        >>> sparse = result.regularized("lfdr", l_th=0.1)   # doctest: +SKIP
+        >>> sparse = result.regularized("q", q_th=0.05)   # doctest: +SKIP
         """
-        t = self._thresholds(rule, z_th, p_th, l_th)
+        t = self._thresholds(rule, **thresholds)
         return regularized_map(t["rule"], self.attention, self.z, self.p, self.lfdr,
-                                    self.posterior, self.pi0, z_th=t["z_th"], p_th=t["p_th"],
-                                    l_th=t["l_th"])
+                               self.posterior, self.pi0, **self._rule_kwargs(t))
 
-    def significant(self, rule: str | None = None, *, z_th: float | None = None,
-                    p_th: float | None = None, l_th: float | None = None) -> np.ndarray:
+    def significant(self, rule: str | None = None, **thresholds: float | None) -> np.ndarray:
         """Boolean ``(gh, gw)`` mask of tokens that the rule keeps."""
-        t = self._thresholds(rule, z_th, p_th, l_th)
+        t = self._thresholds(rule, **thresholds)
         return significance_mask(t["rule"], self.z, self.p, self.lfdr, self.pi0,
-                                      z_th=t["z_th"], p_th=t["p_th"], l_th=t["l_th"])
+                                 posterior=self.posterior, **self._rule_kwargs(t))
 
     def with_thresholds(self, **thresholds: Any) -> "AttentionResult":
         """A copy whose default thresholds are changed (the maps are shared, not recomputed)."""
-        t = self._thresholds(thresholds.pop("rule", None), thresholds.pop("z_th", None),
-                             thresholds.pop("p_th", None), thresholds.pop("l_th", None))
-        if thresholds:
-            raise ValueError(f"Unknown threshold names: {sorted(thresholds)}")
-        return replace(self, thresholds=t)
+        return replace(self, thresholds=self._thresholds(thresholds.pop("rule", None),
+                                                         **thresholds))
 
     # ---- persistence ----------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
@@ -227,16 +245,22 @@ class AttentionResult:
             metadata=header.get("metadata", {}),
         )
 
-    def summary(self) -> str:
-        """A few lines for a status bar or a terminal."""
+    def summary(self, *, diagnostics: bool = True) -> str:
+        """One line for a status bar or a terminal, then one line per warning diagnostic."""
         sig = self.significant()
         md = self.metadata
-        return (
-            f"{md.get('model', '?')} · {md.get('method', '?')} · B={md.get('n_boot', '?')} · "
-            f"grid {self.grid_shape[0]}x{self.grid_shape[1]} · π0={self.pi0:.3f} · "
-            f"{int(sig.sum())}/{sig.size} tokens significant ({self.thresholds['rule']}) · "
+        t = self._thresholds()
+        line = (
+            f"{md.get('model', '?')} · {self.preset} · {md.get('method', '?')} · "
+            f"B={md.get('n_boot', '?')} · grid {self.grid_shape[0]}x{self.grid_shape[1]} · "
+            f"π0={self.pi0:.3f} · {int(sig.sum())}/{sig.size} tokens significant "
+            f"({t['rule']}) · "
             f"{md.get('timings', {}).get('total_s', float('nan')):.2f} s on {md.get('device', '?')}"
         )
+        if not diagnostics:
+            return line
+        warnings_ = [d.message for d in self.diagnostics if d.severity == "warning"]
+        return "\n".join([line, *(f"⚠ {m}" for m in warnings_)])
 
     def __eq__(self, other: object) -> bool:  # arrays make the dataclass default ambiguous
         if not isinstance(other, AttentionResult):

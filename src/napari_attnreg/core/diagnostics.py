@@ -1,0 +1,128 @@
+"""Plain-sentence warnings every front end shows next to a result.
+
+A significance map from an untrained model, an off-domain model or a degenerate fit looks
+as confident as a good one; these checks say so in words (status line, notification, figure
+title, result summary), not only as a Python warning.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+#: Normalised entropy H(A)/log T at or above which attention counts as nearly uniform.
+UNIFORM_ENTROPY = 0.98
+#: Fewer tokens than this make π0 and the density fits poorly determined.
+MIN_TOKENS_FOR_FIT = 64
+_PRIMARY_FITS = ("lindsey-deg7", "grenander")
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One finding about a run.
+
+    Attributes
+    ----------
+    code : str
+        Stable identifier (``uniform_attention``, ``random_init``, ``model_domain``,
+        ``pi0_zero``, ``pi0_one``, ``fit_fallback``, ``few_tokens``, ``statistics_warning``).
+    severity : {"warning", "info"}
+    message : str
+        One sentence for the analyst.
+    """
+
+    code: str
+    severity: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def normalized_entropy(attention: np.ndarray) -> float:
+    """``H(A)/log T`` of an attention map (1 = perfectly uniform)."""
+    a = np.asarray(attention, dtype=np.float64).reshape(-1)
+    if a.size < 2:
+        return 1.0
+    a = a / a.sum()
+    nz = a[a > 0]
+    return float(-(nz * np.log(nz)).sum() / math.log(a.size))
+
+
+def diagnose(
+    attention: np.ndarray,
+    *,
+    pi0: float,
+    lfdr_fit: str,
+    random_init: bool,
+    model_name: str,
+    domain: str | None = None,
+    domain_note: str | None = None,
+    warnings_seen: list[str] | tuple[str, ...] = (),
+) -> list[Diagnostic]:
+    """Everything an analyst should be told about one result.
+
+    Parameters
+    ----------
+    attention : array
+        The observed token attention.
+    pi0, lfdr_fit : float, str
+        From the statistics (``lfdr_fit`` names the density fit that was used).
+    random_init : bool
+        The backbone has no trained weights.
+    model_name, domain, domain_note : str
+        The model and the domain it declares (e.g. "pathology"), with a short note.
+    warnings_seen : sequence of str
+        Messages of statistics warnings raised during the run.
+
+    Returns
+    -------
+    list of Diagnostic, warnings first.
+    """
+    found: list[Diagnostic] = []
+    if random_init:
+        found.append(Diagnostic(
+            "random_init", "warning",
+            f"{model_name} has random weights (nothing pretrained was loaded): its attention "
+            "means nothing; load trained weights."))
+    entropy = normalized_entropy(attention)
+    if entropy >= UNIFORM_ENTROPY:
+        found.append(Diagnostic(
+            "uniform_attention", "warning",
+            f"The attention is nearly uniform (normalised entropy {entropy:.3f}): the weights "
+            "may be untrained or unsuited to this image."))
+    n_tokens = int(np.asarray(attention).size)
+    if n_tokens < MIN_TOKENS_FOR_FIT:
+        found.append(Diagnostic(
+            "few_tokens", "warning",
+            f"Only {n_tokens} tokens: π0 and the local fdr are poorly determined; use a larger "
+            "target size or a model with smaller patches."))
+    if pi0 <= 0.0:
+        found.append(Diagnostic(
+            "pi0_zero", "warning",
+            "π0 was estimated as 0 (every token non-null), a degenerate estimate: do not trust "
+            "the local fdr or posterior; use the directional preset or a fixed pi0."))
+    elif pi0 >= 1.0:
+        found.append(Diagnostic(
+            "pi0_one", "info",
+            "π0 = 1 (at its cap): most patches look like the null, so only patches far above "
+            "it can be significant."))
+    if lfdr_fit not in _PRIMARY_FITS:
+        found.append(Diagnostic(
+            "fit_fallback", "warning",
+            f"The density fit for the local fdr fell back to '{lfdr_fit}'; the posterior is "
+            "approximate."))
+    for message in dict.fromkeys(warnings_seen):  # unique, in order
+        found.append(Diagnostic("statistics_warning", "warning", message))
+    if domain:
+        note = f" ({domain_note})" if domain_note else ""
+        found.append(Diagnostic("model_domain", "info", f"Model domain: {domain}{note}."))
+    return sorted(found, key=lambda d: d.severity != "warning")
+
+
+def from_metadata(metadata: dict[str, Any]) -> list[Diagnostic]:
+    """The diagnostics stored in a result's metadata."""
+    return [Diagnostic(**d) for d in metadata.get("diagnostics", [])]

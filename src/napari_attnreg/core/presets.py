@@ -1,0 +1,77 @@
+"""Presets: which statistical procedure a run uses, and the defaults that go with it.
+
+``"directional"`` (the default) asks "is this token's attention *higher* than noise input
+gives?" (one-sided ``p⁺``, Storey π0, ``q⁺``, Grenander ``lfdr⁺``, significance at
+``q⁺ ≤ 0.1``). ``"paper"`` is the published procedure of Chung & Laletin (AISTATS 2026)
+unchanged: two-sided pooled p-values, the reference π0, Efron/Lindsey local fdr on z and the
+lfdr rule at 0.3. A preset only fills options the caller left unset; explicit options win.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+PRESETS = ("directional", "paper")
+DEFAULT_PRESET = "directional"
+
+#: Options whose default depends on the preset (``None`` in a RunConfig means "from preset").
+PRESET_DEFAULTS: dict[str, dict[str, Any]] = {
+    "paper": {
+        "p_method": "pooled", "alternative": "two-sided", "pi0_method": "reference",
+        "null": "theoretical", "null_pool": "pooled",
+        "rule": "lfdr", "z_th": 0.0, "p_th": 0.3, "l_th": 0.3, "q_th": 0.1,
+    },
+    "directional": {
+        "p_method": "null", "alternative": "greater", "pi0_method": "smoother",
+        "null": "theoretical", "null_pool": "pooled",
+        "rule": "q", "z_th": None, "p_th": 0.05, "l_th": 0.2, "q_th": 0.1,
+    },
+}
+#: Directional options that are fixed by construction (the value the preset needs).
+_DIRECTIONAL_FIXED = {"p_method": "null", "alternative": "greater", "null": "theoretical"}
+#: Threshold keys every result carries.
+THRESHOLD_KEYS = ("rule", "z_th", "p_th", "l_th", "q_th")
+
+
+def check_preset(preset: str) -> str:
+    """Return ``preset`` if known, else raise a ValueError that lists the choices."""
+    if preset not in PRESETS:
+        raise ValueError(f"preset={preset!r} is not supported; use one of {PRESETS} "
+                         f"('{DEFAULT_PRESET}' is the default).")
+    return preset
+
+
+def resolve_options(preset: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Fill the preset-dependent options that are ``None`` (or absent) from the preset.
+
+    Raises
+    ------
+    ValueError
+        For an explicit option the preset cannot honour (e.g. a two-sided p-value under
+        ``"directional"``, or the position null under ``"paper"``).
+    """
+    check_preset(preset)
+    resolved = dict(options)
+    for key, default in PRESET_DEFAULTS[preset].items():
+        if resolved.get(key) is None:
+            resolved[key] = default
+    if preset == "directional":
+        for key, needed in _DIRECTIONAL_FIXED.items():
+            if resolved[key] != needed:
+                raise ValueError(
+                    f"{key}={resolved[key]!r} belongs to the paper's two-sided procedure; the "
+                    f"directional preset is one-sided by construction. Pass preset='paper' to "
+                    f"use {key}={resolved[key]!r}.")
+    elif resolved["null_pool"] != "pooled":
+        raise ValueError("null_pool='position' is part of the directional inference; use "
+                         "preset='directional' with it (the paper pools every null token).")
+    z_th = resolved.get("z_th")
+    if z_th is not None and not (isinstance(z_th, (int, float)) and not math.isnan(z_th)):
+        raise ValueError(f"z_th must be a number or None (no z mask), got {z_th!r}.")
+    return resolved
+
+
+def default_thresholds(preset: str) -> dict[str, Any]:
+    """The rule and thresholds a preset starts with."""
+    return {k: PRESET_DEFAULTS[check_preset(preset)][k] for k in THRESHOLD_KEYS}
