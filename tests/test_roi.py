@@ -65,6 +65,43 @@ def test_mean_percentile_by_hand():
         R.mean_percentile(raw, raw, np.ones(5, bool))
 
 
+def test_percentile_ties_conventions_by_hand():
+    raw = np.array([1.0, 2.0, 2.0, 3.0, 2.0, 0.5])
+    roi = np.array([False, False, False, False, True, True])
+    # outside: 1, 2, 2, 3. ROI score 2: 1 below and 2 equal; 0.5: nothing below or equal
+    np.testing.assert_allclose(R.roi_percentiles(raw, raw, roi), [100 * (1 + 1.0) / 4, 0.0])
+    np.testing.assert_allclose(R.roi_percentiles(raw, raw, roi, ties="zero"), [25.0, 0.0])
+    assert R.mean_percentile(raw, raw, roi) == pytest.approx(25.0)
+    assert R.mean_percentile(raw, raw, roi, ties="zero") == pytest.approx(12.5)
+    # a score equal to every outside score: 50 (half) or 0 (zero)
+    flat, one = np.array([4.0, 4.0, 4.0]), np.array([True, False, False])
+    assert R.mean_percentile(flat, flat, one) == 50.0
+    assert R.mean_percentile(flat, flat, one, ties="zero") == 0.0
+    # without ties both conventions agree
+    distinct = np.array([1.0, 2.0, 3.0, 2.5])
+    last = np.array([False, False, False, True])
+    assert R.mean_percentile(distinct, distinct, last, ties="zero") == pytest.approx(
+        R.mean_percentile(distinct, distinct, last)) == pytest.approx(200 / 3)
+    np.testing.assert_allclose(
+        R.roi_percentiles(raw, raw, roi, ties="zero"),
+        [percentileofscore(raw[~roi], v, kind="strict") for v in raw[roi]])
+    with pytest.raises(ValueError, match="ties"):
+        R.roi_percentiles(raw, raw, roi, ties="mean")
+
+
+def test_d_ratio_without_covariance_by_hand():
+    reg = np.array([1.0, 3.0])
+    raw = np.array([2.0, 4.0])
+    # R = 4, W = 6, D = 2/3; n·s² of each = 2·2 = 4, n·cov = 2·2 = 4
+    d, err = R.d_ratio(reg, raw)
+    assert d == pytest.approx(2 / 3)
+    assert err == pytest.approx((2 / 3) * math.sqrt(4 / 16 + 4 / 36 - 2 * 4 / 24))
+    d0, err0 = R.d_ratio(reg, raw, covariance=False)
+    assert d0 == d
+    assert err0 == pytest.approx((2 / 3) * math.sqrt(4 / 16 + 4 / 36))
+    assert err0 > err  # positively correlated sums: the covariance term shrinks the error
+
+
 def test_d_ratio_and_delta_method_error():
     reg = np.array([20.0, 35.0, 28.0, 40.0])
     raw = np.array([60.0, 70.0, 55.0, 80.0])

@@ -75,16 +75,33 @@ def sparsity(scores: np.ndarray, roi_mask: np.ndarray | None = None) -> float:
     return 100.0 * np.count_nonzero(values) / values.size
 
 
-def roi_percentiles(scores: np.ndarray, raw: np.ndarray, roi_mask: np.ndarray) -> np.ndarray:
+#: How :func:`roi_percentiles` counts outside scores equal to an ROI score.
+TIES = ("half", "zero")
+
+
+def roi_percentiles(scores: np.ndarray, raw: np.ndarray, roi_mask: np.ndarray, *,
+                    ties: str = "half") -> np.ndarray:
     """Percentile of every ROI score among the *raw* scores outside the ROI.
 
-    Ties count half (mid-rank, scipy ``percentileofscore(kind="mean")``), so a
-    score equal to every outside score sits at 50.
+    Parameters
+    ----------
+    scores, raw : arrays of one shape
+        The map whose ROI scores are ranked, and the un-regularized map whose scores outside
+        the ROI are the reference.
+    roi_mask : bool array
+    ties : {"half", "zero"}
+        ``"half"`` (default): an outside score equal to the ROI score counts half (mid-rank,
+        scipy ``percentileofscore(kind="mean")``), so a score equal to every outside score
+        sits at 50. ``"zero"``: only strictly smaller outside scores count
+        (``kind="strict"``), the convention of the paper's reference code; it matters where
+        ties are common, e.g. on an upsampled pixel grid where every token repeats.
 
     Returns
     -------
     np.ndarray of the ROI elements' percentiles in [0, 100].
     """
+    if ties not in TIES:
+        raise ValueError(f"ties={ties!r} is not supported; use one of {TIES}.")
     scores = np.asarray(scores, dtype=np.float64)
     raw = np.asarray(raw, dtype=np.float64)
     if raw.shape != scores.shape:
@@ -95,11 +112,14 @@ def roi_percentiles(scores: np.ndarray, raw: np.ndarray, roi_mask: np.ndarray) -
     if inside.size == 0 or outside.size == 0:
         raise ValueError("The ROI must contain some elements and leave some outside it.")
     below = np.searchsorted(outside, inside, side="left")
+    if ties == "zero":
+        return 100.0 * below / outside.size
     below_or_equal = np.searchsorted(outside, inside, side="right")
     return 100.0 * (below + below_or_equal) / (2.0 * outside.size)
 
 
-def mean_percentile(scores: np.ndarray, raw: np.ndarray, roi_mask: np.ndarray) -> float:
+def mean_percentile(scores: np.ndarray, raw: np.ndarray, roi_mask: np.ndarray, *,
+                    ties: str = "half") -> float:
     """ROI mean percentile (METHOD.md §10).
 
     Parameters
@@ -110,29 +130,36 @@ def mean_percentile(scores: np.ndarray, raw: np.ndarray, roi_mask: np.ndarray) -
         The un-regularized map; its scores outside the ROI are the reference.
     roi_mask : bool array
         The ROI.
+    ties : {"half", "zero"}
+        How equal outside scores count; see :func:`roi_percentiles`.
 
     Returns
     -------
     float in [0, 100]: the mean of :func:`roi_percentiles`.
     """
-    return float(np.mean(roi_percentiles(scores, raw, roi_mask)))
+    return float(np.mean(roi_percentiles(scores, raw, roi_mask, ties=ties)))
 
 
-def d_ratio(reg_pcts: np.ndarray, raw_pcts: np.ndarray) -> tuple[float, float]:
+def d_ratio(reg_pcts: np.ndarray, raw_pcts: np.ndarray, *,
+            covariance: bool = True) -> tuple[float, float]:
     """``D = Σ reg / Σ raw`` over images and its first-order (delta-method) error.
 
     Parameters
     ----------
     reg_pcts, raw_pcts : arrays ``(n_images,)``
         Mean percentiles of the same ROIs after and before regularization.
+    covariance : bool
+        Keep the covariance term of the error (default). ``False`` drops it, as the
+        paper's reference code does, treating the two sums as independent.
 
     Returns
     -------
     (D, error)
         ``error = |D| sqrt(Var R / R² + Var W / W² − 2 Cov(R, W) / (R W))`` with
         ``R = Σ reg``, ``W = Σ raw`` and ``Var R = n s²_reg`` etc. (sample
-        variances, ddof 1). The covariance term is kept because both sums come
-        from the same images. ``error`` is NaN for a single image.
+        variances, ddof 1). The covariance term is kept by default because both sums
+        come from the same images (it is positive when they move together, so dropping
+        it usually overstates the error). ``error`` is NaN for a single image.
     """
     reg = np.asarray(reg_pcts, dtype=np.float64).reshape(-1)
     raw = np.asarray(raw_pcts, dtype=np.float64).reshape(-1)
@@ -151,7 +178,7 @@ def d_ratio(reg_pcts: np.ndarray, raw_pcts: np.ndarray) -> tuple[float, float]:
     cov = np.cov(reg, raw, ddof=1) * n
     rel = cov[0, 0] / total_reg**2 if total_reg != 0 else 0.0
     rel += cov[1, 1] / total_raw**2
-    if total_reg != 0:
+    if covariance and total_reg != 0:
         rel -= 2.0 * cov[0, 1] / (total_reg * total_raw)
     return d, float(abs(d) * math.sqrt(max(rel, 0.0)))
 
