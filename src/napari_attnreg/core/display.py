@@ -12,8 +12,8 @@ Example
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,25 @@ from .result import AttentionResult
 
 #: One colour for every significant-region outline (napari Labels, notebook, figures).
 SIGNIFICANT_COLOR = "#00e5ff"
+#: The same colour as 0–255 RGB (for front ends that paint pixels themselves).
+SIGNIFICANT_RGB = tuple(int(SIGNIFICANT_COLOR[i:i + 2], 16) for i in (1, 3, 5))
+#: What each preset answers (tooltips of the preset controls).
+PRESET_HELP = {
+    "directional": "directional (default): is this patch's attention HIGHER than noise input "
+                   "gives? One-sided p⁺, q⁺ and posterior⁺; significant at q⁺ ≤ 0.1, no z mask.",
+    "paper": "paper: the published procedure (Chung & Laletin): two-sided p-values and the "
+             "local fdr on z; significant at lfdr ≤ 0.3 with z ≥ 0. Also flags attention far "
+             "BELOW the null.",
+}
+#: Rule choices as front ends list them.
+RULE_HELP = {
+    "q": "q ≤ threshold (FDR: about that share of the kept patches may be noise)",
+    "p": "p ≤ threshold (per patch, no multiple-testing correction)",
+    "lfdr": "lfdr ≤ threshold (posterior ≥ 1 − threshold)",
+    "pi0": "drop the π0 share of patches with the largest p",
+    "soft": "soft: attention × posterior",
+    "base": "z ≥ threshold only",
+}
 RULE_THRESHOLD = {"q": "q_th", "p": "p_th", "lfdr": "l_th"}
 _RULE_SYMBOL = {"q": "q", "p": "p", "lfdr": "lfdr"}
 
@@ -35,6 +54,16 @@ def neg_log10_p(result: AttentionResult) -> np.ndarray:
 
 def _directional(preset: str) -> bool:
     return preset != "paper"
+
+
+def with_thresholds(result: AttentionResult, thresholds: dict[str, Any] | None) -> AttentionResult:
+    """A copy of ``result`` whose default thresholds are ``thresholds`` (maps shared).
+
+    Unlike ``result.regularized(z_th=None)``, where ``None`` means "the result's own value",
+    a ``z_th`` of ``None`` here turns the z mask off, as a front end's "z mask" box does.
+    """
+    given = {k: v for k, v in (thresholds or {}).items() if k in result._thresholds()}
+    return replace(result, thresholds={**result._thresholds(), **given})
 
 
 @dataclass(frozen=True)
@@ -62,7 +91,7 @@ class MapDisplay:
             return "−log10 p, above null" if up else "−log10 p (two-sided)"
         if self.key == "posterior":
             return "P(above null)" if up else "posterior 1 − lfdr (two-sided)"
-        return f"regularized ({rule_text(thresholds or {})})"
+        return f"regularized ({rule_text(thresholds)})" if thresholds else "regularized"
 
     def legend(self, preset: str) -> str:
         """One sentence that says how to read the colours."""
@@ -97,7 +126,7 @@ CONTINUOUS_MAPS = (
     MapDisplay("attention", "inferno", lambda r, t: r.attention),
     MapDisplay("pvalue", "viridis", lambda r, t: neg_log10_p(r)),
     MapDisplay("posterior", "plasma", lambda r, t: r.posterior),
-    MapDisplay("regularized", "magma", lambda r, t: r.regularized(**t)),
+    MapDisplay("regularized", "magma", lambda r, t: with_thresholds(r, t).regularized()),
 )
 MAPS_BY_KEY = {m.key: m for m in CONTINUOUS_MAPS}
 
@@ -119,12 +148,20 @@ def rule_text(thresholds: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def significance_caption(result: AttentionResult, thresholds: dict[str, Any] | None = None) -> str:
-    """``"12/256 patches significant (q ≤ 0.1), above the null"`` for status lines."""
-    t = {**result._thresholds(), **(thresholds or {})}
-    mask = result.significant(**t)
-    side = "above the null" if _directional(result.preset) else "paper's two-sided test"
-    return f"{int(mask.sum())}/{mask.size} patches significant ({rule_text(t)}), {side}"
+def significance_caption(result: AttentionResult | Sequence[AttentionResult],
+                         thresholds: dict[str, Any] | None = None) -> str:
+    """``"12/256 patches significant (q ≤ 0.1), above the null"`` for status lines.
+
+    A sequence of results (the planes of a stack) is counted together.
+    """
+    results = [result] if isinstance(result, AttentionResult) else list(result)
+    shown = [with_thresholds(r, thresholds) for r in results]
+    masks = [r.significant() for r in shown]
+    kept, total = sum(int(m.sum()) for m in masks), sum(m.size for m in masks)
+    side = "above the null" if _directional(results[0].preset) else "paper's two-sided test"
+    planes = f" in {len(results)} planes" if len(results) > 1 else ""
+    return (f"{kept}/{total} patches significant{planes} ({rule_text(shown[0]._thresholds())}), "
+            f"{side}")
 
 
 def diagnostics_lines(result: AttentionResult, *, include_info: bool = True) -> list[str]:
@@ -134,7 +171,26 @@ def diagnostics_lines(result: AttentionResult, *, include_info: bool = True) -> 
 
 
 def model_caption(result: AttentionResult) -> str:
-    """``"demo · demo domain"``: the model and its declared domain."""
+    """``"demo (fluorescence nuclei)"``: the model and its declared domain, when it has one."""
     md = result.metadata
     domain = md.get("model_domain")
     return f"{md.get('model', '?')}" + (f" ({domain})" if domain else "")
+
+
+def run_caption(result: AttentionResult, *, planes: int = 1) -> str:
+    """``"demo · directional · normal B=200 · grid 28x28 · π0=0.93 · 1.2 s on cpu"``."""
+    md = result.metadata
+    gh, gw = result.grid_shape
+    parts = [model_caption(result), result.preset, f"{md.get('method', '?')} B={md.get('n_boot', '?')}",
+             f"grid {gh}x{gw}"]
+    parts.append(f"π0={result.pi0:.3f}" if planes == 1 else f"{planes} planes")
+    total = md.get("timings", {}).get("total_s")
+    if total is not None and planes == 1:
+        parts.append(f"{total:.1f} s on {md.get('device', '?')}")
+    return " · ".join(parts)
+
+
+def unique_diagnostics(results: Sequence[AttentionResult], *, include_info: bool = True) -> list[str]:
+    """:func:`diagnostics_lines` of several results (planes of a stack), each sentence once."""
+    lines = [line for r in results for line in diagnostics_lines(r, include_info=include_info)]
+    return sorted(dict.fromkeys(lines), key=lambda line: not line.startswith("⚠"))
