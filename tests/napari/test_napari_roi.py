@@ -12,6 +12,12 @@ from napari_attnreg.core.roi import ROI_COLUMNS, roi_table
 pytestmark = pytest.mark.gui
 
 
+def _core_rows(result, labels, t):
+    """The core's table at thresholds ``t`` (its roi_table takes no q_th: q_th must be the run's)."""
+    assert t["q_th"] == pytest.approx(result.thresholds["q_th"])
+    return roi_table(result, labels, **{k: t[k] for k in ("rule", "p_th", "l_th", "z_th")})
+
+
 def _assert_rows_equal(rows, expected):
     assert len(rows) == len(expected)
     for row, exp in zip(rows, expected):
@@ -34,8 +40,7 @@ def test_shapes_roi_table_matches_core_and_exports(viewer_widget, run_and_wait, 
     result = widget.current_record().results[()]
     labels = shapes.to_labels(labels_shape=cells_image.shape)
     t = widget.current_record().thresholds
-    _assert_rows_equal(rows, roi_table(result, labels, rule=t["rule"], p_th=t["p_th"],
-                                       l_th=t["l_th"], z_th=t["z_th"]))
+    _assert_rows_equal(rows, _core_rows(result, labels, t))
     assert [r["label"] for r in rows] == [1, 2]
     assert widget.roi_panel.table.rowCount() == 2
 
@@ -43,8 +48,7 @@ def test_shapes_roi_table_matches_core_and_exports(viewer_widget, run_and_wait, 
     with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
         widget.rule_combo.setCurrentIndex(widget.rule_combo.findData("p"))
         widget.p_th_slider.setValue(0.5)
-    _assert_rows_equal(blocker.args[0], roi_table(result, labels, rule="p", p_th=0.5,
-                                                  l_th=t["l_th"], z_th=t["z_th"]))
+    _assert_rows_equal(blocker.args[0], _core_rows(result, labels, {**t, "rule": "p", "p_th": 0.5}))
 
     # editing the ROIs updates the table too
     shapes.add_rectangles(np.array([[80, 5], [110, 30]]))
@@ -74,13 +78,15 @@ def test_labels_roi_on_a_scaled_image(viewer_widget, run_and_wait, cells_image, 
     on_image[20:50, 10:45] = 4
     result = widget.current_record().results[()]
     t = widget.current_record().thresholds
-    _assert_rows_equal(rows, roi_table(result, on_image, **t))
+    _assert_rows_equal(rows, _core_rows(result, on_image, t))
     assert rows[0]["label"] == 4 and rows[0]["area_px"] == 30 * 35
 
 
 def test_significant_layer_can_serve_as_roi(viewer_widget, run_and_wait, cells_image, qtbot):
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
+    # the paper's lfdr rule finds regions even with this random model (the q rule finds none)
+    widget.preset_combo.setCurrentIndex(widget.preset_combo.findData("paper"))
     run_and_wait(widget)
     sig_layer = viewer.layers["cells · significant"]
     if sig_layer.data.max() == 0:

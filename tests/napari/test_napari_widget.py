@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from skimage.measure import label
 
 from napari_attnreg._napari.layers import KINDS, layer_name
 from napari_attnreg.core.engine import regularize
@@ -48,8 +47,8 @@ def test_run_adds_aligned_layers_matching_the_core(viewer_widget, run_and_wait, 
     assert 0.0 <= layers["posterior"].data.min() and layers["posterior"].data.max() <= 1.0
     assert layers["pvalue"].data.min() >= 0.0
     np.testing.assert_allclose(layers["regularized"].data, result.regularized(), rtol=1e-6)
-    np.testing.assert_array_equal(layers["significant"].data > 0, result.significant())
-    assert layers["significant"].data.max() == label(result.significant(), connectivity=1).max()
+    # significant tokens are one editable class (label 1), not numbered regions
+    np.testing.assert_array_equal(layers["significant"].data, result.significant().astype(int))
     assert widget.run_button.isEnabled() and not widget.cancel_button.isEnabled()
 
 
@@ -87,8 +86,10 @@ def test_threshold_change_updates_layers_without_rerun(viewer_widget, run_and_wa
     with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
         widget.rule_combo.setCurrentIndex(widget.rule_combo.findData("p"))
         widget.p_th_slider.setValue(0.05)
+        widget.z_mask_check.setChecked(True)  # the directional default has no z mask
         widget.z_th_slider.setValue(-1.0)
     assert widget.worker is None
+    assert widget.thresholds()["z_th"] == pytest.approx(-1.0)
     expected = result.regularized("p", p_th=0.05, z_th=-1.0)
     np.testing.assert_allclose(layers["regularized"].data, expected, rtol=1e-6)
     sig = result.significant("p", p_th=0.05, z_th=-1.0)

@@ -13,28 +13,42 @@ from typing import Any
 
 import numpy as np
 
+from ..core.display import (
+    MAPS_BY_KEY,
+    SIGNIFICANT_COLOR,
+    with_thresholds,
+)
+from ..core.presets import DEFAULT_PRESET
 from ..core.result import AttentionResult
 
 PlaneIndex = tuple[int, ...]
 
 #: Output kinds in the order they are stacked above the image (last = top).
 KINDS = ("attention", "pvalue", "posterior", "regularized", "significant")
-SUFFIX = {
-    "attention": "attention",
-    "pvalue": "-log10 p",
-    "posterior": "posterior",
-    "regularized": "regularized",
-    "significant": "significant",
-}
+#: Kinds shown as continuous maps (with a colorbar); "significant" is an editable Labels layer.
+CONTINUOUS_KINDS = KINDS[:-1]
 #: Shown on the first run; hidden layers are one click away in the layer list.
 VISIBLE = {"attention": False, "pvalue": False, "posterior": False, "regularized": True,
            "significant": True}
 META_KEY = "attnreg"
 
 
-def layer_name(source_name: str, kind: str) -> str:
-    """``'cell · attention'`` etc."""
-    return f"{source_name} · {SUFFIX[kind]}"
+def layer_name(source_name: str, kind: str, preset: str = DEFAULT_PRESET) -> str:
+    """``'cell · −log10 p, above null'`` etc.: the map's title (core.display) for the preset.
+
+    The regularized layer keeps a name without its thresholds, so moving a slider does not
+    rename a layer (its rule is in the metadata and the widget's status line).
+    """
+    title = "significant" if kind == "significant" else MAPS_BY_KEY[kind].title(preset)
+    return f"{source_name} · {title}"
+
+
+def legend(kind: str, preset: str) -> str:
+    """How to read an output layer (stored in its metadata, shown in the widget)."""
+    if kind == "significant":
+        return ("Outline of the patches the rule calls significant (label 1; paint or erase "
+                "to annotate).")
+    return MAPS_BY_KEY[kind].legend(preset)
 
 
 @dataclass(frozen=True)
@@ -153,6 +167,10 @@ class RunRecord:
     def any_result(self) -> AttentionResult:
         return next(iter(self.results.values()))
 
+    @property
+    def preset(self) -> str:
+        return self.any_result.preset
+
     def output_shape(self) -> tuple[int, ...]:
         shape = list(self.geometry.shape[:-2]) + list(self.grid_shape)
         if self.geometry.channel_axis is not None:
@@ -171,7 +189,8 @@ class RunRecord:
     def merge(self, other: RunRecord) -> bool:
         """Add another run's planes when it fits the same stack and token grid."""
         if not (self.geometry.same_grid(other.geometry) and self.grid_shape == other.grid_shape
-                and self.params.get("model") == other.params.get("model")):
+                and self.params.get("model") == other.params.get("model")
+                and self.preset == other.preset):
             return False
         self.results.update(other.results)
         self.params = other.params
@@ -180,56 +199,34 @@ class RunRecord:
 
 
 # ---- map values ------------------------------------------------------------------------------
-def neg_log10_p(result: AttentionResult) -> np.ndarray:
-    """``-log10 p``, with p = 0 (the pooled method's top token) floored at its resolution."""
-    n_boot = int(result.metadata.get("n_boot", 1))
-    floor = 1.0 / (result.attention.size * (1 + n_boot))
-    return -np.log10(np.maximum(result.p, floor))
-
-
 def plane_maps(result: AttentionResult, thresholds: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Every output map of one plane on its token grid (labels not yet numbered)."""
-    t = {k: thresholds[k] for k in ("rule", "z_th", "p_th", "l_th")}
-    return {
-        "attention": result.attention,
-        "pvalue": neg_log10_p(result),
-        "posterior": result.posterior,
-        "regularized": result.regularized(**t),
-        "significant": result.significant(**t),
-    }
+    """Every output map of one plane on its token grid, as core.display defines them."""
+    shown = with_thresholds(result, thresholds)  # z_th None = no z mask, whatever the preset
+    maps = {kind: MAPS_BY_KEY[kind].values(shown, shown.thresholds) for kind in CONTINUOUS_KINDS}
+    maps["significant"] = shown.significant()
+    return maps
 
 
 def stacked_maps(record: RunRecord, kinds: tuple[str, ...] = KINDS) -> dict[str, np.ndarray]:
     """Output arrays of a record: planes never computed stay 0 (invisible in every colormap).
 
-    Significant regions are connected components (``skimage.measure.label``) of each plane's
-    significant tokens, numbered uniquely across the stack so each can be edited on its own.
+    Significant tokens are label 1 on every plane: one class, drawn in one colour, which the
+    analyst can paint or erase as an annotation.
     """
-    from skimage.measure import label
-
     shape = record.output_shape()
     out = {k: np.zeros(shape, dtype=np.int32 if k == "significant" else np.float32) for k in kinds}
-    next_id = 0
     for plane in sorted(record.results):
         maps = plane_maps(record.results[plane], record.thresholds)
         slot = record.plane_slot(plane)
         for kind in kinds:
-            if kind == "significant":
-                labels = label(maps[kind], connectivity=1).astype(np.int32)
-                labels[labels > 0] += next_id
-                next_id = max(next_id, int(labels.max()))
-                out[kind][slot] = labels
-            else:
-                out[kind][slot] = maps[kind]
+            out[kind][slot] = maps[kind]
     return out
 
 
 def contrast_limits(record: RunRecord, kind: str) -> tuple[float, float]:
-    if kind == "posterior":
-        return (0.0, 1.0)
-    if kind == "pvalue":
-        hi = max(float(neg_log10_p(r).max()) for r in record.results.values())
-        return (0.0, max(hi, 1.0))
+    if kind in ("posterior", "pvalue"):
+        his = [MAPS_BY_KEY[kind].limits(r)[1] for r in record.results.values()]
+        return (0.0, max(his))
     # attention and regularized share limits so the two maps compare at a glance; the 99.5th
     # percentile keeps one outlier token (a common ViT artefact) from darkening the rest
     values = np.concatenate([r.attention.ravel() for r in record.results.values()])
@@ -238,18 +235,22 @@ def contrast_limits(record: RunRecord, kind: str) -> tuple[float, float]:
 
 
 # ---- colormaps ---------------------------------------------------------------------------
-_COLORMAP_BASE = {"attention": "inferno", "pvalue": "viridis", "posterior": "plasma",
-                  "regularized": "inferno"}
-
-
 def overlay_colormap(kind: str):
-    """napari's map with an alpha ramp from 0, so zeros vanish on dark or bright images."""
+    """The map's colormap (core.display) with an alpha ramp from 0, so zeros vanish."""
     from napari.utils.colormaps import Colormap, ensure_colormap
 
-    name = _COLORMAP_BASE[kind]
+    name = MAPS_BY_KEY[kind].colormap
     colors = np.array(ensure_colormap(name).colors, dtype=float)  # 256 RGBA entries
     colors[:, 3] = np.clip(np.linspace(0.0, 1.0, len(colors)) * 2.5, 0.0, 1.0)
     return Colormap(colors=colors, name=f"attnreg {name} (transparent low)")
+
+
+def significant_colormap():
+    """Every non-zero label in SIGNIFICANT_COLOR (also labels the analyst paints), 0 clear."""
+    from napari.utils.colormaps import DirectLabelColormap
+
+    return DirectLabelColormap(color_dict={None: SIGNIFICANT_COLOR, 0: "transparent",
+                                           1: SIGNIFICANT_COLOR})
 
 
 # ---- viewer side (GUI thread only) ------------------------------------------------------------
@@ -266,6 +267,8 @@ def _metadata(record: RunRecord, kind: str) -> dict[str, Any]:
     result = record.any_result
     return {META_KEY: {
         "kind": kind,
+        "preset": record.preset,
+        "legend": legend(kind, record.preset),
         "source": record.source_name,
         "source_id": str(record.source_id),
         "planes": [list(p) for p in sorted(record.results)],
@@ -287,7 +290,7 @@ def upsert_outputs(viewer: Any, record: RunRecord, kinds: tuple[str, ...] = KIND
     transform = token_transform(record.geometry, record.any_result)
     layers: dict[str, Any] = {}
     for kind in kinds:
-        name = layer_name(record.source_name, kind)
+        name = layer_name(record.source_name, kind, record.preset)
         meta = _metadata(record, kind)
         layer = find_output(viewer, record.source_id, kind)
         if layer is not None and layer.ndim != maps[kind].ndim:
@@ -297,15 +300,7 @@ def upsert_outputs(viewer: Any, record: RunRecord, kinds: tuple[str, ...] = KIND
         else:
             index = None
         if layer is None:
-            if kind == "significant":
-                layer = viewer.add_labels(maps[kind], name=name, metadata=meta, opacity=0.45,
-                                          visible=VISIBLE[kind], **transform)
-            else:
-                layer = viewer.add_image(
-                    maps[kind], name=name, metadata=meta, colormap=overlay_colormap(kind),
-                    contrast_limits=contrast_limits(record, kind), blending="translucent",
-                    opacity=0.85 if kind != "attention" else 0.75, visible=VISIBLE[kind],
-                    interpolation2d="nearest", **transform)
+            layer = _add_output(viewer, record, kind, maps[kind], name, meta, transform)
             if index is not None:
                 viewer.layers.move(viewer.layers.index(layer), index)
         else:
@@ -323,6 +318,26 @@ def upsert_outputs(viewer: Any, record: RunRecord, kinds: tuple[str, ...] = KIND
                 layer.contrast_limits = contrast_limits(record, kind)
         layers[kind] = layer
     return layers
+
+
+def _add_output(viewer: Any, record: RunRecord, kind: str, data: np.ndarray, name: str,
+                meta: dict[str, Any], transform: dict[str, Any]) -> Any:
+    if kind == "significant":
+        # a one-colour outline (contour in token units) keeps the maps beneath readable,
+        # where random colours per region suggested classes that do not exist
+        layer = viewer.add_labels(data, name=name, metadata=meta, opacity=1.0,
+                                  colormap=significant_colormap(), visible=VISIBLE[kind],
+                                  **transform)
+        layer.contour = 1
+        layer.selected_label = 1  # painting adds to the significant class
+        return layer
+    layer = viewer.add_image(
+        data, name=name, metadata=meta, colormap=overlay_colormap(kind),
+        contrast_limits=contrast_limits(record, kind), blending="translucent",
+        opacity=0.85 if kind != "attention" else 0.75, visible=VISIBLE[kind],
+        interpolation2d="nearest", **transform)
+    layer.colorbar.visible = True  # drawn only while the layer itself is visible
+    return layer
 
 
 def refresh_thresholds(viewer: Any, record: RunRecord) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from qtpy.QtWidgets import (
     QWidget,
 )
 
+from ..core.display import rule_text, with_thresholds
 from ..core.roi import ROI_COLUMNS, roi_table, roi_table_to_csv
 from .layers import RunRecord, SourceGeometry
 
@@ -153,10 +154,11 @@ def roi_labels(layer: Any, src: SourceGeometry, plane: PlaneIndex) -> np.ndarray
 def record_roi_rows(record: RunRecord, layer: Any) -> list[dict]:
     """The core's ROI table for every computed plane of ``record`` (a ``plane`` column for stacks)."""
     rows: list[dict] = []
-    t = {k: record.thresholds[k] for k in ("rule", "p_th", "l_th", "z_th")}
     for plane in sorted(record.results):
         labels = roi_labels(layer, record.geometry, plane)
-        for row in roi_table(record.results[plane], labels, **t):
+        # the thresholds travel as the result's own (q_th and "no z mask" included)
+        shown = with_thresholds(record.results[plane], record.thresholds)
+        for row in roi_table(shown, labels):
             rows.append({"plane": list(plane), **row} if plane else row)
     return rows
 
@@ -295,10 +297,9 @@ class RoiPanel(QWidget):
             except ValueError as err:
                 self.status.setText(str(err))
             else:
-                t = record.thresholds
                 self.status.setText(
-                    f"{len(rows)} ROI row(s) · rule {t['rule']} (p≤{t['p_th']:.3g}, "
-                    f"lfdr≤{t['l_th']:.3g}, z≥{t['z_th']:.3g}) · token in ROI when ≥50% covered")
+                    f"{len(rows)} ROI row(s) · significant: {rule_text(record.thresholds)} · "
+                    "token in ROI when ≥50% covered")
         self._show(rows)
 
     def _show(self, rows: list[dict]) -> None:

@@ -8,6 +8,7 @@ and thresholds that re-threshold the stored results without recomputing anything
 
 from __future__ import annotations
 
+import html
 import time
 from dataclasses import asdict
 from typing import Any
@@ -32,8 +33,16 @@ from qtpy.QtWidgets import (
 )
 from superqt import QCollapsible, QLabeledDoubleSlider
 
+from ..core.display import (
+    PRESET_HELP,
+    RULE_HELP,
+    run_caption,
+    significance_caption,
+    unique_diagnostics,
+)
 from ..core.engine import CancelToken, RunConfig, resolve_device
-from ..core.regularize import DEFAULT_L_TH, DEFAULT_P_TH, DEFAULT_Z_TH, RULES
+from ..core.presets import DEFAULT_PRESET, PRESET_DEFAULTS, PRESETS, default_thresholds
+from ..core.regularize import RULES
 from .jobs import JobOutcome, JobProgress, JobSpec, ModelSpec, run_job
 from .layers import (
     KINDS,
@@ -51,6 +60,7 @@ from .roi_panel import RoiPanel
 #: laptop CPU (see benchmarks/bench_napari_responsiveness.py); p resolution is 1 / (T·(B + 1)).
 DEFAULT_N_BOOT = RunConfig().n_boot
 RULE_LABELS = {
+    "q": "q ≤ threshold (FDR)",
     "lfdr": "lfdr ≤ threshold (posterior)",
     "p": "p ≤ threshold",
     "pi0": "drop the π0 share of largest p",
@@ -60,6 +70,11 @@ RULE_LABELS = {
 #: Shortest interval between progress-display refreshes (seconds), see ``_on_progress``.
 UI_UPDATE_S = 0.5
 MODEL_SOURCES = {"demo": "demo (bundled)", "timm": "timm model name", "file": "weights file"}
+#: Options the directional preset fixes by construction (its combo boxes are disabled).
+DIRECTIONAL_FIXED = ("p_method", "alternative", "null")
+#: z threshold shown while the z mask is off (the paper's 0, a natural first value).
+Z_TH_WHEN_ON = 0.0
+WARNING_COLOR = "#e0a030"
 
 
 def _make_worker_class():
@@ -225,7 +240,19 @@ class AttentionWidget(QWidget):
 
         self.seed_spin = QSpinBox()
         self.seed_spin.setRange(0, 2**31 - 1)
+        self.seed_spin.setToolTip("Seed of the null images: the same seed gives the same result.")
         form.addRow("Seed", self.seed_spin)
+
+        self.preset_combo = QComboBox()
+        for preset in PRESETS:
+            self.preset_combo.addItem(preset, preset)
+            self.preset_combo.setItemData(self.preset_combo.count() - 1, PRESET_HELP[preset],
+                                          Qt.ItemDataRole.ToolTipRole)
+        self.preset_combo.setCurrentIndex(self.preset_combo.findData(DEFAULT_PRESET))
+        self.preset_combo.setToolTip("Which question the statistics answer.\n" + "\n".join(
+            f"• {PRESET_HELP[p]}" for p in PRESETS) + "\nChanging it resets the thresholds "
+            "to the preset's defaults; press Run to compute with it.")
+        form.addRow("Statistics", self.preset_combo)
 
         # ---- advanced
         adv = QWidget()
@@ -253,11 +280,19 @@ class AttentionWidget(QWidget):
         af.addRow("p-value", pv)
         self.pi0_combo = QComboBox()
         self.pi0_combo.addItems(["reference", "smoother", "bootstrap"])
+        self.pi0_combo.setToolTip("π0 estimator: reference (paper) or Storey's smoother "
+                                  "(directional default) or bootstrap.")
         af.addRow("π0", self.pi0_combo)
         self.null_combo = QComboBox()
         self.null_combo.addItems(["theoretical", "empirical"])
         self.null_combo.setToolTip("lfdr null: theoretical N(0,1) (paper) or Efron's empirical null.")
         af.addRow("lfdr null", self.null_combo)
+        self.null_pool_combo = QComboBox()
+        self.null_pool_combo.addItems(["pooled", "position"])
+        self.null_pool_combo.setToolTip("Directional only. pooled: compare each patch with every "
+                                        "null patch; position: only with its own position "
+                                        "(ignores position-locked attention, e.g. border tokens).")
+        af.addRow("Null pool", self.null_pool_combo)
         self.size_combo = QComboBox()
         self.size_combo.addItems(["model default", "native", "224", "448", "896"])
         self.size_combo.setToolTip("Long side the image is resized to for the model.")
@@ -271,17 +306,35 @@ class AttentionWidget(QWidget):
         thr.setToolTip("Moving these redraws the regularized and significant layers of the chosen "
                        "image (edits painted into its significant labels are replaced).")
         tf = QFormLayout(thr)
+        defaults = default_thresholds(DEFAULT_PRESET)
         self.rule_combo = QComboBox()
         for rule in RULES:
             self.rule_combo.addItem(RULE_LABELS.get(rule, rule), rule)
-        self.rule_combo.setCurrentIndex(self.rule_combo.findData(RunConfig().rule))
-        self.p_th_slider = self._slider(0.0, 1.0, DEFAULT_P_TH, 3)
-        self.l_th_slider = self._slider(0.0, 1.0, DEFAULT_L_TH, 3)
-        self.z_th_slider = self._slider(-3.0, 5.0, DEFAULT_Z_TH, 2)
+            self.rule_combo.setItemData(self.rule_combo.count() - 1, RULE_HELP[rule],
+                                        Qt.ItemDataRole.ToolTipRole)
+        self.rule_combo.setToolTip("Which patches count as significant (the regularized map keeps "
+                                   "their attention, the outline marks them).")
+        self.q_th_slider = self._slider(0.0, 1.0, defaults["q_th"], 3)
+        self.q_th_slider.setToolTip("q ≤: false discovery rate; 0.1 = about 10% of the "
+                                    "highlighted patches may be noise (rule 'q').")
+        self.p_th_slider = self._slider(0.0, 1.0, defaults["p_th"], 3)
+        self.p_th_slider.setToolTip("p ≤: per-patch p-value threshold (rule 'p').")
+        self.l_th_slider = self._slider(0.0, 1.0, defaults["l_th"], 3)
+        self.l_th_slider.setToolTip("lfdr ≤: local false discovery rate threshold (rule 'lfdr'); "
+                                    "posterior = 1 − lfdr.")
+        self.z_mask_check = QCheckBox("z mask")
+        self.z_mask_check.setToolTip("Also require z ≥ threshold (the paper's mask, on by default "
+                                     "under 'paper'). Off: no z mask (the directional default).")
+        self.z_th_slider = self._slider(-3.0, 5.0, Z_TH_WHEN_ON, 2)
+        self.z_th_slider.setToolTip("z ≥: standardised log-attention threshold of the z mask.")
+        z_row = QHBoxLayout()
+        z_row.addWidget(self.z_mask_check)
+        z_row.addWidget(self.z_th_slider, 1)
         tf.addRow("Rule", self.rule_combo)
+        tf.addRow("q ≤", self.q_th_slider)
         tf.addRow("p ≤", self.p_th_slider)
         tf.addRow("lfdr ≤", self.l_th_slider)
-        tf.addRow("z ≥", self.z_th_slider)
+        tf.addRow("z ≥", z_row)
         layout.addWidget(thr)
 
         # ---- run
@@ -299,6 +352,9 @@ class AttentionWidget(QWidget):
         layout.addWidget(self.progress_bar)
         self.status_label = QLabel("Ready.")
         self.status_label.setWordWrap(True)
+        self.status_label.setTextFormat(Qt.TextFormat.RichText)
+        self.status_label.setToolTip("Progress, then the run's model, significance count and "
+                                     "diagnostics (⚠ = read the maps with care).")
         layout.addWidget(self.status_label)
 
         roi_group = QGroupBox("ROI statistics vs significant attention")
@@ -322,9 +378,12 @@ class AttentionWidget(QWidget):
         self.browse_button.clicked.connect(self._browse_weights)
         self.device_combo.currentIndexChanged.connect(self._on_device_changed)
         self.method_combo.currentIndexChanged.connect(self._on_method_changed)
+        self.preset_combo.currentIndexChanged.connect(self._on_preset_changed)
         self.rule_combo.currentIndexChanged.connect(self._schedule_thresholds)
-        for slider in (self.p_th_slider, self.l_th_slider, self.z_th_slider):
+        self.z_mask_check.toggled.connect(self._on_z_mask_toggled)
+        for slider in (self.q_th_slider, self.p_th_slider, self.l_th_slider, self.z_th_slider):
             slider.valueChanged.connect(self._schedule_thresholds)
+        self._on_preset_changed()
 
     @staticmethod
     def _slider(lo: float, hi: float, value: float, decimals: int) -> QLabeledDoubleSlider:
@@ -334,6 +393,45 @@ class AttentionWidget(QWidget):
         s.setSingleStep(10.0 ** -decimals * 10)
         s.setValue(value)
         return s
+
+    # ================================================================ preset
+    def preset(self) -> str:
+        return self.preset_combo.currentData()
+
+    def _on_preset_changed(self, *_: Any) -> None:
+        """Thresholds and statistics options take the preset's defaults (one threshold update)."""
+        preset = self.preset()
+        defaults = PRESET_DEFAULTS[preset]
+        self._set_thresholds(default_thresholds(preset))
+        for key, combo in (("p_method", self.p_method_combo), ("alternative", self.alternative_combo),
+                           ("pi0_method", self.pi0_combo), ("null", self.null_combo),
+                           ("null_pool", self.null_pool_combo)):
+            combo.setCurrentText(str(defaults[key]))
+        directional = preset == "directional"
+        for combo in (self.p_method_combo, self.alternative_combo, self.null_combo):
+            combo.setEnabled(not directional)  # fixed by construction: one-sided p⁺, lfdr⁺ from p⁺
+        self.null_pool_combo.setEnabled(directional)
+
+    def _set_thresholds(self, thresholds: dict[str, Any]) -> None:
+        controls = (self.rule_combo, self.z_mask_check, self.q_th_slider, self.p_th_slider,
+                    self.l_th_slider, self.z_th_slider)
+        for control in controls:
+            control.blockSignals(True)
+        self.rule_combo.setCurrentIndex(self.rule_combo.findData(thresholds["rule"]))
+        for key, slider in (("q_th", self.q_th_slider), ("p_th", self.p_th_slider),
+                            ("l_th", self.l_th_slider)):
+            slider.setValue(float(thresholds[key]))
+        z_on = thresholds["z_th"] is not None
+        self.z_mask_check.setChecked(z_on)
+        self.z_th_slider.setValue(float(thresholds["z_th"]) if z_on else Z_TH_WHEN_ON)
+        self.z_th_slider.setEnabled(z_on)
+        for control in controls:
+            control.blockSignals(False)
+        self._schedule_thresholds()
+
+    def _on_z_mask_toggled(self, on: bool) -> None:
+        self.z_th_slider.setEnabled(on)
+        self._schedule_thresholds()
 
     # ================================================================ layer list
     def _connect_viewer(self) -> None:
@@ -380,8 +478,8 @@ class AttentionWidget(QWidget):
             out = find_output(self.viewer, record.source_id, kind)
             if out is not None:
                 out.metadata[META_KEY]["source"] = new_name
-                if out.name == layer_name(old_name, kind):
-                    out.name = layer_name(new_name, kind)
+                if out.name == layer_name(old_name, kind, record.preset):
+                    out.name = layer_name(new_name, kind, record.preset)
 
     def current_layer(self) -> Any | None:
         return self.layer_combo.currentData() if self.layer_combo.count() else None
@@ -480,8 +578,11 @@ class AttentionWidget(QWidget):
 
     # ================================================================ run configuration
     def thresholds(self) -> dict[str, Any]:
-        return {"rule": self.rule_combo.currentData(), "p_th": float(self.p_th_slider.value()),
-                "l_th": float(self.l_th_slider.value()), "z_th": float(self.z_th_slider.value())}
+        """Rule and thresholds as the controls set them (``z_th`` None: z mask off)."""
+        z_th = float(self.z_th_slider.value()) if self.z_mask_check.isChecked() else None
+        return {"rule": self.rule_combo.currentData(), "z_th": z_th,
+                "p_th": float(self.p_th_slider.value()), "l_th": float(self.l_th_slider.value()),
+                "q_th": float(self.q_th_slider.value())}
 
     def run_config(self) -> RunConfig:
         """The :class:`RunConfig` the controls describe (raises ValueError when invalid)."""
@@ -500,15 +601,23 @@ class AttentionWidget(QWidget):
                                      "e.g. 0,2.") from None
             merge = None if self.merge_combo.currentText() == "no merge" else self.merge_combo.currentText()
         t = self.thresholds()
+        preset = self.preset()
+        directional = preset == "directional"
+        statistics = {
+            # options a preset fixes go as None ("from the preset"), the others as shown
+            "p_method": None if directional else self.p_method_combo.currentText(),
+            "alternative": None if directional else self.alternative_combo.currentText(),
+            "null": None if directional else self.null_combo.currentText(),
+            "null_pool": self.null_pool_combo.currentText() if directional else None,
+            "pi0_method": self.pi0_combo.currentText(),
+        }
         config = RunConfig(
+            preset=preset,
             method=self.method_combo.currentText(), n_boot=int(self.n_boot_spin.value()),
             seed=int(self.seed_spin.value()), device=self.device_combo.currentText(),
             chunk_size=int(self.chunk_spin.value()) or None,
             head="mean" if self.head_spin.value() < 0 else int(self.head_spin.value()),
-            p_method=self.p_method_combo.currentText(),
-            alternative=self.alternative_combo.currentText(),
-            pi0_method=self.pi0_combo.currentText(), null=self.null_combo.currentText(),
-            rule=t["rule"], z_th=t["z_th"], p_th=t["p_th"], l_th=t["l_th"],
+            **statistics, **t,
             std_factor=float(self.std_factor_spin.value()),
             per_channel=self.per_channel_check.isChecked(),
             block_size=int(self.block_size_spin.value()) or None,
@@ -650,7 +759,8 @@ class AttentionWidget(QWidget):
         record.thresholds = self.thresholds()
         self._records[source.unique_id] = record
         upsert_outputs(self.viewer, record)
-        self._show_summary(record, outcome)
+        self._show_summary(record)
+        self._notify_diagnostics(record)
         self.roi_panel.update_table()
         self.outputs_updated.emit(record)
 
@@ -667,18 +777,27 @@ class AttentionWidget(QWidget):
             self.last_outcome = outcome
         self.run_finished.emit(outcome)
 
-    def _show_summary(self, record: RunRecord, outcome: JobOutcome) -> None:
-        results = list(record.results.values())
-        if len(results) == 1:
-            text = results[0].summary()
-        else:
-            sig = sum(int(r.significant(**{k: record.thresholds[k] for k in ("rule", "z_th", "p_th", "l_th")}).sum())
-                      for r in results)
-            total = sum(r.attention.size for r in results)
-            text = (f"{len(results)} planes · {sig}/{total} tokens significant "
-                    f"({record.thresholds['rule']}) · {outcome.elapsed_s:.1f} s on "
-                    f"{record.params.get('device_used')}")
-        self.status_label.setText(text)
+    def _show_summary(self, record: RunRecord) -> None:
+        """Status label and napari's status bar: run, significance count, diagnostics."""
+        results = [record.results[p] for p in sorted(record.results)]
+        caption = significance_caption(results, record.thresholds)
+        lines = [html.escape(run_caption(results[0], planes=len(results))),
+                 f"<b>{html.escape(caption)}</b>"]
+        for line in unique_diagnostics(results):
+            text = html.escape(line)
+            lines.append(f"<span style='color:{WARNING_COLOR}'>{text}</span>"
+                         if line.startswith("⚠") else text)
+        self.status_label.setText("<br>".join(lines))
+        self.viewer.status = f"{record.source_name}: {caption}"
+
+    def _notify_diagnostics(self, record: RunRecord) -> None:
+        """One warning notification listing what makes this result doubtful (if anything)."""
+        from napari.utils.notifications import show_warning
+
+        warnings_ = unique_diagnostics(list(record.results.values()), include_info=False)
+        if warnings_:
+            show_warning(f"Attention regularization of {record.source_name!r}:\n"
+                         + "\n".join(warnings_))
 
     def _notify_error(self, message: str) -> None:
         from napari.utils.notifications import show_error
@@ -702,5 +821,6 @@ class AttentionWidget(QWidget):
             return
         record.thresholds = self.thresholds()
         refresh_thresholds(self.viewer, record)
+        self._show_summary(record)  # the count follows the thresholds
         self.roi_panel.update_table()
         self.outputs_updated.emit(record)

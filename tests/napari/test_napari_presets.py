@@ -1,0 +1,138 @@
+"""Presets, the directional maps' names and legends, the outline, colorbars and diagnostics."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from napari_attnreg._napari.layers import CONTINUOUS_KINDS, KINDS, layer_name
+from napari_attnreg.core.display import (
+    MAPS_BY_KEY,
+    SIGNIFICANT_COLOR,
+    significance_caption,
+)
+from napari_attnreg.core.presets import PRESET_DEFAULTS
+
+pytestmark = pytest.mark.gui
+
+
+def _rgba(hex_color: str) -> np.ndarray:
+    return np.array([int(hex_color[i:i + 2], 16) / 255 for i in (1, 3, 5)] + [1.0])
+
+
+def _outputs(viewer, name, preset):
+    return {kind: viewer.layers[layer_name(name, kind, preset)] for kind in KINDS}
+
+
+def test_default_run_is_directional_with_outline_and_colorbars(viewer_widget, run_and_wait,
+                                                               cells_image):
+    from napari.layers import Image, Labels
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    assert widget.preset() == "directional"
+    assert widget.rule_combo.currentData() == "q" and widget.thresholds()["q_th"] == pytest.approx(0.1)
+    assert widget.thresholds()["z_th"] is None and not widget.z_mask_check.isChecked()
+    run_and_wait(widget)
+    result = widget.current_record().results[()]
+    assert result.preset == "directional"
+    assert "cells · −log10 p, above null" in viewer.layers
+    assert "cells · P(above null)" in viewer.layers
+    layers = _outputs(viewer, "cells", "directional")
+    for kind in CONTINUOUS_KINDS:
+        layer = layers[kind]
+        assert isinstance(layer, Image) and layer.colorbar.visible
+        assert layer.metadata["attnreg"]["legend"] == MAPS_BY_KEY[kind].legend("directional")
+    assert "above" in layers["pvalue"].metadata["attnreg"]["legend"]
+    # −log10 p⁺ and posterior⁺ are what the layers show
+    np.testing.assert_allclose(layers["pvalue"].data, -np.log10(result.p), rtol=1e-5)
+    np.testing.assert_allclose(layers["posterior"].data, result.posterior, rtol=1e-6)
+    sig = layers["significant"]
+    assert isinstance(sig, Labels) and sig.contour > 0 and sig.opacity == 1.0
+    np.testing.assert_allclose(sig.colormap.map(np.array([1]))[0], _rgba(SIGNIFICANT_COLOR), atol=1e-6)
+    np.testing.assert_allclose(sig.colormap.map(np.array([0]))[0][3], 0.0)  # background clear
+    assert set(np.unique(sig.data)) <= {0, 1}
+    caption = significance_caption(result, widget.thresholds())
+    assert "above the null" in caption
+    assert caption in widget.status_label.text()
+    assert caption in viewer.status
+
+
+def test_preset_switch_resets_thresholds_and_renames_layers(viewer_widget, run_and_wait,
+                                                            cells_image):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    first = _outputs(viewer, "cells", "directional")
+    n_layers = len(viewer.layers)
+    widget.q_th_slider.setValue(0.3)
+    widget.preset_combo.setCurrentIndex(widget.preset_combo.findData("paper"))
+    paper = PRESET_DEFAULTS["paper"]
+    t = widget.thresholds()
+    assert t["rule"] == paper["rule"] == "lfdr" and widget.z_mask_check.isChecked()
+    assert (t["z_th"], t["l_th"], t["q_th"]) == pytest.approx((paper["z_th"], paper["l_th"], 0.1))
+    assert widget.p_method_combo.isEnabled()  # the paper's options are editable
+    assert widget.preset_combo.toolTip() and "BELOW" in widget.preset_combo.itemData(
+        widget.preset_combo.findData("paper"), 3)  # Qt.ToolTipRole
+    run_and_wait(widget)
+    result = widget.current_record().results[()]
+    assert result.preset == "paper" and result.metadata["p_method"] == "pooled"
+    second = _outputs(viewer, "cells", "paper")
+    assert second["pvalue"].name == "cells · −log10 p (two-sided)"
+    assert second["posterior"].name == "cells · posterior 1 − lfdr (two-sided)"
+    assert all(second[k] is first[k] for k in KINDS) and len(viewer.layers) == n_layers
+    assert "cells · −log10 p, above null" not in viewer.layers
+    assert "two-sided" in widget.status_label.text()
+    # and back: the directional preset fixes the one-sided options again
+    widget.preset_combo.setCurrentIndex(widget.preset_combo.findData("directional"))
+    assert not widget.p_method_combo.isEnabled() and widget.thresholds()["rule"] == "q"
+    assert widget.run_config().resolved().alternative == "greater"
+
+
+def test_q_threshold_move_updates_layers_and_status(viewer_widget, run_and_wait, cells_image,
+                                                    qtbot):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    result = widget.current_record().results[()]
+    before = widget.status_label.text()
+    with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
+        widget.q_th_slider.setValue(1.0)  # every patch has q ≤ 1
+    assert widget.worker is None
+    sig = viewer.layers["cells · significant"].data
+    np.testing.assert_array_equal(sig == 1, result.significant("q", q_th=1.0))
+    assert int((sig == 1).sum()) == sig.size
+    after = widget.status_label.text()
+    assert after != before and f"{sig.size}/{sig.size} patches significant (q ≤ 1)" in after
+    assert viewer.layers["cells · regularized"].metadata["attnreg"]["thresholds"]["q_th"] == 1.0
+    # the z mask box: off = no z mask, on = z ≥ the slider's value
+    with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
+        widget.z_mask_check.setChecked(True)
+        widget.z_th_slider.setValue(1.0)
+    np.testing.assert_array_equal(viewer.layers["cells · significant"].data == 1,
+                                  result.significant("q", q_th=1.0, z_th=1.0))
+    assert "z ≥ 1" in widget.status_label.text()
+
+
+def test_diagnostics_of_a_random_model_reach_status_and_notification(
+        viewer_widget, run_and_wait, cells_image, tiny_backbone, notifications):
+    from napari.utils.notifications import NotificationSeverity
+
+    viewer, widget = viewer_widget
+    random_model = replace(tiny_backbone, weights="random-init")
+    random_model.domain = "synthetic test blobs"  # as a model catalogue entry would declare
+    widget.set_model(random_model, name="tiny random")
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    result = widget.current_record().results[()]
+    codes = {d.code for d in result.diagnostics}
+    assert {"random_init", "uniform_attention", "model_domain"} <= codes
+    text = widget.status_label.text()
+    assert "random weights" in text and "nearly uniform" in text
+    assert "(synthetic test blobs)" in text and "Model domain: synthetic test blobs" in text
+    warnings_ = [n for n in notifications if n.severity == NotificationSeverity.WARNING]
+    assert warnings_ and "random weights" in warnings_[-1].message
+    assert "nearly uniform" in warnings_[-1].message
+    assert "Model domain" not in warnings_[-1].message  # information, not a warning
