@@ -180,9 +180,17 @@ def test_bootstrap_pi0_matches_r_transcription():
 
 def test_fixed_pi0_and_bad_pi0():
     assert S.estimate_pi0(np.array([0.1, 0.5]), 0.25) == 0.25
-    for bad in (-0.1, 1.5, "storey", True):
+    for bad in (-0.1, 1.5, "storey-smoother", True):
         with pytest.raises(ValueError):
             S.estimate_pi0(np.array([0.1, 0.5]), bad)
+
+
+def test_storey_lambda_half_by_hand():
+    p = np.array([0.01, 0.2, 0.5, 0.51, 0.7, 0.9, 0.95, 1.0])
+    assert S.estimate_pi0(p, "storey") == pytest.approx(5 / (0.5 * 8))  # > 1 is capped
+    assert S.estimate_pi0(p[:6], "storey") == pytest.approx(min(1.0, 3 / 3.0))
+    assert S.estimate_pi0(np.array([0.1, 0.2, 0.6, 0.9]), "storey") == pytest.approx(1.0)
+    assert S.estimate_pi0(np.array([0.1, 0.2, 0.3, 0.9]), "storey") == pytest.approx(0.5)
 
 
 def test_pi0_zero_warns_and_gives_lfdr_zero():

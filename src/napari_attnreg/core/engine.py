@@ -319,9 +319,12 @@ def run_engine(
             size = min(chunk, n_boot - done)
             try:
                 ta = time.perf_counter()
-                batch = prepared.channel_map(null_images(
-                    source, range(done, done + size), null_cfg, seed=config.seed,
-                    patch_size=backbone.patch_size[0]))
+                own = null_images(source, range(done, done + size), null_cfg, seed=config.seed,
+                                  patch_size=backbone.patch_size[0])
+                if config.preset == "directional":
+                    # the observed image went through the [0, 1] intensity clamp; so do its nulls
+                    own.clamp_(0.0, 1.0)
+                batch = prepared.channel_map(own)
                 tb = time.perf_counter()
                 with _amp(device, dtype):
                     maps = cls_attention(backbone, batch, layer=config.layer, head=head)

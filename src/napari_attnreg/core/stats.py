@@ -45,13 +45,15 @@ import statsmodels.genmod.generalized_linear_model  # noqa: F401  isort: skip
 
 P_METHODS = ("pooled", "null")
 ALTERNATIVES = ("two-sided", "greater")
-PI0_METHODS = ("reference", "smoother", "bootstrap")
+PI0_METHODS = ("reference", "storey", "smoother", "bootstrap")
 NULL_MODELS = ("theoretical", "empirical")
 
 #: Storey's λ grid used by the smoother and bootstrap π0 estimators (R qvalue default).
 PI0_LAMBDAS = np.round(np.arange(0.05, 0.951, 0.05), 2)
 #: The reference implementation's π0 cut: π0 = #{p > 0.89} / (0.11·T).
 REFERENCE_PI0_CUT = 0.89
+#: Storey's (2002) single λ: π0 = #{p > 0.5} / (0.5·T).
+STOREY_LAMBDA = 0.5
 #: Degrees of freedom of Storey's cubic smoothing spline over the λ grid.
 SMOOTHER_DF = 3.0
 #: Number of histogram bins and quantile levels kept in ``null_summary``.
@@ -304,8 +306,11 @@ def estimate_pi0(p: np.ndarray, method: str | float = "reference") -> float:
     ----------
     p : array ``(T,)``
         p-values in [0, 1].
-    method : {"reference", "smoother", "bootstrap"} or float
-        ``"reference"`` (paper): ``min(1, #{p > 0.89} / (0.11 T))``;
+    method : {"reference", "storey", "smoother", "bootstrap"} or float
+        ``"reference"`` (paper): ``min(1, #{p > 0.89} / (0.11 T))``; ``"storey"``
+        (directional default): Storey (2002) at λ = 0.5, ``#{p > 0.5} / (0.5 T)``, which
+        reads the p-values where they are plentiful and so stays near 1 for a null map even
+        when its tokens' p-values are strongly dependent;
         ``"smoother"``: Storey's cubic smoothing spline with 3 df through
         π0(λ), λ = 0.05..0.95, read at λ = 0.95; ``"bootstrap"``: Storey,
         Taylor & Siegmund (2004) MSE-optimal λ (R ``qvalue::pi0est``
@@ -330,6 +335,8 @@ def estimate_pi0(p: np.ndarray, method: str | float = "reference") -> float:
         raise ValueError("p must be a non-empty array of p-values in [0, 1].")
     if method == "reference":
         pi0 = np.count_nonzero(p > REFERENCE_PI0_CUT) / ((1.0 - REFERENCE_PI0_CUT) * p.size)
+    elif method == "storey":
+        pi0 = np.count_nonzero(p > STOREY_LAMBDA) / ((1.0 - STOREY_LAMBDA) * p.size)
     elif method == "smoother":
         pi0 = _pi0_smoother(p)
     else:

@@ -1,0 +1,158 @@
+"""Presets through the whole pipeline: dispatch, overrides, recorded metadata, §12 position null."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import timm
+import torch
+
+from napari_attnreg import AttentionResult, regularize
+from napari_attnreg.core import directional as D
+from napari_attnreg.core import stats as S
+from napari_attnreg.core.backbones import load_backbone
+from napari_attnreg.core.engine import RunConfig
+from napari_attnreg.samples import demo_image
+
+FAST = dict(n_boot=12, chunk_size=6, device="cpu", keep_nulls=True)
+
+
+def _recompute(res: AttentionResult, fn, **kw):
+    null = torch.from_numpy(res.null_scores.reshape(res.null_scores.shape[0], -1))
+    return fn(torch.from_numpy(res.attention.reshape(-1)).float(), null, **kw)
+
+
+def test_default_is_directional_and_its_numbers_are_the_directional_statistics(tiny_backbone,
+                                                                               blob_image):
+    res = regularize(blob_image, tiny_backbone, **FAST)
+    assert res.preset == "directional" and res.thresholds["rule"] == "q"
+    assert res.thresholds["z_th"] is None and res.thresholds["q_th"] == 0.1
+    s = _recompute(res, D.directional_statistics)
+    for name in ("p", "q", "lfdr", "posterior"):
+        np.testing.assert_array_equal(getattr(res, name).ravel(), getattr(s, name), err_msg=name)
+    assert res.pi0 == s.pi0 and res.metadata["pi0_method"] == "storey"
+    assert res.null_summary["lfdr_fit"] == "grenander"
+
+
+def test_paper_preset_is_the_papers_procedure(tiny_backbone, blob_image):
+    res = regularize(blob_image, tiny_backbone, preset="paper", **FAST)
+    s = _recompute(res, S.compute_statistics)  # the paper's defaults
+    for name in ("p", "q", "lfdr", "posterior", "z"):
+        np.testing.assert_array_equal(getattr(res, name).ravel(), getattr(s, name), err_msg=name)
+    assert res.thresholds == {"rule": "lfdr", "z_th": 0.0, "p_th": 0.3, "l_th": 0.3, "q_th": 0.1}
+    md = res.metadata
+    assert (md["preset"], md["p_method"], md["alternative"], md["pi0_method"]) == (
+        "paper", "pooled", "two-sided", "reference")
+
+
+def test_explicit_options_override_the_preset(tiny_backbone, blob_image):
+    res = regularize(blob_image, tiny_backbone, preset="paper", pi0_method="smoother",
+                     rule="p", p_th=0.05, **FAST)
+    assert res.metadata["pi0_method"] == "smoother" and res.thresholds["rule"] == "p"
+    assert res.thresholds["p_th"] == 0.05 and res.thresholds["l_th"] == 0.3
+    res = regularize(blob_image, tiny_backbone, pi0_method=0.9, z_th=0.5, **FAST)
+    assert res.pi0 == 0.9 and res.thresholds["z_th"] == 0.5
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"alternative": "two-sided"}, "preset='paper'"),
+    ({"p_method": "pooled"}, "preset='paper'"),
+    ({"preset": "paper", "null_pool": "position"}, "directional"),
+    ({"preset": "bayes"}, "preset="),
+    ({"q_th": 1.5}, "q_th"),
+    ({"null_pool": "row"}, "null_pool"),
+])
+def test_contradictory_options_are_clear_errors(options, match):
+    with pytest.raises(ValueError, match=match):
+        RunConfig(**options).validate()
+
+
+def test_thresholds_of_a_saved_result_survive_and_old_files_read_as_paper(tmp_path, tiny_backbone,
+                                                                         blob_image):
+    res = regularize(blob_image, tiny_backbone, **FAST)
+    back = AttentionResult.load(res.save(tmp_path / "r.npz"))
+    assert back.preset == "directional" and back.thresholds == res.thresholds
+    np.testing.assert_array_equal(back.significant(), res.significant())
+    # a file written before presets existed: paper statistics and paper thresholds
+    old = AttentionResult(**{**{f: getattr(res, f) for f in (
+        "attention", "z", "p", "lfdr", "posterior", "q", "pi0", "image_shape", "model_shape",
+        "patch_size")}, "thresholds": {"rule": "lfdr", "z_th": 0.0, "p_th": 0.3, "l_th": 0.3},
+        "metadata": {}})
+    assert old.preset == "paper" and old._thresholds()["q_th"] == 0.1
+    old.significant("q")  # the new rule works on old results too
+
+
+def test_q_rule_keeps_exactly_the_tokens_at_or_below_q_th(tiny_backbone, blob_image):
+    res = regularize(blob_image, tiny_backbone, **FAST)
+    for q_th in (0.0, 0.05, 0.5, 1.0):
+        np.testing.assert_array_equal(res.significant("q", q_th=q_th), res.q <= q_th)
+    np.testing.assert_array_equal(res.regularized("q", q_th=1.0), res.attention)
+
+
+# ------------------------------------------------------------------ §12 position-aware null
+
+
+@pytest.fixture(scope="module")
+def corner_biased_vit():
+    """A 1-block random ViT whose position embedding makes the top-left patch attract the CLS
+    query on any input: the corner token's key is aligned with the (input-independent) CLS
+    query of that block."""
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1).eval()
+    blk, dim = model.blocks[0], model.embed_dim
+    with torch.no_grad():
+        # sharper queries (random-init logits are tiny), then the corner key along the query
+        blk.attn.qkv.weight[:dim] *= 5
+        blk.attn.qkv.bias[:dim] *= 5
+        cls = model.cls_token[0, 0] + model.pos_embed[0, 0]
+        q = blk.attn.qkv(blk.norm1(cls))[:dim]
+        w_k = blk.attn.qkv.weight[dim: 2 * dim]
+        direction = (w_k.T @ q) / blk.norm1.weight
+        direction -= direction.mean()  # survive the LayerNorm's centring
+        model.pos_embed[0, 1] += 50 * direction / direction.norm()
+    return load_backbone(model)
+
+
+def test_position_null_does_not_flag_position_locked_attention(corner_biased_vit):
+    rng = np.random.default_rng(1)
+    noise = rng.normal(0.5, 0.1, size=(224, 224)).astype(np.float32)  # no object anywhere
+    common = dict(n_boot=60, device="cpu", seed=3, rule="p", p_th=0.01)
+    pooled = regularize(noise, corner_biased_vit, **common)
+    position = regularize(noise, corner_biased_vit, null_pool="position", **common)
+    att = pooled.attention
+    assert att[0, 0] > 20 * np.median(att)  # the bias is real, on noise input too
+    assert pooled.significant()[0, 0] and pooled.p[0, 0] == pooled.p.min()
+    assert not position.significant()[0, 0] and position.p[0, 0] > 0.05
+    assert position.metadata["null_pool"] == "position"
+    assert position.significant().mean() <= 0.05
+
+
+# ------------------------------------------------------------------ the bundled demo image
+
+
+@pytest.fixture(scope="module")
+def demo_result():
+    return regularize(demo_image(), "demo", device="cpu", n_boot=100, seed=0)
+
+
+def test_demo_image_below_null_tokens_never_look_real(demo_result):
+    res = demo_result
+    null_median = float(np.interp(0.5, res.null_summary["quantile_levels"],
+                                  res.null_summary["z_null_quantiles"]))
+    below = res.z < null_median
+    assert below.sum() > 100  # most of the field is empty background
+    assert res.posterior[below].max() <= 0.5
+    assert res.posterior[res.p >= 0.5].max(initial=0) <= 0.5
+    assert not res.significant()[below].any()
+
+
+def test_demo_image_significant_tokens_sit_on_the_planted_figures(demo_result):
+    import tifffile
+
+    from napari_attnreg.samples import DATA_DIR
+
+    mask = tifffile.imread(DATA_DIR / "demo_cells_mask.tif") > 0
+    sig = demo_result.significant()
+    assert sig.any()
+    covered = demo_result.token_coverage(mask)
+    assert covered[sig].mean() > 0.25  # significant tokens lie on the decisive objects
