@@ -781,10 +781,10 @@ class AttentionWidget(QWidget):
         """Status label and napari's status bar: run, significance count, diagnostics."""
         results = [record.results[p] for p in sorted(record.results)]
         caption = significance_caption(results, record.thresholds)
-        lines = [html.escape(run_caption(results[0], planes=len(results))),
-                 f"<b>{html.escape(caption)}</b>"]
+        lines = [html.escape(run_caption(results[0], planes=len(results)), quote=False),
+                 f"<b>{html.escape(caption, quote=False)}</b>"]
         for line in unique_diagnostics(results):
-            text = html.escape(line)
+            text = html.escape(line, quote=False)
             lines.append(f"<span style='color:{WARNING_COLOR}'>{text}</span>"
                          if line.startswith("⚠") else text)
         self.status_label.setText("<br>".join(lines))

@@ -30,27 +30,43 @@ import numpy as np
 import traitlets as t
 
 from ..core.backbones import Backbone, load_backbone
+from ..core.display import (
+    MAPS_BY_KEY,
+    PRESET_HELP,
+    RULE_HELP,
+    diagnostics_lines,
+    run_caption,
+    significance_caption,
+    with_thresholds,
+)
 from ..core.engine import CancelToken, Progress, RunConfig, run_engine
 from ..core.images import scale_intensity, to_channels_last
 from ..core.nulls import NULL_METHODS
-from ..core.regularize import DEFAULT_L_TH, DEFAULT_P_TH, DEFAULT_Z_TH, RULES
+from ..core.presets import DEFAULT_PRESET, PRESETS, THRESHOLD_KEYS, default_thresholds
+from ..core.regularize import RULES
 from ..core.result import AttentionResult
 from . import render
 from .regions import add_region, as_labels, polygon_mask, rectangle_vertices
 from .runner import BackgroundRunner, Outcome
 from .views import DRAW_MODES, ImageView, MplView, ipympl_available
 
-#: Overlay choices: (label shown, state value).
+#: Overlay choices: (label shown, state value); the value is a core.display map key.
 OVERLAYS = (
     ("regularized attention", "regularized"),
     ("raw attention", "attention"),
-    ("posterior (1 − lfdr)", "posterior"),
-    ("p-value", "p"),
+    ("posterior", "posterior"),
+    ("−log10 p", "pvalue"),
     ("none (image only)", "none"),
 )
-COLORMAPS = ("magma", "inferno", "viridis", "turbo", "hot", "gray", "magma_r", "viridis_r")
+#: "auto": each map in its own colormap (core.display), as napari and the CLI show it.
+COLORMAPS = ("auto", "magma", "inferno", "viridis", "turbo", "hot", "gray", "magma_r", "viridis_r")
 #: Options of :class:`RunConfig` the explorer's own controls set.
-_CONTROLLED = {"method", "n_boot", "seed", "device", "rule", "p_th", "l_th", "z_th", "extra"}
+_CONTROLLED = {"preset", "method", "n_boot", "seed", "device", *THRESHOLD_KEYS, "extra"}
+#: Default of the threshold arguments: take the preset's value (``z_th=None`` is "no z mask").
+FROM_PRESET = "from preset"
+#: z threshold the slider shows while the z mask is off.
+Z_TH_WHEN_ON = 0.0
+WARNING_COLOR = "#b26a00"
 
 
 def _devices(requested: str) -> list[str]:
@@ -79,13 +95,19 @@ class AttentionExplorer(widgets.VBox):
         ``"demo"`` (bundled), a timm name, a weights file (with ``arch``) or a loaded model.
     arch : str, optional
         timm architecture of a weights file.
+    preset : {"directional", "paper"}
+        ``"directional"`` (default): is a patch's attention *higher* than noise gives
+        (one-sided p⁺, q⁺, posterior⁺)? ``"paper"``: the published two-sided procedure.
+        Changing it resets the thresholds to the preset's defaults.
     method, n_boot, seed, device
         Bootstrap null method, number of null images, seed, compute device.
-    rule, p_th, l_th, z_th
-        Regularization rule and thresholds (METHOD.md §8); changing them re-renders only.
-    overlay : {"regularized", "attention", "posterior", "p", "none"}
+    rule, q_th, p_th, l_th, z_th
+        Regularization rule and thresholds (METHOD.md §8, §11); left out, the preset's
+        defaults; ``z_th=None`` applies no z mask. Changing them re-renders only.
+    overlay : {"regularized", "attention", "posterior", "pvalue", "none"}
+        ``"pvalue"`` shows −log10 p (``"p"`` is accepted for it).
     colormap : str
-        A matplotlib colormap name.
+        ``"auto"`` (each map its own) or a matplotlib colormap name.
     opacity : float
     outline : bool
         Outline the tokens kept by the rule.
@@ -118,12 +140,14 @@ class AttentionExplorer(widgets.VBox):
     n_boot = t.Int(200)
     seed = t.Int(0)
     device = t.Unicode("auto")
-    rule = t.Enum(RULES, default_value="lfdr")
-    p_th = t.Float(DEFAULT_P_TH)
-    l_th = t.Float(DEFAULT_L_TH)
-    z_th = t.Float(DEFAULT_Z_TH)
-    overlay = t.Enum([v for _, v in OVERLAYS], default_value="regularized")
-    colormap = t.Unicode("magma")
+    preset = t.Enum(PRESETS, default_value=DEFAULT_PRESET)
+    rule = t.Enum(RULES, default_value=default_thresholds(DEFAULT_PRESET)["rule"])
+    q_th = t.Float(default_thresholds(DEFAULT_PRESET)["q_th"])
+    p_th = t.Float(default_thresholds(DEFAULT_PRESET)["p_th"])
+    l_th = t.Float(default_thresholds(DEFAULT_PRESET)["l_th"])
+    z_th = t.Float(default_thresholds(DEFAULT_PRESET)["z_th"], allow_none=True)
+    overlay = t.Enum([v for _, v in OVERLAYS] + ["p"], default_value="regularized")  # "p": old name
+    colormap = t.Unicode("auto")
     opacity = t.Float(0.6)
     outline = t.Bool(True)
     draw_mode = t.Enum(DRAW_MODES, default_value="off")
@@ -137,16 +161,18 @@ class AttentionExplorer(widgets.VBox):
         model: str | Backbone | Any = "demo",
         *,
         arch: str | None = None,
+        preset: str = DEFAULT_PRESET,
         method: str = "normal",
         n_boot: int = 200,
         seed: int = 0,
         device: str = "auto",
-        rule: str = "lfdr",
-        p_th: float = DEFAULT_P_TH,
-        l_th: float = DEFAULT_L_TH,
-        z_th: float = DEFAULT_Z_TH,
+        rule: str = FROM_PRESET,
+        q_th: float | str = FROM_PRESET,
+        p_th: float | str = FROM_PRESET,
+        l_th: float | str = FROM_PRESET,
+        z_th: float | None | str = FROM_PRESET,
         overlay: str = "regularized",
-        colormap: str = "magma",
+        colormap: str = "auto",
         opacity: float = 0.6,
         outline: bool = True,
         roi: np.ndarray | None = None,
@@ -164,7 +190,8 @@ class AttentionExplorer(widgets.VBox):
                             "options are the RunConfig fields.")
         if view not in ("auto", "ipympl", "image"):
             raise ValueError(f"view must be 'auto', 'ipympl' or 'image', got {view!r}.")
-        render.colormap_lut(colormap)  # unknown names fail here, not at the first render
+        if colormap != "auto":
+            render.colormap_lut(colormap)  # unknown names fail here, not at the first render
         self._run_options = dict(run_options)
         self._arch = arch
         self._backbones: dict[str, Backbone] = {}
@@ -186,10 +213,14 @@ class AttentionExplorer(widgets.VBox):
         self._t_start = 0.0
         self._runner = BackgroundRunner(self._on_event, self._on_finish)
 
+        self.preset = preset  # first: its observer resets the thresholds given below
+        given = {"rule": rule, "q_th": q_th, "p_th": p_th, "l_th": l_th, "z_th": z_th}
         with self.hold_trait_notifications():
             self.model_name, self.method, self.n_boot, self.seed = name, method, int(n_boot), int(seed)
-            self.device, self.rule = device, rule
-            self.p_th, self.l_th, self.z_th = float(p_th), float(l_th), float(z_th)
+            self.device = device
+            for key, value in given.items():
+                if not (isinstance(value, str) and value == FROM_PRESET):
+                    setattr(self, key, value)
             self.overlay, self.colormap = overlay, colormap
             self.opacity, self.outline = float(opacity), bool(outline)
 
@@ -211,8 +242,11 @@ class AttentionExplorer(widgets.VBox):
         """The latest result, with the widget's current thresholds as its defaults."""
         if self._result is None:
             return None
-        return self._result.with_thresholds(rule=self.rule, p_th=self.p_th, l_th=self.l_th,
-                                            z_th=self.z_th)
+        return with_thresholds(self._result, self.thresholds())
+
+    def thresholds(self) -> dict[str, Any]:
+        """The rule and thresholds the controls set (``z_th`` None: no z mask)."""
+        return {key: getattr(self, key) for key in THRESHOLD_KEYS}
 
     @property
     def rendered(self) -> np.ndarray | None:
@@ -246,9 +280,9 @@ class AttentionExplorer(widgets.VBox):
             config_options["channel_axis"] = -1
         extra = {"slice": list(slice_index)} if slice_index else {}
         try:
-            config = RunConfig(method=self.method, n_boot=self.n_boot, seed=self.seed,
-                               device=self.device, rule=self.rule, p_th=self.p_th,
-                               l_th=self.l_th, z_th=self.z_th, extra=extra, **config_options)
+            config = RunConfig(preset=self.preset, method=self.method, n_boot=self.n_boot,
+                               seed=self.seed, device=self.device, extra=extra,
+                               **self.thresholds(), **config_options)
             config.validate()
         except ValueError as err:
             self._fail(err)
@@ -258,7 +292,8 @@ class AttentionExplorer(widgets.VBox):
         self.running = True
         self._progress.value = 0.0
         self._progress.bar_style = "info"
-        self._set_status(f"Starting: {self.model_name}, {self.method}, B={self.n_boot} …", "info")
+        self._set_status(f"Starting: {self.model_name}, {self.preset}, {self.method}, "
+                         f"B={self.n_boot} …", "info")
         name = self.model_name
         outcome = self._runner.start(lambda token: self._pipeline(name, plane, config, token),
                                      background=not wait)
@@ -342,8 +377,8 @@ class AttentionExplorer(widgets.VBox):
         result = self._current_result()
         if result is None or self._labels is None or not self._labels.any():
             return []
-        return roi_table(result, self._labels, rule=self.rule, p_th=self.p_th, l_th=self.l_th,
-                         z_th=self.z_th)
+        # the thresholds travel as the result's own (q_th and "no z mask" included)
+        return roi_table(with_thresholds(result, self.thresholds()), self._labels)
 
     def export_roi_csv(self, path: str | Path) -> Path:
         """Write :meth:`roi_table` to a CSV file and return its path."""
@@ -396,7 +431,10 @@ class AttentionExplorer(widgets.VBox):
             self.last_error = None
             self._progress.value = 1.0
             self._progress.bar_style = "success"
-            self._set_status(self._timing_text(outcome.result), "success")
+            n_warnings = len(diagnostics_lines(outcome.result, include_info=False))
+            note = f" ⚠ {n_warnings} warning(s) below." if n_warnings else ""
+            self._set_status(self._timing_text(outcome.result) + note,
+                             "warning" if n_warnings else "success")
             self._refresh_after_result()
         elif outcome.kind == "cancelled":
             self._progress.bar_style = "warning"
@@ -523,34 +561,37 @@ class AttentionExplorer(widgets.VBox):
         self._update_summary()
         self._update_roi_table()
 
-    def _overlay_values(self, result: AttentionResult) -> tuple[np.ndarray | None, float, float, str]:
-        att = result.attention
+    def _overlay_values(self, result: AttentionResult) -> tuple[np.ndarray | None, float, float]:
+        """Token values of the chosen overlay and their colour range (core.display)."""
         if self.overlay == "none":
-            return None, 0.0, 1.0, ""
-        if self.overlay == "attention":
-            return att, float(att.min()), float(att.max()), "raw attention"
+            return None, 0.0, 1.0
+        view = MAPS_BY_KEY[self.overlay]
+        values = view.values(result, self.thresholds())
+        vmin, vmax = view.limits(result)
         if self.overlay == "regularized":
-            reg = result.regularized(self.rule, p_th=self.p_th, l_th=self.l_th, z_th=self.z_th)
             # removed tokens are transparent, so the image shows where attention was not real
-            return np.where(reg > 0, reg, np.nan), float(att.min()), float(att.max()), \
-                f"regularized attention ({self.rule})"
-        if self.overlay == "posterior":
-            return result.posterior, 0.0, 1.0, "posterior (1 − lfdr)"
-        return result.p, 0.0, 1.0, "p-value"
+            values = np.where(values > 0, values, np.nan)
+        return values, vmin, vmax
+
+    def _lut(self) -> np.ndarray:
+        name = self.colormap
+        if name == "auto":
+            name = MAPS_BY_KEY[self.overlay].colormap if self.overlay != "none" else "magma"
+        return render.colormap_lut(name)
 
     def _render(self) -> None:
         if self._stack is None:
             return
-        lut = render.colormap_lut(self.colormap)
+        lut = self._lut()
         result = self._current_result()
         values = outline = None
-        vmin, vmax, label = 0.0, 1.0, ""
+        vmin, vmax = 0.0, 1.0
         if result is not None and self._token_index is not None:
-            token_values, vmin, vmax, label = self._overlay_values(result)
+            token_values, vmin, vmax = self._overlay_values(result)
             if token_values is not None:
                 values = np.asarray(token_values, dtype=np.float64).ravel()[self._token_index]
             if self.outline:
-                sig = result.significant(self.rule, p_th=self.p_th, l_th=self.l_th, z_th=self.z_th)
+                sig = with_thresholds(result, self.thresholds()).significant()
                 outline = render.boundary(sig.ravel()[self._token_index], self._line_width())
         roi_edges = None
         if self._labels is not None and self._labels.any():
@@ -558,20 +599,30 @@ class AttentionExplorer(widgets.VBox):
         self._rendered = render.composite(self._base, values, lut=lut, vmin=vmin, vmax=vmax,
                                           opacity=self.opacity, outline=outline, roi_edges=roi_edges)
         self._view.show(self._rendered, self._plane_shape)
-        self._update_colorbar(lut, vmin, vmax, label if values is not None else "")
+        shown = result if values is not None else None
+        self._update_colorbar(lut, vmin, vmax, shown)
 
     def _line_width(self) -> int:
         # about 1 px of the ~560 px view whatever the image size
         return max(1, round(max(self._grid.shape) / 500))
 
-    def _update_colorbar(self, lut: np.ndarray, vmin: float, vmax: float, label: str) -> None:
-        self._colorbar_box.layout.display = "flex" if label else "none"
-        if not label:
+    def _update_colorbar(self, lut: np.ndarray, vmin: float, vmax: float,
+                         result: AttentionResult | None) -> None:
+        """Colour scale, the map's title and its one-sentence legend (core.display)."""
+        shown = result is not None
+        self._colorbar_box.layout.display = "flex" if shown else "none"
+        self._legend.layout.display = "block" if shown else "none"
+        if not shown:
             return
+        view = MAPS_BY_KEY[self.overlay]
         self._colorbar.value = render.to_png(render.colorbar(lut))
         self._colorbar_lo.value = f"{vmin:.3g}"
         self._colorbar_hi.value = f"{vmax:.3g}"
-        self._colorbar_label.value = label
+        self._colorbar_label.value = view.title(result.preset, self.thresholds())
+        outline = (f" <span style='color:{render.hex_color(render.SIGNIFICANT_COLOR)}'>■</span> "
+                   "outline: significant patches." if self.outline else "")
+        legend = html.escape(view.legend(result.preset), quote=False)
+        self._legend.value = f"<span style='font-size:90%'>{legend}{outline}</span>"
 
     def _describe_pixel(self, row: float, col: float) -> str:
         r, c = round(row), round(col)
@@ -585,20 +636,29 @@ class AttentionExplorer(widgets.VBox):
             gh, gw = result.grid_shape
             i, j = min(int((r + 0.5) / sy), gh - 1), min(int((c + 0.5) / sx), gw - 1)
             text += (f" · token ({i},{j}) attention={result.attention[i, j]:.4g} z={result.z[i, j]:.2f}"
-                     f" p={result.p[i, j]:.3g} lfdr={result.lfdr[i, j]:.3g}")
+                     f" p={result.p[i, j]:.3g} q={result.q[i, j]:.3g}"
+                     f" posterior={result.posterior[i, j]:.3g}")
         return text
 
     def _update_summary(self) -> None:
+        """Significance count at the current thresholds, then the run's diagnostics (§14)."""
         result = self._current_result()
         if result is None:
             self._summary.value = ""
+            self._diagnostics.value = ""
             return
-        sig = result.significant(self.rule, p_th=self.p_th, l_th=self.l_th, z_th=self.z_th)
-        reg = result.regularized(self.rule, p_th=self.p_th, l_th=self.l_th, z_th=self.z_th)
+        shown = with_thresholds(result, self.thresholds())
+        reg = shown.regularized()
         kept = float(reg.sum() / result.attention.sum()) if result.attention.sum() > 0 else math.nan
         self._summary.value = (
-            f"<b>{int(sig.sum())}/{sig.size}</b> tokens significant ({self.rule}) · "
+            f"<b>{html.escape(significance_caption(result, self.thresholds()), quote=False)}</b> · "
             f"π0 = {result.pi0:.3f} · regularized map keeps {100 * kept:.1f}% of the attention")
+        lines = [html.escape(run_caption(result), quote=False)]
+        for line in diagnostics_lines(result):
+            text = html.escape(line, quote=False)
+            lines.append(f"<span style='color:{WARNING_COLOR}'>{text}</span>"
+                         if line.startswith("⚠") else text)
+        self._diagnostics.value = "<br>".join(lines)
 
     # ---- ROIs -------------------------------------------------------------------------------
     def _on_drawn_region(self, vertices: np.ndarray) -> None:
@@ -672,14 +732,35 @@ class AttentionExplorer(widgets.VBox):
             "opacity": link(W.FloatSlider(min=0, max=1, step=0.05, description="opacity",
                                           layout=short, style=style), "opacity"),
             "outline": link(W.Checkbox(description="outline significant", indent=False), "outline"),
-            "rule": link(W.Dropdown(options=list(RULES), description="rule", layout=short,
-                                    style=style), "rule"),
+            "preset": link(W.Dropdown(
+                options=[(p, p) for p in PRESETS], description="statistics", layout=short,
+                style=style, tooltip="Which question the statistics answer.\n" + "\n".join(
+                    f"• {PRESET_HELP[p]}" for p in PRESETS)
+                + "\nChanging it resets the thresholds; press Run to compute with it."), "preset"),
+            "rule": link(W.Dropdown(options=[(f"{r}: {RULE_HELP[r]}", r) for r in RULES],
+                                    description="rule", layout=short, style=style,
+                                    tooltip="Which patches count as significant:\n" + "\n".join(
+                                        f"• {RULE_HELP[r]}" for r in RULES)), "rule"),
+            "q_th": link(W.FloatSlider(min=0, max=1, step=0.005, readout_format=".3f",
+                                       description="q ≤", layout=short, style=style,
+                                       tooltip="False discovery rate of rule 'q': 0.1 = about "
+                                               "10% of the highlighted patches may be noise."),
+                         "q_th"),
             "p_th": link(W.FloatSlider(min=0, max=1, step=0.005, readout_format=".3f",
-                                       description="p ≤", layout=short, style=style), "p_th"),
+                                       description="p ≤", layout=short, style=style,
+                                       tooltip="Per-patch p-value threshold of rule 'p'."), "p_th"),
             "l_th": link(W.FloatSlider(min=0, max=1, step=0.01, description="lfdr ≤",
-                                       layout=short, style=style), "l_th"),
-            "z_th": link(W.FloatSlider(min=-3, max=6, step=0.1, description="z ≥",
-                                       layout=short, style=style), "z_th"),
+                                       layout=short, style=style,
+                                       tooltip="Local fdr threshold of rule 'lfdr' "
+                                               "(posterior = 1 − lfdr)."), "l_th"),
+            # z_th may be None (no z mask): a checkbox and a slider, kept in step by hand
+            "z_mask": W.Checkbox(description="z mask", indent=False,
+                                 layout=W.Layout(width="80px"),
+                                 tooltip="Also require z ≥ threshold (the paper's mask). Off: "
+                                         "no z mask, the directional default."),
+            "z_th": W.FloatSlider(min=-3, max=6, step=0.1, description="z ≥",
+                                  layout=W.Layout(width="170px"), style={"description_width": "30px"},
+                                  tooltip="Standardised log-attention threshold of the z mask."),
             "draw": link(W.ToggleButtons(options=list(DRAW_MODES), description="draw ROI",
                                          style={"description_width": "60px", "button_width": "84px"}),
                          "draw_mode"),
@@ -706,6 +787,12 @@ class AttentionExplorer(widgets.VBox):
         self._colorbar_box = W.HBox([self._colorbar_lo, self._colorbar, self._colorbar_hi,
                                      self._colorbar_label],
                                     layout=W.Layout(align_items="center"))
+        self._legend = W.HTML(layout=W.Layout(max_width="560px")).add_class("attnreg-legend")
+        self._diagnostics = W.HTML().add_class("attnreg-diagnostics")
+        self.controls["z_th"].value = Z_TH_WHEN_ON if self.z_th is None else self.z_th
+        self.controls["z_mask"].observe(self._on_z_controls, "value")
+        self.controls["z_th"].observe(self._on_z_controls, "value")
+        self._sync_z_controls()
         self._slice_box = W.HBox(layout=W.Layout(display="none"))
         self.buttons = {"run": self._run_button, "cancel": self._cancel_button, "clear": clear,
                         "export": export}
@@ -716,19 +803,21 @@ class AttentionExplorer(widgets.VBox):
         c = self.controls
         section = lambda text: W.HTML(f"<b>{text}</b>")
         panel = W.VBox([
-            section("Run"), c["model"], c["method"], c["n_boot"], c["seed"], c["device"],
+            section("Run"), c["model"], c["preset"], c["method"], c["n_boot"], c["seed"],
+            c["device"],
             W.HBox([self._run_button, self._cancel_button]),
             W.HBox([self._progress, self._progress_label]),
             section("Display"), c["overlay"], c["colormap"], c["opacity"], c["outline"],
-            section("Thresholds (live)"), c["rule"], c["p_th"], c["l_th"], c["z_th"],
+            section("Thresholds (live)"), c["rule"], c["q_th"], c["p_th"], c["l_th"],
+            W.HBox([c["z_mask"], c["z_th"]]),
             section("Regions of interest"), c["draw"], W.HBox([clear]),
             W.HBox([self._csv_path, export]),
         ], layout=W.Layout(margin="0 0 0 12px"))
-        image_area = W.VBox([self._slice_box, self._view.widget, self._colorbar_box])
+        image_area = W.VBox([self._slice_box, self._view.widget, self._colorbar_box, self._legend])
         # flex-start: the tall control panel must not stretch the image column (a gap would
         # open between the canvas and its colorbar)
         top = W.HBox([image_area, panel], layout=W.Layout(align_items="flex-start"))
-        self.children = (top, self._status, self._summary, self._roi_table)
+        self.children = (top, self._status, self._summary, self._diagnostics, self._roi_table)
 
     # ---- state observers --------------------------------------------------------------------
     @t.observe("overlay", "colormap", "opacity", "outline")
@@ -736,16 +825,55 @@ class AttentionExplorer(widgets.VBox):
         if hasattr(self, "_grid"):
             self._render()
 
-    @t.observe("rule", "p_th", "l_th", "z_th")
+    @t.observe("rule", *THRESHOLD_KEYS)
     def _thresholds_changed(self, _change: dict) -> None:
+        if hasattr(self, "controls"):
+            self._sync_z_controls()
         if hasattr(self, "_grid"):
             self._render()
             self._update_summary()
             self._update_roi_table()
 
+    @t.observe("preset")
+    def _preset_changed(self, change: dict) -> None:
+        """The thresholds take the new preset's defaults (one re-render)."""
+        with self.hold_trait_notifications():
+            for key, value in default_thresholds(change["new"]).items():
+                setattr(self, key, value)
+
+    def _sync_z_controls(self) -> None:
+        box, slider = self.controls["z_mask"], self.controls["z_th"]
+        self._syncing_z = True
+        try:
+            box.value = self.z_th is not None
+            if self.z_th is not None:
+                slider.value = self.z_th
+            slider.disabled = self.z_th is None
+        finally:
+            self._syncing_z = False
+
+    def _on_z_controls(self, _change: dict) -> None:
+        if getattr(self, "_syncing_z", False):
+            return
+        box, slider = self.controls["z_mask"], self.controls["z_th"]
+        # the slider keeps its value while the mask is off, so ticking the box restores it
+        self.z_th = float(slider.value) if box.value else None
+
+    @t.validate("z_th")
+    def _valid_z_th(self, proposal: dict) -> float | None:
+        value = proposal["value"]
+        if value is not None and not math.isfinite(value):
+            raise t.TraitError(f"z_th must be a finite number or None (no z mask), got {value}.")
+        return value
+
+    @t.validate("overlay")
+    def _valid_overlay(self, proposal: dict) -> str:
+        return "pvalue" if proposal["value"] == "p" else proposal["value"]
+
     @t.validate("colormap")
     def _valid_colormap(self, proposal: dict) -> str:
-        render.colormap_lut(proposal["value"])
+        if proposal["value"] != "auto":
+            render.colormap_lut(proposal["value"])
         return proposal["value"]
 
     @t.validate("p_th", "l_th")
@@ -773,7 +901,7 @@ class AttentionExplorer(widgets.VBox):
             return
         self._run_button.disabled = change["new"]
         self._cancel_button.disabled = not change["new"]
-        for name in ("model", "method", "n_boot", "seed", "device"):
+        for name in ("model", "preset", "method", "n_boot", "seed", "device"):
             self.controls[name].disabled = change["new"]
 
     @t.observe("draw_mode")

@@ -14,9 +14,17 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-#: Colour of the significant-region outline and of ROI outlines (RGB, 0–255).
-SIGNIFICANT_COLOR = (0, 255, 255)
+from ..core.display import SIGNIFICANT_RGB
+
+#: Colour of the significant-region outline (RGB, 0–255): the one napari and the CLI use.
+SIGNIFICANT_COLOR: tuple[int, int, int] = SIGNIFICANT_RGB  # type: ignore[assignment]
+#: Colour of ROI outlines.
 ROI_COLOR = (255, 215, 0)
+
+
+def hex_color(rgb: tuple[int, int, int]) -> str:
+    """``"#00e5ff"`` from ``(0, 229, 255)`` (for HTML and matplotlib)."""
+    return "#{:02x}{:02x}{:02x}".format(*rgb)
 
 
 def colormap_lut(name: str) -> np.ndarray:

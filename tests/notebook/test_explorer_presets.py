@@ -1,0 +1,116 @@
+"""The explorer's preset, q rule, optional z mask, display legends, outline colour, diagnostics."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ipywidgets")
+
+from napari_attnreg.core.display import (
+    MAPS_BY_KEY,
+    SIGNIFICANT_COLOR,
+    significance_caption,
+)
+from napari_attnreg.notebook import AttentionExplorer, render
+from napari_attnreg.notebook import explorer as explorer_module
+
+
+@pytest.fixture
+def explorer(blob_image, tiny_backbone):
+    ex = AttentionExplorer(blob_image, tiny_backbone, n_boot=12, device="cpu", view="image")
+    yield ex
+    ex.close()
+
+
+def test_preset_control_resets_thresholds(explorer):
+    c = explorer.controls
+    assert explorer.preset == "directional" and c["preset"].value == "directional"
+    assert "HIGHER" in c["preset"].tooltip and "BELOW" in c["preset"].tooltip
+    assert (explorer.rule, explorer.q_th, explorer.z_th) == ("q", pytest.approx(0.1), None)
+    assert not c["z_mask"].value and c["z_th"].disabled
+    assert all(c[k].tooltip for k in ("rule", "q_th", "z_mask", "z_th"))
+    c["q_th"].value = 0.3
+    c["preset"].value = "paper"  # the control moves the state, and the thresholds follow
+    assert explorer.preset == "paper"
+    assert (explorer.rule, explorer.z_th, explorer.l_th, explorer.q_th) == (
+        "lfdr", 0.0, pytest.approx(0.3), pytest.approx(0.1))
+    assert c["z_mask"].value and not c["z_th"].disabled and c["rule"].value == "lfdr"
+    c["z_mask"].value = False  # z mask off = z_th None, whatever the preset
+    assert explorer.z_th is None and c["z_th"].disabled
+    c["z_mask"].value = True
+    c["z_th"].value = 1.5
+    assert explorer.z_th == pytest.approx(1.5)
+    explorer.z_th = None  # from code: the controls follow
+    assert not c["z_mask"].value
+
+
+def test_explicit_thresholds_win_over_the_preset(blob_image, tiny_backbone):
+    ex = AttentionExplorer(blob_image, tiny_backbone, preset="paper", z_th=None, q_th=0.05,
+                           view="image")
+    assert (ex.preset, ex.rule, ex.z_th, ex.q_th) == ("paper", "lfdr", None, pytest.approx(0.05))
+    assert not ex.controls["z_mask"].value
+    ex.overlay = "p"  # the former name of the p-value overlay still works
+    assert ex.overlay == "pvalue"
+    ex.close()
+
+
+def test_directional_run_shows_display_titles_legends_and_live_q(explorer, monkeypatch):
+    result = explorer.run(wait=True)
+    assert result.preset == "directional" and result.metadata["alternative"] == "greater"
+    assert explorer._colorbar_label.value == "regularized (q ≤ 0.1)"
+    assert MAPS_BY_KEY["regularized"].legend("directional") in explorer._legend.value
+    explorer.overlay = "pvalue"
+    assert explorer._colorbar_label.value == "−log10 p, above null"
+    assert "one-sided" in explorer._legend.value
+    assert float(explorer._colorbar_hi.value) == pytest.approx(
+        MAPS_BY_KEY["pvalue"].limits(result)[1], rel=1e-2)
+    explorer.overlay = "posterior"
+    assert explorer._colorbar_label.value == "P(above null)"
+    # thresholds move live: the count follows, nothing is recomputed
+    monkeypatch.setattr(explorer_module, "run_engine", lambda *a, **k: pytest.fail("recomputed"))
+    before = explorer._summary.value
+    explorer.controls["q_th"].value = 1.0
+    assert explorer._summary.value != before
+    assert "168/168 patches significant (q ≤ 1), above the null" in explorer._summary.value
+    assert significance_caption(result, explorer.thresholds()) in explorer._summary.value
+    assert int(explorer.result.significant().sum()) == 168
+
+
+def test_paper_run_uses_the_papers_names(explorer):
+    explorer.preset = "paper"
+    result = explorer.run(wait=True)
+    assert result.preset == "paper"
+    explorer.overlay = "pvalue"
+    assert explorer._colorbar_label.value == "−log10 p (two-sided)"
+    assert "BELOW" in explorer._legend.value
+    assert "paper's two-sided test" in explorer._summary.value
+
+
+def test_outline_is_drawn_in_the_significant_colour(explorer):
+    assert render.hex_color(render.SIGNIFICANT_COLOR) == SIGNIFICANT_COLOR
+    explorer.run(wait=True)
+    explorer.rule, explorer.p_th = "p", 0.5  # some patches in, some out
+    sig = explorer.result.significant()
+    assert 0 < sig.sum() < sig.size
+    expected = render.boundary(sig.ravel()[explorer._token_index], explorer._line_width())
+    assert expected.any()
+    np.testing.assert_array_equal(explorer.rendered[expected],
+                                  np.tile(render.SIGNIFICANT_COLOR, (int(expected.sum()), 1)))
+    assert SIGNIFICANT_COLOR in explorer._legend.value  # the legend names the outline colour
+
+
+def test_diagnostics_of_a_random_model_are_shown(blob_image, tiny_backbone):
+    model = replace(tiny_backbone, weights="random-init")
+    model.domain = "synthetic test blobs"
+    ex = AttentionExplorer(blob_image, model, n_boot=8, device="cpu", view="image")
+    result = ex.run(wait=True)
+    assert {"random_init", "uniform_attention", "model_domain"} <= {d.code for d in result.diagnostics}
+    shown = ex._diagnostics.value
+    assert "random weights" in shown and "nearly uniform" in shown
+    assert "(synthetic test blobs)" in shown and "Model domain: synthetic test blobs" in shown
+    assert ex.status.startswith("Done in") and "2 warning(s) below" in ex.status
+    assert "b26a00" in ex._status.value  # shown as a warning, not as a plain success
+    ex.close()
