@@ -22,6 +22,19 @@ def _rgba(hex_color: str) -> np.ndarray:
     return np.array([int(hex_color[i:i + 2], 16) / 255 for i in (1, 3, 5)] + [1.0])
 
 
+STATISTICS_OPTIONS = ("p_method", "alternative", "pi0_method", "null", "null_pool")
+
+
+def _statistics_options(widget):
+    """The statistics options the widget's run would use, after the preset filled them."""
+    resolved = widget.run_config().resolved()
+    return {k: getattr(resolved, k) for k in STATISTICS_OPTIONS}
+
+
+def _preset_options(preset):
+    return {k: PRESET_DEFAULTS[preset][k] for k in STATISTICS_OPTIONS}
+
+
 def _outputs(viewer, name, preset):
     return {kind: viewer.layers[layer_name(name, kind, preset)] for kind in KINDS}
 
@@ -35,6 +48,7 @@ def test_default_run_is_directional_with_outline_and_colorbars(viewer_widget, ru
     assert widget.preset() == "directional"
     assert widget.rule_combo.currentData() == "q" and widget.thresholds()["q_th"] == pytest.approx(0.1)
     assert widget.thresholds()["z_th"] is None and not widget.z_mask_check.isChecked()
+    assert _statistics_options(widget) == _preset_options("directional")
     run_and_wait(widget)
     result = widget.current_record().results[()]
     assert result.preset == "directional"
@@ -74,6 +88,7 @@ def test_preset_switch_resets_thresholds_and_renames_layers(viewer_widget, run_a
     assert t["rule"] == paper["rule"] == "lfdr" and widget.z_mask_check.isChecked()
     assert (t["z_th"], t["l_th"], t["q_th"]) == pytest.approx((paper["z_th"], paper["l_th"], 0.1))
     assert widget.p_method_combo.isEnabled()  # the paper's options are editable
+    assert _statistics_options(widget) == _preset_options("paper")
     assert widget.preset_combo.toolTip() and "BELOW" in widget.preset_combo.itemData(
         widget.preset_combo.findData("paper"), 3)  # Qt.ToolTipRole
     run_and_wait(widget)
@@ -88,6 +103,7 @@ def test_preset_switch_resets_thresholds_and_renames_layers(viewer_widget, run_a
     # and back: the directional preset fixes the one-sided options again
     widget.preset_combo.setCurrentIndex(widget.preset_combo.findData("directional"))
     assert not widget.p_method_combo.isEnabled() and widget.thresholds()["rule"] == "q"
+    assert _statistics_options(widget) == _preset_options("directional")
     assert widget.run_config().resolved().alternative == "greater"
 
 

@@ -33,6 +33,7 @@ from qtpy.QtWidgets import (
 )
 from superqt import QCollapsible, QLabeledDoubleSlider
 
+from ..core.directional import NULL_POOLS
 from ..core.display import (
     PRESET_HELP,
     RULE_HELP,
@@ -43,6 +44,7 @@ from ..core.display import (
 from ..core.engine import CancelToken, RunConfig, resolve_device
 from ..core.presets import DEFAULT_PRESET, PRESET_DEFAULTS, PRESETS, default_thresholds
 from ..core.regularize import RULES
+from ..core.stats import ALTERNATIVES, NULL_MODELS, P_METHODS, PI0_METHODS
 from .jobs import JobOutcome, JobProgress, JobSpec, ModelSpec, run_job
 from .layers import (
     KINDS,
@@ -75,6 +77,14 @@ DIRECTIONAL_FIXED = ("p_method", "alternative", "null")
 #: z threshold shown while the z mask is off (the paper's 0, a natural first value).
 Z_TH_WHEN_ON = 0.0
 WARNING_COLOR = "#e0a030"
+
+
+def _select(combo: QComboBox, text: str) -> None:
+    """Show ``text`` in a combo box, adding it if the core gained a choice the box lacks
+    (never silently keep another value)."""
+    if combo.findText(text) < 0:
+        combo.addItem(text)
+    combo.setCurrentText(text)
 
 
 def _make_worker_class():
@@ -271,24 +281,24 @@ class AttentionWidget(QWidget):
         af.addRow("Head", self.head_spin)
         pv = QHBoxLayout()
         self.p_method_combo = QComboBox()
-        self.p_method_combo.addItems(["pooled", "null"])
+        self.p_method_combo.addItems(list(P_METHODS))
         self.p_method_combo.setToolTip("pooled: paper; null: conservative (1 + #null ≥ obs)/(1 + BT).")
         self.alternative_combo = QComboBox()
-        self.alternative_combo.addItems(["two-sided", "greater"])
+        self.alternative_combo.addItems(list(ALTERNATIVES))
         pv.addWidget(self.p_method_combo)
         pv.addWidget(self.alternative_combo)
         af.addRow("p-value", pv)
         self.pi0_combo = QComboBox()
-        self.pi0_combo.addItems(["reference", "smoother", "bootstrap"])
-        self.pi0_combo.setToolTip("π0 estimator: reference (paper) or Storey's smoother "
-                                  "(directional default) or bootstrap.")
+        self.pi0_combo.addItems(list(PI0_METHODS))
+        self.pi0_combo.setToolTip("π0 estimator (proportion of null patches): each preset "
+                                  "sets its own; reference = the paper's.")
         af.addRow("π0", self.pi0_combo)
         self.null_combo = QComboBox()
-        self.null_combo.addItems(["theoretical", "empirical"])
+        self.null_combo.addItems(list(NULL_MODELS))
         self.null_combo.setToolTip("lfdr null: theoretical N(0,1) (paper) or Efron's empirical null.")
         af.addRow("lfdr null", self.null_combo)
         self.null_pool_combo = QComboBox()
-        self.null_pool_combo.addItems(["pooled", "position"])
+        self.null_pool_combo.addItems(list(NULL_POOLS))
         self.null_pool_combo.setToolTip("Directional only. pooled: compare each patch with every "
                                         "null patch; position: only with its own position "
                                         "(ignores position-locked attention, e.g. border tokens).")
@@ -406,7 +416,7 @@ class AttentionWidget(QWidget):
         for key, combo in (("p_method", self.p_method_combo), ("alternative", self.alternative_combo),
                            ("pi0_method", self.pi0_combo), ("null", self.null_combo),
                            ("null_pool", self.null_pool_combo)):
-            combo.setCurrentText(str(defaults[key]))
+            _select(combo, str(defaults[key]))
         directional = preset == "directional"
         for combo in (self.p_method_combo, self.alternative_combo, self.null_combo):
             combo.setEnabled(not directional)  # fixed by construction: one-sided p⁺, lfdr⁺ from p⁺
