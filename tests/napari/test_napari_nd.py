@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from napari_attnreg._napari.layers import token_grid
+
 pytestmark = pytest.mark.gui
 
 
@@ -37,7 +39,7 @@ def test_current_slice_then_all_slices(viewer_widget, run_and_wait, stack, qtbot
     sig = viewer.layers["zstack · significant"].data
     for i in range(3):  # one class (label 1) on every plane, each plane its own result's mask
         assert set(np.unique(sig[i])) <= {0, 1}
-        np.testing.assert_array_equal(sig[i] == 1, outcome.results[(i,)].significant())
+        np.testing.assert_array_equal(token_grid(sig[i]) == 1, outcome.results[(i,)].significant())
     # the ROI table has one block of rows per computed plane
     shapes = viewer.add_shapes([np.array([[10, 10], [60, 60]])], shape_type="rectangle", name="r")
     with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:

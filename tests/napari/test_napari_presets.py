@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from napari_attnreg._napari.layers import CONTINUOUS_KINDS, KINDS, layer_name
+from napari_attnreg._napari.layers import CONTINUOUS_KINDS, KINDS, layer_name, token_grid
 from napari_attnreg.core.display import (
     MAPS_BY_KEY,
     SIGNIFICANT_COLOR,
@@ -117,7 +117,7 @@ def test_q_threshold_move_updates_layers_and_status(viewer_widget, run_and_wait,
     with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
         widget.q_th_slider.setValue(1.0)  # every patch has q ≤ 1
     assert widget.worker is None
-    sig = viewer.layers["cells · significant"].data
+    sig = token_grid(viewer.layers["cells · significant"].data)
     np.testing.assert_array_equal(sig == 1, result.significant("q", q_th=1.0))
     assert int((sig == 1).sum()) == sig.size
     after = widget.status_label.text()
@@ -127,7 +127,7 @@ def test_q_threshold_move_updates_layers_and_status(viewer_widget, run_and_wait,
     with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
         widget.z_mask_check.setChecked(True)
         widget.z_th_slider.setValue(1.0)
-    np.testing.assert_array_equal(viewer.layers["cells · significant"].data == 1,
+    np.testing.assert_array_equal(token_grid(viewer.layers["cells · significant"].data) == 1,
                                   result.significant("q", q_th=1.0, z_th=1.0))
     assert "z ≥ 1" in widget.status_label.text()
 

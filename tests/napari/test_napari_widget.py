@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from napari_attnreg._napari.layers import KINDS, layer_name
+from napari_attnreg._napari.layers import KINDS, layer_name, token_grid
 from napari_attnreg.core.engine import regularize
 
 pytestmark = pytest.mark.gui
@@ -28,9 +28,11 @@ def test_run_adds_aligned_layers_matching_the_core(viewer_widget, run_and_wait, 
     np.testing.assert_allclose(result.attention, direct.attention)
     np.testing.assert_allclose(result.p, direct.p)
     for layer in layers.values():
-        assert layer.data.shape == result.grid_shape
+        k = layer.metadata["attnreg"]["cells_per_token"]  # the significant outline: k×k per token
+        assert k == (4 if layer is layers["significant"] else 1)
+        assert layer.data.shape == (result.grid_shape[0] * k, result.grid_shape[1] * k)
         # pixel-edge corners coincide in world coordinates, whatever resize the model needed
-        gh, gw = result.grid_shape
+        gh, gw = layer.data.shape
         h, w = cells_image.shape
         for tok, pix in (((-0.5, -0.5), (-0.5, -0.5)), ((gh - 0.5, gw - 0.5), (h - 0.5, w - 0.5))):
             np.testing.assert_allclose(layer.data_to_world(tok), image.data_to_world(pix))
@@ -48,7 +50,10 @@ def test_run_adds_aligned_layers_matching_the_core(viewer_widget, run_and_wait, 
     assert layers["pvalue"].data.min() >= 0.0
     np.testing.assert_allclose(layers["regularized"].data, result.regularized(), rtol=1e-6)
     # significant tokens are one editable class (label 1), not numbered regions
-    np.testing.assert_array_equal(layers["significant"].data, result.significant().astype(int))
+    np.testing.assert_array_equal(token_grid(layers["significant"].data),
+                                  result.significant().astype(int))
+    np.testing.assert_array_equal(layers["significant"].data,
+                                  np.kron(result.significant(), np.ones((4, 4), dtype=int)))
     assert widget.run_button.isEnabled() and not widget.cancel_button.isEnabled()
 
 
@@ -93,7 +98,7 @@ def test_threshold_change_updates_layers_without_rerun(viewer_widget, run_and_wa
     expected = result.regularized("p", p_th=0.05, z_th=-1.0)
     np.testing.assert_allclose(layers["regularized"].data, expected, rtol=1e-6)
     sig = result.significant("p", p_th=0.05, z_th=-1.0)
-    np.testing.assert_array_equal(layers["significant"].data > 0, sig)
+    np.testing.assert_array_equal(token_grid(layers["significant"].data) > 0, sig)
     assert layers["significant"].metadata["attnreg"]["thresholds"]["p_th"] == pytest.approx(0.05)
     # the threshold-free layers did not change
     np.testing.assert_allclose(layers["attention"].data, result.attention, rtol=1e-6)
@@ -224,7 +229,9 @@ def test_outputs_follow_rotated_sheared_affine_image(viewer_widget, run_and_wait
     ts, tt = result.token_scale, result.token_translate
     for name in ("tilted · attention", "tilted · significant"):
         layer = viewer.layers[name]
+        k = layer.metadata["attnreg"]["cells_per_token"]
         for i, j in ((0, 0), (2, 7), (result.grid_shape[0] - 1, 1)):
-            np.testing.assert_allclose(layer.data_to_world((i, j)),
+            cell = (i * k + (k - 1) / 2, j * k + (k - 1) / 2)  # centre of the token's k×k cells
+            np.testing.assert_allclose(layer.data_to_world(cell),
                                        image.data_to_world((tt[0] + i * ts[0], tt[1] + j * ts[1])),
                                        atol=1e-9)

@@ -27,6 +27,9 @@ PlaneIndex = tuple[int, ...]
 KINDS = ("attention", "pvalue", "posterior", "regularized", "significant")
 #: Kinds shown as continuous maps (with a colorbar); "significant" is an editable Labels layer.
 CONTINUOUS_KINDS = KINDS[:-1]
+#: Cells per token side of the significant Labels layer. Its outline (napari ``contour``) is
+#: one cell wide: a quarter token, instead of a whole token, which filled small regions.
+OUTLINE_SUPERSAMPLE = 4
 #: Shown on the first run; hidden layers are one click away in the layer list.
 VISIBLE = {"attention": False, "pvalue": False, "posterior": False, "regularized": True,
            "significant": True}
@@ -125,19 +128,21 @@ class SourceGeometry:
         return Affine(scale=self.scale, rotate=self.rotate, shear=self.shear).linear_matrix
 
 
-def token_transform(geometry: SourceGeometry, result: AttentionResult) -> dict[str, Any]:
+def token_transform(geometry: SourceGeometry, result: AttentionResult,
+                    supersample: int = 1) -> dict[str, Any]:
     """napari transform kwargs of a token-grid output layer over ``geometry``.
 
     In the input layer's data coordinates a token-grid index ``i`` sits at ``d·i + e``
-    (``d = token_scale``, ``e = token_translate`` on the image axes; ``d = C`` and
+    (``d = token_scale``, ``e = token_translate = (d − 1)/2`` on the image axes; ``d = C`` and
     ``e = (C − 1)/2`` on a channel axis, so one output plane spans every channel). napari
     applies ``rotate·shear·scale`` then ``translate``, hence ``scale' = scale·d`` and
     ``translate' = translate + (rotate·shear·scale)·e``; rotate, shear and affine carry over.
+    With ``supersample = k`` each token is k×k cells: ``d = token_scale / k``, same rule for e.
     """
     d = np.ones(geometry.ndim)
     e = np.zeros(geometry.ndim)
-    d[-2:] = result.token_scale
-    e[-2:] = result.token_translate
+    d[-2:] = np.asarray(result.token_scale) / supersample
+    e[-2:] = (d[-2:] - 1) / 2
     if geometry.channel_axis is not None:
         n_ch = geometry.shape[geometry.channel_axis]
         d[geometry.channel_axis] = n_ch
@@ -171,8 +176,8 @@ class RunRecord:
     def preset(self) -> str:
         return self.any_result.preset
 
-    def output_shape(self) -> tuple[int, ...]:
-        shape = list(self.geometry.shape[:-2]) + list(self.grid_shape)
+    def output_shape(self, supersample: int = 1) -> tuple[int, ...]:
+        shape = list(self.geometry.shape[:-2]) + [n * supersample for n in self.grid_shape]
         if self.geometry.channel_axis is not None:
             shape[self.geometry.channel_axis] = 1
         return tuple(shape)
@@ -213,14 +218,26 @@ def stacked_maps(record: RunRecord, kinds: tuple[str, ...] = KINDS) -> dict[str,
     Significant tokens are label 1 on every plane: one class, drawn in one colour, which the
     analyst can paint or erase as an annotation.
     """
-    shape = record.output_shape()
-    out = {k: np.zeros(shape, dtype=np.int32 if k == "significant" else np.float32) for k in kinds}
+    out = {k: np.zeros(record.output_shape(_supersample(k)),
+                       dtype=np.int32 if k == "significant" else np.float32) for k in kinds}
     for plane in sorted(record.results):
         maps = plane_maps(record.results[plane], record.thresholds)
         slot = record.plane_slot(plane)
         for kind in kinds:
-            out[kind][slot] = maps[kind]
+            k = _supersample(kind)
+            out[kind][slot] = np.kron(maps[kind], np.ones((k, k), dtype=np.int32)) if k > 1 \
+                else maps[kind]
     return out
+
+
+def _supersample(kind: str) -> int:
+    return OUTLINE_SUPERSAMPLE if kind == "significant" else 1
+
+
+def token_grid(labels: np.ndarray) -> np.ndarray:
+    """The significant layer's data back on the token grid (one cell per token)."""
+    k = OUTLINE_SUPERSAMPLE
+    return np.asarray(labels)[..., k // 2::k, k // 2::k]
 
 
 def contrast_limits(record: RunRecord, kind: str) -> tuple[float, float]:
@@ -277,6 +294,7 @@ def _metadata(record: RunRecord, kind: str) -> dict[str, Any]:
         "pi0": {str(list(p)): float(r.pi0) for p, r in record.results.items()},
         "token_scale": list(result.token_scale),
         "token_translate": list(result.token_translate),
+        "cells_per_token": _supersample(kind),
     }}
 
 
@@ -287,9 +305,9 @@ def upsert_outputs(viewer: Any, record: RunRecord, kinds: tuple[str, ...] = KIND
     edited); an existing layer keeps its place, visibility, opacity and colormap.
     """
     maps = stacked_maps(record, kinds)
-    transform = token_transform(record.geometry, record.any_result)
     layers: dict[str, Any] = {}
     for kind in kinds:
+        transform = token_transform(record.geometry, record.any_result, _supersample(kind))
         name = layer_name(record.source_name, kind, record.preset)
         meta = _metadata(record, kind)
         layer = find_output(viewer, record.source_id, kind)
@@ -323,7 +341,7 @@ def upsert_outputs(viewer: Any, record: RunRecord, kinds: tuple[str, ...] = KIND
 def _add_output(viewer: Any, record: RunRecord, kind: str, data: np.ndarray, name: str,
                 meta: dict[str, Any], transform: dict[str, Any]) -> Any:
     if kind == "significant":
-        # a one-colour outline (contour in token units) keeps the maps beneath readable,
+        # a one-colour outline (one cell = a quarter token wide) keeps the maps beneath readable,
         # where random colours per region suggested classes that do not exist
         layer = viewer.add_labels(data, name=name, metadata=meta, opacity=1.0,
                                   colormap=significant_colormap(), visible=VISIBLE[kind],
