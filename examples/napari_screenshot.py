@@ -88,15 +88,25 @@ def main() -> None:
     outcome = widget.last_outcome
     if outcome is None or outcome.error:
         raise SystemExit(f"run failed: {outcome and outcome.error}")
-    name = image.name
-    viewer.layers[f"{name} · attention"].visible = False
+    from napari_attnreg._napari.layers import layer_name
+
+    name, preset = image.name, widget.current_record().preset
+    viewer.layers[layer_name(name, "attention", preset)].visible = False
+    # the evidence map (−log10 p, above the null under the default preset) with its colorbar,
+    # and the significant patches outlined on top of it
+    viewer.layers[layer_name(name, "regularized", preset)].visible = False
+    evidence = viewer.layers[layer_name(name, "pvalue", preset)]
+    evidence.visible = True
     if roi is not None:
         widget.roi_panel.set_layer(roi)
         roi.visible = True
-        if hasattr(roi, "contour"):  # outline the ground-truth objects, fill the significant tokens
-            roi.contour = 3
+        if hasattr(roi, "contour"):  # ground-truth objects: a gold outline, apart from the cyan one
+            from napari.utils.colormaps import DirectLabelColormap
+
+            roi.colormap = DirectLabelColormap(color_dict={None: "gold", 0: "transparent"})
+            roi.contour = 2
             roi.opacity = 0.9
-    viewer.layers.selection.active = viewer.layers[f"{name} · regularized"]
+    viewer.layers.selection.active = evidence
     viewer.reset_view()
     from napari._qt.dialogs.qt_notification import NapariQtNotification
 
