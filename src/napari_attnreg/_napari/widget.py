@@ -37,6 +37,7 @@ from ..core.directional import NULL_POOLS
 from ..core.display import (
     PRESET_HELP,
     RULE_HELP,
+    RULE_LABELS,
     run_caption,
     significance_caption,
     unique_diagnostics,
@@ -61,19 +62,9 @@ from .roi_panel import RoiPanel
 #: UI default = the engine's (200): with the demo model a 512×512 image takes a few seconds on a
 #: laptop CPU (see benchmarks/bench_napari_responsiveness.py); p resolution is 1 / (T·(B + 1)).
 DEFAULT_N_BOOT = RunConfig().n_boot
-RULE_LABELS = {
-    "q": "q ≤ threshold (FDR)",
-    "lfdr": "lfdr ≤ threshold (posterior)",
-    "p": "p ≤ threshold",
-    "pi0": "drop the π0 share of largest p",
-    "soft": "soft: attention × posterior",
-    "base": "z ≥ threshold only",
-}
 #: Shortest interval between progress-display refreshes (seconds), see ``_on_progress``.
 UI_UPDATE_S = 0.5
 MODEL_SOURCES = {"demo": "demo (bundled)", "timm": "timm model name", "file": "weights file"}
-#: Options the directional preset fixes by construction (its combo boxes are disabled).
-DIRECTIONAL_FIXED = ("p_method", "alternative", "null")
 #: z threshold shown while the z mask is off (the paper's 0, a natural first value).
 Z_TH_WHEN_ON = 0.0
 WARNING_COLOR = "#e0a030"
@@ -319,7 +310,7 @@ class AttentionWidget(QWidget):
         defaults = default_thresholds(DEFAULT_PRESET)
         self.rule_combo = QComboBox()
         for rule in RULES:
-            self.rule_combo.addItem(RULE_LABELS.get(rule, rule), rule)
+            self.rule_combo.addItem(RULE_LABELS[rule], rule)
             self.rule_combo.setItemData(self.rule_combo.count() - 1, RULE_HELP[rule],
                                         Qt.ItemDataRole.ToolTipRole)
         self.rule_combo.setToolTip("Which patches count as significant (the regularized map keeps "

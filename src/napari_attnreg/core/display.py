@@ -32,7 +32,16 @@ PRESET_HELP = {
              "local fdr on z; significant at lfdr ≤ 0.3 with z ≥ 0. Also flags attention far "
              "BELOW the null.",
 }
-#: Rule choices as front ends list them.
+#: Rule choices as front ends list them (short, for a drop-down) ...
+RULE_LABELS = {
+    "q": "q ≤ threshold (FDR)",
+    "p": "p ≤ threshold",
+    "lfdr": "lfdr ≤ threshold (posterior)",
+    "pi0": "drop the π0 share of largest p",
+    "soft": "soft: attention × posterior",
+    "base": "z ≥ threshold only",
+}
+#: ... and what each means (their tooltips).
 RULE_HELP = {
     "q": "q ≤ threshold (FDR: about that share of the kept patches may be noise)",
     "p": "p ≤ threshold (per patch, no multiple-testing correction)",

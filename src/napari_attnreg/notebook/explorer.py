@@ -34,6 +34,7 @@ from ..core.display import (
     MAPS_BY_KEY,
     PRESET_HELP,
     RULE_HELP,
+    RULE_LABELS,
     diagnostics_lines,
     run_caption,
     significance_caption,
@@ -622,7 +623,8 @@ class AttentionExplorer(widgets.VBox):
         outline = (f" <span style='color:{render.hex_color(render.SIGNIFICANT_COLOR)}'>■</span> "
                    "outline: significant patches." if self.outline else "")
         legend = html.escape(view.legend(result.preset), quote=False)
-        self._legend.value = f"<span style='font-size:90%'>{legend}{outline}</span>"
+        self._legend.value = (f"<div style='font-size:90%;line-height:1.35'>{legend}{outline}"
+                              "</div>")
 
     def _describe_pixel(self, row: float, col: float) -> str:
         r, c = round(row), round(col)
@@ -737,7 +739,7 @@ class AttentionExplorer(widgets.VBox):
                 style=style, tooltip="Which question the statistics answer.\n" + "\n".join(
                     f"• {PRESET_HELP[p]}" for p in PRESETS)
                 + "\nChanging it resets the thresholds; press Run to compute with it."), "preset"),
-            "rule": link(W.Dropdown(options=[(f"{r}: {RULE_HELP[r]}", r) for r in RULES],
+            "rule": link(W.Dropdown(options=[(RULE_LABELS[r], r) for r in RULES],
                                     description="rule", layout=short, style=style,
                                     tooltip="Which patches count as significant:\n" + "\n".join(
                                         f"• {RULE_HELP[r]}" for r in RULES)), "rule"),
