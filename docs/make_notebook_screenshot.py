@@ -48,7 +48,8 @@ except (BackboneError, ValueError):
     torch.manual_seed(0)
     model = load_backbone(timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=4))
     image, source = data.cell(), "skimage cell + random-init vit_tiny"
-explorer = AttentionExplorer(image, model, n_boot=200, seed=0, device="auto")
+# the evidence map (−log10 p, above the null) with the significant patches outlined
+explorer = AttentionExplorer(image, model, n_boot=200, seed=0, device="auto", overlay="pvalue")
 h, w = image.shape[:2]
 explorer.run(wait=True)
 explorer.add_roi(rectangle=(h // 2, w // 2, h - 1, w - 1))
@@ -123,7 +124,11 @@ def main(argv: list[str] | None = None) -> Path:
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, work / "explorer.ipynb")
     port = _free_port(args.port)
-    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(work / "config")}  # no user settings/news
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(work / "config")}  # no user settings
+    # no "get notified about Jupyter news?" toast over the widget
+    news = work / "config" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True)
+    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     log_file = open(work / "lab.log", "w")  # noqa: SIM115 -- the server writes it until the end
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
