@@ -101,11 +101,20 @@ def test_grenander_of_a_plain_ecdf_by_hand():
     np.testing.assert_allclose(D.grenander_density(p), [2.5, 2.5, 0.25 / 0.3, 0.5])
 
 
-def test_statistics_match_the_literal_pipeline(maps):
+LITERAL_PI0 = {
+    "bh": lambda p: 1.0,
+    "storey": lambda p: min(1.0, np.sum(p > 0.5) / (0.5 * p.size)),  # Storey (2002), λ = 0.5
+    "smoother": lambda p: min(1.0, ref.pi0_smoother(p)),
+}
+
+
+@pytest.mark.parametrize("pi0_method", list(LITERAL_PI0))
+def test_statistics_match_the_literal_pipeline(maps, pi0_method):
     obs, null = maps
-    s = D.directional_statistics(torch.from_numpy(obs), torch.from_numpy(null))
+    s = D.directional_statistics(torch.from_numpy(obs), torch.from_numpy(null),
+                                 pi0_method=pi0_method)
     p = literal_pooled_pplus(obs, null)
-    pi0 = min(1.0, np.sum(p > 0.5) / (0.5 * p.size))  # Storey (2002), λ = 0.5
+    pi0 = LITERAL_PI0[pi0_method](p)
     lfdr = np.minimum(1.0, pi0 / literal_lcm_left_slope(p))
     np.testing.assert_allclose(s.p, p, atol=1e-12)
     assert s.pi0 == pytest.approx(pi0, abs=1e-9)
@@ -168,3 +177,23 @@ def test_posterior_is_monotone_in_attention_and_everything_is_in_range(obs, seed
 def test_pixel_grid_percentile_equals_numpy_on_the_repeated_array(p, pi0, reps):
     expected = np.percentile(np.repeat(p, reps), 100 * (1 - pi0))
     assert pi0_p_threshold(p, pi0, reps) == pytest.approx(expected, abs=1e-12)
+
+
+def test_a_flat_map_among_peaked_null_maps_is_not_called_significant_by_default():
+    """One map's tokens share the softmax normalisation: a flat map (no object) sits above
+    the many tiny tokens of peaked null maps, so every p⁺ is below 0.5. Data-driven π0
+    estimates then collapse to 0 and call everything significant; the default π0 = 1 does not.
+    """
+    rng = np.random.default_rng(0)
+    t, b = 256, 40
+    null = rng.uniform(0.2, 1.8, size=(b, t))
+    null[np.arange(b), rng.integers(0, t, b)] = 40.0  # each null map has one strong token
+    null /= null.sum(1, keepdims=True)
+    obs = rng.uniform(1.05, 1.3, size=t)
+    obs /= obs.sum()
+    default = D.directional_statistics(torch.from_numpy(obs), torch.from_numpy(null))
+    assert 0.1 < default.p.min() and default.p.max() < 0.5 and default.pi0 == 1.0
+    assert (default.q <= 0.1).sum() == 0
+    storey = D.directional_statistics(torch.from_numpy(obs), torch.from_numpy(null),
+                                      pi0_method="storey")
+    assert storey.pi0 < 0.1 and (storey.q <= 0.1).mean() > 0.9  # what the default avoids

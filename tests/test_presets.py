@@ -30,7 +30,7 @@ def test_default_is_directional_and_its_numbers_are_the_directional_statistics(t
     s = _recompute(res, D.directional_statistics)
     for name in ("p", "q", "lfdr", "posterior"):
         np.testing.assert_array_equal(getattr(res, name).ravel(), getattr(s, name), err_msg=name)
-    assert res.pi0 == s.pi0 and res.metadata["pi0_method"] == "storey"
+    assert res.pi0 == s.pi0 and res.metadata["pi0_method"] == "bh"
     assert res.null_summary["lfdr_fit"] == "grenander"
 
 

@@ -187,7 +187,7 @@ def test_fixed_pi0_and_bad_pi0():
 
 def test_storey_lambda_half_by_hand():
     p = np.array([0.01, 0.2, 0.5, 0.51, 0.7, 0.9, 0.95, 1.0])
-    assert S.estimate_pi0(p, "storey") == pytest.approx(5 / (0.5 * 8))  # > 1 is capped
+    assert S.estimate_pi0(p, "storey") == 1.0  # 5 / (0.5 * 8) = 1.25, capped
     assert S.estimate_pi0(p[:6], "storey") == pytest.approx(min(1.0, 3 / 3.0))
     assert S.estimate_pi0(np.array([0.1, 0.2, 0.6, 0.9]), "storey") == pytest.approx(1.0)
     assert S.estimate_pi0(np.array([0.1, 0.2, 0.3, 0.9]), "storey") == pytest.approx(0.5)

@@ -57,6 +57,7 @@ def diagnose(
     *,
     pi0: float,
     lfdr_fit: str,
+    pi0_estimated: bool = True,
     random_init: bool,
     model_name: str,
     domain: str | None = None,
@@ -71,6 +72,8 @@ def diagnose(
         The observed token attention.
     pi0, lfdr_fit : float, str
         From the statistics (``lfdr_fit`` names the density fit that was used).
+    pi0_estimated : bool
+        π0 came from the data (not fixed), so a value at its cap is worth a word.
     random_init : bool
         The backbone has no trained weights.
     model_name, domain, domain_note : str
@@ -105,7 +108,7 @@ def diagnose(
             "pi0_zero", "warning",
             "π0 was estimated as 0 (every token non-null), a degenerate estimate: do not trust "
             "the local fdr or posterior; use the directional preset or a fixed pi0."))
-    elif pi0 >= 1.0:
+    elif pi0 >= 1.0 and pi0_estimated:
         found.append(Diagnostic(
             "pi0_one", "info",
             "π0 = 1 (at its cap): most patches look like the null, so only patches far above "

@@ -6,8 +6,9 @@ also look "significant". Here every quantity is one-sided:
 - ``p⁺`` against the pooled null, ``(1 + #{z_null ≥ z_obs}) / (1 + B·T)`` (never 0), or
   against each token's own position (``null_pool="position"``, a Student-t predictive
   p-value of the observed log attention given that position's ``B`` null values);
-- ``π0`` by Storey's estimator at λ = 0.5 on ``p⁺`` (below-null tokens have ``p⁺`` near 1
-  and keep π0 away from 0), ``q⁺`` Storey's q-values;
+- ``π0`` = 1 by default (Benjamini–Hochberg ``q⁺``; the tokens of one map are positively
+  dependent, which defeats data-driven π0 estimates on noise input; Storey's estimators stay
+  available), ``q⁺`` Storey's q-values with that π0;
 - ``lfdr⁺ = min(1, π0 / ĝ(p⁺))`` with ``ĝ`` the Grenander (least concave majorant) density
   of the ``p⁺`` values, which is non-increasing, so ``posterior⁺ = 1 − lfdr⁺`` never falls
   as attention rises.
@@ -134,7 +135,7 @@ def directional_statistics(
     null_scores: torch.Tensor,
     *,
     null_pool: str = "pooled",
-    pi0_method: str | float = "storey",
+    pi0_method: str | float = "bh",
 ) -> TokenStatistics:
     """Every directional token statistic of one image.
 
@@ -147,7 +148,7 @@ def directional_statistics(
     null_pool : {"pooled", "position"}
         Compare each token with every null token (pooled) or with its own position.
     pi0_method : str or float
-        See :func:`~napari_attnreg.core.stats.estimate_pi0`; Storey's λ = 0.5 by default.
+        See :func:`~napari_attnreg.core.stats.estimate_pi0`; 1 (Benjamini–Hochberg) by default.
 
     Returns
     -------

@@ -45,7 +45,7 @@ import statsmodels.genmod.generalized_linear_model  # noqa: F401  isort: skip
 
 P_METHODS = ("pooled", "null")
 ALTERNATIVES = ("two-sided", "greater")
-PI0_METHODS = ("reference", "storey", "smoother", "bootstrap")
+PI0_METHODS = ("reference", "bh", "storey", "smoother", "bootstrap")
 NULL_MODELS = ("theoretical", "empirical")
 
 #: Storey's λ grid used by the smoother and bootstrap π0 estimators (R qvalue default).
@@ -306,11 +306,11 @@ def estimate_pi0(p: np.ndarray, method: str | float = "reference") -> float:
     ----------
     p : array ``(T,)``
         p-values in [0, 1].
-    method : {"reference", "storey", "smoother", "bootstrap"} or float
-        ``"reference"`` (paper): ``min(1, #{p > 0.89} / (0.11 T))``; ``"storey"``
-        (directional default): Storey (2002) at λ = 0.5, ``#{p > 0.5} / (0.5 T)``, which
-        reads the p-values where they are plentiful and so stays near 1 for a null map even
-        when its tokens' p-values are strongly dependent;
+    method : {"reference", "bh", "storey", "smoother", "bootstrap"} or float
+        ``"reference"`` (paper): ``min(1, #{p > 0.89} / (0.11 T))``; ``"bh"`` (directional
+        default): 1, so q-values are Benjamini–Hochberg's, which stay valid when the tokens
+        of one map are positively dependent; ``"storey"``: Storey (2002) at λ = 0.5,
+        ``#{p > 0.5} / (0.5 T)``;
         ``"smoother"``: Storey's cubic smoothing spline with 3 df through
         π0(λ), λ = 0.05..0.95, read at λ = 0.95; ``"bootstrap"``: Storey,
         Taylor & Siegmund (2004) MSE-optimal λ (R ``qvalue::pi0est``
@@ -333,6 +333,8 @@ def estimate_pi0(p: np.ndarray, method: str | float = "reference") -> float:
     p = np.asarray(p, dtype=np.float64).reshape(-1)
     if p.size == 0 or not np.all((p >= 0) & (p <= 1)):
         raise ValueError("p must be a non-empty array of p-values in [0, 1].")
+    if method == "bh":
+        return 1.0
     if method == "reference":
         pi0 = np.count_nonzero(p > REFERENCE_PI0_CUT) / ((1.0 - REFERENCE_PI0_CUT) * p.size)
     elif method == "storey":

@@ -1,0 +1,114 @@
+"""Nulls in the image's own channels: calibration on null inputs given as *images*.
+
+A true null input (noise drawn like the bootstrap nulls) goes through the whole preprocessing;
+its one-sided p-values must then be uniform, whether the image is grey, RGB or 2-channel. The
+old behaviour (independent noise per *model* channel for a grey image) is rebuilt by hand to
+show that the check can tell the two apart.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from napari_attnreg.core.attention import cls_attention
+from napari_attnreg.core.backbones import load_backbone
+from napari_attnreg.core.directional import directional_statistics
+from napari_attnreg.core.engine import RunConfig, drain, run_engine
+from napari_attnreg.core.images import ChannelMap, prepare_image
+from napari_attnreg.core.nulls import NullConfig, null_images
+
+# Many inputs with a modest B: one map's p-values move together, so the pooled KS is
+# driven by the number of images more than by B.
+N_INPUTS, N_BOOT = 24, 20
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return load_backbone("demo")
+
+
+def null_input(kind: str, index: int, size: int) -> tuple[np.ndarray, dict]:
+    """A noise image drawn in its own channels (no object anywhere), as a user would pass it."""
+    rng = np.random.default_rng(1000 + index)
+    if kind == "grey":
+        return rng.normal(0.5, 0.1, (size, size)).astype(np.float32), {}
+    if kind == "rgb":
+        means = np.array([0.3, 0.5, 0.6])
+        return (means + 0.1 * rng.standard_normal((size, size, 3))).astype(np.float32), {}
+    return (0.5 + 0.1 * rng.standard_normal((2, size, size))).astype(np.float32), {"channel_axis": 0}
+
+
+def pooled_pvalues(demo, kind: str) -> tuple[np.ndarray, float]:
+    p_all, any_q = [], 0
+    size = demo.input_size[1]  # no resize: the input is exactly one draw of the null generator
+    for i in range(N_INPUTS):
+        image, opts = null_input(kind, i, size)
+        res = drain(run_engine(image, demo, RunConfig(n_boot=N_BOOT, seed=i, device="cpu", **opts)))
+        p_all.append(res.p.ravel())
+        any_q += bool((res.q <= 0.1).any())
+    return np.concatenate(p_all), any_q / N_INPUTS
+
+
+@pytest.mark.parametrize("kind", ["grey", "rgb", "two-channel"])
+def test_null_images_give_uniform_one_sided_pvalues(demo, kind):
+    p, any_significant = pooled_pvalues(demo, kind)
+    assert stats.kstest(p, "uniform").statistic <= 0.07  # measured 0.038 / 0.013 / 0.022
+    assert any_significant <= 0.2  # FDR at 0.1 over a null map, slack for 24 draws (≤ 0.125)
+
+
+def test_grey_nulls_drawn_per_model_channel_are_miscalibrated(demo):
+    """The old null (colour noise for a grey image) fails the same check."""
+    size = demo.input_size[1]
+    p_all = []
+    with torch.inference_mode():
+        for i in range(N_INPUTS):
+            image, _ = null_input("grey", i, size)
+            prepared = prepare_image(image, patch_size=demo.patch_size, mean=demo.mean,
+                                     std=demo.std, default_size=demo.input_size[1:])
+            observed = cls_attention(demo, prepared.tensor[None])[0].reshape(-1)
+            nulls = null_images(prepared.tensor, range(N_BOOT), NullConfig("normal"), seed=i)
+            null_scores = cls_attention(demo, nulls).reshape(N_BOOT, -1)
+            p_all.append(directional_statistics(observed, null_scores).p)
+    assert stats.kstest(np.concatenate(p_all), "uniform").statistic >= 0.3  # measured 0.61
+
+
+def test_prepared_image_keeps_own_channels_and_the_map_reproduces_the_tensor(demo):
+    grey = np.random.default_rng(0).random((40, 50)).astype(np.float32)
+    prepared = prepare_image(grey, patch_size=demo.patch_size, mean=demo.mean, std=demo.std,
+                             default_size=demo.input_size[1:])
+    assert prepared.source.shape[0] == 1 and prepared.channel_map.kind == "repeat"
+    np.testing.assert_array_equal(prepared.channel_map(prepared.source[None])[0], prepared.tensor)
+    two = prepare_image(np.stack([grey, grey[::-1]]), patch_size=(8, 8), mean=demo.mean,
+                        std=demo.std, channel_axis=0)
+    assert two.channel_map.kind == "zero-fill" and two.source.shape[0] == 2
+    merged = prepare_image(np.stack([grey, grey], -1).repeat(2, -1), patch_size=(8, 8),
+                           mean=demo.mean, std=demo.std, merge="mean")
+    assert merged.source.shape[0] == 1
+    with pytest.raises(ValueError, match="expected"):
+        ChannelMap(1, 3, (0.5,) * 3, (0.2,) * 3)(torch.zeros(1, 3, 8, 8))
+
+
+def test_grey_image_gets_grey_nulls_through_the_engine(demo, monkeypatch):
+    """Every null the backbone sees for a grey image has three identical channels."""
+    import napari_attnreg.core.engine as engine_mod
+
+    seen = []
+    original = engine_mod.cls_attention
+
+    def spy(backbone, images, **kw):
+        seen.append(images.clone())
+        return original(backbone, images, **kw)
+
+    monkeypatch.setattr(engine_mod, "cls_attention", spy)
+    image, _ = null_input("grey", 0, 64)
+    for method in ("normal", "uniform", "pixel", "patch"):
+        seen.clear()
+        drain(run_engine(image, demo, RunConfig(method=method, n_boot=4, device="cpu")))
+        nulls = torch.cat(seen[1:])  # the first call is the observed image
+        unnormalised = nulls * torch.tensor(demo.std)[:, None, None] + torch.tensor(
+            demo.mean)[:, None, None]
+        torch.testing.assert_close(unnormalised[:, 0], unnormalised[:, 1], msg=method)
+        torch.testing.assert_close(unnormalised[:, 0], unnormalised[:, 2], msg=method)
