@@ -68,8 +68,8 @@ def _directional(preset: str) -> bool:
 def with_thresholds(result: AttentionResult, thresholds: dict[str, Any] | None) -> AttentionResult:
     """A copy of ``result`` whose default thresholds are ``thresholds`` (maps shared).
 
-    Unlike ``result.regularized(z_th=None)``, where ``None`` means "the result's own value",
-    a ``z_th`` of ``None`` here turns the z mask off, as a front end's "z mask" box does.
+    A ``z_th`` of ``None`` turns the z mask off, as a front end's "z mask" box does (as it
+    does in ``result.regularized(z_th=None)``).
     """
     given = {k: v for k, v in (thresholds or {}).items() if k in result._thresholds()}
     return replace(result, thresholds={**result._thresholds(), **given})

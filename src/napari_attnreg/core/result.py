@@ -142,7 +142,8 @@ class AttentionResult:
             raise ValueError(f"Unknown threshold names: {sorted(unknown)}; use {THRESHOLD_KEYS}.")
         t = {**default_thresholds(self.preset), **self.thresholds}
         for key, value in (("rule", rule), *overrides.items()):
-            if value is not None:
+            # an explicit z_th=None turns the z mask off; a None elsewhere keeps the default
+            if value is not None or key == "z_th":
                 t[key] = value
         if t["rule"] not in RULES:
             raise ValueError(f"Unknown rule {t['rule']!r}; choose one of {RULES}.")

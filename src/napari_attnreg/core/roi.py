@@ -222,6 +222,7 @@ def roi_table(
     p_th: float | None = None,
     l_th: float | None = None,
     z_th: float | None = None,
+    q_th: float | None = None,
 ) -> list[dict]:
     """Per-ROI statistics of one result.
 
@@ -232,8 +233,10 @@ def roi_table(
     labels : int array ``result.image_shape``
         ROI labels on the original image grid; 0 is background, each positive
         id one ROI (a boolean mask is one ROI with id 1).
-    rule, p_th, l_th, z_th
-        Regularization rule and thresholds; ``None`` uses ``result.thresholds``.
+    rule, p_th, l_th, z_th, q_th
+        Regularization rule and thresholds; ``None`` uses ``result.thresholds`` (to turn
+        the z mask off, give a result whose thresholds say so, e.g.
+        ``result.with_thresholds(z_th=None)``).
 
     Returns
     -------
@@ -255,7 +258,8 @@ def roi_table(
     if labels.shape != tuple(result.image_shape):
         raise ValueError(f"labels have shape {labels.shape} but the image is "
                          f"{tuple(result.image_shape)}; draw the ROIs on the original image.")
-    thresholds = {"rule": rule, "p_th": p_th, "l_th": l_th, "z_th": z_th}
+    given = {"rule": rule, "p_th": p_th, "l_th": l_th, "z_th": z_th, "q_th": q_th}
+    thresholds = {k: v for k, v in given.items() if v is not None}
     significant = np.asarray(result.significant(**thresholds), dtype=bool)
     regularized = np.asarray(result.regularized(**thresholds), dtype=np.float64)
     attention = np.asarray(result.attention, dtype=np.float64)

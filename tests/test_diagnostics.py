@@ -1,0 +1,66 @@
+"""Plain-sentence diagnostics: computed by the engine, stored in results, shown in summaries."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from napari_attnreg import AttentionResult, regularize
+from napari_attnreg.core.diagnostics import diagnose, normalized_entropy
+
+
+def codes(found):
+    return [d.code for d in found]
+
+
+def test_each_finding_by_hand():
+    peaked = np.full(100, 1e-3)
+    peaked[0] = 1.0
+    assert normalized_entropy(np.ones(50)) == pytest.approx(1.0) and normalized_entropy(peaked) < 0.5
+    clean = diagnose(peaked, pi0=0.8, lfdr_fit="grenander", random_init=False, model_name="m")
+    assert clean == []
+    found = diagnose(np.ones(30), pi0=0.0, lfdr_fit="gaussian", random_init=True,
+                     model_name="vit", domain="pathology", domain_note="H&E tiles",
+                     warnings_seen=["fit warned", "fit warned"])
+    assert codes(found) == ["random_init", "uniform_attention", "few_tokens", "pi0_zero",
+                            "fit_fallback", "statistics_warning", "model_domain"]
+    assert found[-1].severity == "info" and "pathology (H&E tiles)" in found[-1].message
+    assert all(d.severity == "warning" for d in found[:-1])
+    capped = diagnose(peaked, pi0=1.0, lfdr_fit="lindsey-deg7", random_init=False, model_name="m")
+    assert codes(capped) == ["pi0_one"]
+    fixed = diagnose(peaked, pi0=1.0, lfdr_fit="grenander", random_init=False, model_name="m",
+                     pi0_estimated=False)
+    assert fixed == []
+
+
+def test_a_random_init_model_is_named_in_the_result_and_its_summary(tiny_backbone, blob_image,
+                                                                    tmp_path):
+    tiny_backbone.weights = "random-init"  # what load_backbone records without trained weights
+    try:
+        res = regularize(blob_image, tiny_backbone, n_boot=8, device="cpu")
+    finally:
+        tiny_backbone.weights = "given module"
+    assert "random_init" in codes(res.diagnostics)
+    assert "random weights" in res.summary()
+    back = AttentionResult.load(res.save(tmp_path / "r.npz"))
+    assert codes(back.diagnostics) == codes(res.diagnostics)
+    assert res.summary(diagnostics=False).count("\n") == 0
+
+
+def test_a_uniform_attention_model_is_flagged(tiny_backbone, blob_image):
+    import torch
+
+    qkv = tiny_backbone.model.blocks[-1].attn.qkv
+    dim = qkv.in_features
+    saved = qkv.weight.detach().clone(), qkv.bias.detach().clone()
+    try:
+        with torch.no_grad():  # tiny queries: nearly the same logit for every token
+            qkv.weight[:dim] *= 1e-4
+            qkv.bias[:dim] *= 1e-4
+        res = regularize(blob_image, tiny_backbone, n_boot=8, device="cpu")
+    finally:
+        with torch.no_grad():
+            qkv.weight.copy_(saved[0])
+            qkv.bias.copy_(saved[1])
+    assert "uniform_attention" in codes(res.diagnostics)
+    assert "nearly uniform" in res.summary()
