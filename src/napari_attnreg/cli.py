@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Pat
     from .core.display import CONTINUOUS_MAPS, SIGNIFICANT_COLOR, diagnostics_lines
 
     thresholds = result._thresholds()
-    fig, axes = plt.subplots(1, 1 + len(CONTINUOUS_MAPS), figsize=(20, 5.0), constrained_layout=True)
+    fig, axes = plt.subplots(1, 1 + len(CONTINUOUS_MAPS), figsize=(20, 5.6), constrained_layout=True)
     axes[0].imshow(display, cmap="gray" if display.ndim == 2 else None)
     axes[0].set_title("image")
     sig = result.to_pixels(result.significant().astype(float))
@@ -51,7 +52,8 @@ def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Pat
                        alpha=0.6, vmin=vmin, vmax=vmax)
         ax.set_title(view.title(result.preset, thresholds), fontsize=10)
         bar = fig.colorbar(im, ax=ax, fraction=0.046, orientation="horizontal", pad=0.02)
-        bar.set_label(view.legend(result.preset), fontsize=7, wrap=True)
+        # wrapped by hand: matplotlib's wrap=True ignores the neighbouring panels
+        bar.set_label(textwrap.fill(view.legend(result.preset), 48), fontsize=7)
     axes[-1].contour(sig, levels=[0.5], colors=SIGNIFICANT_COLOR, linewidths=0.9)
     for ax in axes:
         ax.set_axis_off()
