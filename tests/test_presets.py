@@ -14,7 +14,7 @@ from napari_attnreg.core.backbones import load_backbone
 from napari_attnreg.core.engine import RunConfig
 from napari_attnreg.samples import demo_image
 
-FAST = dict(n_boot=12, chunk_size=6, device="cpu", keep_nulls=True)
+FAST = {"n_boot": 12, "chunk_size": 6, "device": "cpu", "keep_nulls": True}
 
 
 def _recompute(res: AttentionResult, fn, **kw):
@@ -116,7 +116,7 @@ def corner_biased_vit():
 def test_position_null_does_not_flag_position_locked_attention(corner_biased_vit):
     rng = np.random.default_rng(1)
     noise = rng.normal(0.5, 0.1, size=(224, 224)).astype(np.float32)  # no object anywhere
-    common = dict(n_boot=60, device="cpu", seed=3, rule="p", p_th=0.01)
+    common = {"n_boot": 60, "device": "cpu", "seed": 3, "rule": "p", "p_th": 0.01}
     pooled = regularize(noise, corner_biased_vit, **common)
     position = regularize(noise, corner_biased_vit, null_pool="position", **common)
     att = pooled.attention

@@ -65,16 +65,16 @@ def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Pat
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    opts: dict[str, Any] = dict(
-        method=args.method, n_boot=args.n_boot, seed=args.seed, device=args.device,
-        chunk_size=args.chunk_size, precision=args.precision, preset=args.preset, rule=args.rule,
-        p_th=args.p_th, l_th=args.l_th, q_th=args.q_th, z_th=_z_th(args.z_th),
-        p_method=args.p_method, alternative=args.alternative,
-        pi0_method=_pi0(args.pi0_method) if args.pi0_method else None, null=args.null,
-        null_pool=args.null_pool,
-        layer=args.layer, keep_nulls=args.keep_nulls, target_size=_size(args.target_size),
-        channel_axis=args.channel_axis, merge=args.merge,
-    )
+    opts: dict[str, Any] = {
+        "method": args.method, "n_boot": args.n_boot, "seed": args.seed, "device": args.device,
+        "chunk_size": args.chunk_size, "precision": args.precision, "preset": args.preset, "rule": args.rule,
+        "p_th": args.p_th, "l_th": args.l_th, "q_th": args.q_th, "z_th": _z_th(args.z_th),
+        "p_method": args.p_method, "alternative": args.alternative,
+        "pi0_method": _pi0(args.pi0_method) if args.pi0_method else None, "null": args.null,
+        "null_pool": args.null_pool,
+        "layer": args.layer, "keep_nulls": args.keep_nulls, "target_size": _size(args.target_size),
+        "channel_axis": args.channel_axis, "merge": args.merge,
+    }
     if args.channels:
         opts["channels"] = [int(c) for c in args.channels.split(",")]
     return opts

@@ -128,7 +128,7 @@ class RunConfig:
     merge: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def resolved(self) -> "RunConfig":
+    def resolved(self) -> RunConfig:
         """A copy with every preset-dependent option filled in (and checked against it)."""
         keys = ("p_method", "alternative", "pi0_method", "null", "null_pool", *THRESHOLD_KEYS)
         return replace(self, **resolve_options(self.preset, {k: getattr(self, k) for k in keys}))
@@ -223,7 +223,7 @@ def auto_chunk_size(backbone: Backbone, model_shape: tuple[int, int], device: to
 
 
 def _is_oom(err: BaseException) -> bool:
-    if isinstance(err, getattr(torch, "OutOfMemoryError", ())) or isinstance(err, torch.cuda.OutOfMemoryError):
+    if isinstance(err, (getattr(torch, "OutOfMemoryError", ()), torch.cuda.OutOfMemoryError)):
         return True
     return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
 

@@ -176,7 +176,7 @@ class AttentionResult:
         return significance_mask(t["rule"], self.z, self.p, self.lfdr, self.pi0,
                                  posterior=self.posterior, **self._rule_kwargs(t))
 
-    def with_thresholds(self, **thresholds: Any) -> "AttentionResult":
+    def with_thresholds(self, **thresholds: Any) -> AttentionResult:
         """A copy whose default thresholds are changed (the maps are shared, not recomputed)."""
         return replace(self, thresholds=self._thresholds(thresholds.pop("rule", None),
                                                          **thresholds))
@@ -219,7 +219,7 @@ class AttentionResult:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "AttentionResult":
+    def load(cls, path: str | Path) -> AttentionResult:
         """Read a file written by :meth:`save`."""
         path = Path(path)
         if not path.is_file():
