@@ -1,0 +1,20 @@
+"""The error every model-loading failure becomes: a message that says what to do."""
+
+from __future__ import annotations
+
+
+class BackboneError(ValueError):
+    """A model could not be loaded; the message says what to do instead.
+
+    Parameters
+    ----------
+    message : str
+        For scripts and the command line; may name a Python call or a CLI option.
+    gui_hint : str, optional
+        The same advice in the words of the napari and notebook controls
+        (e.g. "use the weights file option"), for front ends to show instead of a call.
+    """
+
+    def __init__(self, message: str, *, gui_hint: str | None = None) -> None:
+        super().__init__(message)
+        self.gui_hint = gui_hint
