@@ -177,6 +177,8 @@ def load_backbone(
         )
     elif str(model) == DEMO_NAME:
         bb = _load_demo()
+    elif arch is not None and catalogue.find(arch) is not None and Path(str(model)).exists():
+        bb = catalogue.load_entry(catalogue.find(arch), weights=Path(str(model)))
     elif catalogue.find(str(model)) is not None:
         bb = catalogue.load_entry(catalogue.find(str(model)), pretrained=pretrained)
     elif str(model).startswith("hf:") or Path(str(model)).is_dir():
@@ -387,7 +389,8 @@ def _load_weights_file(path: Path, arch: str | None) -> Backbone:
 
 def load_timm_state(module: nn.Module, state: dict[str, torch.Tensor], source: str, arch: str) -> None:
     """Load ``state`` into a timm ViT, resampling the position embedding to the model's grid."""
-    if "pos_embed" in state and state["pos_embed"].shape != module.pos_embed.shape:
+    own = getattr(module, "pos_embed", None)
+    if "pos_embed" in state and own is not None and state["pos_embed"].shape != own.shape:
         from timm.layers import resample_abs_pos_embed
 
         npt = 0 if getattr(module, "no_embed_class", False) else module.num_prefix_tokens
