@@ -210,17 +210,18 @@ def load_entry(entry: CatalogueEntry, *, pretrained: bool = True, weights: str |
     elif weights is None and pretrained and entry.hub_id.startswith("timm/"):
         bb = backbones.load_backbone(entry.hub_id.removeprefix("timm/"))
     else:
-        module = build_module(entry)
+        # weights first: a missing download fails before seconds of building a giant ViT
         if weights is not None:
-            path = Path(weights)
-            backbones.load_timm_state(module, backbones.read_state_dict(path), path.name, entry.id)
-            source = str(path)
+            path, source = Path(weights), str(weights)
+            state = backbones.read_state_dict(path)
         elif pretrained:
-            path = download_weights(entry)
-            backbones.load_timm_state(module, backbones.read_state_dict(path), entry.hub_id, entry.id)
-            source = "pretrained"
+            path, source = download_weights(entry), "pretrained"
+            state = backbones.read_state_dict(path)
         else:
-            source = "random-init"
+            state, source = None, "random-init"
+        module = build_module(entry)
+        if state is not None:
+            backbones.load_timm_state(module, state, Path(source).name, entry.id)
         bb = backbones._from_module(module, name=entry.id, weights=source, cfg=_cfg(entry))
     return annotate(bb, entry)
 
