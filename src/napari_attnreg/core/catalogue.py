@@ -278,3 +278,17 @@ def download_weights(entry: CatalogueEntry) -> Path:
     alternative = (f"load_backbone('{entry.id}', weights='path/to/pytorch_model.bin') "
                    f"(or --model {entry.id} --weights FILE on the command line)")
     return call_hub(entry.hub_id, fetch, offline_alternative=alternative)
+
+
+def catalogue_table() -> str:
+    """The catalogue as a plain-text table (``attnreg models``)."""
+    header = ("id", "name", "domain", "loader", "patch", "input", "licence", "gated")
+    rows = [header] + [
+        (e.id, e.name, e.domain, e.loader, str(e.patch_size), f"{e.input_size[1]}x{e.input_size[2]}",
+         e.licence, "yes" if e.gated else "no")
+        for group in by_domain().values() for e in group
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
