@@ -35,7 +35,7 @@ def test_gated_repo_names_the_access_page(monkeypatch):
     monkeypatch.setattr("huggingface_hub.hf_hub_download", refuse)
     with pytest.raises(BackboneError, match=r"https://huggingface.co/MahmoodLab/UNI\b") as info:
         catalogue.download_weights(catalogue.find("uni"))
-    assert "HF_TOKEN" in str(info.value) and "huggingface.co/MahmoodLab/UNI" in info.value.gui_hint
+    assert "HF_TOKEN" in str(info.value) and info.value.for_gui() == str(info.value)
 
 
 def test_forbidden_status_is_gated_too():
@@ -57,6 +57,8 @@ def test_unreachable_hub_fails_fast_and_names_the_file_option(monkeypatch):
             load_backbone(model)
         assert time.perf_counter() - t0 < 5.0, model
         assert "file" in str(info.value) and info.value.gui_hint == hub.FILE_HINT
+        gui = info.value.for_gui()
+        assert gui.endswith(hub.FILE_HINT) and "load_backbone" not in gui and "cannot be reached" in gui
     assert "weights='path/to/pytorch_model.bin'" in _message("uni", monkeypatch)
 
 

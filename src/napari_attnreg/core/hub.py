@@ -97,8 +97,7 @@ def hub_error(repo_id: str, err: BaseException, *, offline: bool,
     if isinstance(err, GatedRepoError) or status in (401, 403):
         return BackboneError(
             f"'{repo_id}' is a gated model: request access on {page}, then log in with "
-            "`hf auth login` or set the HF_TOKEN environment variable, and try again.",
-            gui_hint=f"Request access on {page}, then log in (hf auth login) or set HF_TOKEN.")
+            "`hf auth login` or set the HF_TOKEN environment variable, and try again.")
     if isinstance(err, RepositoryNotFoundError) and not offline:
         return BackboneError(f"There is no model '{repo_id}' on the Hugging Face Hub ({page}); "
                              "check the id.")
