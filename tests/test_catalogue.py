@@ -21,10 +21,10 @@ PARAMS_M = {"uni": 303, "uni2-h": 681, "virchow2": 632, "h-optimus-0": 1135, "pr
 def small_overrides(entry) -> dict:
     """Same kwargs, less depth and width: fast on two CPU cores."""
     if entry.loader == "transformers":
-        return dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                    intermediate_size=64, image_size=entry.patch_size * 4)
+        return {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "intermediate_size": 64, "image_size": entry.patch_size * 4}
     # width 96 keeps SwiGLU hidden sizes even for the 5.33x MLP ratios
-    return dict(depth=2, embed_dim=96, num_heads=4, img_size=entry.patch_size * 4)
+    return {"depth": 2, "embed_dim": 96, "num_heads": 4, "img_size": entry.patch_size * 4}
 
 
 def test_catalogue_is_complete_data():

@@ -13,11 +13,11 @@ from napari_attnreg.core.backbones import BackboneError, load_backbone
 
 transformers = pytest.importorskip("transformers")
 
-TINY = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64)
+TINY = {"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4, "intermediate_size": 64}
 FAMILIES = {  # model_type: (config values, prefix tokens)
-    "vit": (dict(patch_size=8, image_size=64), 1),
-    "dinov2": (dict(patch_size=14, image_size=56), 1),
-    "dinov2_with_registers": (dict(patch_size=14, image_size=56, num_register_tokens=4), 5),
+    "vit": ({"patch_size": 8, "image_size": 64}, 1),
+    "dinov2": ({"patch_size": 14, "image_size": 56}, 1),
+    "dinov2_with_registers": ({"patch_size": 14, "image_size": 56, "num_register_tokens": 4}, 5),
 }
 
 

@@ -12,7 +12,7 @@ from napari_attnreg.core.backbones import load_backbone
 
 # reduced DINOv3-style (rope 'dinov3', 4 registers, no abs pos) and EVA02-style (rope 'cat',
 # abs pos embed, SwiGLU) models: same kwargs as the real ones except width and depth
-SMALL = dict(depth=3, embed_dim=64, num_heads=4)
+SMALL = {"depth": 3, "embed_dim": 64, "num_heads": 4}
 MODELS = [("vit_small_patch16_dinov3", 5), ("eva02_tiny_patch14_224", 1)]
 
 

@@ -97,7 +97,7 @@ class Backbone:
     def is_random_init(self) -> bool:
         return self.weights == "random-init"
 
-    def to(self, device: torch.device | str) -> "Backbone":
+    def to(self, device: torch.device | str) -> Backbone:
         self.model.to(device)
         return self
 
@@ -283,13 +283,13 @@ def _timm_hub_id(name: str) -> str:
     """Hub repository a timm name downloads from (for error messages)."""
     if name.startswith("hf-hub:"):
         return name.removeprefix("hf-hub:").split("@")[0]
-    try:
-        from timm.models import get_pretrained_cfg
+    from timm.models import get_pretrained_cfg
 
+    try:
         cfg = get_pretrained_cfg(name)
-    except Exception:  # an unknown name is reported by create_timm
+    except RuntimeError:  # an invalid tag is reported by create_timm
         cfg = None
-    return (getattr(cfg, "hf_hub_id", None) or f"timm/{name}") if cfg is not None else f"timm/{name}"
+    return getattr(cfg, "hf_hub_id", None) or f"timm/{name}"
 
 
 def _load_timm(name: str, *, pretrained: bool) -> Backbone:
@@ -395,7 +395,7 @@ def load_timm_state(module: nn.Module, state: dict[str, torch.Tensor], source: s
 
         npt = 0 if getattr(module, "no_embed_class", False) else module.num_prefix_tokens
         n_old = state["pos_embed"].shape[1] - npt
-        side = int(round(n_old**0.5))
+        side = round(n_old**0.5)
         state["pos_embed"] = resample_abs_pos_embed(
             state["pos_embed"], new_size=module.patch_embed.grid_size, old_size=(side, side),
             num_prefix_tokens=npt,

@@ -85,9 +85,9 @@ def rotary_fast_path(model: nn.Module, block: nn.Module) -> bool:
 def fit_rope_to_grid(model: nn.Module, grid: Grid) -> None:
     """A rope built for one fixed grid caches its table; rebuild it for this image's grid."""
     rope = getattr(model, "rope", None)
-    if rope is not None and getattr(rope, "feat_shape", None) is not None:
-        if list(rope.feat_shape) != list(grid):
-            rope.update_feat_shape(list(grid))
+    shape = getattr(rope, "feat_shape", None) if rope is not None else None
+    if shape is not None and list(shape) != list(grid):
+        rope.update_feat_shape(list(grid))
 
 
 def rotary_tokens_entering(model: nn.Module, x: torch.Tensor, idx: int):

@@ -26,7 +26,7 @@ def test_options_grouped_by_domain_then_other():
     assert domains == sorted(domains, key=catalogue.DOMAINS.index)  # grouped, domain order
     assert {v for _, v in options} == {e.id for e in catalogue.CATALOGUE} | {OTHER}
     assert options[-1][1] == OTHER
-    assert dict((v, label) for label, v in options)["virchow2"].endswith("(gated)")
+    assert {v: label for label, v in options}["virchow2"].endswith("(gated)")
 
 
 def test_picker_value_follows_dropdown_text_and_state():
