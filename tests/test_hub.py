@@ -114,4 +114,15 @@ def test_cached_weights_load_offline(tmp_path):
     assert out.stdout.startswith("OK"), out.stdout + out.stderr
     _, seconds, weights, domain, checksum = out.stdout.split()
     assert float(seconds) < 10.0 and weights == "pretrained" and domain == "natural"
-    assert abs(float(checksum) - float(module.blocks[0].attn.qkv.weight.sum())) < 1e-3
+    assert abs(float(checksum) - float(module.blocks[0].attn.qkv.weight.detach().sum())) < 1e-3
+
+
+def test_probe_goes_to_the_proxy_when_one_is_set(monkeypatch):
+    monkeypatch.setenv("https_proxy", "http://proxy.example.org:3128")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example.org:3128")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    assert hub._probe_address() == ("proxy.example.org", 3128)
+    for name in ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert hub._probe_address() == ("huggingface.co", 443)

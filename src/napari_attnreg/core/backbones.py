@@ -72,9 +72,11 @@ class Backbone:
 
     def __post_init__(self) -> None:
         if self.adapter is None:
+            from .hf_backbones import TRANSFORMERS, is_transformers_module
             from .timm_attention import timm_adapter_for
 
-            self.adapter = timm_adapter_for(self.model)
+            is_hf = is_transformers_module(self.model)
+            self.adapter = TRANSFORMERS if is_hf else timm_adapter_for(self.model)
 
     @property
     def in_chans(self) -> int:

@@ -25,15 +25,31 @@ _reachable: bool | None = None
 
 
 def hub_reachable() -> bool:
-    """Whether huggingface.co:443 accepts a TCP connection (probed once per process)."""
+    """Whether huggingface.co:443 (or the HTTPS proxy, if one is set) accepts a TCP connection.
+
+    Probed once per process.
+    """
     global _reachable
     if _reachable is None:
         try:
-            with socket.create_connection((HUB_HOST, 443), timeout=PROBE_TIMEOUT_S):
+            with socket.create_connection(_probe_address(), timeout=PROBE_TIMEOUT_S):
                 _reachable = True
         except OSError:
             _reachable = False
     return _reachable
+
+
+def _probe_address() -> tuple[str, int]:
+    """Behind an institutional proxy only the proxy is reachable: probe it instead of the hub."""
+    from urllib.parse import urlsplit
+    from urllib.request import getproxies, proxy_bypass
+
+    proxy = getproxies().get("https")
+    if proxy and not proxy_bypass(HUB_HOST):
+        parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        if parts.hostname:
+            return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+    return HUB_HOST, 443
 
 
 def offline_requested() -> bool:
