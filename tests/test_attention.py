@@ -6,6 +6,8 @@ import pytest
 import timm
 import torch
 
+from attention_reference import assert_peaked, peaked
+
 from napari_attnreg.core.attention import cls_attention
 from napari_attnreg.core.backbones import load_backbone
 
@@ -40,7 +42,7 @@ def explicit_cls_attention(model: torch.nn.Module, x: torch.Tensor, layer: int, 
 @pytest.mark.parametrize("layer", [-1, 1])
 def test_fast_path_matches_full_matrix(name, npt, layer):
     torch.manual_seed(0)
-    module = timm.create_model(name, pretrained=False, depth=3)
+    module = peaked(timm.create_model(name, pretrained=False, depth=3))
     bb = load_backbone(module)
     assert bb.num_prefix_tokens == npt
     ph, pw = bb.patch_size
@@ -50,6 +52,7 @@ def test_fast_path_matches_full_matrix(name, npt, layer):
     slow = explicit_cls_attention(module, x, layer, npt).reshape(fast.shape)
     assert fast.dtype == torch.float32
     assert fast.shape == (2, module.blocks[0].attn.num_heads, 7, 5)
+    assert_peaked(slow)
     assert (fast - slow).abs().max().item() <= 1e-5
     # softmax ran over all tokens, prefix included: patch entries sum to less than one
     assert torch.all(fast.sum((-1, -2)) < 1.0)

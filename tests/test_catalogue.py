@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from attention_reference import hf_explicit, max_diff, timm_explicit
+from attention_reference import assert_peaked, hf_explicit, max_diff, peaked, timm_explicit
 from safetensors.torch import save_file
 
 from napari_attnreg.core import catalogue
@@ -55,7 +55,7 @@ def test_full_size_architecture_matches_the_model_card(entry):
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.id)
 def test_reduced_architecture_fast_path_and_prefix_tokens(entry):
     torch.manual_seed(0)
-    module = catalogue.build_module(entry, **small_overrides(entry)).eval()
+    module = peaked(catalogue.build_module(entry, **small_overrides(entry)).eval())
     bb = catalogue.annotate(load_backbone(module), entry)
     assert bb.num_prefix_tokens == entry.prefix_tokens
     assert bb.patch_size == (entry.patch_size, entry.patch_size)
@@ -72,6 +72,7 @@ def test_reduced_architecture_fast_path_and_prefix_tokens(entry):
         slow = hf_explicit(eager, x, -1, entry.prefix_tokens)
     else:
         slow = timm_explicit(module, x, -1, entry.prefix_tokens)
+    assert_peaked(slow)
     assert max_diff(fast, slow) <= 1e-5
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from attention_reference import hf_explicit, max_diff
+from attention_reference import assert_peaked, hf_explicit, max_diff, peaked
 
 from napari_attnreg.core.attention import cls_attention
 from napari_attnreg.core.backbones import BackboneError, load_backbone
@@ -25,7 +25,7 @@ def tiny_model(model_type: str, **extra):
     values, _ = FAMILIES[model_type]
     config = transformers.AutoConfig.for_model(model_type, **TINY, **values, **extra)
     torch.manual_seed(0)
-    return transformers.AutoModel.from_config(config, attn_implementation="eager").eval()
+    return peaked(transformers.AutoModel.from_config(config, attn_implementation="eager").eval())
 
 
 @pytest.mark.parametrize("model_type", list(FAMILIES))
@@ -45,6 +45,7 @@ def test_fast_row_matches_output_attentions(model_type, grid, layer):
         one = cls_attention(bb, x, layer=layer, head=3)
     slow = hf_explicit(model, x, layer, bb.num_prefix_tokens).reshape(every.shape)
     assert every.shape == (2, 4, *grid)
+    assert_peaked(slow)
     assert max_diff(every, slow) <= 1e-5
     assert max_diff(mean, slow.mean(1)) <= 1e-5
     assert max_diff(one, slow[:, 3]) <= 1e-5

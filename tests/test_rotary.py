@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import timm
 import torch
-from attention_reference import max_diff, timm_explicit
+from attention_reference import assert_peaked, max_diff, peaked, timm_explicit
 
 from napari_attnreg.core.attention import cls_attention
 from napari_attnreg.core.backbones import load_backbone
@@ -18,7 +18,7 @@ MODELS = [("vit_small_patch16_dinov3", 5), ("eva02_tiny_patch14_224", 1)]
 
 def _module(name: str, **kwargs) -> torch.nn.Module:
     torch.manual_seed(0)
-    return timm.create_model(name, pretrained=False, **SMALL, **kwargs).eval()
+    return peaked(timm.create_model(name, pretrained=False, **SMALL, **kwargs).eval())
 
 
 @pytest.mark.parametrize("name,npt", MODELS)
@@ -41,6 +41,7 @@ def test_rotary_fast_path_matches_full_matrix(name, npt, grid, layer):
         one = cls_attention(bb, x, layer=layer, head=2)
     slow = timm_explicit(reference, x, layer, npt).reshape(fast.shape)
     assert fast.shape == (2, 4, *grid)
+    assert_peaked(slow)
     assert max_diff(fast, slow) <= 1e-5
     assert max_diff(mean, slow.mean(1)) <= 1e-5
     assert max_diff(one, slow[:, 2]) <= 1e-5
