@@ -51,7 +51,7 @@ def test_unreachable_hub_fails_fast_and_names_the_file_option(monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     monkeypatch.setattr(hub, "hub_reachable", lambda: False)
-    for model in ("uni", "rad-dino", "hf:owkin/phikon", "vit_small_patch8_224.dino"):
+    for model in ("uni", "rad-dino", "hf:owkin/phikon", "vit_small_patch8_224.dino", "dinov2-l-reg"):
         t0 = time.perf_counter()
         with pytest.raises(BackboneError, match="cannot be reached") as info:
             load_backbone(model)

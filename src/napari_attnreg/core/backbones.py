@@ -295,7 +295,7 @@ def _timm_hub_id(name: str) -> str:
 
 
 def _load_timm(name: str, *, pretrained: bool) -> Backbone:
-    from .hub import call_hub
+    from .hub import call_hub, is_cached, offline_error, work_offline
 
     if pretrained:
         import timm
@@ -304,7 +304,12 @@ def _load_timm(name: str, *, pretrained: bool) -> Backbone:
             create_timm(name)  # raises the unknown-model error before any download
         alternative = (f"load_backbone('path/to/weights.safetensors', arch='{_arch_of(name)}') "
                        f"(or --model FILE --arch {_arch_of(name)} on the command line)")
-        module = call_hub(_timm_hub_id(name), lambda _local_only: create_timm(name, pretrained=True),
+        repo = _timm_hub_id(name)
+        if work_offline() and not is_cached(repo, ("model.safetensors", "pytorch_model.bin",
+                                                   "open_clip_pytorch_model.bin")):
+            # fail before timm spends seconds building a large model it cannot fill
+            raise offline_error(repo, alternative)
+        module = call_hub(repo, lambda _local_only: create_timm(name, pretrained=True),
                           offline_alternative=alternative)
     else:
         module = create_timm(name, pretrained=False)

@@ -120,8 +120,21 @@ def hub_error(repo_id: str, err: BaseException, *, offline: bool,
     hubby = type(err).__module__.split(".")[0] in ("huggingface_hub", "requests", "urllib3", "httpx")
     if not (hubby or isinstance(err, (OSError, TimeoutError, HfHubHTTPError))):
         return None
-    why = ("HF_HUB_OFFLINE is set" if offline_requested()
-           else "huggingface.co cannot be reached" if offline else type(err).__name__)
+    return offline_error(repo_id, offline_alternative,
+                         None if offline else type(err).__name__)
+
+
+def is_cached(repo_id: str, filenames: tuple[str, ...]) -> bool:
+    """Whether one of ``filenames`` of ``repo_id`` is in the local Hugging Face cache."""
+    from huggingface_hub import try_to_load_from_cache
+
+    return any(isinstance(try_to_load_from_cache(repo_id, name), str) for name in filenames)
+
+
+def offline_error(repo_id: str, offline_alternative: str, why: str | None = None) -> BackboneError:
+    """The error for a model that is neither downloadable now nor in the local cache."""
+    page = f"https://huggingface.co/{repo_id}"
+    why = why or ("HF_HUB_OFFLINE is set" if offline_requested() else "huggingface.co cannot be reached")
     return BackboneError(
         f"Could not download '{repo_id}' ({why}) and it is not in the local Hugging Face cache. "
         f"Download the weights on a machine with internet (from {page}) and load them from a "
