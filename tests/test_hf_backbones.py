@@ -87,3 +87,15 @@ def test_unsupported_transformers_model_is_named():
     config = transformers.AutoConfig.for_model("deit", **TINY, patch_size=8, image_size=32)
     with pytest.raises(BackboneError, match="not supported"):
         load_backbone(transformers.AutoModel.from_config(config))
+
+
+def test_missing_transformers_says_how_to_install(monkeypatch):
+    import sys
+
+    from napari_attnreg.core import hf_backbones
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import fails as if not installed
+    with pytest.raises(BackboneError, match=r"napari-attnreg\[hf\]"):
+        load_backbone("hf:owkin/phikon")
+    with pytest.raises(BackboneError, match="transformers"):
+        hf_backbones.random_init("vit")

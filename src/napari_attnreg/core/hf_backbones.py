@@ -29,6 +29,16 @@ _FAMILY_STATS = {
 PREPROCESSOR_FILE = "preprocessor_config.json"
 
 
+def require_transformers() -> None:
+    """transformers is an optional dependency: say how to get it."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError as err:
+        raise BackboneError(
+            "This model needs the transformers library: pip install \"napari-attnreg[hf]\" "
+            "(or pip install transformers).") from err
+
+
 def is_transformers_module(module: nn.Module) -> bool:
     """A transformers ``PreTrainedModel`` (checked without importing transformers)."""
     return any(c.__module__.startswith("transformers.") for c in type(module).__mro__)
@@ -89,6 +99,7 @@ def _processor_size(pre: dict) -> tuple[int, int] | None:
 
 def load_transformers(source: str, *, pretrained: bool = True) -> Backbone:
     """From ``"hf:org/name"`` or a folder saved with ``save_pretrained`` (config.json inside)."""
+    require_transformers()
     folder = Path(source)
     if not source.startswith("hf:"):
         if not (folder / "config.json").is_file():
@@ -117,6 +128,7 @@ def load_hub(repo: str, *, name: str) -> Backbone:
     """Download (or take from the cache) a transformers model and its image processor config."""
     from .hub import call_hub
 
+    require_transformers()
     alternative = (f"load_backbone('path/to/{repo.split('/')[-1]}') with the folder holding "
                    "config.json and model.safetensors")
 
@@ -160,6 +172,7 @@ def _check_type(config: Any, where: str) -> None:
 
 def config_for(model_type: str, **config_kwargs: Any):
     """A transformers config of ``model_type`` (for catalogue entries and tests)."""
+    require_transformers()
     from transformers import AutoConfig
 
     return AutoConfig.for_model(model_type, **config_kwargs)
