@@ -81,6 +81,11 @@ def test_catalogue_id_builds_its_architecture_and_declares_its_domain():
     assert bb.name == "dinov3-s" and bb.domain == "natural" and bb.is_random_init
     assert bb.num_prefix_tokens == 5 and bb.input_size == (3, 256, 256)
     assert "natural model" in bb.describe()
+    by_hub_id = load_backbone("hf-hub:timm/vit_small_patch16_dinov3.lvd1689m", pretrained=False)
+    assert by_hub_id.name == "dinov3-s" and by_hub_id.adapter.family == "timm-rotary"
+    rad = load_backbone("hf:microsoft/rad-dino", pretrained=False)
+    assert (rad.name, rad.domain, rad.adapter.family) == ("rad-dino", "radiology", "transformers")
+    assert rad.patch_size == (14, 14) and rad.depth == 12 and rad.embed_dim == 768
     demo = load_backbone("demo")
     assert demo.domain == "demo" and "synthetic fluorescence" in demo.description
     card = (catalogue.Path(__file__).parents[1] / "src/napari_attnreg/models/MODEL_CARD.md").read_text()
