@@ -163,7 +163,7 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
           "Self-supervised ViT-B/16 with rotary positions and 4 registers (Meta)."),
     _timm("dino-vits8", "DINO ViT-S/8", "natural", "timm/vit_small_patch8_224.dino",
           "vit_small_patch8_224", 8, 1, 224, "Apache-2.0", False,
-          "The original DINO ViT-S/8 whose attention maps started it all (Meta)."),
+          "Self-supervised DINO ViT-S/8 on ImageNet (Meta); the attention regularization paper's model."),
 )
 
 
