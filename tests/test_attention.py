@@ -6,6 +6,8 @@ import pytest
 import timm
 import torch
 
+from attention_reference import assert_peaked, peaked
+
 from napari_attnreg.core.attention import cls_attention
 from napari_attnreg.core.backbones import load_backbone
 
@@ -40,7 +42,7 @@ def explicit_cls_attention(model: torch.nn.Module, x: torch.Tensor, layer: int, 
 @pytest.mark.parametrize("layer", [-1, 1])
 def test_fast_path_matches_full_matrix(name, npt, layer):
     torch.manual_seed(0)
-    module = timm.create_model(name, pretrained=False, depth=3)
+    module = peaked(timm.create_model(name, pretrained=False, depth=3))
     bb = load_backbone(module)
     assert bb.num_prefix_tokens == npt
     ph, pw = bb.patch_size
@@ -50,6 +52,7 @@ def test_fast_path_matches_full_matrix(name, npt, layer):
     slow = explicit_cls_attention(module, x, layer, npt).reshape(fast.shape)
     assert fast.dtype == torch.float32
     assert fast.shape == (2, module.blocks[0].attn.num_heads, 7, 5)
+    assert_peaked(slow)
     assert (fast - slow).abs().max().item() <= 1e-5
     # softmax ran over all tokens, prefix included: patch entries sum to less than one
     assert torch.all(fast.sum((-1, -2)) < 1.0)
@@ -73,23 +76,28 @@ def test_head_options(tiny_backbone):
 
 def test_fast_path_is_used_and_never_builds_the_matrix(tiny_backbone, monkeypatch):
     """The explicit fallback must not run for plain timm ViTs."""
-    import napari_attnreg.core.attention as att
+    import napari_attnreg.core.timm_attention as ta
 
     def boom(*a, **k):
         raise AssertionError("explicit path used")
 
-    monkeypatch.setattr(att, "_explicit_row_attention", boom)
+    monkeypatch.setattr(ta, "explicit_cls_row", boom)
     with torch.inference_mode():
         cls_attention(tiny_backbone, torch.randn(1, 3, 32, 32))
 
 
-def test_fallback_for_other_attention_modules():
-    """EVA (rotary attention) goes through the explicit path and still gives a valid row."""
+def test_explicit_fallback_matches_fast_path(monkeypatch):
+    """A timm attention module without a fast path is captured whole, with the same result."""
+    import napari_attnreg.core.timm_attention as ta
+
     torch.manual_seed(0)
     module = timm.create_model("eva02_tiny_patch14_224", pretrained=False, depth=2)
     bb = load_backbone(module)
-    x = torch.randn(1, 3, 224, 224)
+    x = torch.randn(1, 3, 14 * 6, 14 * 4)
     with torch.inference_mode():
-        maps = cls_attention(bb, x, head="all")
-    assert maps.shape == (1, 3, 16, 16)
-    assert torch.all(maps >= 0) and torch.all(maps.sum((-1, -2)) <= 1.0 + 1e-6)
+        fast = cls_attention(bb, x, head="all")
+        monkeypatch.setattr(ta, "rotary_fast_path", lambda *a: False)
+        slow = cls_attention(bb, x, head="all")
+    assert slow.shape == (1, 3, 6, 4)
+    assert (fast - slow).abs().max().item() <= 1e-5
+    assert torch.all(slow >= 0) and torch.all(slow.sum((-1, -2)) <= 1.0 + 1e-6)

@@ -227,11 +227,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="process image files")
     run.add_argument("images", nargs="+", type=Path)
-    run.add_argument("--model", default="demo", help="'demo', a timm name, hf-hub:id, or a weights file")
-    run.add_argument("--arch", default=None, help="timm architecture of a weights file")
+    run.add_argument("--model", default="demo",
+                     help="'demo', a catalogue id (see 'attnreg models'), a timm name, hf-hub:id, "
+                          "hf:id (transformers), or a weights file")
+    run.add_argument("--arch", default=None, help="timm architecture or catalogue id of a weights file")
+    run.add_argument("--weights", default=None, type=Path,
+                     help="local weights file (or transformers folder) for --model, offline")
     _add_run_options(run, n_boot=200)
     demo = sub.add_parser("demo", help="bundled demo model on the bundled sample image (offline)")
     _add_run_options(demo, n_boot=200)
+    sub.add_parser("models", help="list the catalogue of known models")
     return parser
 
 
@@ -240,6 +245,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .core.backbones import BackboneError
 
+    if args.command == "models":
+        from .core.catalogue import catalogue_table
+
+        print(catalogue_table())
+        return 0
+    if args.command == "run" and args.weights is not None:  # --model names what the file holds
+        args.model, args.arch = str(args.weights), args.model
     try:
         opts = _options(args)
         if args.command == "demo":

@@ -22,7 +22,7 @@ from ._compat import avoid_triton_llvm_clash
 
 avoid_triton_llvm_clash()  # before anything below can import timm (see _compat)
 
-from ..core.backbones import Backbone, load_backbone
+from ..core.backbones import Backbone, BackboneError, load_backbone
 from ..core.engine import CancelToken, Progress, RunCancelled, RunConfig, run_engine
 from ..core.result import AttentionResult
 
@@ -76,6 +76,8 @@ def load_model(spec: ModelSpec) -> Backbone:
                 backbone = load_backbone(spec.module)
             elif spec.source == "demo":
                 backbone = load_backbone("demo")
+            elif spec.source == "catalogue":
+                backbone = load_backbone(spec.name)
             elif spec.source == "timm":
                 if not spec.name.strip():
                     raise ValueError("Type a timm model name (e.g. vit_small_patch8_224.dino) or "
@@ -167,6 +169,8 @@ def read_plane(data: Any, plane: PlaneIndex, stack_axes: tuple[int, ...],
 
 def _user_message(err: BaseException) -> str:
     """The core's message for errors an analyst can act on, a short line otherwise."""
+    if isinstance(err, BackboneError):  # its advice in the words of the controls, not a call
+        return err.for_gui()
     if isinstance(err, (ValueError, MemoryError)):
         return str(err)
     text = str(err)

@@ -57,6 +57,7 @@ from .layers import (
     refresh_thresholds,
     upsert_outputs,
 )
+from .model_picker import CataloguePicker
 from .roi_panel import RoiPanel
 
 #: UI default = the engine's (200): with the demo model a 512×512 image takes a few seconds on a
@@ -64,7 +65,8 @@ from .roi_panel import RoiPanel
 DEFAULT_N_BOOT = RunConfig().n_boot
 #: Shortest interval between progress-display refreshes (seconds), see ``_on_progress``.
 UI_UPDATE_S = 0.5
-MODEL_SOURCES = {"demo": "demo (bundled)", "timm": "timm model name", "file": "weights file"}
+MODEL_SOURCES = {"demo": "demo (bundled)", "catalogue": "known model (catalogue)",
+                 "timm": "timm model name", "file": "weights file"}
 #: z threshold shown while the z mask is off (the paper's 0, a natural first value).
 Z_TH_WHEN_ON = 0.0
 WARNING_COLOR = "#e0a030"
@@ -193,11 +195,13 @@ class AttentionWidget(QWidget):
         self.browse_button = QPushButton("…")
         self.browse_button.setMaximumWidth(30)
         self.arch_edit = QLineEdit()
-        self.arch_edit.setPlaceholderText("timm arch")
+        self.arch_edit.setPlaceholderText("timm arch or catalogue id")
         fb.addWidget(self.weights_edit, 3)
         fb.addWidget(self.browse_button)
         fb.addWidget(self.arch_edit, 2)
         mb.addWidget(self.model_combo)
+        self.catalogue_picker = CataloguePicker()
+        mb.addWidget(self.catalogue_picker)
         mb.addWidget(self.timm_edit)
         mb.addWidget(self.file_box)
         form.addRow("Model", model_box)
@@ -525,6 +529,7 @@ class AttentionWidget(QWidget):
     # ================================================================ model / device / method
     def _on_model_source_changed(self, *_: Any) -> None:
         source = self.model_combo.currentData()
+        self.catalogue_picker.setVisible(source == "catalogue")
         self.timm_edit.setVisible(source == "timm")
         self.file_box.setVisible(source == "file")
 
@@ -550,6 +555,8 @@ class AttentionWidget(QWidget):
         source = self.model_combo.currentData()
         if source == "module" and self._custom_model is not None:
             return self._custom_model
+        if source == "catalogue":
+            return ModelSpec("catalogue", self.catalogue_picker.model_id())
         if source == "timm":
             return ModelSpec("timm", self.timm_edit.text().strip())
         if source == "file":

@@ -1,7 +1,9 @@
 """Load a ViT backbone and describe what the rest of the pipeline needs from it.
 
 Everything the statistics depend on (patch size, number of prefix tokens, normalisation,
-default input size) is read from the model itself, never assumed.
+default input size) is read from the model itself, never assumed. A small adapter per
+family (timm classic, timm rotary, transformers) knows the model's structure; the rest of
+the pipeline only sees :class:`Backbone`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .errors import BackboneError
 from .triton_guard import avoid_triton_llvm_clash
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "models"
@@ -23,19 +26,17 @@ _WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".ckpt", ".bin")
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
 _IMAGENET_STD = (0.229, 0.224, 0.225)
 
-
-class BackboneError(ValueError):
-    """A model could not be loaded; the message says what to do instead."""
+__all__ = ["Backbone", "BackboneError", "load_backbone", "read_state_dict"]
 
 
 @dataclass
 class Backbone:
-    """A timm ViT plus the facts about it that attention extraction needs.
+    """A ViT plus the facts about it that attention extraction needs.
 
     Attributes
     ----------
     model : nn.Module
-        The timm VisionTransformer-family model, in eval mode.
+        The timm or transformers ViT-family model, in eval mode.
     name : str
         Architecture name (timm name, ``"demo"``, or the class name of a given module).
     weights : str
@@ -48,6 +49,12 @@ class Backbone:
         Per-channel normalisation the model was trained with.
     input_size : tuple of int
         Default ``(C, H, W)`` from the model's pretrained config.
+    domain : str or None
+        Declared domain of a catalogue model (pathology, radiology, microscopy, natural, demo).
+    description : str
+        One line about the model, from the catalogue (empty when unknown).
+    adapter : object
+        Reads the model's structure and computes the CLS row; chosen from the model.
     """
 
     model: nn.Module
@@ -59,6 +66,17 @@ class Backbone:
     std: tuple[float, ...]
     input_size: tuple[int, int, int]
     extra: dict[str, Any] = field(default_factory=dict)
+    domain: str | None = None
+    description: str = ""
+    adapter: Any = None
+
+    def __post_init__(self) -> None:
+        if self.adapter is None:
+            from .hf_backbones import TRANSFORMERS, is_transformers_module
+            from .timm_attention import timm_adapter_for
+
+            is_hf = is_transformers_module(self.model)
+            self.adapter = TRANSFORMERS if is_hf else timm_adapter_for(self.model)
 
     @property
     def in_chans(self) -> int:
@@ -66,17 +84,22 @@ class Backbone:
 
     @property
     def num_heads(self) -> int:
-        return int(self.model.blocks[-1].attn.num_heads)
+        return self.adapter.num_heads(self.model)
 
     @property
     def depth(self) -> int:
-        return len(self.model.blocks)
+        return self.adapter.depth(self.model)
+
+    @property
+    def embed_dim(self) -> int:
+        """Token width, for memory estimates."""
+        return self.adapter.embed_dim(self.model)
 
     @property
     def is_random_init(self) -> bool:
         return self.weights == "random-init"
 
-    def to(self, device: torch.device | str) -> "Backbone":
+    def to(self, device: torch.device | str) -> Backbone:
         self.model.to(device)
         return self
 
@@ -86,8 +109,9 @@ class Backbone:
 
     def describe(self) -> str:
         gh, gw = self.patch_size
+        domain = f"{self.domain} model, " if self.domain else ""
         return (
-            f"{self.name} ({self.weights}; patch {gh}x{gw}, {self.depth} blocks, "
+            f"{self.name} ({domain}{self.weights}; patch {gh}x{gw}, {self.depth} blocks, "
             f"{self.num_heads} heads, {self.num_prefix_tokens} prefix tokens)"
         )
 
@@ -98,23 +122,29 @@ def load_backbone(
     arch: str | None = None,
     pretrained: bool = True,
     device: str | torch.device | None = None,
+    weights: str | Path | None = None,
 ) -> Backbone:
     """Load a ViT from a name, a hub id, a local weights file or an ``nn.Module``.
 
     Parameters
     ----------
     model : str, Path or nn.Module
-        ``"demo"`` (bundled, offline), a timm model name such as
-        ``"vit_small_patch8_224.dino"``, an ``"hf-hub:org/name"`` id, a local weights file
-        (``.safetensors``, ``.pth``, ``.pt``, Lightning ``.ckpt``; give ``arch``), or a
-        timm ViT-family module.
+        ``"demo"`` (bundled, offline); a catalogue id such as ``"uni"`` or its hub id
+        (``attnreg models`` lists them); a timm name such as ``"vit_small_patch8_224.dino"``;
+        an ``"hf-hub:org/name"`` timm id; an ``"hf:org/name"`` transformers id (ViT, DINOv2,
+        DINOv2 with registers); a folder saved with ``save_pretrained``; a local weights file
+        (``.safetensors``, ``.pth``, ``.pt``, Lightning ``.ckpt``; give ``arch``); or a timm
+        or transformers ViT module.
     arch : str, optional
-        timm architecture name for a local weights file.
+        timm architecture name or catalogue id of a local weights file.
     pretrained : bool
-        For a timm name: download pretrained weights (needs internet). ``False`` gives a
-        random-init model, useful for tests only.
+        Download pretrained weights (needs internet or the local hub cache). ``False`` gives
+        a random-init model, useful for tests only.
     device : str or torch.device, optional
         Move the model there.
+    weights : str or Path, optional
+        Local weights file (or transformers folder) for the model named by ``model``:
+        ``load_backbone("uni", weights="uni.bin")`` loads offline.
 
     Returns
     -------
@@ -128,16 +158,33 @@ def load_backbone(
     """
     # timm imports Triton; next to an open napari viewer on software OpenGL that segfaults
     avoid_triton_llvm_clash()
-    if isinstance(model, nn.Module):
-        bb = _from_module(model, name=type(model).__name__, weights="given module")
-    elif isinstance(model, Backbone):
+    from . import catalogue, hf_backbones
+
+    if weights is not None:
+        if not isinstance(model, (str, Path)):
+            raise BackboneError("weights= goes with a catalogue id or timm name as model, "
+                                f"not with a {type(model).__name__}.")
+        model, arch = weights, str(model)
+    if isinstance(model, Backbone):
         bb = model
+    elif isinstance(model, nn.Module):
+        if hf_backbones.is_transformers_module(model):
+            bb = hf_backbones.from_transformers_module(model, name=type(model).__name__,
+                                                       weights="given module")
+        else:
+            bb = _from_module(model, name=type(model).__name__, weights="given module")
     elif not isinstance(model, (str, Path)):
         raise BackboneError(
-            f"model must be a timm name, a weights file path or an nn.Module, got {type(model).__name__}"
+            f"model must be a model name, a weights file path or an nn.Module, got {type(model).__name__}"
         )
     elif str(model) == DEMO_NAME:
         bb = _load_demo()
+    elif arch is not None and catalogue.find(arch) is not None and Path(str(model)).exists():
+        bb = catalogue.load_entry(catalogue.find(arch), weights=Path(str(model)))
+    elif catalogue.find(str(model)) is not None:
+        bb = catalogue.load_entry(catalogue.find(str(model)), pretrained=pretrained)
+    elif str(model).startswith("hf:") or Path(str(model)).is_dir():
+        bb = hf_backbones.load_transformers(str(model), pretrained=pretrained)
     elif Path(str(model)).suffix.lower() in _WEIGHT_SUFFIXES or Path(str(model)).is_file():
         bb = _load_weights_file(Path(model), arch)
     else:
@@ -153,7 +200,8 @@ def _from_module(module: nn.Module, *, name: str, weights: str, cfg: dict | None
         if not hasattr(module, attr):
             raise BackboneError(
                 f"{type(module).__name__} is not a timm ViT-family model (it has no '{attr}'); "
-                "use a timm VisionTransformer such as 'vit_small_patch16_224', DeiT, DINOv2 or EVA."
+                "use a timm VisionTransformer such as 'vit_small_patch16_224', DeiT, DINOv2 or EVA, "
+                "or a transformers ViTModel / Dinov2Model."
             )
     if getattr(module, "cls_token", None) is None:
         raise BackboneError(
@@ -166,10 +214,7 @@ def _from_module(module: nn.Module, *, name: str, weights: str, cfg: dict | None
     in_chans = int(module.patch_embed.proj.in_channels)
     img_size = getattr(module.patch_embed, "img_size", None) or (224, 224)
     input_size = tuple(cfg.get("input_size") or (in_chans, img_size[0], img_size[1]))
-    mean = tuple(float(v) for v in cfg.get("mean", _IMAGENET_MEAN))
-    std = tuple(float(v) for v in cfg.get("std", _IMAGENET_STD))
-    if len(mean) != in_chans:
-        mean, std = (mean[0],) * in_chans, (std[0],) * in_chans
+    mean, std = channel_stats(cfg.get("mean", _IMAGENET_MEAN), cfg.get("std", _IMAGENET_STD), in_chans)
     _enable_dynamic_size(module)
     return Backbone(
         model=module,
@@ -179,8 +224,23 @@ def _from_module(module: nn.Module, *, name: str, weights: str, cfg: dict | None
         num_prefix_tokens=int(getattr(module, "num_prefix_tokens", 1)),
         mean=mean,
         std=std,
-        input_size=(int(input_size[0]), int(input_size[1]), int(input_size[2])),
+        input_size=(in_chans, int(input_size[1]), int(input_size[2])),
     )
+
+
+def channel_stats(mean: Any, std: Any, in_chans: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean/std of length ``in_chans``.
+
+    A model whose config declares statistics for another channel count (an RGB default on a
+    4-channel model) gets the average of the declared values on every channel.
+    """
+    mean = tuple(float(v) for v in mean)
+    std = tuple(float(v) for v in std)
+    if len(mean) != in_chans:
+        mean = (sum(mean) / len(mean),) * in_chans
+    if len(std) != in_chans:
+        std = (sum(std) / len(std),) * in_chans
+    return mean, std
 
 
 def _enable_dynamic_size(module: nn.Module) -> None:
@@ -201,7 +261,8 @@ def _enable_dynamic_size(module: nn.Module) -> None:
         pe.strict_img_size = False
 
 
-def _create_timm(name: str, *, pretrained: bool, **kwargs: Any) -> nn.Module:
+def create_timm(name: str, *, pretrained: bool = False, **kwargs: Any) -> nn.Module:
+    """``timm.create_model`` with an unknown name turned into a BackboneError."""
     import timm
 
     try:
@@ -210,25 +271,9 @@ def _create_timm(name: str, *, pretrained: bool, **kwargs: Any) -> nn.Module:
         if "Unknown model" in str(err) or "Invalid pretrained tag" in str(err):
             raise BackboneError(
                 f"timm does not know the model '{name}'. See timm.list_models('vit*') for names, "
-                "or pass a local weights file with arch=..."
+                "`attnreg models` for the catalogue, or pass a local weights file with arch=..."
             ) from err
-        raise _download_error(name, err) from err
-    except (OSError, ConnectionError, TimeoutError, ValueError) as err:
-        raise _download_error(name, err) from err
-    except Exception as err:  # the hub client raises many unrelated types on no network
-        if pretrained and type(err).__module__.split(".")[0] in ("huggingface_hub", "requests", "urllib3", "httpx"):
-            raise _download_error(name, err) from err
         raise
-
-
-def _download_error(name: str, err: BaseException) -> BackboneError:
-    return BackboneError(
-        f"Could not download pretrained weights for '{name}' ({type(err).__name__}: "
-        f"{str(err).splitlines()[0][:200] if str(err) else 'no details'}). Without internet, "
-        f"download the weights elsewhere and load them from a file: "
-        f"load_backbone('path/to/weights.safetensors', arch='{_arch_of(name)}') "
-        f"(or --model FILE --arch NAME on the command line)."
-    )
 
 
 def _arch_of(name: str) -> str:
@@ -236,8 +281,38 @@ def _arch_of(name: str) -> str:
     return name.removeprefix("hf-hub:").split("/")[-1].split(".")[0]
 
 
+def _timm_hub_id(name: str) -> str:
+    """Hub repository a timm name downloads from (for error messages)."""
+    if name.startswith("hf-hub:"):
+        return name.removeprefix("hf-hub:").split("@")[0]
+    from timm.models import get_pretrained_cfg
+
+    try:
+        cfg = get_pretrained_cfg(name)
+    except RuntimeError:  # an invalid tag is reported by create_timm
+        cfg = None
+    return getattr(cfg, "hf_hub_id", None) or f"timm/{name}"
+
+
 def _load_timm(name: str, *, pretrained: bool) -> Backbone:
-    module = _create_timm(name, pretrained=pretrained)
+    from .hub import call_hub, is_cached, offline_error, work_offline
+
+    if pretrained:
+        import timm
+
+        if not name.startswith("hf-hub:") and not timm.is_model(_arch_of(name)):
+            create_timm(name)  # raises the unknown-model error before any download
+        alternative = (f"load_backbone('path/to/weights.safetensors', arch='{_arch_of(name)}') "
+                       f"(or --model FILE --arch {_arch_of(name)} on the command line)")
+        repo = _timm_hub_id(name)
+        if work_offline() and not is_cached(repo, ("model.safetensors", "pytorch_model.bin",
+                                                   "open_clip_pytorch_model.bin")):
+            # fail before timm spends seconds building a large model it cannot fill
+            raise offline_error(repo, alternative)
+        module = call_hub(repo, lambda _local_only: create_timm(name, pretrained=True),
+                          offline_alternative=alternative)
+    else:
+        module = create_timm(name, pretrained=False)
     return _from_module(module, name=name, weights="pretrained" if pretrained else "random-init")
 
 
@@ -252,12 +327,16 @@ def _load_demo() -> Backbone:
     from safetensors.torch import load_file
     from timm.models.vision_transformer import VisionTransformer
 
+    from .catalogue import find
+
     cfg = json.loads(cfg_path.read_text())
     module = VisionTransformer(**cfg["timm_kwargs"])
     module.load_state_dict(load_file(str(weights_path)))
     pcfg = {"mean": cfg["mean"], "std": cfg["std"], "input_size": cfg["input_size"]}
     bb = _from_module(module, name=DEMO_NAME, weights=str(weights_path.name), cfg=pcfg)
     bb.extra = {"classes": cfg.get("classes"), "config": cfg}
+    entry = find(DEMO_NAME)
+    bb.domain, bb.description = entry.domain, entry.description
     return bb
 
 
@@ -293,22 +372,37 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _load_weights_file(path: Path, arch: str | None) -> Backbone:
+    from . import catalogue
+
     if arch is None:
         raise BackboneError(
-            f"To load the weights file {path.name}, also give the timm architecture it belongs to, "
-            "e.g. arch='vit_small_patch8_224' (CLI: --arch)."
+            f"To load the weights file {path.name}, also give the timm architecture or catalogue "
+            "id it belongs to, e.g. arch='vit_small_patch8_224' or arch='uni' (CLI: --arch)."
         )
+    entry = catalogue.find(arch)
+    if entry is not None:
+        return catalogue.load_entry(entry, weights=path)
     state = read_state_dict(path)
     kwargs: dict[str, Any] = {}
     head = state.get("head.weight")
     kwargs["num_classes"] = int(head.shape[0]) if head is not None else 0
-    module = _create_timm(arch, pretrained=False, **kwargs)
-    if "pos_embed" in state and state["pos_embed"].shape != module.pos_embed.shape:
+    proj = state.get("patch_embed.proj.weight")
+    if proj is not None and proj.ndim == 4:  # 4-channel cell painting etc.: as the file says
+        kwargs["in_chans"] = int(proj.shape[1])
+    module = create_timm(arch, pretrained=False, **kwargs)
+    load_timm_state(module, state, path.name, arch)
+    return _from_module(module, name=arch, weights=str(path))
+
+
+def load_timm_state(module: nn.Module, state: dict[str, torch.Tensor], source: str, arch: str) -> None:
+    """Load ``state`` into a timm ViT, resampling the position embedding to the model's grid."""
+    own = getattr(module, "pos_embed", None)
+    if "pos_embed" in state and own is not None and state["pos_embed"].shape != own.shape:
         from timm.layers import resample_abs_pos_embed
 
         npt = 0 if getattr(module, "no_embed_class", False) else module.num_prefix_tokens
         n_old = state["pos_embed"].shape[1] - npt
-        side = int(round(n_old**0.5))
+        side = round(n_old**0.5)
         state["pos_embed"] = resample_abs_pos_embed(
             state["pos_embed"], new_size=module.patch_embed.grid_size, old_size=(side, side),
             num_prefix_tokens=npt,
@@ -317,14 +411,14 @@ def _load_weights_file(path: Path, arch: str | None) -> Backbone:
         missing, unexpected = module.load_state_dict(state, strict=False)
     except RuntimeError as err:  # shape mismatches are raised even with strict=False
         raise BackboneError(
-            f"{path.name} does not match architecture '{arch}' (tensor shapes differ: "
+            f"{source} does not match architecture '{arch}' (tensor shapes differ: "
             f"{str(err).splitlines()[1].strip() if len(str(err).splitlines()) > 1 else err}). Check --arch."
         ) from err
     missing = [k for k in missing if not k.startswith(("head.", "fc_norm."))]
+    unexpected = [k for k in unexpected if not k.startswith(("head.", "fc_norm."))]
     if missing or unexpected:
         raise BackboneError(
-            f"{path.name} does not match architecture '{arch}': "
+            f"{source} does not match architecture '{arch}': "
             f"{len(missing)} missing keys (e.g. {missing[:3]}), {len(unexpected)} unexpected "
             f"(e.g. {unexpected[:3]}). Check --arch."
         )
-    return _from_module(module, name=arch, weights=str(path))

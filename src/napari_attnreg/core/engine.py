@@ -208,7 +208,7 @@ def auto_chunk_size(backbone: Backbone, model_shape: tuple[int, int], device: to
     """
     ph, pw = backbone.patch_size
     tokens = (model_shape[0] // ph) * (model_shape[1] // pw) + backbone.num_prefix_tokens
-    width = int(backbone.model.blocks[-1].norm1.normalized_shape[0])
+    width = backbone.embed_dim
     elem = 2 if dtype in (torch.bfloat16, torch.float16) else 4
     per_image = tokens * width * 16 * elem + backbone.in_chans * model_shape[0] * model_shape[1] * 4 * 3
     if device.type != "cuda":

@@ -41,12 +41,14 @@ from ..core.display import (
     with_thresholds,
 )
 from ..core.engine import CancelToken, Progress, RunConfig, run_engine
+from ..core.errors import gui_text
 from ..core.images import scale_intensity, to_channels_last
 from ..core.nulls import NULL_METHODS
 from ..core.presets import DEFAULT_PRESET, PRESETS, THRESHOLD_KEYS, default_thresholds
 from ..core.regularize import RULES
 from ..core.result import AttentionResult
 from . import render
+from .model_picker import ModelPicker
 from .regions import add_region, as_labels, polygon_mask, rectangle_vertices
 from .runner import BackgroundRunner, Outcome
 from .views import DRAW_MODES, ImageView, MplView, ipympl_available
@@ -448,7 +450,7 @@ class AttentionExplorer(widgets.VBox):
     def _fail(self, err: BaseException | None) -> None:
         self.last_error = err
         if isinstance(err, (ValueError, MemoryError)):
-            message = str(err)  # the core's messages are written for users
+            message = gui_text(err)  # the core's messages are written for users
         else:
             message = f"Run failed ({type(err).__name__}: {err}); see explorer.last_error."
         kept = " The previous result is kept." if self._result is not None else ""
@@ -719,7 +721,7 @@ class AttentionExplorer(widgets.VBox):
             return widget
 
         self.controls: dict[str, W.Widget] = {
-            "model": link(W.Text(description="model", layout=short, style=style), "model_name"),
+            "model": link(ModelPicker(description="model", layout=short, style=style), "model_name"),
             "method": link(W.Dropdown(options=list(NULL_METHODS), description="null method",
                                       layout=short, style=style), "method"),
             "n_boot": link(W.BoundedIntText(min=1, max=100_000, description="bootstrap B",

@@ -1,0 +1,48 @@
+"""The catalogue model picker in the dock widget."""
+
+from __future__ import annotations
+
+import pytest
+from qtpy.QtCore import Qt
+
+from napari_attnreg.core import catalogue, hub
+
+pytestmark = pytest.mark.gui
+
+
+def test_picker_groups_by_domain_and_shows_access(qtbot):
+    from napari_attnreg._napari.model_picker import CataloguePicker
+
+    picker = CataloguePicker()
+    qtbot.addWidget(picker)
+    combo = picker.combo
+    texts = [combo.itemText(i) for i in range(combo.count())]
+    headings = [t for t in texts if t.startswith("— ")]
+    assert headings == ["— pathology —", "— radiology —", "— natural —"]
+    for i, text in enumerate(texts):  # headings cannot be chosen
+        enabled = bool(combo.model().item(i).flags() & Qt.ItemFlag.ItemIsEnabled)
+        assert enabled == (text not in headings)
+    assert len(texts) - len(headings) == len(catalogue.CATALOGUE) - 1  # all but the bundled demo
+    picker.set_model_id("uni")
+    assert picker.model_id() == "uni" and "(gated)" in combo.currentText()
+    text = picker.access_label.text()
+    assert "pathology" in text and "CC-BY-NC-ND-4.0" in text and "huggingface.co/MahmoodLab/UNI" in text
+    picker.set_model_id("rad-dino")
+    assert "radiology" in picker.access_label.text() and "open download" in picker.access_label.text()
+    with pytest.raises(ValueError, match="not in the catalogue"):
+        picker.set_model_id("nope")
+
+
+def test_catalogue_source_runs_and_offline_failure_names_the_file_option(
+        viewer_widget, cells_image, run_and_wait, monkeypatch):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    widget.model_combo.setCurrentIndex(widget.model_combo.findData("catalogue"))
+    assert not widget.catalogue_picker.isHidden() and widget.timm_edit.isHidden()
+    widget.catalogue_picker.set_model_id("uni")
+    assert widget.model_spec().source == "catalogue" and widget.model_spec().name == "uni"
+    monkeypatch.setattr(hub, "hub_reachable", lambda: False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    outcome = run_and_wait(widget)
+    assert outcome.error.startswith("Could not download 'MahmoodLab/UNI'")
+    assert outcome.error.endswith(hub.FILE_HINT) and "load_backbone" not in outcome.error
