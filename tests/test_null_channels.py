@@ -112,3 +112,20 @@ def test_grey_image_gets_grey_nulls_through_the_engine(demo, monkeypatch):
             demo.mean)[:, None, None]
         torch.testing.assert_close(unnormalised[:, 0], unnormalised[:, 1], msg=method)
         torch.testing.assert_close(unnormalised[:, 0], unnormalised[:, 2], msg=method)
+
+
+def test_a_four_channel_model_takes_four_channels_and_says_so_otherwise():
+    """Models trained on N channels (cell painting) get exactly N image channels."""
+    four = np.random.default_rng(0).random((4, 48, 40)).astype(np.float32)
+    kw = {"patch_size": (8, 8), "mean": (0.5,) * 4, "std": (0.25,) * 4}
+    prepared = prepare_image(four, channel_axis=0, **kw)
+    assert prepared.tensor.shape[0] == 4 and prepared.channel_map.kind == "identity"
+    picked = prepare_image(np.concatenate([four, four[:1]]), channel_axis=0,
+                           channels=[4, 1, 2, 3], **kw)
+    np.testing.assert_array_equal(picked.source[0], prepared.source[0])
+    with pytest.raises(ValueError, match="takes 4 channels but the image gives 2"):
+        prepare_image(four[:2], channel_axis=0, **kw)
+    with pytest.raises(ValueError, match="takes 4 channels but the image gives 1"):
+        prepare_image(four[0], **kw)
+    with pytest.raises(ValueError, match="choose up to 4"):
+        prepare_image(np.concatenate([four, four[:1]]), channel_axis=0, **kw)

@@ -132,8 +132,9 @@ def to_channels_last(
     channel_axis: int | None = None,
     channels: Sequence[int] | None = None,
     merge: Literal["mean", "max"] | None = None,
+    max_channels: int = 3,
 ) -> np.ndarray:
-    """Bring a 2D image to ``(H, W)`` or ``(H, W, C≤3)``.
+    """Bring a 2D image to ``(H, W)`` or ``(H, W, C ≤ max_channels)``.
 
     Parameters
     ----------
@@ -145,6 +146,8 @@ def to_channels_last(
         Up to three channels to use (mapped to R, G, B).
     merge : "mean" or "max", optional
         Merge all (or the chosen) channels into one grayscale image instead.
+    max_channels : int
+        Most channels the model takes (3 for RGB models, 4 for a 4-channel model, ...).
     """
     arr = np.asarray(image)
     if channel_axis is not None:
@@ -176,9 +179,10 @@ def to_channels_last(
             arr = arr.astype(np.float32).mean(-1) if merge == "mean" else arr.max(-1)
         elif arr.shape[-1] == 1:
             arr = arr[..., 0]
-        elif arr.shape[-1] > 3:
+        elif arr.shape[-1] > max_channels:
             raise ValueError(
-                f"The image has {arr.shape[-1]} channels; choose up to three with channels=[...] "
+                f"The image has {arr.shape[-1]} channels; choose up to {max_channels} with "
+                "channels=[...] "
                 "or merge them with merge='mean' / 'max'."
             )
     return arr
@@ -268,7 +272,8 @@ def prepare_image(
     """
     arr = np.asarray(image)
     _check_values(arr)
-    arr = to_channels_last(arr, channel_axis=channel_axis, channels=channels, merge=merge)
+    arr = to_channels_last(arr, channel_axis=channel_axis, channels=channels, merge=merge,
+                           max_channels=max(3, len(mean)))
     h0, w0 = arr.shape[:2]
     ph, pw = patch_size
     if h0 < ph or w0 < pw:
@@ -284,6 +289,13 @@ def prepare_image(
     source = chw.float().contiguous()
     channel_map = ChannelMap(int(source.shape[0]), len(mean), tuple(float(v) for v in mean),
                              tuple(float(v) for v in std))
+    if len(mean) not in (1, 3) and channel_map.kind != "identity":
+        # grey-to-RGB repetition and RGB zero-fill are conventions of RGB models; a model
+        # trained on N specific channels (e.g. cell painting) must get exactly those N
+        raise ValueError(
+            f"This model takes {len(mean)} channels but the image gives {channel_map.source_channels}; "
+            f"pass an image with {len(mean)} channels (channel_axis=..., channels=[...] to pick "
+            "them in the model's order).")
     return PreparedImage(tensor=channel_map(source[None])[0], display=display,
                          image_shape=(h0, w0), model_shape=(h, w), patch_size=(ph, pw),
                          source=source, channel_map=channel_map)
