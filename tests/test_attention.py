@@ -6,7 +6,7 @@ import pytest
 import timm
 import torch
 
-from attention_reference import assert_peaked, peaked
+from attention_reference import assert_peaked, peaked, timm_explicit
 
 from napari_attnreg.core.attention import cls_attention
 from napari_attnreg.core.backbones import load_backbone
@@ -17,25 +17,6 @@ MODELS = [
     ("deit_small_distilled_patch16_224", 2),
     ("vit_small_patch14_reg4_dinov2", 5),
 ]
-
-
-def explicit_cls_attention(model: torch.nn.Module, x: torch.Tensor, layer: int, npt: int) -> torch.Tensor:
-    """Full T×T attention of block ``layer`` with fused attention off, CLS row, patch columns."""
-    captured = {}
-    for blk in model.blocks:
-        blk.attn.fused_attn = False
-    target = model.blocks[layer].attn
-    handle = target.attn_drop.register_forward_hook(lambda m, i, o: captured.setdefault("a", o))
-    try:
-        with torch.no_grad():
-            model.forward_features(x)
-    finally:
-        handle.remove()
-        for blk in model.blocks:
-            blk.attn.fused_attn = True
-    full = captured["a"]  # (N, heads, L, L)
-    assert full.shape[-1] == full.shape[-2]
-    return full[:, :, 0, npt:]
 
 
 @pytest.mark.parametrize("name,npt", MODELS)
@@ -49,7 +30,7 @@ def test_fast_path_matches_full_matrix(name, npt, layer):
     x = torch.randn(2, 3, ph * 7, pw * 5)  # non-square, non-default size: pos-embed resampling
     with torch.inference_mode():
         fast = cls_attention(bb, x, layer=layer, head="all")
-    slow = explicit_cls_attention(module, x, layer, npt).reshape(fast.shape)
+    slow = timm_explicit(module, x, layer, npt).reshape(fast.shape)
     assert fast.dtype == torch.float32
     assert fast.shape == (2, module.blocks[0].attn.num_heads, 7, 5)
     assert_peaked(slow)
