@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import timm
 import torch
-
 from attention_reference import assert_peaked, peaked, timm_explicit
 
 from napari_attnreg.core.attention import cls_attention
