@@ -31,6 +31,12 @@ def test_each_finding_by_hand():
     fixed = diagnose(peaked, pi0=1.0, lfdr_fit="grenander", random_init=False, model_name="m",
                      pi0_estimated=False)
     assert fixed == []
+    broad = diagnose(peaked, pi0=1.0, lfdr_fit="grenander", random_init=False, model_name="m",
+                     pi0_estimated=False, z_sd=0.5, posterior=np.r_[np.ones(6), np.zeros(4)])
+    assert codes(broad) == ["broad_posterior"] and "60 %" in broad[0].message
+    assert "sd of z 0.50" in broad[0].message
+    assert diagnose(peaked, pi0=1.0, lfdr_fit="grenander", random_init=False, model_name="m",
+                    pi0_estimated=False, posterior=np.r_[np.ones(5), np.zeros(5)]) == []
 
 
 def test_a_random_init_model_is_named_in_the_result_and_its_summary(tiny_backbone, blob_image,

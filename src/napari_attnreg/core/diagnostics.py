@@ -17,6 +17,8 @@ import numpy as np
 UNIFORM_ENTROPY = 0.98
 #: Fewer tokens than this make π0 and the density fits poorly determined.
 MIN_TOKENS_FOR_FIT = 64
+#: Share of patches with posterior ≥ 0.5 above which a map-wide posterior is worth a word.
+BROAD_POSTERIOR = 0.5
 _PRIMARY_FITS = ("lindsey-deg7", "grenander")
 
 
@@ -28,7 +30,8 @@ class Diagnostic:
     ----------
     code : str
         Stable identifier (``uniform_attention``, ``random_init``, ``model_domain``,
-        ``pi0_zero``, ``pi0_one``, ``fit_fallback``, ``few_tokens``, ``statistics_warning``).
+        ``pi0_zero``, ``pi0_one``, ``fit_fallback``, ``few_tokens``, ``broad_posterior``,
+        ``statistics_warning``).
     severity : {"warning", "info"}
     message : str
         One sentence for the analyst.
@@ -58,6 +61,8 @@ def diagnose(
     pi0: float,
     lfdr_fit: str,
     pi0_estimated: bool = True,
+    z_sd: float | None = None,
+    posterior: np.ndarray | None = None,
     random_init: bool,
     model_name: str,
     domain: str | None = None,
@@ -74,6 +79,10 @@ def diagnose(
         From the statistics (``lfdr_fit`` names the density fit that was used).
     pi0_estimated : bool
         π0 came from the data (not fixed), so a value at its cap is worth a word.
+    z_sd : float, optional
+        Standard deviation of the observed z-scores (the pooled null's is 1).
+    posterior : array, optional
+        The posterior map; when most of it is ≥ 0.5 the cause is named.
     random_init : bool
         The backbone has no trained weights.
     model_name, domain, domain_note : str
@@ -113,6 +122,15 @@ def diagnose(
             "pi0_one", "info",
             "π0 = 1 (at its cap): most patches look like the null, so only patches far above "
             "it can be significant."))
+    broad = None if posterior is None else float(np.mean(np.asarray(posterior) >= 0.5))
+    if broad is not None and broad > BROAD_POSTERIOR:
+        spread = f" (sd of z {z_sd:.2f}; the null's is 1)" if z_sd is not None else ""
+        found.append(Diagnostic(
+            "broad_posterior", "warning",
+            f"The posterior is ≥ 0.5 on {100 * broad:.0f} % of the patches: this map is less "
+            f"dispersed than the noise maps{spread}, so most patches sit above a noise map's "
+            "typical patch. Trust the significance outline, or use the patch null (method "
+            "'patch'), whose null maps look like image maps."))
     if lfdr_fit not in _PRIMARY_FITS:
         found.append(Diagnostic(
             "fit_fallback", "warning",

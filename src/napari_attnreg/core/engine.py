@@ -395,6 +395,7 @@ def run_engine(
     metadata["diagnostics"] = [d.as_dict() for d in diagnose(
         observed.cpu().numpy(), pi0=float(stats.pi0), lfdr_fit=str(stats.null_summary["lfdr_fit"]),
         pi0_estimated=isinstance(config.pi0_method, str) and config.pi0_method != "bh",
+        z_sd=float(np.std(stats.z)), posterior=stats.posterior,
         random_init=backbone.is_random_init, model_name=backbone.name,
         domain=getattr(backbone, "domain", None), domain_note=getattr(backbone, "description", None),
         warnings_seen=warnings_seen)]
