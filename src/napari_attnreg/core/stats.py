@@ -129,7 +129,10 @@ def _as_positive_tensor(x: torch.Tensor | np.ndarray, name: str) -> torch.Tensor
 
 
 def z_scores(
-    observed: torch.Tensor | np.ndarray, null_scores: torch.Tensor | np.ndarray
+    observed: torch.Tensor | np.ndarray,
+    null_scores: torch.Tensor | np.ndarray,
+    *,
+    positions: np.ndarray | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, float, float]:
     """Log-scale z-scores of observed and null attention against the pooled null (§4).
 
@@ -139,6 +142,10 @@ def z_scores(
         Observed attention, strictly positive.
     null_scores : tensor, shape ``(B, T)`` or ``(B, *S)``
         Null attention maps; their device is where the work runs.
+    positions : array of int, optional
+        For ``N`` observed tokens that are not the null's ``T`` columns (a tiled image
+        against a pool of null tiles): the null column of each observed token. Only
+        checked here; position-wise statistics use it.
 
     Returns
     -------
@@ -153,7 +160,9 @@ def z_scores(
             f"null_scores must have shape (B, T) with one row per null image, got "
             f"{tuple(null_scores.shape)}."
         )
-    if tuple(observed.shape) not in (tuple(null_scores.shape[1:]), (null_scores[0].numel(),)):
+    if positions is not None:
+        _check_positions(positions, observed.numel(), null_scores[0].numel())
+    elif tuple(observed.shape) not in (tuple(null_scores.shape[1:]), (null_scores[0].numel(),)):
         raise ValueError(
             f"observed has shape {tuple(observed.shape)} but null_scores has "
             f"{tuple(null_scores.shape)}; pass observed (T,) and null_scores (B, T) "
@@ -172,6 +181,16 @@ def z_scores(
             "formed; use more bootstrap images (B) or a null generator that varies the image."
         )
     return (log_obs - mu0) / sigma0, (log_null - mu0) / sigma0, mu0, sigma0
+
+
+def _check_positions(positions: np.ndarray, n_observed: int, n_columns: int) -> None:
+    positions = np.asarray(positions)
+    if positions.shape != (n_observed,) or positions.dtype.kind not in "iu":
+        raise ValueError(f"positions must be {n_observed} integer null-column indices (one per "
+                         f"observed token), got shape {positions.shape} of {positions.dtype}.")
+    if n_observed and (positions.min() < 0 or positions.max() >= n_columns):
+        raise ValueError(f"positions must index the {n_columns} null columns, got values in "
+                         f"[{positions.min()}, {positions.max()}].")
 
 
 # --------------------------------------------------------------------------- p
@@ -555,6 +574,7 @@ def compute_statistics(
     alternative: str = "two-sided",
     pi0_method: str | float = "reference",
     null: str = "theoretical",
+    positions: np.ndarray | None = None,
 ) -> TokenStatistics:
     """All token statistics of METHOD.md §4–7 for one image.
 
@@ -567,6 +587,9 @@ def compute_statistics(
     p_method, alternative, pi0_method, null
         See :func:`empirical_pvalues`, :func:`estimate_pi0`, :func:`local_fdr`.
         Defaults reproduce the paper.
+    positions : array of int, optional
+        Null column of each observed token when the observed tokens are not the null's
+        columns (tiled images, see :func:`z_scores`); every statistic here is pooled.
 
     Returns
     -------
@@ -578,7 +601,7 @@ def compute_statistics(
     if isinstance(pi0_method, str):
         _check_choice(pi0_method, PI0_METHODS, "pi0_method")
 
-    z_obs, z_null, mu0, sigma0 = z_scores(observed, null_scores)
+    z_obs, z_null, mu0, sigma0 = z_scores(observed, null_scores, positions=positions)
     # One sort of the signed null pool serves both alternatives and the summary.
     sorted_null = torch.sort(z_null.reshape(-1)).values
     p = _pvalues_from_sorted(z_obs, sorted_null, p_method, alternative)
