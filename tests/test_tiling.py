@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pytest
@@ -119,7 +120,7 @@ def test_image_null_takes_its_statistics_from_the_whole_image():
 @pytest.mark.parametrize("method", ["normal", "patch"])
 def test_an_image_that_is_one_tile_gives_the_untiled_result(demo, preset, method):
     image = make_cell_image(3, size=128, abnormal=True).image
-    opts = dict(n_boot=12, chunk_size=5, device="cpu", preset=preset, method=method)
+    opts = {"n_boot": 12, "chunk_size": 5, "device": "cpu", "preset": preset, "method": method}
     untiled = regularize(image, demo, **opts)
     tiled = regularize(image, demo, tiled=True, **opts)
     for name in ("attention", "z", "p", "lfdr", "posterior", "q", "head_attention"):
@@ -148,9 +149,9 @@ def test_forward_passes_are_counted(demo, monkeypatch, scope, expected):
     assert n_tiles == 3 * 2  # 304 x 256 px in 128 px tiles, the last row flush with the edge
     assert sum(images_seen) == expected(n_tiles, 7) == res.metadata["forward_passes"]
     assert max(images_seen) <= 4  # tiles and nulls both go in chunks
-    assert [e.stage for e in events][0] == "observed" and events[-1].stage == "statistics"
+    assert events[0].stage == "observed" and events[-1].stage == "statistics"
     assert events[-1].total == expected(n_tiles, 7)
-    assert all(a.done <= b.done for a, b in zip(events, events[1:]))
+    assert all(a.done <= b.done for a, b in itertools.pairwise(events))
 
 
 @QUIET

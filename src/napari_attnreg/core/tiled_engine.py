@@ -42,7 +42,7 @@ from .tiling import NULL_SCOPES, ImageNull, TileLayout, make_layout, work_shape
 def validate_tiling(config: RunConfig) -> None:
     """Raise a ValueError that says what to change for an invalid tiling option."""
     if not isinstance(config.tiled, (bool, np.bool_)):
-        raise ValueError(f"tiled must be True or False, got {config.tiled!r}.")
+        raise ValueError(f"tiled must be True or False, got {config.tiled!r}.")  # noqa: TRY004
     if config.null_scope is not None and config.null_scope not in NULL_SCOPES:
         raise ValueError(f"null_scope must be one of {NULL_SCOPES}, got {config.null_scope!r}.")
     if config.null_scope is not None and not config.tiled:
