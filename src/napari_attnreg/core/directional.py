@@ -40,6 +40,7 @@ from .stats import (
     compute_dtype,
     estimate_pi0,
     qvalues,
+    sorted_pool,
     z_scores,
 )
 
@@ -77,7 +78,7 @@ def position_pvalues(observed: torch.Tensor, null_scores: torch.Tensor,
         raise ValueError(f"null_pool='position' needs at least 3 null images per position, got "
                          f"B = {n_boot}; raise n_boot (100 or more is advisable).")
     dtype = compute_dtype(null_scores.device)
-    log_null = torch.log(null_scores.reshape(n_boot, -1).to(dtype))
+    log_null = null_scores.reshape(n_boot, -1).to(dtype=dtype, copy=True).log_()  # one copy
     log_obs = torch.log(observed.reshape(-1).to(device=null_scores.device, dtype=dtype))
     m = log_null.mean(0)
     s = log_null.std(0, correction=1)
@@ -167,15 +168,16 @@ def directional_statistics(
     """
     if null_pool not in NULL_POOLS:
         raise ValueError(f"null_pool={null_pool!r} is not supported; use one of {NULL_POOLS}.")
+    # the position p-values first: their float64 copy of the pool is freed before z's
+    p = position_pvalues(observed, null_scores, positions) if null_pool == "position" else None
     z_obs, z_null, mu0, sigma0 = z_scores(observed, null_scores, positions=positions)
-    sorted_null = torch.sort(z_null.reshape(-1)).values
-    if null_pool == "pooled":
+    sorted_null, columns = sorted_pool(z_null)
+    del z_null  # the same storage, now sorted
+    if p is None:
         p = pooled_pvalues(z_obs, sorted_null)
-    else:
-        p = position_pvalues(observed, null_scores, positions)
     pi0 = estimate_pi0(p, pi0_method)
     lfdr = directional_lfdr(p, pi0)
-    summary = _null_summary(z_null, sorted_null)
+    summary = _null_summary(columns, sorted_null)
     summary.update(lfdr_fit="grenander", empirical_null=None, null_pool=null_pool)
     return TokenStatistics(
         z=z_obs.cpu().numpy().astype(np.float64),
