@@ -210,3 +210,27 @@ def test_geometry_scale_and_saved_result(demo, tmp_path):
     kept = regularize(image, demo, n_boot=4, device="cpu", tiled=True, null_scope="tile",
                       null_pool="position", keep_nulls=True)
     assert kept.null_scores.shape == (4, 38, 32) and np.isfinite(kept.p).all()
+
+
+def test_large_images_are_scaled_in_one_copy_like_small_ones():
+    from napari_attnreg.core.images import scale_intensity
+    from napari_attnreg.core.tiled_engine import scale_large
+
+    rng = np.random.default_rng(0)
+    small = (rng.random((300, 200)) * 4000).astype(np.uint16)
+    np.testing.assert_array_equal(scale_large(small), scale_intensity(small))
+    big = rng.gamma(2.0, 300, size=(4200, 4100)).astype(np.uint16)  # 17 M pixels: sampled
+    np.testing.assert_allclose(scale_large(big), scale_intensity(big), atol=3e-3)
+    with pytest.raises(ValueError, match="constant"):
+        scale_large(np.full((4200, 4100), 9, np.uint16))
+
+
+@QUIET
+def test_cpu_chunks_are_sized_for_about_a_second(demo):
+    from napari_attnreg.core.tiled_engine import latency_chunk
+
+    assert 16 <= latency_chunk(demo, (128, 128)) <= 64  # ~30 ms per demo tile on a laptop core
+    assert latency_chunk(demo, (256, 256)) < latency_chunk(demo, (128, 128)) / 4
+    image = make_cell_image(1, size=(256, 256), scale=TRAINING_SCALE).image
+    res = regularize(image, demo, n_boot=4, device="cpu", tiled=True, tile_scale=2.0)
+    assert res.metadata["chunk_size"] == min(32, latency_chunk(demo, (128, 128)))

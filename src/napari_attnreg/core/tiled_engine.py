@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,7 @@ from .engine import (
     resolve_device,
 )
 from .images import ChannelMap, PreparedImage, _check_values, scale_intensity, to_channels_last
+from .lazy import LazyImage, intensity_range, sample_step, scaled
 from .nulls import NullConfig, null_images
 from .result import AttentionResult
 from .tiling import NULL_SCOPES, ImageNull, TileLayout, make_layout, work_shape
@@ -67,6 +68,10 @@ class TiledImage:
     image_shape : (int, int)
         ``(H0, W0)`` of the original image.
     layout : TileLayout
+    reader : callable, optional
+        ``reader(y, x, h, w)`` → ``(c, h, w)`` in [0, 1], for images that stay on disk
+        (:class:`~napari_attnreg.core.lazy.LazyImage`); ``source`` is then a strided sample
+        of the image, used for the null's statistics.
     """
 
     source: torch.Tensor
@@ -74,14 +79,16 @@ class TiledImage:
     display: np.ndarray
     image_shape: tuple[int, int]
     layout: TileLayout
+    reader: Callable[[int, int, int, int], torch.Tensor] | None = None
 
     def tiles(self, indices: Sequence[int]) -> torch.Tensor:
-        """``(len(indices), c, th, tw)`` crops of the source."""
+        """``(len(indices), c, th, tw)`` crops of the image."""
         th, tw = self.layout.tile
         crops = []
         for i in indices:
             y, x = self.layout.origin(i)
-            crops.append(self.source[:, y:y + th, x:x + tw])
+            crops.append(self.reader(y, x, th, tw) if self.reader is not None
+                         else self.source[:, y:y + th, x:x + tw])
         return torch.stack(crops)
 
 
@@ -93,6 +100,8 @@ def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig) -> TiledIma
     if isinstance(image, TiledImage):
         return image
     patch = backbone.patch_size
+    if isinstance(image, LazyImage):
+        return _prepare_lazy(image, backbone, config)
     if isinstance(image, PreparedImage):
         source, channel_map = image.source, image.channel_map
         display, image_shape = image.display, image.image_shape
@@ -105,7 +114,7 @@ def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig) -> TiledIma
         if h0 < patch[0] or w0 < patch[1]:
             raise ValueError(f"The image ({h0}x{w0} px) is smaller than one {patch[0]}x{patch[1]} "
                              "patch of this model; use a larger image or a smaller tile_scale.")
-        display = scale_intensity(arr)
+        display = scale_large(arr)
         chw = torch.from_numpy(np.ascontiguousarray(display))
         chw = chw[None] if chw.ndim == 2 else chw.permute(2, 0, 1)
         h, w = work_shape((h0, w0), patch, config.tile_scale)
@@ -121,6 +130,86 @@ def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig) -> TiledIma
                          patch=patch, overlap=int(config.tile_overlap))
     return TiledImage(source=source, channel_map=channel_map, display=display,
                       image_shape=(int(image_shape[0]), int(image_shape[1])), layout=layout)
+
+
+CPU_FLOPS = 2e10  # a modest CPU's sustained float32 rate; sizes chunks for ~1 s each
+def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> TiledImage:
+    """Tiles read on demand; percentiles and null statistics from a strided sample.
+
+    The image is tiled at its own pixel size, cropped to whole patches (the last few
+    pixels of the far edges, fewer than one patch, are left out so every token is exactly
+    one patch of pixels; ``image_shape`` is the analysed part).
+    """
+    if config.tile_scale != 1 or config.channels is not None or config.merge is not None:
+        raise ValueError("Images read lazily are tiled at their own pixel size with their own "
+                         "channels; for tile_scale, channels or merge read the image into memory.")
+    ph, pw = backbone.patch_size
+    h0, w0 = image.shape
+    if h0 < ph or w0 < pw:
+        raise ValueError(f"The image ({h0}x{w0} px) is smaller than one {ph}x{pw} patch.")
+    h, w = h0 // ph * ph, w0 // pw * pw
+    step = sample_step((h, w))
+    raw = image.read(slice(0, h, step), slice(0, w, step))  # the one read of the whole extent
+    lo, hi = intensity_range(raw)
+    sample = scaled(raw, lo, hi)
+    del raw
+
+    def reader(y: int, x: int, th: int, tw: int) -> torch.Tensor:
+        return scaled(image.read(slice(y, y + th), slice(x, x + tw)), lo, hi)
+
+    channel_map = ChannelMap(int(sample.shape[0]), len(backbone.mean),
+                             tuple(float(v) for v in backbone.mean),
+                             tuple(float(v) for v in backbone.std))
+    display = sample[0].numpy() if sample.shape[0] == 1 else sample.permute(1, 2, 0).numpy()
+    layout = make_layout((h, w), tile=tuple(backbone.input_size[1:]), patch=(ph, pw),
+                         overlap=int(config.tile_overlap))
+    return TiledImage(source=sample, channel_map=channel_map, display=display,
+                      image_shape=(h, w), layout=layout, reader=reader)
+
+
+EXACT_SCALING_PIXELS = 1 << 24  # up to 4096², percentiles from every pixel, like prepare_image
+
+
+def scale_large(arr: np.ndarray, percentiles: tuple[float, float] = (0.5, 99.8)) -> np.ndarray:
+    """:func:`~napari_attnreg.core.images.scale_intensity` in one float32 copy of the image.
+
+    Images up to 4096² pixels are scaled by ``scale_intensity`` itself. Larger ones take
+    their percentiles from a regular grid of about 16 M pixels and are scaled in place:
+    the full-image percentile and out-of-place arithmetic would need several more float32
+    copies (2 GB for a 10000² image).
+    """
+    n_pixels = arr.shape[0] * arr.shape[1]
+    if n_pixels <= EXACT_SCALING_PIXELS or arr.dtype in (np.uint8, np.bool_):
+        return scale_intensity(arr, percentiles)
+    step = int(np.ceil(np.sqrt(n_pixels / EXACT_SCALING_PIXELS)))
+    lo, hi = (float(v) for v in np.percentile(arr[::step, ::step].astype(np.float32), percentiles))
+    out = arr.astype(np.float32)
+    if hi <= lo:  # spiky data: fall back to the full range
+        lo, hi = float(out.min()), float(out.max())
+    if hi > lo:
+        out -= np.float32(lo)
+        out /= np.float32(hi - lo)
+        np.clip(out, 0.0, 1.0, out=out)
+    else:
+        out[...] = 0.0
+    if float(out.max()) - float(out.min()) <= 0:
+        raise ValueError("The image is constant (every pixel has the same value), so attention on "
+                         "it has nothing to find; check that the right layer/channel was chosen.")
+    return out
+
+
+def latency_chunk(backbone: Backbone, tile: tuple[int, int], seconds: float = 1.0) -> int:
+    """Images per chunk so that a CPU chunk takes about ``seconds`` (the cancel latency).
+
+    From the model's arithmetic, not from a clock: a timed size would differ from run to
+    run, and the chunk size changes the last bits of the attention.
+    """
+    tokens = (tile[0] // backbone.patch_size[0]) * (tile[1] // backbone.patch_size[1])
+    tokens += backbone.num_prefix_tokens
+    width = int(backbone.model.patch_embed.proj.out_channels)
+    # per block: qkv, projection and the 4x MLP (12·T·D² MACs) plus the T² attention
+    macs = backbone.depth * (12 * tokens * width**2 + 2 * tokens**2 * width)
+    return max(1, int(seconds * CPU_FLOPS / (2 * macs)))
 
 
 def _chunks(total: int, chunk: int, step: Callable[[int, int], None], *, stage: str,
@@ -172,11 +261,13 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
     if backbone.device != device:
         backbone.to(device)
     source = tiled.source.to(device)
-    tiled = TiledImage(source, tiled.channel_map, tiled.display, tiled.image_shape, layout)
+    tiled = replace(tiled, source=source)
     null_cfg = NullConfig(config.method, config.std_factor, config.per_channel, config.block_size)
     head, n_boot, n_tiles = config.head, int(config.n_boot), layout.n_tiles
     chunk = config.chunk_size or auto_chunk_size(backbone, layout.tile, device, dtype,
                                                  config.memory_fraction)
+    if config.chunk_size is None and device.type == "cpu":
+        chunk = min(chunk, latency_chunk(backbone, layout.tile))
     n_null = n_boot * (n_tiles if scope == "tile" else 1)
     grand_total = n_tiles + n_null
     tgh, tgw = layout.tile_grid
@@ -192,7 +283,8 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
         heads = torch.empty((n_tiles, backbone.num_heads, tgh, tgw), dtype=torch.float32)
 
         def observed_step(start: int, size: int) -> None:
-            heads[start:start + size] = forward(tiled.tiles(range(start, start + size)), "all").cpu()
+            batch = tiled.tiles(range(start, start + size)).to(device)
+            heads[start:start + size] = forward(batch, "all").cpu()
 
         t0 = time.perf_counter()
         first = min(chunk, n_tiles)
@@ -206,8 +298,8 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
         tile_tokens = tgh * tgw
         columns = tile_tokens * (n_tiles if scope == "tile" else 1)
         null_scores = torch.empty((n_boot, columns), dtype=torch.float32, device=device)
-        image_null = ImageNull(source, null_cfg, layout.tile, backbone.patch_size[0]) if (
-            scope == "image") else None
+        image_null = ImageNull(source, null_cfg, layout.tile, backbone.patch_size[0],
+                               reader=tiled.reader, shape=layout.shape) if scope == "image" else None
 
         def null_step(start: int, size: int) -> None:
             jobs = range(start, start + size)
@@ -215,7 +307,7 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
                 own = image_null.draw(jobs, seed=config.seed)
             else:  # job j is null j % B of tile j // B, seeded by j so tiles differ
                 own = torch.cat([
-                    null_images(tiled.tiles([tile])[0], [j for j in jobs if j // n_boot == tile],
+                    null_images(tiled.tiles([tile])[0].to(device), [j for j in jobs if j // n_boot == tile],
                                 null_cfg, seed=config.seed, patch_size=backbone.patch_size[0])
                     for tile in sorted({j // n_boot for j in jobs})])
             if clamp:
@@ -229,9 +321,12 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
                 null_scores[j % n_boot, tile * tile_tokens:(tile + 1) * tile_tokens] = maps[k]
 
         t0 = time.perf_counter()
-        chunk = yield from _chunks(n_null, min(chunk, n_null), null_step, stage="nulls",
-                                   offset=n_tiles, grand_total=grand_total, t_start=t_start,
-                                   device=device, cancel=cancel, label="null images")
+        first = min(chunk, n_null)
+        after = yield from _chunks(n_null, first, null_step, stage="nulls", offset=n_tiles,
+                                   grand_total=grand_total, t_start=t_start, device=device,
+                                   cancel=cancel, label="null images")
+        if after < first:
+            chunk = after
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         timings["nulls_s"] = time.perf_counter() - t0
@@ -263,7 +358,7 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
                              tiled.channel_map.kind, stats, warnings_seen, observed.numpy())
     metadata.update(null_scope=scope, tile_shape=list(layout.tile), n_tiles=n_tiles,
                     tile_origins_y=list(layout.starts[0]), tile_origins_x=list(layout.starts[1]),
-                    forward_passes=n_tiles + n_null)
+                    forward_passes=n_tiles + n_null, read_on_demand=tiled.reader is not None)
     yield Progress("statistics", grand_total, grand_total, chunk, time.perf_counter() - t_start,
                    "statistics done")
 
@@ -275,7 +370,7 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
         z=grid_map(stats.z), p=grid_map(stats.p), lfdr=grid_map(stats.lfdr),
         posterior=grid_map(stats.posterior), q=grid_map(stats.q), pi0=float(stats.pi0),
         thresholds=config.thresholds(), image_shape=tiled.image_shape,
-        model_shape=tuple(int(v) for v in source.shape[1:]), patch_size=backbone.patch_size,
+        model_shape=layout.shape, patch_size=backbone.patch_size,
         head_attention=heads_obs.numpy().astype(np.float64), null_summary=summary,
         null_scores=kept, metadata=metadata,
     )

@@ -17,7 +17,7 @@ Example
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -169,11 +169,18 @@ class ImageNull:
         Size of the null tiles.
     patch_size : int
         Default block size of ``patch``.
+    reader, shape : optional
+        For an image that stays on disk: ``source`` is a strided sample of it (for the
+        statistics and the pixel pool), ``reader(y, x, h, w)`` reads the random tiles of
+        ``patch`` from the full image of size ``shape``.
     """
 
     def __init__(self, source: torch.Tensor, config: NullConfig, tile: tuple[int, int],
-                 patch_size: int) -> None:
+                 patch_size: int, *, reader: Callable[[int, int, int, int], torch.Tensor] | None = None,
+                 shape: tuple[int, int] | None = None) -> None:
         self.source = source.float()
+        self.reader = reader
+        self.shape = tuple(shape) if shape is not None else tuple(source.shape[1:])
         self.config = config
         self.tile = (int(tile[0]), int(tile[1]))
         self.patch_size = patch_size
@@ -216,7 +223,7 @@ class ImageNull:
 
     def _patch_tiles(self, indices: Sequence[int], seed: int) -> torch.Tensor:
         x = self.source
-        _, h, w = x.shape
+        h, w = self.shape
         th, tw = self.tile
         out = []
         gen = torch.Generator(device="cpu")
@@ -225,7 +232,8 @@ class ImageNull:
             gen.manual_seed(image_seed(seed, index) ^ 0x5A5A5A5A)
             y = int(torch.randint(0, h - th + 1, (1,), generator=gen))
             x0 = int(torch.randint(0, w - tw + 1, (1,), generator=gen))
-            crop = x[:, y:y + th, x0:x0 + tw]
+            crop = (x[:, y:y + th, x0:x0 + tw] if self.reader is None
+                    else self.reader(y, x0, th, tw).to(x.device))
             out.append(null_images(crop, [index], self.config, seed=seed,
                                    patch_size=self.patch_size)[0])
         return torch.stack(out)
