@@ -142,7 +142,9 @@ def test_tiled_from_the_command_line(tmp_path):
                  "--tile-overlap", "16", *FAST]) == 0
     res = AttentionResult.load(out / "big.tif.attnreg.npz")
     assert res.metadata["tiled"] and res.metadata["null_scope"] == "image"
-    assert res.grid_shape == (38, 25) and res.metadata["n_tiles"] == 3 * 2
+    # a TIFF is read tile by tile, at whole patches: 300 x 200 px -> 296 x 200 px, 37 x 25 tokens
+    assert res.metadata["read_on_demand"] and res.image_shape == (296, 200)
+    assert res.grid_shape == (37, 25) and res.metadata["n_tiles"] == 3 * 2
 
 
 def test_figure_view_keeps_maps_on_the_display():

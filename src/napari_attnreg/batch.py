@@ -38,6 +38,11 @@ class BatchItem:
     relative: Path
 
 
+def _is_zarr(path: Path) -> bool:
+    """An OME-Zarr image is a folder, named ``*.zarr``."""
+    return path.suffix.lower() == ".zarr" and path.is_dir()
+
+
 def _is_glob(text: str) -> bool:
     return any(ch in text for ch in "*?[")
 
@@ -58,10 +63,11 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False) -> 
         text = str(entry)
         if _is_glob(text) and not Path(text).exists():
             matches = sorted(glob.glob(text, recursive=recursive))
-            found += [Path(m) for m in matches if Path(m).is_file()]
-        elif Path(text).is_dir():
+            found += [Path(m) for m in matches if Path(m).is_file() or _is_zarr(Path(m))]
+        elif Path(text).is_dir() and not _is_zarr(Path(text)):
             walk = Path(text).rglob("*") if recursive else Path(text).glob("*")
-            found += sorted(p for p in walk if p.is_file() and p.name.lower().endswith(IMAGE_SUFFIXES))
+            found += sorted(p for p in walk if not any(_is_zarr(q) for q in p.parents) and (
+                _is_zarr(p) or p.is_file() and p.name.lower().endswith(IMAGE_SUFFIXES)))
         else:
             found.append(Path(text))
     unique = list(dict.fromkeys(p.resolve() for p in found))
@@ -83,7 +89,11 @@ def output_path(out_dir: Path, item: BatchItem, plane: tuple[int, ...] | None) -
 
 
 def read_image(path: Path) -> np.ndarray:
-    """Read a TIFF (tifffile) or any format imageio knows."""
+    """Read a TIFF (tifffile), an OME-Zarr folder (zarr) or any format imageio knows."""
+    if _is_zarr(path):
+        from .core.lazy import open_lazy
+
+        return open_lazy(path).read(slice(None), slice(None))
     if not path.is_file():
         raise ValueError(f"No such image file: {path}")
     if path.suffix.lower() in (".tif", ".tiff"):
@@ -179,12 +189,14 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
         return [_skipped(item, None, single)]
     backbone = cached_backbone(model, arch)
     try:
-        image = read_image(item.source)
-        parts = planes(image, opts.get("channel_axis"))
+        lazy = _lazy_input(item.source, opts)
+        parts = [(None, lazy)] if lazy is not None else planes(read_image(item.source),
+                                                                opts.get("channel_axis"))
     except (ValueError, OSError) as err:
         return [_failed_row(item, None, str(err))]
     rows = []
-    for plane, data in parts:
+    while parts:  # popped, so a large image's raw pixels are freed once it is prepared
+        plane, data = parts.pop(0)
         out = output_path(out_dir, item, plane)
         if out.is_file() and not overwrite:
             rows.append(_skipped(item, plane, out))
@@ -195,6 +207,7 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
         t0 = time.perf_counter()
         try:
             prepared = _prepare(data, backbone, config)
+            del data
             with _progress_bar(config, label, quiet) as tick:
                 result = drain(run_engine(prepared, backbone, config), tick)
             result.save(out)
@@ -208,6 +221,21 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
         print(f"{label}: {result.summary()}\n  -> {out}")
         rows.append(_row(item, plane, out, result, time.perf_counter() - t0, "done"))
     return rows
+
+
+def _lazy_input(path: Path, opts: dict[str, Any]) -> Any:
+    """The image opened for reading on demand, when a tiled run can use that; else None."""
+    if not opts.get("tiled") or opts.get("tile_scale", 1.0) != 1 or any(
+            opts.get(k) is not None for k in ("channels", "merge", "channel_axis")):
+        return None
+    if not (_is_zarr(path) or path.is_file() and path.suffix.lower() in (".tif", ".tiff")):
+        return None
+    from .core.lazy import open_lazy
+
+    try:
+        return open_lazy(path)
+    except ValueError:  # a stack, or zarr not installed: read into memory as before
+        return None
 
 
 def _skipped(item: BatchItem, plane: tuple[int, ...] | None, out: Path) -> dict[str, Any]:
