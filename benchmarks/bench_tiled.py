@@ -7,7 +7,8 @@ Prints, measured in one run:
   * forward passes counted (a spy on the attention call) against n_tiles + B,
   * pipeline: the tiled ``run_engine`` (scaling, tiles, image-level null, statistics),
   * bare forward: timm ``forward_features`` over the same number of images at the same batch
-    size, and the ratio pipeline / bare (aim ≤ 1.15),
+    size, timed before and after the pipeline (their mean brackets a shared machine's
+    drifting load), and the ratio pipeline / bare (aim ≤ 1.15),
   * peak RSS of this process after the pipeline (aim ≤ 3 GB), and with ``--cli`` the peak RSS
     of ``attnreg run --tiled`` on the field written as a TIFF (aim ≤ 1.5 GB).
 The field is a 1024² synthetic cell image (``napari_attnreg.synthetic``) repeated to size.
@@ -79,6 +80,11 @@ def main(argv: list[str] | None = None) -> dict:
         return real(backbone, x, **kw)
 
     tiled_mod.cls_attention = spy
+    chunk = config.chunk_size or min(32, tiled_mod.latency_chunk(bb, tuple(bb.input_size[1:])))
+    per_axis = -(-args.size // bb.input_size[1])  # tiles per axis, the last one flush
+    n_images = per_axis * per_axis + args.n_boot
+    x = torch.randn(3, *bb.input_size[1:], device=device)
+    bare_before = bare_forward_seconds(bb, x, n_images, chunk, device, dtype)
     try:
         t0 = time.perf_counter()
         result = drain(run_engine(image, bb, config))
@@ -89,15 +95,15 @@ def main(argv: list[str] | None = None) -> dict:
         tiled_mod.cls_attention = real
     rss = peak_rss_gb()
     md = result.metadata
-    n_images = md["n_tiles"] + args.n_boot
-    chunk = md["chunk_size"]
-    x = torch.randn(3, *md["tile_shape"], device=device)
-    bare = bare_forward_seconds(bb, x, n_images, chunk, device, dtype)
+    assert n_images == md["n_tiles"] + args.n_boot and chunk == md["chunk_size"]
+    bare_after = bare_forward_seconds(bb, x, n_images, chunk, device, dtype)
+    bare = (bare_before + bare_after) / 2
     out = {
         "size": args.size, "grid": list(result.grid_shape), "n_tiles": md["n_tiles"],
         "n_boot": args.n_boot, "forward_passes_counted": sum(counted),
         "forward_passes_expected": n_images, "chunk_size": chunk, "device": str(device),
         "threads": torch.get_num_threads(), "pipeline_s": pipeline, "bare_forward_s": bare,
+        "bare_before_s": bare_before, "bare_after_s": bare_after,
         "ratio": pipeline / bare, "peak_rss_gb": rss, "timings": md["timings"],
     }
     print(f"demo model, {args.size}x{args.size} field, {md['n_tiles']} tiles of "
@@ -107,7 +113,8 @@ def main(argv: list[str] | None = None) -> dict:
           f"{sum(counted) == n_images}")
     print(f"pipeline      {pipeline:8.2f} s  (observed tiles {md['timings']['observed_s']:.2f} s, "
           f"nulls {md['timings']['nulls_s']:.2f} s, statistics {md['timings']['statistics_s']:.2f} s)")
-    print(f"bare forward  {bare:8.2f} s  (timm forward_features, {n_images} images, batch {chunk})")
+    print(f"bare forward  {bare:8.2f} s  (timm forward_features, {n_images} images, batch {chunk}; "
+          f"{bare_before:.2f} s before and {bare_after:.2f} s after the pipeline)")
     print(f"ratio pipeline / bare forward = {out['ratio']:.3f}  (aim <= 1.15)")
     print(f"peak RSS of this process = {rss:.2f} GB  (aim <= 3 GB)")
     if args.cli:
