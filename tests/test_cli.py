@@ -34,26 +34,28 @@ def test_run_on_tiff_stack_and_png(tmp_path, weights, blob_image, capsys):
                  "--arch", "vit_tiny_patch16_224", "--n-boot", "6", "--out", str(out), "--quiet",
                  "--device", "cpu", "--rule", "p", "--p-th", "0.2"])
     assert code == 0
-    names = sorted(p.name for p in out.iterdir())
-    assert names == ["rgb.attnreg.npz", "rgb.attnreg.png", "stack_0.attnreg.npz", "stack_0.attnreg.png",
-                     "stack_1.attnreg.npz", "stack_1.attnreg.png"]
-    res = AttentionResult.load(out / "stack_1.attnreg.npz")
+    names = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert names == ["rgb.png.attnreg.npz", "rgb.png.attnreg.png", "stack.tif/plane_0000.attnreg.npz",
+                     "stack.tif/plane_0000.attnreg.png", "stack.tif/plane_0001.attnreg.npz",
+                     "stack.tif/plane_0001.attnreg.png", "summary.csv"]
+    res = AttentionResult.load(out / "stack.tif" / "plane_0001.attnreg.npz")
     assert res.image_shape == blob_image.shape and res.metadata["n_boot"] == 6
     # the directional default: no z mask, its own l_th/q_th; the explicit rule and p_th win
     assert res.thresholds == {"rule": "p", "z_th": None, "p_th": 0.2, "l_th": 0.2, "q_th": 0.1}
     assert res.preset == "directional" and res.metadata["preset"] == "directional"
     assert res.metadata["source"].endswith("stack.tif") and res.metadata["plane"] == "1"
-    assert (out / "rgb.attnreg.png").stat().st_size > 10_000
+    assert (out / "rgb.png.attnreg.png").stat().st_size > 10_000
     assert "grid" in capsys.readouterr().out
 
 
 def test_errors_are_one_clear_line(tmp_path, weights, capsys):
+    # a bad input is that input's failure (exit 1 at the end), not a crash of the batch
     assert main(["run", str(tmp_path / "missing.tif"), "--model", str(weights),
-                 "--arch", "vit_tiny_patch16_224"]) == 2
+                 "--arch", "vit_tiny_patch16_224", "--out", str(tmp_path / "o")]) == 1
     assert "No such image file" in capsys.readouterr().err
     tifffile.imwrite(tmp_path / "flat.tif", np.full((64, 64), 5, np.uint16))
     assert main(["run", str(tmp_path / "flat.tif"), "--model", str(weights), "--n-boot", "4",
-                 "--arch", "vit_tiny_patch16_224", "--out", str(tmp_path / "o")]) == 2
+                 "--arch", "vit_tiny_patch16_224", "--out", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err
     assert "constant" in err and "Traceback" not in err
     assert main(["run", str(tmp_path / "flat.tif"), "--model", str(weights)]) == 2
@@ -83,7 +85,7 @@ def test_paper_preset_from_the_command_line(tmp_path, weights):
     common = ["run", str(tmp_path / "img.tif"), "--model", str(weights), "--arch",
               "vit_tiny_patch16_224", "--n-boot", "6", "--quiet", "--device", "cpu"]
     assert main([*common, "--preset", "paper", "--out", str(tmp_path / "paper")]) == 0
-    res = AttentionResult.load(tmp_path / "paper" / "img.attnreg.npz")
+    res = AttentionResult.load(tmp_path / "paper" / "img.tif.attnreg.npz")
     assert res.preset == "paper"
     assert res.thresholds == {"rule": "lfdr", "z_th": 0.0, "p_th": 0.3, "l_th": 0.3, "q_th": 0.1}
     assert res.metadata["p_method"] == "pooled" and res.metadata["pi0_method"] == "reference"

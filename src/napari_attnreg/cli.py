@@ -1,6 +1,8 @@
-"""Command line: ``attnreg run IMAGE... --out DIR`` and ``attnreg demo``.
+"""Command line: ``attnreg run IMAGE|FOLDER|GLOB... --out DIR`` and ``attnreg demo``.
 
-One ``.npz`` result file and one PNG figure per image (per plane for stacks).
+One ``.npz`` result file and one PNG figure per image (per plane for stacks), named by the
+input's path relative to the common parent of the inputs, and ``DIR/summary.csv``; the
+batch logic is :mod:`napari_attnreg.batch`.
 """
 
 from __future__ import annotations
@@ -13,22 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from .batch import read_image  # noqa: F401  (kept importable from here)
 from .core.nulls import NULL_METHODS
 from .core.presets import DEFAULT_PRESET, PRESET_DEFAULTS, PRESETS
 from .core.regularize import RULES
-
-
-def read_image(path: Path) -> np.ndarray:
-    """Read a TIFF (tifffile) or any format imageio knows."""
-    if not path.is_file():
-        raise ValueError(f"No such image file: {path}")
-    if path.suffix.lower() in (".tif", ".tiff"):
-        import tifffile
-
-        return tifffile.imread(path)
-    import imageio.v3 as iio
-
-    return iio.imread(path)
 
 
 def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Path:
@@ -74,6 +64,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "null_pool": args.null_pool,
         "layer": args.layer, "keep_nulls": args.keep_nulls, "target_size": _size(args.target_size),
         "channel_axis": args.channel_axis, "merge": args.merge,
+        "tiled": args.tiled, "tile_scale": args.tile_scale, "tile_overlap": args.tile_overlap,
+        "null_scope": args.null_scope,
     }
     if args.channels:
         opts["channels"] = [int(c) for c in args.channels.split(",")]
@@ -97,63 +89,34 @@ def _size(value: str) -> Any:
     return int(value) if value.isdigit() else value
 
 
-def _planes(image: np.ndarray, opts: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
-    """Split an nD stack into 2D planes; RGB(A) and channel-axis images stay whole."""
-    rgb = image.ndim == 3 and image.shape[-1] in (3, 4)
-    spatial = 2 + (1 if rgb or opts.get("channel_axis") is not None else 0)
-    if image.ndim <= spatial:
-        return [("", image)]
-    if opts.get("channel_axis") is not None:
-        raise ValueError("--channel-axis with a stack of more than one plane is ambiguous; "
-                         "split the stack first.")
-    lead = image.shape[: image.ndim - spatial]
-    return [("_" + "-".join(str(i) for i in idx), image[idx]) for idx in np.ndindex(lead)]
-
-
 def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
-              opts: dict[str, Any], quiet: bool = False) -> list[Path]:
-    """Process image files; returns the result files written."""
-    from tqdm import tqdm
+              opts: dict[str, Any], quiet: bool = False, *, recursive: bool = False,
+              overwrite: bool = False, workers: int | None = None,
+              scheduler: str | None = None) -> Any:
+    """Process image files, folders and globs (see :mod:`napari_attnreg.batch`).
 
-    from .core.backbones import load_backbone
-    from .core.engine import RunConfig, drain, run_engine
-    from .core.images import prepare_image
+    Returns the :class:`~napari_attnreg.batch.BatchReport` (rows of ``summary.csv``).
+    """
+    from .batch import cached_backbone, collect_inputs, run_batch
 
-    backbone = load_backbone(model, arch=arch)
-    if backbone.is_random_init:
-        print("WARNING: the model has RANDOM weights (no pretrained weights loaded): its attention "
-              "is not meaningful. Use --model demo, a timm name with internet, or a weights file.",
-              file=sys.stderr)
-    print(f"model: {backbone.describe()}", file=sys.stderr)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    config = RunConfig(**opts)
-    config.validate()
-    for path in paths:
-        image = read_image(path)
-        for suffix, plane in _planes(image, opts):
-            stem = f"{path.stem}{suffix}"
-            prepared = prepare_image(
-                plane, patch_size=backbone.patch_size, mean=backbone.mean, std=backbone.std,
-                default_size=backbone.input_size[1:], target_size=config.target_size,
-                channel_axis=config.channel_axis, channels=config.channels, merge=config.merge)
-            config.extra = {"source": str(path), "plane": suffix.lstrip("_")}
-            with tqdm(total=config.n_boot, desc=stem, unit="img", disable=quiet, file=sys.stderr) as bar:
-                def tick(ev):
-                    bar.n = ev.done
-                    bar.set_postfix_str(f"chunk {ev.chunk_size}")
-                    bar.refresh()
-
-                result = drain(run_engine(prepared, backbone, config), tick)
-            out = result.save(out_dir / f"{stem}.attnreg.npz")
-            fig = save_figure(result, prepared.display, out_dir / f"{stem}.attnreg.png",
-                              f"{stem} — {result.summary()}")
-            print(f"{stem}: {result.summary()}\n  -> {out}\n  -> {fig}")
-            written.append(out)
-    return written
+    items = collect_inputs(paths, recursive=recursive)
+    if not (workers or scheduler):  # on a cluster the workers load it; here it is checked now
+        backbone = cached_backbone(model, arch)
+        if backbone.is_random_init:
+            print("WARNING: the model has RANDOM weights (no pretrained weights loaded): its "
+                  "attention is not meaningful. Use --model demo, a timm name with internet, or "
+                  "a weights file.", file=sys.stderr)
+        print(f"model: {backbone.describe()}", file=sys.stderr)
+        model = backbone
+    report = run_batch(items, out_dir, model, arch, opts, overwrite=overwrite, quiet=quiet,
+                       figure=save_figure, workers=workers, scheduler=scheduler)
+    done = sum(r["status"] == "done" for r in report.rows)
+    print(f"{done} done, {len(report.rows) - done - len(report.failed)} skipped, "
+          f"{len(report.failed)} failed; summary: {report.summary}", file=sys.stderr)
+    return report
 
 
-def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False) -> list[Path]:
+def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False) -> Any:
     """The bundled demo model on the bundled sample image.
 
     A source checkout without the trained demo files falls back, loudly, to a random-init
@@ -217,6 +180,14 @@ def _add_run_options(p: argparse.ArgumentParser, n_boot: int) -> None:
     p.add_argument("--channels", default=None, help="comma-separated channels to use (up to 3)")
     p.add_argument("--merge", choices=["mean", "max"], default=None, help="merge channels to grayscale")
     p.add_argument("--keep-nulls", action="store_true", help="store every null attention map")
+    p.add_argument("--tiled", action="store_true",
+                   help="large images: model-sized tiles at native pixel size, one null for the image")
+    p.add_argument("--tile-scale", type=float, default=1.0,
+                   help="with --tiled: downsampling factor before tiling (1 = native pixels)")
+    p.add_argument("--tile-overlap", type=int, default=0,
+                   help="with --tiled: pixels shared by neighbouring tiles (a multiple of the patch)")
+    p.add_argument("--null-scope", choices=["image", "tile"], default=None,
+                   help="with --tiled: one null for the whole image (default) or one per tile")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -226,7 +197,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Bootstrap significance and regularized attention maps of Vision Transformers.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="process image files")
-    run.add_argument("images", nargs="+", type=Path)
+    run.add_argument("images", nargs="+", help="image files, folders or glob patterns ('*.tif')")
+    run.add_argument("--recursive", action="store_true", help="descend into subfolders ('**' in globs)")
+    run.add_argument("--overwrite", action="store_true",
+                     help="recompute images whose result file exists (default: skip them)")
+    run.add_argument("--workers", type=int, default=None,
+                     help="run on a local Dask cluster of this many processes (pip install "
+                          "napari-attnreg[scale])")
+    run.add_argument("--scheduler", default=None, help="address of a running Dask scheduler")
     run.add_argument("--model", default="demo",
                      help="'demo', a catalogue id (see 'attnreg models'), a timm name, hf-hub:id, "
                           "hf:id (transformers), or a weights file")
@@ -255,13 +233,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         opts = _options(args)
         if args.command == "demo":
-            run_demo(args.out, opts, args.quiet)
+            report = run_demo(args.out, opts, args.quiet)
         else:
-            run_files(args.images, args.out, args.model, args.arch, opts, args.quiet)
+            report = run_files(args.images, args.out, args.model, args.arch, opts, args.quiet,
+                               recursive=args.recursive, overwrite=args.overwrite,
+                               workers=args.workers, scheduler=args.scheduler)
     except (ValueError, BackboneError, MemoryError) as err:
         print(f"attnreg: error: {err}", file=sys.stderr)
         return 2
-    return 0
+    return 1 if report.failed else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -41,6 +41,7 @@ from .stats import (
     compute_dtype,
     estimate_pi0,
     qvalues,
+    sorted_pool,
     z_scores,
 )
 
@@ -52,7 +53,8 @@ def pooled_pvalues(z_obs: torch.Tensor, sorted_null: torch.Tensor) -> np.ndarray
     return _pvalues_from_sorted(z_obs, sorted_null, "null", "greater")
 
 
-def position_pvalues(observed: torch.Tensor, null_scores: torch.Tensor) -> np.ndarray:
+def position_pvalues(observed: torch.Tensor, null_scores: torch.Tensor,
+                     positions: np.ndarray | None = None) -> np.ndarray:
     """Predictive p-value of each token against the ``B`` nulls at its own position.
 
     With ``m_t``, ``s_t`` the mean and std (ddof 1) of ``log null_scores[:, t]``,
@@ -63,6 +65,8 @@ def position_pvalues(observed: torch.Tensor, null_scores: torch.Tensor) -> np.nd
     ----------
     observed : tensor ``(T,)``
     null_scores : tensor ``(B, T)``, ``B ≥ 3``
+    positions : array of int, optional
+        Null column of each observed token (tiled images); default: token ``t`` ↔ column ``t``.
 
     Returns
     -------
@@ -75,10 +79,13 @@ def position_pvalues(observed: torch.Tensor, null_scores: torch.Tensor) -> np.nd
         raise ValueError(f"null_pool='position' needs at least 3 null images per position, got "
                          f"B = {n_boot}; raise n_boot (100 or more is advisable).")
     dtype = compute_dtype(null_scores.device)
-    log_null = torch.log(null_scores.reshape(n_boot, -1).to(dtype))
+    log_null = null_scores.reshape(n_boot, -1).to(dtype=dtype, copy=True).log_()  # one copy
     log_obs = torch.log(observed.reshape(-1).to(device=null_scores.device, dtype=dtype))
     m = log_null.mean(0)
     s = log_null.std(0, correction=1)
+    if positions is not None:
+        index = torch.as_tensor(np.asarray(positions), dtype=torch.long, device=m.device)
+        m, s = m[index], s[index]
     if bool((s <= 1e-12 * m.abs().clamp_min(1.0)).any()):
         bad = int((s <= 1e-12 * m.abs().clamp_min(1.0)).sum())
         raise ValueError(f"{bad} token position(s) have the same null attention in every null image, "
@@ -136,6 +143,7 @@ def directional_statistics(
     *,
     null_pool: str = "pooled",
     pi0_method: str | float = "bh",
+    positions: np.ndarray | None = None,
 ) -> TokenStatistics:
     """Every directional token statistic of one image.
 
@@ -149,6 +157,9 @@ def directional_statistics(
         Compare each token with every null token (pooled) or with its own position.
     pi0_method : str or float
         See :func:`~napari_attnreg.core.stats.estimate_pi0`; 1 (Benjamini–Hochberg) by default.
+    positions : array of int, optional
+        Null column of each observed token when the observed tokens are not the null's
+        columns (a tiled image against a pool of null tiles).
 
     Returns
     -------
@@ -158,15 +169,16 @@ def directional_statistics(
     """
     if null_pool not in NULL_POOLS:
         raise ValueError(f"null_pool={null_pool!r} is not supported; use one of {NULL_POOLS}.")
-    z_obs, z_null, mu0, sigma0 = z_scores(observed, null_scores)
-    sorted_null = torch.sort(z_null.reshape(-1)).values
-    if null_pool == "pooled":
+    # the position p-values first: their float64 copy of the pool is freed before z's
+    p = position_pvalues(observed, null_scores, positions) if null_pool == "position" else None
+    z_obs, z_null, mu0, sigma0 = z_scores(observed, null_scores, positions=positions)
+    sorted_null, columns = sorted_pool(z_null)
+    del z_null  # the same storage, now sorted
+    if p is None:
         p = pooled_pvalues(z_obs, sorted_null)
-    else:
-        p = position_pvalues(observed, null_scores)
     pi0 = estimate_pi0(p, pi0_method)
     lfdr = directional_lfdr(p, pi0)
-    summary = _null_summary(z_null, sorted_null)
+    summary = _null_summary(columns, sorted_null)
     summary.update(lfdr_fit="grenander", empirical_null=None, null_pool=null_pool)
     return TokenStatistics(
         z=z_obs.cpu().numpy().astype(np.float64),

@@ -95,7 +95,10 @@ class RunConfig:
     """Every option of a run (all keyword arguments of :func:`regularize`).
 
     ``preset`` ("directional", the default, or "paper") fills every statistics option left at
-    ``None``; :meth:`resolved` returns the config with those filled in.
+    ``None``; :meth:`resolved` returns the config with those filled in. ``tiled=True`` cuts
+    a large image into model-sized tiles at its native pixel size divided by ``tile_scale``
+    (``tile_overlap`` pixels shared by neighbours) with one null for the whole image
+    (``null_scope="image"``) or one per tile (``"tile"``); see :mod:`.tiled_engine`.
     """
 
     preset: str = DEFAULT_PRESET
@@ -126,6 +129,10 @@ class RunConfig:
     channel_axis: int | None = None
     channels: Sequence[int] | None = None
     merge: str | None = None
+    tiled: bool = False
+    tile_scale: float = 1.0
+    tile_overlap: int = 0
+    null_scope: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def resolved(self) -> RunConfig:
@@ -167,6 +174,9 @@ class RunConfig:
         if self.head != "mean" and not isinstance(self.head, (int, np.integer)):
             raise ValueError(f"head must be 'mean' or a head index, got {self.head!r}.")
         NullConfig(self.method, self.std_factor, self.per_channel, self.block_size)
+        from .tiled_engine import validate_tiling  # tiling imports this module
+
+        validate_tiling(self)
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -275,6 +285,10 @@ def run_engine(
     """
     config = config.resolved()
     config._validate_resolved()
+    if config.tiled:
+        from .tiled_engine import run_tiled
+
+        return (yield from run_tiled(image, backbone, config, cancel))
     t_start = time.perf_counter()
     device = resolve_device(config.device)
     dtype = autocast_dtype(device, config.precision)
@@ -372,6 +386,25 @@ def run_engine(
 
     summary = dict(stats.null_summary)
     summary.update(mu0=float(stats.mu0), sigma0=float(stats.sigma0))
+    metadata = _run_metadata(config, backbone, device, dtype, chunk, timings,
+                             prepared.channel_map.kind, stats, warnings_seen, observed.cpu().numpy())
+    yield Progress("statistics", n_boot, n_boot, chunk, time.perf_counter() - t_start, "statistics done")
+    return AttentionResult(
+        attention=observed.cpu().numpy().astype(np.float64),
+        z=grid_map(stats.z), p=grid_map(stats.p), lfdr=grid_map(stats.lfdr),
+        posterior=grid_map(stats.posterior), q=grid_map(stats.q), pi0=float(stats.pi0),
+        thresholds=config.thresholds(),
+        image_shape=prepared.image_shape, model_shape=prepared.model_shape,
+        patch_size=prepared.patch_size, head_attention=heads_obs.cpu().numpy().astype(np.float64),
+        null_summary=summary, null_scores=kept, metadata=metadata,
+    )
+
+
+def _run_metadata(config: RunConfig, backbone: Backbone, device: torch.device,
+                  dtype: torch.dtype | None, chunk: int, timings: dict[str, float],
+                  channel_map_kind: str, stats: Any, warnings_seen: list[str],
+                  observed: np.ndarray) -> dict[str, Any]:
+    """The metadata of a result: every option, the model, timings, diagnostics."""
     cfg = asdict(config)
     cfg.pop("extra")
     cfg["chunk_size_requested"] = cfg.pop("chunk_size")
@@ -388,31 +421,22 @@ def run_engine(
         "timings": timings,
         "package_version": _package_version(),
         "torch_version": torch.__version__,
-        "channel_map": prepared.channel_map.kind,
+        "channel_map": channel_map_kind,
         "lfdr_fit": stats.null_summary.get("lfdr_fit"),
         **config.extra,
     }
     metadata["diagnostics"] = [d.as_dict() for d in diagnose(
-        observed.cpu().numpy(), pi0=float(stats.pi0), lfdr_fit=str(stats.null_summary["lfdr_fit"]),
+        observed, pi0=float(stats.pi0), lfdr_fit=str(stats.null_summary["lfdr_fit"]),
         pi0_estimated=isinstance(config.pi0_method, str) and config.pi0_method != "bh",
         z_sd=float(np.std(stats.z)), posterior=stats.posterior,
         random_init=backbone.is_random_init, model_name=backbone.name,
         domain=getattr(backbone, "domain", None), domain_note=getattr(backbone, "description", None),
         warnings_seen=warnings_seen)]
-    yield Progress("statistics", n_boot, n_boot, chunk, time.perf_counter() - t_start, "statistics done")
-    return AttentionResult(
-        attention=observed.cpu().numpy().astype(np.float64),
-        z=grid_map(stats.z), p=grid_map(stats.p), lfdr=grid_map(stats.lfdr),
-        posterior=grid_map(stats.posterior), q=grid_map(stats.q), pi0=float(stats.pi0),
-        thresholds=config.thresholds(),
-        image_shape=prepared.image_shape, model_shape=prepared.model_shape,
-        patch_size=prepared.patch_size, head_attention=heads_obs.cpu().numpy().astype(np.float64),
-        null_summary=summary, null_scores=kept, metadata=metadata,
-    )
+    return metadata
 
 
-def _statistics(observed: torch.Tensor, null_scores: torch.Tensor,
-                config: RunConfig) -> tuple[Any, list[str]]:
+def _statistics(observed: torch.Tensor, null_scores: torch.Tensor, config: RunConfig,
+                positions: np.ndarray | None = None) -> tuple[Any, list[str]]:
     """The preset's statistics, and the messages of the statistics warnings they raised.
 
     The warnings are re-raised for Python users and also kept, so every front end can show
@@ -422,11 +446,12 @@ def _statistics(observed: torch.Tensor, null_scores: torch.Tensor,
         warnings.simplefilter("always", StatisticsWarning)
         if config.preset == "directional":
             stats = directional_statistics(observed, null_scores, null_pool=config.null_pool,
-                                           pi0_method=config.pi0_method)
+                                           pi0_method=config.pi0_method, positions=positions)
         else:
             stats = compute_statistics(observed, null_scores, p_method=config.p_method,
                                        alternative=config.alternative,
-                                       pi0_method=config.pi0_method, null=config.null)
+                                       pi0_method=config.pi0_method, null=config.null,
+                                       positions=positions)
     seen = []
     for w in caught:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

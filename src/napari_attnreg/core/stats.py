@@ -111,11 +111,14 @@ def _as_positive_tensor(x: torch.Tensor | np.ndarray, name: str) -> torch.Tensor
         raise ValueError(f"{name} must be a real-valued array of attention scores, got {x.dtype}.")
     if x.numel() == 0:
         raise ValueError(f"{name} is empty; pass at least one attention score.")
-    if not bool(torch.isfinite(x).all()):
+    # min and max answer every check without a mask the size of the null pool (NaN
+    # propagates through both, and -inf / +inf show up as the min / max)
+    low, high = (float(v) for v in torch.aminmax(x))
+    if not (math.isfinite(low) and math.isfinite(high)):
         raise ValueError(f"{name} contains NaN or inf; attention scores must be finite.")
-    if bool((x < 0).any()):
+    if low < 0:
         raise ValueError(f"{name} contains negative values; pass softmax attention scores (>= 0).")
-    if bool((x == 0).any()):
+    if low == 0:
         # A float32 softmax can underflow to exactly 0 for very peaked attention; the
         # smallest positive float32 keeps the ranks and avoids log(0) = -inf.
         warnings.warn(
@@ -129,7 +132,10 @@ def _as_positive_tensor(x: torch.Tensor | np.ndarray, name: str) -> torch.Tensor
 
 
 def z_scores(
-    observed: torch.Tensor | np.ndarray, null_scores: torch.Tensor | np.ndarray
+    observed: torch.Tensor | np.ndarray,
+    null_scores: torch.Tensor | np.ndarray,
+    *,
+    positions: np.ndarray | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, float, float]:
     """Log-scale z-scores of observed and null attention against the pooled null (§4).
 
@@ -139,6 +145,10 @@ def z_scores(
         Observed attention, strictly positive.
     null_scores : tensor, shape ``(B, T)`` or ``(B, *S)``
         Null attention maps; their device is where the work runs.
+    positions : array of int, optional
+        For ``N`` observed tokens that are not the null's ``T`` columns (a tiled image
+        against a pool of null tiles): the null column of each observed token. Only
+        checked here; position-wise statistics use it.
 
     Returns
     -------
@@ -153,7 +163,9 @@ def z_scores(
             f"null_scores must have shape (B, T) with one row per null image, got "
             f"{tuple(null_scores.shape)}."
         )
-    if tuple(observed.shape) not in (tuple(null_scores.shape[1:]), (null_scores[0].numel(),)):
+    if positions is not None:
+        _check_positions(positions, observed.numel(), null_scores[0].numel())
+    elif tuple(observed.shape) not in (tuple(null_scores.shape[1:]), (null_scores[0].numel(),)):
         raise ValueError(
             f"observed has shape {tuple(observed.shape)} but null_scores has "
             f"{tuple(null_scores.shape)}; pass observed (T,) and null_scores (B, T) "
@@ -161,17 +173,30 @@ def z_scores(
         )
     device = null_scores.device
     dtype = compute_dtype(device)
-    log_null = torch.log(null_scores.reshape(null_scores.shape[0], -1).to(dtype))
+    # One float64 copy of the pool, transformed in place (the same elementwise operations
+    # as log(x) then (v - mu0) / sigma0, so the same values): the pool is the largest
+    # thing in memory, and each out-of-place step would hold another copy of it.
+    z_null = null_scores.reshape(null_scores.shape[0], -1).to(dtype=dtype, copy=True).log_()
     log_obs = torch.log(observed.reshape(-1).to(device=device, dtype=dtype))
-    mu0 = float(log_null.mean())
-    sigma0 = float(log_null.std(correction=0))
+    mu0 = float(z_null.mean())
+    sigma0 = float(z_null.std(correction=0))
     # Identical null scores give a std of a few ulps rather than exactly 0.
     if not sigma0 > 1e-12 * max(1.0, abs(mu0)):
         raise ValueError(
             "The null attention scores are all equal (sigma0 == 0), so no z-score can be "
             "formed; use more bootstrap images (B) or a null generator that varies the image."
         )
-    return (log_obs - mu0) / sigma0, (log_null - mu0) / sigma0, mu0, sigma0
+    return (log_obs - mu0) / sigma0, z_null.sub_(mu0).div_(sigma0), mu0, sigma0
+
+
+def _check_positions(positions: np.ndarray, n_observed: int, n_columns: int) -> None:
+    positions = np.asarray(positions)
+    if positions.shape != (n_observed,) or positions.dtype.kind not in "iu":
+        raise ValueError(f"positions must be {n_observed} integer null-column indices (one per "
+                         f"observed token), got shape {positions.shape} of {positions.dtype}.")
+    if n_observed and (positions.min() < 0 or positions.max() >= n_columns):
+        raise ValueError(f"positions must index the {n_columns} null columns, got values in "
+                         f"[{positions.min()}, {positions.max()}].")
 
 
 # --------------------------------------------------------------------------- p
@@ -523,7 +548,32 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.cpu().numpy().astype(np.float64)
 
 
-def _null_summary(z_null: torch.Tensor, sorted_null: torch.Tensor) -> dict:
+def sorted_pool(z_null: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """The pooled null sorted, *in place* on the CPU, and its per-token summaries.
+
+    ``z_null`` is consumed: its per-token mean and std are taken first, then its storage is
+    sorted (numpy's in-place sort needs no index array, unlike ``torch.sort``, which would
+    hold two more copies of the pool). Other devices sort out of place.
+
+    Returns
+    -------
+    sorted_null : tensor ``(B·T,)``, columns : dict
+        ``columns`` is the per-token part of :func:`_null_summary`.
+    """
+    columns = {
+        "B": int(z_null.shape[0]),
+        "T": int(z_null.shape[1]),
+        "z_null_mean": _to_numpy(z_null.mean(0)),
+        "z_null_std": _to_numpy(z_null.std(0, correction=0)),
+    }
+    flat = z_null.reshape(-1)
+    if flat.device.type == "cpu" and flat.is_contiguous():
+        flat.numpy().sort()
+        return flat, columns
+    return torch.sort(flat).values, columns
+
+
+def _null_summary(columns: dict, sorted_null: torch.Tensor) -> dict:
     n = sorted_null.numel()
     levels = torch.linspace(0.0, 1.0, SUMMARY_QUANTILES, dtype=sorted_null.dtype,
                             device=sorted_null.device)
@@ -538,10 +588,7 @@ def _null_summary(z_null: torch.Tensor, sorted_null: torch.Tensor) -> dict:
     cum[-1] = n
     counts = torch.diff(cum)
     return {
-        "B": int(z_null.shape[0]),
-        "T": int(z_null.shape[1]),
-        "z_null_mean": _to_numpy(z_null.mean(0)),
-        "z_null_std": _to_numpy(z_null.std(0, correction=0)),
+        **columns,
         "quantile_levels": _to_numpy(levels),
         "z_null_quantiles": _to_numpy(quantiles),
         "hist_counts": counts.cpu().numpy().astype(np.int64),
@@ -557,6 +604,7 @@ def compute_statistics(
     alternative: str = "two-sided",
     pi0_method: str | float = "reference",
     null: str = "theoretical",
+    positions: np.ndarray | None = None,
 ) -> TokenStatistics:
     """All token statistics of METHOD.md §4–7 for one image.
 
@@ -569,6 +617,9 @@ def compute_statistics(
     p_method, alternative, pi0_method, null
         See :func:`empirical_pvalues`, :func:`estimate_pi0`, :func:`local_fdr`.
         Defaults reproduce the paper.
+    positions : array of int, optional
+        Null column of each observed token when the observed tokens are not the null's
+        columns (tiled images, see :func:`z_scores`); every statistic here is pooled.
 
     Returns
     -------
@@ -580,15 +631,16 @@ def compute_statistics(
     if isinstance(pi0_method, str):
         _check_choice(pi0_method, PI0_METHODS, "pi0_method")
 
-    z_obs, z_null, mu0, sigma0 = z_scores(observed, null_scores)
+    z_obs, z_null, mu0, sigma0 = z_scores(observed, null_scores, positions=positions)
     # One sort of the signed null pool serves both alternatives and the summary.
-    sorted_null = torch.sort(z_null.reshape(-1)).values
+    sorted_null, columns = sorted_pool(z_null)
+    del z_null  # the same storage, now sorted
     p = _pvalues_from_sorted(z_obs, sorted_null, p_method, alternative)
     z = z_obs.cpu().numpy().astype(np.float64)
 
     pi0 = estimate_pi0(p, pi0_method)
     lfdr, lfdr_fit, empirical = _local_fdr_details(z, pi0, null)
-    summary = _null_summary(z_null, sorted_null)
+    summary = _null_summary(columns, sorted_null)
     summary["lfdr_fit"] = lfdr_fit
     summary["empirical_null"] = empirical
     return TokenStatistics(

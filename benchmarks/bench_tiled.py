@@ -1,0 +1,141 @@
+"""Tiled run of a large synthetic field against the forward passes it cannot avoid.
+
+    python benchmarks/bench_tiled.py --size 8192 --n-boot 200
+    python benchmarks/bench_tiled.py --size 10000 --n-boot 100 --cli   # the command line's RSS
+
+Prints, measured in one run:
+  * forward passes counted (a spy on the attention call) against n_tiles + B,
+  * pipeline: the tiled ``run_engine`` (scaling, tiles, image-level null, statistics),
+  * bare forward: timm ``forward_features`` over the same number of images at the same batch
+    size, timed before and after the pipeline (their mean brackets a shared machine's
+    drifting load), and the ratio pipeline / bare (aim ≤ 1.15),
+  * peak RSS of this process after the pipeline (aim ≤ 3 GB), and with ``--cli`` the peak RSS
+    of ``attnreg run --tiled`` on the field written as a TIFF (aim ≤ 1.5 GB).
+The field is a 1024² synthetic cell image (``napari_attnreg.synthetic``) repeated to size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_pipeline import bare_forward_seconds
+
+import napari_attnreg.core.tiled_engine as tiled_mod
+from napari_attnreg.core.backbones import load_backbone
+from napari_attnreg.core.engine import (
+    RunConfig,
+    autocast_dtype,
+    drain,
+    resolve_device,
+    run_engine,
+)
+from napari_attnreg.synthetic import TRAINING_SCALE, make_cell_image
+
+
+def field(size: int) -> np.ndarray:
+    """A size² uint16 field: one 1024² synthetic cell image, repeated."""
+    base = make_cell_image(7, size=1024, scale=TRAINING_SCALE, abnormal=True).image
+    reps = -(-size // 1024)
+    return np.ascontiguousarray(np.tile(base, (reps, reps))[:size, :size])
+
+
+def peak_rss_gb(who: int = resource.RUSAGE_SELF) -> float:
+    return resource.getrusage(who).ru_maxrss / 1024**2  # Linux reports KiB
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", type=int, default=8192)
+    ap.add_argument("--n-boot", type=int, default=200)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--precision", default="auto")
+    ap.add_argument("--chunk-size", type=int, default=None)
+    ap.add_argument("--cli", action="store_true", help="also measure `attnreg run --tiled`")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+
+    device = resolve_device(args.device)
+    dtype = autocast_dtype(device, args.precision)
+    bb = load_backbone("demo").to(device)
+    image = field(args.size)
+    config = RunConfig(tiled=True, n_boot=args.n_boot, device=str(device),
+                       precision=args.precision, chunk_size=args.chunk_size)
+    counted = []
+    real = tiled_mod.cls_attention
+
+    def spy(backbone, x, **kw):
+        counted.append(int(x.shape[0]))
+        return real(backbone, x, **kw)
+
+    tiled_mod.cls_attention = spy
+    chunk = config.chunk_size or min(32, tiled_mod.latency_chunk(bb, tuple(bb.input_size[1:])))
+    per_axis = -(-args.size // bb.input_size[1])  # tiles per axis, the last one flush
+    n_images = per_axis * per_axis + args.n_boot
+    x = torch.randn(3, *bb.input_size[1:], device=device)
+    bare_before = bare_forward_seconds(bb, x, n_images, chunk, device, dtype)
+    try:
+        t0 = time.perf_counter()
+        result = drain(run_engine(image, bb, config))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        pipeline = time.perf_counter() - t0
+    finally:
+        tiled_mod.cls_attention = real
+    rss = peak_rss_gb()
+    md = result.metadata
+    assert n_images == md["n_tiles"] + args.n_boot and chunk == md["chunk_size"]
+    bare_after = bare_forward_seconds(bb, x, n_images, chunk, device, dtype)
+    bare = (bare_before + bare_after) / 2
+    out = {
+        "size": args.size, "grid": list(result.grid_shape), "n_tiles": md["n_tiles"],
+        "n_boot": args.n_boot, "forward_passes_counted": sum(counted),
+        "forward_passes_expected": n_images, "chunk_size": chunk, "device": str(device),
+        "threads": torch.get_num_threads(), "pipeline_s": pipeline, "bare_forward_s": bare,
+        "bare_before_s": bare_before, "bare_after_s": bare_after,
+        "ratio": pipeline / bare, "peak_rss_gb": rss, "timings": md["timings"],
+    }
+    print(f"demo model, {args.size}x{args.size} field, {md['n_tiles']} tiles of "
+          f"{md['tile_shape']}, grid {result.grid_shape}, B={args.n_boot}, chunk {chunk}, "
+          f"{device}, {out['threads']} threads")
+    print(f"forward passes counted {sum(counted)} = n_tiles + B = {n_images}: "
+          f"{sum(counted) == n_images}")
+    print(f"pipeline      {pipeline:8.2f} s  (observed tiles {md['timings']['observed_s']:.2f} s, "
+          f"nulls {md['timings']['nulls_s']:.2f} s, statistics {md['timings']['statistics_s']:.2f} s)")
+    print(f"bare forward  {bare:8.2f} s  (timm forward_features, {n_images} images, batch {chunk}; "
+          f"{bare_before:.2f} s before and {bare_after:.2f} s after the pipeline)")
+    print(f"ratio pipeline / bare forward = {out['ratio']:.3f}  (aim <= 1.15)")
+    print(f"peak RSS of this process = {rss:.2f} GB  (aim <= 3 GB)")
+    if args.cli:
+        with tempfile.TemporaryDirectory() as tmp:
+            import tifffile
+
+            path = Path(tmp) / "field.tif"
+            tifffile.imwrite(path, image)
+            del image, result
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "napari_attnreg.cli", "run", str(path), "--tiled",
+                            "--n-boot", str(args.n_boot), "--device", str(device), "--quiet",
+                            "--out", str(Path(tmp) / "out")], check=True, stdout=subprocess.DEVNULL)
+            out["cli_s"] = time.perf_counter() - t0
+            out["cli_peak_rss_gb"] = peak_rss_gb(resource.RUSAGE_CHILDREN)
+        print(f"attnreg run --tiled: {out['cli_s']:.1f} s, peak RSS {out['cli_peak_rss_gb']:.2f} GB "
+              f"(aim <= 1.5 GB)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,355 @@
+"""Batches of image files: inputs, collision-free output names, resume, summary.csv.
+
+:func:`collect_inputs` turns files, folders and glob patterns into :class:`BatchItem` s whose
+``relative`` path (to the common parent of all inputs) names their outputs, so two inputs
+never write the same file. :func:`process_item` runs one file (every plane of a stack) and
+writes its results; :func:`run_batch` runs them all, serially or one task per image on a
+Dask cluster (:mod:`.distributed`), and writes ``summary.csv``. A file that fails is
+reported with its reason and the batch goes on.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+IMAGE_SUFFIXES = (".tif", ".tiff", ".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
+RESULT_SUFFIX = ".attnreg.npz"
+FIGURE_SUFFIX = ".attnreg.png"
+SUMMARY_COLUMNS = ("source", "plane", "output", "model", "preset", "B", "seed", "grid", "pi0",
+                   "tokens_significant", "fraction_significant", "seconds", "status")
+FIGURE_MAX_SIDE = 1024  # figures are for looking at; the result files keep full resolution
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One input file: where it is and the path its outputs are named after."""
+
+    source: Path
+    relative: Path
+
+
+def _is_zarr(path: Path) -> bool:
+    """An OME-Zarr image is a folder, named ``*.zarr``."""
+    return path.suffix.lower() == ".zarr" and path.is_dir()
+
+
+def _is_glob(text: str) -> bool:
+    return any(ch in text for ch in "*?[")
+
+
+def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False) -> list[BatchItem]:
+    """Files, folders (their image files; ``recursive`` descends) and glob patterns → items.
+
+    A path that does not exist is kept, so that it is reported as a failed input. Outputs
+    are named by the path relative to the common parent folder of all inputs.
+
+    Raises
+    ------
+    ValueError
+        When nothing at all was found.
+    """
+    found: list[Path] = []
+    for entry in inputs:
+        text = str(entry)
+        if _is_glob(text) and not Path(text).exists():
+            matches = sorted(glob.glob(text, recursive=recursive))
+            found += [Path(m) for m in matches if Path(m).is_file() or _is_zarr(Path(m))]
+        elif Path(text).is_dir() and not _is_zarr(Path(text)):
+            walk = Path(text).rglob("*") if recursive else Path(text).glob("*")
+            found += sorted(p for p in walk if not any(_is_zarr(q) for q in p.parents) and (
+                _is_zarr(p) or p.is_file() and p.name.lower().endswith(IMAGE_SUFFIXES)))
+        else:
+            found.append(Path(text))
+    unique = list(dict.fromkeys(p.resolve() for p in found))
+    if not unique:
+        raise ValueError(f"No image files found in {', '.join(map(str, inputs))}; give files, "
+                         "folders (with --recursive for subfolders) or glob patterns.")
+    parent = Path(os.path.commonpath([str(p.parent) for p in unique]))
+    return [BatchItem(p, p.relative_to(parent)) for p in unique]
+
+
+def output_path(out_dir: Path, item: BatchItem, plane: tuple[int, ...] | None) -> Path:
+    """``OUT/rel/name.ext.attnreg.npz`` for an image; ``OUT/rel/name.ext/plane_0003.attnreg.npz``
+    for plane 3 of a stack. File names keep their extension and plane outputs live in a
+    folder named after the whole file name, so no two inputs or planes share an output."""
+    if plane is None:
+        return out_dir / item.relative.parent / (item.relative.name + RESULT_SUFFIX)
+    name = "plane_" + "_".join(f"{i:04d}" for i in plane)
+    return out_dir / item.relative / (name + RESULT_SUFFIX)
+
+
+def read_image(path: Path) -> np.ndarray:
+    """Read a TIFF (tifffile), an OME-Zarr folder (zarr) or any format imageio knows."""
+    if _is_zarr(path):
+        from .core.lazy import open_lazy
+
+        return open_lazy(path).read(slice(None), slice(None))
+    if not path.is_file():
+        raise ValueError(f"No such image file: {path}")
+    if path.suffix.lower() in (".tif", ".tiff"):
+        import tifffile
+
+        return tifffile.imread(path)
+    import imageio.v3 as iio
+
+    return iio.imread(path)
+
+
+def planes(image: np.ndarray, channel_axis: int | None) -> list[tuple[tuple[int, ...] | None, np.ndarray]]:
+    """Split an nD stack into 2D planes; RGB(A) and channel-axis images stay whole."""
+    rgb = image.ndim == 3 and image.shape[-1] in (3, 4)
+    spatial = 2 + (1 if rgb or channel_axis is not None else 0)
+    if image.ndim <= spatial:
+        return [(None, image)]
+    if channel_axis is not None:
+        raise ValueError("--channel-axis with a stack of more than one plane is ambiguous; "
+                         "split the stack first.")
+    lead = image.shape[: image.ndim - spatial]
+    return [(tuple(int(i) for i in idx), image[idx]) for idx in np.ndindex(lead)]
+
+
+_BACKBONES: dict[tuple[str, str | None], Any] = {}
+
+
+def cached_backbone(model: Any, arch: str | None = None) -> Any:
+    """The backbone for a model spec, loaded once per process (a Dask worker keeps its own)."""
+    from .core.backbones import Backbone, load_backbone
+
+    if isinstance(model, Backbone):
+        return model
+    key = (str(model), arch)
+    if key not in _BACKBONES:
+        _BACKBONES[key] = load_backbone(model, arch=arch)
+    return _BACKBONES[key]
+
+
+def figure_view(result: Any, display: np.ndarray,
+                max_side: int = FIGURE_MAX_SIDE) -> tuple[Any, np.ndarray]:
+    """A result and display image at figure resolution (long side ≤ ``max_side``).
+
+    The result keeps its token maps; only ``image_shape`` shrinks, so ``to_pixels`` gives
+    maps at the display's size, aligned with it exactly. A 10000² input then never needs
+    full-size float64 maps for a PNG.
+    """
+    h0, w0 = display.shape[:2]
+    factor = max(h0, w0) / max_side
+    if factor <= 1:
+        return result, display
+    h, w = max(1, round(h0 / factor)), max(1, round(w0 / factor))
+    # pixel-centre sampling over the whole extent, so the geometry stays exact
+    rows = ((np.arange(h) + 0.5) * h0 / h).astype(np.int64)
+    cols = ((np.arange(w) + 0.5) * w0 / w).astype(np.int64)
+    return replace(result, image_shape=(h, w)), display[rows][:, cols]
+
+
+def _row(item: BatchItem, plane: tuple[int, ...] | None, out: Path, result: Any, seconds: float,
+         status: str) -> dict[str, Any]:
+    sig = result.significant()
+    md = result.metadata
+    return {
+        "source": str(item.source), "plane": "" if plane is None else "-".join(map(str, plane)),
+        "output": str(out), "model": md.get("model", ""), "preset": result.preset,
+        "B": md.get("n_boot", ""), "seed": md.get("seed", ""),
+        "grid": f"{result.grid_shape[0]}x{result.grid_shape[1]}", "pi0": f"{result.pi0:.10g}",
+        "tokens_significant": int(sig.sum()), "fraction_significant": f"{sig.mean():.10g}",
+        "seconds": f"{seconds:.3f}", "status": status,
+    }
+
+
+def _failed_row(item: BatchItem, plane: tuple[int, ...] | None, reason: str) -> dict[str, Any]:
+    row = dict.fromkeys(SUMMARY_COLUMNS, "")
+    row.update(source=str(item.source), status=f"failed: {reason}",
+               plane="" if plane is None else "-".join(map(str, plane)))
+    return row
+
+
+def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
+                 opts: dict[str, Any], *, overwrite: bool = False, quiet: bool = True,
+                 figure: Callable[..., Any] | None = None) -> list[dict[str, Any]]:
+    """Run every plane of one file and write its results; one summary row per plane.
+
+    Existing results are kept (status ``skipped``) unless ``overwrite``. Errors of this file
+    (unreadable, constant, too small, ...) become a ``failed: reason`` row instead of
+    stopping the batch; errors of the model or the options propagate.
+    """
+    from .core.engine import RunConfig, drain, run_engine
+
+    single = output_path(out_dir, item, None)
+    if single.is_file() and not overwrite:
+        return [_skipped(item, None, single)]
+    backbone = cached_backbone(model, arch)
+    try:
+        lazy = _lazy_input(item.source, opts)
+        parts = [(None, lazy)] if lazy is not None else planes(read_image(item.source),
+                                                                opts.get("channel_axis"))
+    except (ValueError, OSError) as err:
+        return [_failed_row(item, None, str(err))]
+    rows = []
+    while parts:  # popped, so a large image's raw pixels are freed once it is prepared
+        plane, data = parts.pop(0)
+        out = output_path(out_dir, item, plane)
+        if out.is_file() and not overwrite:
+            rows.append(_skipped(item, plane, out))
+            continue
+        label = str(item.relative) + ("" if plane is None else f" plane {plane}")
+        config = RunConfig(**opts, extra={"source": str(item.source),
+                                          "plane": "" if plane is None else "-".join(map(str, plane))})
+        t0 = time.perf_counter()
+        try:
+            prepared = _prepare(data, backbone, config)
+            del data
+            with _progress_bar(config, label, quiet) as tick:
+                result = drain(run_engine(prepared, backbone, config), tick)
+            result.save(out)
+            if figure is not None:
+                small, display = figure_view(result, prepared.display)
+                figure(small, display, out.with_name(out.name[: -len(RESULT_SUFFIX)] + FIGURE_SUFFIX),
+                       f"{label} — {result.summary()}")
+        except (ValueError, MemoryError, OSError) as err:  # this image's fault: report, go on
+            rows.append(_failed_row(item, plane, str(err)))
+            continue
+        print(f"{label}: {result.summary()}\n  -> {out}")
+        rows.append(_row(item, plane, out, result, time.perf_counter() - t0, "done"))
+    return rows
+
+
+def _lazy_input(path: Path, opts: dict[str, Any]) -> Any:
+    """The image opened for reading on demand, when a tiled run can use that; else None."""
+    if not opts.get("tiled") or opts.get("tile_scale", 1.0) != 1 or any(
+            opts.get(k) is not None for k in ("channels", "merge", "channel_axis")):
+        return None
+    if not (_is_zarr(path) or path.is_file() and path.suffix.lower() in (".tif", ".tiff")):
+        return None
+    from .core.lazy import open_lazy
+
+    try:
+        return open_lazy(path)
+    except ValueError:  # a stack, or zarr not installed: read into memory as before
+        return None
+
+
+def _skipped(item: BatchItem, plane: tuple[int, ...] | None, out: Path) -> dict[str, Any]:
+    from .core.result import AttentionResult
+
+    try:
+        result = AttentionResult.load(out)
+    except (ValueError, OSError) as err:  # a result from elsewhere or damaged: say so, keep it
+        return _failed_row(item, plane, f"existing output {out} unreadable ({err}); use --overwrite")
+    seconds = result.metadata.get("timings", {}).get("total_s", float("nan"))
+    return _row(item, plane, out, result, seconds, "skipped (exists)")
+
+
+def _prepare(data: np.ndarray, backbone: Any, config: Any) -> Any:
+    if config.tiled:
+        from .core.tiled_engine import prepare_tiled
+
+        return prepare_tiled(data, backbone, config.resolved())
+    from .core.images import prepare_image
+
+    return prepare_image(data, patch_size=backbone.patch_size, mean=backbone.mean,
+                         std=backbone.std, default_size=backbone.input_size[1:],
+                         target_size=config.target_size, channel_axis=config.channel_axis,
+                         channels=config.channels, merge=config.merge)
+
+
+class _progress_bar:
+    """tqdm over the forward passes of one image, or nothing when quiet."""
+
+    def __init__(self, config: Any, label: str, quiet: bool) -> None:
+        self.bar = None
+        if not quiet:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=config.n_boot, desc=label, unit="img", file=sys.stderr)
+
+    def __enter__(self) -> Callable[[Any], None]:
+        def tick(event: Any) -> None:
+            if self.bar is not None:
+                self.bar.total = event.total
+                self.bar.n = event.done
+                self.bar.set_postfix_str(f"chunk {event.chunk_size}")
+                self.bar.refresh()
+        return tick
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def write_summary(rows: Iterable[dict[str, Any]], path: Path) -> Path:
+    """``summary.csv``: one row per image/plane, written whole (atomically) each time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    with open(tmp, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=SUMMARY_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    tmp.replace(path)
+    return path
+
+
+@dataclass
+class BatchReport:
+    """Rows of ``summary.csv`` and the number of failed images/planes."""
+
+    rows: list[dict[str, Any]]
+    summary: Path
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if str(r["status"]).startswith("failed")]
+
+
+def run_batch(items: Sequence[BatchItem], out_dir: Path, model: Any, arch: str | None,
+              opts: dict[str, Any], *, overwrite: bool = False, quiet: bool = False,
+              figure: Callable[..., Any] | None = None, workers: int | None = None,
+              scheduler: str | None = None) -> BatchReport:
+    """Process every item, serially or on Dask (``workers`` local processes or ``scheduler``).
+
+    Returns
+    -------
+    BatchReport
+        Also written to ``out_dir/summary.csv`` (after every image, so a killed batch
+        leaves a summary of what it finished).
+    """
+    from .core.engine import RunConfig
+
+    RunConfig(**opts).validate()  # an option error is everyone's error: fail before any work
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = out_dir / "summary.csv"
+    rows: list[dict[str, Any]] = []
+    if workers or scheduler:
+        from .distributed import run_on_dask
+
+        for item_rows in run_on_dask(items, out_dir, model, arch, opts, overwrite=overwrite,
+                                     quiet=quiet, figure=figure, workers=workers,
+                                     scheduler=scheduler):
+            rows += item_rows
+            _report_failures(item_rows)
+            write_summary(rows, summary)
+        return BatchReport(rows, summary)
+    for item in items:
+        item_rows = process_item(item, out_dir, model, arch, opts, overwrite=overwrite,
+                                 quiet=quiet, figure=figure)
+        rows += item_rows
+        _report_failures(item_rows)
+        write_summary(rows, summary)
+    return BatchReport(rows, summary)
+
+
+def _report_failures(rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        if str(row["status"]).startswith("failed"):
+            plane = f" (plane {row['plane']})" if row["plane"] else ""
+            print(f"attnreg: error: {row['source']}{plane}: {row['status'][len('failed: '):]}",
+                  file=sys.stderr)

@@ -1,0 +1,166 @@
+"""Batch runs from the command line: names that never collide, folders, globs, resume,
+bad files, summary.csv, figures at display resolution."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tifffile
+
+from napari_attnreg import AttentionResult
+from napari_attnreg.batch import BatchItem, collect_inputs, figure_view, output_path
+from napari_attnreg.cli import main
+
+FAST = ["--model", "demo", "--n-boot", "4", "--device", "cpu", "--quiet"]
+
+
+def _img(seed: int, shape=(64, 64)) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    img = 300 + 40 * rng.standard_normal(shape)
+    img[20:30, 20:30] += 2000 + 100 * seed
+    return img.astype(np.uint16)
+
+
+def _outputs(out) -> list[str]:
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*.attnreg.npz"))
+
+
+def _summary(out) -> list[dict]:
+    with open(out / "summary.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_same_names_and_planes_never_share_an_output(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    tifffile.imwrite(tmp_path / "a" / "same.tif", _img(1))
+    tifffile.imwrite(tmp_path / "b" / "same.tif", _img(2))
+    tifffile.imwrite(tmp_path / "a" / "img.tif", np.stack([_img(3), _img(4)]))  # a 2-plane stack
+    tifffile.imwrite(tmp_path / "a" / "img_0.tif", _img(5))
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out), *FAST]) == 0
+    assert _outputs(out) == ["a/img.tif/plane_0000.attnreg.npz", "a/img.tif/plane_0001.attnreg.npz",
+                             "a/img_0.tif.attnreg.npz", "a/same.tif.attnreg.npz",
+                             "b/same.tif.attnreg.npz"]
+    a = AttentionResult.load(out / "a" / "same.tif.attnreg.npz")
+    b = AttentionResult.load(out / "b" / "same.tif.attnreg.npz")
+    assert a.metadata["source"].endswith(os.path.join("a", "same.tif"))
+    assert b.metadata["source"].endswith(os.path.join("b", "same.tif"))
+    assert not np.array_equal(a.attention, b.attention)
+    plane = AttentionResult.load(out / "a" / "img.tif" / "plane_0001.attnreg.npz")
+    assert plane.metadata["plane"] == "1"
+    assert (out / "a" / "img.tif" / "plane_0001.attnreg.png").is_file()
+
+
+def test_folders_recursive_and_globs(tmp_path):
+    import imageio.v3 as iio
+
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    tifffile.imwrite(tmp_path / "d" / "top.tif", _img(1))
+    tifffile.imwrite(tmp_path / "d" / "sub" / "deep.tif", _img(2))
+    iio.imwrite(tmp_path / "d" / "pic.png", (_img(3) // 256).astype(np.uint8))
+    (tmp_path / "d" / "notes.txt").write_text("not an image")
+    names = lambda items: sorted(str(i.relative) for i in items)
+    assert names(collect_inputs([tmp_path / "d"])) == ["pic.png", "top.tif"]
+    assert names(collect_inputs([tmp_path / "d"], recursive=True)) == [
+        "pic.png", os.path.join("sub", "deep.tif"), "top.tif"]
+    assert names(collect_inputs([str(tmp_path / "d" / "*.tif")])) == ["top.tif"]
+    assert names(collect_inputs([str(tmp_path / "d" / "**" / "*.tif")], recursive=True)) == [
+        os.path.join("sub", "deep.tif"), "top.tif"]
+    with pytest.raises(ValueError, match="No image files found"):
+        collect_inputs([str(tmp_path / "d" / "*.jpg")])
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "d"), "--recursive", "--out", str(out), *FAST]) == 0
+    assert _outputs(out) == ["pic.png.attnreg.npz", "sub/deep.tif.attnreg.npz", "top.tif.attnreg.npz"]
+
+
+def test_existing_outputs_are_skipped_unless_overwrite(tmp_path, capsys):
+    tifffile.imwrite(tmp_path / "one.tif", _img(1))
+    tifffile.imwrite(tmp_path / "two.tif", np.stack([_img(2), _img(3)]))
+    out = tmp_path / "out"
+    args = ["run", str(tmp_path / "one.tif"), str(tmp_path / "two.tif"), "--out", str(out), *FAST]
+    assert main(args) == 0
+    first = {p: p.stat().st_mtime_ns for p in out.rglob("*.attnreg.npz")}
+    (out / "two.tif" / "plane_0001.attnreg.npz").unlink()  # as if the batch had been killed
+    capsys.readouterr()
+    assert main(args) == 0
+    statuses = {(r["source"].rsplit(os.sep, 1)[-1], r["plane"]): r["status"] for r in _summary(out)}
+    assert statuses == {("one.tif", ""): "skipped (exists)", ("two.tif", "0"): "skipped (exists)",
+                        ("two.tif", "1"): "done"}
+    assert (out / "one.tif.attnreg.npz").stat().st_mtime_ns == first[out / "one.tif.attnreg.npz"]
+    assert "1 done, 2 skipped, 0 failed" in capsys.readouterr().err
+    assert main([*args, "--overwrite"]) == 0
+    assert {r["status"] for r in _summary(out)} == {"done"}
+    assert (out / "one.tif.attnreg.npz").stat().st_mtime_ns != first[out / "one.tif.attnreg.npz"]
+
+
+def test_a_bad_file_is_reported_and_the_batch_goes_on(tmp_path, capsys):
+    (tmp_path / "broken.tif").write_bytes(b"this is not a tiff")
+    tifffile.imwrite(tmp_path / "flat.tif", np.full((64, 64), 7, np.uint16))
+    tifffile.imwrite(tmp_path / "good.tif", _img(1))
+    out = tmp_path / "out"
+    code = main(["run", str(tmp_path / "*.tif"), "--out", str(out), *FAST])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "broken.tif" in err and "flat.tif" in err and "constant" in err
+    assert "Traceback" not in err
+    assert _outputs(out) == ["good.tif.attnreg.npz"]
+    rows = {r["source"].rsplit(os.sep, 1)[-1]: r for r in _summary(out)}
+    assert rows["good.tif"]["status"] == "done"
+    assert rows["broken.tif"]["status"].startswith("failed: ")
+    assert rows["flat.tif"]["status"].startswith("failed: ") and "constant" in rows["flat.tif"]["status"]
+
+
+def test_summary_csv_has_one_row_per_image_and_plane(tmp_path):
+    tifffile.imwrite(tmp_path / "s.tif", np.stack([_img(1), _img(2), _img(3)]), photometric="minisblack")
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "s.tif"), "--out", str(out), "--seed", "5", "--preset",
+                 "paper", *FAST]) == 0
+    rows = _summary(out)
+    assert list(rows[0]) == ["source", "plane", "output", "model", "preset", "B", "seed", "grid",
+                             "pi0", "tokens_significant", "fraction_significant", "seconds",
+                             "status"]
+    assert [r["plane"] for r in rows] == ["0", "1", "2"]
+    for row in rows:
+        res = AttentionResult.load(row["output"])
+        sig = res.significant()
+        assert row["model"] == "demo" and row["preset"] == "paper" and row["B"] == "4"
+        assert row["seed"] == "5" and row["grid"] == "16x16" and row["status"] == "done"
+        assert int(row["tokens_significant"]) == int(sig.sum())
+        assert float(row["fraction_significant"]) == pytest.approx(sig.mean())
+        assert float(row["pi0"]) == pytest.approx(res.pi0) and float(row["seconds"]) > 0
+
+
+def test_tiled_from_the_command_line(tmp_path):
+    tifffile.imwrite(tmp_path / "big.tif", _img(1, shape=(300, 200)))
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "big.tif"), "--out", str(out), "--tiled",
+                 "--tile-overlap", "16", *FAST]) == 0
+    res = AttentionResult.load(out / "big.tif.attnreg.npz")
+    assert res.metadata["tiled"] and res.metadata["null_scope"] == "image"
+    # a TIFF is read tile by tile, at whole patches: 300 x 200 px -> 296 x 200 px, 37 x 25 tokens
+    assert res.metadata["read_on_demand"] and res.image_shape == (296, 200)
+    assert res.grid_shape == (37, 25) and res.metadata["n_tiles"] == 3 * 2
+
+
+def test_figure_view_keeps_maps_on_the_display():
+    from napari_attnreg.core.result import AttentionResult as R
+
+    grid = np.arange(40 * 30, dtype=float).reshape(40, 30)
+    result = R(attention=grid, z=grid, p=grid, lfdr=grid, posterior=grid, q=grid, pi0=1.0,
+               thresholds={}, image_shape=(3000, 2250), model_shape=(320, 240), patch_size=(8, 8))
+    display = np.zeros((3000, 2250), np.float32)
+    display[:, 1500:] = 1.0  # the right third
+    small, shown = figure_view(result, display, max_side=600)
+    assert shown.shape == (600, 450) == small.image_shape
+    assert small.to_pixels(grid).shape == shown.shape
+    # the token column where the bright third begins lands where it begins in the display
+    first_bright = int(np.argmax(shown[0] > 0.5))
+    assert small.to_pixels(grid)[0, first_bright] % 30 == 20  # token column 20 = pixel 1500
+    item = BatchItem(Path("/data/x/y.tif"), Path("x/y.tif"))
+    assert output_path(Path("o"), item, (3, 12)).as_posix() == "o/x/y.tif/plane_0003_0012.attnreg.npz"
+    assert output_path(Path("o"), item, None).as_posix() == "o/x/y.tif.attnreg.npz"

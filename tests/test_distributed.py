@@ -1,0 +1,82 @@
+"""A batch on a 2-process Dask LocalCluster equals the serial batch bit for bit."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+import tifffile
+import torch
+
+pytest.importorskip("dask.distributed")
+
+from napari_attnreg import AttentionResult
+from napari_attnreg.batch import collect_inputs, run_batch
+from napari_attnreg.cli import main
+
+OPTS = {"n_boot": 6, "device": "cpu", "seed": 3}
+
+
+def _images(folder, n=6):
+    folder.mkdir()
+    for i in range(n):
+        rng = np.random.default_rng(i)
+        img = 200 + 30 * rng.standard_normal((64 + 8 * i, 72))
+        img[10 + i:24 + i, 30:44] += 1500
+        tifffile.imwrite(folder / f"img{i}.tif", img.astype(np.uint16))
+    (folder / "broken.tif").write_bytes(b"not a tiff at all")
+
+
+def _maps(path):
+    res = AttentionResult.load(path)
+    return {name: getattr(res, name) for name in ("attention", "z", "p", "lfdr", "posterior", "q",
+                                                   "head_attention")}, res.pi0
+
+
+@pytest.mark.slow
+def test_two_workers_equal_a_serial_run_bit_for_bit(tmp_path):
+    from dask.distributed import Client, LocalCluster
+
+    import napari_attnreg.batch as batch_mod
+
+    _images(tmp_path / "in")
+    items = collect_inputs([tmp_path / "in"])
+    # CPU matrix products block their sums by thread count; the workers run one thread each
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        serial = run_batch(items, tmp_path / "serial", "demo", None, OPTS, quiet=True)
+    finally:
+        torch.set_num_threads(threads)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        report = run_batch(items, tmp_path / "dask", "demo", None, OPTS, quiet=True,
+                           scheduler=cluster.scheduler_address)
+        # each worker process loaded the model once and kept it for its later images
+        loaded = client.run(lambda: sorted(batch_mod._BACKBONES))
+    assert all(keys == [("demo", None)] for keys in loaded.values()) and len(loaded) == 2
+    assert len(serial.failed) == len(report.failed) == 1  # broken.tif, reported, others went on
+    assert "broken.tif" in report.failed[0]["source"]
+    done = sorted(r["output"].split("/")[-1] for r in report.rows if r["status"] == "done")
+    assert done == [f"img{i}.tif.attnreg.npz" for i in range(6)]
+    for i in range(6):
+        a, pi0_a = _maps(tmp_path / "serial" / f"img{i}.tif.attnreg.npz")
+        b, pi0_b = _maps(tmp_path / "dask" / f"img{i}.tif.attnreg.npz")
+        assert pi0_a == pi0_b
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=f"img{i} {name}")
+    with open(tmp_path / "dask" / "summary.csv", newline="") as fh:
+        assert len(list(csv.DictReader(fh))) == 7
+
+
+@pytest.mark.slow
+def test_workers_option_of_the_command_line(tmp_path, capsys):
+    _images(tmp_path / "in", n=2)
+    out = tmp_path / "out"
+    code = main(["run", str(tmp_path / "in"), "--out", str(out), "--model", "demo", "--n-boot", "4",
+                 "--device", "cpu", "--workers", "2", "--quiet"])
+    assert code == 1  # broken.tif failed, the others were written
+    assert sorted(p.name for p in out.glob("*.attnreg.npz")) == ["img0.tif.attnreg.npz",
+                                                                 "img1.tif.attnreg.npz"]
+    assert "broken.tif" in capsys.readouterr().err
