@@ -234,3 +234,23 @@ def test_cpu_chunks_are_sized_for_about_a_second(demo):
     image = make_cell_image(1, size=(256, 256), scale=TRAINING_SCALE).image
     res = regularize(image, demo, n_boot=4, device="cpu", tiled=True, tile_scale=2.0)
     assert res.metadata["chunk_size"] == min(32, latency_chunk(demo, (128, 128)))
+
+
+@QUIET
+def test_out_of_memory_halves_the_chunk_in_a_tiled_run(demo, monkeypatch):
+    real = tiled_mod.cls_attention
+
+    def small_memory(backbone, x, **kw):
+        if x.shape[0] > 2:
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return real(backbone, x, **kw)
+
+    monkeypatch.setattr(tiled_mod, "cls_attention", small_memory)
+    image = make_cell_image(1, size=(300, 260), scale=TRAINING_SCALE).image
+    events = []
+    res = regularize(image, demo, n_boot=6, chunk_size=8, device="cpu", tiled=True,
+                     progress=events.append)
+    halved = [e.message for e in events if "out of memory" in e.message]
+    assert halved == ["out of memory: chunk size halved to 3",
+                      "out of memory: chunk size halved to 1"]  # 8 → 6 tiles: 6 → 3 → 1
+    assert res.metadata["chunk_size"] == 1 and np.isfinite(res.p).all()

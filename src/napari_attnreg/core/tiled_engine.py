@@ -154,8 +154,15 @@ def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> Ti
     sample = scaled(raw, lo, hi)
     del raw
 
+    band: dict[str, Any] = {}
+
     def reader(y: int, x: int, th: int, tw: int) -> torch.Tensor:
-        return scaled(image.read(slice(y, y + th), slice(x, x + tw)), lo, hi)
+        # tiles come row by row: one read of the row band serves all its tiles (a striped
+        # TIFF would otherwise decode the same full-width strips once per tile)
+        if band.get("rows") != (y, th):
+            band.clear()
+            band.update(rows=(y, th), pixels=image.read(slice(y, y + th), slice(0, w)))
+        return scaled(band["pixels"][:, x:x + tw], lo, hi)
 
     channel_map = ChannelMap(int(sample.shape[0]), len(backbone.mean),
                              tuple(float(v) for v in backbone.mean),
