@@ -1,4 +1,4 @@
-"""Bootstrap null images (METHOD.md §3), generated on the compute device.
+"""Bootstrap null images (the paper's four generators), generated on the compute device.
 
 Each null image ``b`` draws from its own generator, seeded from ``(seed, b)``. The result
 therefore does not depend on the chunking (the engine halves chunks on out-of-memory), and

@@ -1,4 +1,4 @@
-"""Regularized attention maps (METHOD.md §8).
+"""Regularized attention maps: each rule keeps or zeroes tokens.
 
 Every rule keeps the observed attention of the tokens it accepts and zeroes the
 rest, except ``"soft"``, which shrinks every token by its posterior probability

@@ -31,7 +31,7 @@ class AttentionResult:
     attention : np.ndarray
         ``(gh, gw)`` observed CLS attention (raw map).
     z, p, lfdr, posterior, q : np.ndarray
-        ``(gh, gw)`` token statistics (METHOD.md §4–7).
+        ``(gh, gw)`` token statistics (the paper's z, p, π0 and local fdr; docs/method.md).
     pi0 : float
         Estimated proportion of null tokens.
     thresholds : dict

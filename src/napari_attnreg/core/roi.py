@@ -1,4 +1,4 @@
-"""Region-of-interest measures (METHOD.md §10) and the per-ROI statistics table.
+"""Region-of-interest measures of the paper and the per-ROI statistics table.
 
 The measures work on any pair of same-shaped maps (token grids or pixel maps).
 The table is shared by the napari and notebook front ends: ROIs are integer
@@ -120,7 +120,7 @@ def roi_percentiles(scores: np.ndarray, raw: np.ndarray, roi_mask: np.ndarray, *
 
 def mean_percentile(scores: np.ndarray, raw: np.ndarray, roi_mask: np.ndarray, *,
                     ties: str = "half") -> float:
-    """ROI mean percentile (METHOD.md §10).
+    """ROI mean percentile (the paper's evaluation measure).
 
     Parameters
     ----------

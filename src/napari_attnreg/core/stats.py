@@ -1,4 +1,4 @@
-"""Token-level bootstrap statistics of attention maps (METHOD.md §4–7).
+"""Token-level bootstrap statistics of attention maps (the paper's z, p, π0 and local fdr; docs/method.md).
 
 Everything here works on the ``T`` patch tokens of one image. The heavy part
 (log of the ``B·T`` null scores, pooled moments, sorting the null pool and
@@ -7,7 +7,7 @@ scores; the small fits on ``T`` numbers (π0, Lindsey's density estimate,
 Efron's empirical null, q-values) run in numpy/scipy/statsmodels.
 
 Computing at token level rather than on the upsampled pixel grid is exact for
-z, p, the reference and smoother π0 and the Lindsey local fdr (METHOD.md §9;
+z, p, the reference and smoother π0 and the Lindsey local fdr (see docs/method.md;
 ``tests/reference_impl.py`` checks it). Two options are per-token by
 construction and deliberately *not* pixel-replicated: the ``+1`` of
 ``p_method="null"`` and the variance term of ``pi0_method="bootstrap"``, since
@@ -515,7 +515,7 @@ def local_fdr(z: np.ndarray, pi0: float, *, null: str = "theoretical") -> np.nda
     used, each announced by a :class:`StatisticsWarning`. The two-group model
     is on z itself, so the lfdr does not depend on the p-value ``alternative``:
     tokens far *below* the null also get a small lfdr, and the z mask of the
-    regularized maps (METHOD.md §8) is what removes them.
+    regularized maps (:mod:`.regularize`) is what removes them.
     """
     return _local_fdr_details(z, float(pi0), null)[0]
 
@@ -606,7 +606,7 @@ def compute_statistics(
     null: str = "theoretical",
     positions: np.ndarray | None = None,
 ) -> TokenStatistics:
-    """All token statistics of METHOD.md §4–7 for one image.
+    """All token statistics of the paper's procedure for one image.
 
     Parameters
     ----------
