@@ -253,7 +253,7 @@ class TransformersAdapter:
         n, length, _ = hidden.shape
         q = q_proj(hidden[:, :1]).view(n, 1, heads, -1).transpose(1, 2)
         k = k_proj(hidden).view(n, length, heads, -1).transpose(1, 2)
-        # float32 here even under bf16 autocast: low-precision logits tie ranks (METHOD §2)
+        # float32 here even under bf16 autocast: low-precision logits tie ranks
         with torch.autocast(device_type=x.device.type, enabled=False):
             logits = (q.float() * q.shape[-1] ** -0.5) @ k.float().transpose(-1, -2)
             row = F.softmax(logits, dim=-1)[:, :, 0, num_prefix:]

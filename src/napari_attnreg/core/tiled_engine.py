@@ -1,4 +1,4 @@
-"""Tiled runs of large images (METHOD §13): observed tiles, one null, statistics over all.
+"""Tiled runs of large images: observed tiles, one null, statistics over all.
 
 :func:`run_tiled` is what :func:`~napari_attnreg.core.engine.run_engine` runs for
 ``RunConfig(tiled=True)``. Tiles and null images go through the backbone in chunks like

@@ -25,7 +25,7 @@ def _grid_of(model: nn.Module, tokens: torch.Tensor, x: torch.Tensor) -> Grid:
 
 def _cls_row(q_cls: torch.Tensor, keys: torch.Tensor, scale: float, num_prefix: int) -> torch.Tensor:
     """Softmax over all tokens of the CLS query, patch columns only: (N, heads, patches)."""
-    # float32 here even under bf16 autocast: low-precision logits tie ranks (METHOD §2)
+    # float32 here even under bf16 autocast: low-precision logits tie ranks
     with torch.autocast(device_type=q_cls.device.type, enabled=False):
         logits = (q_cls.float() * scale) @ keys.float().transpose(-1, -2)
         return logits.softmax(dim=-1)[:, :, 0, num_prefix:]
