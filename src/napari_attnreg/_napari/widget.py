@@ -38,6 +38,8 @@ from ..core.display import (
     PRESET_HELP,
     RULE_HELP,
     RULE_LABELS,
+    TILED_LABEL,
+    TILING_HELP,
     run_caption,
     significance_caption,
     unique_diagnostics,
@@ -46,6 +48,7 @@ from ..core.engine import CancelToken, RunConfig, resolve_device
 from ..core.presets import DEFAULT_PRESET, PRESET_DEFAULTS, PRESETS, default_thresholds
 from ..core.regularize import RULES
 from ..core.stats import ALTERNATIVES, NULL_MODELS, P_METHODS, PI0_METHODS
+from ..core.tiling import TILE_OVERLAP_MAX, TILE_SCALE_RANGE
 from .jobs import JobOutcome, JobProgress, JobSpec, ModelSpec, run_job
 from .layers import (
     KINDS,
@@ -63,6 +66,8 @@ from .roi_panel import RoiPanel
 #: UI default = the engine's (200): with the demo model a 512×512 image takes a few seconds on a
 #: laptop CPU (see benchmarks/bench_napari_responsiveness.py); p resolution is 1 / (T·(B + 1)).
 DEFAULT_N_BOOT = RunConfig().n_boot
+#: The engine's defaults for the tiling options (untiled; native pixels, no overlap).
+RUN_DEFAULTS = RunConfig()
 #: Shortest interval between progress-display refreshes (seconds), see ``_on_progress``.
 UI_UPDATE_S = 0.5
 MODEL_SOURCES = {"demo": "demo (bundled)", "catalogue": "known model (catalogue)",
@@ -206,6 +211,12 @@ class AttentionWidget(QWidget):
         mb.addWidget(self.file_box)
         form.addRow("Model", model_box)
 
+        self.tiled_check = QCheckBox(TILED_LABEL)
+        self.tiled_check.setChecked(RUN_DEFAULTS.tiled)
+        self.tiled_check.setToolTip(TILING_HELP["tiled"] + " Tile overlap and downsampling are "
+                                    "under Advanced; 'Model input' does not apply.")
+        form.addRow("Tiling", self.tiled_check)
+
         dev = QHBoxLayout()
         self.device_combo = QComboBox()
         self.device_combo.addItems(["auto", "cuda", "mps", "cpu"])
@@ -302,6 +313,20 @@ class AttentionWidget(QWidget):
         self.size_combo.addItems(["model default", "native", "224", "448", "896"])
         self.size_combo.setToolTip("Long side the image is resized to for the model.")
         af.addRow("Model input", self.size_combo)
+        self.tile_overlap_spin = QSpinBox()
+        self.tile_overlap_spin.setRange(0, TILE_OVERLAP_MAX)
+        self.tile_overlap_spin.setValue(RUN_DEFAULTS.tile_overlap)
+        self.tile_overlap_spin.setSuffix(" px")
+        self.tile_overlap_spin.setToolTip(TILING_HELP["tile_overlap"])
+        af.addRow("Tile overlap", self.tile_overlap_spin)
+        self.tile_scale_spin = QDoubleSpinBox()
+        self.tile_scale_spin.setRange(*TILE_SCALE_RANGE)
+        self.tile_scale_spin.setDecimals(2)
+        self.tile_scale_spin.setSingleStep(0.5)
+        self.tile_scale_spin.setValue(RUN_DEFAULTS.tile_scale)
+        self.tile_scale_spin.setPrefix("÷ ")
+        self.tile_scale_spin.setToolTip(TILING_HELP["tile_scale"])
+        af.addRow("Tile downsampling", self.tile_scale_spin)
         self.advanced = QCollapsible("Advanced")
         self.advanced.addWidget(adv)
         layout.addWidget(self.advanced)
@@ -383,12 +408,14 @@ class AttentionWidget(QWidget):
         self.browse_button.clicked.connect(self._browse_weights)
         self.device_combo.currentIndexChanged.connect(self._on_device_changed)
         self.method_combo.currentIndexChanged.connect(self._on_method_changed)
+        self.tiled_check.toggled.connect(self._on_tiled_toggled)
         self.preset_combo.currentIndexChanged.connect(self._on_preset_changed)
         self.rule_combo.currentIndexChanged.connect(self._schedule_thresholds)
         self.z_mask_check.toggled.connect(self._on_z_mask_toggled)
         for slider in (self.q_th_slider, self.p_th_slider, self.l_th_slider, self.z_th_slider):
             slider.valueChanged.connect(self._schedule_thresholds)
         self._on_preset_changed()
+        self._on_tiled_toggled(self.tiled_check.isChecked())
 
     @staticmethod
     def _slider(lo: float, hi: float, value: float, decimals: int) -> QLabeledDoubleSlider:
@@ -584,6 +611,11 @@ class AttentionWidget(QWidget):
         self.block_size_spin.setVisible(method == "patch")
         self.per_channel_check.setVisible(method in ("normal", "uniform"))
 
+    def _on_tiled_toggled(self, tiled: bool) -> None:
+        self.tile_overlap_spin.setEnabled(tiled)
+        self.tile_scale_spin.setEnabled(tiled)
+        self.size_combo.setEnabled(not tiled)  # tiles are the model's input size
+
     # ================================================================ run configuration
     def thresholds(self) -> dict[str, Any]:
         """Rule and thresholds as the controls set them (``z_th`` None: z mask off)."""
@@ -619,6 +651,11 @@ class AttentionWidget(QWidget):
             "null_pool": self.null_pool_combo.currentText() if directional else None,
             "pi0_method": self.pi0_combo.currentText(),
         }
+        tiled = self.tiled_check.isChecked()
+        # untiled runs keep the engine's tiling defaults, so their metadata says nothing stale
+        tiling = {"tiled": tiled,
+                  "tile_overlap": int(self.tile_overlap_spin.value()) if tiled else RUN_DEFAULTS.tile_overlap,
+                  "tile_scale": float(self.tile_scale_spin.value()) if tiled else RUN_DEFAULTS.tile_scale}
         config = RunConfig(
             preset=preset,
             method=self.method_combo.currentText(), n_boot=int(self.n_boot_spin.value()),
@@ -629,7 +666,7 @@ class AttentionWidget(QWidget):
             std_factor=float(self.std_factor_spin.value()),
             per_channel=self.per_channel_check.isChecked(),
             block_size=int(self.block_size_spin.value()) or None,
-            target_size=target, channels=channels, merge=merge,
+            target_size=target, channels=channels, merge=merge, **tiling,
         )
         config.validate()
         return config

@@ -51,6 +51,21 @@ RULE_HELP = {
     "base": "z ≥ threshold only",
 }
 RULE_THRESHOLD = {"q": "q_th", "p": "p_th", "lfdr": "l_th"}
+#: Labels and tooltips of the tiling controls (RunConfig ``tiled``, ``tile_overlap``,
+#: ``tile_scale``; docs/scale-out.md).
+TILED_LABEL = "Tiled (native resolution)"
+TILING_HELP = {
+    "tiled": "For images much larger than the model input: the image is analysed at its own "
+             "pixel size (divided by the downsampling factor) in model-sized tiles instead of "
+             "being shrunk to the model input, with one bootstrap null for the whole image. "
+             "Costs n_tiles + B forward passes; the maps cover the whole image at one token "
+             "per patch of pixels.",
+    "tile_overlap": "Pixels shared by neighbouring tiles (tiled runs): a multiple of the "
+                    "model's patch size, smaller than the model input; each token is taken "
+                    "from the tile whose centre is nearest. 0 = tiles side by side.",
+    "tile_scale": "Downsampling factor before tiling (tiled runs): 1 = native pixels, 2 = half "
+                  "size (a quarter of the tiles).",
+}
 _RULE_SYMBOL = {"q": "q", "p": "p", "lfdr": "lfdr"}
 
 
@@ -192,6 +207,8 @@ def run_caption(result: AttentionResult, *, planes: int = 1) -> str:
     gh, gw = result.grid_shape
     parts = [model_caption(result), result.preset, f"{md.get('method', '?')} B={md.get('n_boot', '?')}",
              f"grid {gh}x{gw}"]
+    if md.get("tiled"):
+        parts.append(f"tiled: {md.get('n_tiles', '?')} tiles")
     parts.append(f"π0={result.pi0:.3f}" if planes == 1 else f"{planes} planes")
     total = md.get("timings", {}).get("total_s")
     if total is not None and planes == 1:

@@ -35,6 +35,8 @@ from ..core.display import (
     PRESET_HELP,
     RULE_HELP,
     RULE_LABELS,
+    TILED_LABEL,
+    TILING_HELP,
     diagnostics_lines,
     run_caption,
     significance_caption,
@@ -47,6 +49,7 @@ from ..core.nulls import NULL_METHODS
 from ..core.presets import DEFAULT_PRESET, PRESETS, THRESHOLD_KEYS, default_thresholds
 from ..core.regularize import RULES
 from ..core.result import AttentionResult
+from ..core.tiling import TILE_OVERLAP_MAX, TILE_SCALE_RANGE
 from . import render
 from .model_picker import ModelPicker
 from .regions import add_region, as_labels, polygon_mask, rectangle_vertices
@@ -64,7 +67,10 @@ OVERLAYS = (
 #: "auto": each map in its own colormap (core.display), as napari and the CLI show it.
 COLORMAPS = ("auto", "magma", "inferno", "viridis", "turbo", "hot", "gray", "magma_r", "viridis_r")
 #: Options of :class:`RunConfig` the explorer's own controls set.
-_CONTROLLED = {"preset", "method", "n_boot", "seed", "device", *THRESHOLD_KEYS, "extra"}
+_CONTROLLED = {"preset", "method", "n_boot", "seed", "device", "tiled", "tile_scale",
+               "tile_overlap", *THRESHOLD_KEYS, "extra"}
+#: The engine's defaults (the tiling options' among them).
+_RUN_DEFAULTS = RunConfig()
 #: Default of the threshold arguments: take the preset's value (``z_th=None`` is "no z mask").
 FROM_PRESET = "from preset"
 #: z threshold the slider shows while the z mask is off.
@@ -104,6 +110,11 @@ class AttentionExplorer(widgets.VBox):
         Changing it resets the thresholds to the preset's defaults.
     method, n_boot, seed, device
         Bootstrap null method, number of null images, seed, compute device.
+    tiled, tile_overlap, tile_scale
+        Tiled run at native resolution (docs/scale-out.md): the image is cut into model-sized
+        tiles at its own pixel size divided by ``tile_scale``, ``tile_overlap`` pixels
+        shared by neighbours, with one null for the whole image (``n_tiles + B`` forward
+        passes). For images much larger than the model input.
     rule, q_th, p_th, l_th, z_th
         Regularization rule and thresholds (METHOD.md §8, §11); left out, the preset's
         defaults; ``z_th=None`` applies no z mask. Changing them re-renders only.
@@ -143,6 +154,9 @@ class AttentionExplorer(widgets.VBox):
     n_boot = t.Int(200)
     seed = t.Int(0)
     device = t.Unicode("auto")
+    tiled = t.Bool(_RUN_DEFAULTS.tiled)
+    tile_overlap = t.Int(_RUN_DEFAULTS.tile_overlap)
+    tile_scale = t.Float(_RUN_DEFAULTS.tile_scale)
     preset = t.Enum(PRESETS, default_value=DEFAULT_PRESET)
     rule = t.Enum(RULES, default_value=default_thresholds(DEFAULT_PRESET)["rule"])
     q_th = t.Float(default_thresholds(DEFAULT_PRESET)["q_th"])
@@ -169,6 +183,9 @@ class AttentionExplorer(widgets.VBox):
         n_boot: int = 200,
         seed: int = 0,
         device: str = "auto",
+        tiled: bool = _RUN_DEFAULTS.tiled,
+        tile_overlap: int = _RUN_DEFAULTS.tile_overlap,
+        tile_scale: float = _RUN_DEFAULTS.tile_scale,
         rule: str = FROM_PRESET,
         q_th: float | str = FROM_PRESET,
         p_th: float | str = FROM_PRESET,
@@ -221,6 +238,7 @@ class AttentionExplorer(widgets.VBox):
         with self.hold_trait_notifications():
             self.model_name, self.method, self.n_boot, self.seed = name, method, int(n_boot), int(seed)
             self.device = device
+            self.tiled, self.tile_overlap, self.tile_scale = bool(tiled), tile_overlap, tile_scale
             for key, value in given.items():
                 if not (isinstance(value, str) and value == FROM_PRESET):
                     setattr(self, key, value)
@@ -282,9 +300,13 @@ class AttentionExplorer(widgets.VBox):
         if self._channel_explicit:
             config_options["channel_axis"] = -1
         extra = {"slice": list(slice_index)} if slice_index else {}
+        # untiled runs keep the engine's tiling defaults, so their metadata says nothing stale
+        tiling = {"tiled": self.tiled,
+                  "tile_overlap": self.tile_overlap if self.tiled else _RUN_DEFAULTS.tile_overlap,
+                  "tile_scale": self.tile_scale if self.tiled else _RUN_DEFAULTS.tile_scale}
         try:
             config = RunConfig(preset=self.preset, method=self.method, n_boot=self.n_boot,
-                               seed=self.seed, device=self.device, extra=extra,
+                               seed=self.seed, device=self.device, extra=extra, **tiling,
                                **self.thresholds(), **config_options)
             config.validate()
         except ValueError as err:
@@ -295,8 +317,9 @@ class AttentionExplorer(widgets.VBox):
         self.running = True
         self._progress.value = 0.0
         self._progress.bar_style = "info"
+        tiled = ", tiled" if self.tiled else ""
         self._set_status(f"Starting: {self.model_name}, {self.preset}, {self.method}, "
-                         f"B={self.n_boot} …", "info")
+                         f"B={self.n_boot}{tiled} …", "info")
         name = self.model_name
         outcome = self._runner.start(lambda token: self._pipeline(name, plane, config, token),
                                      background=not wait)
@@ -462,7 +485,8 @@ class AttentionExplorer(widgets.VBox):
         tm = md.get("timings", {})
         load = md.get("model_load_s", 0.0)
         parts = [f"model {load:.1f} s"] if load >= 0.05 else []
-        parts += [f"observed {tm.get('observed_s', math.nan):.2f} s",
+        observed = f"{md['n_tiles']} tiles" if md.get("tiled") else "observed"
+        parts += [f"{observed} {tm.get('observed_s', math.nan):.2f} s",
                   f"{md.get('n_boot', '?')} nulls {tm.get('nulls_s', math.nan):.1f} s",
                   f"statistics {tm.get('statistics_s', math.nan):.2f} s"]
         total = tm.get("total_s", math.nan) + load
@@ -559,7 +583,7 @@ class AttentionExplorer(widgets.VBox):
         if result is not None:
             gh, gw = result.grid_shape
             ids = np.arange(gh * gw, dtype=np.int64).reshape(gh, gw)
-            self._token_index = self._grid.sample(result.to_pixels(ids))
+            self._token_index = self._grid.sample_tokens(result, ids)
         self._render()
         self._update_summary()
         self._update_roi_table()
@@ -765,6 +789,15 @@ class AttentionExplorer(widgets.VBox):
             "z_th": W.FloatSlider(min=-3, max=6, step=0.1, description="z ≥",
                                   layout=W.Layout(width="170px"), style={"description_width": "30px"},
                                   tooltip="Standardised log-attention threshold of the z mask."),
+            "tiled": link(W.Checkbox(description=TILED_LABEL, indent=False,
+                                     tooltip=TILING_HELP["tiled"]), "tiled"),
+            "tile_overlap": link(W.BoundedIntText(min=0, max=TILE_OVERLAP_MAX, description="overlap px",
+                                                  layout=short, style=style,
+                                                  tooltip=TILING_HELP["tile_overlap"]), "tile_overlap"),
+            "tile_scale": link(W.BoundedFloatText(min=TILE_SCALE_RANGE[0], max=TILE_SCALE_RANGE[1],
+                                                  step=0.5, description="downsample ÷",
+                                                  layout=short, style=style,
+                                                  tooltip=TILING_HELP["tile_scale"]), "tile_scale"),
             "draw": link(W.ToggleButtons(options=list(DRAW_MODES), description="draw ROI",
                                          style={"description_width": "60px", "button_width": "84px"}),
                          "draw_mode"),
@@ -797,6 +830,7 @@ class AttentionExplorer(widgets.VBox):
         self.controls["z_mask"].observe(self._on_z_controls, "value")
         self.controls["z_th"].observe(self._on_z_controls, "value")
         self._sync_z_controls()
+        self._sync_run_controls()
         self._slice_box = W.HBox(layout=W.Layout(display="none"))
         self.buttons = {"run": self._run_button, "cancel": self._cancel_button, "clear": clear,
                         "export": export}
@@ -808,7 +842,7 @@ class AttentionExplorer(widgets.VBox):
         section = lambda text: W.HTML(f"<b>{text}</b>")
         panel = W.VBox([
             section("Run"), c["model"], c["preset"], c["method"], c["n_boot"], c["seed"],
-            c["device"],
+            c["device"], c["tiled"], c["tile_overlap"], c["tile_scale"],
             W.HBox([self._run_button, self._cancel_button]),
             W.HBox([self._progress, self._progress_label]),
             section("Display"), c["overlay"], c["colormap"], c["opacity"], c["outline"],
@@ -899,14 +933,36 @@ class AttentionExplorer(widgets.VBox):
         if change["old"] != getattr(self, "_given_name", None):
             self._backbones.pop(change["old"], None)
 
-    @t.observe("running")
-    def _running_changed(self, change: dict) -> None:
-        if not hasattr(self, "_run_button"):
-            return
-        self._run_button.disabled = change["new"]
-        self._cancel_button.disabled = not change["new"]
-        for name in ("model", "preset", "method", "n_boot", "seed", "device"):
-            self.controls[name].disabled = change["new"]
+    @t.validate("tile_scale")
+    def _valid_tile_scale(self, proposal: dict) -> float:
+        value = float(proposal["value"])
+        lo, hi = TILE_SCALE_RANGE
+        if not lo <= value <= hi:
+            raise t.TraitError(f"tile_scale must be in [{lo:g}, {hi:g}] (1 = native pixels, "
+                               f"2 = half size), got {value}.")
+        return value
+
+    @t.validate("tile_overlap")
+    def _valid_tile_overlap(self, proposal: dict) -> int:
+        value = proposal["value"]
+        if not 0 <= value <= TILE_OVERLAP_MAX:
+            raise t.TraitError(f"tile_overlap must be 0–{TILE_OVERLAP_MAX} pixels (a multiple of "
+                               f"the patch size), got {value}.")
+        return value
+
+    @t.observe("running", "tiled")
+    def _running_changed(self, _change: dict) -> None:
+        if hasattr(self, "_run_button"):
+            self._sync_run_controls()
+
+    def _sync_run_controls(self) -> None:
+        busy = self.running
+        self._run_button.disabled = busy
+        self._cancel_button.disabled = not busy
+        for name in ("model", "preset", "method", "n_boot", "seed", "device", "tiled"):
+            self.controls[name].disabled = busy
+        for name in ("tile_overlap", "tile_scale"):
+            self.controls[name].disabled = busy or not self.tiled
 
     @t.observe("draw_mode")
     def _draw_mode_changed(self, change: dict) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 from scipy import ndimage
 
 from ..core.display import SIGNIFICANT_RGB
+from ..core.result import AttentionResult
 
 #: Colour of the significant-region outline (RGB, 0–255): the one napari and the CLI use.
 SIGNIFICANT_COLOR: tuple[int, int, int] = SIGNIFICANT_RGB  # type: ignore[assignment]
@@ -76,6 +77,12 @@ class DisplayGrid:
     def sample(self, pixel_map: np.ndarray) -> np.ndarray:
         """An ``(H0, W0, ...)`` array on the display grid."""
         return np.asarray(pixel_map)[self.rows[:, None], self.cols[None, :]]
+
+    def sample_tokens(self, result: AttentionResult, token_map: np.ndarray) -> np.ndarray:
+        """``sample(result.to_pixels(token_map))`` without the full-size map in between
+        (a tiled run's image can be far larger than what is shown)."""
+        rows, cols = result._pixel_token_index()
+        return np.asarray(token_map)[rows[self.rows][:, None], cols[self.cols][None, :]]
 
 
 def base_rgb(display: np.ndarray) -> np.ndarray:

@@ -1,0 +1,133 @@
+"""Tiled runs from the dock widget: native token grid, layers on the image, progress, cancel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from napari_attnreg._napari.layers import KINDS, layer_name
+from napari_attnreg.core.engine import RunConfig
+from napari_attnreg.core.tiling import TILE_OVERLAP_MAX, TILE_SCALE_RANGE, work_shape
+
+pytestmark = pytest.mark.gui
+
+PATCH = (8, 8)  # the bundled demo model: patch 8, 128 px input
+
+
+def _field(shape: tuple[int, int]) -> np.ndarray:
+    """A large uint16 field of bright blobs on noise."""
+    rng = np.random.default_rng(2)
+    yy, xx = np.mgrid[0:shape[0], 0:shape[1]]
+    img = 300 + 40 * rng.standard_normal(shape)
+    for cy, cx in rng.uniform(0, 1, (12, 2)) * np.asarray(shape):
+        img += 2500 * np.exp(-((yy - cy) ** 2 + (xx - cx) ** 2) / 80)
+    return np.clip(img, 0, 65535).astype(np.uint16)
+
+
+@pytest.fixture
+def demo_widget(make_napari_viewer):
+    """(viewer, widget) on the bundled demo model, CPU, a small B."""
+    from napari_attnreg._napari.widget import AttentionWidget
+
+    viewer = make_napari_viewer()
+    widget = AttentionWidget(viewer)
+    viewer.window.add_dock_widget(widget, name="Attention Regularization")
+    assert widget.model_spec().source == "demo"
+    widget.n_boot_spin.setValue(8)
+    widget.device_combo.setCurrentText("cpu")
+    return viewer, widget
+
+
+def test_tiling_controls_follow_the_checkbox_and_the_core(demo_widget):
+    _viewer, widget = demo_widget
+    defaults = RunConfig()
+    assert widget.tiled_check.text() == "Tiled (native resolution)"
+    assert "native" in widget.tiled_check.toolTip() or "own pixel size" in widget.tiled_check.toolTip()
+    assert "n_tiles + B" in widget.tiled_check.toolTip()
+    assert widget.tiled_check.isChecked() == defaults.tiled
+    assert widget.tile_overlap_spin.value() == defaults.tile_overlap
+    assert widget.tile_scale_spin.value() == pytest.approx(defaults.tile_scale)
+    assert (widget.tile_scale_spin.minimum(), widget.tile_scale_spin.maximum()) == TILE_SCALE_RANGE
+    assert (widget.tile_overlap_spin.minimum(), widget.tile_overlap_spin.maximum()) == (0, TILE_OVERLAP_MAX)
+    assert not widget.tile_overlap_spin.isEnabled() and widget.size_combo.isEnabled()
+    widget.tile_scale_spin.setValue(2.0)
+    config = widget.run_config()
+    assert not config.tiled and config.tile_scale == defaults.tile_scale  # nothing stale when off
+    widget.tiled_check.setChecked(True)
+    assert widget.tile_overlap_spin.isEnabled() and widget.tile_scale_spin.isEnabled()
+    assert not widget.size_combo.isEnabled()
+    widget.tile_overlap_spin.setValue(16)
+    config = widget.run_config()
+    assert config.tiled and config.tile_overlap == 16 and config.tile_scale == 2.0
+
+
+@pytest.mark.parametrize(("shape", "overlap", "scale"), [
+    ((600, 400), 0, 1.0),
+    ((1000, 700), 0, 1.0),  # 700 px is not whole patches: tokens are 8 x 7.95 image pixels
+    ((1000, 700), 16, 2.0),
+])
+def test_tiled_run_gives_native_grid_aligned_with_the_image(demo_widget, run_and_wait, shape,
+                                                            overlap, scale):
+    viewer, widget = demo_widget
+    image = viewer.add_image(_field(shape), name="field", scale=(0.5, 0.25), translate=(10.0, -3.0))
+    widget.tiled_check.setChecked(True)
+    widget.tile_overlap_spin.setValue(overlap)
+    widget.tile_scale_spin.setValue(scale)
+    outcome = run_and_wait(widget, timeout=240_000)
+    assert outcome.error is None and not outcome.cancelled
+    result = widget.current_record().results[()]
+    md = result.metadata
+    assert md["tiled"] is True and md["null_scope"] == "image"
+    assert (md["tile_overlap"], md["tile_scale"]) == (overlap, scale)
+    work = work_shape(shape, PATCH, scale)
+    assert result.grid_shape == (work[0] // PATCH[0], work[1] // PATCH[1])
+    if shape == (600, 400):
+        assert result.grid_shape == (75, 50)  # one token per 8x8 pixels of the image itself
+    assert md["forward_passes"] == md["n_tiles"] + 8 and md["n_tiles"] > 1
+    assert result.image_shape == shape
+    h, w = shape
+    for kind in KINDS:
+        layer = viewer.layers[layer_name("field", kind)]
+        assert layer.metadata["attnreg"]["run"]["tiled"] is True
+        gh, gw = layer.data.shape
+        # the layer's world extent is the image's: pixel-edge corners coincide
+        for tok, pix in (((-0.5, -0.5), (-0.5, -0.5)), ((gh - 0.5, gw - 0.5), (h - 0.5, w - 0.5)),
+                         ((-0.5, gw - 0.5), (-0.5, w - 0.5))):
+            np.testing.assert_allclose(layer.data_to_world(tok), image.data_to_world(pix),
+                                       atol=1e-9)
+    assert "tiled" in widget.status_label.text()
+
+
+def test_cancel_during_a_tiled_run_adds_nothing(demo_widget, qtbot):
+    from qtpy.QtCore import Qt
+
+    viewer, widget = demo_widget
+    viewer.add_image(_field((600, 400)), name="field")
+    names = [layer.name for layer in viewer.layers]
+    widget.tiled_check.setChecked(True)
+    widget.n_boot_spin.setValue(2000)
+    widget.chunk_spin.setValue(2)
+    events: list = []  # appended on the worker thread, so it is never behind the worker
+
+    def record(item):
+        if item.event is not None:
+            events.append(item.event)
+
+    with qtbot.waitSignal(widget.run_finished, timeout=120_000) as blocker:
+        worker = widget.run()
+        worker.yielded.connect(record, Qt.ConnectionType.DirectConnection)
+        assert widget.cancel_button.isEnabled()
+        # progress moves per chunk through the tiles and then the nulls
+        qtbot.waitUntil(lambda: any(e.stage == "nulls" for e in events), timeout=120_000)
+        done_at_cancel = events[-1].done
+        widget.cancel()
+    outcome = blocker.args[0]
+    assert outcome.cancelled and outcome.results == {}
+    stages = [e.stage for e in events]
+    assert stages.count("observed") >= 10  # 20 tiles in chunks of 2
+    assert all(e.total == 20 + 2000 for e in events)  # n_tiles + B forward passes
+    fractions = [e.fraction for e in events]
+    assert fractions == sorted(fractions) and fractions[-1] < 0.5
+    assert events[-1].done - done_at_cancel <= 2  # stopped at the next chunk boundary
+    assert [layer.name for layer in viewer.layers] == names
+    assert widget.run_button.isEnabled() and widget.current_record() is None
