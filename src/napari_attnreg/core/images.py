@@ -181,8 +181,8 @@ def to_channels_last(
             arr = arr[..., 0]
         elif arr.shape[-1] > max_channels:
             raise ValueError(
-                f"The image has {arr.shape[-1]} channels; choose up to {max_channels} with "
-                "channels=[...] "
+                f"The image has {arr.shape[-1]} channels; choose up to "
+                f"{'three' if max_channels == 3 else max_channels} with channels=[...] "
                 "or merge them with merge='mean' / 'max'."
             )
     return arr
