@@ -228,7 +228,7 @@ class AttentionWidget(QWidget):
         meth = QHBoxLayout()
         self.method_combo = QComboBox()
         self.method_combo.addItems(["normal", "uniform", "pixel", "patch"])
-        self.method_combo.setToolTip("Bootstrap null images (METHOD.md §3); 'normal' is the paper's.")
+        self.method_combo.setToolTip("Bootstrap null images: noise made from the image itself ('normal' is the paper's; 'patch' shuffles the image's own blocks).")
         self.std_factor_spin = QDoubleSpinBox()
         self.std_factor_spin.setRange(0.05, 10.0)
         self.std_factor_spin.setSingleStep(0.1)

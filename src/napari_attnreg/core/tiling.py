@@ -159,7 +159,7 @@ def make_layout(shape: tuple[int, int], *, tile: tuple[int, int], patch: tuple[i
 
 
 class ImageNull:
-    """Null tiles whose generator statistics come from the whole image (METHOD §3, §13).
+    """Null tiles whose generator statistics come from the whole image (one null per image).
 
     ``normal``: per-channel (or global) mean and std of the whole image; ``uniform``: its
     min and max; ``pixel``: pixel vectors drawn from the whole image; ``patch``: a tile at a

@@ -116,7 +116,7 @@ class AttentionExplorer(widgets.VBox):
         shared by neighbours, with one null for the whole image (``n_tiles + B`` forward
         passes). For images much larger than the model input.
     rule, q_th, p_th, l_th, z_th
-        Regularization rule and thresholds (METHOD.md §8, §11); left out, the preset's
+        Regularization rule and thresholds (see docs/method.md); left out, the preset's
         defaults; ``z_th=None`` applies no z mask. Changing them re-renders only.
     overlay : {"regularized", "attention", "posterior", "pvalue", "none"}
         ``"pvalue"`` shows −log10 p (``"p"`` is accepted for it).
