@@ -34,7 +34,7 @@ def test_run_with_catalogue_id_and_local_weights(tmp_path, blob_image, capsys):
                  "--target-size", "64"])
     assert code == 0, capsys.readouterr().err
     assert "dino-vits8 (natural model" in capsys.readouterr().err
-    assert (tmp_path / "out" / "cells.attnreg.npz").is_file()
+    assert (tmp_path / "out" / "cells.tif.attnreg.npz").is_file()  # outputs keep the extension
 
 
 def test_gated_model_offline_is_a_clean_error(monkeypatch, capsys, tmp_path):
