@@ -37,6 +37,12 @@ def test_each_finding_by_hand():
     assert "sd of z 0.50" in broad[0].message
     assert diagnose(peaked, pi0=1.0, lfdr_fit="grenander", random_init=False, model_name="m",
                     pi0_estimated=False, posterior=np.r_[np.ones(5), np.zeros(5)]) == []
+    # 100 tokens, 999 null values: a lone token at p = 1/1000 reaches q = 0.1 exactly
+    kw = {"pi0": 1.0, "lfdr_fit": "grenander", "random_init": False, "model_name": "m",
+          "pi0_estimated": False, "q_th": 0.1}
+    assert diagnose(peaked, smallest_p=1 / 1000, **kw) == []
+    coarse = diagnose(peaked, smallest_p=1 / 500, **kw)
+    assert codes(coarse) == ["p_resolution"] and "2-fold" in coarse[0].message
 
 
 def test_a_random_init_model_is_named_in_the_result_and_its_summary(tiny_backbone, blob_image,

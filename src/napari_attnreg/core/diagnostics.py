@@ -30,7 +30,7 @@ class Diagnostic:
     ----------
     code : str
         Stable identifier (``uniform_attention``, ``random_init``, ``model_domain``,
-        ``pi0_zero``, ``pi0_one``, ``fit_fallback``, ``few_tokens``, ``broad_posterior``,
+        ``pi0_zero``, ``pi0_one``, ``fit_fallback``, ``few_tokens``, ``broad_posterior``, ``p_resolution``,
         ``statistics_warning``).
     severity : {"warning", "info"}
     message : str
@@ -63,6 +63,8 @@ def diagnose(
     pi0_estimated: bool = True,
     z_sd: float | None = None,
     posterior: np.ndarray | None = None,
+    smallest_p: float | None = None,
+    q_th: float | None = None,
     random_init: bool,
     model_name: str,
     domain: str | None = None,
@@ -83,6 +85,9 @@ def diagnose(
         Standard deviation of the observed z-scores (the pooled null's is 1).
     posterior : array, optional
         The posterior map; when most of it is ≥ 0.5 the cause is named.
+    smallest_p, q_th : float, optional
+        The smallest p-value the null pool can give and the q rule's threshold: when even a
+        lone token at that p cannot reach ``q ≤ q_th`` over all tokens, B is too small.
     random_init : bool
         The backbone has no trained weights.
     model_name, domain, domain_note : str
@@ -131,6 +136,14 @@ def diagnose(
             f"dispersed than the noise maps{spread}, so most patches sit above a noise map's "
             "typical patch. Trust the significance outline, or use the patch null (method "
             "'patch'), whose null maps look like image maps."))
+    # the best a lone token can reach is q = T · p_min (π0 ≤ 1, rank 1)
+    if smallest_p is not None and q_th is not None and smallest_p * n_tokens > q_th:
+        found.append(Diagnostic(
+            "p_resolution", "warning",
+            f"With this many patches ({n_tokens}) and null values ({round(1 / smallest_p - 1)}), "
+            f"the smallest possible p ({smallest_p:.2g}) cannot reach q ≤ {q_th:g} for a lone "
+            f"patch: raise the number of null images (B) about "
+            f"{smallest_p * n_tokens / q_th:.0f}-fold, or use the p or lfdr rule."))
     if lfdr_fit not in _PRIMARY_FITS:
         found.append(Diagnostic(
             "fit_fallback", "warning",

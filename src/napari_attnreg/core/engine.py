@@ -429,6 +429,7 @@ def _run_metadata(config: RunConfig, backbone: Backbone, device: torch.device,
         observed, pi0=float(stats.pi0), lfdr_fit=str(stats.null_summary["lfdr_fit"]),
         pi0_estimated=isinstance(config.pi0_method, str) and config.pi0_method != "bh",
         z_sd=float(np.std(stats.z)), posterior=stats.posterior,
+        smallest_p=_smallest_p(config, stats), q_th=config.q_th if config.rule == "q" else None,
         random_init=backbone.is_random_init, model_name=backbone.name,
         domain=getattr(backbone, "domain", None), domain_note=getattr(backbone, "description", None),
         warnings_seen=warnings_seen)]
@@ -458,6 +459,14 @@ def _statistics(observed: torch.Tensor, null_scores: torch.Tensor, config: RunCo
         if issubclass(w.category, StatisticsWarning):
             seen.append(str(w.message))
     return stats, seen
+
+
+def _smallest_p(config: RunConfig, stats: Any) -> float | None:
+    """The smallest p the directional pooled test can give: ``1 / (1 + B·T_null)``."""
+    if config.preset != "directional" or config.null_pool != "pooled":
+        return None
+    pool = int(stats.null_summary.get("B", 0)) * int(stats.null_summary.get("T", 0))
+    return 1.0 / (1 + pool) if pool else None
 
 
 def drain(gen: Generator[Progress, None, AttentionResult],
