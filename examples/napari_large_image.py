@@ -12,20 +12,12 @@ screenshot. Without a display it re-runs itself under ``xvfb-run``.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import sys
 import time
 from pathlib import Path
 
+from napari_screenshot import _ensure_display  # same folder: re-run under xvfb-run if needed
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _ensure_display() -> None:
-    if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") \
-            and not os.environ.get("WAYLAND_DISPLAY") and shutil.which("xvfb-run"):
-        os.execvp("xvfb-run", ["xvfb-run", "-a", "-s", "-screen 0 1920x1200x24",
-                               sys.executable, *sys.argv])
 
 
 def mosaic(size: int):
