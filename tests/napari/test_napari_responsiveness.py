@@ -19,6 +19,8 @@ def test_event_loop_keeps_ticking_during_a_run(viewer_widget, qtbot, cells_image
     widget.chunk_spin.setValue(8)
     ticks: list[float] = []
     last_yield: list[float] = []
+    bar_values: list[int] = []
+    widget.progress_bar.valueChanged.connect(bar_values.append)
     timer = QTimer()
     timer.setInterval(10)
     timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
@@ -30,13 +32,14 @@ def test_event_loop_keeps_ticking_during_a_run(viewer_widget, qtbot, cells_image
             worker.yielded.connect(lambda _: last_yield.append(time.perf_counter()))
             # progress also goes to napari's activity dock (a napari progress bar)
             assert isinstance(widget._pbar, progress) and widget._pbar in progress._all_instances
-            qtbot.waitUntil(lambda: widget.progress_bar.value() > 0, timeout=30_000)
     finally:
         timer.stop()
     # gaps while the worker computes: from Run to the last progress event (layers come after)
     during = np.array([t0] + [t for t in ticks if t0 <= t <= last_yield[-1]])
     gaps = np.diff(during)
     assert len(last_yield) >= 96 // 8  # one progress event per chunk reached the GUI thread
+    # the bar moved (a fast run may finish, and reset it, before any poll could see it)
+    assert max(bar_values) > 0
     assert len(during) > 10, "the timer never ticked while the job ran"
     assert gaps.max() < 1.0, f"event loop blocked for {gaps.max():.3f} s during the run"
     assert viewer.layers["cells · attention"].data.any()
