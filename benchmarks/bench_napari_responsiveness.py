@@ -83,11 +83,11 @@ def main() -> None:
     widget = AttentionWidget(viewer)
     viewer.window.add_dock_widget(widget, name="Attention Regularization")
     widget.set_model(backbone, name=args.model)
-    widget.device_combo.setCurrentText(args.device)
+    widget.options.device_combo.setCurrentText(args.device)
     if args.n_boot:
-        widget.n_boot_spin.setValue(args.n_boot)
+        widget.options.n_boot_spin.setValue(args.n_boot)
     if args.chunk_size:
-        widget.chunk_spin.setValue(args.chunk_size)
+        widget.options.chunk_spin.setValue(args.chunk_size)
     widget.set_layer(layer)
     app = QApplication.instance()
     for _ in range(20):
@@ -144,7 +144,7 @@ def main() -> None:
         return {"wall_s": t1 - t0, **(gap_stats(ticks, t0, t1) if tick else {})}
 
     def widget_run(activity: bool = True) -> dict[str, float]:
-        widget.activity_progress = activity
+        widget.run_panel.activity_progress = activity
         timer, ticks = ticker()
         yields: list[float] = []
         loop = QEventLoop()

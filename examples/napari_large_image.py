@@ -57,12 +57,12 @@ def main() -> None:
     layer = viewer.add_image(image, name="mosaic")
     widget = AttentionWidget(viewer)
     viewer.window.add_dock_widget(widget, name="Attention Regularization")
-    widget.device_combo.setCurrentText("cpu")
-    widget.n_boot_spin.setValue(args.n_boot)
-    widget.tiled_check.setChecked(True)
+    widget.options.device_combo.setCurrentText("cpu")
+    widget.options.n_boot_spin.setValue(args.n_boot)
+    widget.options.tiled_check.setChecked(True)
 
     events, outcome = [], {}
-    widget.progress_bar.valueChanged.connect(lambda v: events.append((time.perf_counter(), v)))
+    widget.run_panel.progress_bar.valueChanged.connect(lambda v: events.append((time.perf_counter(), v)))
     widget.run_finished.connect(lambda o: outcome.setdefault("o", o))
     t0 = time.perf_counter()
     widget.run()
@@ -81,7 +81,7 @@ def main() -> None:
     print(f"image {image.shape}, grid {result.grid_shape}, {tiling}")
     print(f"wall {wall:.1f} s; progress updates {len(events)}, longest gap {gaps.max():.2f} s")
     print(f"image world extent {img_extent.tolist()}\nattention extent   {att_extent.tolist()}")
-    print(f"status: {widget.status_label.text()}")
+    print(f"status: {widget.run_panel.status_label.text()}")
     viewer.reset_view()
     for _ in range(20):
         QApplication.processEvents()

@@ -75,9 +75,9 @@ def main() -> None:
     viewer.window._qt_window.resizeDocks([dock], [560], Qt.Orientation.Horizontal)
     if not demo:
         widget.set_model(backbone, name="random ViT (demo model missing)")
-    widget.device_combo.setCurrentText("auto")
+    widget.options.device_combo.setCurrentText("auto")
     if args.n_boot:
-        widget.n_boot_spin.setValue(args.n_boot)
+        widget.options.n_boot_spin.setValue(args.n_boot)
     widget.set_layer(image)
 
     loop = QEventLoop()
@@ -122,7 +122,7 @@ def main() -> None:
     from skimage.io import imsave
 
     imsave(out, shot, check_contrast=False)
-    print(f"wrote {out} ({shot.shape[1]}x{shot.shape[0]}); {widget.status_label.text()}")
+    print(f"wrote {out} ({shot.shape[1]}x{shot.shape[0]}); {widget.run_panel.status_label.text()}")
     viewer.close()
 
 

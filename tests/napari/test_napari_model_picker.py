@@ -37,9 +37,9 @@ def test_catalogue_source_runs_and_offline_failure_names_the_file_option(
         viewer_widget, cells_image, run_and_wait, monkeypatch):
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
-    widget.model_combo.setCurrentIndex(widget.model_combo.findData("catalogue"))
-    assert not widget.catalogue_picker.isHidden() and widget.timm_edit.isHidden()
-    widget.catalogue_picker.set_model_id("uni")
+    widget.model.source_combo.setCurrentIndex(widget.model.source_combo.findData("catalogue"))
+    assert not widget.model.catalogue_picker.isHidden() and widget.model.timm_edit.isHidden()
+    widget.model.catalogue_picker.set_model_id("uni")
     assert widget.model_spec().source == "catalogue" and widget.model_spec().name == "uni"
     monkeypatch.setattr(hub, "hub_reachable", lambda: False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)

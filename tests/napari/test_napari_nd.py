@@ -18,24 +18,31 @@ def stack(cells_image):
 def test_current_slice_then_all_slices(viewer_widget, run_and_wait, stack, qtbot):
     viewer, widget = viewer_widget
     image = viewer.add_image(stack, name="zstack", scale=(3.0, 1.0, 1.0))
-    assert widget.scope_combo.isVisibleTo(widget)
+    assert widget.source.scope_combo.isVisibleTo(widget)
     viewer.dims.set_point(0, 3.0)  # world z = 3 → plane 1
     run_and_wait(widget)
     att = viewer.layers["zstack · attention"]
     assert att.data.shape[0] == 3
-    computed = [bool(att.data[i].any()) for i in range(3)]
+    computed = [not np.isnan(att.data[i]).all() for i in range(3)]
     assert computed == [False, True, False]
+    # planes never computed are NaN (drawn transparent), not zeros a reader could take for a
+    # result, and the status names the computed plane
+    assert not np.isnan(att.data[1]).any()
+    status = widget.run_panel.status_label.text()
+    assert "Computed 1 of 3 planes (axis 0 = 1)" in status and "not computed" in status
+    assert "not computed" in viewer.status
     np.testing.assert_allclose(att.data_to_world((1, 0, 0))[0], image.data_to_world((1, 0, 0))[0])
 
     viewer.dims.set_point(0, 6.0)  # another slice adds its plane to the same layers
     run_and_wait(widget)
-    assert [bool(att.data[i].any()) for i in range(3)] == [False, True, True]
+    assert [not np.isnan(att.data[i]).all() for i in range(3)] == [False, True, True]
     assert viewer.layers["zstack · attention"] is att
 
-    widget.scope_combo.setCurrentText("all slices")
+    widget.source.scope_combo.setCurrentText("all slices")
     outcome = run_and_wait(widget)
     assert sorted(outcome.results) == [(0,), (1,), (2,)]
-    assert all(att.data[i].any() for i in range(3))
+    assert not np.isnan(att.data).any()
+    assert "not computed" not in widget.run_panel.status_label.text()
     sig = viewer.layers["zstack · significant"].data
     for i in range(3):  # one class (label 1) on every plane, each plane its own result's mask
         assert set(np.unique(sig[i])) <= {0, 1}
@@ -53,7 +60,7 @@ def test_rgb_image(viewer_widget, run_and_wait):
     viewer, widget = viewer_widget
     rgb = immunohistochemistry()[::4, ::4]
     image = viewer.add_image(rgb, name="ihc")
-    assert image.rgb and not widget.channel_box.isVisibleTo(widget)
+    assert image.rgb and not widget.source.channel_box.isVisibleTo(widget)
     outcome = run_and_wait(widget)
     assert outcome.error is None
     att = viewer.layers["ihc · attention"]
@@ -67,12 +74,12 @@ def test_multichannel_choose_channels(viewer_widget, run_and_wait, stack, notifi
     viewer, widget = viewer_widget
     four = np.concatenate([stack, stack[:1] // 2])  # (4, H, W): four fluorescence channels
     viewer.add_image(four, name="channels")
-    assert widget.channel_box.isVisibleTo(widget)
-    widget.channel_axis_combo.setCurrentIndex(widget.channel_axis_combo.findData(0))
-    assert not widget.scope_combo.isVisibleTo(widget)  # no stack axis left
+    assert widget.source.channel_box.isVisibleTo(widget)
+    widget.source.channel_axis_combo.setCurrentIndex(widget.source.channel_axis_combo.findData(0))
+    assert not widget.source.scope_combo.isVisibleTo(widget)  # no stack axis left
     outcome = run_and_wait(widget)  # four channels, none chosen: the core says what to do
     assert "choose up to three" in outcome.error
-    widget.channels_edit.setText("0,2")
+    widget.source.channels_edit.setText("0,2")
     outcome = run_and_wait(widget)
     assert outcome.error is None and list(outcome.results) == [()]
     att = viewer.layers["channels · attention"]
@@ -81,6 +88,6 @@ def test_multichannel_choose_channels(viewer_widget, run_and_wait, stack, notifi
     for c in range(4):
         viewer.dims.set_point(0, c)
         assert np.rint(att.world_to_data(viewer.dims.point)[0]) == 0
-    widget.channels_edit.setText("0,x")
+    widget.source.channels_edit.setText("0,x")
     assert widget.run() is None
     assert "comma-separated" in notifications[-1].message

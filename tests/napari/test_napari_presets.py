@@ -46,8 +46,8 @@ def test_default_run_is_directional_with_outline_and_colorbars(viewer_widget, ru
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
     assert widget.preset() == "directional"
-    assert widget.rule_combo.currentData() == "q" and widget.thresholds()["q_th"] == pytest.approx(0.1)
-    assert widget.thresholds()["z_th"] is None and not widget.z_mask_check.isChecked()
+    assert widget.thresholds_panel.rule_combo.currentData() == "q" and widget.thresholds()["q_th"] == pytest.approx(0.1)
+    assert widget.thresholds()["z_th"] is None and not widget.thresholds_panel.z_mask_check.isChecked()
     assert _statistics_options(widget) == _preset_options("directional")
     run_and_wait(widget)
     result = widget.current_record().results[()]
@@ -70,7 +70,7 @@ def test_default_run_is_directional_with_outline_and_colorbars(viewer_widget, ru
     assert set(np.unique(sig.data)) <= {0, 1}
     caption = significance_caption(result, widget.thresholds())
     assert "above the null" in caption
-    assert caption in widget.status_label.text()
+    assert caption in widget.run_panel.status_label.text()
     assert caption in viewer.status
 
 
@@ -81,16 +81,16 @@ def test_preset_switch_resets_thresholds_and_renames_layers(viewer_widget, run_a
     run_and_wait(widget)
     first = _outputs(viewer, "cells", "directional")
     n_layers = len(viewer.layers)
-    widget.q_th_slider.setValue(0.3)
-    widget.preset_combo.setCurrentIndex(widget.preset_combo.findData("paper"))
+    widget.thresholds_panel.q_th_slider.setValue(0.3)
+    widget.options.preset_combo.setCurrentIndex(widget.options.preset_combo.findData("paper"))
     paper = PRESET_DEFAULTS["paper"]
     t = widget.thresholds()
-    assert t["rule"] == paper["rule"] == "lfdr" and widget.z_mask_check.isChecked()
+    assert t["rule"] == paper["rule"] == "lfdr" and widget.thresholds_panel.z_mask_check.isChecked()
     assert (t["z_th"], t["l_th"], t["q_th"]) == pytest.approx((paper["z_th"], paper["l_th"], 0.1))
-    assert widget.p_method_combo.isEnabled()  # the paper's options are editable
+    assert widget.options.p_method_combo.isEnabled()  # the paper's options are editable
     assert _statistics_options(widget) == _preset_options("paper")
-    assert widget.preset_combo.toolTip() and "BELOW" in widget.preset_combo.itemData(
-        widget.preset_combo.findData("paper"), 3)  # Qt.ToolTipRole
+    assert widget.options.preset_combo.toolTip() and "BELOW" in widget.options.preset_combo.itemData(
+        widget.options.preset_combo.findData("paper"), 3)  # Qt.ToolTipRole
     run_and_wait(widget)
     result = widget.current_record().results[()]
     assert result.preset == "paper" and result.metadata["p_method"] == "pooled"
@@ -99,10 +99,10 @@ def test_preset_switch_resets_thresholds_and_renames_layers(viewer_widget, run_a
     assert second["posterior"].name == "cells · posterior 1 − lfdr (two-sided)"
     assert all(second[k] is first[k] for k in KINDS) and len(viewer.layers) == n_layers
     assert "cells · −log10 p, above null" not in viewer.layers
-    assert "two-sided" in widget.status_label.text()
+    assert "two-sided" in widget.run_panel.status_label.text()
     # and back: the directional preset fixes the one-sided options again
-    widget.preset_combo.setCurrentIndex(widget.preset_combo.findData("directional"))
-    assert not widget.p_method_combo.isEnabled() and widget.thresholds()["rule"] == "q"
+    widget.options.preset_combo.setCurrentIndex(widget.options.preset_combo.findData("directional"))
+    assert not widget.options.p_method_combo.isEnabled() and widget.thresholds()["rule"] == "q"
     assert _statistics_options(widget) == _preset_options("directional")
     assert widget.run_config().resolved().alternative == "greater"
 
@@ -113,23 +113,23 @@ def test_q_threshold_move_updates_layers_and_status(viewer_widget, run_and_wait,
     viewer.add_image(cells_image, name="cells")
     run_and_wait(widget)
     result = widget.current_record().results[()]
-    before = widget.status_label.text()
+    before = widget.run_panel.status_label.text()
     with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
-        widget.q_th_slider.setValue(1.0)  # every patch has q ≤ 1
+        widget.thresholds_panel.q_th_slider.setValue(1.0)  # every patch has q ≤ 1
     assert widget.worker is None
     sig = token_grid(viewer.layers["cells · significant"].data)
     np.testing.assert_array_equal(sig == 1, result.significant("q", q_th=1.0))
     assert int((sig == 1).sum()) == sig.size
-    after = widget.status_label.text()
+    after = widget.run_panel.status_label.text()
     assert after != before and f"{sig.size}/{sig.size} patches significant (q ≤ 1)" in after
     assert viewer.layers["cells · regularized"].metadata["attnreg"]["thresholds"]["q_th"] == 1.0
     # the z mask box: off = no z mask, on = z ≥ the slider's value
     with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
-        widget.z_mask_check.setChecked(True)
-        widget.z_th_slider.setValue(1.0)
+        widget.thresholds_panel.z_mask_check.setChecked(True)
+        widget.thresholds_panel.z_th_slider.setValue(1.0)
     np.testing.assert_array_equal(token_grid(viewer.layers["cells · significant"].data) == 1,
                                   result.significant("q", q_th=1.0, z_th=1.0))
-    assert "z ≥ 1" in widget.status_label.text()
+    assert "z ≥ 1" in widget.run_panel.status_label.text()
 
 
 def test_diagnostics_of_a_random_model_reach_status_and_notification(
@@ -145,7 +145,7 @@ def test_diagnostics_of_a_random_model_reach_status_and_notification(
     result = widget.current_record().results[()]
     codes = {d.code for d in result.diagnostics}
     assert {"random_init", "uniform_attention", "model_domain"} <= codes
-    text = widget.status_label.text()
+    text = widget.run_panel.status_label.text()
     assert "random weights" in text and "nearly uniform" in text
     assert "(synthetic test blobs)" in text and "Model domain: synthetic test blobs" in text
     warnings_ = [n for n in notifications if n.severity == NotificationSeverity.WARNING]

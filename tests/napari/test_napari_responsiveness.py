@@ -15,12 +15,12 @@ pytestmark = pytest.mark.gui
 def test_event_loop_keeps_ticking_during_a_run(viewer_widget, qtbot, cells_image):
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
-    widget.n_boot_spin.setValue(96)
-    widget.chunk_spin.setValue(8)
+    widget.options.n_boot_spin.setValue(96)
+    widget.options.chunk_spin.setValue(8)
     ticks: list[float] = []
     last_yield: list[float] = []
     bar_values: list[int] = []
-    widget.progress_bar.valueChanged.connect(bar_values.append)
+    widget.run_panel.progress_bar.valueChanged.connect(bar_values.append)
     timer = QTimer()
     timer.setInterval(10)
     timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
@@ -31,7 +31,7 @@ def test_event_loop_keeps_ticking_during_a_run(viewer_widget, qtbot, cells_image
             worker = widget.run()
             worker.yielded.connect(lambda _: last_yield.append(time.perf_counter()))
             # progress also goes to napari's activity dock (a napari progress bar)
-            assert isinstance(widget._pbar, progress) and widget._pbar in progress._all_instances
+            assert isinstance(widget.run_panel._pbar, progress) and widget.run_panel._pbar in progress._all_instances
     finally:
         timer.stop()
     # gaps while the worker computes: from Run to the last progress event (layers come after)
@@ -43,4 +43,4 @@ def test_event_loop_keeps_ticking_during_a_run(viewer_widget, qtbot, cells_image
     assert len(during) > 10, "the timer never ticked while the job ran"
     assert gaps.max() < 1.0, f"event loop blocked for {gaps.max():.3f} s during the run"
     assert viewer.layers["cells · attention"].data.any()
-    assert widget._pbar is None and not widget.progress_bar.value()  # closed and reset
+    assert widget.run_panel._pbar is None and not widget.run_panel.progress_bar.value()  # closed and reset

@@ -46,8 +46,8 @@ def test_shapes_roi_table_matches_core_and_exports(viewer_widget, run_and_wait, 
 
     # thresholds move → the table follows without a new run
     with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
-        widget.rule_combo.setCurrentIndex(widget.rule_combo.findData("p"))
-        widget.p_th_slider.setValue(0.5)
+        widget.thresholds_panel.rule_combo.setCurrentIndex(widget.thresholds_panel.rule_combo.findData("p"))
+        widget.thresholds_panel.p_th_slider.setValue(0.5)
     _assert_rows_equal(blocker.args[0], _core_rows(result, labels, {**t, "rule": "p", "p_th": 0.5}))
 
     # editing the ROIs updates the table too
@@ -57,10 +57,55 @@ def test_shapes_roi_table_matches_core_and_exports(viewer_widget, run_and_wait, 
     assert widget.roi_panel.table.rowCount() == 3
 
     path = widget.roi_panel.export_csv(tmp_path / "rois.csv")
-    with open(path, newline="") as fh:
-        read = list(csv.DictReader(fh))
+    text = path.read_text(encoding="utf-8").splitlines()
+    notes = [line[2:] for line in text if line.startswith("# ")]
+    read = list(csv.DictReader(line for line in text if not line.startswith("#")))
     assert len(read) == 3 and set(ROI_COLUMNS) <= set(read[0])
     assert float(read[0]["mean_attention"]) == pytest.approx(widget.roi_panel.rows[0]["mean_attention"])
+    # what made the table travels with it
+    prov = dict(line.split(": ", 1) for line in notes if ": " in line)
+    record = widget.current_record()
+    assert prov["image"] == "cells" and prov["preset"] == record.preset
+    assert prov["B (null images)"] == "16" and prov["seed"] == "0"
+    assert '"rule": "p"' in prov["thresholds"] and prov["run id"] == record.run_id
+    assert "tiny" in prov["model"] or "VisionTransformer" in prov["model"]
+    assert prov["package version"]
+
+
+def test_odds_ratio_blank_without_significant_tokens_and_small_roi_warning(
+        viewer_widget, run_and_wait, cells_image, qtbot, tmp_path):
+    """No 0.5-corrected odds ratio (e.g. 33.8) for an ROI with no significant token."""
+    from napari_attnreg._napari.roi_export import NO_ODDS
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    column = list(ROI_COLUMNS).index("odds_ratio")
+    shapes = viewer.add_shapes([np.array([[10, 10], [60, 60]]), np.array([[70, 70], [72, 72]])],
+                               shape_type="rectangle", name="rois")
+    with qtbot.waitSignal(widget.thresholds_panel.changed, timeout=5000):  # nothing significant
+        widget.thresholds_panel.rule_combo.setCurrentIndex(
+            widget.thresholds_panel.rule_combo.findData("p"))
+        widget.thresholds_panel.p_th_slider.setValue(0.0)
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(shapes)
+    rows = blocker.args[0]
+    assert [r["frac_significant"] for r in rows] == [0.0, 0.0]
+    assert all(r["odds_ratio"] > 0 for r in rows)  # the core's corrected value exists …
+    table = widget.roi_panel.table
+    assert [table.item(r, column).text() for r in range(2)] == [NO_ODDS, NO_ODDS]  # … not shown
+    assert "no significant token" in table.item(0, column).toolTip()
+    path = widget.roi_panel.export_csv(tmp_path / "rois.csv")
+    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if not ln.startswith("#")]
+    assert [r["odds_ratio"] for r in csv.DictReader(lines)] == ["", ""]
+    # the 3×3-pixel ROI is smaller than one token: said so
+    status = widget.roi_panel.status.text()
+    assert "⚠ ROI 2 smaller than one token" in status and "ROI 1" not in status
+
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.thresholds_panel.p_th_slider.setValue(1.0)  # every token significant
+    assert all(r["frac_significant"] == 1.0 for r in blocker.args[0])
+    assert table.item(0, column).text() != NO_ODDS
 
 
 def test_labels_roi_on_a_scaled_image(viewer_widget, run_and_wait, cells_image, qtbot):
@@ -86,7 +131,7 @@ def test_significant_layer_can_serve_as_roi(viewer_widget, run_and_wait, cells_i
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
     # the paper's lfdr rule finds regions even with this random model (the q rule finds none)
-    widget.preset_combo.setCurrentIndex(widget.preset_combo.findData("paper"))
+    widget.options.preset_combo.setCurrentIndex(widget.options.preset_combo.findData("paper"))
     run_and_wait(widget)
     sig_layer = viewer.layers["cells · significant"]
     if sig_layer.data.max() == 0:

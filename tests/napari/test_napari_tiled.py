@@ -33,30 +33,30 @@ def demo_widget(make_napari_viewer):
     widget = AttentionWidget(viewer)
     viewer.window.add_dock_widget(widget, name="Attention Regularization")
     assert widget.model_spec().source == "demo"
-    widget.n_boot_spin.setValue(8)
-    widget.device_combo.setCurrentText("cpu")
+    widget.options.n_boot_spin.setValue(8)
+    widget.options.device_combo.setCurrentText("cpu")
     return viewer, widget
 
 
 def test_tiling_controls_follow_the_checkbox_and_the_core(demo_widget):
     _viewer, widget = demo_widget
     defaults = RunConfig()
-    assert widget.tiled_check.text() == "Tiled (native resolution)"
-    assert "native" in widget.tiled_check.toolTip() or "own pixel size" in widget.tiled_check.toolTip()
-    assert "n_tiles + B" in widget.tiled_check.toolTip()
-    assert widget.tiled_check.isChecked() == defaults.tiled
-    assert widget.tile_overlap_spin.value() == defaults.tile_overlap
-    assert widget.tile_scale_spin.value() == pytest.approx(defaults.tile_scale)
-    assert (widget.tile_scale_spin.minimum(), widget.tile_scale_spin.maximum()) == TILE_SCALE_RANGE
-    assert (widget.tile_overlap_spin.minimum(), widget.tile_overlap_spin.maximum()) == (0, TILE_OVERLAP_MAX)
-    assert not widget.tile_overlap_spin.isEnabled() and widget.size_combo.isEnabled()
-    widget.tile_scale_spin.setValue(2.0)
+    assert widget.options.tiled_check.text() == "Tiled (native resolution)"
+    assert "native" in widget.options.tiled_check.toolTip() or "own pixel size" in widget.options.tiled_check.toolTip()
+    assert "n_tiles + B" in widget.options.tiled_check.toolTip()
+    assert widget.options.tiled_check.isChecked() == defaults.tiled
+    assert widget.options.tile_overlap_spin.value() == defaults.tile_overlap
+    assert widget.options.tile_scale_spin.value() == pytest.approx(defaults.tile_scale)
+    assert (widget.options.tile_scale_spin.minimum(), widget.options.tile_scale_spin.maximum()) == TILE_SCALE_RANGE
+    assert (widget.options.tile_overlap_spin.minimum(), widget.options.tile_overlap_spin.maximum()) == (0, TILE_OVERLAP_MAX)
+    assert not widget.options.tile_overlap_spin.isEnabled() and widget.options.size_combo.isEnabled()
+    widget.options.tile_scale_spin.setValue(2.0)
     config = widget.run_config()
     assert not config.tiled and config.tile_scale == defaults.tile_scale  # nothing stale when off
-    widget.tiled_check.setChecked(True)
-    assert widget.tile_overlap_spin.isEnabled() and widget.tile_scale_spin.isEnabled()
-    assert not widget.size_combo.isEnabled()
-    widget.tile_overlap_spin.setValue(16)
+    widget.options.tiled_check.setChecked(True)
+    assert widget.options.tile_overlap_spin.isEnabled() and widget.options.tile_scale_spin.isEnabled()
+    assert not widget.options.size_combo.isEnabled()
+    widget.options.tile_overlap_spin.setValue(16)
     config = widget.run_config()
     assert config.tiled and config.tile_overlap == 16 and config.tile_scale == 2.0
 
@@ -70,9 +70,9 @@ def test_tiled_run_gives_native_grid_aligned_with_the_image(demo_widget, run_and
                                                             overlap, scale):
     viewer, widget = demo_widget
     image = viewer.add_image(_field(shape), name="field", scale=(0.5, 0.25), translate=(10.0, -3.0))
-    widget.tiled_check.setChecked(True)
-    widget.tile_overlap_spin.setValue(overlap)
-    widget.tile_scale_spin.setValue(scale)
+    widget.options.tiled_check.setChecked(True)
+    widget.options.tile_overlap_spin.setValue(overlap)
+    widget.options.tile_scale_spin.setValue(scale)
     outcome = run_and_wait(widget, timeout=240_000)
     assert outcome.error is None and not outcome.cancelled
     result = widget.current_record().results[()]
@@ -95,7 +95,7 @@ def test_tiled_run_gives_native_grid_aligned_with_the_image(demo_widget, run_and
                          ((-0.5, gw - 0.5), (-0.5, w - 0.5))):
             np.testing.assert_allclose(layer.data_to_world(tok), image.data_to_world(pix),
                                        atol=1e-9)
-    assert "tiled" in widget.status_label.text()
+    assert "tiled" in widget.run_panel.status_label.text()
 
 
 def test_cancel_during_a_tiled_run_adds_nothing(demo_widget, qtbot):
@@ -104,9 +104,9 @@ def test_cancel_during_a_tiled_run_adds_nothing(demo_widget, qtbot):
     viewer, widget = demo_widget
     viewer.add_image(_field((600, 400)), name="field")
     names = [layer.name for layer in viewer.layers]
-    widget.tiled_check.setChecked(True)
-    widget.n_boot_spin.setValue(2000)
-    widget.chunk_spin.setValue(2)
+    widget.options.tiled_check.setChecked(True)
+    widget.options.n_boot_spin.setValue(2000)
+    widget.options.chunk_spin.setValue(2)
     events: list = []  # appended on the worker thread, so it is never behind the worker
 
     def record(item):
@@ -116,7 +116,7 @@ def test_cancel_during_a_tiled_run_adds_nothing(demo_widget, qtbot):
     with qtbot.waitSignal(widget.run_finished, timeout=120_000) as blocker:
         worker = widget.run()
         worker.yielded.connect(record, Qt.ConnectionType.DirectConnection)
-        assert widget.cancel_button.isEnabled()
+        assert widget.run_panel.cancel_button.isEnabled()
         # progress moves per chunk through the tiles and then the nulls
         qtbot.waitUntil(lambda: any(e.stage == "nulls" for e in events), timeout=120_000)
         done_at_cancel = events[-1].done
@@ -130,4 +130,4 @@ def test_cancel_during_a_tiled_run_adds_nothing(demo_widget, qtbot):
     assert fractions == sorted(fractions) and fractions[-1] < 0.5
     assert events[-1].done - done_at_cancel <= 2  # stopped at the next chunk boundary
     assert [layer.name for layer in viewer.layers] == names
-    assert widget.run_button.isEnabled() and widget.current_record() is None
+    assert widget.run_panel.run_button.isEnabled() and widget.current_record() is None

@@ -54,7 +54,7 @@ def test_run_adds_aligned_layers_matching_the_core(viewer_widget, run_and_wait, 
                                   result.significant().astype(int))
     np.testing.assert_array_equal(layers["significant"].data,
                                   np.kron(result.significant(), np.ones((4, 4), dtype=int)))
-    assert widget.run_button.isEnabled() and not widget.cancel_button.isEnabled()
+    assert widget.run_panel.run_button.isEnabled() and not widget.run_panel.cancel_button.isEnabled()
 
 
 def test_rerun_updates_layers_in_place(viewer_widget, run_and_wait, cells_image):
@@ -64,8 +64,8 @@ def test_rerun_updates_layers_in_place(viewer_widget, run_and_wait, cells_image)
     first = _outputs(viewer, "cells")
     before = first["attention"].data.copy()
     n_layers = len(viewer.layers)
-    widget.seed_spin.setValue(3)
-    widget.method_combo.setCurrentText("uniform")
+    widget.options.seed_spin.setValue(3)
+    widget.options.method_combo.setCurrentText("uniform")
     run_and_wait(widget)
     second = _outputs(viewer, "cells")
     assert len(viewer.layers) == n_layers
@@ -89,10 +89,10 @@ def test_threshold_change_updates_layers_without_rerun(viewer_widget, run_and_wa
     result = widget.current_record().results[()]
     layers = _outputs(viewer, "cells")
     with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
-        widget.rule_combo.setCurrentIndex(widget.rule_combo.findData("p"))
-        widget.p_th_slider.setValue(0.05)
-        widget.z_mask_check.setChecked(True)  # the directional default has no z mask
-        widget.z_th_slider.setValue(-1.0)
+        widget.thresholds_panel.rule_combo.setCurrentIndex(widget.thresholds_panel.rule_combo.findData("p"))
+        widget.thresholds_panel.p_th_slider.setValue(0.05)
+        widget.thresholds_panel.z_mask_check.setChecked(True)  # the directional default has no z mask
+        widget.thresholds_panel.z_th_slider.setValue(-1.0)
     assert widget.worker is None
     assert widget.thresholds()["z_th"] == pytest.approx(-1.0)
     expected = result.regularized("p", p_th=0.05, z_th=-1.0)
@@ -111,8 +111,8 @@ def test_cancel_mid_run_adds_nothing_and_keeps_layers(viewer_widget, qtbot, cell
     viewer.add_image(cells_image, name="cells")
     viewer.add_points([[5, 5]], name="my points")
     names = [layer.name for layer in viewer.layers]
-    widget.n_boot_spin.setValue(5000)
-    widget.chunk_spin.setValue(4)
+    widget.options.n_boot_spin.setValue(5000)
+    widget.options.chunk_spin.setValue(4)
     done: list[int] = []  # appended on the worker thread, so it is never behind the worker
 
     def record(item):
@@ -122,7 +122,7 @@ def test_cancel_mid_run_adds_nothing_and_keeps_layers(viewer_widget, qtbot, cell
     with qtbot.waitSignal(widget.run_finished, timeout=60_000) as blocker:
         worker = widget.run()
         worker.yielded.connect(record, Qt.ConnectionType.DirectConnection)
-        assert not widget.run_button.isEnabled() and widget.cancel_button.isEnabled()
+        assert not widget.run_panel.run_button.isEnabled() and widget.run_panel.cancel_button.isEnabled()
         assert widget.run() is None  # a second run is refused while one runs
         qtbot.waitUntil(lambda: len(done) >= 3, timeout=30_000)
         done_at_cancel = done[-1]
@@ -132,7 +132,7 @@ def test_cancel_mid_run_adds_nothing_and_keeps_layers(viewer_widget, qtbot, cell
     # it stops at the next chunk boundary: at most the chunk in flight is finished
     assert done[-1] - done_at_cancel <= 4
     assert [layer.name for layer in viewer.layers] == names
-    assert widget.run_button.isEnabled()
+    assert widget.run_panel.run_button.isEnabled()
 
 
 def test_stale_result_of_cancelled_run_is_dropped(viewer_widget, qtbot, cells_image):
@@ -150,8 +150,8 @@ def test_activity_dock_quit_cancels_through_the_token(viewer_widget, qtbot, cell
     """napari's activity-dock cancel calls worker.quit(): the generator must still end itself."""
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
-    widget.n_boot_spin.setValue(5000)
-    widget.chunk_spin.setValue(4)
+    widget.options.n_boot_spin.setValue(5000)
+    widget.options.chunk_spin.setValue(4)
     with qtbot.waitSignal(widget.run_finished, timeout=60_000) as blocker:
         worker = widget.run()
         worker.quit()
@@ -175,15 +175,15 @@ def test_bad_inputs_notify_and_leave_layers(viewer_widget, run_and_wait, notific
     assert errors and errors[-1].message == outcome.error
 
     widget.set_layer(viewer.layers["cells"])
-    widget.model_combo.setCurrentIndex(widget.model_combo.findData("file"))
-    widget.weights_edit.setText(str(tmp_path / "missing.safetensors"))
-    widget.arch_edit.setText("vit_tiny_patch16_224")
+    widget.model.source_combo.setCurrentIndex(widget.model.source_combo.findData("file"))
+    widget.model.weights_edit.setText(str(tmp_path / "missing.safetensors"))
+    widget.model.arch_edit.setText("vit_tiny_patch16_224")
     outcome = run_and_wait(widget)
     assert outcome.error is not None and "missing.safetensors" in outcome.error
     assert notifications[-1].message == outcome.error
 
-    widget.set_model(widget._custom_model.module)
-    widget.head_spin.setValue(50)
+    widget.set_model(widget.model.custom_module)
+    widget.options.head_spin.setValue(50)
     outcome = run_and_wait(widget)
     assert "Head 50 does not exist" in outcome.error
 

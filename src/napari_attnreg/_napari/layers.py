@@ -1,13 +1,16 @@
-"""Output layers: geometry that lands exactly on the input image, colormaps, in-place updates.
+"""Output layers: maps on the token grid, colormaps, in-place updates tracked by run id.
 
-All maps stay on the token grid (a few thousand values per plane). A token-grid layer is
-placed on the image by composing the result's ``token_scale``/``token_translate`` with the
-input layer's own transform, so it is exact whatever resize the model needed. Functions
-that take a ``viewer`` must run on the GUI thread.
+All maps stay on the token grid (a few thousand values per plane), placed on the image by
+:func:`.geometry.token_transform`. A run's output layers are the objects its
+:class:`RunRecord` holds (``record.outputs``), never "the first layer whose metadata
+matches": napari's Duplicate Layer copies metadata, run id included, and such a copy is
+the analyst's, never updated or renamed here. Functions that take a ``viewer`` run on
+the GUI thread.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +23,7 @@ from ..core.display import (
 )
 from ..core.presets import DEFAULT_PRESET
 from ..core.result import AttentionResult
+from .geometry import SourceGeometry, token_transform
 
 PlaneIndex = tuple[int, ...]
 
@@ -54,105 +58,6 @@ def legend(kind: str, preset: str) -> str:
     return MAPS_BY_KEY[kind].legend(preset)
 
 
-@dataclass(frozen=True)
-class SourceGeometry:
-    """Axes and transform of the input image layer, captured on the GUI thread.
-
-    Attributes
-    ----------
-    shape : tuple of int
-        Layer shape without the RGB axis (``len == layer.ndim``).
-    rgb : bool
-    channel_axis : int, optional
-        Layer axis holding fluorescence channels.
-    scale, translate : tuple of float
-    rotate, shear : np.ndarray
-        As napari stores them; kept so output layers follow a rotated image too.
-    affine : np.ndarray
-        The layer's extra ``affine`` (physical → world).
-    """
-
-    shape: tuple[int, ...]
-    rgb: bool
-    channel_axis: int | None
-    scale: tuple[float, ...]
-    translate: tuple[float, ...]
-    rotate: np.ndarray = field(compare=False)
-    shear: np.ndarray = field(compare=False)
-    affine: np.ndarray = field(compare=False)
-
-    @classmethod
-    def from_layer(cls, layer: Any, channel_axis: int | None = None) -> SourceGeometry:
-        shape = tuple(int(s) for s in layer.data.shape[: layer.ndim]) if not layer.multiscale else \
-            tuple(int(s) for s in layer.data[0].shape[: layer.ndim])
-        if channel_axis is not None and not 0 <= channel_axis < layer.ndim - 2:
-            raise ValueError(f"Channel axis {channel_axis} must be one of the non-image axes "
-                             f"0–{layer.ndim - 3} of this {layer.ndim}D layer.")
-        return cls(
-            shape=shape, rgb=bool(layer.rgb), channel_axis=channel_axis,
-            scale=tuple(float(v) for v in layer.scale),
-            translate=tuple(float(v) for v in layer.translate),
-            rotate=np.asarray(layer.rotate, dtype=float),
-            shear=np.asarray(layer.shear, dtype=float),
-            affine=np.asarray(layer.affine.affine_matrix, dtype=float),
-        )
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def image_shape(self) -> tuple[int, int]:
-        return self.shape[-2], self.shape[-1]
-
-    @property
-    def stack_axes(self) -> tuple[int, ...]:
-        """Axes in front of the image that are not channels: one run per index along them."""
-        return tuple(a for a in range(self.ndim - 2) if a != self.channel_axis)
-
-    @property
-    def stack_shape(self) -> tuple[int, ...]:
-        return tuple(self.shape[a] for a in self.stack_axes)
-
-    def planes(self) -> list[PlaneIndex]:
-        return [tuple(int(i) for i in idx) for idx in np.ndindex(self.stack_shape)] \
-            if self.stack_axes else [()]
-
-    def same_grid(self, other: SourceGeometry) -> bool:
-        return self == other and np.allclose(self.rotate, other.rotate) and \
-            np.allclose(self.shear, other.shear) and np.allclose(self.affine, other.affine)
-
-    def linear_matrix(self) -> np.ndarray:
-        from napari.utils.transforms import Affine
-
-        return Affine(scale=self.scale, rotate=self.rotate, shear=self.shear).linear_matrix
-
-
-def token_transform(geometry: SourceGeometry, result: AttentionResult,
-                    supersample: int = 1) -> dict[str, Any]:
-    """napari transform kwargs of a token-grid output layer over ``geometry``.
-
-    In the input layer's data coordinates a token-grid index ``i`` sits at ``d·i + e``
-    (``d = token_scale``, ``e = token_translate = (d − 1)/2`` on the image axes; ``d = C`` and
-    ``e = (C − 1)/2`` on a channel axis, so one output plane spans every channel). napari
-    applies ``rotate·shear·scale`` then ``translate``, hence ``scale' = scale·d`` and
-    ``translate' = translate + (rotate·shear·scale)·e``; rotate, shear and affine carry over.
-    With ``supersample = k`` each token is k×k cells: ``d = token_scale / k``, same rule for e.
-    """
-    d = np.ones(geometry.ndim)
-    e = np.zeros(geometry.ndim)
-    d[-2:] = np.asarray(result.token_scale) / supersample
-    e[-2:] = (d[-2:] - 1) / 2
-    if geometry.channel_axis is not None:
-        n_ch = geometry.shape[geometry.channel_axis]
-        d[geometry.channel_axis] = n_ch
-        e[geometry.channel_axis] = (n_ch - 1) / 2
-    scale = np.asarray(geometry.scale) * d
-    translate = np.asarray(geometry.translate) + geometry.linear_matrix() @ e
-    return {"scale": tuple(scale), "translate": tuple(translate), "rotate": geometry.rotate,
-            "shear": geometry.shear, "affine": geometry.affine}
-
-
 @dataclass
 class RunRecord:
     """Results of the runs on one input layer, and the parameters that made them."""
@@ -163,6 +68,9 @@ class RunRecord:
     results: dict[PlaneIndex, AttentionResult]
     params: dict[str, Any]
     thresholds: dict[str, Any]
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: The output layers of this run, by kind (object identity, not names or metadata).
+    outputs: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def grid_shape(self) -> tuple[int, int]:
@@ -213,13 +121,14 @@ def plane_maps(result: AttentionResult, thresholds: dict[str, Any]) -> dict[str,
 
 
 def stacked_maps(record: RunRecord, kinds: tuple[str, ...] = KINDS) -> dict[str, np.ndarray]:
-    """Output arrays of a record: planes never computed stay 0 (invisible in every colormap).
+    """Output arrays of a record: planes never computed are NaN (drawn transparent, and no
+    value a reader could take for a result); labels there stay 0.
 
     Significant tokens are label 1 on every plane: one class, drawn in one colour, which the
     analyst can paint or erase as an annotation.
     """
-    out = {k: np.zeros(record.output_shape(_supersample(k)),
-                       dtype=np.int32 if k == "significant" else np.float32) for k in kinds}
+    out = {k: np.zeros(record.output_shape(_supersample(k)), dtype=np.int32) if k == "significant"
+           else np.full(record.output_shape(), np.nan, dtype=np.float32) for k in kinds}
     for plane in sorted(record.results):
         maps = plane_maps(record.results[plane], record.thresholds)
         slot = record.plane_slot(plane)
@@ -271,19 +180,30 @@ def significant_colormap():
 
 
 # ---- viewer side (GUI thread only) ------------------------------------------------------------
-def find_output(viewer: Any, source_id: Any, kind: str) -> Any | None:
-    """The output layer of ``kind`` made from the layer with ``source_id``, if it still exists."""
-    for layer in viewer.layers:
-        meta = layer.metadata.get(META_KEY) if isinstance(layer.metadata, dict) else None
-        if meta and meta.get("source_id") == str(source_id) and meta.get("kind") == kind:
-            return layer
-    return None
+def find_output(viewer: Any, record: RunRecord, kind: str) -> Any | None:
+    """The output layer of ``kind`` of ``record``, if it is still in the viewer.
+
+    Only the tracked object counts: a layer with the same run id in its metadata that is
+    not that object is a copy the analyst made (Duplicate Layer), and is left alone.
+    """
+    layer = record.outputs.get(kind)
+    return layer if layer is not None and layer in viewer.layers else None
+
+
+def is_user_copy(layer: Any, records: Any) -> bool:
+    """A layer carrying a run's id in its metadata that is not that run's own layer."""
+    meta = layer.metadata.get(META_KEY) if isinstance(layer.metadata, dict) else None
+    if not meta:
+        return False
+    return not any(layer is out for record in records for out in record.outputs.values()
+                   if record.run_id == meta.get("run_id"))
 
 
 def _metadata(record: RunRecord, kind: str) -> dict[str, Any]:
     result = record.any_result
     return {META_KEY: {
         "kind": kind,
+        "run_id": record.run_id,
         "preset": record.preset,
         "legend": legend(kind, record.preset),
         "source": record.source_name,
@@ -301,8 +221,8 @@ def _metadata(record: RunRecord, kind: str) -> dict[str, Any]:
 def upsert_outputs(viewer: Any, record: RunRecord, kinds: tuple[str, ...] = KINDS) -> dict[str, Any]:
     """Add the output layers of ``record`` or update those of an earlier run in place.
 
-    Layers are found by the source layer's id in their metadata (names may have been
-    edited); an existing layer keeps its place, visibility, opacity and colormap.
+    Layers are the ones ``record.outputs`` tracks (names and metadata may have been edited
+    or copied); an existing layer keeps its place, visibility, opacity and colormap.
     """
     maps = stacked_maps(record, kinds)
     layers: dict[str, Any] = {}
@@ -310,7 +230,7 @@ def upsert_outputs(viewer: Any, record: RunRecord, kinds: tuple[str, ...] = KIND
         transform = token_transform(record.geometry, record.any_result, _supersample(kind))
         name = layer_name(record.source_name, kind, record.preset)
         meta = _metadata(record, kind)
-        layer = find_output(viewer, record.source_id, kind)
+        layer = find_output(viewer, record, kind)
         if layer is not None and layer.ndim != maps[kind].ndim:
             index = viewer.layers.index(layer)
             viewer.layers.remove(layer)
@@ -322,20 +242,35 @@ def upsert_outputs(viewer: Any, record: RunRecord, kinds: tuple[str, ...] = KIND
             if index is not None:
                 viewer.layers.move(viewer.layers.index(layer), index)
         else:
-            # transform first so the new data never renders for a frame at the old extent;
-            # only what changed: each assignment re-slices the layer and re-checks the dims
-            for key, value in transform.items():
-                current = getattr(layer, key)
-                current = current.affine_matrix if key == "affine" else current
-                if np.shape(current) != np.shape(value) or not np.allclose(current, value):
-                    setattr(layer, key, value)
+            # transform first so the new data never renders for a frame at the old extent
+            _set_transform(layer, transform)
             layer.data = maps[kind]
             layer.metadata = meta
             layer.name = name
             if kind != "significant":
                 layer.contrast_limits = contrast_limits(record, kind)
         layers[kind] = layer
+        record.outputs[kind] = layer
     return layers
+
+
+def place_outputs(viewer: Any, record: RunRecord) -> None:
+    """Move the tracked output layers onto ``record.geometry`` (after the source moved)."""
+    for kind in KINDS:
+        layer = find_output(viewer, record, kind)
+        if layer is None:
+            continue
+        _set_transform(layer, token_transform(record.geometry, record.any_result,
+                                              _supersample(kind)))
+
+
+def _set_transform(layer: Any, transform: dict[str, Any]) -> None:
+    # only what changed: each assignment re-slices the layer and re-checks the dims
+    for key, value in transform.items():
+        current = getattr(layer, key)
+        current = current.affine_matrix if key == "affine" else current
+        if np.shape(current) != np.shape(value) or not np.allclose(current, value):
+            setattr(layer, key, value)
 
 
 def _add_output(viewer: Any, record: RunRecord, kind: str, data: np.ndarray, name: str,

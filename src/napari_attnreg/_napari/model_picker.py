@@ -1,12 +1,31 @@
-"""Catalogue model picker for the dock widget: models grouped by domain, licence and access shown."""
+"""Model choice for the dock widget: source (demo, catalogue, timm name, weights file).
+
+The catalogue picker groups models by domain and shows licence and access.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from qtpy.QtCore import Qt
 from qtpy.QtGui import QStandardItem, QStandardItemModel
-from qtpy.QtWidgets import QComboBox, QLabel, QVBoxLayout, QWidget
+from qtpy.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ..core.catalogue import CatalogueEntry, by_domain, find
+from .jobs import ModelSpec
+
+MODEL_SOURCES = {"demo": "demo (bundled)", "catalogue": "known model (catalogue)",
+                 "timm": "timm model name", "file": "weights file"}
+WEIGHT_FILTER = "Weights (*.safetensors *.pth *.pt *.ckpt *.bin);;All (*)"
 
 
 class CataloguePicker(QWidget):
@@ -21,6 +40,7 @@ class CataloguePicker(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.combo = QComboBox()
+        self.combo.setToolTip("Known domain models; the line below names domain, licence, access.")
         items = QStandardItemModel(self.combo)
         for domain, entries in by_domain().items():
             if domain == "demo":  # the bundled model has its own source entry in the widget
@@ -68,3 +88,100 @@ class CataloguePicker(QWidget):
             + (f"gated: <a href='{entry.page}'>request access</a>, then log in or set HF_TOKEN"
                if entry.gated else "open download")
             + " · offline: choose 'weights file' with this id as arch</small>")
+
+
+def _fit_text(edit: QLineEdit, sample: str) -> None:
+    """Wide enough to show ``sample`` (a placeholder) in full."""
+    edit.setMinimumWidth(edit.fontMetrics().horizontalAdvance(sample) + 16)
+
+
+class ModelPanel(QWidget):
+    """Where the model comes from, and the field(s) that source needs."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._custom: ModelSpec | None = None
+        self.source_combo = QComboBox()
+        for key, text in MODEL_SOURCES.items():
+            self.source_combo.addItem(text, key)
+        self.source_combo.setToolTip("The Vision Transformer: the bundled demo model (offline), a "
+                                     "known domain model, any timm name, or a local weights file.")
+        self.catalogue_picker = CataloguePicker()
+        self.timm_edit = QLineEdit()
+        self.timm_edit.setPlaceholderText("e.g. vit_small_patch8_224.dino")
+        self.timm_edit.setToolTip("A timm model name; its weights download once (needs internet).")
+        _fit_text(self.timm_edit, self.timm_edit.placeholderText())
+        self.weights_edit = QLineEdit()
+        self.weights_edit.setPlaceholderText("weights file")
+        self.weights_edit.setToolTip("Local weights: .safetensors, .pth or Lightning .ckpt "
+                                     "(works offline).")
+        _fit_text(self.weights_edit, "/path/to/weights.safetensors")
+        self.browse_button = QPushButton("…")
+        self.browse_button.setToolTip("Choose a weights file.")
+        self.browse_button.setMaximumWidth(30)
+        self.arch_edit = QLineEdit()
+        self.arch_edit.setPlaceholderText("architecture")
+        self.arch_edit.setToolTip("timm architecture or catalogue id of the weights file "
+                                  "(e.g. vit_small_patch16_224); empty = read from the file.")
+        _fit_text(self.arch_edit, "vit_small_patch16_224")
+        self.file_box = QWidget()
+        file_rows = QVBoxLayout(self.file_box)  # two rows: neither field is squeezed
+        file_rows.setContentsMargins(0, 0, 0, 0)
+        path_row = QHBoxLayout()
+        path_row.addWidget(self.weights_edit, 1)
+        path_row.addWidget(self.browse_button)
+        file_rows.addLayout(path_row)
+        file_rows.addWidget(self.arch_edit)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        for widget in (self.source_combo, self.catalogue_picker, self.timm_edit, self.file_box):
+            layout.addWidget(widget)
+        self.source_combo.currentIndexChanged.connect(self._on_source_changed)
+        self.browse_button.clicked.connect(self._browse_weights)
+        self._on_source_changed()
+
+    def source(self) -> str:
+        return self.source_combo.currentData()
+
+    def set_source(self, source: str) -> None:
+        self.source_combo.setCurrentIndex(self.source_combo.findData(source))
+
+    def _on_source_changed(self, *_: Any) -> None:
+        source = self.source()
+        self.catalogue_picker.setVisible(source == "catalogue")
+        self.timm_edit.setVisible(source == "timm")
+        self.file_box.setVisible(source == "file")
+
+    def _browse_weights(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Model weights", "", WEIGHT_FILTER)
+        if path:
+            self.weights_edit.setText(path)
+
+    def set_model(self, model: Any, name: str | None = None) -> None:
+        """Use a ``Backbone`` or ``nn.Module`` given in code (tests, scripts)."""
+        label = name or getattr(model, "name", None) or type(model).__name__
+        self._custom = ModelSpec("module", f"{label} (given)", module=model)
+        index = self.source_combo.findData("module")
+        if index < 0:
+            self.source_combo.addItem(self._custom.name, "module")
+            index = self.source_combo.count() - 1
+        else:
+            self.source_combo.setItemText(index, self._custom.name)
+        self.source_combo.setCurrentIndex(index)
+
+    @property
+    def custom_module(self) -> Any:
+        return None if self._custom is None else self._custom.module
+
+    def model_spec(self) -> ModelSpec:
+        source = self.source()
+        if source == "module" and self._custom is not None:
+            return self._custom
+        if source == "catalogue":
+            return ModelSpec("catalogue", self.catalogue_picker.model_id())
+        if source == "timm":
+            return ModelSpec("timm", self.timm_edit.text().strip())
+        if source == "file":
+            return ModelSpec("file", self.weights_edit.text().strip(),
+                             arch=self.arch_edit.text().strip() or None)
+        return ModelSpec("demo", "demo")

@@ -1,8 +1,7 @@
-"""Per-ROI statistics against significant attention: ROI layer → labels → core ``roi_table``.
+"""The ROI panel: ROI layer chooser, per-ROI statistics table and CSV export with provenance.
 
-The analyst draws Shapes or paints Labels; each ROI becomes integer labels on the input
-image's own pixel grid (whatever the ROI layer's scale/translate), and the statistics are
-the core's :func:`~napari_attnreg.core.roi.roi_table`, never recomputed here.
+The rows are the core's :func:`~napari_attnreg.core.roi.roi_table` (see :mod:`.roi_geometry`);
+this panel only shows them, flags what a reader could misread, and writes them.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from qtpy.QtCore import QTimer, Signal
+from qtpy.QtCore import Signal
 from qtpy.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -25,12 +24,13 @@ from qtpy.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from superqt.utils import qdebounced
 
-from ..core.display import rule_text, with_thresholds
-from ..core.roi import ROI_COLUMNS, roi_table, roi_table_to_csv
-from .layers import RunRecord, SourceGeometry
-
-PlaneIndex = tuple[int, ...]
+from ..core.display import rule_text
+from ..core.roi import ROI_COLUMNS
+from .layers import RunRecord
+from .roi_export import NO_ODDS, NO_ODDS_NOTE, odds_ratio_shown, write_roi_csv
+from .roi_geometry import record_roi_rows
 
 HEADERS = {
     "plane": "plane", "label": "ROI", "area_px": "area px", "n_tokens": "tokens",
@@ -38,129 +38,11 @@ HEADERS = {
     "frac_significant": "frac sig", "mean_pct_raw": "pct raw", "mean_pct_regularized": "pct reg",
     "odds_ratio": "odds ratio", "fisher_p": "Fisher p",
 }
-
-
-def _axis_map(src: SourceGeometry, layer: Any, src_axis: int) -> tuple[float, float]:
-    """(a, b) with ``roi_index = a·src_index + b`` along one axis (scale/translate only)."""
-    roi_axis = src_axis - src.ndim + layer.ndim
-    s0, t0 = src.scale[src_axis], src.translate[src_axis]
-    s1, t1 = float(layer.scale[roi_axis]), float(layer.translate[roi_axis])
-    return s0 / s1, (t0 - t1) / s1
-
-
-def _check_plain_transform(src: SourceGeometry, layer: Any) -> None:
-    eye = np.eye(layer.ndim)
-    plain = (np.allclose(layer.rotate, eye) and np.allclose(np.asarray(layer.shear), 0)
-             and np.allclose(layer.affine.affine_matrix, np.eye(layer.ndim + 1))
-             and np.allclose(src.rotate, np.eye(src.ndim)) and np.allclose(src.shear, 0)
-             and np.allclose(src.affine, np.eye(src.ndim + 1)))
-    if not plain:
-        raise ValueError(f"ROI layer {layer.name!r} or the image is rotated, sheared or has an "
-                         "affine transform; ROIs need plain scale/translate layers.")
-
-
-def _roi_lead_index(src: SourceGeometry, layer: Any, plane: PlaneIndex) -> tuple[int, ...] | None:
-    """Index along the ROI layer's own leading axes for one source plane (None: outside)."""
-    lead = layer.ndim - 2
-    full = [0] * src.ndim
-    for axis, i in zip(src.stack_axes, plane):
-        full[axis] = i
-    index = []
-    for roi_axis in range(lead):
-        src_axis = roi_axis + src.ndim - layer.ndim
-        if src_axis < 0:
-            return None  # the ROI layer has more axes than the image: ambiguous
-        a, b = _axis_map(src, layer, src_axis)
-        index.append(round(a * full[src_axis] + b))
-    return tuple(index)
-
-
-def labels_roi_on_image(layer: Any, src: SourceGeometry, plane: PlaneIndex) -> np.ndarray:
-    """A Labels layer's ROIs resampled (nearest) onto one plane of the image's pixel grid."""
-    _check_plain_transform(src, layer)
-    h, w = src.image_shape
-    out = np.zeros((h, w), dtype=np.int64)
-    lead = _roi_lead_index(src, layer, plane)
-    if lead is None:
-        raise ValueError(f"ROI layer {layer.name!r} has more axes than the image.")
-    data = layer.data[0] if getattr(layer, "multiscale", False) else layer.data
-    if any(not 0 <= i < n for i, n in zip(lead, data.shape)):
-        return out
-    plane_data = np.asarray(data[lead]) if lead else np.asarray(data)
-    coords = []
-    for src_axis, n_src in ((src.ndim - 2, h), (src.ndim - 1, w)):
-        a, b = _axis_map(src, layer, src_axis)
-        coords.append(np.rint(a * np.arange(n_src) + b).astype(np.int64))
-    rows, cols = coords
-    ok_r = (rows >= 0) & (rows < plane_data.shape[0])
-    ok_c = (cols >= 0) & (cols < plane_data.shape[1])
-    out[np.ix_(ok_r, ok_c)] = plane_data[np.ix_(rows[ok_r], cols[ok_c])]
-    return out
-
-
-def shapes_roi_on_image(layer: Any, src: SourceGeometry, plane: PlaneIndex) -> np.ndarray:
-    """A Shapes layer's shapes as labels (shape i → id i+1) on one plane of the image grid.
-
-    Vertices go shapes-data → world → image-data; shapes of an nD layer count on the planes
-    they lie on, those of a 2D layer on every plane. Rasterised by napari's ``to_labels``.
-    """
-    from napari.layers import Shapes
-
-    _check_plain_transform(src, layer)
-    h, w = src.image_shape
-    if len(layer.data) == 0:
-        return np.zeros((h, w), dtype=np.int64)
-    full = np.zeros(src.ndim)
-    for axis, i in zip(src.stack_axes, plane):
-        full[axis] = i
-    scale = np.asarray(layer.scale, dtype=float)
-    translate = np.asarray(layer.translate, dtype=float)
-    keep_data, keep_types, ids = [], [], []
-    for i, (verts, kind) in enumerate(zip(layer.data, layer.shape_type)):
-        world = np.asarray(verts, dtype=float) * scale + translate
-        src_axes = np.arange(layer.ndim) + src.ndim - layer.ndim
-        if np.any(src_axes < 0):
-            raise ValueError(f"ROI layer {layer.name!r} has more axes than the image.")
-        src_scale = np.asarray(src.scale)[src_axes]
-        src_translate = np.asarray(src.translate)[src_axes]
-        pix = (world - src_translate) / src_scale
-        lead_ok = all(
-            np.all(np.rint(pix[:, k]) == full[src_axes[k]])
-            for k in range(layer.ndim - 2) if src_axes[k] in src.stack_axes
-        )
-        if lead_ok:
-            keep_data.append(pix[:, -2:])
-            keep_types.append(kind)
-            ids.append(i + 1)
-    if not keep_data:
-        return np.zeros((h, w), dtype=np.int64)
-    temp = Shapes(keep_data, shape_type=keep_types)
-    temp_labels = temp.to_labels(labels_shape=(h, w)).astype(np.int64)
-    lut = np.concatenate([[0], ids]).astype(np.int64)
-    return lut[temp_labels]
-
-
-def roi_labels(layer: Any, src: SourceGeometry, plane: PlaneIndex) -> np.ndarray:
-    """Integer ROI labels on one plane of the image's pixel grid, from Shapes or Labels."""
-    from napari.layers import Labels, Shapes
-
-    if isinstance(layer, Shapes):
-        return shapes_roi_on_image(layer, src, plane)
-    if isinstance(layer, Labels):
-        return labels_roi_on_image(layer, src, plane)
-    raise ValueError(f"Layer {layer.name!r} is neither Shapes nor Labels; draw ROIs in one of those.")
-
-
-def record_roi_rows(record: RunRecord, layer: Any) -> list[dict]:
-    """The core's ROI table for every computed plane of ``record`` (a ``plane`` column for stacks)."""
-    rows: list[dict] = []
-    for plane in sorted(record.results):
-        labels = roi_labels(layer, record.geometry, plane)
-        # the thresholds travel as the result's own (q_th and "no z mask" included)
-        shown = with_thresholds(record.results[plane], record.thresholds)
-        for row in roi_table(shown, labels):
-            rows.append({"plane": list(plane), **row} if plane else row)
-    return rows
+def small_rois(rows: list[dict], record: RunRecord) -> list[str]:
+    """ROIs smaller than one token's footprint: their statistics rest on one coarse token."""
+    sy, sx = record.any_result.token_scale
+    token_px = sy * sx
+    return [str(r["label"]) for r in rows if r["area_px"] < token_px]
 
 
 def _fmt(value: Any) -> str:
@@ -193,11 +75,14 @@ class RoiPanel(QWidget):
         self._viewer = viewer
         self._current_record = current_record
         self._watched: Any = None
+        self._record: RunRecord | None = None
         self.rows: list[dict] = []
 
         self.layer_combo = QComboBox()
         self.layer_combo.setToolTip("A Shapes or Labels layer; each shape / label id is one ROI.")
         self.export_button = QPushButton("Export CSV…")
+        self.export_button.setToolTip("Save the table as CSV, with the image, model, preset, "
+                                      "thresholds, B, seed and package version on top.")
         self.export_button.setEnabled(False)
         self.status = QLabel("Draw Shapes or paint Labels, then choose the layer here.")
         self.status.setWordWrap(True)
@@ -206,6 +91,8 @@ class RoiPanel(QWidget):
         self.table.verticalHeader().setVisible(False)  # the ROI id column names each row
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
         self.table.setMinimumHeight(110)
+        self.table.setToolTip("One row per ROI: the core's per-region statistics against the "
+                              "significant tokens (" + NO_ODDS_NOTE + ").")
 
         top = QHBoxLayout()
         top.addWidget(QLabel("ROI layer"))
@@ -217,18 +104,19 @@ class RoiPanel(QWidget):
         layout.addWidget(self.table)
         layout.addWidget(self.status)
 
-        # editing a shape fires many events; one table update per pause is plenty
-        self._debounce = QTimer(self)
-        self._debounce.setSingleShot(True)
-        self._debounce.setInterval(150)
-        self._debounce.timeout.connect(self.update_table)
-
         self.layer_combo.currentIndexChanged.connect(self._on_layer_chosen)
         self.export_button.clicked.connect(self._on_export_clicked)
         for ev in (viewer.layers.events.inserted, viewer.layers.events.removed,
                    viewer.layers.events.renamed):
             ev.connect(self._refresh_choices)
         self._refresh_choices()
+
+    def disconnect_viewer(self) -> None:
+        """Stop following the viewer (the dock was removed)."""
+        for ev in (self._viewer.layers.events.inserted, self._viewer.layers.events.removed,
+                   self._viewer.layers.events.renamed):
+            ev.disconnect(self._refresh_choices)
+        self._watch(None)
 
     # ---- ROI layer list ---------------------------------------------------------------
     def roi_layers(self) -> list[Any]:
@@ -278,13 +166,15 @@ class RoiPanel(QWidget):
                 if emitter is not None:
                     emitter.connect(self._schedule)
 
+    @qdebounced(timeout=150)
     def _schedule(self, event: Any = None) -> None:
-        self._debounce.start()
+        # editing a shape fires many events; one table update per pause is plenty
+        self.update_table()
 
     # ---- table -------------------------------------------------------------------------
     def update_table(self) -> None:
         """Recompute the rows from the current record, ROI layer and thresholds."""
-        record = self._current_record()
+        record = self._record = self._current_record()
         layer = self.current_layer()
         rows: list[dict] = []
         if record is None:
@@ -297,9 +187,15 @@ class RoiPanel(QWidget):
             except ValueError as err:
                 self.status.setText(str(err))
             else:
-                self.status.setText(
-                    f"{len(rows)} ROI row(s) · significant: {rule_text(record.thresholds)} · "
-                    "token in ROI when ≥50% covered")
+                text = (f"{len(rows)} ROI row(s) · significant: {rule_text(record.thresholds)} · "
+                        "token in ROI when ≥50% covered")
+                small = small_rois(rows, record)
+                if small:
+                    sy, sx = record.any_result.token_scale
+                    text += (f"<br><span style='color:#e0a030'>⚠ ROI {', '.join(small)} "
+                             f"smaller than one token ({sy:.3g}×{sx:.3g} px): its statistics "
+                             "rest on the single token it overlaps most.</span>")
+                self.status.setText(text)
         self._show(rows)
 
     def _show(self, rows: list[dict]) -> None:
@@ -311,17 +207,20 @@ class RoiPanel(QWidget):
         self.table.setRowCount(len(rows))
         for r, row in enumerate(rows):
             for c, key in enumerate(columns):
-                self.table.setItem(r, c, QTableWidgetItem(_fmt(row.get(key))))
+                if key == "odds_ratio" and odds_ratio_shown(row) is None:
+                    item = QTableWidgetItem(NO_ODDS)
+                    item.setToolTip(NO_ODDS_NOTE)
+                else:
+                    item = QTableWidgetItem(_fmt(row.get(key)))
+                self.table.setItem(r, c, item)
         self.export_button.setEnabled(bool(rows))
         self.rows_changed.emit(rows)
 
     def export_csv(self, path: str | Path) -> Path:
-        """Write the current rows with the core's CSV writer."""
+        """Write the current rows, with what made them (``#`` lines) on top."""
         if not self.rows:
             raise ValueError("There are no ROI rows to export; choose an ROI layer with ROIs.")
-        path = Path(path)
-        roi_table_to_csv(self.rows, path)
-        return path
+        return write_roi_csv(self.rows, path, self._record)
 
     def _on_export_clicked(self) -> None:
         from napari.utils.notifications import show_error, show_info

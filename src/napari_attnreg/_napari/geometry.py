@@ -1,0 +1,114 @@
+"""Where the input image sits: its axes and transform, and the transform of token-grid layers.
+
+Captured on the GUI thread from the source layer; no Qt in here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..core.result import AttentionResult
+
+PlaneIndex = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SourceGeometry:
+    """Axes and transform of the input image layer, captured on the GUI thread.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        Layer shape without the RGB axis (``len == layer.ndim``).
+    rgb : bool
+    channel_axis : int, optional
+        Layer axis holding fluorescence channels.
+    scale, translate : tuple of float
+    rotate, shear : np.ndarray
+        As napari stores them; kept so output layers follow a rotated image too.
+    affine : np.ndarray
+        The layer's extra ``affine`` (physical → world).
+    """
+
+    shape: tuple[int, ...]
+    rgb: bool
+    channel_axis: int | None
+    scale: tuple[float, ...]
+    translate: tuple[float, ...]
+    rotate: np.ndarray = field(compare=False)
+    shear: np.ndarray = field(compare=False)
+    affine: np.ndarray = field(compare=False)
+
+    @classmethod
+    def from_layer(cls, layer: Any, channel_axis: int | None = None) -> SourceGeometry:
+        shape = tuple(int(s) for s in layer.data.shape[: layer.ndim]) if not layer.multiscale else \
+            tuple(int(s) for s in layer.data[0].shape[: layer.ndim])
+        if channel_axis is not None and not 0 <= channel_axis < layer.ndim - 2:
+            raise ValueError(f"Channel axis {channel_axis} must be one of the non-image axes "
+                             f"0–{layer.ndim - 3} of this {layer.ndim}D layer.")
+        return cls(
+            shape=shape, rgb=bool(layer.rgb), channel_axis=channel_axis,
+            scale=tuple(float(v) for v in layer.scale),
+            translate=tuple(float(v) for v in layer.translate),
+            rotate=np.asarray(layer.rotate, dtype=float),
+            shear=np.asarray(layer.shear, dtype=float),
+            affine=np.asarray(layer.affine.affine_matrix, dtype=float),
+        )
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def image_shape(self) -> tuple[int, int]:
+        return self.shape[-2], self.shape[-1]
+
+    @property
+    def stack_axes(self) -> tuple[int, ...]:
+        """Axes in front of the image that are not channels: one run per index along them."""
+        return tuple(a for a in range(self.ndim - 2) if a != self.channel_axis)
+
+    @property
+    def stack_shape(self) -> tuple[int, ...]:
+        return tuple(self.shape[a] for a in self.stack_axes)
+
+    def planes(self) -> list[PlaneIndex]:
+        return [tuple(int(i) for i in idx) for idx in np.ndindex(self.stack_shape)] \
+            if self.stack_axes else [()]
+
+    def same_grid(self, other: SourceGeometry) -> bool:
+        return self == other and np.allclose(self.rotate, other.rotate) and \
+            np.allclose(self.shear, other.shear) and np.allclose(self.affine, other.affine)
+
+    def linear_matrix(self) -> np.ndarray:
+        from napari.utils.transforms import Affine
+
+        return Affine(scale=self.scale, rotate=self.rotate, shear=self.shear).linear_matrix
+
+
+def token_transform(geometry: SourceGeometry, result: AttentionResult,
+                    supersample: int = 1) -> dict[str, Any]:
+    """napari transform kwargs of a token-grid output layer over ``geometry``.
+
+    In the input layer's data coordinates a token-grid index ``i`` sits at ``d·i + e``
+    (``d = token_scale``, ``e = token_translate = (d − 1)/2`` on the image axes; ``d = C`` and
+    ``e = (C − 1)/2`` on a channel axis, so one output plane spans every channel). napari
+    applies ``rotate·shear·scale`` then ``translate``, hence ``scale' = scale·d`` and
+    ``translate' = translate + (rotate·shear·scale)·e``; rotate, shear and affine carry over.
+    With ``supersample = k`` each token is k×k cells: ``d = token_scale / k``, same rule for e.
+    """
+    d = np.ones(geometry.ndim)
+    e = np.zeros(geometry.ndim)
+    d[-2:] = np.asarray(result.token_scale) / supersample
+    e[-2:] = (d[-2:] - 1) / 2
+    if geometry.channel_axis is not None:
+        n_ch = geometry.shape[geometry.channel_axis]
+        d[geometry.channel_axis] = n_ch
+        e[geometry.channel_axis] = (n_ch - 1) / 2
+    scale = np.asarray(geometry.scale) * d
+    translate = np.asarray(geometry.translate) + geometry.linear_matrix() @ e
+    return {"scale": tuple(scale), "translate": tuple(translate), "rotate": geometry.rotate,
+            "shear": geometry.shear, "affine": geometry.affine}

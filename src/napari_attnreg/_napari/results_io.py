@@ -1,0 +1,83 @@
+"""Save a run's results from the dock, and the sample-menu hint read from the manifest."""
+
+from __future__ import annotations
+
+import functools
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from qtpy.QtWidgets import QFileDialog, QPushButton, QWidget
+
+from .layers import RunRecord
+from .roi_export import write_roi_csv
+
+
+@functools.cache
+def sample_menu_hint() -> str:
+    """Where napari lists our samples: 'File ▸ Open Sample ▸ <plugin> ▸ <sample>'.
+
+    napari 0.9 builds that submenu from the manifest's display names, so they are read
+    from the manifest rather than repeated here.
+    """
+    from npe2 import PluginManifest
+
+    manifest = PluginManifest.from_file(str(files("napari_attnreg") / "napari.yaml"))
+    samples = manifest.contributions.sample_data or []
+    path = ["File", "Open Sample", manifest.display_name]
+    if samples:
+        path.append(samples[0].display_name)
+    return "e.g. " + " ▸ ".join(path)
+
+
+def save_results(viewer: Any, record: RunRecord, roi_rows: list[dict], path: str | Path
+                 ) -> list[str]:
+    """Write the run's output layers (OME-TIFF with scale, via the plugin's writer) and the
+    ROI table (CSV with provenance) next to them; returns the paths written."""
+    try:
+        from .io import write_outputs
+    except ImportError as err:
+        raise RuntimeError("Saving results needs the plugin's writer "
+                           "(napari_attnreg._napari.io.write_outputs), which this installation "
+                           "lacks; update napari-attnreg.") from err
+    layers = [layer for layer in record.outputs.values() if layer in viewer.layers]
+    if not layers:
+        raise ValueError("The output layers of this run were removed; run it again to save.")
+    written = list(write_outputs(str(path), [layer.as_layer_data_tuple() for layer in layers]))
+    if roi_rows:
+        base = Path(path)
+        csv_path = base.with_name(base.name.split(".")[0] + "_roi.csv")
+        written.append(str(write_roi_csv(roi_rows, csv_path, record)))
+    return written
+
+
+class SaveButton(QPushButton):
+    """'Save results…': the current image's output layers and ROI table."""
+
+    def __init__(self, widget: Any, parent: QWidget | None = None) -> None:
+        super().__init__("Save results…", parent)
+        self._widget = widget
+        self.setToolTip("Save this image's output layers as OME-TIFF with their scale, and the "
+                        "ROI table as CSV, each stating image, model, preset, thresholds, B, "
+                        "seed and package version.")
+        self.setEnabled(False)
+        self.clicked.connect(self._on_clicked)
+
+    def _on_clicked(self) -> None:
+        from napari.utils.notifications import show_error, show_info
+
+        record = self._widget.current_record()
+        if record is None:
+            show_error("Run the analysis on the image first.")
+            return
+        path, _ = QFileDialog.getSaveFileName(self, "Save results",
+                                              f"{record.source_name}_attnreg.ome.tif",
+                                              "OME-TIFF (*.ome.tif)")
+        if not path:
+            return
+        try:
+            written = save_results(self._widget.viewer, record, self._widget.roi_panel.rows, path)
+        except (OSError, ValueError, RuntimeError) as err:
+            show_error(str(err))
+            return
+        show_info("Saved: " + ", ".join(written))

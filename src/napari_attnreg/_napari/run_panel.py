@@ -1,0 +1,219 @@
+"""Run / Cancel, progress and status: one worker at a time, results of older tasks dropped.
+
+The panel owns the worker. Every run gets a task id; an outcome whose task id is not the
+latest, or whose run was cancelled, never reaches the widget (``returned`` is not emitted),
+so a cancelled or superseded run adds no layers. ``finished`` always fires, once the
+worker has ended, with the outcome as applied (or dropped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+from qtpy.QtCore import Qt, Signal
+from qtpy.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
+from superqt.utils import qthrottled
+
+from ..core.engine import CancelToken
+
+#: Shortest interval between progress-display refreshes (ms): every repaint recomposites the
+#: window through OpenGL, which with software GL (Mesa llvmpipe) costs CPU the run would use.
+UI_UPDATE_MS = 500
+#: The keyboard shortcut that presses Run (napari key-binding syntax).
+RUN_SHORTCUT = "Control-Shift-R"
+ERROR_COLOR = "#e55"
+
+
+def _make_worker_class():
+    from napari.qt.threading import GeneratorWorker
+
+    class RunWorker(GeneratorWorker):
+        """Quit (also napari's activity-dock cancel) = cancel the token, not abandon the generator.
+
+        An abandoned generator would be finalised later on another thread, with torch's
+        thread-local inference mode still open; cancelling lets it end where it runs.
+        """
+
+        cancel_token: CancelToken | None = None
+
+        def quit(self) -> None:
+            if self.cancel_token is not None:
+                self.cancel_token.cancel()
+            else:
+                super().quit()
+
+    return RunWorker
+
+
+class RunPanel(QWidget):
+    """Run and Cancel buttons, a progress bar and the status line.
+
+    Signals
+    -------
+    run_requested : Run was pressed.
+    returned(outcome) : the latest, not cancelled task returned; apply its results.
+    finished(outcome) : the worker ended (after ``returned``, if any).
+    """
+
+    run_requested = Signal()
+    returned = Signal(object)
+    finished = Signal(object)
+
+    #: Also show progress in napari's activity dock (napari then animates a "busy" GIF in the
+    #: status bar for the whole run, which costs CPU with software OpenGL).
+    activity_progress: bool = True
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.worker: Any = None
+        self.task_id = 0
+        self._cancel: CancelToken | None = None
+        self._pbar: Any = None
+        self._outcome: Any = None
+        self._can_run = (False, "")
+
+        self.run_button = QPushButton("Run")
+        self.run_button.setToolTip(f"Compute the maps for the chosen image ({_shortcut_text()}).")
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop the run at its next chunk of null images; nothing "
+                                      "it computed is added.")
+        self.cancel_button.setEnabled(False)
+        self.progress_bar = QProgressBar()
+        self.progress_bar.setRange(0, 1000)
+        self.progress_bar.setTextVisible(False)
+        self.progress_bar.setToolTip("Progress of the run (null images done).")
+        self.status_label = QLabel("Ready.")
+        self.status_label.setWordWrap(True)
+        self.status_label.setTextFormat(Qt.TextFormat.RichText)
+        self.status_label.setToolTip("Progress, then the run's model, significance count and "
+                                     "diagnostics (⚠ = read the maps with care).")
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.run_button)
+        buttons.addWidget(self.cancel_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(buttons)
+        layout.addWidget(self.progress_bar)
+        layout.addWidget(self.status_label)
+        self.run_button.clicked.connect(self.run_requested)
+        self.cancel_button.clicked.connect(self.cancel)
+
+    # ---- state -------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return self.worker is not None
+
+    def set_can_run(self, ok: bool, reason: str = "") -> None:
+        """Enable Run only when there is something to run on (``reason`` says what is missing)."""
+        self._can_run = (ok, reason)
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        ok, reason = self._can_run
+        self.run_button.setEnabled(ok and not self.busy)
+        tip = f"Compute the maps for the chosen image ({_shortcut_text()})."
+        self.run_button.setToolTip(tip if ok else f"{reason} {tip}")
+        self.cancel_button.setEnabled(self.busy and not (self._cancel and self._cancel.cancelled))
+
+    def show_status(self, html_text: str) -> None:
+        self.status_label.setText(html_text)
+
+    def show_error(self, message: str) -> None:
+        from napari.utils.notifications import show_error
+
+        self.status_label.setText(f"<span style='color:{ERROR_COLOR}'>{message}</span>")
+        show_error(message)
+
+    # ---- run / cancel ------------------------------------------------------------------
+    def next_task_id(self) -> int:
+        """A new task id; outcomes of every earlier task are dropped from now on."""
+        self.task_id += 1
+        return self.task_id
+
+    def start(self, job: Callable[..., Generator], spec: Any, *, description: str) -> Any:
+        """Run ``job(spec, cancel_token)`` on a napari thread worker; returns the worker."""
+        from napari.qt.threading import thread_worker
+        from napari.utils import progress
+
+        if self.busy:
+            raise RuntimeError("A run is already in progress; cancel it first.")
+        self._cancel = CancelToken()
+        worker = thread_worker(job, start_thread=False,
+                               worker_class=_make_worker_class())(spec, self._cancel)
+        worker.cancel_token = self._cancel
+        worker.yielded.connect(self._on_progress)
+        worker.returned.connect(self._on_returned)
+        worker.finished.connect(self._on_finished)
+        self.worker = worker
+        self._outcome = None
+        self._pbar = progress(total=1000, desc=description) if self.activity_progress else None
+        self.progress_bar.setValue(0)
+        self._update_buttons()
+        worker.start()
+        return worker
+
+    def cancel(self) -> None:
+        """Stop the running job at its next chunk; nothing it computed is added."""
+        if self._cancel is not None and not self._cancel.cancelled:
+            self._cancel.cancel()
+            self.status_label.setText("Cancelling at the next chunk…")
+        self._update_buttons()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel is not None and self._cancel.cancelled
+
+    def _on_progress(self, item: Any) -> None:
+        if item.task_id != self.task_id or self.worker is None:
+            return
+        if item.fraction >= 1.0:  # the end is always shown
+            self._show_progress.cancel()
+            self._render_progress(item)
+        else:
+            self._show_progress(item)
+
+    @qthrottled(timeout=UI_UPDATE_MS, leading=True)
+    def _show_progress(self, item: Any) -> None:
+        if self.worker is not None:  # not a trailing call after the run ended
+            self._render_progress(item)
+
+    def _render_progress(self, item: Any) -> None:
+        value = round(1000 * item.fraction)
+        self.progress_bar.setValue(value)
+        if not self.cancelled:
+            self.status_label.setText(item.message)
+        # last: updating napari's activity-dock bar can process events, this run's end included
+        pbar = self._pbar
+        if pbar is not None:
+            pbar.set_description(item.message)
+            pbar.update(value - pbar.n)
+
+    def _on_returned(self, outcome: Any) -> None:
+        self._outcome = outcome
+        if outcome.task_id != self.task_id or self.cancelled or outcome.cancelled:
+            outcome.results = {}
+            outcome.cancelled = True
+            self.status_label.setText("Cancelled; nothing was added.")
+            return
+        self.returned.emit(outcome)
+
+    def _on_finished(self) -> None:
+        self._show_progress.cancel()
+        if self._pbar is not None:
+            self._pbar.close()
+            self._pbar = None
+        self.worker = None
+        self._cancel = None
+        self.progress_bar.setValue(0)
+        self._update_buttons()
+        outcome = self._outcome
+        if outcome is None:  # ended without returning (run_job catches every run failure)
+            from .jobs import JobOutcome
+
+            outcome = JobOutcome(self.task_id, error="The run ended unexpectedly.")
+        self.finished.emit(outcome)
+
+
+def _shortcut_text() -> str:
+    return RUN_SHORTCUT.replace("Control", "Ctrl").replace("-", "+")

@@ -1,0 +1,54 @@
+"""What the dock and napari's status bar say about a run: caption, count, diagnostics, planes."""
+
+from __future__ import annotations
+
+import html
+
+from ..core.display import run_caption, significance_caption, unique_diagnostics
+from .layers import RunRecord
+
+WARNING_COLOR = "#e0a030"
+#: Source-layer events after which the output layers are moved onto the source again.
+TRANSFORM_EVENTS = ("scale", "translate", "rotate", "shear", "affine")
+
+
+def planes_line(record: RunRecord) -> str | None:
+    """Names the computed planes of a partly computed stack (None when all were computed)."""
+    all_planes = record.geometry.planes()
+    if len(record.results) >= len(all_planes):
+        return None
+    done = sorted(record.results)
+    names = ", ".join(_plane_name(record, p) for p in done[:6]) + (" …" if len(done) > 6 else "")
+    return (f"Computed {len(done)} of {len(all_planes)} planes ({names}); the other planes "
+            "are not computed (left transparent).")
+
+
+def _plane_name(record: RunRecord, plane: tuple[int, ...]) -> str:
+    return ", ".join(f"axis {a} = {i}" for a, i in zip(record.geometry.stack_axes, plane))
+
+
+def summary_html(record: RunRecord) -> tuple[str, str]:
+    """(rich text for the dock's status line, one plain line for napari's status bar)."""
+    results = [record.results[p] for p in sorted(record.results)]
+    caption = significance_caption(results, record.thresholds)
+    lines = [html.escape(run_caption(results[0], planes=len(results)), quote=False),
+             f"<b>{html.escape(caption, quote=False)}</b>"]
+    partial = planes_line(record)
+    if partial:
+        lines.append(f"<span style='color:{WARNING_COLOR}'>{html.escape(partial)}</span>")
+    for line in unique_diagnostics(results):
+        text = html.escape(line, quote=False)
+        lines.append(f"<span style='color:{WARNING_COLOR}'>{text}</span>"
+                     if line.startswith("⚠") else text)
+    status = f"{record.source_name}: {caption}" + (f" · {partial}" if partial else "")
+    return "<br>".join(lines), status
+
+
+def notify_diagnostics(record: RunRecord) -> None:
+    """One warning notification listing what makes this result doubtful (if anything)."""
+    from napari.utils.notifications import show_warning
+
+    warnings_ = unique_diagnostics(list(record.results.values()), include_info=False)
+    if warnings_:
+        show_warning(f"Attention regularization of {record.source_name!r}:\n"
+                     + "\n".join(warnings_))
