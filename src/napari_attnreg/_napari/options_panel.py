@@ -15,6 +15,7 @@ from qtpy.QtWidgets import (
     QDoubleSpinBox,
     QFormLayout,
     QLabel,
+    QPushButton,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -163,8 +164,10 @@ class OptionsPanel(QWidget):
         box = QWidget()
         box.setLayout(form)
         self.advanced = QCollapsible("Advanced")
-        self.advanced.setToolTip("Chunk size, attention head, statistics details, model input "
-                                 "size and tiling.")
+        tip = "Chunk size, attention head, statistics details, model input size and tiling."
+        self.advanced.setToolTip(tip)
+        for button in self.advanced.findChildren(QPushButton):  # the expand/collapse toggle
+            button.setToolTip(tip)
         self.advanced.addWidget(box)
         layout.addWidget(self.advanced)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 from qtpy.QtCore import Signal
-from qtpy.QtWidgets import QComboBox, QFormLayout, QHBoxLayout, QLineEdit, QWidget
+from qtpy.QtWidgets import QComboBox, QFormLayout, QHBoxLayout, QLineEdit, QVBoxLayout, QWidget
 
 from .layers import META_KEY, SourceGeometry
 
@@ -44,22 +44,22 @@ class SourcePanel(QWidget):
         self.scope_combo.setToolTip("For nD images: the slice shown now, or every plane (output "
                                     "layers are stacked along the same axes).")
         self.channel_box = QWidget()
-        row = QHBoxLayout(self.channel_box)
-        row.setContentsMargins(0, 0, 0, 0)
+        rows = QVBoxLayout(self.channel_box)  # two rows: the channels field is never squeezed
+        rows.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
         self.channel_axis_combo = QComboBox()
         self.channel_axis_combo.setToolTip("Axis holding fluorescence channels (not a z/t axis).")
         self.channels_edit = QLineEdit()
-        self.channels_edit.setPlaceholderText("e.g. 0,2")
-        self.channels_edit.setMinimumWidth(self.channels_edit.fontMetrics()
-                                           .horizontalAdvance("e.g. 0,2") + 16)
+        self.channels_edit.setPlaceholderText("channels, e.g. 0,2 (empty = all)")
         self.channels_edit.setToolTip("Up to three channels mapped to R, G, B, comma-separated "
                                       "(e.g. 0,2); empty = all (≤ 3).")
         self.merge_combo = QComboBox()
         self.merge_combo.addItems(MERGES)
         self.merge_combo.setToolTip("Merge the channels into one grayscale image instead.")
-        row.addWidget(self.channel_axis_combo)
-        row.addWidget(self.channels_edit, 1)
+        row.addWidget(self.channel_axis_combo, 1)
         row.addWidget(self.merge_combo)
+        rows.addLayout(row)
+        rows.addWidget(self.channels_edit)
         self.form = QFormLayout(self)
         self.form.setContentsMargins(0, 0, 0, 0)
         self.form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
