@@ -157,8 +157,8 @@ def main() -> None:
         loop.exec_()
         timer.stop()
         widget.run_finished.disconnect()
-        if widget.last_outcome is None or widget.last_outcome.error:
-            raise SystemExit(f"run failed: {widget.last_outcome and widget.last_outcome.error}")
+        if widget.last_outcome is None or not widget.last_outcome.ok:
+            raise SystemExit(f"run failed: {widget.last_outcome and widget.last_outcome.message}")
         # gaps while the job computes (Run → last progress event); adding layers is reported apart
         return {"wall_s": done[0] - t0, "compute_s": yields[-1] - t0,
                 "layers_s": done[0] - yields[-1], **gap_stats(ticks, t0, yields[-1])}

@@ -86,8 +86,8 @@ def main() -> None:
     widget.run()
     loop.exec_()
     outcome = widget.last_outcome
-    if outcome is None or outcome.error:
-        raise SystemExit(f"run failed: {outcome and outcome.error}")
+    if outcome is None or not outcome.ok:
+        raise SystemExit(f"run failed: {outcome and outcome.message}")
     from napari_attnreg._napari.layers import layer_name
 
     name, preset = image.name, widget.current_record().preset

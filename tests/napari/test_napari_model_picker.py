@@ -44,5 +44,5 @@ def test_catalogue_source_runs_and_offline_failure_names_the_file_option(
     monkeypatch.setattr(hub, "hub_reachable", lambda: False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     outcome = run_and_wait(widget)
-    assert outcome.error.startswith("Could not download 'MahmoodLab/UNI'")
-    assert outcome.error.endswith(hub.FILE_HINT) and "load_backbone" not in outcome.error
+    assert outcome.message.startswith("Could not download 'MahmoodLab/UNI'")
+    assert outcome.message.endswith(hub.FILE_HINT) and "load_backbone" not in outcome.message

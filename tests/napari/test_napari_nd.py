@@ -62,7 +62,7 @@ def test_rgb_image(viewer_widget, run_and_wait):
     image = viewer.add_image(rgb, name="ihc")
     assert image.rgb and not widget.source.channel_box.isVisibleTo(widget)
     outcome = run_and_wait(widget)
-    assert outcome.error is None
+    assert outcome.ok
     att = viewer.layers["ihc · attention"]
     assert att.ndim == 2
     gh, gw = att.data.shape
@@ -78,10 +78,10 @@ def test_multichannel_choose_channels(viewer_widget, run_and_wait, stack, notifi
     widget.source.channel_axis_combo.setCurrentIndex(widget.source.channel_axis_combo.findData(0))
     assert not widget.source.scope_combo.isVisibleTo(widget)  # no stack axis left
     outcome = run_and_wait(widget)  # four channels, none chosen: the core says what to do
-    assert "choose up to three" in outcome.error
+    assert "choose up to three" in outcome.message
     widget.source.channels_edit.setText("0,2")
     outcome = run_and_wait(widget)
-    assert outcome.error is None and list(outcome.results) == [()]
+    assert outcome.ok and list(outcome.results) == [()]
     att = viewer.layers["channels · attention"]
     assert att.data.shape[0] == 1
     # the single output plane spans all four channel positions

@@ -92,7 +92,7 @@ def test_removing_the_dock_mid_run_cancels_and_adds_nothing(viewer_widget, qtbot
     viewer.add_image(cells_image, name="cells")
     outcome = _start_and_act(widget, qtbot, lambda: viewer.window.remove_dock_widget(widget),
                              n_boot=5000)
-    assert outcome.cancelled and outcome.results == {}
+    assert outcome.status == "cancelled" and outcome.results == {}
     assert [layer.name for layer in viewer.layers] == ["cells"]
     viewer.add_image(cells_image, name="later")  # a removed dock no longer follows the viewer
     assert widget.source.layer_combo.count() == 1
@@ -112,7 +112,7 @@ def test_source_data_changed_mid_run_is_not_attached(viewer_widget, qtbot, cells
             image.refresh()
 
     outcome = _start_and_act(widget, qtbot, change)
-    assert outcome.results == {} and "changed during the run" in outcome.error
+    assert outcome.results == {} and "changed during the run" in outcome.message
     assert "changed during the run" in notifications[-1].message
     assert [layer.name for layer in viewer.layers] == ["cells"]
     assert widget.current_record() is None
@@ -123,7 +123,7 @@ def test_source_removed_mid_run_reports_it(viewer_widget, qtbot, cells_image, no
     image = viewer.add_image(cells_image, name="cells")
     viewer.add_points([[5, 5]], name="pts")
     outcome = _start_and_act(widget, qtbot, lambda: viewer.layers.remove(image))
-    assert outcome.results == {} and "was removed during the run" in outcome.error
+    assert outcome.results == {} and "was removed during the run" in outcome.message
     assert "removed" in widget.run_panel.status_label.text()
     assert "significant" not in widget.run_panel.status_label.text()  # no success summary
     assert [layer.name for layer in viewer.layers] == ["pts"]

@@ -72,10 +72,10 @@ def test_shapes_roi_table_matches_core_and_exports(viewer_widget, run_and_wait, 
     assert prov["package version"]
 
 
-def test_odds_ratio_blank_without_significant_tokens_and_small_roi_warning(
+def test_odds_ratio_without_significant_tokens_and_small_roi_warning(
         viewer_widget, run_and_wait, cells_image, qtbot, tmp_path):
-    """No 0.5-corrected odds ratio (e.g. 33.8) for an ROI with no significant token."""
-    from napari_attnreg._napari.roi_export import NO_ODDS
+    """An ROI with no significant token has odds ratio 0 (no 0.5-corrected 33.8)."""
+    from napari_attnreg.core.display import ROI_COLUMNS as HEADERS
 
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
@@ -91,13 +91,15 @@ def test_odds_ratio_blank_without_significant_tokens_and_small_roi_warning(
         widget.roi_panel.set_layer(shapes)
     rows = blocker.args[0]
     assert [r["frac_significant"] for r in rows] == [0.0, 0.0]
-    assert all(r["odds_ratio"] > 0 for r in rows)  # the core's corrected value exists …
     table = widget.roi_panel.table
-    assert [table.item(r, column).text() for r in range(2)] == [NO_ODDS, NO_ODDS]  # … not shown
-    assert "no significant token" in table.item(0, column).toolTip()
+    assert table.horizontalHeaderItem(column).text() == HEADERS["odds_ratio"]
+    assert "0 when no patch inside" in table.horizontalHeaderItem(column).toolTip()
+    # nothing significant anywhere: the odds ratio is undefined, shown as such (never 33.8)
+    assert all(np.isnan(r["odds_ratio"]) for r in rows)
+    assert [table.item(r, column).text() for r in range(2)] == ["–", "–"]
     path = widget.roi_panel.export_csv(tmp_path / "rois.csv")
     lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if not ln.startswith("#")]
-    assert [r["odds_ratio"] for r in csv.DictReader(lines)] == ["", ""]
+    assert all(np.isnan(float(r["odds_ratio"])) for r in csv.DictReader(lines))
     # the 3×3-pixel ROI is smaller than one token: said so
     status = widget.roi_panel.status.text()
     assert "⚠ ROI 2 smaller than one token" in status and "ROI 1" not in status
@@ -105,40 +107,11 @@ def test_odds_ratio_blank_without_significant_tokens_and_small_roi_warning(
     with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
         widget.thresholds_panel.p_th_slider.setValue(1.0)  # every token significant
     assert all(r["frac_significant"] == 1.0 for r in blocker.args[0])
-    assert table.item(0, column).text() != NO_ODDS
-
-
-def test_labels_roi_on_a_scaled_image(viewer_widget, run_and_wait, cells_image, qtbot):
-    """A Labels ROI painted in world space lands on the image's own pixel grid."""
-    viewer, widget = viewer_widget
-    viewer.add_image(cells_image, name="cells", scale=(2.0, 2.0))
-    run_and_wait(widget)
-    roi_world = np.zeros((240, 200), dtype=np.int32)  # a scale-1 Labels layer over the image
-    roi_world[40:100, 20:90] = 4
-    roi = viewer.add_labels(roi_world, name="painted")
+    # significant patches outside, none inside the ROI: 0, not a corrected 33.8
+    t = widget.current_record().results[()]
+    threshold = float(np.median(t.p))
     with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
-        widget.roi_panel.set_layer(roi)
-    rows = blocker.args[0]
-    on_image = np.zeros(cells_image.shape, dtype=np.int64)
-    on_image[20:50, 10:45] = 4
-    result = widget.current_record().results[()]
-    t = widget.current_record().thresholds
-    _assert_rows_equal(rows, _core_rows(result, on_image, t))
-    assert rows[0]["label"] == 4 and rows[0]["area_px"] == 30 * 35
-
-
-def test_significant_layer_can_serve_as_roi(viewer_widget, run_and_wait, cells_image, qtbot):
-    viewer, widget = viewer_widget
-    viewer.add_image(cells_image, name="cells")
-    # the paper's lfdr rule finds regions even with this random model (the q rule finds none)
-    widget.options.preset_combo.setCurrentIndex(widget.options.preset_combo.findData("paper"))
-    run_and_wait(widget)
-    sig_layer = viewer.layers["cells · significant"]
-    if sig_layer.data.max() == 0:
-        pytest.skip("no significant region with this tiny random model")
-    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
-        widget.roi_panel.set_layer(sig_layer)
-    rows = blocker.args[0]
-    assert len(rows) == len(np.unique(sig_layer.data[sig_layer.data > 0]))
-    # regions made of significant tokens are fully significant under the same thresholds
-    assert all(r["frac_significant"] == pytest.approx(1.0) for r in rows)
+        widget.thresholds_panel.p_th_slider.setValue(threshold)
+    for r, row in enumerate(blocker.args[0]):
+        if row["frac_significant"] == 0.0:
+            assert row["odds_ratio"] == 0.0 and table.item(r, column).text() == "0"

@@ -74,7 +74,7 @@ def test_tiled_run_gives_native_grid_aligned_with_the_image(demo_widget, run_and
     widget.options.tile_overlap_spin.setValue(overlap)
     widget.options.tile_scale_spin.setValue(scale)
     outcome = run_and_wait(widget, timeout=240_000)
-    assert outcome.error is None and not outcome.cancelled
+    assert outcome.ok
     result = widget.current_record().results[()]
     md = result.metadata
     assert md["tiled"] is True and md["null_scope"] == "image"
@@ -122,7 +122,7 @@ def test_cancel_during_a_tiled_run_adds_nothing(demo_widget, qtbot):
         done_at_cancel = events[-1].done
         widget.cancel()
     outcome = blocker.args[0]
-    assert outcome.cancelled and outcome.results == {}
+    assert outcome.status == "cancelled" and outcome.results == {}
     stages = [e.stage for e in events]
     assert stages.count("observed") >= 10  # 20 tiles in chunks of 2
     assert all(e.total == 20 + 2000 for e in events)  # n_tiles + B forward passes

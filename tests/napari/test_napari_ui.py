@@ -44,7 +44,7 @@ def test_image_combo_follows_selection_and_new_images(viewer_widget, run_and_wai
     ct.visible = False
     viewer.layers.selection.active = mr  # MR selected and the only visible layer …
     outcome = run_and_wait(widget)
-    assert outcome.error is None
+    assert outcome.ok
     assert widget.current_record().source_name == "MR"  # … so Run runs MR, not the CT
     assert "MR · attention" in viewer.layers and "CT · attention" not in viewer.layers
     # selecting an output layer keeps the chosen image
@@ -139,7 +139,7 @@ def test_keyboard_shortcut_runs(viewer_widget, qtbot, cells_image):
         action(viewer)
         assert widget.busy
         action(viewer)  # a second press while it runs starts nothing
-    assert blocker.args[0].error is None and "cells · attention" in viewer.layers
+    assert blocker.args[0].ok and "cells · attention" in viewer.layers
 
 
 def test_threshold_move_updates_napari_status_count(viewer_widget, run_and_wait, cells_image,

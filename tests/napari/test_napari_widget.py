@@ -20,7 +20,7 @@ def test_run_adds_aligned_layers_matching_the_core(viewer_widget, run_and_wait, 
     viewer, widget = viewer_widget
     image = viewer.add_image(cells_image, name="cells", scale=(0.5, 0.25), translate=(10.0, -3.0))
     outcome = run_and_wait(widget)
-    assert outcome.error is None and not outcome.cancelled
+    assert outcome.ok
     layers = _outputs(viewer, "cells")
     result = widget.current_record().results[()]
     # the widget drives the core: the same options give the same maps
@@ -128,7 +128,7 @@ def test_cancel_mid_run_adds_nothing_and_keeps_layers(viewer_widget, qtbot, cell
         done_at_cancel = done[-1]
         widget.cancel()
     outcome = blocker.args[0]
-    assert outcome.cancelled and outcome.results == {}
+    assert outcome.status == "cancelled" and outcome.results == {}
     # it stops at the next chunk boundary: at most the chunk in flight is finished
     assert done[-1] - done_at_cancel <= 4
     assert [layer.name for layer in viewer.layers] == names
@@ -142,7 +142,7 @@ def test_stale_result_of_cancelled_run_is_dropped(viewer_widget, qtbot, cells_im
     with qtbot.waitSignal(widget.run_finished, timeout=60_000) as blocker:
         widget.run()
         widget.cancel()  # before the first chunk: the observed map may already be done
-    assert blocker.args[0].cancelled
+    assert blocker.args[0].status == "cancelled"
     assert len(viewer.layers) == n
 
 
@@ -155,7 +155,7 @@ def test_activity_dock_quit_cancels_through_the_token(viewer_widget, qtbot, cell
     with qtbot.waitSignal(widget.run_finished, timeout=60_000) as blocker:
         worker = widget.run()
         worker.quit()
-    assert blocker.args[0].cancelled  # returned normally (not aborted) with a cancelled outcome
+    assert blocker.args[0].status == "cancelled"  # returned normally (not aborted) with a cancelled outcome
     assert len(viewer.layers) == 1
 
 
@@ -170,22 +170,22 @@ def test_bad_inputs_notify_and_leave_layers(viewer_widget, run_and_wait, notific
 
     widget.set_layer(viewer.add_image(np.full((64, 64), 7.0), name="flat"))
     outcome = run_and_wait(widget)
-    assert outcome.error is not None and "constant" in outcome.error
+    assert not outcome.ok and "constant" in outcome.message
     errors = [n for n in notifications if n.severity == NotificationSeverity.ERROR]
-    assert errors and errors[-1].message == outcome.error
+    assert errors and errors[-1].message == outcome.message
 
     widget.set_layer(viewer.layers["cells"])
     widget.model.source_combo.setCurrentIndex(widget.model.source_combo.findData("file"))
     widget.model.weights_edit.setText(str(tmp_path / "missing.safetensors"))
     widget.model.arch_edit.setText("vit_tiny_patch16_224")
     outcome = run_and_wait(widget)
-    assert outcome.error is not None and "missing.safetensors" in outcome.error
-    assert notifications[-1].message == outcome.error
+    assert not outcome.ok and "missing.safetensors" in outcome.message
+    assert notifications[-1].message == outcome.message
 
     widget.set_model(widget.model.custom_module)
     widget.options.head_spin.setValue(50)
     outcome = run_and_wait(widget)
-    assert "Head 50 does not exist" in outcome.error
+    assert "Head 50 does not exist" in outcome.message
 
     assert [layer.name for layer in viewer.layers] == list(before) + ["flat"]
     for name, data in before.items():
@@ -201,7 +201,7 @@ def test_no_image_layer_notifies(viewer_widget, notifications):
 
 def test_out_of_memory_shows_the_core_message(viewer_widget, run_and_wait, notifications,
                                               cells_image, monkeypatch):
-    from napari_attnreg._napari import jobs
+    from napari_attnreg.core import service
 
     message = ("Out of memory with a single null image per chunk; use a smaller target_size, "
                "a smaller model, or device='cpu'.")
@@ -210,12 +210,13 @@ def test_out_of_memory_shows_the_core_message(viewer_widget, run_and_wait, notif
         raise MemoryError(message)
         yield  # a generator, like run_engine
 
-    monkeypatch.setattr(jobs, "run_engine", oom)
+    monkeypatch.setattr(service, "run_engine", oom)
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
     outcome = run_and_wait(widget)
-    assert outcome.error == message
-    assert notifications[-1].message == message
+    assert outcome.status == "failed" and message in outcome.message
+    assert outcome.message.startswith("Out of memory")  # the core's one rule for this error
+    assert notifications[-1].message == outcome.message
     assert [layer.name for layer in viewer.layers] == ["cells"]
 
 

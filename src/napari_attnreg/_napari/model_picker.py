@@ -21,7 +21,7 @@ from qtpy.QtWidgets import (
 )
 
 from ..core.catalogue import CatalogueEntry, by_domain, find
-from .jobs import ModelSpec
+from ..core.service import ModelSpec
 
 MODEL_SOURCES = {"demo": "demo (bundled)", "catalogue": "known model (catalogue)",
                  "timm": "timm model name", "file": "weights file"}

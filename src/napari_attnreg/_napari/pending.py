@@ -2,51 +2,31 @@
 
 When the job returns, the source layer may have been deleted, reshaped, or given other
 data of the same shape (a new file opened into it, an in-place edit). A result computed
-from the old content must not be attached silently to the new one.
+from the old content must not be attached silently to the new one: the core's
+:class:`~napari_attnreg.core.service.Outcome` carries a fingerprint of every plane it read,
+compared here with the layer's data now.
 """
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from ..core.service import Job, Outcome, plane_fingerprint
 from .geometry import SourceGeometry
-from .jobs import JobSpec, read_plane
-
-#: In-memory planes up to this many bytes get a checksum (crc32 runs at about 1 GB/s);
-#: larger or lazy (dask, zarr) data is compared by identity only, never read twice.
-CHECKSUM_MAX_BYTES = 256 * 2**20
-
-
-def data_fingerprint(spec: JobSpec) -> int | None:
-    """A cheap checksum of the planes ``spec`` reads (None for lazy or very large data)."""
-    data = spec.data
-    if not isinstance(data, np.ndarray) or data.nbytes > CHECKSUM_MAX_BYTES:
-        return None
-    crc = 0
-    for plane in spec.planes:
-        arr, _ = read_plane(data, plane, spec.stack_axes, spec.channel_axis)
-        crc = zlib.crc32(np.ascontiguousarray(arr).view(np.uint8).ravel(), crc)
-    return crc
 
 
 @dataclass
 class PendingRun:
-    """A started run: its job, the source layer and what the source held at the start."""
+    """A started run: its job, the source layer and where the source sat at the start."""
 
-    spec: JobSpec
+    job: Job
     layer: Any
     geometry: SourceGeometry
-    fingerprint: int | None
 
-    @classmethod
-    def start(cls, spec: JobSpec, layer: Any, geometry: SourceGeometry) -> PendingRun:
-        return cls(spec, layer, geometry, data_fingerprint(spec))
-
-    def problem(self, viewer: Any) -> str | None:
+    def problem(self, viewer: Any, outcome: Outcome) -> str | None:
         """Why the result must not be attached now (None: the source is as the run read it)."""
         layer = self.layer
         if layer not in viewer.layers:
@@ -54,10 +34,14 @@ class PendingRun:
                     "added.")
         if tuple(layer.data.shape[: layer.ndim]) != self.geometry.shape:
             return f"{layer.name!r} changed shape during the run; nothing was added. Run it again."
-        same = layer.data is self.spec.data
-        if same and self.fingerprint is not None:
-            same = data_fingerprint(self.spec) == self.fingerprint
-        if not same:
-            return (f"The data of {layer.name!r} changed during the run; the result of the old "
-                    "content was not added. Run it again.")
+        changed = (f"The data of {layer.name!r} changed during the run; the result of the old "
+                   "content was not added. Run it again.")
+        if layer.data is not self.job.stack.data:
+            return changed
+        # in-place edits: in-memory planes are re-read and compared (lazy data is not re-read)
+        if isinstance(layer.data, np.ndarray):
+            stack = replace(self.job.stack, data=layer.data)
+            for plane, fingerprint in outcome.fingerprints.items():
+                if plane_fingerprint(stack.read(plane)[0]) != fingerprint:
+                    return changed
         return None

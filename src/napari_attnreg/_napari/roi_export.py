@@ -1,4 +1,4 @@
-"""ROI table export: the CSV with what made it, and the odds-ratio display rule."""
+"""ROI table export: the core's rows as CSV, with what made them on top."""
 
 from __future__ import annotations
 
@@ -9,16 +9,11 @@ from pathlib import Path
 from ..core.roi import ROI_COLUMNS
 from .layers import RunRecord
 
-#: Shown instead of an odds ratio when no significant token lies in the ROI: the core's
-#: Haldane-corrected value (+0.5 per cell) is then an artefact of the correction (e.g. 33.8).
-NO_ODDS = "—"
-NO_ODDS_NOTE = ("odds ratio '—': no significant token in the ROI (the ratio is 0; a "
-                "0.5-corrected value would only reflect the correction)")
 
-
-def odds_ratio_shown(row: dict) -> float | None:
-    """The odds ratio to show and export: None when the ROI has no significant token."""
-    return None if row.get("frac_significant", 0.0) == 0.0 else row.get("odds_ratio")
+def small_rois(rows: list[dict], record: RunRecord) -> list[str]:
+    """ROIs smaller than one token's footprint: their statistics rest on one coarse token."""
+    sy, sx = record.any_result.token_scale
+    return [str(r["label"]) for r in rows if r["area_px"] < sy * sx]
 
 
 def provenance_lines(record: RunRecord) -> list[str]:
@@ -50,9 +45,8 @@ def write_roi_csv(rows: list[dict], path: str | Path, record: RunRecord | None) 
     with open(path, "w", newline="", encoding="utf-8") as handle:
         if record is not None:
             handle.writelines(f"# {line}\n" for line in provenance_lines(record))
-        handle.write(f"# {NO_ODDS_NOTE}\n")
         writer = csv.DictWriter(handle, fieldnames=fields)
         writer.writeheader()
         for row in rows:
-            writer.writerow({**row, "odds_ratio": odds_ratio_shown(row)})
+            writer.writerow(row)
     return path

@@ -26,23 +26,11 @@ from qtpy.QtWidgets import (
 )
 from superqt.utils import qdebounced
 
-from ..core.display import rule_text
-from ..core.roi import ROI_COLUMNS
+from ..core.display import ROI_COLUMN_HELP, ROI_COLUMNS, rule_text
+from ..core.roi import ROI_COLUMNS as ROW_KEYS
 from .layers import RunRecord
-from .roi_export import NO_ODDS, NO_ODDS_NOTE, odds_ratio_shown, write_roi_csv
+from .roi_export import small_rois, write_roi_csv
 from .roi_geometry import record_roi_rows
-
-HEADERS = {
-    "plane": "plane", "label": "ROI", "area_px": "area px", "n_tokens": "tokens",
-    "mean_attention": "mean attn", "mean_regularized": "mean reg", "mean_posterior": "mean post",
-    "frac_significant": "frac sig", "mean_pct_raw": "pct raw", "mean_pct_regularized": "pct reg",
-    "odds_ratio": "odds ratio", "fisher_p": "Fisher p",
-}
-def small_rois(rows: list[dict], record: RunRecord) -> list[str]:
-    """ROIs smaller than one token's footprint: their statistics rest on one coarse token."""
-    sy, sx = record.any_result.token_scale
-    token_px = sy * sx
-    return [str(r["label"]) for r in rows if r["area_px"] < token_px]
 
 
 def _fmt(value: Any) -> str:
@@ -91,8 +79,8 @@ class RoiPanel(QWidget):
         self.table.verticalHeader().setVisible(False)  # the ROI id column names each row
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
         self.table.setMinimumHeight(110)
-        self.table.setToolTip("One row per ROI: the core's per-region statistics against the "
-                              "significant tokens (" + NO_ODDS_NOTE + ").")
+        self.table.setToolTip("One row per ROI: per-region statistics against the significant "
+                              "patches (hover a column header for its meaning).")
 
         top = QHBoxLayout()
         top.addWidget(QLabel("ROI layer"))
@@ -200,19 +188,17 @@ class RoiPanel(QWidget):
 
     def _show(self, rows: list[dict]) -> None:
         self.rows = rows
-        columns = (["plane"] if rows and "plane" in rows[0] else []) + list(ROI_COLUMNS)
+        columns = (["plane"] if rows and "plane" in rows[0] else []) + list(ROW_KEYS)
         self.table.clear()
         self.table.setColumnCount(len(columns))
-        self.table.setHorizontalHeaderLabels([HEADERS.get(c, c) for c in columns])
         self.table.setRowCount(len(rows))
+        for c, key in enumerate(columns):  # headers and their meaning from core.display
+            header = QTableWidgetItem(ROI_COLUMNS.get(key, key))
+            header.setToolTip(ROI_COLUMN_HELP.get(key, ""))
+            self.table.setHorizontalHeaderItem(c, header)
         for r, row in enumerate(rows):
             for c, key in enumerate(columns):
-                if key == "odds_ratio" and odds_ratio_shown(row) is None:
-                    item = QTableWidgetItem(NO_ODDS)
-                    item.setToolTip(NO_ODDS_NOTE)
-                else:
-                    item = QTableWidgetItem(_fmt(row.get(key)))
-                self.table.setItem(r, c, item)
+                self.table.setItem(r, c, QTableWidgetItem(_fmt(row.get(key))))
         self.export_button.setEnabled(bool(rows))
         self.rows_changed.emit(rows)
 

@@ -1,9 +1,9 @@
 """Run / Cancel, progress and status: one worker at a time, results of older tasks dropped.
 
-The panel owns the worker. Every run gets a task id; an outcome whose task id is not the
-latest, or whose run was cancelled, never reaches the widget (``returned`` is not emitted),
-so a cancelled or superseded run adds no layers. ``finished`` always fires, once the
-worker has ended, with the outcome as applied (or dropped).
+The panel owns the worker (napari ``thread_worker`` over the core's ``run_job``). Every run
+gets a task id; an outcome whose task id is not the latest never reaches the widget
+(``returned`` is not emitted), so a superseded run adds no layers. ``finished`` always
+fires, once the worker has ended, with the outcome as applied (or dropped).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class RunPanel(QWidget):
     Signals
     -------
     run_requested : Run was pressed.
-    returned(outcome) : the latest, not cancelled task returned; apply its results.
+    returned(outcome) : the latest task returned (done, partial, cancelled or failed).
     finished(outcome) : the worker ended (after ``returned``, if any).
     """
 
@@ -191,12 +191,10 @@ class RunPanel(QWidget):
 
     def _on_returned(self, outcome: Any) -> None:
         self._outcome = outcome
-        if outcome.task_id != self.task_id or self.cancelled or outcome.cancelled:
-            outcome.results = {}
-            outcome.cancelled = True
-            self.status_label.setText("Cancelled; nothing was added.")
+        if outcome.task_id != self.task_id:  # an older task: never shown
+            outcome.results, outcome.status = {}, "cancelled"
             return
-        self.returned.emit(outcome)
+        self.returned.emit(outcome)  # a cancelled run still brings its finished planes
 
     def _on_finished(self) -> None:
         self._show_progress.cancel()
@@ -209,9 +207,9 @@ class RunPanel(QWidget):
         self._update_buttons()
         outcome = self._outcome
         if outcome is None:  # ended without returning (run_job catches every run failure)
-            from .jobs import JobOutcome
+            from ..core.service import Outcome
 
-            outcome = JobOutcome(self.task_id, error="The run ended unexpectedly.")
+            outcome = Outcome(self.task_id, status="failed", message="The run ended unexpectedly.")
         self.finished.emit(outcome)
 
 

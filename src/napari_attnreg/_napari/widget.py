@@ -12,6 +12,7 @@ layers are tracked per run by object identity (:class:`.layers.RunRecord`), so c
 analyst makes and the layers of another dock are never overwritten.
 """
 
+# ruff: noqa: E402  (the Triton guard must run before the imports that load timm)
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -20,8 +21,13 @@ from typing import Any
 from qtpy.QtCore import QEvent, Signal
 from qtpy.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
 
+from ._compat import avoid_triton_llvm_clash
+
+avoid_triton_llvm_clash()  # before anything below can import timm (see core.triton_guard)
+
 from ..core.engine import RunConfig
-from .jobs import JobOutcome, JobSpec, ModelSpec, run_job
+from ..core.planes import PlaneStack
+from ..core.service import Job, ModelSpec, Outcome, run_job
 from .layers import RunRecord, place_outputs, refresh_thresholds, upsert_outputs
 from .model_picker import ModelPanel
 from .options_panel import OptionsPanel
@@ -52,7 +58,7 @@ class AttentionWidget(QWidget):
     once the outcome was applied (layers added) or dropped.
     """
 
-    run_finished = Signal(object)  # JobOutcome
+    run_finished = Signal(object)  # core.service.Outcome
     outputs_updated = Signal(object)  # RunRecord, after a run or a threshold change
 
     def __init__(self, napari_viewer: Any, parent: QWidget | None = None) -> None:
@@ -62,7 +68,7 @@ class AttentionWidget(QWidget):
         self._pending: PendingRun | None = None
         self._docked = False
         self._detached = False
-        self.last_outcome: JobOutcome | None = None
+        self.last_outcome: Outcome | None = None
 
         self.title = QLabel(f"<b>{TITLE}</b> · <a href='{DOCS_URL}'>Help</a>")
         self.title.setOpenExternalLinks(True)
@@ -168,7 +174,7 @@ class AttentionWidget(QWidget):
     def run_config(self) -> RunConfig:
         """The :class:`RunConfig` the controls describe (raises ValueError when invalid)."""
         config = RunConfig(**self.options.config_kwargs(), **self.source.channel_options(),
-                           **self.thresholds())
+                           channel_axis=self.source.channel_axis(), **self.thresholds())
         config.validate()
         return config
 
@@ -185,12 +191,12 @@ class AttentionWidget(QWidget):
         axis = self.source.channel_axis()
         geometry = SourceGeometry.from_layer(layer, axis)
         config = self.run_config()
-        if axis is not None:
-            config.channel_axis = axis  # replaced per plane by the plane's own axis
-        spec = JobSpec(task_id=self.run_panel.next_task_id(), data=layer.data,
-                       planes=self.source.planes(layer, geometry), stack_axes=geometry.stack_axes,
-                       channel_axis=axis, model=self.model_spec(), config=config)
-        return PendingRun.start(spec, layer, geometry)
+        # napari's image axes are the last two (three with RGB): no layout guessing here
+        stack = PlaneStack(layer.data, geometry.stack_axes,
+                           layer.data.ndim - 1 if layer.rgb else axis, bool(layer.rgb))
+        job = Job(self.model_spec(), stack, self.source.planes(layer, geometry), config,
+                  task_id=self.run_panel.next_task_id())
+        return PendingRun(job, layer, geometry)
 
     def run(self) -> Any:
         """Start a run on the chosen layer; returns the worker (None if it could not start)."""
@@ -204,8 +210,8 @@ class AttentionWidget(QWidget):
             return None
         self._pending = pending
         self.last_outcome = None
-        name, n = pending.layer.name, len(pending.spec.planes)
-        worker = self.run_panel.start(run_job, pending.spec,
+        name, n = pending.layer.name, len(pending.job.planes)
+        worker = self.run_panel.start(run_job, pending.job,
                                       description=f"Attention regularization: {name}")
         self.run_panel.show_status(f"Running on {name!r}" + (f" ({n} planes)" if n > 1 else "")
                                    + "…")
@@ -215,36 +221,48 @@ class AttentionWidget(QWidget):
         """Stop the running job at its next chunk; nothing it computed is added."""
         self.run_panel.cancel()
 
-    def _on_returned(self, outcome: JobOutcome) -> None:
+    def _on_returned(self, outcome: Outcome) -> None:
         pending = self._pending
         if self._detached or pending is None:  # the dock was closed: add nothing
-            outcome.results, outcome.cancelled = {}, True
+            outcome.results, outcome.status = {}, "cancelled"
             return
-        if outcome.error is not None:
-            self.run_panel.show_error(outcome.error)
+        if not outcome.results:
+            if outcome.status == "cancelled":
+                self.run_panel.show_status("Cancelled; nothing was added.")
+            else:
+                self.run_panel.show_error(outcome.message)
             return
-        problem = pending.problem(self.viewer)
+        problem = pending.problem(self.viewer, outcome)
         if problem is not None:
-            outcome.results, outcome.error = {}, problem
+            outcome.results, outcome.status, outcome.message = {}, "failed", problem
             self.run_panel.show_error(problem)
             return
         self._attach(outcome, pending)
+        if not outcome.ok:  # cancelled or partly failed: the finished planes, and what is missing
+            from napari.utils.notifications import show_warning
 
-    def _attach(self, outcome: JobOutcome, pending: PendingRun) -> None:
+            missing = ", ".join(str(p) for p in outcome.missing(pending.job.planes))
+            text = f"{outcome.message} Not computed: {missing}."
+            self.run_panel.show_status(f"<span style='color:#e0a030'>{text}</span><br>"
+                                       + self.run_panel.status_label.text())
+            show_warning(text)
+
+    def _attach(self, outcome: Outcome, pending: PendingRun) -> None:
         from .geometry import SourceGeometry
 
-        source, spec = pending.layer, pending.spec
+        source, spec = pending.layer, pending.job
         geometry = SourceGeometry.from_layer(source, pending.geometry.channel_axis)  # moved?
         params = {k: v for k, v in asdict(spec.config).items() if k != "extra"}
+        planes_run = [p for p in spec.planes if p in outcome.results]
         params.update(model=spec.model.label(), model_description=outcome.model_description,
-                      source=source.name, planes_run=[list(p) for p in spec.planes],
+                      source=source.name, planes_run=[list(p) for p in planes_run],
                       elapsed_s=round(outcome.elapsed_s, 3),
                       device_used=next(iter(outcome.results.values())).metadata.get("device"))
         record = RunRecord(source.unique_id, source.name, geometry, dict(outcome.results), params,
                            self.thresholds())
         old = self._records.get(source.unique_id)
         if old is not None:
-            if geometry.stack_axes and len(spec.planes) < len(geometry.planes()) \
+            if geometry.stack_axes and len(planes_run) < len(geometry.planes()) \
                     and old.merge(record):
                 record = old  # another slice of the same stack: keep the planes computed before
             else:
@@ -259,7 +277,7 @@ class AttentionWidget(QWidget):
         self.roi_panel.update_table()
         self.outputs_updated.emit(record)
 
-    def _on_finished(self, outcome: JobOutcome) -> None:
+    def _on_finished(self, outcome: Outcome) -> None:
         self._pending = None
         self.last_outcome = outcome
         if not self._detached:

@@ -268,6 +268,11 @@ def run_job(job: Job, cancel: CancelToken | None = None,
                           f"loading model {job.model.label()}")
         backbone = load_model(job.model)
         outcome.model_description = backbone.describe()
+        head = config.head
+        if head != "mean" and not 0 <= int(head) < backbone.num_heads:
+            raise ValueError(f"Head {head} does not exist: {backbone.name} has "
+                             f"{backbone.num_heads} heads (0–{backbone.num_heads - 1}); choose "
+                             "one of them or 'mean'.")
         load_s = time.perf_counter() - t0
         for number, plane in enumerate(job.planes):
             cancel.raise_if_cancelled()
@@ -301,6 +306,8 @@ def _run_plane(job: Job, config: RunConfig, backbone: Backbone, number: int, pla
                load_s: float, cancel: CancelToken, outcome: Outcome,
                ) -> Generator[JobProgress, None, None]:
     image, channel_axis = job.stack.read(plane)
+    # now, not after the run: a numpy plane is a view, and would show a later in-place edit
+    fingerprint = plane_fingerprint(np.asarray(image))
     extra = {**config.extra, "model_load_s": load_s if number == 0 else 0.0}
     if plane:
         extra["plane"] = list(plane)
@@ -312,7 +319,7 @@ def _run_plane(job: Job, config: RunConfig, backbone: Backbone, number: int, pla
             event = next(engine)
         except StopIteration as stop:
             outcome.results[plane] = stop.value
-            outcome.fingerprints[plane] = plane_fingerprint(np.asarray(image))
+            outcome.fingerprints[plane] = fingerprint
             return
         yield JobProgress(job.task_id, number, len(job.planes), plane, event,
                           where + event.message)
