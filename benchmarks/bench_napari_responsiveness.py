@@ -83,11 +83,11 @@ def main() -> None:
     widget = AttentionWidget(viewer)
     viewer.window.add_dock_widget(widget, name="Attention Regularization")
     widget.set_model(backbone, name=args.model)
-    widget.options.device_combo.setCurrentText(args.device)
+    widget.options.controls["device"].setCurrentText(args.device)
     if args.n_boot:
-        widget.options.n_boot_spin.setValue(args.n_boot)
+        widget.options.controls["n_boot"].setValue(args.n_boot)
     if args.chunk_size:
-        widget.options.chunk_spin.setValue(args.chunk_size)
+        widget.options.controls["chunk_size"].setValue(args.chunk_size)
     widget.set_layer(layer)
     app = QApplication.instance()
     for _ in range(20):

@@ -57,9 +57,9 @@ def main() -> None:
     layer = viewer.add_image(image, name="mosaic")
     widget = AttentionWidget(viewer)
     viewer.window.add_dock_widget(widget, name="Attention Regularization")
-    widget.options.device_combo.setCurrentText("cpu")
-    widget.options.n_boot_spin.setValue(args.n_boot)
-    widget.options.tiled_check.setChecked(True)
+    widget.options.controls["device"].setCurrentText("cpu")
+    widget.options.controls["n_boot"].setValue(args.n_boot)
+    widget.options.controls["tiled"].setChecked(True)
 
     events, outcome = [], {}
     widget.run_panel.progress_bar.valueChanged.connect(lambda v: events.append((time.perf_counter(), v)))

@@ -75,9 +75,9 @@ def main() -> None:
     viewer.window._qt_window.resizeDocks([dock], [560], Qt.Orientation.Horizontal)
     if not demo:
         widget.set_model(backbone, name="random ViT (demo model missing)")
-    widget.options.device_combo.setCurrentText("auto")
+    widget.options.controls["device"].setCurrentText("auto")
     if args.n_boot:
-        widget.options.n_boot_spin.setValue(args.n_boot)
+        widget.options.controls["n_boot"].setValue(args.n_boot)
     widget.set_layer(image)
 
     loop = QEventLoop()

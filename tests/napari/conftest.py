@@ -30,9 +30,9 @@ def viewer_widget(make_napari_viewer, tiny_backbone):
     widget = AttentionWidget(viewer)
     viewer.window.add_dock_widget(widget, name="Attention Regularization")
     widget.set_model(tiny_backbone, name="tiny")
-    widget.options.n_boot_spin.setValue(16)
-    widget.options.chunk_spin.setValue(8)
-    widget.options.device_combo.setCurrentText("cpu")
+    widget.options.controls["n_boot"].setValue(16)
+    widget.options.controls["chunk_size"].setValue(8)
+    widget.options.controls["device"].setCurrentText("cpu")
     return viewer, widget
 
 

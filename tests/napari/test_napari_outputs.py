@@ -12,8 +12,8 @@ pytestmark = pytest.mark.gui
 
 def _start_and_act(widget, qtbot, act, n_boot=64):
     """Run, call ``act()`` on the GUI thread at the first progress event, wait for the end."""
-    widget.options.n_boot_spin.setValue(n_boot)
-    widget.options.chunk_spin.setValue(4)
+    widget.options.controls["n_boot"].setValue(n_boot)
+    widget.options.controls["chunk_size"].setValue(4)
     acted = []
 
     def once(item):
@@ -53,7 +53,7 @@ def test_duplicated_output_is_the_analysts_copy(viewer_widget, run_and_wait, cel
     np.testing.assert_array_equal(copy.data, copy_data)  # … the copy did not
     assert copy.name == copy_name
 
-    widget.options.seed_spin.setValue(5)
+    widget.options.controls["seed"].setValue(5)
     run_and_wait(widget)
     assert copy.name == copy_name and np.array_equal(copy.data, copy_data)
     assert widget.current_record().outputs["regularized"] is real  # updated in place
@@ -71,8 +71,8 @@ def test_two_docks_write_their_own_layers(viewer_widget, run_and_wait, cells_ima
     second = AttentionWidget(viewer)
     viewer.window.add_dock_widget(second, name="second dock")
     second.set_model(tiny_backbone, name="tiny")
-    second.options.n_boot_spin.setValue(16)
-    second.options.device_combo.setCurrentText("cpu")
+    second.options.controls["n_boot"].setValue(16)
+    second.options.controls["device"].setCurrentText("cpu")
     run_and_wait(first)
     run_and_wait(second)
     a, b = first.current_record(), second.current_record()

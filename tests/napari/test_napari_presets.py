@@ -82,15 +82,15 @@ def test_preset_switch_resets_thresholds_and_renames_layers(viewer_widget, run_a
     first = _outputs(viewer, "cells", "directional")
     n_layers = len(viewer.layers)
     widget.thresholds_panel.q_th_slider.setValue(0.3)
-    widget.options.preset_combo.setCurrentIndex(widget.options.preset_combo.findData("paper"))
+    widget.options.controls["preset"].setCurrentIndex(widget.options.controls["preset"].findData("paper"))
     paper = PRESET_DEFAULTS["paper"]
     t = widget.thresholds()
     assert t["rule"] == paper["rule"] == "lfdr" and widget.thresholds_panel.z_mask_check.isChecked()
     assert (t["z_th"], t["l_th"], t["q_th"]) == pytest.approx((paper["z_th"], paper["l_th"], 0.1))
-    assert widget.options.p_method_combo.isEnabled()  # the paper's options are editable
+    assert widget.options.controls["p_method"].isEnabled()  # the paper's options are editable
     assert _statistics_options(widget) == _preset_options("paper")
-    assert widget.options.preset_combo.toolTip() and "BELOW" in widget.options.preset_combo.itemData(
-        widget.options.preset_combo.findData("paper"), 3)  # Qt.ToolTipRole
+    assert widget.options.controls["preset"].toolTip() and "BELOW" in widget.options.controls["preset"].itemData(
+        widget.options.controls["preset"].findData("paper"), 3)  # Qt.ToolTipRole
     run_and_wait(widget)
     result = widget.current_record().results[()]
     assert result.preset == "paper" and result.metadata["p_method"] == "pooled"
@@ -101,8 +101,8 @@ def test_preset_switch_resets_thresholds_and_renames_layers(viewer_widget, run_a
     assert "cells · −log10 p, above null" not in viewer.layers
     assert "two-sided" in widget.run_panel.status_label.text()
     # and back: the directional preset fixes the one-sided options again
-    widget.options.preset_combo.setCurrentIndex(widget.options.preset_combo.findData("directional"))
-    assert not widget.options.p_method_combo.isEnabled() and widget.thresholds()["rule"] == "q"
+    widget.options.controls["preset"].setCurrentIndex(widget.options.controls["preset"].findData("directional"))
+    assert not widget.options.controls["p_method"].isEnabled() and widget.thresholds()["rule"] == "q"
     assert _statistics_options(widget) == _preset_options("directional")
     assert widget.run_config().resolved().alternative == "greater"
 

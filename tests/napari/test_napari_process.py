@@ -25,8 +25,8 @@ _, widget = viewer.window.add_plugin_dock_widget("napari-attnreg", "Attention Re
 import timm  # only now, as when a model is loaded after napari started
 
 widget.set_model(timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1), name="tiny")
-widget.options.n_boot_spin.setValue(4)
-widget.options.device_combo.setCurrentText("cpu")
+widget.options.controls["n_boot"].setValue(4)
+widget.options.controls["device"].setCurrentText("cpu")
 loop = QEventLoop()
 widget.run_finished.connect(lambda outcome: loop.quit())
 QTimer.singleShot(90_000, loop.quit)

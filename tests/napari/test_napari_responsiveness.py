@@ -15,8 +15,8 @@ pytestmark = pytest.mark.gui
 def test_event_loop_keeps_ticking_during_a_run(viewer_widget, qtbot, cells_image):
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
-    widget.options.n_boot_spin.setValue(96)
-    widget.options.chunk_spin.setValue(8)
+    widget.options.controls["n_boot"].setValue(96)
+    widget.options.controls["chunk_size"].setValue(8)
     ticks: list[float] = []
     last_yield: list[float] = []
     bar_values: list[int] = []

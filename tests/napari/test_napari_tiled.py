@@ -7,7 +7,7 @@ import pytest
 
 from napari_attnreg._napari.layers import KINDS, layer_name
 from napari_attnreg.core.engine import RunConfig
-from napari_attnreg.core.tiling import TILE_OVERLAP_MAX, TILE_SCALE_RANGE, work_shape
+from napari_attnreg.core.tiling import work_shape
 
 pytestmark = pytest.mark.gui
 
@@ -33,30 +33,34 @@ def demo_widget(make_napari_viewer):
     widget = AttentionWidget(viewer)
     viewer.window.add_dock_widget(widget, name="Attention Regularization")
     assert widget.model_spec().source == "demo"
-    widget.options.n_boot_spin.setValue(8)
-    widget.options.device_combo.setCurrentText("cpu")
+    widget.options.controls["n_boot"].setValue(8)
+    widget.options.controls["device"].setCurrentText("cpu")
     return viewer, widget
 
 
 def test_tiling_controls_follow_the_checkbox_and_the_core(demo_widget):
+    from napari_attnreg.core.options import option
+
     _viewer, widget = demo_widget
     defaults = RunConfig()
-    assert widget.options.tiled_check.text() == "Tiled (native resolution)"
-    assert "native" in widget.options.tiled_check.toolTip() or "own pixel size" in widget.options.tiled_check.toolTip()
-    assert "n_tiles + B" in widget.options.tiled_check.toolTip()
-    assert widget.options.tiled_check.isChecked() == defaults.tiled
-    assert widget.options.tile_overlap_spin.value() == defaults.tile_overlap
-    assert widget.options.tile_scale_spin.value() == pytest.approx(defaults.tile_scale)
-    assert (widget.options.tile_scale_spin.minimum(), widget.options.tile_scale_spin.maximum()) == TILE_SCALE_RANGE
-    assert (widget.options.tile_overlap_spin.minimum(), widget.options.tile_overlap_spin.maximum()) == (0, TILE_OVERLAP_MAX)
-    assert not widget.options.tile_overlap_spin.isEnabled() and widget.options.size_combo.isEnabled()
-    widget.options.tile_scale_spin.setValue(2.0)
+    controls = widget.options.controls
+    tiled, overlap, scale = controls["tiled"], controls["tile_overlap"], controls["tile_scale"]
+    assert tiled.text() == option("tiled").label and tiled.toolTip() == option("tiled").help
+    assert tiled.isChecked() == defaults.tiled
+    assert overlap.value() == defaults.tile_overlap
+    assert scale.value() == pytest.approx(defaults.tile_scale)
+    for control, name in ((scale, "tile_scale"), (overlap, "tile_overlap")):
+        opt = option(name)  # ranges and help from the core's option metadata
+        assert (control.minimum(), control.maximum()) == (opt.minimum, opt.maximum)
+        assert control.toolTip() == opt.help
+    assert not overlap.isEnabled() and controls["target_size"].isEnabled()
+    scale.setValue(2.0)
     config = widget.run_config()
     assert not config.tiled and config.tile_scale == defaults.tile_scale  # nothing stale when off
-    widget.options.tiled_check.setChecked(True)
-    assert widget.options.tile_overlap_spin.isEnabled() and widget.options.tile_scale_spin.isEnabled()
-    assert not widget.options.size_combo.isEnabled()
-    widget.options.tile_overlap_spin.setValue(16)
+    tiled.setChecked(True)
+    assert overlap.isEnabled() and scale.isEnabled()
+    assert not controls["target_size"].isEnabled()
+    overlap.setValue(16)
     config = widget.run_config()
     assert config.tiled and config.tile_overlap == 16 and config.tile_scale == 2.0
 
@@ -70,9 +74,9 @@ def test_tiled_run_gives_native_grid_aligned_with_the_image(demo_widget, run_and
                                                             overlap, scale):
     viewer, widget = demo_widget
     image = viewer.add_image(_field(shape), name="field", scale=(0.5, 0.25), translate=(10.0, -3.0))
-    widget.options.tiled_check.setChecked(True)
-    widget.options.tile_overlap_spin.setValue(overlap)
-    widget.options.tile_scale_spin.setValue(scale)
+    widget.options.controls["tiled"].setChecked(True)
+    widget.options.controls["tile_overlap"].setValue(overlap)
+    widget.options.controls["tile_scale"].setValue(scale)
     outcome = run_and_wait(widget, timeout=240_000)
     assert outcome.ok
     result = widget.current_record().results[()]
@@ -104,9 +108,9 @@ def test_cancel_during_a_tiled_run_adds_nothing(demo_widget, qtbot):
     viewer, widget = demo_widget
     viewer.add_image(_field((600, 400)), name="field")
     names = [layer.name for layer in viewer.layers]
-    widget.options.tiled_check.setChecked(True)
-    widget.options.n_boot_spin.setValue(2000)
-    widget.options.chunk_spin.setValue(2)
+    widget.options.controls["tiled"].setChecked(True)
+    widget.options.controls["n_boot"].setValue(2000)
+    widget.options.controls["chunk_size"].setValue(2)
     events: list = []  # appended on the worker thread, so it is never behind the worker
 
     def record(item):

@@ -106,10 +106,10 @@ def test_controls_and_dock_title_are_not_clipped(viewer_widget, qtbot, cells_ima
     viewer.add_image(np.stack([cells_image] * 3), name="channels")
     widget.source.channel_axis_combo.setCurrentIndex(1)  # the channels field shows
     widget.model.set_source("file")  # path and architecture fields show
-    widget.options.method_combo.setCurrentText("normal")  # the std × spin box shows
+    widget.options.controls["method"].setCurrentText("normal")  # the std × spin box shows
     qtbot.waitExposed(widget)
     qtbot.wait(50)
-    watched = [widget.options.std_factor_spin, widget.source.channels_edit,
+    watched = [widget.options.controls["std_factor"], widget.source.channels_edit,
                widget.model.weights_edit, widget.model.arch_edit]
     assert all(w.isVisible() for w in watched)
     clipped = [f"{type(w).__name__} {w.toolTip()[:30]!r}: {w.width()} < {_needed(w)}"

@@ -64,8 +64,8 @@ def test_rerun_updates_layers_in_place(viewer_widget, run_and_wait, cells_image)
     first = _outputs(viewer, "cells")
     before = first["attention"].data.copy()
     n_layers = len(viewer.layers)
-    widget.options.seed_spin.setValue(3)
-    widget.options.method_combo.setCurrentText("uniform")
+    widget.options.controls["seed"].setValue(3)
+    widget.options.controls["method"].setCurrentText("uniform")
     run_and_wait(widget)
     second = _outputs(viewer, "cells")
     assert len(viewer.layers) == n_layers
@@ -111,8 +111,8 @@ def test_cancel_mid_run_adds_nothing_and_keeps_layers(viewer_widget, qtbot, cell
     viewer.add_image(cells_image, name="cells")
     viewer.add_points([[5, 5]], name="my points")
     names = [layer.name for layer in viewer.layers]
-    widget.options.n_boot_spin.setValue(5000)
-    widget.options.chunk_spin.setValue(4)
+    widget.options.controls["n_boot"].setValue(5000)
+    widget.options.controls["chunk_size"].setValue(4)
     done: list[int] = []  # appended on the worker thread, so it is never behind the worker
 
     def record(item):
@@ -150,8 +150,8 @@ def test_activity_dock_quit_cancels_through_the_token(viewer_widget, qtbot, cell
     """napari's activity-dock cancel calls worker.quit(): the generator must still end itself."""
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
-    widget.options.n_boot_spin.setValue(5000)
-    widget.options.chunk_spin.setValue(4)
+    widget.options.controls["n_boot"].setValue(5000)
+    widget.options.controls["chunk_size"].setValue(4)
     with qtbot.waitSignal(widget.run_finished, timeout=60_000) as blocker:
         worker = widget.run()
         worker.quit()
@@ -183,7 +183,7 @@ def test_bad_inputs_notify_and_leave_layers(viewer_widget, run_and_wait, notific
     assert notifications[-1].message == outcome.message
 
     widget.set_model(widget.model.custom_module)
-    widget.options.head_spin.setValue(50)
+    widget.options.controls["head"].setText("50")
     outcome = run_and_wait(widget)
     assert "Head 50 does not exist" in outcome.message
 
