@@ -26,7 +26,7 @@ def provenance_lines(record: RunRecord) -> list[str]:
         "model": record.params.get("model_description") or meta.get("model"),
         "weights": meta.get("weights"),
         "preset": record.preset,
-        "thresholds": json.dumps(record.thresholds),
+        "thresholds": json.dumps(dict(record.thresholds)),
         "B (null images)": meta.get("n_boot"),
         "null method": meta.get("method"),
         "seed": meta.get("seed"),

@@ -1,4 +1,8 @@
-"""Live thresholds: the rule and its thresholds, re-applied to stored results without a re-run."""
+"""Live thresholds: the rule and its thresholds, re-applied to stored results without a re-run.
+
+Labels, ranges, choices and help come from the core's option metadata; the value read
+back is the core's :class:`~napari_attnreg.core.thresholds.Thresholds`.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,10 @@ from qtpy.QtWidgets import QCheckBox, QComboBox, QFormLayout, QGroupBox, QHBoxLa
 from superqt import QLabeledDoubleSlider
 from superqt.utils import qdebounced
 
-from ..core.display import RULE_HELP, RULE_LABELS
-from ..core.presets import DEFAULT_PRESET, default_thresholds
-from ..core.regularize import RULES
+from ..core.display import RULE_HELP
+from ..core.options import option
+from ..core.presets import DEFAULT_PRESET
+from ..core.thresholds import Thresholds
 
 #: z threshold shown while the z mask is off (the paper's 0, a natural first value).
 Z_TH_WHEN_ON = 0.0
@@ -19,12 +24,14 @@ Z_TH_WHEN_ON = 0.0
 SETTLE_MS = 40
 
 
-def _slider(lo: float, hi: float, value: float, decimals: int, tip: str) -> QLabeledDoubleSlider:
+def _slider(name: str, value: float) -> QLabeledDoubleSlider:
+    opt = option(name)
     slider = QLabeledDoubleSlider(Qt.Orientation.Horizontal)
-    slider.setRange(lo, hi)
-    slider.setDecimals(decimals)
-    slider.setSingleStep(10.0 ** -decimals * 10)
+    slider.setRange(opt.minimum, opt.maximum)
+    slider.setDecimals(opt.decimals or 2)
+    slider.setSingleStep(opt.step or 0.01)
     slider.setValue(value)
+    tip = opt.help
     slider.setToolTip(tip)
     for child in slider.findChildren(QWidget):  # the slider's own value box and bar
         child.setToolTip(tip)
@@ -37,33 +44,26 @@ class ThresholdsPanel(QGroupBox):
     ``changed`` fires once per pause of the controls (debounced), with the thresholds dict.
     """
 
-    changed = Signal(dict)
+    changed = Signal(object)  # Thresholds
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Thresholds (live, no recomputation)", parent)
         self.setToolTip("Moving these redraws the regularized and significant layers of the "
                         "chosen image (edits painted into its significant labels are replaced).")
-        defaults = default_thresholds(DEFAULT_PRESET)
+        defaults = Thresholds.from_preset(DEFAULT_PRESET)
+        rule = option("rule")
         self.rule_combo = QComboBox()
-        for rule in RULES:
-            self.rule_combo.addItem(RULE_LABELS[rule], rule)
-            self.rule_combo.setItemData(self.rule_combo.count() - 1, RULE_HELP[rule],
+        for choice in rule.choices:
+            self.rule_combo.addItem(rule.label_of(choice), choice)
+            self.rule_combo.setItemData(self.rule_combo.count() - 1, RULE_HELP.get(choice, ""),
                                         Qt.ItemDataRole.ToolTipRole)
-        self.rule_combo.setToolTip("Which patches count as significant (the regularized map keeps "
-                                   "their attention, the outline marks them).")
-        self.q_th_slider = _slider(0.0, 1.0, defaults["q_th"], 3,
-                                   "q ≤: false discovery rate; 0.1 = about 10% of the highlighted "
-                                   "patches may be noise (rule 'q').")
-        self.p_th_slider = _slider(0.0, 1.0, defaults["p_th"], 3,
-                                   "p ≤: per-patch p-value threshold (rule 'p').")
-        self.l_th_slider = _slider(0.0, 1.0, defaults["l_th"], 3,
-                                   "lfdr ≤: local false discovery rate threshold (rule 'lfdr'); "
-                                   "posterior = 1 − lfdr.")
-        self.z_mask_check = QCheckBox("z mask")
-        self.z_mask_check.setToolTip("Also require z ≥ threshold (the paper's mask, on by default "
-                                     "under 'paper'). Off: no z mask (the directional default).")
-        self.z_th_slider = _slider(-3.0, 5.0, Z_TH_WHEN_ON, 2,
-                                   "z ≥: standardised log-attention threshold of the z mask.")
+        self.rule_combo.setToolTip(rule.help)
+        self.q_th_slider = _slider("q_th", defaults["q_th"])
+        self.p_th_slider = _slider("p_th", defaults["p_th"])
+        self.l_th_slider = _slider("l_th", defaults["l_th"])
+        self.z_mask_check = QCheckBox(option("z_th").label)
+        self.z_mask_check.setToolTip(option("z_th").help)
+        self.z_th_slider = _slider("z_th", Z_TH_WHEN_ON)
         z_row = QHBoxLayout()
         z_row.addWidget(self.z_mask_check)
         z_row.addWidget(self.z_th_slider, 1)
@@ -83,14 +83,15 @@ class ThresholdsPanel(QGroupBox):
     def _sliders(self) -> tuple[QLabeledDoubleSlider, ...]:
         return (self.q_th_slider, self.p_th_slider, self.l_th_slider, self.z_th_slider)
 
-    def thresholds(self) -> dict[str, Any]:
+    def thresholds(self) -> Thresholds:
         """Rule and thresholds as the controls set them (``z_th`` None: z mask off)."""
         z_th = float(self.z_th_slider.value()) if self.z_mask_check.isChecked() else None
-        return {"rule": self.rule_combo.currentData(), "z_th": z_th,
-                "p_th": float(self.p_th_slider.value()), "l_th": float(self.l_th_slider.value()),
-                "q_th": float(self.q_th_slider.value())}
+        return Thresholds(rule=self.rule_combo.currentData(), z_th=z_th,
+                          p_th=float(self.p_th_slider.value()),
+                          l_th=float(self.l_th_slider.value()),
+                          q_th=float(self.q_th_slider.value()))
 
-    def set_thresholds(self, thresholds: dict[str, Any]) -> None:
+    def set_thresholds(self, thresholds: Any) -> None:
         """Show ``thresholds`` (e.g. a preset's defaults); one ``changed`` follows."""
         controls = (self.rule_combo, self.z_mask_check, *self._sliders())
         for control in controls:
