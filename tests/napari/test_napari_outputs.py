@@ -171,3 +171,21 @@ def test_planes_not_computed_are_drawn_transparent(viewer_widget, run_and_wait, 
     np.testing.assert_array_equal(with_maps, without)
     viewer.dims.set_point(0, 1)  # the computed plane does draw
     assert not np.array_equal(viewer.screenshot(canvas_only=True, flash=False), without)
+
+
+def test_partly_failed_stack_shows_finished_planes_and_names_the_missing(
+        viewer_widget, run_and_wait, cells_image, notifications):
+    from napari.utils.notifications import NotificationSeverity
+
+    viewer, widget = viewer_widget
+    stack = np.stack([cells_image, np.full_like(cells_image, 7), cells_image[::-1]])
+    viewer.add_image(stack, name="stack")
+    widget.source.scope_combo.setCurrentText("all slices")
+    outcome = run_and_wait(widget)
+    assert outcome.status == "partial" and sorted(outcome.results) == [(0,), (2,)]
+    assert "constant" in outcome.errors[(1,)]
+    att = widget.current_record().outputs["attention"].data
+    assert [not np.isnan(att[i]).all() for i in range(3)] == [True, False, True]
+    warnings_ = [n.message for n in notifications if n.severity == NotificationSeverity.WARNING]
+    assert any("Not computed: (1,)" in text for text in warnings_)
+    assert "Not computed: (1,)" in widget.run_panel.status_label.text()

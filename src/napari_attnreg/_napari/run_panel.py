@@ -125,6 +125,18 @@ class RunPanel(QWidget):
         self.status_label.setText(f"<span style='color:{ERROR_COLOR}'>{message}</span>")
         show_error(message)
 
+    @staticmethod
+    def bind_shortcut(viewer: Any, callback: Any) -> None:
+        """Bind :data:`RUN_SHORTCUT` in ``viewer`` (the last dock opened owns it)."""
+        viewer.bind_key(RUN_SHORTCUT, callback, overwrite=True)
+
+    @staticmethod
+    def unbind_shortcut(viewer: Any, callback: Any) -> None:
+        from napari.utils.key_bindings import KeyBinding
+
+        if viewer.keymap.get(KeyBinding.from_str(RUN_SHORTCUT)) == callback:  # still ours
+            viewer.bind_key(RUN_SHORTCUT, None)
+
     # ---- run / cancel ------------------------------------------------------------------
     def next_task_id(self) -> int:
         """A new task id; outcomes of every earlier task are dropped from now on."""

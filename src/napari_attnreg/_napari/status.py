@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from typing import Any
 
 from ..core.display import run_caption, significance_caption, unique_diagnostics
 from .layers import RunRecord
@@ -52,3 +53,13 @@ def notify_diagnostics(record: RunRecord) -> None:
     if warnings_:
         show_warning(f"Attention regularization of {record.source_name!r}:\n"
                      + "\n".join(warnings_))
+
+
+def warn_missing_planes(outcome: Any, planes: list[tuple[int, ...]]) -> str:
+    """Warn (notification) that a cancelled or partly failed run lacks some planes; the text."""
+    from napari.utils.notifications import show_warning
+
+    missing = ", ".join(str(p) for p in outcome.missing(planes))
+    text = f"{outcome.message} Not computed: {missing}."
+    show_warning(text)
+    return text

@@ -15,7 +15,6 @@ analyst makes and the layers of another dock are never overwritten.
 # ruff: noqa: E402  (the Triton guard must run before the imports that load timm)
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from qtpy.QtCore import QEvent, Signal
@@ -28,15 +27,16 @@ avoid_triton_llvm_clash()  # before anything below can import timm (see core.tri
 from ..core.engine import RunConfig
 from ..core.planes import PlaneStack
 from ..core.service import Job, ModelSpec, Outcome, run_job
-from .layers import RunRecord, place_outputs, refresh_thresholds, upsert_outputs
+from .layers import RunRecord, refresh_thresholds
 from .model_picker import ModelPanel
 from .options_panel import OptionsPanel
 from .pending import PendingRun
+from .records import RunRecords
 from .results_io import SaveButton, sample_menu_hint
 from .roi_panel import RoiPanel
-from .run_panel import RUN_SHORTCUT, RunPanel
+from .run_panel import RunPanel
 from .source_panel import SourcePanel
-from .status import TRANSFORM_EVENTS, notify_diagnostics, summary_html
+from .status import WARNING_COLOR, notify_diagnostics, summary_html, warn_missing_planes
 from .thresholds_panel import ThresholdsPanel
 
 #: The method and its defaults, in the project's own words.
@@ -64,7 +64,7 @@ class AttentionWidget(QWidget):
     def __init__(self, napari_viewer: Any, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.viewer = napari_viewer
-        self._records: dict[Any, RunRecord] = {}
+        self._records = RunRecords(self.viewer, on_source_moved=self.outputs_updated.emit)
         self._pending: PendingRun | None = None
         self._docked = False
         self._detached = False
@@ -96,7 +96,7 @@ class AttentionWidget(QWidget):
         self.run_panel.run_requested.connect(self.run)
         self.run_panel.returned.connect(self._on_returned)
         self.run_panel.finished.connect(self._on_finished)
-        self.viewer.bind_key(RUN_SHORTCUT, self._on_run_shortcut, overwrite=True)
+        self.run_panel.bind_shortcut(self.viewer, self._on_run_shortcut)
         self._on_preset_changed(self.options.preset())
         self._on_layer_changed()
 
@@ -129,11 +129,10 @@ class AttentionWidget(QWidget):
         return self.run_panel.worker
 
     def current_record(self) -> RunRecord | None:
-        layer = self.current_layer()
-        return None if layer is None else self._records.get(layer.unique_id)
+        return self._records.get(self.current_layer())
 
     def records(self) -> list[RunRecord]:
-        return list(self._records.values())
+        return self._records.values()
 
     # ---- reactions -------------------------------------------------------------------------
     def _on_preset_changed(self, preset: str) -> None:
@@ -142,29 +141,12 @@ class AttentionWidget(QWidget):
         self.thresholds_panel.set_thresholds(default_thresholds(preset))
 
     def _on_layer_changed(self) -> None:
-        alive = {layer.unique_id: layer for layer in self.viewer.layers}
-        for key in [k for k in self._records if k not in alive]:
-            del self._records[key]
-        for key, record in self._records.items():
-            if record.source_name != alive[key].name:
-                self._rename_outputs(record, alive[key].name)
+        self._records.tidy()
         has_image = self.current_layer() is not None
         self.run_panel.set_can_run(has_image, "" if has_image else
                                    f"Add an image layer first ({sample_menu_hint()}).")
         self.save_button.setEnabled(self.current_record() is not None)
         self.roi_panel.update_table()
-
-    def _rename_outputs(self, record: RunRecord, new_name: str) -> None:
-        """Output layers follow a renamed input, unless the analyst renamed them already."""
-        from .layers import META_KEY, layer_name
-
-        old_name, record.source_name = record.source_name, new_name
-        for kind, out in record.outputs.items():
-            if out not in self.viewer.layers:
-                continue
-            out.metadata[META_KEY]["source"] = new_name
-            if out.name.startswith(layer_name(old_name, kind, record.preset)):
-                out.name = layer_name(new_name, kind, record.preset)
 
     def _on_run_shortcut(self, viewer: Any = None) -> None:
         if not self.run_panel.busy:
@@ -237,45 +219,16 @@ class AttentionWidget(QWidget):
             outcome.results, outcome.status, outcome.message = {}, "failed", problem
             self.run_panel.show_error(problem)
             return
-        self._attach(outcome, pending)
-        if not outcome.ok:  # cancelled or partly failed: the finished planes, and what is missing
-            from napari.utils.notifications import show_warning
-
-            missing = ", ".join(str(p) for p in outcome.missing(pending.job.planes))
-            text = f"{outcome.message} Not computed: {missing}."
-            self.run_panel.show_status(f"<span style='color:#e0a030'>{text}</span><br>"
-                                       + self.run_panel.status_label.text())
-            show_warning(text)
-
-    def _attach(self, outcome: Outcome, pending: PendingRun) -> None:
-        from .geometry import SourceGeometry
-
-        source, spec = pending.layer, pending.job
-        geometry = SourceGeometry.from_layer(source, pending.geometry.channel_axis)  # moved?
-        params = {k: v for k, v in asdict(spec.config).items() if k != "extra"}
-        planes_run = [p for p in spec.planes if p in outcome.results]
-        params.update(model=spec.model.label(), model_description=outcome.model_description,
-                      source=source.name, planes_run=[list(p) for p in planes_run],
-                      elapsed_s=round(outcome.elapsed_s, 3),
-                      device_used=next(iter(outcome.results.values())).metadata.get("device"))
-        record = RunRecord(source.unique_id, source.name, geometry, dict(outcome.results), params,
-                           self.thresholds())
-        old = self._records.get(source.unique_id)
-        if old is not None:
-            if geometry.stack_axes and len(planes_run) < len(geometry.planes()) \
-                    and old.merge(record):
-                record = old  # another slice of the same stack: keep the planes computed before
-            else:
-                record.outputs = old.outputs  # a re-run updates this dock's layers in place
-        record.thresholds = self.thresholds()
-        self._records[source.unique_id] = record
-        upsert_outputs(self.viewer, record)
-        self._follow_source(source)
+        record = self._records.attach(outcome, pending, self.thresholds())
         self._show_summary(record)
         notify_diagnostics(record)
         self.save_button.setEnabled(True)
         self.roi_panel.update_table()
         self.outputs_updated.emit(record)
+        if not outcome.ok:  # cancelled or partly failed: the finished planes, and what is missing
+            text = warn_missing_planes(outcome, pending.job.planes)
+            self.run_panel.show_status(f"<span style='color:{WARNING_COLOR}'>{text}</span><br>"
+                                       + self.run_panel.status_label.text())
 
     def _on_finished(self, outcome: Outcome) -> None:
         self._pending = None
@@ -295,33 +248,11 @@ class AttentionWidget(QWidget):
         if record is None or self._detached:
             return
         record.thresholds = self.thresholds()
-        self._sync_geometry(record)
+        self._records.sync_geometry(record)
         refresh_thresholds(self.viewer, record)
         self._show_summary(record)  # the count follows the thresholds
         self.roi_panel.update_table()
         self.outputs_updated.emit(record)
-
-    def _sync_geometry(self, record: RunRecord) -> None:
-        """Take the source layer's current transform (the analyst may have rescaled it)."""
-        from .geometry import SourceGeometry
-
-        source = next((lay for lay in self.viewer.layers if lay.unique_id == record.source_id),
-                      None)
-        if source is None:
-            return
-        geometry = SourceGeometry.from_layer(source, record.geometry.channel_axis)
-        if geometry.shape == record.geometry.shape and not geometry.same_grid(record.geometry):
-            record.geometry = geometry
-            place_outputs(self.viewer, record)
-
-    def _follow_source(self, source: Any) -> None:
-        for name in TRANSFORM_EVENTS:
-            getattr(source.events, name).connect(self._on_source_moved)
-
-    def _on_source_moved(self, event: Any) -> None:
-        record = self._records.get(getattr(event.source, "unique_id", None))
-        if record is not None and not self._detached:
-            self._sync_geometry(record)
 
     # ---- closing the dock ------------------------------------------------------------------
     def event(self, event: QEvent) -> bool:
@@ -345,13 +276,5 @@ class AttentionWidget(QWidget):
         self.run_panel.cancel()
         self.source.disconnect_viewer()
         self.roi_panel.disconnect_viewer()
-        for record in self._records.values():
-            source = next((lay for lay in self.viewer.layers
-                           if lay.unique_id == record.source_id), None)
-            for name in TRANSFORM_EVENTS if source is not None else ():
-                getattr(source.events, name).disconnect(self._on_source_moved)
-        from napari.utils.key_bindings import KeyBinding
-
-        key = KeyBinding.from_str(RUN_SHORTCUT)
-        if self.viewer.keymap.get(key) == self._on_run_shortcut:  # another dock may own it now
-            self.viewer.bind_key(RUN_SHORTCUT, None)
+        self._records.stop_following()
+        self.run_panel.unbind_shortcut(self.viewer, self._on_run_shortcut)
