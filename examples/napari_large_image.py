@@ -53,7 +53,7 @@ def main() -> None:
 
     image = mosaic(args.size)
     viewer = napari.Viewer(show=True)
-    viewer.window.resize(1700, 1050)
+    viewer.window.resize(1280, 800)
     layer = viewer.add_image(image, name="mosaic")
     widget = AttentionWidget(viewer)
     viewer.window.add_dock_widget(widget, name="Attention Regularization")

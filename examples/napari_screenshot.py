@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _ensure_display() -> None:
     if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") \
             and not os.environ.get("WAYLAND_DISPLAY") and shutil.which("xvfb-run"):
-        os.execvp("xvfb-run", ["xvfb-run", "-a", "-s", "-screen 0 1920x1200x24",
+        os.execvp("xvfb-run", ["xvfb-run", "-a", "-s", "-screen 0 1280x800x24",
                                sys.executable, *sys.argv])
 
 
@@ -32,7 +32,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(ROOT / "docs" / "images" / "napari_widget.png"))
     parser.add_argument("--n-boot", type=int, default=None, help="default: the widget's default")
-    parser.add_argument("--size", default="1700x1050", help="window size WxH")
+    parser.add_argument("--size", default="1280x800", help="window size WxH")
     args = parser.parse_args()
     _ensure_display()
 
@@ -51,7 +51,8 @@ def main() -> None:
         import timm
 
         torch.manual_seed(0)
-        backbone = load_backbone(timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=4))
+        vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=4)
+        backbone = load_backbone(vit)
         demo = False
 
     import napari
@@ -71,8 +72,9 @@ def main() -> None:
             [np.array([[150, 120], [330, 300]]), np.array([[420, 330], [600, 520]])],
             shape_type="rectangle", name="ROIs", edge_color="cyan", face_color="transparent",
             edge_width=4)
-    dock, widget = viewer.window.add_plugin_dock_widget("napari-attnreg", "Attention Regularization")
-    viewer.window._qt_window.resizeDocks([dock], [560], Qt.Orientation.Horizontal)
+    dock, widget = viewer.window.add_plugin_dock_widget("napari-attnreg",
+                                                        "Attention Regularization")
+    viewer.window._qt_window.resizeDocks([dock], [470], Qt.Orientation.Horizontal)
     if not demo:
         widget.set_model(backbone, name="random ViT (demo model missing)")
     widget.options.controls["device"].setCurrentText("auto")

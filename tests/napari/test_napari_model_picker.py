@@ -26,15 +26,22 @@ def test_picker_groups_by_domain_and_shows_access(qtbot):
     picker.set_model_id("uni")
     assert picker.model_id() == "uni" and "(gated)" in combo.currentText()
     text = picker.access_label.text()
-    assert "pathology" in text and "CC-BY-NC-ND-4.0" in text and "huggingface.co/MahmoodLab/UNI" in text
+    assert (
+        "pathology" in text
+        and "CC-BY-NC-ND-4.0" in text
+        and "huggingface.co/MahmoodLab/UNI" in text
+    )
     picker.set_model_id("rad-dino")
-    assert "radiology" in picker.access_label.text() and "open download" in picker.access_label.text()
+    assert (
+        "radiology" in picker.access_label.text() and "open download" in picker.access_label.text()
+    )
     with pytest.raises(ValueError, match="not in the catalogue"):
         picker.set_model_id("nope")
 
 
 def test_catalogue_source_runs_and_offline_failure_names_the_file_option(
-        viewer_widget, cells_image, run_and_wait, monkeypatch):
+    viewer_widget, cells_image, run_and_wait, monkeypatch
+):
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
     widget.model.source_combo.setCurrentIndex(widget.model.source_combo.findData("catalogue"))

@@ -12,7 +12,9 @@ pytestmark = pytest.mark.gui
 
 @pytest.fixture
 def stack(cells_image):
-    return np.stack([cells_image, np.roll(cells_image, 20, axis=1), np.roll(cells_image, 35, axis=0)])
+    return np.stack(
+        [cells_image, np.roll(cells_image, 20, axis=1), np.roll(cells_image, 35, axis=0)]
+    )
 
 
 def test_current_slice_then_all_slices(viewer_widget, run_and_wait, stack, qtbot):
@@ -66,8 +68,10 @@ def test_rgb_image(viewer_widget, run_and_wait):
     att = viewer.layers["ihc · attention"]
     assert att.ndim == 2
     gh, gw = att.data.shape
-    np.testing.assert_allclose(att.data_to_world((gh - 0.5, gw - 0.5)),
-                               image.data_to_world((rgb.shape[0] - 0.5, rgb.shape[1] - 0.5)))
+    np.testing.assert_allclose(
+        att.data_to_world((gh - 0.5, gw - 0.5)),
+        image.data_to_world((rgb.shape[0] - 0.5, rgb.shape[1] - 0.5)),
+    )
 
 
 def test_multichannel_choose_channels(viewer_widget, run_and_wait, stack, notifications):

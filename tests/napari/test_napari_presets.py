@@ -19,7 +19,7 @@ pytestmark = pytest.mark.gui
 
 
 def _rgba(hex_color: str) -> np.ndarray:
-    return np.array([int(hex_color[i:i + 2], 16) / 255 for i in (1, 3, 5)] + [1.0])
+    return np.array([int(hex_color[i : i + 2], 16) / 255 for i in (1, 3, 5)] + [1.0])
 
 
 STATISTICS_OPTIONS = ("p_method", "alternative", "pi0_method", "null", "null_pool")
@@ -39,15 +39,20 @@ def _outputs(viewer, name, preset):
     return {kind: viewer.layers[layer_name(name, kind, preset)] for kind in KINDS}
 
 
-def test_default_run_is_directional_with_outline_and_colorbars(viewer_widget, run_and_wait,
-                                                               cells_image):
+def test_default_run_is_directional_with_outline_and_colorbars(
+    viewer_widget, run_and_wait, cells_image
+):
     from napari.layers import Image, Labels
 
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
     assert widget.preset() == "directional"
-    assert widget.thresholds_panel.rule_combo.currentData() == "q" and widget.thresholds()["q_th"] == pytest.approx(0.1)
-    assert widget.thresholds()["z_th"] is None and not widget.thresholds_panel.z_mask_check.isChecked()
+    assert widget.thresholds_panel.rule_combo.currentData() == "q" and widget.thresholds()[
+        "q_th"
+    ] == pytest.approx(0.1)
+    assert (
+        widget.thresholds()["z_th"] is None and not widget.thresholds_panel.z_mask_check.isChecked()
+    )
     assert _statistics_options(widget) == _preset_options("directional")
     run_and_wait(widget)
     result = widget.current_record().results[()]
@@ -65,7 +70,9 @@ def test_default_run_is_directional_with_outline_and_colorbars(viewer_widget, ru
     np.testing.assert_allclose(layers["posterior"].data, result.posterior, rtol=1e-6)
     sig = layers["significant"]
     assert isinstance(sig, Labels) and sig.contour > 0 and sig.opacity == 1.0
-    np.testing.assert_allclose(sig.colormap.map(np.array([1]))[0], _rgba(SIGNIFICANT_COLOR), atol=1e-6)
+    np.testing.assert_allclose(
+        sig.colormap.map(np.array([1]))[0], _rgba(SIGNIFICANT_COLOR), atol=1e-6
+    )
     np.testing.assert_allclose(sig.colormap.map(np.array([0]))[0][3], 0.0)  # background clear
     assert set(np.unique(sig.data)) <= {0, 1}
     caption = significance_caption(result, widget.thresholds())
@@ -74,23 +81,27 @@ def test_default_run_is_directional_with_outline_and_colorbars(viewer_widget, ru
     assert caption in viewer.status
 
 
-def test_preset_switch_resets_thresholds_and_renames_layers(viewer_widget, run_and_wait,
-                                                            cells_image):
+def test_preset_switch_resets_thresholds_and_renames_layers(
+    viewer_widget, run_and_wait, cells_image
+):
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
     run_and_wait(widget)
     first = _outputs(viewer, "cells", "directional")
     n_layers = len(viewer.layers)
     widget.thresholds_panel.q_th_slider.setValue(0.3)
-    widget.options.controls["preset"].setCurrentIndex(widget.options.controls["preset"].findData("paper"))
+    widget.options.controls["preset"].setCurrentIndex(
+        widget.options.controls["preset"].findData("paper")
+    )
     paper = PRESET_DEFAULTS["paper"]
     t = widget.thresholds()
     assert t["rule"] == paper["rule"] == "lfdr" and widget.thresholds_panel.z_mask_check.isChecked()
     assert (t["z_th"], t["l_th"], t["q_th"]) == pytest.approx((paper["z_th"], paper["l_th"], 0.1))
     assert widget.options.controls["p_method"].isEnabled()  # the paper's options are editable
     assert _statistics_options(widget) == _preset_options("paper")
-    assert widget.options.controls["preset"].toolTip() and "BELOW" in widget.options.controls["preset"].itemData(
-        widget.options.controls["preset"].findData("paper"), 3)  # Qt.ToolTipRole
+    assert widget.options.controls["preset"].toolTip() and "BELOW" in widget.options.controls[
+        "preset"
+    ].itemData(widget.options.controls["preset"].findData("paper"), 3)  # Qt.ToolTipRole
     run_and_wait(widget)
     result = widget.current_record().results[()]
     assert result.preset == "paper" and result.metadata["p_method"] == "pooled"
@@ -101,14 +112,19 @@ def test_preset_switch_resets_thresholds_and_renames_layers(viewer_widget, run_a
     assert "cells · −log10 p, above null" not in viewer.layers
     assert "two-sided" in widget.run_panel.status_label.text()
     # and back: the directional preset fixes the one-sided options again
-    widget.options.controls["preset"].setCurrentIndex(widget.options.controls["preset"].findData("directional"))
-    assert not widget.options.controls["p_method"].isEnabled() and widget.thresholds()["rule"] == "q"
+    widget.options.controls["preset"].setCurrentIndex(
+        widget.options.controls["preset"].findData("directional")
+    )
+    assert (
+        not widget.options.controls["p_method"].isEnabled() and widget.thresholds()["rule"] == "q"
+    )
     assert _statistics_options(widget) == _preset_options("directional")
     assert widget.run_config().resolved().alternative == "greater"
 
 
-def test_q_threshold_move_updates_layers_and_status(viewer_widget, run_and_wait, cells_image,
-                                                    qtbot):
+def test_q_threshold_move_updates_layers_and_status(
+    viewer_widget, run_and_wait, cells_image, qtbot
+):
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
     run_and_wait(widget)
@@ -127,13 +143,16 @@ def test_q_threshold_move_updates_layers_and_status(viewer_widget, run_and_wait,
     with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
         widget.thresholds_panel.z_mask_check.setChecked(True)
         widget.thresholds_panel.z_th_slider.setValue(1.0)
-    np.testing.assert_array_equal(token_grid(viewer.layers["cells · significant"].data) == 1,
-                                  result.significant("q", q_th=1.0, z_th=1.0))
+    np.testing.assert_array_equal(
+        token_grid(viewer.layers["cells · significant"].data) == 1,
+        result.significant("q", q_th=1.0, z_th=1.0),
+    )
     assert "z ≥ 1" in widget.run_panel.status_label.text()
 
 
 def test_diagnostics_of_a_random_model_reach_status_and_notification(
-        viewer_widget, run_and_wait, cells_image, tiny_backbone, notifications):
+    viewer_widget, run_and_wait, cells_image, tiny_backbone, notifications
+):
     from napari.utils.notifications import NotificationSeverity
 
     viewer, widget = viewer_widget

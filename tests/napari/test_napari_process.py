@@ -39,8 +39,14 @@ viewer.close()
 
 
 def test_model_import_after_viewer_does_not_crash():
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], check=False, capture_output=True, text=True,
-                          timeout=180, env=dict(os.environ))
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=dict(os.environ),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "STATUS done" in proc.stdout
     assert "img · attention" in proc.stdout and "img · significant" in proc.stdout
@@ -60,7 +66,13 @@ viewer.close()
 
 def test_core_after_viewer_does_not_crash():
     """The guard lives in core.load_backbone, so scripts get it as well as the widget."""
-    proc = subprocess.run([sys.executable, "-c", SCRIPT_CORE], check=False, capture_output=True,
-                          text=True, timeout=180, env=dict(os.environ))
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT_CORE],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=dict(os.environ),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "GRID (16, 16)" in proc.stdout

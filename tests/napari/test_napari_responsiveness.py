@@ -31,7 +31,10 @@ def test_event_loop_keeps_ticking_during_a_run(viewer_widget, qtbot, cells_image
             worker = widget.run()
             worker.yielded.connect(lambda _: last_yield.append(time.perf_counter()))
             # progress also goes to napari's activity dock (a napari progress bar)
-            assert isinstance(widget.run_panel._pbar, progress) and widget.run_panel._pbar in progress._all_instances
+            assert (
+                isinstance(widget.run_panel._pbar, progress)
+                and widget.run_panel._pbar in progress._all_instances
+            )
     finally:
         timer.stop()
     # gaps while the worker computes: from Run to the last progress event (layers come after)
@@ -43,4 +46,6 @@ def test_event_loop_keeps_ticking_during_a_run(viewer_widget, qtbot, cells_image
     assert len(during) > 10, "the timer never ticked while the job ran"
     assert gaps.max() < 1.0, f"event loop blocked for {gaps.max():.3f} s during the run"
     assert viewer.layers["cells · attention"].data.any()
-    assert widget.run_panel._pbar is None and not widget.run_panel.progress_bar.value()  # closed and reset
+    assert (
+        widget.run_panel._pbar is None and not widget.run_panel.progress_bar.value()
+    )  # closed and reset

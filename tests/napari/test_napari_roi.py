@@ -13,7 +13,7 @@ pytestmark = pytest.mark.gui
 
 
 def _core_rows(result, labels, t):
-    """The core's table at thresholds ``t`` (its roi_table takes no q_th: q_th must be the run's)."""
+    """The core's table at thresholds ``t`` (roi_table takes no q_th: q_th must be the run's)."""
     assert t["q_th"] == pytest.approx(result.thresholds["q_th"])
     return roi_table(result, labels, **{k: t[k] for k in ("rule", "p_th", "l_th", "z_th")})
 
@@ -25,15 +25,20 @@ def _assert_rows_equal(rows, expected):
             np.testing.assert_allclose(row[key], exp[key], equal_nan=True, err_msg=key)
 
 
-def test_shapes_roi_table_matches_core_and_exports(viewer_widget, run_and_wait, cells_image, qtbot,
-                                                   tmp_path):
+def test_shapes_roi_table_matches_core_and_exports(
+    viewer_widget, run_and_wait, cells_image, qtbot, tmp_path
+):
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
     run_and_wait(widget)
     shapes = viewer.add_shapes(
-        [np.array([[15, 10], [15, 45], [50, 45], [50, 10]]),   # over the first blob
-         np.array([[80, 70], [15, 15]])],                     # ellipse: centre, radii
-        shape_type=["rectangle", "ellipse"], name="rois")
+        [
+            np.array([[15, 10], [15, 45], [50, 45], [50, 10]]),  # over the first blob
+            np.array([[80, 70], [15, 15]]),
+        ],  # ellipse: centre, radii
+        shape_type=["rectangle", "ellipse"],
+        name="rois",
+    )
     with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
         widget.roi_panel.set_layer(shapes)
     rows = blocker.args[0]
@@ -46,7 +51,9 @@ def test_shapes_roi_table_matches_core_and_exports(viewer_widget, run_and_wait, 
 
     # thresholds move → the table follows without a new run
     with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
-        widget.thresholds_panel.rule_combo.setCurrentIndex(widget.thresholds_panel.rule_combo.findData("p"))
+        widget.thresholds_panel.rule_combo.setCurrentIndex(
+            widget.thresholds_panel.rule_combo.findData("p")
+        )
         widget.thresholds_panel.p_th_slider.setValue(0.5)
     _assert_rows_equal(blocker.args[0], _core_rows(result, labels, {**t, "rule": "p", "p_th": 0.5}))
 
@@ -61,7 +68,9 @@ def test_shapes_roi_table_matches_core_and_exports(viewer_widget, run_and_wait, 
     notes = [line[2:] for line in text if line.startswith("# ")]
     read = list(csv.DictReader(line for line in text if not line.startswith("#")))
     assert len(read) == 3 and set(ROI_COLUMNS) <= set(read[0])
-    assert float(read[0]["mean_attention"]) == pytest.approx(widget.roi_panel.rows[0]["mean_attention"])
+    assert float(read[0]["mean_attention"]) == pytest.approx(
+        widget.roi_panel.rows[0]["mean_attention"]
+    )
     # what made the table travels with it
     prov = dict(line.split(": ", 1) for line in notes if ": " in line)
     record = widget.current_record()
@@ -73,7 +82,8 @@ def test_shapes_roi_table_matches_core_and_exports(viewer_widget, run_and_wait, 
 
 
 def test_odds_ratio_without_significant_tokens_and_small_roi_warning(
-        viewer_widget, run_and_wait, cells_image, qtbot, tmp_path):
+    viewer_widget, run_and_wait, cells_image, qtbot, tmp_path
+):
     """An ROI with no significant token has odds ratio 0 (no 0.5-corrected 33.8)."""
     from napari_attnreg.core.display import ROI_COLUMNS as HEADERS
 
@@ -81,11 +91,15 @@ def test_odds_ratio_without_significant_tokens_and_small_roi_warning(
     viewer.add_image(cells_image, name="cells")
     run_and_wait(widget)
     column = list(ROI_COLUMNS).index("odds_ratio")
-    shapes = viewer.add_shapes([np.array([[10, 10], [60, 60]]), np.array([[70, 70], [72, 72]])],
-                               shape_type="rectangle", name="rois")
+    shapes = viewer.add_shapes(
+        [np.array([[10, 10], [60, 60]]), np.array([[70, 70], [72, 72]])],
+        shape_type="rectangle",
+        name="rois",
+    )
     with qtbot.waitSignal(widget.thresholds_panel.changed, timeout=5000):  # nothing significant
         widget.thresholds_panel.rule_combo.setCurrentIndex(
-            widget.thresholds_panel.rule_combo.findData("p"))
+            widget.thresholds_panel.rule_combo.findData("p")
+        )
         widget.thresholds_panel.p_th_slider.setValue(0.0)
     with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
         widget.roi_panel.set_layer(shapes)

@@ -15,8 +15,9 @@ def _outputs(viewer, name):
     return {kind: viewer.layers[layer_name(name, kind)] for kind in KINDS}
 
 
-def test_run_adds_aligned_layers_matching_the_core(viewer_widget, run_and_wait, cells_image,
-                                                   tiny_backbone):
+def test_run_adds_aligned_layers_matching_the_core(
+    viewer_widget, run_and_wait, cells_image, tiny_backbone
+):
     viewer, widget = viewer_widget
     image = viewer.add_image(cells_image, name="cells", scale=(0.5, 0.25), translate=(10.0, -3.0))
     outcome = run_and_wait(widget)
@@ -42,19 +43,24 @@ def test_run_adds_aligned_layers_matching_the_core(viewer_widget, run_and_wait, 
     ts, tt = result.token_scale, result.token_translate
     for i, j in ((0, 0), (3, 5)):
         centre = (tt[0] + i * ts[0], tt[1] + j * ts[1])
-        np.testing.assert_allclose(layers["attention"].data_to_world((i, j)),
-                                   image.data_to_world(centre))
+        np.testing.assert_allclose(
+            layers["attention"].data_to_world((i, j)), image.data_to_world(centre)
+        )
     att = layers["attention"].data
     assert np.all(att > 0) and att.sum() < 1.0
     assert 0.0 <= layers["posterior"].data.min() and layers["posterior"].data.max() <= 1.0
     assert layers["pvalue"].data.min() >= 0.0
     np.testing.assert_allclose(layers["regularized"].data, result.regularized(), rtol=1e-6)
     # significant tokens are one editable class (label 1), not numbered regions
-    np.testing.assert_array_equal(token_grid(layers["significant"].data),
-                                  result.significant().astype(int))
-    np.testing.assert_array_equal(layers["significant"].data,
-                                  np.kron(result.significant(), np.ones((4, 4), dtype=int)))
-    assert widget.run_panel.run_button.isEnabled() and not widget.run_panel.cancel_button.isEnabled()
+    np.testing.assert_array_equal(
+        token_grid(layers["significant"].data), result.significant().astype(int)
+    )
+    np.testing.assert_array_equal(
+        layers["significant"].data, np.kron(result.significant(), np.ones((4, 4), dtype=int))
+    )
+    assert (
+        widget.run_panel.run_button.isEnabled() and not widget.run_panel.cancel_button.isEnabled()
+    )
 
 
 def test_rerun_updates_layers_in_place(viewer_widget, run_and_wait, cells_image):
@@ -81,17 +87,22 @@ def test_rerun_updates_layers_in_place(viewer_widget, run_and_wait, cells_image)
     assert second["attention"].metadata["attnreg"]["source"] == "field 1"
 
 
-def test_threshold_change_updates_layers_without_rerun(viewer_widget, run_and_wait, cells_image,
-                                                       qtbot):
+def test_threshold_change_updates_layers_without_rerun(
+    viewer_widget, run_and_wait, cells_image, qtbot
+):
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
     run_and_wait(widget)
     result = widget.current_record().results[()]
     layers = _outputs(viewer, "cells")
     with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
-        widget.thresholds_panel.rule_combo.setCurrentIndex(widget.thresholds_panel.rule_combo.findData("p"))
+        widget.thresholds_panel.rule_combo.setCurrentIndex(
+            widget.thresholds_panel.rule_combo.findData("p")
+        )
         widget.thresholds_panel.p_th_slider.setValue(0.05)
-        widget.thresholds_panel.z_mask_check.setChecked(True)  # the directional default has no z mask
+        widget.thresholds_panel.z_mask_check.setChecked(
+            True
+        )  # the directional default has no z mask
         widget.thresholds_panel.z_th_slider.setValue(-1.0)
     assert widget.worker is None
     assert widget.thresholds()["z_th"] == pytest.approx(-1.0)
@@ -122,7 +133,10 @@ def test_cancel_mid_run_adds_nothing_and_keeps_layers(viewer_widget, qtbot, cell
     with qtbot.waitSignal(widget.run_finished, timeout=60_000) as blocker:
         worker = widget.run()
         worker.yielded.connect(record, Qt.ConnectionType.DirectConnection)
-        assert not widget.run_panel.run_button.isEnabled() and widget.run_panel.cancel_button.isEnabled()
+        assert (
+            not widget.run_panel.run_button.isEnabled()
+            and widget.run_panel.cancel_button.isEnabled()
+        )
         assert widget.run() is None  # a second run is refused while one runs
         qtbot.waitUntil(lambda: len(done) >= 3, timeout=30_000)
         done_at_cancel = done[-1]
@@ -155,12 +169,15 @@ def test_activity_dock_quit_cancels_through_the_token(viewer_widget, qtbot, cell
     with qtbot.waitSignal(widget.run_finished, timeout=60_000) as blocker:
         worker = widget.run()
         worker.quit()
-    assert blocker.args[0].status == "cancelled"  # returned normally (not aborted) with a cancelled outcome
+    assert (
+        blocker.args[0].status == "cancelled"
+    )  # returned normally (not aborted) with a cancelled outcome
     assert len(viewer.layers) == 1
 
 
-def test_bad_inputs_notify_and_leave_layers(viewer_widget, run_and_wait, notifications, cells_image,
-                                            tmp_path):
+def test_bad_inputs_notify_and_leave_layers(
+    viewer_widget, run_and_wait, notifications, cells_image, tmp_path
+):
     from napari.utils.notifications import NotificationSeverity
 
     viewer, widget = viewer_widget
@@ -199,12 +216,15 @@ def test_no_image_layer_notifies(viewer_widget, notifications):
     assert "Add an image layer" in notifications[-1].message
 
 
-def test_out_of_memory_shows_the_core_message(viewer_widget, run_and_wait, notifications,
-                                              cells_image, monkeypatch):
+def test_out_of_memory_shows_the_core_message(
+    viewer_widget, run_and_wait, notifications, cells_image, monkeypatch
+):
     from napari_attnreg.core import service
 
-    message = ("Out of memory with a single null image per chunk; use a smaller target_size, "
-               "a smaller model, or device='cpu'.")
+    message = (
+        "Out of memory with a single null image per chunk; use a smaller target_size, "
+        "a smaller model, or device='cpu'."
+    )
 
     def oom(*args, **kwargs):
         raise MemoryError(message)
@@ -223,8 +243,15 @@ def test_out_of_memory_shows_the_core_message(viewer_widget, run_and_wait, notif
 def test_outputs_follow_rotated_sheared_affine_image(viewer_widget, run_and_wait, cells_image):
     viewer, widget = viewer_widget
     affine = np.array([[1.0, 0.2, 5.0], [0.0, 0.8, -2.0], [0.0, 0.0, 1.0]])
-    image = viewer.add_image(cells_image, name="tilted", scale=(0.7, 1.3), translate=(4.0, 9.0),
-                             rotate=25.0, shear=[0.3], affine=affine)
+    image = viewer.add_image(
+        cells_image,
+        name="tilted",
+        scale=(0.7, 1.3),
+        translate=(4.0, 9.0),
+        rotate=25.0,
+        shear=[0.3],
+        affine=affine,
+    )
     run_and_wait(widget)
     result = widget.current_record().results[()]
     ts, tt = result.token_scale, result.token_translate
@@ -233,6 +260,8 @@ def test_outputs_follow_rotated_sheared_affine_image(viewer_widget, run_and_wait
         k = layer.metadata["attnreg"]["cells_per_token"]
         for i, j in ((0, 0), (2, 7), (result.grid_shape[0] - 1, 1)):
             cell = (i * k + (k - 1) / 2, j * k + (k - 1) / 2)  # centre of the token's k×k cells
-            np.testing.assert_allclose(layer.data_to_world(cell),
-                                       image.data_to_world((tt[0] + i * ts[0], tt[1] + j * ts[1])),
-                                       atol=1e-9)
+            np.testing.assert_allclose(
+                layer.data_to_world(cell),
+                image.data_to_world((tt[0] + i * ts[0], tt[1] + j * ts[1])),
+                atol=1e-9,
+            )

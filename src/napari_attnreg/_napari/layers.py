@@ -218,7 +218,8 @@ def _metadata(record: RunRecord, kind: str) -> dict[str, Any]:
     }}
 
 
-def upsert_outputs(viewer: Any, record: RunRecord, kinds: tuple[str, ...] = KINDS) -> dict[str, Any]:
+def upsert_outputs(viewer: Any, record: RunRecord,
+                   kinds: tuple[str, ...] = KINDS) -> dict[str, Any]:
     """Add the output layers of ``record`` or update those of an earlier run in place.
 
     Layers are the ones ``record.outputs`` tracks (names and metadata may have been edited

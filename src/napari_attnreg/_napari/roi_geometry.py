@@ -126,11 +126,12 @@ def roi_labels(layer: Any, src: SourceGeometry, plane: PlaneIndex) -> np.ndarray
         return shapes_roi_on_image(layer, src, plane)
     if isinstance(layer, Labels):
         return labels_roi_on_image(layer, src, plane)
-    raise ValueError(f"Layer {layer.name!r} is neither Shapes nor Labels; draw ROIs in one of those.")
+    raise ValueError(f"Layer {layer.name!r} is neither Shapes nor Labels; draw ROIs in one of "
+                     "those.")
 
 
 def record_roi_rows(record: RunRecord, layer: Any) -> list[dict]:
-    """The core's ROI table for every computed plane of ``record`` (a ``plane`` column for stacks)."""
+    """The core's ROI table for every computed plane of ``record`` (stacks: a ``plane`` column)."""
     rows: list[dict] = []
     for plane in sorted(record.results):
         labels = roi_labels(layer, record.geometry, plane)

@@ -135,7 +135,8 @@ class RoiPanel(QWidget):
             if self.layer_combo.itemData(i) is layer:
                 self.layer_combo.setCurrentIndex(i)
                 return
-        raise ValueError(f"{getattr(layer, 'name', layer)!r} is not a Shapes/Labels layer of the viewer.")
+        raise ValueError(f"{getattr(layer, 'name', layer)!r} is not a Shapes/Labels layer of the "
+                         "viewer.")
 
     def _on_layer_chosen(self, *_: Any) -> None:
         self._watch(self.current_layer())

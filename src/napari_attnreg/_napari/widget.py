@@ -27,6 +27,7 @@ avoid_triton_llvm_clash()  # before anything below can import timm (see core.tri
 from ..core.engine import RunConfig
 from ..core.planes import PlaneStack
 from ..core.service import Job, ModelSpec, Outcome, run_job
+from .dock_scroll import VerticalScroll
 from .layers import RunRecord, refresh_thresholds
 from .model_picker import ModelPanel
 from .options_panel import OptionsPanel
@@ -41,7 +42,8 @@ from .thresholds_panel import ThresholdsPanel
 
 #: The method and its defaults, in the project's own words.
 DOCS_URL = "https://github.com/napari-attnreg/napari-attnreg/blob/main/docs/method.md"
-TITLE = "Attention Regularization"
+#: Readable on napari's dark and light themes alike.
+LINK_COLOR = "#5aa9ff"
 
 
 class AttentionWidget(QWidget):
@@ -70,7 +72,8 @@ class AttentionWidget(QWidget):
         self._detached = False
         self.last_outcome: Outcome | None = None
 
-        self.title = QLabel(f"<b>{TITLE}</b> · <a href='{DOCS_URL}'>Help</a>")
+        self.title = QLabel(f"<a style='color:{LINK_COLOR}' href='{DOCS_URL}'>Help: how to read "
+                            "the maps</a>")
         self.title.setOpenExternalLinks(True)
         self.title.setToolTip(f"How to read the maps and choose the options: {DOCS_URL}")
         self.source = SourcePanel(self.viewer)
@@ -84,11 +87,15 @@ class AttentionWidget(QWidget):
         self.roi_panel = RoiPanel(self.viewer, self.current_record)
         roi_group = QGroupBox("ROI statistics vs significant attention")
         QVBoxLayout(roi_group).addWidget(self.roi_panel)
-        layout = QVBoxLayout(self)
+        content = QWidget()
+        layout = QVBoxLayout(content)
         for part in (self.title, self.source, model_form, self.options, self.thresholds_panel,
                      self.run_panel, self.save_button, roi_group):
             (layout.addLayout if isinstance(part, QFormLayout) else layout.addWidget)(part)
         layout.addStretch(1)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(VerticalScroll(content))  # a short window scrolls the dock
 
         self.source.layer_changed.connect(self._on_layer_changed)
         self.options.preset_changed.connect(self._on_preset_changed)
