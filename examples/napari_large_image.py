@@ -62,7 +62,8 @@ def main() -> None:
     widget.options.controls["tiled"].setChecked(True)
 
     events, outcome = [], {}
-    widget.run_panel.progress_bar.valueChanged.connect(lambda v: events.append((time.perf_counter(), v)))
+    widget.run_panel.progress_bar.valueChanged.connect(
+        lambda v: events.append((time.perf_counter(), v)))
     widget.run_finished.connect(lambda o: outcome.setdefault("o", o))
     t0 = time.perf_counter()
     widget.run()
