@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .attention import cls_attention
-from .backbones import Backbone, load_backbone
+from .backbones import Backbone, load_backbone, resolve_device
 from .diagnostics import diagnose
 from .directional import NULL_POOLS, directional_statistics
 from .images import PreparedImage, TargetSize, map_over_stack, prepare_image
@@ -179,23 +179,6 @@ class RunConfig:
         validate_tiling(self)
 
 
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``auto`` → cuda → mps → cpu; an explicit device that is not available is an error."""
-    name = str(device)
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' was asked for but no CUDA GPU is available; use device='auto' or 'cpu'.")
-    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise ValueError("device='mps' was asked for but Apple MPS is not available; use 'auto' or 'cpu'.")
-    return dev
-
-
 def autocast_dtype(device: torch.device, precision: Precision) -> torch.dtype | None:
     """Low-precision type for the backbone, or None for float32."""
     if precision == "float32":
@@ -285,12 +268,13 @@ def run_engine(
     """
     config = config.resolved()
     config._validate_resolved()
+    device = resolve_device(config.device)  # before any work: a bad device fails at once
+    check_model_options(config, backbone)
     if config.tiled:
         from .tiled_engine import run_tiled
 
         return (yield from run_tiled(image, backbone, config, cancel))
     t_start = time.perf_counter()
-    device = resolve_device(config.device)
     dtype = autocast_dtype(device, config.precision)
     if isinstance(image, PreparedImage):
         prepared = image
@@ -300,12 +284,12 @@ def run_engine(
             default_size=backbone.input_size[1:], target_size=config.target_size,
             channel_axis=config.channel_axis, channels=config.channels, merge=config.merge,
         )
-    if backbone.device != device:
-        backbone.to(device)
+    # the shared backbone is never moved; another device gets its own copy, kept for reuse
+    backbone = backbone.on(device)
     x = prepared.tensor.to(device)
     source = prepared.source.to(device)  # nulls are drawn in the image's own channels
     null_cfg = NullConfig(config.method, config.std_factor, config.per_channel, config.block_size)
-    head = config.head
+    head = config.head if config.head == "mean" else int(config.head)  # numpy ints too
     chunk = config.chunk_size or auto_chunk_size(backbone, prepared.model_shape, device, dtype,
                                                  config.memory_fraction)
     n_boot = int(config.n_boot)
@@ -398,6 +382,25 @@ def run_engine(
         patch_size=prepared.patch_size, head_attention=heads_obs.cpu().numpy().astype(np.float64),
         null_summary=summary, null_scores=kept, metadata=metadata,
     )
+
+
+def check_model_options(config: RunConfig, backbone: Backbone) -> None:
+    """Raise a ValueError for a ``head`` or ``layer`` the model does not have.
+
+    Checked before the image is prepared or any null drawn, so a typo costs nothing.
+    """
+    heads, depth = backbone.num_heads, backbone.depth
+    head = config.head
+    is_mean = isinstance(head, str) and head == "mean"
+    if not is_mean and (isinstance(head, (bool, np.bool_)) or not isinstance(
+            head, (int, np.integer)) or not 0 <= int(head) < heads):
+        raise ValueError(f"head={head!r}: {backbone.name} has {heads} attention heads; use "
+                         f"head='mean' (average of all) or a head number 0..{heads - 1}.")
+    layer = config.layer
+    if isinstance(layer, (bool, np.bool_)) or not isinstance(layer, (int, np.integer)) or not (
+            -depth <= int(layer) < depth):
+        raise ValueError(f"layer={layer!r}: {backbone.name} has {depth} blocks; use -1 for the "
+                         f"last block or a block number 0..{depth - 1} (or -{depth}..-1).")
 
 
 def _run_metadata(config: RunConfig, backbone: Backbone, device: torch.device,
