@@ -4,6 +4,21 @@
 of null images, and returns the :class:`AttentionResult` (``StopIteration.value``). Each
 yield is a cancellation point: a :class:`CancelToken` or ``generator.close()`` stops it
 before the next chunk. The napari worker runs this generator; :func:`regularize` drains it.
+
+Reproducibility. The same image, options, seed, model, device and ``chunk_size`` give a
+bit-identical result. Across chunk sizes (another ``chunk_size``, an out-of-memory halving,
+or the automatic size, which on a GPU follows the free memory) what is and is not invariant:
+
+* the null images are bit-identical (each has its own random stream, see :mod:`.nulls`);
+* the observed attention and per-head attention are bit-identical (computed alone);
+* the null images' attention scores agree to float32 rounding (relative ~1e-6): the
+  backbone's matrix products round differently for different batch sizes;
+* hence z, lfdr and the posterior agree to ~1e-5, and an empirical p-value can move by one
+  rank step of its null pool at a patch whose observed score ties a null score within that
+  rounding; a mask can differ only at such a patch.
+
+For bit-identical reruns give ``chunk_size`` explicitly (on a CPU the automatic size
+depends only on the model and the image size).
 """
 
 from __future__ import annotations
@@ -23,7 +38,7 @@ from .attention import cls_attention
 from .backbones import Backbone, load_backbone, resolve_device
 from .diagnostics import diagnose
 from .directional import NULL_POOLS, directional_statistics
-from .images import PreparedImage, TargetSize, map_over_stack, prepare_image
+from .images import PreparedImage, TargetSize, prepare_image
 from .nulls import NullConfig, null_images
 from .presets import DEFAULT_PRESET, THRESHOLD_KEYS, resolve_options
 from .regularize import RULES
@@ -265,6 +280,15 @@ def run_engine(
     ------
     RunCancelled
         When ``cancel`` was set; nothing partial is returned.
+    ValueError
+        For a device that is not a compute device, a ``head`` or ``layer`` the model does not
+        have, or an image that cannot be analysed; raised before any null image is drawn.
+
+    Notes
+    -----
+    The backbone is never moved: on another device the run uses :meth:`Backbone.on`'s copy.
+    Results are bit-identical for a fixed ``chunk_size``; across chunk sizes see the module's
+    "Reproducibility" paragraph.
     """
     config = config.resolved()
     config._validate_resolved()
@@ -523,14 +547,64 @@ def regularize(
     >>> result = regularize(cell(), n_boot=100, seed=1)          # doctest: +SKIP
     >>> result.posterior.shape, result.regularized("p", p_th=0.05).max()  # doctest: +SKIP
     """
+    config = _config_from(options, "regularize")
+    backbone = model if isinstance(model, Backbone) else load_backbone(model, arch=arch)
+    return drain(run_engine(image, backbone, config, cancel), progress)
+
+
+def _config_from(options: dict[str, Any], caller: str) -> RunConfig:
+    """A checked :class:`RunConfig` from keyword options (unknown names are a TypeError)."""
     known = set(RunConfig.__dataclass_fields__) - {"extra"}
     unknown = set(options) - known
     if unknown:
-        raise TypeError(f"regularize() got unknown options {sorted(unknown)}; valid: {sorted(known)}")
+        raise TypeError(f"{caller}() got unknown options {sorted(unknown)}; valid: {sorted(known)}")
     config = RunConfig(**options)
     config.validate()
-    backbone = model if isinstance(model, Backbone) else load_backbone(model, arch=arch)
-    return drain(run_engine(image, backbone, config, cancel), progress)
+    return config
+
+
+class PartialStackWarning(UserWarning):
+    """Some planes of a stack have no result (failed, or not reached before a cancel)."""
+
+
+class StackResults(list):
+    """What :func:`regularize_stack` returns: one entry per plane, and what did not finish.
+
+    A plain list for indexing and iteration: an :class:`AttentionResult` for every finished
+    plane and ``None`` for a plane that failed or was not reached.
+
+    Attributes
+    ----------
+    errors : dict of int to str
+        Plane number (position in the list) → why that plane has no result.
+    cancelled : bool
+        The run was cancelled; the planes after the cancel point are ``None``.
+    """
+
+    def __init__(self, items: Sequence[AttentionResult | None] = (), *,
+                 errors: dict[int, str] | None = None, cancelled: bool = False) -> None:
+        super().__init__(items)
+        self.errors: dict[int, str] = dict(errors or {})
+        self.cancelled = cancelled
+
+    @property
+    def complete(self) -> bool:
+        """Every plane has a result."""
+        return all(r is not None for r in self)
+
+    @property
+    def finished(self) -> list[int]:
+        """Numbers of the planes that have a result."""
+        return [i for i, r in enumerate(self) if r is not None]
+
+    def summary(self) -> str:
+        """One sentence: how many planes finished, which failed and why, whether cancelled."""
+        text = f"{len(self.finished)} of {len(self)} planes finished"
+        if self.errors:
+            text += "; " + "; ".join(f"plane {i} failed: {msg}" for i, msg in self.errors.items())
+        if self.cancelled:
+            text += "; cancelled before the remaining planes"
+        return text + "."
 
 
 def regularize_stack(
@@ -541,8 +615,16 @@ def regularize_stack(
     progress: Callable[[int, int, Progress], Any] | None = None,
     cancel: CancelToken | None = None,
     **options: Any,
-) -> list[AttentionResult]:
+) -> StackResults:
     """:func:`regularize` on every 2D plane of an nD stack (leading axes in C order).
+
+    Finished planes are never thrown away. A plane that cannot be analysed (constant, NaN,
+    too small) gets ``None`` and its reason in ``.errors`` while the other planes go on; a
+    cancel stops after the plane in progress and returns the finished planes with
+    ``.cancelled`` set (it does not raise :class:`RunCancelled`). Both emit a
+    :class:`PartialStackWarning`. Options are checked once, before the first plane; when no
+    plane at all can be analysed the ValueError is raised. Any other error is raised with
+    the finished planes attached as its ``partial`` attribute.
 
     Parameters
     ----------
@@ -553,18 +635,65 @@ def regularize_stack(
 
     Returns
     -------
-    list of AttentionResult
-        One per plane; ``np.ndindex(stack.shape[:-2])`` gives each plane's index.
+    StackResults
+        A list with one :class:`AttentionResult` (or ``None``) per plane;
+        ``np.ndindex(stack.shape[:-2])`` gives each plane's index. ``.errors``,
+        ``.cancelled``, ``.complete`` and ``.summary()`` say what did not finish.
+
+    Examples
+    --------
+    >>> results = regularize_stack(zstack, n_boot=100)            # doctest: +SKIP
+    >>> results.complete, results.errors                           # doctest: +SKIP
+    (False, {3: 'The image is constant ...'})
     """
     arr = np.asarray(stack)
-    backbone = model if isinstance(model, Backbone) else load_backbone(model, arch=options.pop("arch", None))
+    arch = options.pop("arch", None)
+    config = _config_from(options, "regularize_stack")
     tail = 3 if channel_last else 2
-    n_planes = int(np.prod(arr.shape[: max(arr.ndim - tail, 0)], dtype=np.int64)) or 1
-    counter = iter(range(n_planes))
+    lead = _check_stack_shape(arr, tail, channel_last)
+    backbone = model if isinstance(model, Backbone) else load_backbone(model, arch=arch)
+    check_model_options(config.resolved(), backbone)
+    resolve_device(config.device)
+    planes = list(np.ndindex(lead)) if lead else [()]
+    results = StackResults([None] * len(planes))
+    for index, where in enumerate(planes):
+        if cancel is not None and cancel.cancelled:
+            results.cancelled = True
+            break
+        cb = (lambda ev, i=index: progress(i, len(planes), ev)) if progress else None
+        try:
+            results[index] = drain(run_engine(arr[where], backbone, config, cancel), cb)
+        except RunCancelled:
+            results.cancelled = True
+            break
+        except ValueError as err:  # this plane's data (constant, NaN, too small): go on
+            results.errors[index] = str(err)
+        except Exception as err:
+            err.partial = results  # type: ignore[attr-defined]
+            err.add_note(f"regularize_stack: {results.summary()} They are in this error's "
+                         "'partial' attribute.")
+            raise
+    if not results.finished and results.errors and not results.cancelled:
+        err = ValueError(results.errors[0] if len(planes) == 1 else
+                         f"No plane of the stack could be analysed: {results.summary()}")
+        err.partial = results  # type: ignore[attr-defined]
+        raise err
+    if not results.complete:
+        warnings.warn(f"regularize_stack: {results.summary()}", PartialStackWarning, stacklevel=2)
+    return results
 
-    def one(plane: np.ndarray) -> AttentionResult:
-        index = next(counter)
-        cb = (lambda ev: progress(index, n_planes, ev)) if progress else None
-        return regularize(plane, backbone, progress=cb, cancel=cancel, **options)
 
-    return map_over_stack(one, arr, channel_last=channel_last)
+def _check_stack_shape(arr: np.ndarray, tail: int, channel_last: bool) -> tuple[int, ...]:
+    """The leading (plane) axes of a stack, or a ValueError that says what is wrong with it."""
+    if arr.ndim < tail:
+        raise ValueError(f"A stack needs at least {tail} axes ((..., H, W"
+                         f"{', C' if channel_last else ''})), got shape {arr.shape}.")
+    if arr.size == 0:
+        raise ValueError(f"The stack of shape {arr.shape} is empty (an axis of length 0): "
+                         "there is no plane to analyse.")
+    if not channel_last and arr.ndim >= 3 and arr.shape[-1] <= 4 < arr.shape[-2]:
+        raise ValueError(
+            f"The stack's planes would be {arr.shape[-2]}x{arr.shape[-1]} px (shape {arr.shape}); "
+            f"its last axis of {arr.shape[-1]} looks like colour channels: pass "
+            "channel_last=True.")
+    return arr.shape[: arr.ndim - tail]
