@@ -37,17 +37,13 @@ import torch
 from .attention import cls_attention
 from .backbones import Backbone, load_backbone, resolve_device
 from .diagnostics import diagnose
-from .directional import NULL_POOLS, directional_statistics
+from .directional import directional_statistics
 from .images import PreparedImage, TargetSize, prepare_image
 from .nulls import NullConfig, null_images
+from .options import OPTIONS, validate_options
 from .presets import DEFAULT_PRESET, THRESHOLD_KEYS, resolve_options
-from .regularize import RULES
 from .result import AttentionResult
 from .stats import (
-    ALTERNATIVES,
-    NULL_MODELS,
-    P_METHODS,
-    PI0_METHODS,
     StatisticsWarning,
     compute_statistics,
 )
@@ -159,39 +155,26 @@ class RunConfig:
         """The rule and thresholds of a resolved config."""
         return {k: getattr(self, k) for k in THRESHOLD_KEYS}
 
-    def validate(self) -> None:
-        """Raise a ValueError that says what to change for any invalid option."""
-        self.resolved()._validate_resolved()
+    def validate(self) -> RunConfig:
+        """Check every option (the one validator of API, CLI, napari and notebook).
 
-    def _validate_resolved(self) -> None:
-        for name in ("p_th", "l_th", "q_th"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not (
-                    0.0 <= float(value) <= 1.0):
-                raise ValueError(f"{name} must be a number in [0, 1], got {value!r}.")
-        if self.null_pool not in NULL_POOLS:
-            raise ValueError(f"null_pool must be one of {NULL_POOLS}, got {self.null_pool!r}.")
-        for name, allowed in (("p_method", P_METHODS), ("alternative", ALTERNATIVES),
-                              ("null", NULL_MODELS)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}.")
-        if isinstance(self.pi0_method, str) and self.pi0_method not in PI0_METHODS:
-            raise ValueError(f"pi0_method must be one of {PI0_METHODS} or a number in [0, 1], "
-                             f"got {self.pi0_method!r}.")
-        if not isinstance(self.n_boot, (int, np.integer)) or self.n_boot < 1:
-            raise ValueError(f"n_boot must be a positive integer, got {self.n_boot!r}.")
-        if self.chunk_size is not None and self.chunk_size < 1:
-            raise ValueError(f"chunk_size must be a positive integer or None (auto), got {self.chunk_size}.")
-        if self.rule not in RULES:
-            raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}.")
-        if self.precision not in ("auto", "float32", "bfloat16", "float16"):
-            raise ValueError(f"precision must be auto/float32/bfloat16/float16, got {self.precision!r}.")
-        if self.head != "mean" and not isinstance(self.head, (int, np.integer)):
-            raise ValueError(f"head must be 'mean' or a head index, got {self.head!r}.")
-        NullConfig(self.method, self.std_factor, self.per_channel, self.block_size)
+        Returns
+        -------
+        RunConfig
+            The resolved config with normalised values (e.g. ``head="3"`` → ``3``).
+
+        Raises
+        ------
+        ValueError
+            That says which option to change and how.
+        """
+        values = {name: getattr(self, name) for name in OPTIONS}
+        checked = replace(self, **validate_options(values)).resolved()
+        NullConfig(checked.method, checked.std_factor, checked.per_channel, checked.block_size)
         from .tiled_engine import validate_tiling  # tiling imports this module
 
-        validate_tiling(self)
+        validate_tiling(checked)
+        return checked
 
 
 def autocast_dtype(device: torch.device, precision: Precision) -> torch.dtype | None:
@@ -290,8 +273,7 @@ def run_engine(
     Results are bit-identical for a fixed ``chunk_size``; across chunk sizes see the module's
     "Reproducibility" paragraph.
     """
-    config = config.resolved()
-    config._validate_resolved()
+    config = config.validate()
     device = resolve_device(config.device)  # before any work: a bad device fails at once
     check_model_options(config, backbone)
     if config.tiled:
@@ -558,9 +540,7 @@ def _config_from(options: dict[str, Any], caller: str) -> RunConfig:
     unknown = set(options) - known
     if unknown:
         raise TypeError(f"{caller}() got unknown options {sorted(unknown)}; valid: {sorted(known)}")
-    config = RunConfig(**options)
-    config.validate()
-    return config
+    return RunConfig(**options).validate()
 
 
 class PartialStackWarning(UserWarning):
@@ -629,15 +609,18 @@ def regularize_stack(
     Parameters
     ----------
     stack : array-like
-        ``(..., H, W)`` or, with ``channel_last``, ``(..., H, W, C)``.
+        ``(..., H, W)`` or, with ``channel_last``, ``(..., H, W, C)``; with ``channel_axis=``
+        the stack's axis of channels. Planes and channels are told apart by
+        :class:`~napari_attnreg.core.planes.PlaneStack` (an ``(N, H, W, 3)`` stack needs
+        ``channel_last=True``).
     progress : callable, optional
         Called with ``(plane_index, n_planes, Progress)``.
 
     Returns
     -------
     StackResults
-        A list with one :class:`AttentionResult` (or ``None``) per plane;
-        ``np.ndindex(stack.shape[:-2])`` gives each plane's index. ``.errors``,
+        A list with one :class:`AttentionResult` (or ``None``) per plane, in C order of the
+        plane axes (``PlaneStack.planes()``). ``.errors``,
         ``.cancelled``, ``.complete`` and ``.summary()`` say what did not finish.
 
     Examples
@@ -646,15 +629,16 @@ def regularize_stack(
     >>> results.complete, results.errors                           # doctest: +SKIP
     (False, {3: 'The image is constant ...'})
     """
-    arr = np.asarray(stack)
+    from .planes import PlaneStack
+
     arch = options.pop("arch", None)
     config = _config_from(options, "regularize_stack")
-    tail = 3 if channel_last else 2
-    lead = _check_stack_shape(arr, tail, channel_last)
+    planes_of = PlaneStack.from_array(stack, channel_axis=config.channel_axis,
+                                      channel_last=channel_last, stack=True)
     backbone = model if isinstance(model, Backbone) else load_backbone(model, arch=arch)
-    check_model_options(config.resolved(), backbone)
+    check_model_options(config, backbone)
     resolve_device(config.device)
-    planes = list(np.ndindex(lead)) if lead else [()]
+    planes = planes_of.planes()
     results = StackResults([None] * len(planes))
     for index, where in enumerate(planes):
         if cancel is not None and cancel.cancelled:
@@ -662,7 +646,9 @@ def regularize_stack(
             break
         cb = (lambda ev, i=index: progress(i, len(planes), ev)) if progress else None
         try:
-            results[index] = drain(run_engine(arr[where], backbone, config, cancel), cb)
+            plane, channel_axis = planes_of.read(where)
+            plane_config = replace(config, channel_axis=channel_axis)
+            results[index] = drain(run_engine(plane, backbone, plane_config, cancel), cb)
         except RunCancelled:
             results.cancelled = True
             break
@@ -681,19 +667,3 @@ def regularize_stack(
     if not results.complete:
         warnings.warn(f"regularize_stack: {results.summary()}", PartialStackWarning, stacklevel=2)
     return results
-
-
-def _check_stack_shape(arr: np.ndarray, tail: int, channel_last: bool) -> tuple[int, ...]:
-    """The leading (plane) axes of a stack, or a ValueError that says what is wrong with it."""
-    if arr.ndim < tail:
-        raise ValueError(f"A stack needs at least {tail} axes ((..., H, W"
-                         f"{', C' if channel_last else ''})), got shape {arr.shape}.")
-    if arr.size == 0:
-        raise ValueError(f"The stack of shape {arr.shape} is empty (an axis of length 0): "
-                         "there is no plane to analyse.")
-    if not channel_last and arr.ndim >= 3 and arr.shape[-1] <= 4 < arr.shape[-2]:
-        raise ValueError(
-            f"The stack's planes would be {arr.shape[-2]}x{arr.shape[-1]} px (shape {arr.shape}); "
-            f"its last axis of {arr.shape[-1]} looks like colour channels: pass "
-            "channel_last=True.")
-    return arr.shape[: arr.ndim - tail]
