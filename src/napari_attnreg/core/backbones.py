@@ -32,7 +32,7 @@ _IMAGENET_STD = (0.229, 0.224, 0.225)
 
 __all__ = ["Backbone", "BackboneError", "load_backbone", "read_state_dict", "resolve_device"]
 
-DEVICE_CHOICES = "device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"
+DEVICE_CHOICES = "use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -42,7 +42,7 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     without data, so they are refused before anything is moved.
     """
     if not isinstance(device, (str, torch.device)):
-        raise ValueError(f"{DEVICE_CHOICES}, got {device!r}.")
+        raise ValueError(f"device={device!r} is not a compute device; {DEVICE_CHOICES}.")
     name = str(device).strip().lower()
     if name == "auto":
         if torch.cuda.is_available():
@@ -53,9 +53,9 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     try:
         dev = torch.device(name)
     except (RuntimeError, ValueError) as err:
-        raise ValueError(f"{DEVICE_CHOICES}, got {device!r}.") from err
+        raise ValueError(f"device={device!r} is not a compute device; {DEVICE_CHOICES}.") from err
     if dev.type not in ("cpu", "cuda", "mps") or (dev.type == "cpu" and dev.index not in (None, 0)):
-        raise ValueError(f"{DEVICE_CHOICES}, got {device!r} (not a device a model can run on).")
+        raise ValueError(f"device={device!r} is not a compute device; {DEVICE_CHOICES}.")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device={device!r} was asked for but no CUDA GPU is available; "
