@@ -195,7 +195,10 @@ def intensity_range(sample: np.ndarray,
         return 0.0, 255.0
     if sample.dtype == np.bool_:
         return 0.0, 1.0
-    sample = sample.astype(np.float32)
+    from .images import check_finite
+
+    check_finite(sample)  # NaN/inf are named as such, not reported as a constant image
+    sample = sample.astype(np.float64 if sample.dtype.itemsize > 4 else np.float32)
     lo, hi = (float(v) for v in np.percentile(sample, percentiles))
     if hi <= lo:
         lo, hi = float(sample.min()), float(sample.max())
@@ -207,6 +210,9 @@ def intensity_range(sample: np.ndarray,
 
 def scaled(block: np.ndarray, lo: float, hi: float) -> torch.Tensor:
     """``(h, w[, c])`` raw pixels → ``(c, h, w)`` float32 in [0, 1]."""
+    if block.dtype.kind == "f" and block.dtype.itemsize > 4:  # float64 beyond float32's range
+        block = np.clip((block - lo) / (hi - lo), 0.0, 1.0)
+        lo, hi = 0.0, 1.0
     out = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32))
     out = ((out - lo) / (hi - lo)).clamp_(0.0, 1.0)
     return out[None] if out.ndim == 2 else out.permute(2, 0, 1).contiguous()
