@@ -170,3 +170,4 @@ def test_a_channel_axis_that_does_not_exist_is_named(axis, rng):
 def test_two_trailing_channels_are_channels(rng):
     prep = prepare_image(rng.random((32, 48, 2)), target_size="native", **KW)
     assert prep.source.shape == (2, 32, 48) and prep.channel_map.kind == "zero-fill"
+    assert prep.display.shape == (32, 48, 3) and not prep.display[..., 2].any()  # red/green

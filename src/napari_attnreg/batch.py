@@ -405,6 +405,10 @@ def run_batch(items: Sequence[BatchItem], out_dir: Path, model: Any, arch: str |
 
     RunConfig(**opts).validate()  # an option error is everyone's error: fail before any work
     out_dir = prepare_output_dir(out_dir)
+    if not (workers or scheduler):  # a size below one patch is wrong for every image too
+        from .core.images import check_target_size
+
+        check_target_size(opts.get("target_size", "model"), cached_backbone(model, arch).patch_size)
     summary = out_dir / "summary.csv"
     rows: list[dict[str, Any]] = []
     if workers or scheduler:

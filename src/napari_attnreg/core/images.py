@@ -266,6 +266,17 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
+def as_rgb(display: np.ndarray) -> np.ndarray:
+    """A grey or RGB image as it is; 2 channels as red/green (like a microscope's view),
+    more than 3 as their first three — so every figure gets ``(H, W)`` or ``(H, W, 3)``."""
+    if display.ndim != 3 or display.shape[-1] == 3:
+        return display
+    if display.shape[-1] < 3:
+        pad = np.zeros((*display.shape[:2], 3 - display.shape[-1]), display.dtype)
+        return np.concatenate([display, pad], axis=-1)
+    return display[..., :3]
+
+
 def model_input_shape(image_shape: tuple[int, int], patch_size: tuple[int, int],
                       target_size: TargetSize, default_size: tuple[int, int]) -> tuple[int, int]:
     """H, W fed to the model: aspect ratio kept, each a multiple of the patch size.
@@ -377,7 +388,7 @@ def prepare_image(
             f"{channel_map.source_channels}; "
             f"pass an image with {len(mean)} channels (channel_axis=..., channels=[...] to pick "
             "them in the model's order).")
-    return PreparedImage(tensor=channel_map(source[None])[0], display=display,
+    return PreparedImage(tensor=channel_map(source[None])[0], display=as_rgb(display),
                          image_shape=(h0, w0), model_shape=(h, w), patch_size=(ph, pw),
                          source=source, channel_map=channel_map)
 
