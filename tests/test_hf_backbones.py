@@ -55,7 +55,9 @@ def test_task_model_is_reduced_to_its_base_model():
     config = transformers.AutoConfig.for_model("vit", **TINY, **FAMILIES["vit"][0], num_labels=3)
     model = transformers.ViTForImageClassification(config)
     bb = load_backbone(model)
-    assert bb.model is model.vit
+    assert type(bb.model) is type(model.vit)  # the base model (a copy: the user's stays as given)
+    assert bb.model.embeddings.patch_embeddings.projection.weight.data_ptr() == \
+        model.vit.embeddings.patch_embeddings.projection.weight.data_ptr()  # weights shared
     with torch.inference_mode():
         assert cls_attention(bb, torch.randn(1, 3, 64, 64)).shape == (1, 8, 8)
 
