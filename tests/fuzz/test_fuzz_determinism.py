@@ -26,7 +26,8 @@ BASE = dict(n_boot=N_BOOT, seed=11, device="cpu", target_size=(64, 64), keep_nul
 def image():
     rng = np.random.default_rng(4)
     yy, xx = np.mgrid[0:60, 0:70]
-    img = 0.2 + 0.05 * rng.standard_normal((60, 70)) + np.exp(-((yy - 20) ** 2 + (xx - 30) ** 2) / 50)
+    img = 0.2 + 0.05 * rng.standard_normal((60, 70))
+    img += np.exp(-((yy - 20) ** 2 + (xx - 30) ** 2) / 50)
     return img.astype(np.float32)
 
 

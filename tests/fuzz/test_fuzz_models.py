@@ -225,7 +225,8 @@ def test_a_catalogue_typo_gets_a_suggestion(typo, suggested):
 # ---------------------------------------------------------------- shared state
 @settings(max_examples=6, deadline=None)
 @given(training=st.booleans(), dynamic=st.booleans(),
-       device=st.sampled_from(["cpu", "auto", "meta", "cuda:5"]), head=st.sampled_from(["mean", 1, 9]))
+       device=st.sampled_from(["cpu", "auto", "meta", "cuda:5"]),
+       head=st.sampled_from(["mean", 1, 9]))
 def test_a_users_module_is_never_changed(image, training, dynamic, device, head):
     torch.manual_seed(0)
     module = timm.create_model(ARCH, pretrained=False, depth=1, dynamic_img_size=dynamic)

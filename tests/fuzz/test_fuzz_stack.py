@@ -65,7 +65,8 @@ def test_bad_planes_are_marked_and_good_planes_kept(tiny_backbone, kinds):
 
 
 @settings(max_examples=5, deadline=None)
-@given(n=st.integers(1, 4), cancel_at=st.integers(0, 4), stage=st.sampled_from(["observed", "nulls"]))
+@given(n=st.integers(1, 4), cancel_at=st.integers(0, 4),
+       stage=st.sampled_from(["observed", "nulls"]))
 def test_a_cancel_keeps_the_planes_before_it(tiny_backbone, n, cancel_at, stage):
     stack = np.stack([_plane("ok", i) for i in range(n)])
     token = CancelToken()
