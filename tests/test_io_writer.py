@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from napari_attnreg.io.export import PROVENANCE_FIELDS, file_sha256, provenance
+from napari_attnreg.io.export import PROVENANCE_FIELDS, file_sha256, provenance, save_outputs
 
 
 @pytest.fixture(scope="module")
@@ -61,3 +61,87 @@ def test_provenance_hashes_the_bundled_demo_weights():
 def test_provenance_rejects_what_is_not_metadata():
     with pytest.raises(ValueError, match="metadata dict"):
         provenance({"attnreg": "oops"})
+
+
+def _output_layers():
+    """Layer data tuples shaped like the widget's outputs (map + significant labels)."""
+    import numpy as np
+
+    meta = {"attnreg": {"kind": "posterior", "preset": "directional", "source": "cells",
+                        "run": {"model": "demo", "weights": "demo_vit.safetensors",
+                                "n_boot": 20, "seed": 4, "rule": "q", "q_th": 0.1},
+                        "thresholds": {"rule": "q", "q_th": 0.05, "p_th": 0.05, "l_th": 0.2,
+                                       "z_th": None}}}
+    posterior = np.linspace(0, 1, 3 * 4 * 5, dtype=np.float64).reshape(3, 4, 5)
+    labels = (posterior > 0.5).astype(np.int32)
+    return [
+        (posterior, {"name": "cells · P(above null)", "scale": (2.0, 16.0, 8.0),
+                     "translate": (0.0, 7.5, 3.5), "metadata": meta}, "image"),
+        (labels, {"name": "cells · significant", "scale": (2.0, 4.0, 2.0),
+                  "translate": (0.0, 1.5, 0.5),
+                  "metadata": {"attnreg": {**meta["attnreg"], "kind": "significant"}}}, "labels"),
+    ]
+
+
+def test_save_outputs_writes_ome_tiff_with_scale_roi_csv_and_provenance(tmp_path):
+    import csv
+    import json
+
+    import numpy as np
+    import tifffile
+
+    from napari_attnreg.io.ometiff import read_ome_tiff
+
+    rows = [{"roi": 1, "area_px": 40, "mean_posterior": 0.7}, {"roi": 2, "area_px": 12,
+                                                              "mean_posterior": 0.1}]
+    layers = _output_layers()
+    files = save_outputs(tmp_path / "out", layers, roi_rows=rows)
+    names = sorted(f.name for f in files)
+    assert names == ["cells_P_above_null.ome.tif", "cells_significant.ome.tif",
+                     "provenance.json", "roi_table.csv"]
+    (data, kwargs), = read_ome_tiff(tmp_path / "out" / "cells_P_above_null.ome.tif")
+    assert data.dtype == np.float32 and data.shape == (3, 4, 5)
+    np.testing.assert_allclose(data, layers[0][0], rtol=1e-6)
+    assert kwargs["scale"] == pytest.approx((2.0, 16.0, 8.0))
+    with tifffile.TiffFile(tmp_path / "out" / "cells_significant.ome.tif") as tif:
+        assert tif.series[0].dtype == np.uint8
+        np.testing.assert_array_equal(tif.asarray(), layers[1][0])
+    with open(tmp_path / "out" / "roi_table.csv", newline="") as fh:
+        table = list(csv.DictReader(fh))
+    assert [r["roi"] for r in table] == ["1", "2"]
+    assert {r["n_boot"] for r in table} == {"20"} and {r["q_th"] for r in table} == {"0.05"}
+    assert {r["source_image"] for r in table} == {"cells"}
+    record = json.loads((tmp_path / "out" / "provenance.json").read_text())
+    assert record["provenance"]["seed"] == 4 and record["provenance"]["weights_sha256"]
+    assert [e["kind"] for e in record["layers"]] == ["posterior", "significant"]
+    assert record["layers"][0]["translate"] == [0.0, 7.5, 3.5]
+    assert record["roi_table"] == "roi_table.csv" and record["saved_with"]
+
+
+def test_same_layer_names_do_not_overwrite_each_other(tmp_path):
+    data, attrs, kind = _output_layers()[0]
+    files = save_outputs(tmp_path, [(data, attrs, kind), (data * 2, attrs, kind)])
+    assert len({f.name for f in files if f.suffix == ".tif"}) == 2
+
+
+def test_save_layer_writes_one_file_and_its_sidecar(tmp_path):
+    import json
+
+    from napari_attnreg.io.export import save_layer
+
+    tiff, sidecar = save_layer(tmp_path / "post.ome.tif", _output_layers()[0])
+    assert tiff.is_file() and sidecar.name == "post.provenance.json"
+    assert json.loads(sidecar.read_text())["provenance"]["n_boot"] == 20
+    with pytest.raises(ValueError, match="OME-TIFF name"):
+        save_layer(tmp_path / "post.png", _output_layers()[0])
+
+
+def test_writer_refuses_what_ome_tiff_cannot_hold(tmp_path):
+    import numpy as np
+
+    with pytest.raises(ValueError, match="2 to 5 axes"):
+        save_outputs(tmp_path, [(np.zeros((2,) * 6), {"name": "x"}, "image")])
+    with pytest.raises(ValueError, match="image and labels"):
+        save_outputs(tmp_path, [(np.zeros((3, 2)), {"name": "pts"}, "points")])
+    with pytest.raises(ValueError, match="Nothing to save"):
+        save_outputs(tmp_path, [])
