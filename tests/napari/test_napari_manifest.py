@@ -197,3 +197,16 @@ def test_gui_runs_on_pyqt6_without_the_pyqt5_deprecation_toast(make_napari_viewe
     make_napari_viewer(show=True)
     qtbot.wait(50)  # let the first showEvent run
     assert not [n for n in notifications if "PyQt5" in str(n.message)]
+
+
+def test_sample_menu_title_named_in_the_readme_is_the_one_napari_shows():
+    """napari titles a plugin's Open Sample submenu with the manifest's display name."""
+    from npe2 import PluginManifest
+
+    manifest = PluginManifest.from_file(MANIFEST)
+    readme = (Path(napari_attnreg.__file__).parents[2] / "README.md")
+    if not readme.is_file():
+        pytest.skip("installed without the source tree")
+    text = " ".join(readme.read_text().split())
+    assert f"File → Open Sample → {manifest.display_name}" in text
+    assert "Open Sample → napari-attnreg" not in text
