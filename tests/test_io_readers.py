@@ -165,3 +165,19 @@ def test_multi_frame_dicom_is_one_volume(tmp_path):
     (volume, kwargs), = read_dicom(path)
     np.testing.assert_array_equal(volume, frames)
     assert kwargs["scale"] == pytest.approx((1.5, 0.7, 0.5))
+
+
+def test_reader_hook_check_is_cheap_and_declines_other_folders(tmp_path, ct_folder):
+    from napari_attnreg.io.dicom import looks_like_dicom
+
+    assert looks_like_dicom(ct_folder) and looks_like_dicom(next(ct_folder.glob("*.dcm")))
+    store = tmp_path / "tiles"
+    store.mkdir()
+    for i in range(100):
+        (store / f"0.{i}").write_bytes(b"\0" * 200)
+    assert not looks_like_dicom(store)
+    zarr_store = tmp_path / "image.zarr"
+    zarr_store.mkdir()
+    write_ct_slice(zarr_store / "a.dcm", 0.0, 1, np.zeros((2, 2)))
+    assert not looks_like_dicom(zarr_store)  # zarr stores belong to the zarr readers
+    assert not looks_like_dicom(tmp_path / "missing.dcm")

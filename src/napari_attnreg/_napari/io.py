@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..io.dicom import dicom_files
+from ..io.dicom import looks_like_dicom
 from ..io.export import OME_SUFFIXES, save_layer, save_outputs
 from ..io.ometiff import is_ome_tiff
 
@@ -33,10 +33,7 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
 
 
 def _is_dicom(path: str) -> bool:
-    p = Path(path)
-    if p.is_dir():
-        return bool(dicom_files(p))
-    return p.suffix.lower() in (".dcm", ".dicom") or bool(dicom_files(p))
+    return Path(path).suffix.lower() in (".dcm", ".dicom") or looks_like_dicom(path)
 
 
 def read_dicom_layers(path: str | list[str]) -> list[LayerData]:

@@ -54,6 +54,25 @@ def is_dicom_file(path: str | Path) -> bool:
         return False
 
 
+def looks_like_dicom(path: str | Path, max_checked: int = 64) -> bool:
+    """Cheap test for a reader hook: a DICOM file, or a folder whose first files include one.
+
+    Only ``max_checked`` entries of a folder are looked at, so a large folder that is not a
+    DICOM series (a zarr store, a tile folder) is declined quickly.
+    """
+    p = Path(path)
+    if not p.is_dir():
+        return is_dicom_file(p)
+    if p.suffix.lower() == ".zarr":
+        return False
+    for checked, entry in enumerate(p.iterdir()):
+        if checked >= max_checked:
+            return False
+        if is_dicom_file(entry):
+            return True
+    return False
+
+
 def dicom_files(path: str | Path) -> list[Path]:
     """The DICOM files of a file or folder (not recursive); empty when there are none."""
     p = Path(path)
