@@ -28,6 +28,8 @@ sys.meta_path.insert(0, Block())
 import numpy as np, timm
 from napari_attnreg import regularize, AttentionResult, load_backbone, __version__
 import napari_attnreg.cli, napari_attnreg.core.roi, napari_attnreg.samples
+import napari_attnreg.io.export, napari_attnreg.io.dicom, napari_attnreg.io.ometiff
+import napari_attnreg._napari.io  # the npe2 reader/writer hooks load without Qt too
 bb = load_backbone(timm.create_model('vit_tiny_patch16_224', pretrained=False, depth=1))
 img = np.random.default_rng(0).random((40, 40))
 res = regularize(img, bb, n_boot=3, device='cpu')
