@@ -108,10 +108,10 @@ def test_missing_pydicom_names_the_extra(monkeypatch, ct_folder):
         read_dicom(ct_folder)
 
 
-def _write_ome(path, data, axes, **metadata):
+def _write_ome(path, data, axes, tile=None, **metadata):
     import tifffile
 
-    tifffile.imwrite(path, data, ome=True, metadata={"axes": axes, **metadata})
+    tifffile.imwrite(path, data, ome=True, tile=tile, metadata={"axes": axes, **metadata})
 
 
 def test_ome_tiff_scale_units_and_channel_axis(tmp_path):
@@ -181,3 +181,16 @@ def test_reader_hook_check_is_cheap_and_declines_other_folders(tmp_path, ct_fold
     write_ct_slice(zarr_store / "a.dcm", 0.0, 1, np.zeros((2, 2)))
     assert not looks_like_dicom(zarr_store)  # zarr stores belong to the zarr readers
     assert not looks_like_dicom(tmp_path / "missing.dcm")
+
+
+def test_large_ome_tiff_is_read_on_demand(tmp_path):
+    pytest.importorskip("dask")
+    pytest.importorskip("zarr")
+    import dask.array as da
+
+    path = tmp_path / "big.ome.tif"
+    data = np.arange(2 * 3 * 64 * 64, dtype=np.uint16).reshape(2, 3, 64, 64)
+    _write_ome(path, data, "ZCYX", PhysicalSizeX=0.5, PhysicalSizeY=0.5, tile=(32, 32))
+    (lazy, kwargs), = read_ome_tiff(path, lazy_bytes=0)
+    assert isinstance(lazy, da.Array) and kwargs["channel_axis"] == 1
+    np.testing.assert_array_equal(lazy.compute(), data)

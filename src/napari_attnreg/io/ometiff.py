@@ -36,12 +36,20 @@ def is_ome_tiff(path: str | Path) -> bool:
     return str(path).lower().endswith(OME_SUFFIXES) and Path(path).is_file()
 
 
-def read_ome_tiff(path: str | Path) -> list[tuple[np.ndarray, LayerKwargs]]:
+#: Images larger than this are read on demand (dask over tifffile's zarr view) when
+#: dask and zarr are installed (the ``[scale]`` extra), so a whole-slide image opens at once.
+LAZY_BYTES = 1 << 30
+
+
+def read_ome_tiff(path: str | Path, lazy_bytes: int = LAZY_BYTES
+                  ) -> list[tuple[np.ndarray, LayerKwargs]]:
     """Read the first image of an OME-TIFF as ``[(data, napari layer kwargs)]``.
 
     Parameters
     ----------
     path : str or Path
+    lazy_bytes : int
+        Above this size the array is a dask array read on demand (needs dask and zarr).
 
     Returns
     -------
@@ -59,7 +67,9 @@ def read_ome_tiff(path: str | Path) -> list[tuple[np.ndarray, LayerKwargs]]:
                              "reader instead.")
         series = tif.series[0]
         axes = series.axes.upper()
-        data = series.asarray()
+        nbytes = int(np.prod(series.shape)) * np.dtype(series.dtype).itemsize
+        data = _lazy(path) if nbytes > lazy_bytes else None
+        data = series.asarray() if data is None else data
         pixels = _pixels(tifffile.xml2dict(tif.ome_metadata))
     rgb = axes.endswith("S") and data.shape[-1] in (3, 4)
     if "S" in axes and not rgb:  # samples that are not colour are channels
@@ -69,7 +79,7 @@ def read_ome_tiff(path: str | Path) -> list[tuple[np.ndarray, LayerKwargs]]:
         axes = axes.replace("S", "C")
     channel_axis = axes.index("C") if "C" in axes and data.shape[axes.index("C")] > 1 else None
     if "C" in axes and channel_axis is None:  # one channel: drop the axis
-        data = np.take(data, 0, axis=axes.index("C"))
+        data = data[(slice(None),) * axes.index("C") + (0,)]
         axes = axes.replace("C", "")
     spatial = [a for a in axes if a not in "CS"]
     scale, units, physical = [], [], {}
@@ -97,6 +107,19 @@ def read_ome_tiff(path: str | Path) -> list[tuple[np.ndarray, LayerKwargs]]:
         if len(names) == data.shape[channel_axis]:
             kwargs["name"] = [f"{kwargs['name']} · {n}" for n in names]
     return [(data, kwargs)]
+
+
+def _lazy(path: str | Path) -> Any | None:
+    """The first series as a dask array over tifffile's zarr view, or None without dask/zarr."""
+    try:
+        import dask.array as da
+        import zarr
+    except ImportError:
+        return None
+    import tifffile
+
+    node = zarr.open(tifffile.imread(path, aszarr=True, series=0), mode="r")
+    return da.from_zarr(node if hasattr(node, "shape") else node["0"])  # pyramid: level 0
 
 
 def _pixels(ome: dict[str, Any]) -> dict[str, Any]:
