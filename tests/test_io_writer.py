@@ -118,6 +118,19 @@ def test_save_outputs_writes_ome_tiff_with_scale_roi_csv_and_provenance(tmp_path
     assert record["roi_table"] == "roi_table.csv" and record["saved_with"]
 
 
+def test_run_provenance_takes_the_thresholds_of_a_threshold_layer(tmp_path):
+    """After a slider move only regularized/significant layers carry the new thresholds."""
+    import copy
+    import json
+
+    posterior, labels = copy.deepcopy(_output_layers())
+    labels[1]["metadata"]["attnreg"]["thresholds"] = {"rule": "q", "q_th": 0.01}
+    save_outputs(tmp_path, [posterior, labels])
+    record = json.loads((tmp_path / "provenance.json").read_text())
+    assert record["provenance"]["q_th"] == 0.01
+    assert record["layers"][0]["provenance"]["q_th"] == 0.05  # the layer's own record stays
+
+
 def test_same_layer_names_do_not_overwrite_each_other(tmp_path):
     data, attrs, kind = _output_layers()[0]
     files = save_outputs(tmp_path, [(data, attrs, kind), (data * 2, attrs, kind)])

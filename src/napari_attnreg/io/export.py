@@ -179,8 +179,7 @@ def save_outputs(folder: str | Path, layer_data: Sequence[LayerData],
         written.append(write_ome_tiff(path, data, attrs, layer_type))
         entries.append(_layer_entry(path.name, data, attrs, layer_type))
     if roi_rows:
-        run = next((e["provenance"] for e in entries if e["provenance"]), None)
-        written.append(write_table_csv(folder / ROI_TABLE_FILE, roi_rows, run))
+        written.append(write_table_csv(folder / ROI_TABLE_FILE, roi_rows, _run(entries)))
     written.append(_write_record(folder / PROVENANCE_FILE, entries,
                                  ROI_TABLE_FILE if roi_rows else None))
     return written
@@ -203,7 +202,7 @@ def _write_record(path: Path, entries: list[dict[str, Any]], roi_table: str | No
     """``provenance.json``: the run (from the first of our layers) and every file's geometry."""
     record = {"saved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "saved_with": _installed_version(),
-              "provenance": next((e["provenance"] for e in entries if e["provenance"]), None),
+              "provenance": _run(entries),
               "layers": entries, "roi_table": roi_table}
     path.write_text(json.dumps(record, indent=2, default=_json_default), encoding="utf-8")
     return path
@@ -255,6 +254,17 @@ def write_table_csv(path: str | Path, rows: Sequence[Mapping[str, Any]],
         for row in rows:
             writer.writerow({**{k: _plain(v) for k, v in row.items()}, **extra})
     return path
+
+
+def _run(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run's provenance: from a threshold-dependent layer when there is one.
+
+    Moving a threshold slider updates only the regularized and significant layers, so their
+    metadata holds the thresholds in force; the other maps keep those of the run.
+    """
+    ours = [e for e in entries if e["provenance"]]
+    live = [e for e in ours if e["kind"] in ("significant", "regularized")]
+    return (live or ours or [{"provenance": None}])[0]["provenance"]
 
 
 def _labels_dtype(array: np.ndarray) -> np.ndarray:
