@@ -1,7 +1,8 @@
 """Saving results with their scale and provenance (OME-TIFF, CSV, JSON).
 
-:func:`provenance` is the one record of how a result was made; the napari ROI table, the
-notebook CSV, the command line's summary and :func:`save_outputs` all write it.
+:func:`provenance` is the one record of how a result was made, for every table or file the
+package exports; :func:`write_table_csv` adds it to a table's rows, :func:`save_outputs`
+and :func:`save_layer` write it to ``provenance.json``.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from ..core.presets import THRESHOLD_KEYS
+
 #: Key of our metadata on napari output layers (the layer's ``metadata[META_KEY]``).
 META_KEY = "attnreg"
-THRESHOLD_KEYS = ("rule", "z_th", "p_th", "l_th", "q_th")
 #: Columns of :func:`provenance`, in order (CSV headers use these names).
 PROVENANCE_FIELDS = (
     "source_image", "model", "model_domain", "weights", "weights_sha256", "preset",
