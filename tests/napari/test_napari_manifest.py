@@ -157,6 +157,7 @@ def test_skimage_samples_open(make_napari_viewer, key, shape):
     layers = viewer.open_sample("napari-attnreg", key)
     assert layers[0].data.shape == shape
     assert layers[0].rgb == (len(shape) == 3)
+    assert layers[0].metadata["source_path"] == f"skimage.data.{key}"
 
 
 def test_demo_sample_opens(make_napari_viewer):
@@ -167,6 +168,7 @@ def test_demo_sample_opens(make_napari_viewer):
     viewer = make_napari_viewer()
     layers = viewer.open_sample("napari-attnreg", "demo_cells")
     assert layers[0].name == "demo cells" and layers[0].data.ndim == 2
+    assert Path(layers[0].metadata["source_path"]).is_file()
 
 
 def test_image_list_follows_layers(viewer_widget):
