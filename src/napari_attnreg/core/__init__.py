@@ -1,4 +1,4 @@
-"""Core library: no GUI toolkit is imported here or below (DESIGN.md).
+"""Core library: imports no GUI toolkit, here or below (runs without a display).
 
 Submodules are imported on first use of a public name. ``core.regularize`` is the module of
 regularization rules; the pipeline function is ``napari_attnreg.regularize`` (core.engine).
