@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-NULL_METHODS = ("normal", "uniform", "pixel", "patch")
+from .options import NULL_METHODS  # noqa: E402  (one list of choices)
 
 
 @dataclass(frozen=True)
