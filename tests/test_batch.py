@@ -248,3 +248,21 @@ def test_an_unwritable_output_folder_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "TemporaryFile", denied)
     with pytest.raises(ValueError, match="Cannot write results into .*Permission denied.*--out"):
         prepare_output_dir(tmp_path)
+
+
+def test_sample_images_fail_with_advice(monkeypatch, tmp_path):
+    from skimage import data
+
+    from napari_attnreg import samples
+
+    def offline():
+        raise ConnectionError("no internet")
+
+    monkeypatch.setattr(data, "retina", offline)
+    with pytest.raises(ValueError, match="'retina' could not be loaded.*bundled demo image"):
+        samples.skimage_sample("retina")
+    with pytest.raises(ValueError, match="Unknown sample 'nope'"):
+        samples.skimage_sample("nope")
+    monkeypatch.setattr(samples, "DATA_DIR", tmp_path)
+    with pytest.raises(ValueError, match="sample mask is missing"):
+        samples.demo_mask()
