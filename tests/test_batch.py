@@ -64,7 +64,10 @@ def test_folders_recursive_and_globs(tmp_path):
     tifffile.imwrite(tmp_path / "d" / "sub" / "deep.tif", _img(2))
     iio.imwrite(tmp_path / "d" / "pic.png", (_img(3) // 256).astype(np.uint8))
     (tmp_path / "d" / "notes.txt").write_text("not an image")
-    names = lambda items: sorted(str(i.relative) for i in items)
+
+    def names(items):
+        return sorted(str(i.relative) for i in items)
+
     assert names(collect_inputs([tmp_path / "d"])) == ["pic.png", "top.tif"]
     assert names(collect_inputs([tmp_path / "d"], recursive=True)) == [
         "pic.png", os.path.join("sub", "deep.tif"), "top.tif"]
@@ -75,7 +78,8 @@ def test_folders_recursive_and_globs(tmp_path):
         collect_inputs([str(tmp_path / "d" / "*.jpg")])
     out = tmp_path / "out"
     assert main(["run", str(tmp_path / "d"), "--recursive", "--out", str(out), *FAST]) == 0
-    assert _outputs(out) == ["pic.png.attnreg.npz", "sub/deep.tif.attnreg.npz", "top.tif.attnreg.npz"]
+    assert _outputs(out) == ["pic.png.attnreg.npz", "sub/deep.tif.attnreg.npz",
+                             "top.tif.attnreg.npz"]
 
 
 def test_existing_outputs_are_skipped_unless_overwrite(tmp_path, capsys):
@@ -112,11 +116,13 @@ def test_a_bad_file_is_reported_and_the_batch_goes_on(tmp_path, capsys):
     rows = {r["source"].rsplit(os.sep, 1)[-1]: r for r in _summary(out)}
     assert rows["good.tif"]["status"] == "done"
     assert rows["broken.tif"]["status"].startswith("failed: ")
-    assert rows["flat.tif"]["status"].startswith("failed: ") and "constant" in rows["flat.tif"]["status"]
+    flat = rows["flat.tif"]["status"]
+    assert flat.startswith("failed: ") and "constant" in flat
 
 
 def test_summary_csv_has_one_row_per_image_and_plane(tmp_path):
-    tifffile.imwrite(tmp_path / "s.tif", np.stack([_img(1), _img(2), _img(3)]), photometric="minisblack")
+    tifffile.imwrite(tmp_path / "s.tif", np.stack([_img(1), _img(2), _img(3)]),
+                     photometric="minisblack")
     out = tmp_path / "out"
     assert main(["run", str(tmp_path / "s.tif"), "--out", str(out), "--seed", "5", "--preset",
                  "paper", *FAST]) == 0
@@ -162,7 +168,8 @@ def test_figure_view_keeps_maps_on_the_display():
     first_bright = int(np.argmax(shown[0] > 0.5))
     assert small.to_pixels(grid)[0, first_bright] % 30 == 20  # token column 20 = pixel 1500
     item = BatchItem(Path("/data/x/y.tif"), Path("x/y.tif"))
-    assert output_path(Path("o"), item, (3, 12)).as_posix() == "o/x/y.tif/plane_0003_0012.attnreg.npz"
+    plane_out = output_path(Path("o"), item, (3, 12)).as_posix()
+    assert plane_out == "o/x/y.tif/plane_0003_0012.attnreg.npz"
     assert output_path(Path("o"), item, None).as_posix() == "o/x/y.tif.attnreg.npz"
 
 
@@ -248,3 +255,21 @@ def test_an_unwritable_output_folder_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "TemporaryFile", denied)
     with pytest.raises(ValueError, match="Cannot write results into .*Permission denied.*--out"):
         prepare_output_dir(tmp_path)
+
+
+def test_sample_images_fail_with_advice(monkeypatch, tmp_path):
+    from skimage import data
+
+    from napari_attnreg import samples
+
+    def offline():
+        raise ConnectionError("no internet")
+
+    monkeypatch.setattr(data, "retina", offline)
+    with pytest.raises(ValueError, match="'retina' could not be loaded.*bundled demo image"):
+        samples.skimage_sample("retina")
+    with pytest.raises(ValueError, match="Unknown sample 'nope'"):
+        samples.skimage_sample("nope")
+    monkeypatch.setattr(samples, "DATA_DIR", tmp_path)
+    with pytest.raises(ValueError, match="sample mask is missing"):
+        samples.demo_mask()

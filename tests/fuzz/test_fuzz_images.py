@@ -130,3 +130,51 @@ def test_plane_stack_options_never_raise_anything_but_value_error(shape, rgb, ch
             assert "empty" in str(err) or "channel" in str(err) or "rgb" in str(err)
         return
     assert 0 not in shape and stack.n_planes == len(stack.planes()) >= 1
+
+
+tiff_layouts = st.sampled_from([
+    ((64, 72), None), ((64, 72, 3), None), ((64, 72, 2), None), ((64, 72, 4), None),
+    ((3, 64, 72), None), ((2, 64, 72), None), ((6, 64, 72), None), ((2, 64, 72, 3), None),
+    ((3, 64, 72), "CYX"), ((3, 64, 72), "ZYX"), ((1, 64, 72), "ZYX"), ((1, 2, 64, 72), "ZCYX"),
+    ((2, 2, 64, 72), "TCYX"), ((1, 3, 1, 64, 72), "TCZYX"), ((1, 1, 1, 64, 72), "TCZYX"),
+])
+
+
+@settings(max_examples=40, deadline=None)
+@given(layout=tiff_layouts, dtype=st.sampled_from([np.uint8, np.uint16, np.float32]),
+       channel_axis=st.one_of(st.none(), st.integers(-1, 1)))
+def test_the_in_memory_and_the_lazy_tiff_readers_agree(tmp_path_factory, layout, dtype,
+                                                       channel_axis):
+    import tifffile
+
+    pytest.importorskip("zarr")
+    from napari_attnreg.batch import read_stack
+    from napari_attnreg.core.lazy import open_lazy
+
+    shape, axes = layout
+    path = tmp_path_factory.mktemp("tif") / ("x.ome.tif" if axes else "x.tif")
+    data = np.arange(int(np.prod(shape))).reshape(shape).astype(dtype)
+    tifffile.imwrite(path, data, **({"ome": True, "metadata": {"axes": axes}} if axes else {}))
+    try:
+        stack = read_stack(path, channel_axis)
+    except ValueError as eager_err:
+        event("both refuse")
+        with pytest.raises(ValueError) as lazy_err:
+            open_lazy(path, channel_axis=channel_axis)
+        assert str(path) in str(lazy_err.value) and str(eager_err)
+        return
+    try:
+        lazy = open_lazy(path, channel_axis=channel_axis)
+    except ValueError as err:  # only what lazy tiling cannot do: a stack, or > 3 channels
+        assert stack.n_planes > 1 or stack.n_channels > 3 or "channels between" in str(err)
+        event("lazy refuses a stack or many channels")
+        return
+    event("both read one image")
+    assert stack.n_planes == 1 and lazy.shape == stack.plane_shape
+    plane, _ = stack.read(stack.planes()[0])
+    block = lazy.read(slice(0, 5), slice(0, 7))
+    expected = plane if stack.channel_axis is None or stack.rgb else np.moveaxis(
+        plane, stack.plane_channel_axis(), -1)
+    if expected.ndim == 3 and expected.shape[-1] == 4:
+        expected = expected[..., :3]
+    np.testing.assert_array_equal(block, np.squeeze(expected[:5, :7]))
