@@ -277,3 +277,13 @@ def test_what_the_chunk_size_can_change(tiny_backbone, blob_image, chunk):
     np.testing.assert_allclose(res.posterior, ref.posterior, rtol=0, atol=1e-5)
     step = 1 / (options["n_boot"] * res.attention.size)  # one rank of the pooled null
     assert np.abs(res.p - ref.p).max() <= 2 * step
+
+
+def test_a_large_upscale_is_a_diagnostic_too(tiny_backbone, rng):
+    from napari_attnreg.core.images import ImageSizeWarning
+
+    small = rng.random((20, 24)).astype(np.float32)
+    with pytest.warns(ImageSizeWarning):
+        res = regularize(small, tiny_backbone, n_boot=4, device="cpu", target_size=160)
+    assert any("enlarge" in d.message.lower() or "upscal" in d.message.lower()
+               for d in res.diagnostics if d.severity == "warning"), res.diagnostics

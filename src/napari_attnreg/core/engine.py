@@ -38,7 +38,7 @@ from .attention import cls_attention
 from .backbones import Backbone, load_backbone, resolve_device
 from .diagnostics import diagnose
 from .directional import directional_statistics
-from .images import PreparedImage, TargetSize, prepare_image
+from .images import ImageSizeWarning, PreparedImage, TargetSize, prepare_image
 from .nulls import NullConfig, null_images
 from .options import OPTIONS, validate_options
 from .presets import DEFAULT_PRESET, THRESHOLD_KEYS, resolve_options
@@ -283,14 +283,21 @@ def run_engine(
         return (yield from run_tiled(image, backbone, config, cancel))
     t_start = time.perf_counter()
     dtype = autocast_dtype(device, config.precision)
+    input_warnings: list[str] = []
     if isinstance(image, PreparedImage):
         prepared = image
     else:
-        prepared = prepare_image(
-            image, patch_size=backbone.patch_size, mean=backbone.mean, std=backbone.std,
-            default_size=backbone.input_size[1:], target_size=config.target_size,
-            channel_axis=config.channel_axis, channels=config.channels, merge=config.merge,
-        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ImageSizeWarning)
+            prepared = prepare_image(
+                image, patch_size=backbone.patch_size, mean=backbone.mean, std=backbone.std,
+                default_size=backbone.input_size[1:], target_size=config.target_size,
+                channel_axis=config.channel_axis, channels=config.channels, merge=config.merge,
+            )
+        for w in caught:  # shown again to Python users; kept as a diagnostic for the GUIs
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            if issubclass(w.category, ImageSizeWarning):
+                input_warnings.append(str(w.message))
     # the shared backbone is never moved; another device gets its own copy, kept for reuse
     backbone = backbone.on(device)
     x = prepared.tensor.to(device)
@@ -369,6 +376,7 @@ def run_engine(
             cancel.raise_if_cancelled()
         t0 = time.perf_counter()
         stats, warnings_seen = _statistics(observed.reshape(-1), null_scores, config)
+        warnings_seen = input_warnings + warnings_seen
         timings["statistics_s"] = time.perf_counter() - t0
         kept = null_scores.reshape(n_boot, *grid).cpu().numpy() if config.keep_nulls else None
     timings["total_s"] = time.perf_counter() - t_start
