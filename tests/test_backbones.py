@@ -132,8 +132,9 @@ def test_a_users_module_is_never_changed_by_a_run():
 
 
 def test_meta_device_is_refused_and_the_backbone_stays_usable(blob_image):
-    from napari_attnreg import regularize
     from conftest import tiny_vit
+
+    from napari_attnreg import regularize
 
     bb = tiny_vit()
     for device in ("meta", "bogus", "cpu:3", "cuda:99", 7):
@@ -173,8 +174,9 @@ def test_another_device_gets_one_copy_and_the_model_never_moves():
 def test_two_threads_share_one_backbone(blob_image):
     import threading
 
-    from napari_attnreg import regularize
     from conftest import tiny_vit
+
+    from napari_attnreg import regularize
 
     bb = tiny_vit()
     expected = regularize(blob_image, bb, n_boot=6, chunk_size=3, device="cpu")

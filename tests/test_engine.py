@@ -8,7 +8,7 @@ import torch
 
 import napari_attnreg.core.engine as engine_mod
 from napari_attnreg import AttentionResult, regularize
-from napari_attnreg.core.engine import CancelToken, RunCancelled, RunConfig, drain, run_engine
+from napari_attnreg.core.engine import CancelToken, RunCancelled, RunConfig, run_engine
 
 FAST = dict(n_boot=12, chunk_size=5, device="cpu", preset="paper")
 

@@ -397,7 +397,7 @@ def test_poorly_determined_lindsey_fit_is_reported(monkeypatch):
     from statsmodels.tools.sm_exceptions import ConvergenceWarning
 
     def unconverged(z, null_proportion, null_pdf, deg):
-        warnings.warn("IRLS did not converge", ConvergenceWarning)
+        warnings.warn("IRLS did not converge", ConvergenceWarning, stacklevel=2)
         return np.full(z.shape, 0.5)
 
     monkeypatch.setattr(S._smt, "local_fdr", unconverged)

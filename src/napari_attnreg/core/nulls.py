@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .options import NULL_METHODS  # noqa: E402  (one list of choices)
+from .options import NULL_METHODS  # noqa: F401  (the one list of choices)
 
 
 @dataclass(frozen=True)
