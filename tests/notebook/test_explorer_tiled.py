@@ -83,12 +83,12 @@ def test_tiled_run_gives_native_grid_on_the_image(shape, overlap, scale):
     # the overlay lies on the whole image: each shown pixel carries the token over it
     gh, gw = result.grid_shape
     ids = np.arange(gh * gw).reshape(gh, gw)
-    np.testing.assert_array_equal(ex._token_index, ex._grid.sample(result.to_pixels(ids)))
-    assert ex._token_index[0, 0] == 0 and ex._token_index[-1, -1] == gh * gw - 1
-    assert ex._token_index[0, -1] == gw - 1 and ex._token_index[-1, 0] == (gh - 1) * gw
-    assert ex.rendered.shape[:2] == ex._grid.shape
+    np.testing.assert_array_equal(ex.canvas.token_index, ex.image_panel.grid.sample(result.to_pixels(ids)))
+    assert ex.canvas.token_index[0, 0] == 0 and ex.canvas.token_index[-1, -1] == gh * gw - 1
+    assert ex.canvas.token_index[0, -1] == gw - 1 and ex.canvas.token_index[-1, 0] == (gh - 1) * gw
+    assert ex.rendered.shape[:2] == ex.image_panel.grid.shape
     assert ex.status.startswith("Done in") and f"{md['n_tiles']} tiles" in ex.status
-    assert "tiled" in ex._diagnostics.value
+    assert "tiled" in ex.summary_panel.diagnostics.value
     ex.close()
 
 
@@ -103,8 +103,8 @@ def test_cancel_stops_a_tiled_background_run():
         assert ex.controls["tiled"].disabled and ex.controls["tile_overlap"].disabled
         while ex.running and not any("null images" in label for _, label in seen):
             await asyncio.sleep(0.01)
-            if ex._progress.value > 0:
-                seen.append((ex._progress.value, ex.status))
+            if ex.run_panel.progress.value > 0:
+                seen.append((ex.run_panel.progress.value, ex.status))
         ex.buttons["cancel"].click()
         return await ex.wait()
 
@@ -114,5 +114,5 @@ def test_cancel_stops_a_tiled_background_run():
     fractions = [f for f, _ in seen]
     assert fractions == sorted(fractions) and fractions[-1] < 0.5
     assert any("tiles" in label for _, label in seen)  # progress through the tiles first
-    assert ex._progress.bar_style == "warning" and not ex.controls["tiled"].disabled
+    assert ex.run_panel.progress.bar_style == "warning" and not ex.controls["tiled"].disabled
     ex.close()

@@ -1,0 +1,113 @@
+"""Run / Cancel, progress and the status line: one run at a time, each with a task id.
+
+The panel starts a run generator on :class:`~.runner.BackgroundRunner` and reports its end
+with the id of the task it started, so the owner can tell a current outcome from a stale
+one (a cancelled task's result is never shown).
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ipywidgets as W
+
+from ..core.engine import Progress
+from .runner import BackgroundRunner, Outcome, RunGenerator
+from .state import ExplorerState
+
+LEVEL_COLORS = {"error": "#c62828", "warning": "#b26a00", "success": "#2e7d32"}
+_BAR_STYLES = {"done": "success", "cancelled": "warning", "failed": "danger"}
+
+
+class RunPanel(W.VBox):
+    """Buttons and progress (side panel) plus the status line (under the image).
+
+    Parameters
+    ----------
+    state : ExplorerState
+        Its ``running`` and ``status`` traits are kept up to date.
+    on_run : callable
+        What the Run button does.
+    on_finish : callable
+        Called with ``(task_id, outcome)`` when a run ends, on the thread that started it.
+    """
+
+    def __init__(self, state: ExplorerState, on_run: Callable[[], Any],
+                 on_finish: Callable[[int, Outcome], Any]) -> None:
+        super().__init__()
+        self.state = state
+        self._on_finish_cb = on_finish
+        self.run_button = W.Button(description="Run", button_style="primary", icon="play",
+                                   tooltip="Compute with the settings above (one run at a time).",
+                                   layout=W.Layout(width="120px"))
+        self.cancel_button = W.Button(description="Cancel", icon="stop", disabled=True,
+                                      tooltip="Stop after the chunk being computed.",
+                                      layout=W.Layout(width="120px"))
+        self.run_button.on_click(lambda _b: on_run())
+        self.cancel_button.on_click(lambda _b: self.cancel())
+        self.progress = W.FloatProgress(value=0.0, min=0.0, max=1.0,
+                                        layout=W.Layout(width="190px"))
+        self.progress_label = W.Label("")
+        self.status = W.HTML().add_class("attnreg-status")  # CSS classes name parts for tests
+        self.runner = BackgroundRunner(self._on_event, self._on_finish)
+        self.task_id = 0  # id of the latest task started
+        self.t_start = 0.0
+        self.children = (W.HBox([self.run_button, self.cancel_button]),
+                         W.HBox([self.progress, self.progress_label]))
+        state.observe(lambda _c: self._sync_buttons(), names=["running"])
+
+    @property
+    def busy(self) -> bool:
+        return self.runner.running
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t_start
+
+    def start(self, make_generator: Callable[[Any], RunGenerator], *, wait: bool,
+              message: str) -> tuple[int, Outcome | None]:
+        """Start a task; returns its id and, when it ran to the end here, its outcome."""
+        self.task_id += 1
+        task = self.task_id
+        self.t_start = time.perf_counter()
+        self.progress.value, self.progress.bar_style = 0.0, "info"
+        self.progress_label.value = ""
+        self.set_status(message, "info")
+        self.state.running = True
+        return task, self.runner.start(make_generator, background=not wait)
+
+    def cancel(self) -> None:
+        """Ask the running task to stop after its current chunk."""
+        if self.runner.running:
+            self.runner.cancel()
+            self.set_status("Cancelling after the current chunk …", "warning")
+
+    def set_status(self, message: str, level: str = "info") -> None:
+        self.state.status = message
+        colour = LEVEL_COLORS.get(level, "inherit")
+        self.status.value = f"<span style='color:{colour}'>{html.escape(message)}</span>"
+
+    def _sync_buttons(self) -> None:
+        self.run_button.disabled = self.state.running
+        self.cancel_button.disabled = not self.state.running
+
+    def _on_event(self, event: Progress) -> None:
+        self.progress.value = event.fraction if event.stage != "model" else 0.0
+        if self.runner.cancel_requested:
+            return  # keep "Cancelling …" visible
+        self.progress_label.value = f"{event.done}/{event.total}"
+        self.set_status(f"{event.message} · {self.elapsed:.1f} s", "info")
+
+    def _on_finish(self, outcome: Outcome) -> None:
+        self.state.running = False
+        if outcome.kind == "done":
+            self.progress.value = 1.0
+        self.progress.bar_style = _BAR_STYLES[outcome.kind]
+        self._on_finish_cb(self.task_id, outcome)
+
+    def close(self) -> None:
+        self.runner.shutdown()
+        super().close()
