@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import traitlets as t
 
 from .. import __version__
 from ..core.display import with_thresholds
@@ -53,6 +54,35 @@ class ExplorerApi(ExplorerState):
         if result is None:
             raise ValueError("Nothing to save yet: press Run (or call run()) first.")
         return result.save(path)
+
+    # ---- the plane on screen --------------------------------------------------------------
+    def _current_result(self) -> AttentionResult | None:
+        """The result computed for the plane on screen, if any."""
+        return self._results.get(tuple(self.slice_index))
+
+    def _show_result(self) -> None:
+        result = self._current_result()
+        self.canvas.set_result(result)
+        self.summary_panel.show(result, self.thresholds())
+        self._update_roi_table()
+
+    def _update_roi_table(self) -> None:
+        result = self._current_result()
+        self.roi_panel.show(None if result is None else with_thresholds(result, self.thresholds()))
+
+    @t.observe("slice_index")
+    def _slice_changed(self, _change: dict) -> None:
+        if not self._parts or self.image_panel.stack is None:
+            return
+        try:
+            self.image_panel.show_plane()
+        except ValueError as err:  # e.g. an empty (constant) plane: say so, keep the last view
+            self._set_status(f"Plane {tuple(self.slice_index)}: {err}", "error")
+            return
+        if self._latest is not None and self._current_result() is None:
+            self._set_status(f"The result is for plane {self._latest}; press Run to analyse "
+                             f"plane {tuple(self.slice_index)}.", "info")
+        self._show_result()
 
     # ---- image ----------------------------------------------------------------------------
     def set_image(self, image: Any, *, channel_axis: int | None = None,
@@ -129,7 +159,7 @@ class ExplorerApi(ExplorerState):
                                    else with_thresholds(result, self.thresholds()))
 
     def provenance(self) -> dict[str, Any]:
-        """How the result on screen was made (image, model, preset, thresholds, B, seed, version)."""
+        """How the result on screen was made: image, model, preset, thresholds, B, seed, version."""
         result = self._current_result()
         if result is None:
             raise ValueError("No result on this plane yet: run the analysis first.")

@@ -17,8 +17,6 @@ Example
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import ipywidgets as W
@@ -26,8 +24,6 @@ import numpy as np
 import traitlets as t
 
 from ..core.backbones import Backbone
-from ..core.display import diagnostics_lines, with_thresholds
-from ..core.errors import gui_text
 from ..core.presets import DEFAULT_PRESET, THRESHOLD_KEYS
 from ..core.result import AttentionResult
 from . import render
@@ -38,13 +34,17 @@ from .image_panel import ImagePanel, check_max_display
 from .options_panel import OptionsPanel
 from .pipeline import ModelCache, check_run_options, run_config
 from .roi_panel import RoiPanel
-from .run_panel import RunPanel
+from .run_panel import RunPanel, failure_text
 from .state import RUN_DEFAULTS
-from .summary_panel import SummaryPanel, timing_text
+from .summary_panel import SummaryPanel, done_text
 from .thresholds_panel import ThresholdsPanel
 
 #: Default of the threshold arguments: take the preset's value (``z_th=None`` is "no z mask").
 FROM_PRESET = "from preset"
+
+
+def _section(title: str) -> W.HTML:
+    return W.HTML(f"<b>{title}</b>")
 
 
 class AttentionExplorer(ExplorerApi):
@@ -167,11 +167,10 @@ class AttentionExplorer(ExplorerApi):
         if not view.can_draw:
             self.controls["draw"].disabled = True
             self.controls["draw"].tooltip = "Drawing needs ipympl; pass roi=mask instead."
-        section = lambda text: W.HTML(f"<b>{text}</b>")  # noqa: E731
-        side = W.VBox([section("Run"), self.options_panel, self.run_panel,
-                       section("Display"), self.display_panel,
-                       section("Thresholds (live)"), self.thresholds_panel,
-                       section("Regions of interest"), self.roi_panel],
+        side = W.VBox([_section("Run"), self.options_panel, self.run_panel,
+                       _section("Display"), self.display_panel,
+                       _section("Thresholds (live)"), self.thresholds_panel,
+                       _section("Regions of interest"), self.roi_panel],
                       layout=W.Layout(margin="0 0 0 12px", min_width="410px"))
         image_area = W.VBox([self.image_panel, view.widget, self.display_panel.under_image])
         # flex-start: the tall side panel must not stretch the image column
@@ -233,45 +232,17 @@ class AttentionExplorer(ExplorerApi):
         else:
             self._results[plane_key], self._latest = outcome.result, plane_key
             self.last_error = None
-            self._set_status(*self._done_text(outcome.result, plane_key))
+            self._set_status(*done_text(outcome.result, plane_key, tuple(self.slice_index)))
             self._show_result()
-
-    def _done_text(self, result: AttentionResult, plane_key: tuple[int, ...]) -> tuple[str, str]:
-        n_warnings = len(diagnostics_lines(result, include_info=False))
-        note = f" ⚠ {n_warnings} warning(s) below." if n_warnings else ""
-        where = f" (plane {plane_key})" if plane_key else ""
-        if plane_key != tuple(self.slice_index):
-            note += (f" You are looking at plane {tuple(self.slice_index)}: move the slider "
-                     f"back to {plane_key} to see this result.")
-        return (f"Done{where} {timing_text(result)}.{note}",
-                "warning" if n_warnings else "success")
 
     def _fail(self, err: BaseException | None) -> None:
         self.last_error = err
-        if isinstance(err, (ValueError, MemoryError)):
-            message = gui_text(err)  # the core's messages are written for users
-        else:
-            message = f"Run failed ({type(err).__name__}: {err}); see explorer.last_error."
+        message = failure_text(err)
         kept = " The previous result is kept." if self._latest is not None else ""
         self._set_status(message + kept, "error")
 
     def _set_status(self, message: str, level: str = "info") -> None:
         self.run_panel.set_status(message, level)
-
-    # ---- the plane on screen --------------------------------------------------------------
-    def _current_result(self) -> AttentionResult | None:
-        """The result computed for the plane on screen, if any."""
-        return self._results.get(tuple(self.slice_index))
-
-    def _show_result(self) -> None:
-        result = self._current_result()
-        self.canvas.set_result(result)
-        self.summary_panel.show(result, self.thresholds())
-        self._update_roi_table()
-
-    def _update_roi_table(self) -> None:
-        result = self._current_result()
-        self.roi_panel.show(None if result is None else with_thresholds(result, self.thresholds()))
 
     @t.observe("overlay", "colormap", "opacity", "outline")
     def _display_changed(self, _change: dict) -> None:
@@ -295,17 +266,3 @@ class AttentionExplorer(ExplorerApi):
             self.canvas.view.set_draw_mode(change["new"])
         except ValueError as err:
             self._set_status(str(err), "warning")
-
-    @t.observe("slice_index")
-    def _slice_changed(self, _change: dict) -> None:
-        if not self._parts or self.image_panel.stack is None:
-            return
-        try:
-            self.image_panel.show_plane()
-        except ValueError as err:  # e.g. an empty (constant) plane: say so, keep the last view
-            self._set_status(f"Plane {tuple(self.slice_index)}: {err}", "error")
-            return
-        if self._latest is not None and self._current_result() is None:
-            self._set_status(f"The result is for plane {self._latest}; press Run to analyse "
-                             f"plane {tuple(self.slice_index)}.", "info")
-        self._show_result()

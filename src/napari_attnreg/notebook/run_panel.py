@@ -15,11 +15,19 @@ from typing import Any
 import ipywidgets as W
 
 from ..core.engine import Progress
+from ..core.errors import gui_text
 from .runner import BackgroundRunner, Outcome, RunGenerator
 from .state import ExplorerState
 
 LEVEL_COLORS = {"error": "#c62828", "warning": "#b26a00", "success": "#2e7d32"}
 _BAR_STYLES = {"done": "success", "cancelled": "warning", "failed": "danger"}
+
+
+def failure_text(err: BaseException | None) -> str:
+    """What the status line says about a failed run."""
+    if isinstance(err, (ValueError, MemoryError)):
+        return gui_text(err)  # the core's messages are written for users
+    return f"Run failed ({type(err).__name__}: {err}); see explorer.last_error."
 
 
 class RunPanel(W.VBox):

@@ -27,6 +27,18 @@ def timing_text(result: AttentionResult) -> str:
     return f"in {total:.1f} s on {md.get('device', '?')} ({', '.join(parts)})"
 
 
+def done_text(result: AttentionResult, plane: tuple[int, ...],
+              viewing: tuple[int, ...]) -> tuple[str, str]:
+    """Status line and level of a finished run; says which plane it was computed for."""
+    n_warnings = len(diagnostics_lines(result, include_info=False))
+    note = f" ⚠ {n_warnings} warning(s) below." if n_warnings else ""
+    where = f" (plane {plane})" if plane else ""
+    if plane != viewing:
+        note += (f" You are looking at plane {viewing}: move the slider back to {plane} to "
+                 "see this result.")
+    return f"Done{where} {timing_text(result)}.{note}", "warning" if n_warnings else "success"
+
+
 class SummaryPanel(W.VBox):
     """Two lines under the image: the count at the current thresholds, then the run."""
 

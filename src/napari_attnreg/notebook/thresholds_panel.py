@@ -31,7 +31,7 @@ def threshold_slider(description: str, tooltip: str, *, lo: float = 0.0, hi: flo
 
 
 class ThresholdsPanel(W.VBox):
-    """Rule and thresholds, linked to the state's ``rule``, ``q_th``, ``p_th``, ``l_th``, ``z_th``."""
+    """The rule and its thresholds, linked to the state's ``rule`` and ``*_th`` traits."""
 
     def __init__(self, state: ExplorerState) -> None:
         super().__init__()
