@@ -45,7 +45,7 @@ from .stats import (
     z_scores,
 )
 
-NULL_POOLS = ("pooled", "position")
+from .options import NULL_POOLS  # noqa: E402  (one list of choices)
 
 
 def pooled_pvalues(z_obs: torch.Tensor, sorted_null: torch.Tensor) -> np.ndarray:

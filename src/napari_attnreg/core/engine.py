@@ -22,17 +22,13 @@ import torch
 from .attention import cls_attention
 from .backbones import Backbone, load_backbone
 from .diagnostics import diagnose
-from .directional import NULL_POOLS, directional_statistics
+from .directional import directional_statistics
 from .images import PreparedImage, TargetSize, map_over_stack, prepare_image
 from .nulls import NullConfig, null_images
+from .options import OPTIONS, validate_options
 from .presets import DEFAULT_PRESET, THRESHOLD_KEYS, resolve_options
-from .regularize import RULES
 from .result import AttentionResult
 from .stats import (
-    ALTERNATIVES,
-    NULL_MODELS,
-    P_METHODS,
-    PI0_METHODS,
     StatisticsWarning,
     compute_statistics,
 )
@@ -144,39 +140,26 @@ class RunConfig:
         """The rule and thresholds of a resolved config."""
         return {k: getattr(self, k) for k in THRESHOLD_KEYS}
 
-    def validate(self) -> None:
-        """Raise a ValueError that says what to change for any invalid option."""
-        self.resolved()._validate_resolved()
+    def validate(self) -> RunConfig:
+        """Check every option (the one validator of API, CLI, napari and notebook).
 
-    def _validate_resolved(self) -> None:
-        for name in ("p_th", "l_th", "q_th"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not (
-                    0.0 <= float(value) <= 1.0):
-                raise ValueError(f"{name} must be a number in [0, 1], got {value!r}.")
-        if self.null_pool not in NULL_POOLS:
-            raise ValueError(f"null_pool must be one of {NULL_POOLS}, got {self.null_pool!r}.")
-        for name, allowed in (("p_method", P_METHODS), ("alternative", ALTERNATIVES),
-                              ("null", NULL_MODELS)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}.")
-        if isinstance(self.pi0_method, str) and self.pi0_method not in PI0_METHODS:
-            raise ValueError(f"pi0_method must be one of {PI0_METHODS} or a number in [0, 1], "
-                             f"got {self.pi0_method!r}.")
-        if not isinstance(self.n_boot, (int, np.integer)) or self.n_boot < 1:
-            raise ValueError(f"n_boot must be a positive integer, got {self.n_boot!r}.")
-        if self.chunk_size is not None and self.chunk_size < 1:
-            raise ValueError(f"chunk_size must be a positive integer or None (auto), got {self.chunk_size}.")
-        if self.rule not in RULES:
-            raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}.")
-        if self.precision not in ("auto", "float32", "bfloat16", "float16"):
-            raise ValueError(f"precision must be auto/float32/bfloat16/float16, got {self.precision!r}.")
-        if self.head != "mean" and not isinstance(self.head, (int, np.integer)):
-            raise ValueError(f"head must be 'mean' or a head index, got {self.head!r}.")
-        NullConfig(self.method, self.std_factor, self.per_channel, self.block_size)
+        Returns
+        -------
+        RunConfig
+            The resolved config with normalised values (e.g. ``head="3"`` → ``3``).
+
+        Raises
+        ------
+        ValueError
+            That says which option to change and how.
+        """
+        values = {name: getattr(self, name) for name in OPTIONS}
+        checked = replace(self, **validate_options(values)).resolved()
+        NullConfig(checked.method, checked.std_factor, checked.per_channel, checked.block_size)
         from .tiled_engine import validate_tiling  # tiling imports this module
 
-        validate_tiling(self)
+        validate_tiling(checked)
+        return checked
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -283,8 +266,7 @@ def run_engine(
     RunCancelled
         When ``cancel`` was set; nothing partial is returned.
     """
-    config = config.resolved()
-    config._validate_resolved()
+    config = config.validate()
     if config.tiled:
         from .tiled_engine import run_tiled
 

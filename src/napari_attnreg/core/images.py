@@ -156,10 +156,11 @@ def to_channels_last(
         arr = np.moveaxis(arr, channel_axis, -1)
     elif arr.ndim == 3 and arr.shape[-1] == 4:
         arr = arr[..., :3]  # alpha carries no image content
-    elif arr.ndim == 3 and arr.shape[-1] != 3:
-        raise ValueError(
+    elif arr.ndim == 3 and arr.shape[-1] not in (1, 2, 3):  # (H, W, 1|2) are channels, as in
+        raise ValueError(                                     # PlaneStack, never H planes
             f"A 3D image of shape {arr.shape} is ambiguous: give channel_axis= for multichannel "
-            "data, or use regularize_stack() for a z/t stack."
+            f"data (e.g. channel_axis=0 for {arr.shape[0]} channels first), or use "
+            "regularize_stack() for a z/t stack."
         )
     if arr.ndim not in (2, 3):
         raise ValueError(
@@ -301,29 +302,49 @@ def prepare_image(
                          source=source, channel_map=channel_map)
 
 
-def map_over_stack(func: Callable[[np.ndarray], Any], stack: np.ndarray, *, spatial_ndim: int = 2,
+def map_over_stack(func: Callable[[np.ndarray], Any], stack: Any, *, spatial_ndim: int = 2,
                    channel_last: bool = False) -> list[Any]:
     """Apply ``func`` to every 2D plane of an nD stack, in C order of the leading axes.
+
+    The stack is split by :class:`~napari_attnreg.core.planes.PlaneStack` (with ``stack=True``),
+    the same rule the command line and the front ends use; a dask or zarr stack is read one
+    plane at a time.
 
     Parameters
     ----------
     func : callable
-        Called with each ``(H, W)`` (or ``(H, W, C)`` if ``channel_last``) plane.
-    stack : np.ndarray
+        Called with each ``(H, W)`` plane, or ``(H, W, C)`` for colour/multichannel planes.
+    stack : array-like
         ``(..., H, W)`` or ``(..., H, W, C)``.
     spatial_ndim : int
         Number of trailing image axes (2).
     channel_last : bool
-        Whether a trailing channel axis follows the image axes.
+        Whether a trailing channel axis follows the image axes. ``(H, W, 3|4)`` and
+        ``(H, W, 1|2)`` are taken as one image with channels even without it.
 
     Returns
     -------
     list
         Results in the order of ``np.ndindex(leading_shape)``.
+
+    Raises
+    ------
+    ValueError
+        An empty stack, or ``(N, H, W, 3)`` without ``channel_last`` (say what the last axis is).
     """
-    arr = np.asarray(stack)
-    tail = spatial_ndim + (1 if channel_last else 0)
-    if arr.ndim < tail:
-        raise ValueError(f"Expected at least {tail} dimensions, got shape {arr.shape}.")
-    lead = arr.shape[: arr.ndim - tail]
-    return [func(arr[idx]) for idx in np.ndindex(lead)] if lead else [func(arr)]
+    if spatial_ndim != 2:  # generic splitting for other callers, no channel rules
+        arr = np.asarray(stack)
+        tail = spatial_ndim + (1 if channel_last else 0)
+        if arr.ndim < tail or arr.size == 0:
+            raise ValueError(f"Expected a non-empty array of at least {tail} dimensions, "
+                             f"got shape {arr.shape}.")
+        lead = arr.shape[: arr.ndim - tail]
+        return [func(arr[idx]) for idx in np.ndindex(lead)] if lead else [func(arr)]
+    from .planes import PlaneStack
+
+    planes = PlaneStack.from_array(stack, channel_last=channel_last, stack=True)
+    results = []
+    for index in planes.planes():
+        plane, _ = planes.read(index)  # channels are last in a plane whenever there are any
+        results.append(func(plane))
+    return results

@@ -25,7 +25,7 @@ import numpy as np
 
 from .stats import qvalues
 
-RULES = ("q", "p", "lfdr", "pi0", "soft", "base")
+from .options import RULES  # noqa: E402  (one list of choices)
 DEFAULT_Z_TH = 0.0
 DEFAULT_P_TH = 0.3
 DEFAULT_L_TH = 0.3

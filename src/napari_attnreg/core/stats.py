@@ -43,10 +43,7 @@ from statsmodels.tools.sm_exceptions import ModelWarning
 # warning handling during the first fit; importing it up front avoids that.
 import statsmodels.genmod.generalized_linear_model  # noqa: F401  isort: skip
 
-P_METHODS = ("pooled", "null")
-ALTERNATIVES = ("two-sided", "greater")
-PI0_METHODS = ("reference", "bh", "storey", "smoother", "bootstrap")
-NULL_MODELS = ("theoretical", "empirical")
+from .options import ALTERNATIVES, NULL_MODELS, P_METHODS, PI0_METHODS  # noqa: E402  (one list of choices)
 
 #: Storey's λ grid used by the smoother and bootstrap π0 estimators (R qvalue default).
 PI0_LAMBDAS = np.round(np.arange(0.05, 0.951, 0.05), 2)

@@ -26,7 +26,7 @@ import torch
 
 from .nulls import NullConfig, image_seed, null_images
 
-NULL_SCOPES = ("image", "tile")
+from .options import NULL_SCOPES  # noqa: E402  (one list of choices)
 #: ``tile_scale`` range the front ends' controls offer (the engine takes any positive number):
 #: from 4x upsampling (tiny objects) to 64x downsampling (whole-slide overviews).
 TILE_SCALE_RANGE = (0.25, 64.0)

@@ -1,0 +1,130 @@
+"""The one option validator and the option metadata the front ends are built from."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from napari_attnreg.core import options as opts
+from napari_attnreg.core.engine import RunConfig, regularize
+from napari_attnreg.core.presets import PRESET_DEFAULTS
+
+FAST = {"n_boot": 4, "device": "cpu", "target_size": 32}
+
+BAD = [  # (option, value, words the message must contain)
+    ("p_th", 2, "p_th must be a finite number in [0, 1]"),
+    ("p_th", -0.5, "p_th"),
+    ("p_th", math.nan, "finite"),
+    ("p_th", "0.1", "p_th must be a number"),
+    ("l_th", 5, "l_th"),
+    ("q_th", 1.5, "q_th"),
+    ("z_th", math.inf, "z_th must be a finite number"),
+    ("seed", None, "seed must be set"),
+    ("seed", 1.5, "seed must be a whole number"),
+    ("seed", 2**64, "seed must be a whole number"),
+    ("seed", -1, "seed"),
+    ("n_boot", True, "(a bool)"),
+    ("n_boot", 0, "n_boot"),
+    ("n_boot", 2.5, "n_boot must be a whole number"),
+    ("chunk_size", 2.5, "chunk_size must be a whole number"),
+    ("chunk_size", 0, "chunk_size"),
+    ("channel_axis", 1.0, "channel_axis"),
+    ("head", 1.5, "head must be 'mean' or a head number"),
+    ("head", -1, "head"),
+    ("head", "first", "head"),
+    ("target_size", (0, 0), "target_size must be"),
+    ("target_size", (-16, -16), "target_size"),
+    ("target_size", True, "target_size"),
+    ("target_size", "huge", "target_size"),
+    ("device", "meta", "not a compute device"),
+    ("device", "bogus", "'cuda:N'"),
+    ("method", "gauss", "use one of"),
+    ("rule", "fdr", "rule='fdr' is not supported"),
+    ("pi0_method", 1.5, "pi0_method must be one of"),
+    ("pi0_method", "magic", "pi0_method"),
+    ("tiled", "yes", "tiled must be True or False"),
+    ("channels", "a,b", "channels must be channel numbers"),
+    ("channels", [-1], "channels"),
+    ("memory_fraction", 0, "memory_fraction"),
+    ("std_factor", -1.0, "std_factor"),
+]
+
+
+@pytest.mark.parametrize("name, value, words", BAD)
+def test_bad_values_get_a_message_that_names_the_option(name, value, words):
+    with pytest.raises(ValueError, match=None) as err:
+        opts.validate_options({name: value})
+    assert words in str(err.value)
+
+
+@pytest.mark.parametrize("name, value, words", BAD[:12])
+def test_regularize_checks_before_loading_or_running(name, value, words, blob_image):
+    # "no-such-model" would fail to load: the option error must come first
+    with pytest.raises(ValueError, match=None) as err:
+        regularize(blob_image, "no-such-model-xyz", **{**FAST, name: value})
+    assert words in str(err.value)
+
+
+def test_values_are_normalised():
+    got = opts.validate_options({"n_boot": np.int64(7), "head": "3", "target_size": "64",
+                                 "channels": "0, 2", "pi0_method": "0.8", "tiled": np.bool_(True),
+                                 "device": "cuda:1", "z_th": None})
+    assert got == {"n_boot": 7, "head": 3, "target_size": 64, "channels": [0, 2],
+                   "pi0_method": 0.8, "tiled": True, "device": "cuda:1", "z_th": None}
+    assert type(got["n_boot"]) is int
+
+
+def test_run_config_validate_returns_the_resolved_normalised_config():
+    config = RunConfig(head="2", preset="paper").validate()
+    assert config.head == 2 and config.rule == PRESET_DEFAULTS["paper"]["rule"]
+
+
+def test_every_run_config_field_has_metadata_and_back():
+    fields = set(RunConfig.__dataclass_fields__) - {"extra"}
+    assert fields == set(opts.OPTIONS)
+    for opt in opts.OPTIONS.values():
+        assert opt.help and opt.label and opt.group
+        if not opt.preset_dependent:
+            assert RunConfig.__dataclass_fields__[opt.name].default == opt.default, opt.name
+        else:
+            assert opts.default_for(opt.name, "paper") == PRESET_DEFAULTS["paper"][opt.name]
+
+
+def test_core_modules_use_the_one_choice_list():
+    from napari_attnreg.core import directional, nulls, regularize as reg, stats, tiling
+
+    assert reg.RULES is opts.RULES and stats.PI0_METHODS is opts.PI0_METHODS
+    assert directional.NULL_POOLS is opts.NULL_POOLS and tiling.NULL_SCOPES is opts.NULL_SCOPES
+    assert tuple(nulls.NULL_METHODS) == opts.NULL_METHODS
+
+
+def test_cli_arguments_come_from_the_metadata():
+    parser = argparse.ArgumentParser()
+    opts.add_cli_arguments(parser)
+    args = parser.parse_args(["--n-boot", "30", "--z-th", "none", "--no-per-channel",
+                              "--pi0-method", "0.7", "--head", "2"])
+    assert opts.options_from_cli(args) == {"n_boot": 30, "z_th": None, "per_channel": False,
+                                           "pi0_method": 0.7, "head": 2}
+    assert opts.options_from_cli(parser.parse_args([])) == {}  # unset stays unset (preset)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--rule", "fdr"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(sorted(opts.OPTIONS)),
+       value=st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                       st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6),
+                       st.tuples(st.integers(-5, 5), st.integers(-5, 5))))
+def test_any_value_is_accepted_normalised_or_refused_with_a_value_error(name, value):
+    try:
+        got = opts.validate_options({name: value})
+    except ValueError as err:
+        assert name in str(err)
+        return
+    again = opts.validate_options(got)  # what the validator returns is valid and stable
+    assert again == got
