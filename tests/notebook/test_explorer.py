@@ -41,7 +41,7 @@ def test_controls_and_state_are_linked(explorer):
     assert c["p_th"].value == pytest.approx(0.05)
     assert "device" in c and "cpu" in c["device"].options
     assert explorer.buttons["cancel"].disabled and not explorer.buttons["run"].disabled
-    with pytest.raises(Exception, match="p_th must be in"):
+    with pytest.raises(Exception, match="p_th must be a finite number in"):
         explorer.p_th = 1.5
     with pytest.raises(ValueError, match="Unknown colormap"):
         explorer.colormap = "no-such-map"

@@ -14,6 +14,7 @@ from napari_attnreg.core.display import (
     SIGNIFICANT_COLOR,
     significance_caption,
 )
+from napari_attnreg.core.options import option
 from napari_attnreg.notebook import AttentionExplorer, render
 from napari_attnreg.notebook import pipeline as pipeline_module
 
@@ -28,7 +29,9 @@ def explorer(blob_image, tiny_backbone):
 def test_preset_control_resets_thresholds(explorer):
     c = explorer.controls
     assert explorer.preset == "directional" and c["preset"].value == "directional"
-    assert "HIGHER" in c["preset"].tooltip and "BELOW" in c["preset"].tooltip
+    # labels and tooltips are the core's option metadata
+    assert c["preset"].tooltip == option("preset").help and "HIGHER" in c["preset"].tooltip
+    assert c["preset"].description == option("preset").label
     assert (explorer.rule, explorer.q_th, explorer.z_th) == ("q", pytest.approx(0.1), None)
     assert not c["z_mask"].value and c["z_th"].disabled
     assert all(c[k].tooltip for k in ("rule", "q_th", "z_mask", "z_th"))

@@ -10,7 +10,8 @@ import pytest
 pytest.importorskip("ipywidgets")
 
 from napari_attnreg.core.engine import RunConfig
-from napari_attnreg.core.tiling import TILE_OVERLAP_MAX, TILE_SCALE_RANGE, work_shape
+from napari_attnreg.core.options import option
+from napari_attnreg.core.tiling import work_shape
 from napari_attnreg.notebook import AttentionExplorer
 
 PATCH = (8, 8)  # the bundled demo model: patch 8, 128 px input
@@ -30,19 +31,20 @@ def test_tiling_controls_default_to_the_core_and_follow_the_checkbox():
     ex = AttentionExplorer(_field((64, 48)), "demo", n_boot=4, device="cpu", view="image")
     defaults = RunConfig()
     c = ex.controls
-    assert c["tiled"].description == "Tiled (native resolution)"
-    assert "n_tiles + B" in c["tiled"].tooltip
+    assert c["tiled"].description == option("tiled").label  # the core's option metadata
+    assert c["tiled"].tooltip == option("tiled").help
     assert (ex.tiled, ex.tile_overlap, ex.tile_scale) == (
         defaults.tiled, defaults.tile_overlap, defaults.tile_scale)
-    assert (c["tile_scale"].min, c["tile_scale"].max) == TILE_SCALE_RANGE
-    assert (c["tile_overlap"].min, c["tile_overlap"].max) == (0, TILE_OVERLAP_MAX)
+    scale, overlap = option("tile_scale"), option("tile_overlap")
+    assert (c["tile_scale"].min, c["tile_scale"].max) == (scale.minimum, scale.maximum)
+    assert (c["tile_overlap"].min, c["tile_overlap"].max) == (overlap.minimum, overlap.maximum)
     assert c["tile_overlap"].disabled and c["tile_scale"].disabled
     c["tiled"].value = True
     assert ex.tiled and not c["tile_overlap"].disabled and not c["tile_scale"].disabled
     c["tile_overlap"].value = 16
     ex.tile_scale = 2.0  # state set in code moves the control
     assert ex.tile_overlap == 16 and c["tile_scale"].value == 2.0
-    with pytest.raises(Exception, match="tile_scale must be in"):
+    with pytest.raises(Exception, match="tile_scale must be a finite number in"):
         ex.tile_scale = 0.0
     ex.close()
     # the options can be given to the constructor too, as before (RunConfig field names)

@@ -10,7 +10,8 @@ import numpy as np
 from ..core.display import MAPS_BY_KEY
 from ..core.result import AttentionResult
 from . import render
-from .options_panel import labelled, link_all
+from .option_controls import labelled
+from .options_panel import link_all
 from .state import OVERLAYS, ExplorerState
 
 #: "auto": each map in its own colormap (core.display), as napari and the CLI show it.

@@ -149,7 +149,7 @@ class AttentionExplorer(ExplorerApi):
     def _build(self, view: Any, max_display: int) -> None:
         self.image_panel = ImagePanel(self, max_display=max_display,
                                       run_options=self._run_options)
-        self.options_panel = OptionsPanel(self)
+        self.options_panel = OptionsPanel(self, self._run_options)
         self.thresholds_panel = ThresholdsPanel(self)
         self.display_panel = DisplayPanel(self)
         self.run_panel = RunPanel(self, self.run, self._on_finish)
@@ -198,7 +198,7 @@ class AttentionExplorer(ExplorerApi):
             return None
         plane_key = tuple(self.slice_index)
         try:
-            config = run_config(self, self._run_options, plane=plane_key,
+            config = run_config(self, self.options_panel.advanced.values(), plane=plane_key,
                                 channel_last=self.image_panel.channel_explicit)
         except ValueError as err:
             self._fail(err)

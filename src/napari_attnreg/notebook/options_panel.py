@@ -1,27 +1,26 @@
-"""Run options: model, statistics preset, null method, B, seed, device and tiling."""
+"""Run options: model, statistics preset, null method, B, seed, device, tiling, advanced.
+
+Every control except the model picker is built from the core's option metadata.
+Changing these takes effect at the next Run.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import ipywidgets as W
 
-from ..core.display import PRESET_HELP, TILED_LABEL, TILING_HELP
-from ..core.nulls import NULL_METHODS
-from ..core.presets import PRESETS
-from ..core.tiling import TILE_OVERLAP_MAX, TILE_SCALE_RANGE
+from ..core.options import option
+from .advanced_panel import AdvancedPanel
 from .model_picker import ModelPicker
+from .option_controls import CONTROL_WIDTH, LABEL_WIDTH, build_control
 from .state import ExplorerState, available_devices
 
-#: Width of a labelled control in the side panel, and of its label.
-CONTROL_WIDTH = "340px"
-LABEL_STYLE = {"description_width": "110px"}
+#: Options with a control here; each is a trait of the same name on the explorer.
+MAIN_OPTIONS = ("preset", "method", "n_boot", "seed", "device", "tiled", "tile_overlap",
+                "tile_scale")
 #: Controls locked while a run computes (the run uses the values it started with).
 RUN_INPUTS = ("model", "preset", "method", "n_boot", "seed", "device", "tiled")
-
-
-def labelled(widget_type: type, description: str, tooltip: str, **kwargs) -> W.Widget:
-    """A control of the side panel: one width, one label width, a tooltip on every control."""
-    return widget_type(description=description, tooltip=tooltip,
-                       layout=W.Layout(width=CONTROL_WIDTH), style=dict(LABEL_STYLE), **kwargs)
 
 
 def link_all(state: ExplorerState, controls: dict[str, W.Widget], traits: dict[str, str]) -> None:
@@ -30,45 +29,30 @@ def link_all(state: ExplorerState, controls: dict[str, W.Widget], traits: dict[s
         W.link((state, trait), (controls[key], "value"))
 
 
-class OptionsPanel(W.VBox):
-    """What to compute. Changing these takes effect at the next Run."""
+def device_control() -> W.Dropdown:
+    """The devices that exist here (the option itself accepts any device name)."""
+    opt = option("device")
+    return W.Dropdown(options=available_devices(), description=opt.label, tooltip=opt.help,
+                      layout=W.Layout(width=CONTROL_WIDTH),
+                      style={"description_width": LABEL_WIDTH})
 
-    def __init__(self, state: ExplorerState) -> None:
+
+class OptionsPanel(W.VBox):
+    """What to compute: the main options, then the advanced ones (collapsed)."""
+
+    def __init__(self, state: ExplorerState, run_options: dict[str, Any]) -> None:
         super().__init__()
         self.state = state
-        devices = available_devices()
         self.controls: dict[str, W.Widget] = {
             "model": ModelPicker(description="model", layout=W.Layout(width=CONTROL_WIDTH),
-                                 style=dict(LABEL_STYLE)),
-            "preset": labelled(
-                W.Dropdown, "statistics",
-                "Which question the statistics answer.\n"
-                + "\n".join(f"• {PRESET_HELP[p]}" for p in PRESETS)
-                + "\nChanging it resets the thresholds; press Run to compute with it.",
-                options=[(p, p) for p in PRESETS]),
-            "method": labelled(W.Dropdown, "null method",
-                               "How the bootstrap null images are drawn from this image.",
-                               options=list(NULL_METHODS)),
-            "n_boot": labelled(W.BoundedIntText, "bootstrap B",
-                               "Number of null images; more gives finer p-values.",
-                               min=1, max=100_000),
-            "seed": labelled(W.IntText, "seed", "Random seed of the null images."),
-            "device": labelled(W.Dropdown, "device",
-                               "Where to compute: auto = GPU (cuda, mps) when there is one.",
-                               options=devices),
-            "tiled": W.Checkbox(description=TILED_LABEL, indent=False,
-                                tooltip=TILING_HELP["tiled"]),
-            "tile_overlap": labelled(W.BoundedIntText, "overlap px", TILING_HELP["tile_overlap"],
-                                     min=0, max=TILE_OVERLAP_MAX),
-            "tile_scale": labelled(W.BoundedFloatText, "downsample ÷", TILING_HELP["tile_scale"],
-                                   min=TILE_SCALE_RANGE[0], max=TILE_SCALE_RANGE[1], step=0.5),
-        }
-        link_all(state, self.controls, {
-            "model": "model_name", "preset": "preset", "method": "method", "n_boot": "n_boot",
-            "seed": "seed", "device": "device", "tiled": "tiled",
-            "tile_overlap": "tile_overlap", "tile_scale": "tile_scale"})
+                                 style={"description_width": LABEL_WIDTH})}
+        for name in MAIN_OPTIONS:
+            self.controls[name] = device_control() if name == "device" else build_control(name)
+        link_all(state, self.controls, {"model": "model_name",
+                                        **{name: name for name in MAIN_OPTIONS}})
+        self.advanced = AdvancedPanel(run_options)
         state.observe(lambda _c: self.sync(), names=["running", "tiled"])
-        self.children = tuple(self.controls.values())
+        self.children = (*self.controls.values(), self.advanced)
         self.sync()
 
     def sync(self) -> None:
@@ -78,3 +62,4 @@ class OptionsPanel(W.VBox):
             self.controls[name].disabled = busy
         for name in ("tile_overlap", "tile_scale"):
             self.controls[name].disabled = busy or not self.state.tiled
+        self.advanced.disabled = busy

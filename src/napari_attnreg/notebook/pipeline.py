@@ -13,6 +13,7 @@ import numpy as np
 
 from ..core.backbones import Backbone, load_backbone
 from ..core.engine import CancelToken, Progress, RunConfig, run_engine
+from ..core.options import validate_options
 from ..core.presets import THRESHOLD_KEYS
 from .state import RUN_DEFAULTS, ExplorerState
 
@@ -27,7 +28,7 @@ def check_run_options(options: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise TypeError(f"AttentionExplorer got unknown options {sorted(unknown)}; the run "
                         "options are the RunConfig fields.")
-    return dict(options)
+    return validate_options(options)  # bad values fail now, with the core's words
 
 
 def run_config(state: ExplorerState, options: dict[str, Any], *, channel_last: bool,

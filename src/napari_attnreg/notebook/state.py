@@ -8,16 +8,14 @@ they were.
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 import ipywidgets as widgets
 import traitlets as t
 
 from ..core.engine import RunConfig
-from ..core.nulls import NULL_METHODS
+from ..core.options import NULL_METHODS, RULES, validate_options
 from ..core.presets import DEFAULT_PRESET, PRESETS, THRESHOLD_KEYS, default_thresholds
-from ..core.regularize import RULES
-from ..core.tiling import TILE_OVERLAP_MAX, TILE_SCALE_RANGE
 from . import render
 from .views import DRAW_MODES
 
@@ -91,12 +89,16 @@ class ExplorerState(widgets.VBox):
                                f"choose one of {', '.join(devices)}.")
         return proposal["value"]
 
-    @t.validate("z_th")
-    def _valid_z_th(self, proposal: dict) -> float | None:
-        value = proposal["value"]
-        if value is not None and not math.isfinite(value):
-            raise t.TraitError(f"z_th must be a finite number or None (no z mask), got {value}.")
-        return value
+    @t.validate("n_boot", "seed", "tile_scale", "tile_overlap", "q_th", "p_th", "l_th", "z_th",
+                "method", "rule")
+    def _valid_option(self, proposal: dict) -> Any:
+        # the core's one validator, so a value refused here is refused with the same words
+        # by napari, the CLI and regularize()
+        name = proposal["trait"].name
+        try:
+            return validate_options({name: proposal["value"]})[name]
+        except ValueError as err:
+            raise t.TraitError(str(err)) from None
 
     @t.validate("overlay")
     def _valid_overlay(self, proposal: dict) -> str:
@@ -107,33 +109,3 @@ class ExplorerState(widgets.VBox):
         if proposal["value"] != "auto":
             render.colormap_lut(proposal["value"])
         return proposal["value"]
-
-    @t.validate("p_th", "l_th", "q_th")
-    def _valid_fraction(self, proposal: dict) -> float:
-        value = float(proposal["value"])
-        if not 0.0 <= value <= 1.0:
-            raise t.TraitError(f"{proposal['trait'].name} must be in [0, 1], got {value}.")
-        return value
-
-    @t.validate("n_boot")
-    def _valid_n_boot(self, proposal: dict) -> int:
-        if proposal["value"] < 1:
-            raise t.TraitError(f"n_boot must be at least 1, got {proposal['value']}.")
-        return proposal["value"]
-
-    @t.validate("tile_scale")
-    def _valid_tile_scale(self, proposal: dict) -> float:
-        value = float(proposal["value"])
-        lo, hi = TILE_SCALE_RANGE
-        if not lo <= value <= hi:
-            raise t.TraitError(f"tile_scale must be in [{lo:g}, {hi:g}] (1 = native pixels, "
-                               f"2 = half size), got {value}.")
-        return value
-
-    @t.validate("tile_overlap")
-    def _valid_tile_overlap(self, proposal: dict) -> int:
-        value = proposal["value"]
-        if not 0 <= value <= TILE_OVERLAP_MAX:
-            raise t.TraitError(f"tile_overlap must be 0–{TILE_OVERLAP_MAX} pixels (a multiple of "
-                               f"the patch size), got {value}.")
-        return value

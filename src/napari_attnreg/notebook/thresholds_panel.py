@@ -1,33 +1,38 @@
 """Live thresholds: the rule, its threshold sliders and the optional z mask.
 
 Moving these re-renders the overlay, the counts and the ROI table; nothing is recomputed.
-The sliders are wide (a 0–1 threshold over a ~280 px track: about 0.004 per pixel) and show
-their value in an editable readout, so a precise value can also be typed.
+Labels, ranges, steps and tooltips come from the core's option metadata. The sliders are
+wide (a 0–1 threshold over a ~250 px track) and show their value in an editable readout,
+so a precise value can also be typed.
 """
 
 from __future__ import annotations
 
 import ipywidgets as W
 
-from ..core.display import RULE_HELP, RULE_LABELS
-from ..core.regularize import RULES
-from .options_panel import CONTROL_WIDTH, labelled, link_all
+from ..core.options import option
+from .option_controls import build_control
+from .options_panel import link_all
 from .state import ExplorerState
 
-#: Slider width: label (60 px) + track (about 280 px) + readout.
-SLIDER_WIDTH = "400px"
-SLIDER_STYLE = {"description_width": "60px"}
+#: Slider width: label (110 px) + track (about 250 px) + readout (about 60 px).
+SLIDER_WIDTH = "420px"
+SLIDER_LABEL_WIDTH = "110px"
 #: z threshold the slider shows while the z mask is off.
 Z_TH_WHEN_ON = 0.0
 
 
-def threshold_slider(description: str, tooltip: str, *, lo: float = 0.0, hi: float = 1.0,
-                     step: float = 0.005, fmt: str = ".3f") -> W.FloatSlider:
+def threshold_slider(name: str) -> W.FloatSlider:
+    """A slider for a threshold option, from its metadata."""
+    opt = option(name)
+    decimals = opt.decimals if opt.decimals is not None else 2
     # continuous_update=False: the overlay follows on release, not on every pixel of a drag
     # (a large image would queue dozens of renders); the readout follows the drag live
-    return W.FloatSlider(min=lo, max=hi, step=step, readout=True, readout_format=fmt,
-                         continuous_update=False, description=description, tooltip=tooltip,
-                         layout=W.Layout(width=SLIDER_WIDTH), style=dict(SLIDER_STYLE))
+    return W.FloatSlider(min=opt.minimum, max=opt.maximum, step=opt.step, readout=True,
+                         readout_format=f".{decimals}f", continuous_update=False,
+                         description=opt.label, tooltip=opt.help,
+                         layout=W.Layout(width=SLIDER_WIDTH),
+                         style={"description_width": SLIDER_LABEL_WIDTH})
 
 
 class ThresholdsPanel(W.VBox):
@@ -36,22 +41,16 @@ class ThresholdsPanel(W.VBox):
     def __init__(self, state: ExplorerState) -> None:
         super().__init__()
         self.state = state
+        rule = option("rule")
         self.controls: dict[str, W.Widget] = {
-            "rule": labelled(W.Dropdown, "rule", "Which patches count as significant:\n"
-                             + "\n".join(f"• {RULE_HELP[r]}" for r in RULES),
-                             options=[(RULE_LABELS[r], r) for r in RULES]),
-            "q_th": threshold_slider("q ≤", "False discovery rate of rule 'q': 0.1 = about 10% "
-                                            "of the highlighted patches may be noise."),
-            "p_th": threshold_slider("p ≤", "Per-patch p-value threshold of rule 'p'."),
-            "l_th": threshold_slider("lfdr ≤", "Local fdr threshold of rule 'lfdr' "
-                                               "(posterior = 1 − lfdr).", step=0.01, fmt=".2f"),
+            # the state always holds a rule (the preset's until changed): no "unset" entry
+            "rule": build_control(rule, options=[(rule.label_of(r), r) for r in rule.choices]),
+            **{name: threshold_slider(name) for name in ("q_th", "p_th", "l_th")},
             # z_th may be None (no z mask): a checkbox and a slider, kept in step by hand
-            "z_mask": W.Checkbox(description="z mask", indent=False,
-                                 layout=W.Layout(width=CONTROL_WIDTH),
-                                 tooltip="Also require z ≥ threshold (the paper's mask). Off: "
-                                         "no z mask, the directional default."),
-            "z_th": threshold_slider("z ≥", "Standardised log-attention threshold of the z mask.",
-                                     lo=-3.0, hi=6.0, step=0.05, fmt=".2f"),
+            "z_mask": W.Checkbox(description="", indent=False, layout=W.Layout(width="28px"),
+                                 tooltip="Tick to apply the z mask, untick for none. "
+                                         + option("z_th").help),
+            "z_th": threshold_slider("z_th"),
         }
         link_all(state, self.controls, {"rule": "rule", "q_th": "q_th", "p_th": "p_th",
                                         "l_th": "l_th"})
@@ -61,7 +60,9 @@ class ThresholdsPanel(W.VBox):
         self.controls["z_th"].observe(self._from_z_controls, "value")
         state.observe(lambda _c: self.sync_z(), names=["z_th"])
         self.sync_z()
-        self.children = tuple(self.controls.values())
+        c = self.controls
+        self.children = (c["rule"], c["q_th"], c["p_th"], c["l_th"],
+                         W.HBox([c["z_th"], c["z_mask"]], layout=W.Layout(align_items="center")))
 
     def sync_z(self) -> None:
         box, slider = self.controls["z_mask"], self.controls["z_th"]
