@@ -156,8 +156,9 @@ def test_roi_table_by_hand():
     assert r1["frac_significant"] == 1.0
     assert r1["mean_pct_raw"] == 100.0  # 0.30 is the largest token
     assert r1["mean_pct_regularized"] == 100.0
-    # inside: 1 sig, 0 not; outside: 2 sig, 3 not -> an empty cell: +0.5 correction
-    assert r1["odds_ratio"] == pytest.approx((1.5 * 3.5) / (0.5 * 2.5))
+    # inside: 1 sig, 0 not; outside: 2 sig, 3 not -> every inside token significant: inf
+    assert r1["odds_ratio"] == math.inf and r1["odds_ratio_high"] == math.inf
+    assert 0 < r1["odds_ratio_low"] < 1
     assert r1["fisher_p"] == pytest.approx(fisher_exact([[1, 0], [2, 3]]).pvalue)
 
     assert (r3["area_px"], r3["n_tokens"]) == (32, 2)
@@ -168,11 +169,14 @@ def test_roi_table_by_hand():
     assert r3["mean_pct_raw"] == pytest.approx((37.5 + 75.0) / 2)
     # regularized inside: 0 -> 0 %, 0.25 -> 75 %
     assert r3["mean_pct_regularized"] == pytest.approx(37.5)
-    assert r3["odds_ratio"] == pytest.approx((1 * 2) / (1 * 2))
+    assert r3["odds_ratio"] == pytest.approx(1.0)  # [[1, 1], [2, 2]]: no association
+    assert r3["odds_ratio_low"] < 1 < r3["odds_ratio_high"]
     assert r3["fisher_p"] == pytest.approx(fisher_exact([[1, 1], [2, 2]]).pvalue)
 
     assert (r7["area_px"], r7["n_tokens"]) == (4, 1)
     assert r7["mean_attention"] == 0.10 and r7["frac_significant"] == 0.0
+    # no significant token inside: the odds ratio is 0, not a Haldane-corrected positive value
+    assert r7["odds_ratio"] == 0.0 and r7["odds_ratio_low"] == 0.0
 
 
 def test_roi_table_rule_override_and_bool_labels():
@@ -188,7 +192,7 @@ def test_roi_table_rule_override_and_bool_labels():
 def test_roi_covering_everything_has_no_percentile():
     (row,) = R.roi_table(make_result(), np.ones((8, 12), np.uint8))
     assert row["n_tokens"] == 6 and math.isnan(row["mean_pct_raw"])
-    assert row["fisher_p"] == 1.0 and math.isfinite(row["odds_ratio"])
+    assert row["fisher_p"] == 1.0 and math.isnan(row["odds_ratio"])  # nothing outside
 
 
 def test_roi_membership_with_non_integer_token_scale():

@@ -12,7 +12,7 @@ Example
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -220,3 +220,49 @@ def unique_diagnostics(results: Sequence[AttentionResult], *, include_info: bool
     """:func:`diagnostics_lines` of several results (planes of a stack), each sentence once."""
     lines = [line for r in results for line in diagnostics_lines(r, include_info=include_info)]
     return sorted(dict.fromkeys(lines), key=lambda line: not line.startswith("⚠"))
+
+
+#: Column headers of the ROI statistics table (keys of :func:`~.roi.roi_table`), in order.
+ROI_COLUMNS = {
+    "plane": "Plane",
+    "label": "ROI",
+    "area_px": "Area (px)",
+    "n_tokens": "Patches",
+    "mean_attention": "Mean attention",
+    "mean_regularized": "Mean regularized",
+    "mean_posterior": "Mean posterior",
+    "frac_significant": "Significant share",
+    "mean_pct_raw": "Attention percentile",
+    "mean_pct_regularized": "Regularized percentile",
+    "odds_ratio": "Odds ratio",
+    "odds_ratio_low": "OR 95% low",
+    "odds_ratio_high": "OR 95% high",
+    "fisher_p": "Fisher p",
+}
+#: What each ROI column means (header tooltips).
+ROI_COLUMN_HELP = {
+    "n_tokens": "Patches whose footprint lies at least half inside the ROI.",
+    "frac_significant": "Share of the ROI's patches kept by the significance rule.",
+    "mean_pct_raw": "Mean percentile of the ROI's attention among the patches outside it.",
+    "mean_pct_regularized": "The same for the regularized attention.",
+    "odds_ratio": "Odds of a patch being significant inside vs outside the ROI (conditional "
+                  "maximum likelihood; 0 when no patch inside is significant).",
+    "fisher_p": "Two-sided Fisher exact test of significant patches inside vs outside.",
+}
+
+
+def summary_text(results: AttentionResult | Sequence[AttentionResult],
+                 thresholds: Mapping[str, Any] | None = None) -> str:
+    """The one status line of a run: significance count, rule, side, B and time.
+
+    ``"12/256 patches significant (q ≤ 0.1), above the null · B = 200 · 3.1 s on cpu"``
+    """
+    results = [results] if isinstance(results, AttentionResult) else list(results)
+    if not results:
+        return "No result yet."
+    md = results[0].metadata
+    parts = [significance_caption(results, thresholds), f"B = {md.get('n_boot', '?')}"]
+    total = sum(r.metadata.get("timings", {}).get("total_s", 0.0) for r in results)
+    if total:
+        parts.append(f"{total:.1f} s on {md.get('device', '?')}")
+    return " · ".join(parts)

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 from scipy.stats import fisher_exact
+from scipy.stats.contingency import odds_ratio
 
 #: Columns of :func:`roi_table`, in CSV order.
 ROI_COLUMNS = (
@@ -40,6 +41,8 @@ ROI_COLUMNS = (
     "mean_pct_raw",
     "mean_pct_regularized",
     "odds_ratio",
+    "odds_ratio_low",
+    "odds_ratio_high",
     "fisher_p",
 )
 #: A token belongs to an ROI when at least this fraction of its footprint is inside.
@@ -206,12 +209,18 @@ def roi_tokens(result: Any, roi: np.ndarray) -> np.ndarray:
     return member
 
 
-def _odds_ratio(table: np.ndarray) -> float:
-    (a, b), (c, d) = table.astype(np.float64)
-    if min(a, b, c, d) == 0:
-        # Haldane–Anscombe: +0.5 per cell keeps the ratio finite with an empty cell.
-        a, b, c, d = a + 0.5, b + 0.5, c + 0.5, d + 0.5
-    return float(a * d / (b * c))
+def _odds_ratio(table: np.ndarray) -> tuple[float, float, float]:
+    """Conditional maximum-likelihood odds ratio and its exact 95 % interval.
+
+    Unlike a Haldane-corrected ratio it is 0 for an ROI with no significant token (and inf
+    when every token inside is significant and some outside are not); NaN when a row or column
+    of the table is empty (e.g. no token outside the ROI: nothing to compare with).
+    """
+    if (table.sum(axis=0) == 0).any() or (table.sum(axis=1) == 0).any():
+        return math.nan, math.nan, math.nan
+    estimate = odds_ratio(table, kind="conditional")
+    ci = estimate.confidence_interval(0.95)
+    return float(estimate.statistic), float(ci.low), float(ci.high)
 
 
 def roi_table(
@@ -247,7 +256,9 @@ def roi_table(
     ``mean_pct_regularized`` (:func:`mean_percentile` against the raw tokens
     outside; NaN when the ROI covers every token), ``odds_ratio`` and
     ``fisher_p`` (two-sided Fisher exact test) of significant tokens inside
-    versus outside the ROI; the odds ratio gets +0.5 per cell when a cell is 0.
+    versus outside the ROI: the conditional maximum-likelihood odds ratio with its exact 95 %
+    interval (``odds_ratio_low``, ``odds_ratio_high``), 0 for an ROI without significant
+    tokens, NaN when there is nothing to compare with.
     """
     labels = np.asarray(labels)
     if labels.dtype == bool:
@@ -289,7 +300,7 @@ def roi_table(
             "frac_significant": float(significant[member].mean()),
             "mean_pct_raw": pct_raw,
             "mean_pct_regularized": pct_reg,
-            "odds_ratio": _odds_ratio(table),
+            **dict(zip(("odds_ratio", "odds_ratio_low", "odds_ratio_high"), _odds_ratio(table))),
             "fisher_p": float(fisher_exact(table).pvalue),
         })
     return rows

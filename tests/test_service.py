@@ -1,0 +1,131 @@
+"""The pipeline service every front end drives: model cache, planes, outcome, messages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from napari_attnreg.core import service
+from napari_attnreg.core.backbones import BackboneError
+from napari_attnreg.core.engine import CancelToken, RunConfig
+from napari_attnreg.core.planes import PlaneStack
+from napari_attnreg.core.service import Job, ModelSpec, run_job, run_job_sync, user_message
+
+CONFIG = RunConfig(n_boot=4, device="cpu", target_size=32, chunk_size=2)
+
+
+@pytest.fixture
+def spec(tiny_backbone):
+    return ModelSpec("module", "tiny", module=tiny_backbone)
+
+
+def _stack(rng, n=3, constant=None):
+    data = rng.random((n, 40, 48)).astype(np.float32)
+    if constant is not None:
+        data[constant] = 0.5
+    return PlaneStack.from_array(data, stack=True)
+
+
+def test_all_planes_done(spec, rng):
+    stack = _stack(rng)
+    events = []
+    outcome = run_job_sync(Job(spec, stack, stack.planes(), CONFIG, task_id=7),
+                           on_progress=events.append)
+    assert outcome.status == "done" and outcome.ok and outcome.task_id == 7
+    assert sorted(outcome.results) == [(0,), (1,), (2,)] and not outcome.errors
+    assert outcome.results[(1,)].metadata["plane"] == [1]
+    assert events[0].message.startswith("loading model") and events[-1].fraction <= 1.0
+    assert all(e.task_id == 7 for e in events)
+    assert np.diff([e.fraction for e in events]).min() >= 0  # progress never goes back
+
+
+def test_a_failing_plane_keeps_the_others(spec, rng):
+    stack = _stack(rng, constant=1)
+    outcome = run_job_sync(Job(spec, stack, stack.planes(), CONFIG))
+    assert outcome.status == "partial"
+    assert sorted(outcome.results) == [(0,), (2,)]
+    assert "constant" in outcome.errors[(1,)]
+    assert "2 of 3 planes done" in outcome.message and "(1,)" in outcome.message
+
+
+def test_cancel_keeps_the_finished_planes(spec, rng):
+    stack = _stack(rng)
+    cancel = CancelToken()
+    gen = run_job(Job(spec, stack, stack.planes(), CONFIG), cancel)
+    for item in gen:
+        if item.plane_number == 1:  # the second plane started: the first is finished
+            cancel.cancel()
+            break
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    outcome = stop.value.value
+    assert outcome.status == "cancelled" and list(outcome.results) == [(0,)]
+    assert "1 of 3 planes finished and are kept" in outcome.message
+
+
+def test_model_errors_become_a_failed_outcome_with_the_core_message(rng):
+    stack = _stack(rng, n=1)
+    outcome = run_job_sync(Job(ModelSpec("file", "/no/such/weights.safetensors"), stack,
+                               stack.planes(), CONFIG))
+    assert outcome.status == "failed" and not outcome.results
+    assert isinstance(outcome.error, BackboneError)
+    assert outcome.message == user_message(outcome.error)
+    empty = run_job_sync(Job(ModelSpec("timm", "  "), stack, stack.planes(), CONFIG))
+    assert "Type a timm model name" in empty.message
+
+
+def test_an_option_error_comes_before_the_model_loads(monkeypatch, rng):
+    def boom(spec):  # pragma: no cover - must not be reached
+        raise AssertionError("the model was loaded before the options were checked")
+
+    monkeypatch.setattr(service, "load_model", boom)
+    stack = _stack(rng, n=1)
+    bad = RunConfig(n_boot=4, p_th=2.0)
+    outcome = run_job_sync(Job(ModelSpec(), stack, stack.planes(), bad))
+    assert outcome.status == "failed" and "p_th" in outcome.message
+
+
+def test_fingerprints_notice_replaced_pixels(spec, rng):
+    stack = _stack(rng, n=1)
+    outcome = run_job_sync(Job(spec, stack, stack.planes(), CONFIG))
+    plane = stack.read((0,))[0]
+    assert outcome.fingerprints[(0,)] == service.plane_fingerprint(plane)
+    changed = plane.copy()
+    changed[3, 3] += 1
+    assert service.plane_fingerprint(changed) != outcome.fingerprints[(0,)]
+
+
+def test_the_cache_keeps_one_model(monkeypatch):
+    loads = []
+    monkeypatch.setattr(service, "_load", lambda spec: loads.append(spec.name) or object())
+    service.clear_model_cache()
+    a = service.load_model(ModelSpec("timm", "a"))
+    assert service.load_model(ModelSpec("timm", " a ")) is a
+    service.load_model(ModelSpec("timm", "b"))
+    service.load_model(ModelSpec("timm", "a"))
+    assert loads == ["a", "b", "a"]
+    service.clear_model_cache()
+
+
+def test_user_messages():
+    assert user_message(ValueError("Choose a file.")) == "Choose a file."
+    assert user_message(BackboneError("x. call load_backbone(...)", gui_hint="Use the file option.")
+                        ) == "x. Use the file option."
+    assert user_message(RuntimeError("CUDA out of memory. Tried")).startswith("Out of memory")
+    assert "Unexpected KeyError" in user_message(KeyError("k"))
+
+
+def test_devices_start_with_auto_and_cpu():
+    assert service.available_devices()[:2] == ["auto", "cpu"]
+
+
+def test_display_names_every_roi_column_and_summarises(spec, rng):
+    from napari_attnreg.core import display, roi
+    from napari_attnreg.core.thresholds import Thresholds
+
+    assert set(roi.ROI_COLUMNS) <= set(display.ROI_COLUMNS)
+    stack = _stack(rng, n=1)
+    result = run_job_sync(Job(spec, stack, stack.planes(), CONFIG)).results[(0,)]
+    text = display.summary_text([result], Thresholds.from_preset("directional").replace(q_th=1.0))
+    assert "q ≤ 1" in text and "B = 4" in text
+    assert text.startswith(f"{result.significant(q_th=1.0).sum()}/")
