@@ -14,12 +14,12 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
+from napari_attnreg.core import service as service_module
 from napari_attnreg.core.result import AttentionResult
 from napari_attnreg.notebook import (
     AttentionExplorer,
     render,
 )
-from napari_attnreg.notebook import pipeline as pipeline_module
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_run_gives_result_status_timings_and_save(explorer, tmp_path):
 def test_thresholds_rerender_without_recomputing(explorer, monkeypatch):
     explorer.run(wait=True)
     calls = []
-    monkeypatch.setattr(pipeline_module, "run_engine",
+    monkeypatch.setattr(service_module, "run_engine",
                         lambda *a, **k: calls.append(1) or iter(()))
     explorer.rule = "p"
     explorer.p_th = 1.0
@@ -121,7 +121,7 @@ def test_bad_input_and_failed_model_keep_the_previous_result(explorer):
     explorer.run(wait=True)
     shown = explorer.rendered.copy()
     explorer.set_image(np.zeros(5))
-    assert "at least 2 dimensions" in explorer.status
+    assert "at least 2 axes" in explorer.status  # the core's PlaneStack message
     np.testing.assert_array_equal(explorer.rendered, shown)
 
     explorer.model_name = "/nonexistent/weights.safetensors"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import gc
+import html
 import sys
 
 import numpy as np
@@ -15,6 +16,7 @@ pytest.importorskip("ipywidgets")
 import traitlets
 
 from napari_attnreg import __version__
+from napari_attnreg.core.display import ROI_COLUMN_HELP, ROI_COLUMNS
 from napari_attnreg.core.images import prepare_image
 from napari_attnreg.notebook import AttentionExplorer
 
@@ -53,7 +55,10 @@ def test_roi_table_has_human_headers_and_the_csv_carries_provenance(
     ex.run(wait=True)
     ex.p_th = 0.2
     table = ex.roi_panel.table.value
-    assert "<th>Area (px)</th>" in table and "<th>Fisher p</th>" in table
+    # the core's column labels (core.display.ROI_COLUMNS) with their help as header tooltips
+    assert f">{ROI_COLUMNS['area_px']}</th>" in table
+    assert f">{ROI_COLUMNS['fisher_p']}</th>" in table
+    assert f"title='{html.escape(ROI_COLUMN_HELP['fisher_p'])}'" in table
     assert "area_px" not in table and "frac_significant" not in table
     with open(ex.export_roi_csv(tmp_path / "rois.csv"), newline="") as fh:
         rows = list(csv.DictReader(fh))
@@ -120,7 +125,7 @@ def test_empty_image_is_a_clear_message_not_an_index_error(shape, tiny_backbone)
 
 def test_add_roi_after_a_rejected_image(tiny_backbone):
     ex = AttentionExplorer(np.zeros(5), tiny_backbone, view="image", device="cpu")
-    assert "at least 2 dimensions" in ex.status
+    assert "at least 2 axes" in ex.status
     with pytest.raises(ValueError, match="set_image"):
         ex.add_roi(rectangle=(1, 1, 5, 5))
     ex.clear_rois()  # clearing nothing is fine
@@ -158,3 +163,33 @@ def test_failed_constructions_print_no_del_errors(blob_image, tiny_backbone, mon
             AttentionExplorer(blob_image, tiny_backbone, **kwargs)
     gc.collect()
     assert [u.exc_value for u in unraisable] == []
+
+
+def test_pixels_changed_in_place_mid_run_drop_the_result(blob_image, tiny_backbone):
+    img = blob_image.copy()
+    ex = AttentionExplorer(img, tiny_backbone, n_boot=300, chunk_size=4, device="cpu",
+                           view="image")
+
+    async def scenario():
+        assert ex.run() is None
+        while ex.run_panel.progress.value == 0:
+            await asyncio.sleep(0.01)
+        img[:] = img[::-1]  # the analyst's array is edited while the run computes
+        return await ex.wait()
+
+    assert asyncio.run(scenario()) is None
+    assert "changed during the run" in ex.status and ex.canvas.result is None
+    ex.close()
+
+
+def test_model_picker_names_become_service_model_specs(tiny_backbone, tmp_path):
+    from napari_attnreg.notebook.pipeline import model_spec
+
+    assert model_spec("demo", arch=None, given=None).source == "demo"
+    assert model_spec("uni", arch=None, given=None).source == "catalogue"
+    weights = tmp_path / "w.safetensors"
+    spec = model_spec(str(weights), arch="vit_small_patch16_224", given=None)
+    assert (spec.source, spec.arch) == ("file", "vit_small_patch16_224")
+    assert model_spec("vit_small_patch16_224", arch=None, given=None).source == "timm"
+    spec = model_spec(tiny_backbone.name, arch=None, given=tiny_backbone)
+    assert spec.source == "module" and spec.module is tiny_backbone

@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
+from napari_attnreg.core import service as service_module
 from napari_attnreg.core.display import (
     MAPS_BY_KEY,
     SIGNIFICANT_COLOR,
@@ -16,7 +17,6 @@ from napari_attnreg.core.display import (
 )
 from napari_attnreg.core.options import option
 from napari_attnreg.notebook import AttentionExplorer, render
-from napari_attnreg.notebook import pipeline as pipeline_module
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def test_directional_run_shows_display_titles_legends_and_live_q(explorer, monke
     explorer.overlay = "posterior"
     assert explorer.display_panel.colorbar_label.value == "P(above null)"
     # thresholds move live: the count follows, nothing is recomputed
-    monkeypatch.setattr(pipeline_module, "run_engine", lambda *a, **k: pytest.fail("recomputed"))
+    monkeypatch.setattr(service_module, "run_engine", lambda *a, **k: pytest.fail("recomputed"))
     before = explorer.summary_panel.summary.value
     explorer.controls["q_th"].value = 1.0
     assert explorer.summary_panel.summary.value != before

@@ -16,7 +16,9 @@ import traitlets as t
 
 from .. import __version__
 from ..core.display import with_thresholds
+from ..core.presets import THRESHOLD_KEYS
 from ..core.result import AttentionResult
+from ..core.service import plane_fingerprint
 from .regions import as_labels, polygon_mask, rectangle_vertices
 from .state import ExplorerState
 
@@ -84,6 +86,26 @@ class ExplorerApi(ExplorerState):
                              f"plane {tuple(self.slice_index)}.", "info")
         self._show_result()
 
+    # ---- live display ------------------------------------------------------------------
+    @t.observe("overlay", "colormap", "opacity", "outline")
+    def _display_changed(self, _change: dict) -> None:
+        if self._parts:
+            self.canvas.redraw()
+
+    @t.observe("rule", *THRESHOLD_KEYS)
+    def _thresholds_changed(self, _change: dict) -> None:
+        if self._parts:
+            self.canvas.redraw()
+            self.summary_panel.show(self._current_result(), self.thresholds())
+            self._update_roi_table()
+
+    @t.observe("draw_mode")
+    def _draw_mode_changed(self, change: dict) -> None:
+        try:
+            self.canvas.view.set_draw_mode(change["new"])
+        except ValueError as err:
+            self._set_status(str(err), "warning")
+
     # ---- image ----------------------------------------------------------------------------
     def set_image(self, image: Any, *, channel_axis: int | None = None,
                   rgb: bool | None = None) -> None:
@@ -107,6 +129,11 @@ class ExplorerApi(ExplorerState):
         self._set_status("nD image: choose the plane to analyse with the slider(s), then Run."
                          if lead else "Ready: press Run.", "info")
         return True
+
+    def _fingerprint(self, plane_key: tuple[int, ...]) -> str:
+        # taken at Run and at the end: the user's array may be edited in place meanwhile (the
+        # stack never copies it), and then the result belongs to pixels no longer there
+        return plane_fingerprint(self.image_panel.stack.read(plane_key)[0])
 
     def _plane_shape(self) -> tuple[int, int]:
         if self.image_panel.stack is None:
@@ -164,8 +191,8 @@ class ExplorerApi(ExplorerState):
         if result is None:
             raise ValueError("No result on this plane yet: run the analysis first.")
         md = result.metadata
-        shape = self.image_panel.stack.shape
-        source = self._image_name or f"array {tuple(shape)} {self.image_panel.stack.dtype}"
+        data = self.image_panel.stack.data
+        source = self._image_name or f"array {tuple(data.shape)} {data.dtype}"
         plane = f" plane {tuple(self.slice_index)}" if self.slice_index else ""
         return {"source_image": source + plane, "model": md.get("model"),
                 "weights": md.get("weights"), "preset": result.preset, **self.thresholds(),

@@ -21,20 +21,20 @@ from typing import Any
 
 import ipywidgets as W
 import numpy as np
-import traitlets as t
 
 from ..core.backbones import Backbone
-from ..core.presets import DEFAULT_PRESET, THRESHOLD_KEYS
+from ..core.presets import DEFAULT_PRESET
 from ..core.result import AttentionResult
+from ..core.service import Outcome, user_message
 from . import render
 from .api import ExplorerApi
 from .canvas import OverlayCanvas, make_view
 from .display_panel import DisplayPanel
 from .image_panel import ImagePanel, check_max_display
 from .options_panel import OptionsPanel
-from .pipeline import ModelCache, check_run_options, run_config
+from .pipeline import check_run_options, given_model, make_job, model_spec
 from .roi_panel import RoiPanel
-from .run_panel import RunPanel, failure_text
+from .run_panel import RunPanel
 from .state import RUN_DEFAULTS
 from .summary_panel import SummaryPanel, done_text
 from .thresholds_panel import ThresholdsPanel
@@ -120,12 +120,13 @@ class AttentionExplorer(ExplorerApi):
         check_max_display(max_display)
         if colormap != "auto":
             render.colormap_lut(colormap)  # unknown names fail here, not at the first render
-        self._models = ModelCache(arch)
-        model_name = model if isinstance(model, str) else self._models.give(model)
+        self._arch = arch
+        self._given = None if isinstance(model, str) else given_model(model)
+        model_name = model if self._given is None else self._given.name
         self._image_name = name
         self._results: dict[tuple[int, ...], AttentionResult] = {}
         self._latest: tuple[int, ...] | None = None
-        self._pending: tuple[tuple[int, ...], int] | None = None  # (plane, image generation)
+        self._pending: tuple | None = None  # (plane, image generation, pixel fingerprint)
         self._generation = 0
         self.last_error: BaseException | None = None
 
@@ -171,7 +172,7 @@ class AttentionExplorer(ExplorerApi):
                        _section("Display"), self.display_panel,
                        _section("Thresholds (live)"), self.thresholds_panel,
                        _section("Regions of interest"), self.roi_panel],
-                      layout=W.Layout(margin="0 0 0 12px", min_width="410px"))
+                      layout=W.Layout(margin="0 0 0 12px", min_width="440px"))
         image_area = W.VBox([self.image_panel, view.widget, self.display_panel.under_image])
         # flex-start: the tall side panel must not stretch the image column
         top = W.HBox([image_area, side], layout=W.Layout(align_items="flex-start"))
@@ -197,72 +198,48 @@ class AttentionExplorer(ExplorerApi):
                              "(explorer.set_image(...)).", "error")
             return None
         plane_key = tuple(self.slice_index)
+        model = model_spec(self.model_name, arch=self._arch, given=self._given)
         try:
-            config = run_config(self, self.options_panel.advanced.values(), plane=plane_key,
-                                channel_last=self.image_panel.channel_explicit)
+            job = make_job(self, model, self.image_panel.stack, plane_key,
+                           self.options_panel.advanced.values(), self.run_panel.next_task_id())
         except ValueError as err:
             self._fail(err)
             return None
-        plane, name = self.image_panel.plane(), self.model_name
-        self._pending = (plane_key, self._generation)
+        self._pending = (plane_key, self._generation, self._fingerprint(plane_key))
         where = f" on plane {plane_key}" if plane_key else ""
         tiled = ", tiled" if self.tiled else ""
-        _, outcome = self.run_panel.start(
-            lambda token: self._models.run(name, plane, config, token), wait=wait,
-            message=f"Starting{where}: {name}, {self.preset}, {self.method}, "
-                    f"B={self.n_boot}{tiled} …")
+        outcome = self.run_panel.start(job, wait=wait, message=(
+            f"Starting{where}: {model.label()}, {self.preset}, {self.method}, "
+            f"B={self.n_boot}{tiled} …"))
         if outcome is None:  # continues on the event loop
             return None
-        return self._results.get(plane_key) if outcome.kind == "done" else None
+        return self._results.get(plane_key) if outcome.ok else None
 
-    def _on_finish(self, task_id: int, outcome: Any) -> None:
+    def _on_finish(self, outcome: Outcome) -> None:
         pending, self._pending = self._pending, None
-        if pending is None or task_id != self.run_panel.task_id:
+        if pending is None or outcome.task_id != self.run_panel.task_id:
             return  # a stale task: its result belongs to nothing on screen
-        plane_key, generation = pending
-        elapsed = self.run_panel.elapsed
-        if outcome.kind == "cancelled":
+        plane_key, generation, fingerprint = pending
+        result = outcome.results.get(plane_key)
+        if outcome.status == "cancelled":
             kept = " The previous result is still shown." if self._latest is not None else ""
-            self._set_status(f"Cancelled after {elapsed:.1f} s.{kept}", "warning")
-        elif outcome.kind == "failed":
-            self._fail(outcome.error)
-        elif generation != self._generation:
-            self._set_status("The image changed during the run; its result was dropped.",
-                             "warning")
+            self._set_status(outcome.message + kept, "warning")
+        elif result is None:
+            self._fail(outcome.error, outcome.message)
+        elif generation != self._generation or fingerprint != self._fingerprint(plane_key):
+            self._set_status("The image changed during the run; its result was dropped. "
+                             "Press Run again.", "warning")
         else:
-            self._results[plane_key], self._latest = outcome.result, plane_key
+            self._results[plane_key], self._latest = result, plane_key
             self.last_error = None
-            self._set_status(*done_text(outcome.result, plane_key, tuple(self.slice_index)))
+            self._set_status(*done_text(result, plane_key, tuple(self.slice_index)))
             self._show_result()
 
-    def _fail(self, err: BaseException | None) -> None:
+    def _fail(self, err: BaseException | None, message: str | None = None) -> None:
         self.last_error = err
-        message = failure_text(err)
+        message = message or (user_message(err) if err is not None else "The run failed.")
         kept = " The previous result is kept." if self._latest is not None else ""
         self._set_status(message + kept, "error")
 
     def _set_status(self, message: str, level: str = "info") -> None:
         self.run_panel.set_status(message, level)
-
-    @t.observe("overlay", "colormap", "opacity", "outline")
-    def _display_changed(self, _change: dict) -> None:
-        if self._parts:
-            self.canvas.redraw()
-
-    @t.observe("rule", *THRESHOLD_KEYS)
-    def _thresholds_changed(self, _change: dict) -> None:
-        if self._parts:
-            self.canvas.redraw()
-            self.summary_panel.show(self._current_result(), self.thresholds())
-            self._update_roi_table()
-
-    @t.observe("model_name")
-    def _model_changed(self, change: dict) -> None:
-        self._models.forget(change["old"])
-
-    @t.observe("draw_mode")
-    def _draw_mode_changed(self, change: dict) -> None:
-        try:
-            self.canvas.view.set_draw_mode(change["new"])
-        except ValueError as err:
-            self._set_status(str(err), "warning")

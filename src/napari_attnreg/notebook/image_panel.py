@@ -8,6 +8,7 @@ import ipywidgets as W
 import numpy as np
 
 from ..core.images import _check_values, scale_intensity, to_channels_last
+from ..core.planes import PlaneStack
 from . import render
 from .state import ExplorerState
 
@@ -21,26 +22,16 @@ def check_max_display(max_display: Any) -> int:
     return int(max_display)
 
 
-def split_stack(image: Any, channel_axis: int | None,
-                rgb: bool | None) -> tuple[np.ndarray, bool, bool]:
-    """``(stack, channel_last, channel_explicit)``: the array with any channel axis moved last."""
-    arr = np.asarray(image)
-    if arr.ndim < 2:
-        raise ValueError(f"Expected an image with at least 2 dimensions, got shape {arr.shape}.")
-    if channel_axis is not None:
-        if arr.ndim < 3:
-            raise ValueError("channel_axis needs an image with a channel axis (3D or more).")
-        arr, channel_last, explicit = np.moveaxis(arr, channel_axis, -1), True, True
-    else:
-        if rgb is None:
-            rgb = arr.ndim >= 3 and arr.shape[-1] in (3, 4)
-        if rgb and (arr.ndim < 3 or arr.shape[-1] not in (3, 4)):
-            raise ValueError(f"rgb=True needs a last axis of length 3 or 4, got shape {arr.shape}.")
-        channel_last, explicit = bool(rgb), False
-    if 0 in arr.shape:
-        raise ValueError(f"The image is empty (shape {np.shape(image)}); give the explorer an "
-                         "image with at least one pixel along every axis.")
-    return arr, channel_last, explicit
+def plane_stack(image: Any, channel_axis: int | None, rgb: bool | None) -> PlaneStack:
+    """The image as a :class:`PlaneStack`: leading axes are planes (one slider each).
+
+    As documented for the explorer, a trailing axis of length 3 or 4 is taken as colour
+    unless ``rgb=False`` or a ``channel_axis`` says otherwise.
+    """
+    shape = np.shape(image)
+    if rgb is None and channel_axis is None:
+        rgb = len(shape) >= 3 and shape[-1] in (3, 4)
+    return PlaneStack.from_array(image, channel_axis=channel_axis, rgb=rgb or None, stack=True)
 
 
 class ImagePanel(W.HBox):
@@ -54,8 +45,7 @@ class ImagePanel(W.HBox):
         self.state = state
         self.max_display = check_max_display(max_display)
         self._display_options = {k: run_options.get(k) for k in ("channels", "merge")}
-        self.stack: np.ndarray | None = None
-        self.channel_explicit = False
+        self.stack: PlaneStack | None = None
         self.sliders: list[W.IntSlider] = []
 
     def load(self, image: Any, *, channel_axis: int | None, rgb: bool | None) -> tuple[int, ...]:
@@ -67,35 +57,28 @@ class ImagePanel(W.HBox):
         ValueError
             An empty, NaN/Inf, constant or wrongly shaped image (the core's messages).
         """
-        stack, channel_last, explicit = split_stack(image, channel_axis, rgb)
-        lead = stack.shape[: stack.ndim - (3 if channel_last else 2)]
-        first = stack[(0,) * len(lead)]
-        base = self.display_image(first, explicit)
-        self.stack, self.channel_explicit = stack, explicit
-        self.plane_shape = tuple(int(v) for v in first.shape[:2])
+        stack = plane_stack(image, channel_axis, rgb)
+        first = stack.planes()[0]
+        base = self.display_image(*stack.read(first))
+        self.stack = stack
+        self.plane_shape = stack.plane_shape
         self.grid = render.DisplayGrid.for_shape(self.plane_shape, self.max_display)
         self.base = self.grid.sample(base)
-        self._build_sliders(lead)
-        return tuple(lead)
+        self._build_sliders(stack.stack_shape)
+        return stack.stack_shape
 
-    def display_image(self, plane: np.ndarray, explicit: bool) -> np.ndarray:
+    def display_image(self, plane: np.ndarray, channel_axis: int | None) -> np.ndarray:
         """The plane as float [0, 1] grey or RGB, as the model's input preparation scales it."""
         _check_values(np.asarray(plane))  # NaN/Inf/empty: the core's message, not "constant"
-        arr = to_channels_last(plane, channel_axis=-1 if explicit else None,
-                               **self._display_options)
+        arr = to_channels_last(plane, channel_axis=channel_axis, **self._display_options)
         shown = scale_intensity(arr)
         if shown.ndim == 3 and shown.shape[-1] == 2:  # two channels: red/green like a microscope
             shown = np.concatenate([shown, np.zeros_like(shown[..., :1])], axis=-1)
         return shown
 
-    def plane(self) -> np.ndarray:
-        """The plane on screen (the whole array for a 2D image)."""
-        index = tuple(self.state.slice_index)
-        return self.stack[index] if index else self.stack
-
     def show_plane(self) -> None:
         """Recompute the display image of the plane on screen (ValueError: it stays as it was)."""
-        self.base = self.grid.sample(self.display_image(self.plane(), self.channel_explicit))
+        self.base = self.grid.sample(self.display_image(*self.stack.read(self.state.slice_index)))
 
     def _build_sliders(self, lead: tuple[int, ...]) -> None:
         self.sliders = [

@@ -11,21 +11,13 @@ from typing import Any
 import ipywidgets as W
 import numpy as np
 
+from ..core.display import ROI_COLUMN_HELP
+from ..core.display import ROI_COLUMNS as ROI_HEADERS
 from ..core.result import AttentionResult
 from ..core.roi import ROI_COLUMNS, roi_table, roi_table_to_csv
 from .regions import add_region, as_labels
 from .state import ExplorerState
 from .views import DRAW_MODES
-
-#: Column headers as the table shows them (the CSV keeps the keys, for scripts).
-ROI_HEADERS = {
-    "label": "ROI", "area_px": "Area (px)", "n_tokens": "Patches",
-    "mean_attention": "Mean attention", "mean_regularized": "Mean regularized",
-    "mean_posterior": "Mean posterior", "frac_significant": "Significant fraction",
-    "mean_pct_raw": "Mean percentile (raw)",
-    "mean_pct_regularized": "Mean percentile (regularized)",
-    "odds_ratio": "Odds ratio (significant in vs out)", "fisher_p": "Fisher p",
-}
 
 
 def _fmt(value: Any) -> str:
@@ -106,7 +98,9 @@ class RoiPanel(W.VBox):
             self.table.value = (f"<i>{self.n_rois} ROI(s); run the analysis to see their "
                                 "statistics.</i>")
             return
-        head = "".join(f"<th>{html.escape(ROI_HEADERS.get(c, c))}</th>" for c in ROI_COLUMNS)
+        head = "".join(
+            f"<th title='{html.escape(ROI_COLUMN_HELP.get(c, ''))}'>"
+            f"{html.escape(ROI_HEADERS.get(c, c))}</th>" for c in ROI_COLUMNS)
         body = "".join("<tr>" + "".join(f"<td>{_fmt(row[c])}</td>" for c in ROI_COLUMNS)
                        + "</tr>" for row in rows)
         self.table.value = (

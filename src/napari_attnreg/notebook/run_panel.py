@@ -1,8 +1,9 @@
 """Run / Cancel, progress and the status line: one run at a time, each with a task id.
 
-The panel starts a run generator on :class:`~.runner.BackgroundRunner` and reports its end
-with the id of the task it started, so the owner can tell a current outcome from a stale
-one (a cancelled task's result is never shown).
+The panel drives the core's :func:`~napari_attnreg.core.service.run_job` on
+:class:`~.runner.BackgroundRunner` (one engine chunk per worker-thread step) and hands the
+service's :class:`~napari_attnreg.core.service.Outcome` to its owner. Outcomes carry the
+task id of their job, so the owner can tell a current outcome from a stale one.
 """
 
 from __future__ import annotations
@@ -14,20 +15,14 @@ from typing import Any
 
 import ipywidgets as W
 
-from ..core.engine import Progress
-from ..core.errors import gui_text
-from .runner import BackgroundRunner, Outcome, RunGenerator
+from ..core.service import Job, JobProgress, Outcome, run_job, user_message
+from .runner import BackgroundRunner
+from .runner import Outcome as RunnerOutcome
 from .state import ExplorerState
 
 LEVEL_COLORS = {"error": "#c62828", "warning": "#b26a00", "success": "#2e7d32"}
-_BAR_STYLES = {"done": "success", "cancelled": "warning", "failed": "danger"}
-
-
-def failure_text(err: BaseException | None) -> str:
-    """What the status line says about a failed run."""
-    if isinstance(err, (ValueError, MemoryError)):
-        return gui_text(err)  # the core's messages are written for users
-    return f"Run failed ({type(err).__name__}: {err}); see explorer.last_error."
+_BAR_STYLES = {"done": "success", "partial": "warning", "cancelled": "warning",
+               "failed": "danger"}
 
 
 class RunPanel(W.VBox):
@@ -40,11 +35,11 @@ class RunPanel(W.VBox):
     on_run : callable
         What the Run button does.
     on_finish : callable
-        Called with ``(task_id, outcome)`` when a run ends, on the thread that started it.
+        Called with the service's Outcome when a run ends, on the thread that started it.
     """
 
     def __init__(self, state: ExplorerState, on_run: Callable[[], Any],
-                 on_finish: Callable[[int, Outcome], Any]) -> None:
+                 on_finish: Callable[[Outcome], Any]) -> None:
         super().__init__()
         self.state = state
         self._on_finish_cb = on_finish
@@ -62,6 +57,7 @@ class RunPanel(W.VBox):
         self.status = W.HTML().add_class("attnreg-status")  # CSS classes name parts for tests
         self.runner = BackgroundRunner(self._on_event, self._on_finish)
         self.task_id = 0  # id of the latest task started
+        self._last: Outcome | None = None
         self.t_start = 0.0
         self.children = (W.HBox([self.run_button, self.cancel_button]),
                          W.HBox([self.progress, self.progress_label]))
@@ -75,17 +71,20 @@ class RunPanel(W.VBox):
     def elapsed(self) -> float:
         return time.perf_counter() - self.t_start
 
-    def start(self, make_generator: Callable[[Any], RunGenerator], *, wait: bool,
-              message: str) -> tuple[int, Outcome | None]:
-        """Start a task; returns its id and, when it ran to the end here, its outcome."""
-        self.task_id += 1
-        task = self.task_id
+    def next_task_id(self) -> int:
+        """The id the next job gets (tag the Job with it)."""
+        return self.task_id + 1
+
+    def start(self, job: Job, *, wait: bool, message: str) -> Outcome | None:
+        """Run ``job``; returns its outcome when it ran to the end here (``wait`` or no loop)."""
+        self.task_id = job.task_id
         self.t_start = time.perf_counter()
         self.progress.value, self.progress.bar_style = 0.0, "info"
         self.progress_label.value = ""
         self.set_status(message, "info")
         self.state.running = True
-        return task, self.runner.start(make_generator, background=not wait)
+        ended = self.runner.start(lambda token: run_job(job, token), background=not wait)
+        return None if ended is None else self._last
 
     def cancel(self) -> None:
         """Ask the running task to stop after its current chunk."""
@@ -102,19 +101,28 @@ class RunPanel(W.VBox):
         self.run_button.disabled = self.state.running
         self.cancel_button.disabled = not self.state.running
 
-    def _on_event(self, event: Progress) -> None:
-        self.progress.value = event.fraction if event.stage != "model" else 0.0
+    def _on_event(self, progress: JobProgress) -> None:
+        event = progress.event
+        self.progress.value = progress.fraction if event is not None and event.stage != "model" \
+            else 0.0
         if self.runner.cancel_requested:
             return  # keep "Cancelling …" visible
-        self.progress_label.value = f"{event.done}/{event.total}"
-        self.set_status(f"{event.message} · {self.elapsed:.1f} s", "info")
+        self.progress_label.value = "" if event is None else f"{event.done}/{event.total}"
+        self.set_status(f"{progress.message} · {self.elapsed:.1f} s", "info")
 
-    def _on_finish(self, outcome: Outcome) -> None:
+    def _on_finish(self, ended: RunnerOutcome) -> None:
+        if ended.kind == "done":
+            outcome = ended.result
+        else:  # the task itself was stopped (kernel interrupt) or the service had a bug
+            err = ended.error
+            outcome = Outcome(self.task_id, status=ended.kind, error=err,
+                              message=user_message(err) if err is not None else "Cancelled.")
+        self._last = outcome
         self.state.running = False
-        if outcome.kind == "done":
+        if outcome.status == "done":
             self.progress.value = 1.0
-        self.progress.bar_style = _BAR_STYLES[outcome.kind]
-        self._on_finish_cb(self.task_id, outcome)
+        self.progress.bar_style = _BAR_STYLES.get(outcome.status, "danger")
+        self._on_finish_cb(outcome)
 
     def close(self) -> None:
         self.runner.shutdown()

@@ -24,12 +24,12 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..core.engine import CancelToken, Progress, RunCancelled
-from ..core.result import AttentionResult
+from ..core.engine import CancelToken, RunCancelled
 
 log = logging.getLogger(__name__)
 
-RunGenerator = Generator[Progress, None, AttentionResult]
+#: A run: yields progress events, returns what the run produced (the service's Outcome).
+RunGenerator = Generator[Any, None, Any]
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Outcome:
     """How a run ended: ``done`` with a result, ``cancelled``, or ``failed`` with an error."""
 
     kind: Literal["done", "cancelled", "failed"]
-    result: AttentionResult | None = None
+    result: Any = None
     error: BaseException | None = None
 
 
@@ -71,12 +71,12 @@ class BackgroundRunner:
     Parameters
     ----------
     on_event : callable
-        Called with each :class:`Progress`, on the thread that started the run.
+        Called with each progress event, on the thread that started the run.
     on_finish : callable
         Called once with the :class:`Outcome`, on the same thread.
     """
 
-    def __init__(self, on_event: Callable[[Progress], Any], on_finish: Callable[[Outcome], Any]):
+    def __init__(self, on_event: Callable[[Any], Any], on_finish: Callable[[Outcome], Any]):
         self._on_event = on_event
         self._on_finish = on_finish
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None

@@ -16,6 +16,8 @@ import traitlets as t
 from ..core.engine import RunConfig
 from ..core.options import NULL_METHODS, RULES, validate_options
 from ..core.presets import DEFAULT_PRESET, PRESETS, THRESHOLD_KEYS, default_thresholds
+from ..core.service import available_devices
+from ..core.thresholds import Thresholds
 from . import render
 from .views import DRAW_MODES
 
@@ -30,18 +32,6 @@ OVERLAYS = (
 #: The engine's defaults (the tiling options' among them).
 RUN_DEFAULTS = RunConfig()
 _PRESET = default_thresholds(DEFAULT_PRESET)
-
-
-def available_devices() -> list[str]:
-    """Compute devices that exist on this machine (``auto`` first)."""
-    import torch
-
-    names = ["auto", "cpu"]
-    if torch.cuda.is_available():
-        names += ["cuda", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))]
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        names.append("mps")
-    return names
 
 
 class ExplorerState(widgets.VBox):
@@ -70,9 +60,9 @@ class ExplorerState(widgets.VBox):
     running = t.Bool(False)
     status = t.Unicode("")
 
-    def thresholds(self) -> dict:
+    def thresholds(self) -> Thresholds:
         """The rule and thresholds the controls set (``z_th`` None: no z mask)."""
-        return {key: getattr(self, key) for key in THRESHOLD_KEYS}
+        return Thresholds(**{key: getattr(self, key) for key in THRESHOLD_KEYS})
 
     @t.observe("preset")
     def _preset_changed(self, change: dict) -> None:

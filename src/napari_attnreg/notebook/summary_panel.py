@@ -7,7 +7,7 @@ import math
 
 import ipywidgets as W
 
-from ..core.display import diagnostics_lines, run_caption, significance_caption, with_thresholds
+from ..core.display import diagnostics_lines, run_caption, summary_text, with_thresholds
 from ..core.result import AttentionResult
 
 WARNING_COLOR = "#b26a00"
@@ -54,7 +54,7 @@ class SummaryPanel(W.VBox):
         reg = with_thresholds(result, thresholds).regularized()
         total = result.attention.sum()
         kept = float(reg.sum() / total) if total > 0 else math.nan
-        caption = html.escape(significance_caption(result, thresholds), quote=False)
+        caption = html.escape(summary_text(result, thresholds), quote=False)
         self.summary.value = (f"<b>{caption}</b> · π0 = {result.pi0:.3f} · regularized map keeps "
                               f"{100 * kept:.1f}% of the attention")
         lines = [html.escape(run_caption(result), quote=False)]
