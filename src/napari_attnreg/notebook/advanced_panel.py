@@ -42,7 +42,8 @@ class AdvancedPanel(W.Accordion):
             members = [c for n, c in self.controls.items() if self.options[n].group == group]
             if members:
                 rows += [W.HTML(f"<i>{title}</i>"), *members]
-        super().__init__(children=[W.VBox(rows)], selected_index=None)
+        super().__init__(children=[W.VBox(rows)], selected_index=None,
+                         layout=W.Layout(width="370px"))
         self.set_title(0, "Advanced options")
 
     def _show_initial(self, name: str, value: Any) -> None:

@@ -142,12 +142,12 @@ class AttentionExplorer(ExplorerApi):
             self.overlay, self.colormap = overlay, colormap
             self.opacity, self.outline = float(opacity), bool(outline)
 
-        self._build(make_view(view, width), max_display)
+        self._build(make_view(view, width), max_display, width)
         if self._load_image(image, channel_axis=channel_axis, rgb=rgb) and roi is not None:
             self.set_roi(roi)
         self._show_result()
 
-    def _build(self, view: Any, max_display: int) -> None:
+    def _build(self, view: Any, max_display: int, width: int) -> None:
         self.image_panel = ImagePanel(self, max_display=max_display,
                                       run_options=self._run_options)
         self.options_panel = OptionsPanel(self, self._run_options)
@@ -170,10 +170,13 @@ class AttentionExplorer(ExplorerApi):
             self.controls["draw"].tooltip = "Drawing needs ipympl; pass roi=mask instead."
         side = W.VBox([_section("Run"), self.options_panel, self.run_panel,
                        _section("Display"), self.display_panel,
-                       _section("Thresholds (live)"), self.thresholds_panel,
                        _section("Regions of interest"), self.roi_panel],
-                      layout=W.Layout(margin="0 0 0 12px", min_width="440px"))
-        image_area = W.VBox([self.image_panel, view.widget, self.display_panel.under_image])
+                      layout=W.Layout(margin="0 0 0 12px", min_width="380px"))
+        # the live thresholds sit under the image they change
+        # never narrower than the image (+ ipympl's toolbar): the side panel gives way instead
+        image_area = W.VBox([self.image_panel, view.widget, self.display_panel.under_image,
+                             _section("Thresholds (live)"), self.thresholds_panel],
+                            layout=W.Layout(flex="0 0 auto", min_width=f"{width + 48}px"))
         # flex-start: the tall side panel must not stretch the image column
         top = W.HBox([image_area, side], layout=W.Layout(align_items="flex-start"))
         self.children = (top, self.run_panel.status, self.summary_panel,

@@ -33,8 +33,10 @@ class ModelPicker(W.VBox):
         super().__init__()
         self.dropdown = W.Dropdown(options=catalogue_options(), description=description,
                                    layout=layout or W.Layout(), style=style or {})
+        # its own Layout: hiding the text box must not hide the drop-down sharing the caller's
         self.other = W.Text(placeholder="timm name, hf:org/name, or weights file",
-                            layout=layout or W.Layout(), style=style or {},
+                            layout=W.Layout(width=layout.width if layout else None),
+                            style=style or {},
                             description=" ", continuous_update=False)
         self.access = W.HTML().add_class("attnreg-model-access")
         self._typed = False  # the value came from the text box: keep it open

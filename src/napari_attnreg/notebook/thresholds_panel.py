@@ -2,8 +2,8 @@
 
 Moving these re-renders the overlay, the counts and the ROI table; nothing is recomputed.
 Labels, ranges, steps and tooltips come from the core's option metadata. The sliders are
-wide (a 0–1 threshold over a ~250 px track) and show their value in an editable readout,
-so a precise value can also be typed.
+wide (a 0–1 threshold over a ~350 px track: a 60 px drag moves it by about 0.17) and show
+their value in an editable readout, so a precise value can also be typed.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from .option_controls import build_control
 from .options_panel import link_all
 from .state import ExplorerState
 
-#: Slider width: label (110 px) + track (about 250 px) + readout (about 60 px).
-SLIDER_WIDTH = "420px"
+#: Slider width: label (110 px) + track (about 350 px) + readout; the width of the image above.
+SLIDER_WIDTH = "540px"
 SLIDER_LABEL_WIDTH = "110px"
 #: z threshold the slider shows while the z mask is off.
 Z_TH_WHEN_ON = 0.0
