@@ -77,8 +77,9 @@ def test_directional_run_shows_display_titles_legends_and_live_q(explorer, monke
     before = explorer.summary_panel.summary.value
     explorer.controls["q_th"].value = 1.0
     assert explorer.summary_panel.summary.value != before
-    assert "168/168 patches significant (q ≤ 1), above the null" in explorer.summary_panel.summary.value
-    assert significance_caption(result, explorer.thresholds()) in explorer.summary_panel.summary.value
+    summary = explorer.summary_panel.summary.value
+    assert "168/168 patches significant (q ≤ 1), above the null" in summary
+    assert significance_caption(result, explorer.thresholds()) in summary
     assert int(explorer.result.significant().sum()) == 168
 
 
@@ -98,11 +99,13 @@ def test_outline_is_drawn_in_the_significant_colour(explorer):
     explorer.rule, explorer.p_th = "p", 0.5  # some patches in, some out
     sig = explorer.result.significant()
     assert 0 < sig.sum() < sig.size
-    expected = render.boundary(sig.ravel()[explorer.canvas.token_index], explorer.canvas.line_width())
+    canvas = explorer.canvas
+    expected = render.boundary(sig.ravel()[canvas.token_index], canvas.line_width())
     assert expected.any()
     np.testing.assert_array_equal(explorer.rendered[expected],
                                   np.tile(render.SIGNIFICANT_COLOR, (int(expected.sum()), 1)))
-    assert SIGNIFICANT_COLOR in explorer.display_panel.legend.value  # the legend names the outline colour
+    # the legend names the outline colour
+    assert SIGNIFICANT_COLOR in explorer.display_panel.legend.value
 
 
 def test_diagnostics_of_a_random_model_are_shown(blob_image, tiny_backbone):
@@ -110,7 +113,8 @@ def test_diagnostics_of_a_random_model_are_shown(blob_image, tiny_backbone):
     model.domain = "synthetic test blobs"
     ex = AttentionExplorer(blob_image, model, n_boot=8, device="cpu", view="image")
     result = ex.run(wait=True)
-    assert {"random_init", "uniform_attention", "model_domain"} <= {d.code for d in result.diagnostics}
+    codes = {d.code for d in result.diagnostics}
+    assert {"random_init", "uniform_attention", "model_domain"} <= codes
     shown = ex.summary_panel.diagnostics.value
     assert "random weights" in shown and "nearly uniform" in shown
     assert "(synthetic test blobs)" in shown and "Model domain: synthetic test blobs" in shown

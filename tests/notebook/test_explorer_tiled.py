@@ -85,7 +85,8 @@ def test_tiled_run_gives_native_grid_on_the_image(shape, overlap, scale):
     # the overlay lies on the whole image: each shown pixel carries the token over it
     gh, gw = result.grid_shape
     ids = np.arange(gh * gw).reshape(gh, gw)
-    np.testing.assert_array_equal(ex.canvas.token_index, ex.image_panel.grid.sample(result.to_pixels(ids)))
+    np.testing.assert_array_equal(ex.canvas.token_index,
+                                  ex.image_panel.grid.sample(result.to_pixels(ids)))
     assert ex.canvas.token_index[0, 0] == 0 and ex.canvas.token_index[-1, -1] == gh * gw - 1
     assert ex.canvas.token_index[0, -1] == gw - 1 and ex.canvas.token_index[-1, 0] == (gh - 1) * gw
     assert ex.rendered.shape[:2] == ex.image_panel.grid.shape
