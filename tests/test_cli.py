@@ -92,3 +92,29 @@ def test_paper_preset_from_the_command_line(tmp_path, weights):
     assert main([*common, "--preset", "paper", "--null-pool", "position",
                  "--out", str(tmp_path / "bad")]) == 2
     assert main([*common, "--alternative", "two-sided", "--out", str(tmp_path / "bad")]) == 2
+
+
+def test_help_and_version_answer_without_importing_torch():
+    import subprocess
+    import sys
+
+    import napari_attnreg
+
+    code = ("import sys\nfrom napari_attnreg.cli import main\n"
+            "for argv in (['--help'], ['run', '--help'], ['--version']):\n"
+            "    try:\n        main(argv)\n    except SystemExit as e:\n        assert e.code == 0\n"
+            "heavy = [m for m in ('torch', 'timm', 'matplotlib') if m in sys.modules]\n"
+            "print('HEAVY', heavy)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "HEAVY []" in out.stdout
+    assert f"attnreg {napari_attnreg.__version__}" in out.stdout
+    assert "--q-th" in out.stdout and "--null-pool" in out.stdout  # built from core.options
+
+
+def test_option_errors_are_one_line_and_exit_2(capsys, tmp_path):
+    for argv, words in ((["--p-th", "2"], "p_th must be a finite number in [0, 1]"),
+                        (["--device", "bogus"], "not a compute device"),
+                        (["--target-size", "0"], "target_size must be")):
+        assert main(["demo", "--out", str(tmp_path), "--n-boot", "4", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("attnreg: error:") and words in err and "Traceback" not in err

@@ -129,3 +129,16 @@ def test_display_names_every_roi_column_and_summarises(spec, rng):
     text = display.summary_text([result], Thresholds.from_preset("directional").replace(q_th=1.0))
     assert "q ≤ 1" in text and "B = 4" in text
     assert text.startswith(f"{result.significant(q_th=1.0).sum()}/")
+
+
+def test_pixel_lookup_matches_to_pixels(spec, rng):
+    from napari_attnreg.core import display
+
+    stack = _stack(rng, n=1)
+    result = run_job_sync(Job(spec, stack, stack.planes(), CONFIG)).results[(0,)]
+    tokens = result.to_pixels(np.arange(result.attention.size).reshape(result.grid_shape))
+    for row, col in [(0, 0), (39, 47), (17, 30)]:
+        i, j = display.token_at(result, row, col)
+        assert i * result.grid_shape[1] + j == tokens[row, col]
+    assert display.token_at(result, 40, 0) is None and display.describe_pixel(result, -1, 0) == ""
+    assert display.describe_pixel(result, 5, 6).startswith("x=6 y=5 · patch (")

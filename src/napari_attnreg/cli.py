@@ -13,15 +13,22 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from . import __version__
+from .core.options import add_cli_arguments, options_from_cli
 
-from .batch import read_image  # noqa: F401  (kept importable from here)
-from .core.nulls import NULL_METHODS
-from .core.presets import DEFAULT_PRESET, PRESET_DEFAULTS, PRESETS
-from .core.regularize import RULES
+# Heavy modules (torch, timm, matplotlib) are imported inside the commands, so that
+# "attnreg --help" and "attnreg --version" answer at once.
 
 
-def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Path:
+def __getattr__(name: str) -> Any:
+    if name == "read_image":  # kept importable from here
+        from .batch import read_image
+
+        return read_image
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def save_figure(result: Any, display: Any, path: Path, title: str) -> Path:
     """PNG: the image, then every continuous map of the result's preset, each with a legend."""
     import matplotlib
 
@@ -52,41 +59,6 @@ def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Pat
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
-
-
-def _options(args: argparse.Namespace) -> dict[str, Any]:
-    opts: dict[str, Any] = {
-        "method": args.method, "n_boot": args.n_boot, "seed": args.seed, "device": args.device,
-        "chunk_size": args.chunk_size, "precision": args.precision, "preset": args.preset, "rule": args.rule,
-        "p_th": args.p_th, "l_th": args.l_th, "q_th": args.q_th, "z_th": _z_th(args.z_th),
-        "p_method": args.p_method, "alternative": args.alternative,
-        "pi0_method": _pi0(args.pi0_method) if args.pi0_method else None, "null": args.null,
-        "null_pool": args.null_pool,
-        "layer": args.layer, "keep_nulls": args.keep_nulls, "target_size": _size(args.target_size),
-        "channel_axis": args.channel_axis, "merge": args.merge,
-        "tiled": args.tiled, "tile_scale": args.tile_scale, "tile_overlap": args.tile_overlap,
-        "null_scope": args.null_scope,
-    }
-    if args.channels:
-        opts["channels"] = [int(c) for c in args.channels.split(",")]
-    return opts
-
-
-def _pi0(value: str) -> str | float:
-    try:
-        return float(value)
-    except ValueError:
-        return value
-
-
-def _z_th(value: str | None) -> float | None:
-    if value is None or value.lower() == "none":
-        return None
-    return float(value)
-
-
-def _size(value: str) -> Any:
-    return int(value) if value.isdigit() else value
 
 
 def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
@@ -143,51 +115,9 @@ def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False) -> Any:
                      None, opts, quiet)
 
 
-def _add_run_options(p: argparse.ArgumentParser, n_boot: int) -> None:
+def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("attnreg_out"), help="output folder")
-    p.add_argument("--method", choices=NULL_METHODS, default="normal", help="bootstrap null generator")
-    p.add_argument("--n-boot", type=int, default=n_boot, help="number of bootstrap null images")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto", help="auto (cuda → mps → cpu), cuda, mps or cpu")
-    p.add_argument("--chunk-size", type=int, default=None, help="null images per chunk (default: from memory)")
-    p.add_argument("--precision", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    d, paper = PRESET_DEFAULTS["directional"], PRESET_DEFAULTS["paper"]
-
-    def both(key: str) -> str:
-        return f"default: {d[key]} (directional), {paper[key]} (paper)"
-
-    p.add_argument("--preset", choices=PRESETS, default=DEFAULT_PRESET,
-                   help="directional: is attention ABOVE the null (one-sided, q-value rule); "
-                        "paper: the published two-sided procedure, unchanged")
-    p.add_argument("--rule", choices=RULES, default=None, help="significance rule; " + both("rule"))
-    p.add_argument("--q-th", type=float, default=None, help="q-value threshold; " + both("q_th"))
-    p.add_argument("--p-th", type=float, default=None, help="p-value threshold; " + both("p_th"))
-    p.add_argument("--l-th", type=float, default=None, help="local fdr threshold; " + both("l_th"))
-    p.add_argument("--z-th", default=None, help="z mask ('none' = off); " + both("z_th"))
-    p.add_argument("--null-pool", choices=["pooled", "position"], default=None,
-                   help="directional only: compare each patch with all null patches (pooled) or "
-                        "with its own position (position-locked attention)")
-    p.add_argument("--p-method", choices=["pooled", "null"], default=None, help="paper preset only")
-    p.add_argument("--alternative", choices=["two-sided", "greater"], default=None,
-                   help="paper preset only")
-    p.add_argument("--pi0-method", default=None,
-                   help="reference, smoother, bootstrap or a number; " + both("pi0_method"))
-    p.add_argument("--null", choices=["theoretical", "empirical"], default=None,
-                   help="paper preset only: null of the local fdr")
-    p.add_argument("--layer", type=int, default=-1, help="transformer block (-1 = last)")
-    p.add_argument("--target-size", default="model", help="'model', 'native' or the long side in pixels")
-    p.add_argument("--channel-axis", type=int, default=None, help="axis of channels in multichannel images")
-    p.add_argument("--channels", default=None, help="comma-separated channels to use (up to 3)")
-    p.add_argument("--merge", choices=["mean", "max"], default=None, help="merge channels to grayscale")
-    p.add_argument("--keep-nulls", action="store_true", help="store every null attention map")
-    p.add_argument("--tiled", action="store_true",
-                   help="large images: model-sized tiles at native pixel size, one null for the image")
-    p.add_argument("--tile-scale", type=float, default=1.0,
-                   help="with --tiled: downsampling factor before tiling (1 = native pixels)")
-    p.add_argument("--tile-overlap", type=int, default=0,
-                   help="with --tiled: pixels shared by neighbouring tiles (a multiple of the patch)")
-    p.add_argument("--null-scope", choices=["image", "tile"], default=None,
-                   help="with --tiled: one null for the whole image (default) or one per tile")
+    add_cli_arguments(p)  # every run option, from the one option table in core.options
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -195,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnreg",
         description="Bootstrap significance and regularized attention maps of Vision Transformers.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="process image files")
     run.add_argument("images", nargs="+", help="image files, folders or glob patterns ('*.tif')")
@@ -211,9 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--arch", default=None, help="timm architecture or catalogue id of a weights file")
     run.add_argument("--weights", default=None, type=Path,
                      help="local weights file (or transformers folder) for --model, offline")
-    _add_run_options(run, n_boot=200)
+    _add_run_options(run)
     demo = sub.add_parser("demo", help="bundled demo model on the bundled sample image (offline)")
-    _add_run_options(demo, n_boot=200)
+    _add_run_options(demo)
     sub.add_parser("models", help="list the catalogue of known models")
     return parser
 
@@ -221,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``attnreg`` command."""
     args = build_parser().parse_args(argv)
-    from .core.backbones import BackboneError
+    from .core.errors import BackboneError
 
     if args.command == "models":
         from .core.catalogue import catalogue_table
@@ -231,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run" and args.weights is not None:  # --model names what the file holds
         args.model, args.arch = str(args.weights), args.model
     try:
-        opts = _options(args)
+        opts = options_from_cli(args)
         if args.command == "demo":
             report = run_demo(args.out, opts, args.quiet)
         else:

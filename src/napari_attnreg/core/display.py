@@ -266,3 +266,26 @@ def summary_text(results: AttentionResult | Sequence[AttentionResult],
     if total:
         parts.append(f"{total:.1f} s on {md.get('device', '?')}")
     return " · ".join(parts)
+
+
+def token_at(result: AttentionResult, row: float, col: float) -> tuple[int, int] | None:
+    """The patch (token row, column) under original-image pixel ``(row, col)``, or None."""
+    r, c = round(row), round(col)
+    h0, w0 = result.image_shape
+    if not (0 <= r < h0 and 0 <= c < w0):
+        return None
+    sy, sx = result.token_scale
+    gh, gw = result.grid_shape
+    return min(int((r + 0.5) / sy), gh - 1), min(int((c + 0.5) / sx), gw - 1)
+
+
+def describe_pixel(result: AttentionResult, row: float, col: float) -> str:
+    """``"x=12 y=40 · patch (2,0) attention=0.031 z=2.10 p=0.004 q=0.04 posterior=0.97"``."""
+    token = token_at(result, row, col)
+    if token is None:
+        return ""
+    i, j = token
+    return (f"x={round(col)} y={round(row)} · patch ({i},{j}) "
+            f"attention={result.attention[i, j]:.4g} z={result.z[i, j]:.2f} "
+            f"p={result.p[i, j]:.3g} q={result.q[i, j]:.3g} "
+            f"posterior={result.posterior[i, j]:.3g}")

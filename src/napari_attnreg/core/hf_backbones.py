@@ -9,6 +9,7 @@ to the chosen layer, then forms only the CLS query's attention row.
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +104,12 @@ def load_transformers(source: str, *, pretrained: bool = True) -> Backbone:
     folder = Path(source)
     if not source.startswith("hf:"):
         if not (folder / "config.json").is_file():
+            files = sorted(p.name for p in folder.iterdir()
+                           if p.suffix.lower() in (".safetensors", ".pth", ".pt", ".ckpt", ".bin"))
+            inside = (f" It holds {', '.join(files[:5])}: give that file's path with arch=... "
+                      "(CLI: --arch) instead of the folder." if files else "")
             raise BackboneError(f"{folder} has no config.json; give a folder saved with "
-                                "save_pretrained, or a weights file with arch=...")
+                                f"save_pretrained, or a weights file with arch=....{inside}")
         return _load_folder(folder)
     repo = source.removeprefix("hf:")
     if not pretrained:
@@ -233,8 +238,11 @@ class TransformersAdapter:
                 num_prefix: int) -> tuple[torch.Tensor, tuple[int, int]]:
         layer = _layers(model)[idx]
         captured: dict[str, torch.Tensor] = {}
+        owner = threading.get_ident()
 
         def grab(_module, args, kwargs):
+            if threading.get_ident() != owner:  # another run's forward on this shared model
+                return None
             captured["hidden"] = args[0] if args else kwargs["hidden_states"]
             raise _Stop
 

@@ -1,8 +1,11 @@
 """Bootstrap null images (the paper's four generators), generated on the compute device.
 
-Each null image ``b`` draws from its own generator, seeded from ``(seed, b)``. The result
-therefore does not depend on the chunking (the engine halves chunks on out-of-memory), and
-the same seed on the same device always gives the same images.
+Each null image ``b`` draws from its own generator, seeded from ``(seed, b)``. The null
+*images* therefore do not depend on the chunking (the engine halves chunks on out-of-memory):
+the same seed on the same device gives bit-identical images for any chunk size. Their
+attention scores are another matter: the backbone's matrix products round differently for
+different batch sizes, so the scores agree only to float32 rounding across chunk sizes (see
+:mod:`.engine`, "Reproducibility").
 """
 
 from __future__ import annotations

@@ -265,12 +265,12 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
     tiled = prepare_tiled(image, backbone, config)
     layout = tiled.layout
     scope = config.null_scope or "image"
-    if backbone.device != device:
-        backbone.to(device)
+    backbone = backbone.on(device)  # a copy on another device; the shared one never moves
     source = tiled.source.to(device)
     tiled = replace(tiled, source=source)
     null_cfg = NullConfig(config.method, config.std_factor, config.per_channel, config.block_size)
-    head, n_boot, n_tiles = config.head, int(config.n_boot), layout.n_tiles
+    head = config.head if config.head == "mean" else int(config.head)
+    n_boot, n_tiles = int(config.n_boot), layout.n_tiles
     chunk = config.chunk_size or auto_chunk_size(backbone, layout.tile, device, dtype,
                                                  config.memory_fraction)
     if config.chunk_size is None and device.type == "cpu":

@@ -9,11 +9,27 @@ capturing the full matrix once.
 
 from __future__ import annotations
 
+import threading
+import weakref
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 Grid = tuple[int, int]
+_LOCKS: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def model_lock(model: nn.Module) -> threading.RLock:
+    """One lock per model for the few steps that change its state during a forward pass
+    (the rotary table's grid, the fallback's hook and kernel switch): runs sharing a model
+    in several threads take turns there and run the rest side by side."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(model)
+        if lock is None:
+            lock = _LOCKS[model] = threading.RLock()
+        return lock
 
 
 def _grid_of(model: nn.Module, tokens: torch.Tensor, x: torch.Tensor) -> Grid:
@@ -94,8 +110,9 @@ def rotary_tokens_entering(model: nn.Module, x: torch.Tensor, idx: int):
     """Tokens entering block ``idx``, the rotary embedding of that block and the grid."""
     tokens = model.patch_embed(x)
     grid = _grid_of(model, tokens, x)
-    fit_rope_to_grid(model, grid)
-    tokens, rot = model._pos_embed(tokens)
+    with model_lock(model):  # the rope table is per model; another thread may resize it
+        fit_rope_to_grid(model, grid)
+        tokens, rot = model._pos_embed(tokens)
     tokens = model.norm_pre(tokens)
     mixed = getattr(model, "rope_mixed", False) and rot is not None
     for i, blk in enumerate(model.blocks[:idx]):
@@ -148,18 +165,19 @@ def explicit_cls_row(model: nn.Module, x: torch.Tensor, idx: int, num_prefix: in
     def grab(_mod, _inp, out):
         captured["row"] = out[:, :, 0, num_prefix:].float()
 
-    previous = getattr(attn, "fused_attn", None)
-    if previous is not None:
-        attn.fused_attn = False
-    handle = attn.attn_drop.register_forward_hook(grab)
-    try:
-        grid = _grid_of(model, model.patch_embed(x), x)
-        fit_rope_to_grid(model, grid)
-        model.forward_features(x)
-    finally:
-        handle.remove()
+    with model_lock(model):  # the hook and the kernel switch must not meet another thread's
+        previous = getattr(attn, "fused_attn", None)
         if previous is not None:
-            attn.fused_attn = previous
+            attn.fused_attn = False
+        handle = attn.attn_drop.register_forward_hook(grab)
+        try:
+            grid = _grid_of(model, model.patch_embed(x), x)
+            fit_rope_to_grid(model, grid)
+            model.forward_features(x)
+        finally:
+            handle.remove()
+            if previous is not None:
+                attn.fused_attn = previous
     if "row" not in captured:
         raise RuntimeError(f"Could not capture attention from {type(attn).__name__}; "
                            "this architecture is not supported.")
