@@ -7,7 +7,7 @@ from typing import Any
 import ipywidgets as W
 import numpy as np
 
-from ..core.images import _check_values, scale_intensity, to_channels_last
+from ..core.images import scale_intensity, to_channels_last
 from ..core.planes import PlaneStack
 from . import render
 from .state import ExplorerState
@@ -69,7 +69,6 @@ class ImagePanel(W.HBox):
 
     def display_image(self, plane: np.ndarray, channel_axis: int | None) -> np.ndarray:
         """The plane as float [0, 1] grey or RGB, as the model's input preparation scales it."""
-        _check_values(np.asarray(plane))  # NaN/Inf/empty: the core's message, not "constant"
         arr = to_channels_last(plane, channel_axis=channel_axis, **self._display_options)
         shown = scale_intensity(arr)
         if shown.ndim == 3 and shown.shape[-1] == 2:  # two channels: red/green like a microscope
