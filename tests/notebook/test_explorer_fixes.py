@@ -126,9 +126,12 @@ def test_empty_image_is_a_clear_message_not_an_index_error(shape, tiny_backbone)
 def test_add_roi_after_a_rejected_image(tiny_backbone):
     ex = AttentionExplorer(np.zeros(5), tiny_backbone, view="image", device="cpu")
     assert "at least 2 axes" in ex.status
+    assert ex.buttons["run"].disabled and "usable image" in ex.buttons["run"].tooltip
     with pytest.raises(ValueError, match="set_image"):
         ex.add_roi(rectangle=(1, 1, 5, 5))
     ex.clear_rois()  # clearing nothing is fine
+    ex.set_image(np.ones((32, 32)) + np.eye(32))
+    assert not ex.buttons["run"].disabled and ex.status.startswith("Ready")
     ex.close()
 
 

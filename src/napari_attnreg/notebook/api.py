@@ -122,8 +122,10 @@ class ExplorerApi(ExplorerState):
         except ValueError as err:
             self.last_error = err
             self._set_status(str(err), "error")
+            self.run_panel.set_ready(self.image_panel.stack is not None)  # a previous one stays
             return False
         self._generation += 1
+        self.run_panel.set_ready(True)
         self._results, self._latest = {}, None
         self.roi_panel.labels = None
         self._set_status("nD image: choose the plane to analyse with the slider(s), then Run."

@@ -216,7 +216,8 @@ class AttentionExplorer(ExplorerApi):
             f"B={self.n_boot}{tiled} …"))
         if outcome is None:  # continues on the event loop
             return None
-        return self._results.get(plane_key) if outcome.ok else None
+        kept = self._results.get(plane_key)  # None when dropped (e.g. pixels edited meanwhile)
+        return kept if outcome.ok and kept is outcome.results.get(plane_key) else None
 
     def _on_finish(self, outcome: Outcome) -> None:
         pending, self._pending = self._pending, None

@@ -58,6 +58,7 @@ class RunPanel(W.VBox):
         self.runner = BackgroundRunner(self._on_event, self._on_finish)
         self.task_id = 0  # id of the latest task started
         self._last: Outcome | None = None
+        self._ready = True
         self.t_start = 0.0
         self.children = (W.HBox([self.run_button, self.cancel_button]),
                          W.HBox([self.progress, self.progress_label]))
@@ -97,8 +98,16 @@ class RunPanel(W.VBox):
         colour = LEVEL_COLORS.get(level, "inherit")
         self.status.value = f"<span style='color:{colour}'>{html.escape(message)}</span>"
 
+    def set_ready(self, ready: bool) -> None:
+        """Whether there is something to run (no usable image: Run is disabled)."""
+        self._ready = ready
+        self._sync_buttons()
+
     def _sync_buttons(self) -> None:
-        self.run_button.disabled = self.state.running
+        self.run_button.disabled = self.state.running or not self._ready
+        self.run_button.tooltip = ("Compute with the settings above (one run at a time)."
+                                   if self._ready else "Give the explorer a usable image first "
+                                   "(explorer.set_image(...)).")
         self.cancel_button.disabled = not self.state.running
 
     def _on_event(self, progress: JobProgress) -> None:
