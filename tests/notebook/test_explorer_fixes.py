@@ -204,3 +204,16 @@ def test_the_image_column_never_shrinks_below_the_image(explorer):
     assert image_area.layout.flex == "0 0 auto"
     assert _px(image_area.layout.min_width) >= 560 + 40
     assert _px(side.layout.min_width) >= 360  # the side panel's controls are 360 px wide
+
+
+def test_an_outcome_of_an_older_task_is_dropped(explorer):
+    from napari_attnreg.core.service import Outcome
+
+    first = explorer.run(wait=True)
+    explorer.n_boot = 9
+    second = explorer.run(wait=True)
+    assert explorer.run_panel.task_id == 2 and explorer.result.metadata["n_boot"] == 9
+    # a late outcome of task 1 (e.g. a worker that finished after a newer run began)
+    explorer._pending = ((), explorer._generation, explorer._fingerprint(()))
+    explorer._on_finish(Outcome(task_id=1, results={(): first}))
+    assert explorer.result.metadata["n_boot"] == 9 and explorer._current_result() is second
