@@ -217,3 +217,11 @@ def test_an_outcome_of_an_older_task_is_dropped(explorer):
     explorer._pending = ((), explorer._generation, explorer._fingerprint(()))
     explorer._on_finish(Outcome(task_id=1, results={(): first}))
     assert explorer.result.metadata["n_boot"] == 9 and explorer._current_result() is second
+
+
+def test_every_control_has_a_tooltip(explorer):
+    controls = {**explorer.controls, **explorer.buttons,
+                **explorer.options_panel.advanced.controls}
+    picker = controls.pop("model")
+    missing = [name for name, c in controls.items() if not c.tooltip]
+    assert missing == [] and picker.dropdown.tooltip and picker.other.tooltip
