@@ -1,4 +1,4 @@
-"""Bootstrap null generators: definitions of METHOD.md §3, seeding, chunk invariance."""
+"""Bootstrap null generators: their definitions (docs/method.md), seeding, chunk invariance."""
 
 from __future__ import annotations
 

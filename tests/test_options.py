@@ -100,7 +100,7 @@ def test_core_modules_use_the_one_choice_list():
 
     assert reg.RULES is opts.RULES and stats.PI0_METHODS is opts.PI0_METHODS
     assert directional.NULL_POOLS is opts.NULL_POOLS and tiling.NULL_SCOPES is opts.NULL_SCOPES
-    assert tuple(nulls.NULL_METHODS) == opts.NULL_METHODS
+    assert nulls.NULL_METHODS is opts.NULL_METHODS
 
 
 def test_cli_arguments_come_from_the_metadata():

@@ -201,7 +201,8 @@ def auto_chunk_size(backbone: Backbone, model_shape: tuple[int, int], device: to
     tokens = (model_shape[0] // ph) * (model_shape[1] // pw) + backbone.num_prefix_tokens
     width = backbone.embed_dim
     elem = 2 if dtype in (torch.bfloat16, torch.float16) else 4
-    per_image = tokens * width * 16 * elem + backbone.in_chans * model_shape[0] * model_shape[1] * 4 * 3
+    pixels = model_shape[0] * model_shape[1]
+    per_image = tokens * width * 16 * elem + backbone.in_chans * pixels * 4 * 3
     if device.type != "cuda":
         # CPU/MPS SDPA may fall back to the math kernel, which holds a heads×L×L matrix
         per_image += backbone.num_heads * tokens * tokens * 4
@@ -230,7 +231,7 @@ def _package_version() -> str:
         from importlib.metadata import version
 
         return version("napari-attnreg")
-    except Exception:  # running from a source tree that was never installed
+    except ImportError:  # PackageNotFoundError: a source tree that was never installed
         return "unknown"
 
 
@@ -310,7 +311,8 @@ def run_engine(
             heads_obs = cls_attention(backbone, x[None], layer=config.layer, head="all")[0].float()
         observed = heads_obs.mean(0) if head == "mean" else heads_obs[int(head)]
         timings["observed_s"] = time.perf_counter() - t0
-        yield Progress("observed", 0, n_boot, chunk, time.perf_counter() - t_start, "observed attention")
+        yield Progress("observed", 0, n_boot, chunk, time.perf_counter() - t_start,
+                       "observed attention")
 
         grid = observed.shape
         null_scores = torch.empty((n_boot, grid[0] * grid[1]), dtype=torch.float32, device=device)
@@ -348,8 +350,8 @@ def run_engine(
                     torch.cuda.empty_cache()
                 if size <= 1:
                     raise MemoryError(
-                        "Out of memory with a single null image per chunk; use a smaller target_size, "
-                        "a smaller model, or device='cpu'.")
+                        "Out of memory with a single null image per chunk; use a smaller "
+                        "target_size, a smaller model, or device='cpu'.")
                 chunk = max(1, size // 2)
                 yield Progress("nulls", done, n_boot, chunk, time.perf_counter() - t_start,
                                f"out of memory: chunk size halved to {chunk}")
@@ -377,8 +379,10 @@ def run_engine(
     summary = dict(stats.null_summary)
     summary.update(mu0=float(stats.mu0), sigma0=float(stats.sigma0))
     metadata = _run_metadata(config, backbone, device, dtype, chunk, timings,
-                             prepared.channel_map.kind, stats, warnings_seen, observed.cpu().numpy())
-    yield Progress("statistics", n_boot, n_boot, chunk, time.perf_counter() - t_start, "statistics done")
+                             prepared.channel_map.kind, stats, warnings_seen,
+                             observed.cpu().numpy())
+    yield Progress("statistics", n_boot, n_boot, chunk, time.perf_counter() - t_start,
+                   "statistics done")
     return AttentionResult(
         attention=observed.cpu().numpy().astype(np.float64),
         z=grid_map(stats.z), p=grid_map(stats.p), lfdr=grid_map(stats.lfdr),
@@ -440,7 +444,8 @@ def _run_metadata(config: RunConfig, backbone: Backbone, device: torch.device,
         z_sd=float(np.std(stats.z)), posterior=stats.posterior,
         smallest_p=_smallest_p(config, stats), q_th=config.q_th if config.rule == "q" else None,
         random_init=backbone.is_random_init, model_name=backbone.name,
-        domain=getattr(backbone, "domain", None), domain_note=getattr(backbone, "description", None),
+        domain=getattr(backbone, "domain", None),
+        domain_note=getattr(backbone, "description", None),
         warnings_seen=warnings_seen)]
     return metadata
 

@@ -164,14 +164,17 @@ def _hub_config(repo: str):
 
     from .hub import call_hub
 
-    return call_hub(repo, lambda local_only: AutoConfig.from_pretrained(repo, local_files_only=local_only),
+    return call_hub(repo,
+                    lambda local_only: AutoConfig.from_pretrained(repo,
+                                                                  local_files_only=local_only),
                     offline_alternative="a folder saved with save_pretrained")
 
 
 def _check_type(config: Any, where: str) -> None:
     if getattr(config, "model_type", None) not in SUPPORTED_TYPES:
         raise BackboneError(
-            f"{where} is a transformers '{getattr(config, 'model_type', '?')}' model; supported are "
+            f"{where} is a transformers '{getattr(config, 'model_type', '?')}' model; "
+            "supported are "
             f"{', '.join(SUPPORTED_TYPES)}. For other architectures use a timm model.")
 
 

@@ -134,7 +134,7 @@ def z_scores(
     *,
     positions: np.ndarray | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, float, float]:
-    """Log-scale z-scores of observed and null attention against the pooled null (§4).
+    """Log-scale z-scores of observed and null attention against the pooled null (docs/method.md).
 
     Parameters
     ----------
@@ -248,7 +248,7 @@ def empirical_pvalues(
     p_method: str = "pooled",
     alternative: str = "two-sided",
 ) -> np.ndarray:
-    """Empirical p-values of the observed tokens against the bootstrap null (§5).
+    """Empirical p-values of the observed tokens against the bootstrap null (docs/method.md).
 
     Parameters
     ----------
@@ -322,7 +322,7 @@ def _pi0_bootstrap(p: np.ndarray, lambdas: np.ndarray = PI0_LAMBDAS) -> float:
 
 
 def estimate_pi0(p: np.ndarray, method: str | float = "reference") -> float:
-    """Proportion of null tokens π0 (§6).
+    """Proportion of null tokens π0 (docs/method.md).
 
     Parameters
     ----------
@@ -492,7 +492,7 @@ def _local_fdr_details(
 
 
 def local_fdr(z: np.ndarray, pi0: float, *, null: str = "theoretical") -> np.ndarray:
-    """Efron's local false discovery rate of the observed z-scores (§7).
+    """Efron's local false discovery rate of the observed z-scores (docs/method.md).
 
     Parameters
     ----------

@@ -39,7 +39,8 @@ def _grid_of(model: nn.Module, tokens: torch.Tensor, x: torch.Tensor) -> Grid:
     return int(gh), int(gw)
 
 
-def _cls_row(q_cls: torch.Tensor, keys: torch.Tensor, scale: float, num_prefix: int) -> torch.Tensor:
+def _cls_row(q_cls: torch.Tensor, keys: torch.Tensor, scale: float,
+             num_prefix: int) -> torch.Tensor:
     """Softmax over all tokens of the CLS query, patch columns only: (N, heads, patches)."""
     # float32 here even under bf16 autocast: low-precision logits tie ranks
     with torch.autocast(device_type=q_cls.device.type, enabled=False):
@@ -65,7 +66,8 @@ def classic_fast_path(model: nn.Module, block: nn.Module) -> bool:
     )
 
 
-def classic_cls_row(model: nn.Module, x: torch.Tensor, idx: int, num_prefix: int) -> tuple[torch.Tensor, Grid]:
+def classic_cls_row(model: nn.Module, x: torch.Tensor, idx: int,
+                    num_prefix: int) -> tuple[torch.Tensor, Grid]:
     """CLS row of block ``idx`` of a ``VisionTransformer``: (N, heads, patches) float32 and grid."""
     block = model.blocks[idx]
     if not classic_fast_path(model, block):
@@ -135,8 +137,10 @@ def _eva_q_k(attn: nn.Module, hidden: torch.Tensor) -> tuple[torch.Tensor, torch
     return _split_heads(q, attn.num_heads), _split_heads(k, attn.num_heads)
 
 
-def rotary_cls_row(model: nn.Module, x: torch.Tensor, idx: int, num_prefix: int) -> tuple[torch.Tensor, Grid]:
-    """CLS row of block ``idx`` of a timm ``Eva`` model (EVA-02, DINOv3): rope applied as timm does."""
+def rotary_cls_row(model: nn.Module, x: torch.Tensor, idx: int,
+                   num_prefix: int) -> tuple[torch.Tensor, Grid]:
+    """CLS row of block ``idx`` of a timm ``Eva`` model (EVA-02, DINOv3): rope applied as timm
+    does."""
     from timm.layers import apply_rot_embed_cat
 
     block = model.blocks[idx]
@@ -157,7 +161,8 @@ def rotary_cls_row(model: nn.Module, x: torch.Tensor, idx: int, num_prefix: int)
 
 
 # ---------------------------------------------------------------- explicit fallback
-def explicit_cls_row(model: nn.Module, x: torch.Tensor, idx: int, num_prefix: int) -> tuple[torch.Tensor, Grid]:
+def explicit_cls_row(model: nn.Module, x: torch.Tensor, idx: int,
+                     num_prefix: int) -> tuple[torch.Tensor, Grid]:
     """Fallback for attention modules without a fast path: capture the full matrix once."""
     attn = model.blocks[idx].attn
     captured: dict[str, torch.Tensor] = {}
@@ -201,7 +206,8 @@ class TimmAdapter:
     def embed_dim(self, model: nn.Module) -> int:
         return int(getattr(model, "embed_dim", 0) or model.blocks[-1].norm1.normalized_shape[0])
 
-    def cls_row(self, model: nn.Module, x: torch.Tensor, idx: int, num_prefix: int) -> tuple[torch.Tensor, Grid]:
+    def cls_row(self, model: nn.Module, x: torch.Tensor, idx: int,
+                num_prefix: int) -> tuple[torch.Tensor, Grid]:
         return self._cls_row(model, x, idx, num_prefix)
 
     def __repr__(self) -> str:
