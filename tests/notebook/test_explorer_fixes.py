@@ -18,6 +18,7 @@ import traitlets
 from napari_attnreg import __version__
 from napari_attnreg.core.display import ROI_COLUMN_HELP, ROI_COLUMNS
 from napari_attnreg.core.images import prepare_image
+from napari_attnreg.io.export import PROVENANCE_FIELDS
 from napari_attnreg.notebook import AttentionExplorer
 
 
@@ -69,6 +70,7 @@ def test_roi_table_has_human_headers_and_the_csv_carries_provenance(
                                                                         "5")
     assert float(row["p_th"]) == pytest.approx(0.2)  # the thresholds in force when exported
     assert row["package_version"] == __version__
+    assert set(PROVENANCE_FIELDS) <= set(row)  # the one provenance record (io.export)
     ex.close()
 
 

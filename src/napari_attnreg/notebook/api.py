@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import traitlets as t
 
-from .. import __version__
 from ..core.display import with_thresholds
 from ..core.presets import THRESHOLD_KEYS
 from ..core.result import AttentionResult
 from ..core.service import plane_fingerprint
+from ..io.export import provenance, write_table_csv
 from .regions import as_labels, polygon_mask, rectangle_vertices
 from .state import ExplorerState
 
@@ -188,23 +188,23 @@ class ExplorerApi(ExplorerState):
                                    else with_thresholds(result, self.thresholds()))
 
     def provenance(self) -> dict[str, Any]:
-        """How the result on screen was made: image, model, preset, thresholds, B, seed, version."""
+        """How the result on screen was made (:func:`napari_attnreg.io.export.provenance`):
+        image, model and weights hash, preset, the thresholds set now, B, seed, version."""
         result = self._current_result()
         if result is None:
             raise ValueError("No result on this plane yet: run the analysis first.")
-        md = result.metadata
         data = self.image_panel.stack.data
         source = self._image_name or f"array {tuple(data.shape)} {data.dtype}"
         plane = f" plane {tuple(self.slice_index)}" if self.slice_index else ""
-        return {"source_image": source + plane, "model": md.get("model"),
-                "weights": md.get("weights"), "preset": result.preset, **self.thresholds(),
-                "n_boot": md.get("n_boot"), "seed": md.get("seed"), "method": md.get("method"),
-                "device": md.get("device"), "package_version": __version__}
+        return provenance(result.metadata, source=source + plane, thresholds=self.thresholds())
 
     def export_roi_csv(self, path: str | Path) -> Path:
         """Write :meth:`roi_table` to a CSV file, each row with the run's provenance."""
         rows = self.roi_table()
-        return self.roi_panel.write_csv(rows, path, self.provenance() if rows else {})
+        if not rows:
+            raise ValueError("No ROI statistics to export: run the analysis and draw or pass "
+                             "ROIs.")
+        return write_table_csv(path, rows, self.provenance())
 
     def _export_from_button(self, path: str) -> None:
         try:

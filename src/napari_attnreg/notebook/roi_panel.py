@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as W
@@ -14,7 +13,7 @@ import numpy as np
 from ..core.display import ROI_COLUMN_HELP
 from ..core.display import ROI_COLUMNS as ROI_HEADERS
 from ..core.result import AttentionResult
-from ..core.roi import ROI_COLUMNS, roi_table, roi_table_to_csv
+from ..core.roi import ROI_COLUMNS, roi_table
 from .regions import add_region, as_labels
 from .state import ExplorerState
 from .views import DRAW_MODES
@@ -106,13 +105,3 @@ class RoiPanel(W.VBox):
         self.table.value = (
             "<table class='attnreg-roi' style='border-collapse:collapse;font-size:90%'>"
             f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-
-    @staticmethod
-    def write_csv(rows: list[dict], path: str | Path, provenance: Mapping[str, Any]) -> Path:
-        """Write the rows with the provenance record repeated on each (one tidy table)."""
-        if not rows:
-            raise ValueError("No ROI statistics to export: run the analysis and draw or pass "
-                             "ROIs.")
-        path = Path(path)
-        roi_table_to_csv([{**row, **provenance} for row in rows], path)
-        return path
