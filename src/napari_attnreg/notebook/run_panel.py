@@ -16,8 +16,7 @@ from typing import Any
 import ipywidgets as W
 
 from ..core.service import Job, JobProgress, Outcome, run_job, user_message
-from .runner import BackgroundRunner
-from .runner import Outcome as RunnerOutcome
+from .runner import BackgroundRunner, Ended
 from .state import ExplorerState
 
 LEVEL_COLORS = {"error": "#c62828", "warning": "#b26a00", "success": "#2e7d32"}
@@ -119,7 +118,7 @@ class RunPanel(W.VBox):
         self.progress_label.value = "" if event is None else f"{event.done}/{event.total}"
         self.set_status(f"{progress.message} · {self.elapsed:.1f} s", "info")
 
-    def _on_finish(self, ended: RunnerOutcome) -> None:
+    def _on_finish(self, ended: Ended) -> None:
         if ended.kind == "done":
             outcome = ended.result
         else:  # the task itself was stopped (kernel interrupt) or the service had a bug
