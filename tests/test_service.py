@@ -155,3 +155,14 @@ def test_help_links_point_at_the_docs_that_exist():
     assert url is not None and url.startswith("file:")  # a source checkout has docs/
     assert Path(url2pathname(urlparse(url).path)).read_text().startswith("#")
     assert docs_url("no-such-page") is None
+
+
+def test_model_spec_from_what_scripts_pass(tmp_path, tiny_backbone):
+    weights = tmp_path / "w.safetensors"
+    weights.write_bytes(b"")
+    assert ModelSpec.from_model("demo") == ModelSpec("demo", "demo")
+    assert ModelSpec.from_model("vit_small_patch16_224").source == "timm"
+    assert ModelSpec.from_model(str(weights)).source == "file"
+    assert ModelSpec.from_model("uni", arch="vit_large_patch16_224").source == "file"
+    given = ModelSpec.from_model(tiny_backbone)
+    assert given.source == "module" and given.module is tiny_backbone

@@ -169,19 +169,15 @@ def planes(image: Any, channel_axis: int | None) -> list[tuple[tuple[int, ...] |
     return [(index or None, stack.read(index)[0]) for index in stack.planes()]
 
 
-_BACKBONES: dict[tuple[str, str | None], Any] = {}
-
-
 def cached_backbone(model: Any, arch: str | None = None) -> Any:
-    """The backbone for a model spec, loaded once per process (a Dask worker keeps its own)."""
-    from .core.backbones import Backbone, load_backbone
+    """The backbone for a model spec, from the pipeline service's model cache (one model per
+    process: a Dask worker keeps the one it loaded for the next image)."""
+    from .core.backbones import Backbone
+    from .core.service import ModelSpec, load_model
 
     if isinstance(model, Backbone):
         return model
-    key = (str(model), arch)
-    if key not in _BACKBONES:
-        _BACKBONES[key] = load_backbone(model, arch=arch)
-    return _BACKBONES[key]
+    return load_model(ModelSpec.from_model(model, arch))
 
 
 def figure_view(result: Any, display: np.ndarray,
@@ -234,6 +230,7 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
     stopping the batch; errors of the model or the options propagate.
     """
     from .core.engine import RunConfig, drain, run_engine
+    from .core.service import user_message
 
     single = output_path(out_dir, item, None)
     if single.is_file() and not overwrite:
@@ -270,7 +267,7 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
                 figure(small, display, figure_path,
                        f"{label} — {result.summary()}")
         except (ValueError, MemoryError, OSError) as err:  # this image's fault: report, go on
-            rows.append(_failed_row(item, plane, str(err)))
+            rows.append(_failed_row(item, plane, user_message(err)))
             continue
         print(f"{label}: {result.summary()}\n  -> {out}")
         rows.append(_row(item, plane, out, result, time.perf_counter() - t0, "done"))
