@@ -321,7 +321,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--n-crop", type=int, default=6)
     ap.add_argument("--n-dtype", type=int, default=4)
     ap.add_argument("--n-sim", type=int, default=12)
-    ap.add_argument("--quick", action="store_true", help="a smoke run in well under a minute (B = 10, one or two images per part)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run in well under a minute (B = 10, one or two images per part)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "validation.md")
@@ -342,7 +343,8 @@ def main(argv: list[str] | None = None) -> str:
     loc, loc_diag = localization(bb, args)
     crops, dtypes = crops_without_objects(bb, args), dtype_agreement(bb, args)
     sim = noise_simulation(bb, args)
-    text = report(args, argv if argv is not None else sys.argv[1:], source=source_version(), cal=cal, loc=loc, loc_diag=loc_diag,
+    text = report(args, argv if argv is not None else sys.argv[1:], source=source_version(),
+                  cal=cal, loc=loc, loc_diag=loc_diag,
                   crops=crops, dtypes=dtypes, sim=sim, runtimes=RUNTIMES,
                   seconds=time.perf_counter() - t0, model_desc=bb.describe())
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -31,8 +31,8 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update"]
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
+                 "--disable-background-networking", "--disable-component-update"]
 
 CELL = r'''
 import numpy as np, torch
@@ -87,7 +87,10 @@ def _check_server(server: subprocess.Popen, log: Path) -> None:
 def _live_check(page) -> None:
     """Run and Cancel clicked in the browser: the bar must advance while the kernel is free."""
     widget = page.locator(".jp-OutputArea-output:has(.attnreg-status)").first
-    n_boot = widget.locator(".widget-inline-hbox:has-text('bootstrap B') input")
+    from napari_attnreg.core.options import option
+
+    label = option("n_boot").label  # the control's label comes from the core's option metadata
+    n_boot = widget.locator(f".widget-inline-hbox:has-text('{label}') input")
     n_boot.fill("3000")
     n_boot.press("Enter")
     time.sleep(1)
@@ -110,7 +113,8 @@ def _live_check(page) -> None:
 
 def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "images" / "notebook_explorer.png")
+    parser.add_argument("--out", type=Path,
+                        default=ROOT / "docs" / "images" / "notebook_explorer.png")
     parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
     parser.add_argument("--port", type=int, default=8899)
     parser.add_argument("--live-check", action="store_true",
@@ -121,7 +125,8 @@ def main(argv: list[str] | None = None) -> Path:
 
     work = Path(tempfile.mkdtemp(prefix="attnreg-lab-"))
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(CELL)])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
     nbformat.write(nb, work / "explorer.ipynb")
     port = _free_port(args.port)
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(work / "config")}  # no user settings
@@ -143,7 +148,8 @@ def main(argv: list[str] | None = None) -> Path:
         _wait_http(f"http://127.0.0.1:{port}/api", 90)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1500})
+            # the size the docs promise to fit: nothing may be clipped at 1280 px wide
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
             page.goto(f"http://127.0.0.1:{port}/lab/tree/explorer.ipynb?reset")
             page.wait_for_function("window.jupyterapp && document.querySelector('.jp-Notebook')",
                                    timeout=120_000)
@@ -153,11 +159,20 @@ def main(argv: list[str] | None = None) -> Path:
             page.wait_for_function(
                 "[...document.querySelectorAll('.attnreg-status')]"
                 ".some(e => e.textContent.includes('Done in'))", timeout=300_000)
-            page.wait_for_selector(".jupyter-matplotlib-figure canvas, .attnreg-status", timeout=60_000)
+            page.wait_for_selector(".jupyter-matplotlib-figure canvas, .attnreg-status",
+                                   timeout=60_000)
             time.sleep(4)  # ipympl sends the first frame after the canvas reports its size
             page.evaluate("window.jupyterapp.commands.execute('application:toggle-left-area')")
             time.sleep(1)
             output = page.locator(".jp-OutputArea-output:has(.attnreg-status)").first
+            output.scroll_into_view_if_needed()
+            box = output.bounding_box()
+            if box["x"] + box["width"] > 1280:
+                raise RuntimeError(f"the explorer is wider than the 1280 px viewport: {box}")
+            # the layout is the 1280 px wide one; the page only grows taller so that the whole
+            # widget fits in one picture (a notebook scrolls vertically anyway)
+            page.set_viewport_size({"width": 1280, "height": int(box["height"]) + 400})
+            time.sleep(2)
             output.scroll_into_view_if_needed()
             args.out.parent.mkdir(parents=True, exist_ok=True)
             output.screenshot(path=str(args.out))

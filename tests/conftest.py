@@ -11,8 +11,9 @@ torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 def tiny_vit(name: str = "vit_tiny_patch16_224", **kwargs):
     """A random-init timm ViT shrunk to 2 blocks so tests stay fast."""
-    from napari_attnreg.core.backbones import load_backbone
     import timm
+
+    from napari_attnreg.core.backbones import load_backbone
 
     torch.manual_seed(0)
     module = timm.create_model(name, pretrained=False, depth=kwargs.pop("depth", 2), **kwargs)

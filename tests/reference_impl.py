@@ -1,4 +1,4 @@
-"""Slow, literal, pixel-level reference of METHOD.md §4–7 (tests only).
+"""Slow, literal, pixel-level reference of the paper's statistics (docs/method.md; tests only).
 
 Written independently of ``napari_attnreg.core.stats``: numpy loops and
 ``np.sum`` counting instead of sorting/searchsorted, the reference
@@ -7,7 +7,7 @@ nearest factor ``s`` *first*, then compute), Green & Silverman's Reinsch form
 of the cubic smoothing spline instead of scipy's B-spline solver, and the
 q-value definition written out as a double minimum. Only statsmodels'
 ``local_fdr``/``NullDistribution`` are shared with the package, because
-METHOD.md defines the lfdr as exactly that call.
+The method defines the lfdr as exactly that call.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def z_scores(obs_px: np.ndarray, null_px: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def pvalues(z_obs: np.ndarray, z_null: np.ndarray, p_method: str, alternative: str) -> np.ndarray:
-    """METHOD.md §5, one observed value at a time."""
+    """The pooled empirical p-value, one observed value at a time."""
     f = np.abs if alternative == "two-sided" else (lambda v: v)
     obs = f(z_obs.ravel())
     nul = f(z_null.ravel())
@@ -129,7 +129,7 @@ def reference_statistics(
     pi0_method: str | float = "reference",
     null: str = "theoretical",
 ) -> dict:
-    """Everything of §4–7 on the pixel grid; arrays are flattened pixel maps."""
+    """z, p, π0, lfdr and posterior on the pixel grid; arrays are flattened pixel maps."""
     obs_px = upsample(np.asarray(obs_map), s)
     null_px = upsample(np.asarray(null_maps), s)
     z_obs, z_null, mu0, sigma0 = z_scores(obs_px.ravel(), null_px.reshape(null_px.shape[0], -1))

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import timm
 import torch
@@ -90,3 +91,171 @@ def test_failed_download_names_the_offline_alternative():
     assert "MSG Could not download" in out.stdout, out.stdout + out.stderr
     assert "arch='vit_tiny_patch16_224'" in out.stdout
     assert "Traceback" not in out.stdout
+
+
+# ---------------------------------------------------------------- shared state (issue 12)
+def _state_of(module):
+    return {
+        "training": module.training,
+        "dynamic": getattr(module, "dynamic_img_size", None),
+        "flatten": module.patch_embed.flatten,
+        "strict": getattr(module.patch_embed, "strict_img_size", None),
+        "devices": {p.device.type for p in module.parameters()},
+        "values": {k: v.clone() for k, v in module.state_dict().items()},
+    }
+
+
+def _assert_same_state(module, before):
+    after = _state_of(module)
+    for key in ("training", "dynamic", "flatten", "strict", "devices"):
+        assert after[key] == before[key], key
+    for name, value in before["values"].items():
+        assert torch.equal(after["values"][name], value), name
+
+
+def test_a_users_module_is_never_changed_by_a_run():
+    from napari_attnreg import regularize
+
+    torch.manual_seed(0)
+    module = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=2).train()
+    before = _state_of(module)
+    assert before["training"] and not before["dynamic"] and before["flatten"]
+    image = torch.rand(40, 56).numpy()
+    result = regularize(image, module, n_boot=4, chunk_size=4, device="cpu", target_size=(48, 64))
+    assert result.attention.shape == (3, 4)
+    _assert_same_state(module, before)
+    load_backbone(module)  # the Backbone wraps a copy that shares the weights' memory
+    _assert_same_state(module, before)
+    with pytest.raises(ValueError, match="not a compute device"):
+        regularize(image, module, n_boot=4, device="meta")
+    _assert_same_state(module, before)
+
+
+def test_meta_device_is_refused_and_the_backbone_stays_usable(blob_image):
+    from conftest import tiny_vit
+
+    from napari_attnreg import regularize
+
+    bb = tiny_vit()
+    for device in ("meta", "bogus", "cpu:3", "cuda:99", 7):
+        with pytest.raises(ValueError, match="device"):
+            regularize(blob_image, bb, n_boot=4, device=device)
+        assert bb.device.type == "cpu"
+    assert np.isfinite(regularize(blob_image, bb, n_boot=4, device="cpu").z).all()
+    from napari_attnreg.core.backbones import resolve_device
+
+    for device in ("meta", "cpu:3", "xla", "", None):  # the core refuses them too
+        with pytest.raises(ValueError, match="not a compute device"):
+            resolve_device(device)
+    assert resolve_device("CPU") == torch.device("cpu")
+
+
+def test_another_device_gets_one_copy_and_the_model_never_moves():
+    import threading
+
+    from conftest import tiny_vit
+
+    bb = tiny_vit()
+    original = {k: v.clone() for k, v in bb.model.state_dict().items()}
+    assert bb.on("cpu") is bb
+    views = []
+    threads = [threading.Thread(target=lambda: views.append(bb.on("meta"))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(v.model) for v in views}) == 1  # made once, shared by every caller
+    assert views[0].device.type == "meta" and views[0].patch_size == bb.patch_size
+    assert bb.device.type == "cpu"
+    for name, value in bb.model.state_dict().items():
+        assert torch.equal(value, original[name])
+
+
+def test_two_threads_share_one_backbone(blob_image):
+    import threading
+
+    from conftest import tiny_vit
+
+    from napari_attnreg import regularize
+
+    bb = tiny_vit()
+    expected = regularize(blob_image, bb, n_boot=6, chunk_size=3, device="cpu")
+    results, errors = {}, []
+
+    def run(name, image):
+        try:
+            results[name] = regularize(image, bb, n_boot=6, chunk_size=3, device="cpu")
+        except Exception as err:  # noqa: BLE001  reported by the assertion below
+            errors.append(err)
+
+    threads = [threading.Thread(target=run, args=(i, blob_image)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for result in results.values():
+        np.testing.assert_array_equal(result.attention, expected.attention)
+        np.testing.assert_array_equal(result.p, expected.p)
+
+
+# ---------------------------------------------------------------- weight files (issue 12)
+def test_unreadable_weight_files_say_what_they_are(tmp_path, reference_module):
+    good = tmp_path / "good.safetensors"
+    save_file(reference_module.state_dict(), str(good))
+    truncated = tmp_path / "truncated.safetensors"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    renamed = tmp_path / "notes.safetensors"
+    renamed.write_text("these are my notes, not weights")
+    renamed_pth = tmp_path / "notes.pth"
+    renamed_pth.write_text("these are my notes, not weights")
+    for path in (truncated, renamed):
+        with pytest.raises(BackboneError, match=r"not a readable \.safetensors file.*truncated"):
+            load_backbone(path, arch="vit_tiny_patch16_224")
+    with pytest.raises(BackboneError, match="not a readable PyTorch checkpoint"):
+        load_backbone(renamed_pth, arch="vit_tiny_patch16_224")
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(good.read_bytes())
+    with pytest.raises(BackboneError, match="is a folder.*model.safetensors"):
+        load_backbone("vit_tiny_patch16_224", weights=folder)
+    with pytest.raises(BackboneError, match="is a folder"):
+        load_backbone("uni", weights=folder)
+    with pytest.raises(BackboneError, match="'resnet18' is not a ViT-family architecture"):
+        load_backbone(good, arch="resnet18")
+    with pytest.raises(BackboneError, match="Did you mean 'uni'"):
+        load_backbone("unii")
+
+
+def test_a_pickle_with_code_is_refused_and_never_run(tmp_path):
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    for suffix in (".pth", ".pt", ".ckpt", ".bin"):
+        path = tmp_path / f"evil{suffix}"
+        torch.save({"state_dict": {"w": torch.zeros(1)}, "x": Payload()}, path)
+        with pytest.raises(BackboneError, match="refused"):
+            load_backbone(path, arch="vit_tiny_patch16_224")
+    assert not marker.exists()
+
+
+def test_position_embedding_of_a_non_square_grid(tmp_path):
+    torch.manual_seed(0)
+    trained = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1,
+                                img_size=(96, 128), num_classes=0)  # a 6x8 grid
+    path = tmp_path / "wide.safetensors"
+    save_file(trained.state_dict(), str(path))
+    # the default 14x14 model cannot tell 6x8 from 8x6 or 4x12: a clear error
+    with pytest.raises(BackboneError, match="48 patch positions.*not a square grid"):
+        load_backbone(path, arch="vit_tiny_patch16_224")
+    # a model whose grid has the same aspect ratio (12x16) reads it unambiguously
+    module = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1,
+                               img_size=(192, 256), num_classes=0)
+    from napari_attnreg.core.backbones import load_timm_state
+
+    state = {k: v.clone() for k, v in trained.state_dict().items()}
+    load_timm_state(module, state, path.name, "vit_tiny_patch16_224")
+    assert module.pos_embed.shape[1] == 1 + 12 * 16

@@ -64,7 +64,10 @@ def test_folders_recursive_and_globs(tmp_path):
     tifffile.imwrite(tmp_path / "d" / "sub" / "deep.tif", _img(2))
     iio.imwrite(tmp_path / "d" / "pic.png", (_img(3) // 256).astype(np.uint8))
     (tmp_path / "d" / "notes.txt").write_text("not an image")
-    names = lambda items: sorted(str(i.relative) for i in items)
+
+    def names(items):
+        return sorted(str(i.relative) for i in items)
+
     assert names(collect_inputs([tmp_path / "d"])) == ["pic.png", "top.tif"]
     assert names(collect_inputs([tmp_path / "d"], recursive=True)) == [
         "pic.png", os.path.join("sub", "deep.tif"), "top.tif"]
@@ -75,7 +78,8 @@ def test_folders_recursive_and_globs(tmp_path):
         collect_inputs([str(tmp_path / "d" / "*.jpg")])
     out = tmp_path / "out"
     assert main(["run", str(tmp_path / "d"), "--recursive", "--out", str(out), *FAST]) == 0
-    assert _outputs(out) == ["pic.png.attnreg.npz", "sub/deep.tif.attnreg.npz", "top.tif.attnreg.npz"]
+    assert _outputs(out) == ["pic.png.attnreg.npz", "sub/deep.tif.attnreg.npz",
+                             "top.tif.attnreg.npz"]
 
 
 def test_existing_outputs_are_skipped_unless_overwrite(tmp_path, capsys):
@@ -112,11 +116,13 @@ def test_a_bad_file_is_reported_and_the_batch_goes_on(tmp_path, capsys):
     rows = {r["source"].rsplit(os.sep, 1)[-1]: r for r in _summary(out)}
     assert rows["good.tif"]["status"] == "done"
     assert rows["broken.tif"]["status"].startswith("failed: ")
-    assert rows["flat.tif"]["status"].startswith("failed: ") and "constant" in rows["flat.tif"]["status"]
+    flat = rows["flat.tif"]["status"]
+    assert flat.startswith("failed: ") and "constant" in flat
 
 
 def test_summary_csv_has_one_row_per_image_and_plane(tmp_path):
-    tifffile.imwrite(tmp_path / "s.tif", np.stack([_img(1), _img(2), _img(3)]), photometric="minisblack")
+    tifffile.imwrite(tmp_path / "s.tif", np.stack([_img(1), _img(2), _img(3)]),
+                     photometric="minisblack")
     out = tmp_path / "out"
     assert main(["run", str(tmp_path / "s.tif"), "--out", str(out), "--seed", "5", "--preset",
                  "paper", *FAST]) == 0
@@ -162,5 +168,108 @@ def test_figure_view_keeps_maps_on_the_display():
     first_bright = int(np.argmax(shown[0] > 0.5))
     assert small.to_pixels(grid)[0, first_bright] % 30 == 20  # token column 20 = pixel 1500
     item = BatchItem(Path("/data/x/y.tif"), Path("x/y.tif"))
-    assert output_path(Path("o"), item, (3, 12)).as_posix() == "o/x/y.tif/plane_0003_0012.attnreg.npz"
+    plane_out = output_path(Path("o"), item, (3, 12)).as_posix()
+    assert plane_out == "o/x/y.tif/plane_0003_0012.attnreg.npz"
     assert output_path(Path("o"), item, None).as_posix() == "o/x/y.tif.attnreg.npz"
+
+
+# ---- reading files: one layout rule, file-naming errors (issue #12) ---------------------------
+def test_a_text_file_named_png_is_not_a_readable_image(tmp_path):
+    from napari_attnreg.batch import read_image, read_stack
+
+    fake = tmp_path / "notes.png"
+    fake.write_text("hello, not an image")
+    for reader in (read_image, read_stack):
+        with pytest.raises(ValueError, match=f"{fake}.* is not a readable image"):
+            reader(fake)
+    broken = tmp_path / "broken.tif"
+    broken.write_bytes(b"II*\x00garbage")
+    with pytest.raises(ValueError, match=f"{broken}.* is not a readable image"):
+        read_stack(broken)
+
+
+@pytest.mark.parametrize("shape,kw,layout", [
+    ((96, 80, 2), {}, ((), 2, False)),                            # 2 channels, not 96 planes
+    ((96, 80, 3), {}, ((), 2, True)),
+    ((2, 64, 64), {}, ((0,), None, False)),                       # 2 pages: planes
+    ((3, 64, 64), {"metadata": {"axes": "ZYX"}}, ((0,), None, False)),
+    ((3, 64, 64), {"metadata": {"axes": "CYX"}}, ((), 0, False)),
+    ((2, 3, 64, 64), {"metadata": {"axes": "TCYX"}}, ((0,), 1, False)),
+    ((4, 64, 64, 3), {"photometric": "rgb"}, ((0,), 3, True)),    # a stack of colour images
+])
+def test_tiff_layouts_follow_the_file_and_the_plane_rules(tmp_path, shape, kw, layout):
+    from napari_attnreg.batch import read_stack
+
+    tifffile.imwrite(tmp_path / "x.tif", np.ones(shape, np.uint8), **kw)
+    stack = read_stack(tmp_path / "x.tif")
+    assert (stack.stack_axes, stack.channel_axis, stack.rgb) == layout
+
+
+def test_an_unlabelled_three_by_h_by_w_tiff_is_ambiguous_as_in_regularize(tmp_path):
+    from napari_attnreg.batch import read_stack
+    from napari_attnreg.core.images import prepare_image
+
+    data = np.random.default_rng(0).integers(0, 255, (3, 96, 80)).astype(np.uint8)
+    tifffile.imwrite(tmp_path / "x.tif", data)  # tifffile stores it as planar samples ('SYX')
+    with pytest.raises(ValueError, match="ambiguous.*--channel-axis 0.*split the file"):
+        read_stack(tmp_path / "x.tif")
+    with pytest.raises(ValueError, match="ambiguous"):
+        prepare_image(data, patch_size=(8, 8), mean=(0.5,) * 3, std=(0.25,) * 3)
+    chosen = read_stack(tmp_path / "x.tif", channel_axis=0)
+    assert chosen.planes() == [()] and chosen.read(())[1] == 0
+
+
+def test_an_animated_gif_is_a_stack_of_frames(tmp_path):
+    import imageio.v3 as iio
+
+    from napari_attnreg.batch import read_stack
+
+    frames = np.random.default_rng(0).integers(0, 255, (4, 32, 40, 3)).astype(np.uint8)
+    iio.imwrite(tmp_path / "a.gif", frames)
+    stack = read_stack(tmp_path / "a.gif")
+    assert stack.n_planes == 4 and stack.plane_shape == (32, 40) and stack.rgb
+    iio.imwrite(tmp_path / "one.gif", frames[0])
+    assert read_stack(tmp_path / "one.gif").planes() == [()]  # one frame: one image
+
+
+def test_output_folder_problems_are_found_before_any_work(tmp_path):
+    from napari_attnreg.batch import prepare_output_dir
+
+    a_file = tmp_path / "taken"
+    a_file.write_text("x")
+    with pytest.raises(ValueError, match="is an existing file; give --out a folder"):
+        prepare_output_dir(a_file)
+    with pytest.raises(ValueError, match="Cannot write results into"):
+        prepare_output_dir(a_file / "below")
+    assert prepare_output_dir(tmp_path / "new" / "deep").is_dir()
+
+
+def test_an_unwritable_output_folder_is_refused(tmp_path, monkeypatch):
+    import tempfile
+
+    from napari_attnreg.batch import prepare_output_dir
+
+    def denied(*args, **kwargs):  # what a read-only folder gives a normal user
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", denied)
+    with pytest.raises(ValueError, match="Cannot write results into .*Permission denied.*--out"):
+        prepare_output_dir(tmp_path)
+
+
+def test_sample_images_fail_with_advice(monkeypatch, tmp_path):
+    from skimage import data
+
+    from napari_attnreg import samples
+
+    def offline():
+        raise ConnectionError("no internet")
+
+    monkeypatch.setattr(data, "retina", offline)
+    with pytest.raises(ValueError, match="'retina' could not be loaded.*bundled demo image"):
+        samples.skimage_sample("retina")
+    with pytest.raises(ValueError, match="Unknown sample 'nope'"):
+        samples.skimage_sample("nope")
+    monkeypatch.setattr(samples, "DATA_DIR", tmp_path)
+    with pytest.raises(ValueError, match="sample mask is missing"):
+        samples.demo_mask()

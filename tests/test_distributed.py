@@ -38,7 +38,8 @@ def _maps(path):
 def test_two_workers_equal_a_serial_run_bit_for_bit(tmp_path):
     from dask.distributed import Client, LocalCluster
 
-    import napari_attnreg.batch as batch_mod
+    from napari_attnreg.core import service
+    from napari_attnreg.core.service import ModelSpec
 
     _images(tmp_path / "in")
     items = collect_inputs([tmp_path / "in"])
@@ -54,8 +55,8 @@ def test_two_workers_equal_a_serial_run_bit_for_bit(tmp_path):
         report = run_batch(items, tmp_path / "dask", "demo", None, OPTS, quiet=True,
                            scheduler=cluster.scheduler_address)
         # each worker process loaded the model once and kept it for its later images
-        loaded = client.run(lambda: sorted(batch_mod._BACKBONES))
-    assert all(keys == [("demo", None)] for keys in loaded.values()) and len(loaded) == 2
+        loaded = client.run(service.cached_models)
+    assert all(keys == [ModelSpec("demo").key()] for keys in loaded.values()) and len(loaded) == 2
     assert len(serial.failed) == len(report.failed) == 1  # broken.tif, reported, others went on
     assert "broken.tif" in report.failed[0]["source"]
     done = sorted(r["output"].split("/")[-1] for r in report.rows if r["status"] == "done")

@@ -8,7 +8,7 @@ import torch
 
 import napari_attnreg.core.engine as engine_mod
 from napari_attnreg import AttentionResult, regularize
-from napari_attnreg.core.engine import CancelToken, RunCancelled, RunConfig, drain, run_engine
+from napari_attnreg.core.engine import CancelToken, RunCancelled, RunConfig, run_engine
 
 FAST = dict(n_boot=12, chunk_size=5, device="cpu", preset="paper")
 
@@ -196,3 +196,94 @@ def test_regularize_stack_maps_over_leading_axes(tiny_backbone, blob_image):
                                n_boot=6, chunk_size=6, device="cpu")
     assert len(results) == 3 and {i for i, _ in seen} == {0, 1, 2} and seen[0][1] == 3
     assert not np.allclose(results[0].attention, results[1].attention)
+
+
+# ---------------------------------------------------------------- issue 12 regressions
+def test_a_head_the_model_lacks_fails_before_any_work(tiny_backbone, blob_image, monkeypatch):
+    drawn, real = [], engine_mod.null_images
+    monkeypatch.setattr(engine_mod, "null_images", lambda *a, **k: drawn.append(1) or real(*a, **k))
+    for head in (99, 3):
+        gen = run_engine(blob_image, tiny_backbone, RunConfig(head=head, **FAST))
+        with pytest.raises(ValueError, match="has 3 attention heads.*0..2"):
+            next(gen)
+    with pytest.raises(ValueError, match="has 2 blocks"):
+        next(run_engine(blob_image, tiny_backbone, RunConfig(layer=5, **FAST)))
+    assert not drawn
+    assert regularize(blob_image, tiny_backbone, head=np.int64(2), **FAST).metadata["head"] == 2
+
+
+def test_a_constant_plane_keeps_the_other_planes(tiny_backbone, blob_image):
+    from napari_attnreg import regularize_stack
+    from napari_attnreg.core.engine import PartialStackWarning
+
+    stack = np.stack([blob_image, np.full_like(blob_image, 7), blob_image[::-1]])
+    with pytest.warns(PartialStackWarning, match="plane 1 failed"):
+        results = regularize_stack(stack, tiny_backbone, **FAST)
+    assert len(results) == 3 and results[1] is None
+    assert results[0] is not None and results[2] is not None
+    assert "constant" in results.errors[1] and list(results.errors) == [1]
+    assert not results.complete and not results.cancelled and results.finished == [0, 2]
+    with pytest.raises(ValueError, match="No plane of the stack could be analysed") as info:
+        regularize_stack(np.zeros((2, 40, 40)), tiny_backbone, **FAST)
+    assert set(info.value.partial.errors) == {0, 1}
+
+
+def test_cancelling_a_stack_keeps_the_finished_planes(tiny_backbone, blob_image):
+    from napari_attnreg import regularize_stack
+    from napari_attnreg.core.engine import PartialStackWarning
+
+    token = CancelToken()
+
+    def progress(index, n, event):
+        if index == 1 and event.stage == "nulls":
+            token.cancel()
+
+    stack = np.stack([blob_image, blob_image[::-1], blob_image[:, ::-1]])
+    with pytest.warns(PartialStackWarning, match="cancelled"):
+        results = regularize_stack(stack, tiny_backbone, progress=progress, cancel=token, **FAST)
+    assert results.cancelled and results.finished == [0] and results[1] is None
+    np.testing.assert_array_equal(results[0].attention,
+                                  regularize(blob_image, tiny_backbone, **FAST).attention)
+
+
+def test_other_errors_in_a_stack_carry_the_finished_planes(tiny_backbone, blob_image, monkeypatch):
+    from napari_attnreg import regularize_stack
+
+    real, calls = engine_mod.cls_attention, []
+
+    def broken_on_second_plane(bb, images, **kw):
+        if kw.get("head") == "all":
+            calls.append(1)
+        if len(calls) > 1:
+            raise RuntimeError("driver crashed")
+        return real(bb, images, **kw)
+
+    monkeypatch.setattr(engine_mod, "cls_attention", broken_on_second_plane)
+    with pytest.raises(RuntimeError, match="driver crashed") as info:
+        regularize_stack(np.stack([blob_image, blob_image]), tiny_backbone, **FAST)
+    assert info.value.partial.finished == [0]
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, None])
+def test_what_the_chunk_size_can_change(tiny_backbone, blob_image, chunk):
+    """The promise of the engine's Reproducibility paragraph, exactly."""
+    options = dict(n_boot=14, seed=5, device="cpu", preset="paper", keep_nulls=True)
+    ref = regularize(blob_image, tiny_backbone, chunk_size=14, **options)
+    res = regularize(blob_image, tiny_backbone, chunk_size=chunk, **options)
+    np.testing.assert_array_equal(res.attention, ref.attention)
+    np.testing.assert_array_equal(res.head_attention, ref.head_attention)
+    np.testing.assert_allclose(res.null_scores, ref.null_scores, rtol=1e-5, atol=0)
+    np.testing.assert_allclose(res.z, ref.z, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(res.posterior, ref.posterior, rtol=0, atol=1e-5)
+    step = 1 / (options["n_boot"] * res.attention.size)  # one rank of the pooled null
+    assert np.abs(res.p - ref.p).max() <= 2 * step
+
+
+def test_a_large_upscale_is_a_diagnostic_too(tiny_backbone, rng):
+    from napari_attnreg.core.images import ImageSizeWarning
+
+    small = rng.random((20, 24)).astype(np.float32)
+    with pytest.warns(ImageSizeWarning):
+        res = regularize(small, tiny_backbone, n_boot=4, device="cpu", target_size=160)
+    assert any("enlarge" in d.message.lower() or "upscal" in d.message.lower()
+               for d in res.diagnostics if d.severity == "warning"), res.diagnostics

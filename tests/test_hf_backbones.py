@@ -55,7 +55,10 @@ def test_task_model_is_reduced_to_its_base_model():
     config = transformers.AutoConfig.for_model("vit", **TINY, **FAMILIES["vit"][0], num_labels=3)
     model = transformers.ViTForImageClassification(config)
     bb = load_backbone(model)
-    assert bb.model is model.vit
+    # the base model of a copy that shares the weights (the caller's model is left as it is)
+    assert type(bb.model) is type(model.vit) and bb.model is not model.vit
+    own = dict(bb.model.named_parameters())
+    assert all(own[n].data_ptr() == p.data_ptr() for n, p in model.vit.named_parameters())
     with torch.inference_mode():
         assert cls_attention(bb, torch.randn(1, 3, 64, 64)).shape == (1, 8, 8)
 

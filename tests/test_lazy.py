@@ -77,3 +77,24 @@ def test_ome_zarr_through_the_command_line(tmp_path, field):
     res = AttentionResult.load(out / "field.zarr.attnreg.npz")
     assert res.metadata["read_on_demand"] and res.grid_shape == (50, 37)
     assert (out / "field.zarr.attnreg.png").is_file()
+
+
+# ---- layouts and errors like the in-memory readers (issue #12) --------------------------------
+def test_open_lazy_names_the_file_and_uses_the_plane_rules(tmp_path):
+    bad = tmp_path / "bad.tif"
+    bad.write_text("not a tiff")
+    with pytest.raises(ValueError, match=f"{bad} is not a readable image"):
+        open_lazy(bad)
+    data = np.random.default_rng(0).integers(0, 255, (3, 64, 80)).astype(np.uint8)
+    tifffile.imwrite(tmp_path / "x.tif", data)  # unlabelled: channels or planes?
+    with pytest.raises(ValueError, match="x.tif.*ambiguous.*--channel-axis 0"):
+        open_lazy(tmp_path / "x.tif")
+    assert open_lazy(tmp_path / "x.tif", channel_axis=0).channel_axis == 0
+    tifffile.imwrite(tmp_path / "c.ome.tif", data, ome=True, metadata={"axes": "CYX"})
+    image = open_lazy(tmp_path / "c.ome.tif")
+    assert image.shape == (64, 80) and image.read(slice(0, 4), slice(0, 4)).shape == (4, 4, 3)
+    tifffile.imwrite(tmp_path / "z.ome.tif", data, ome=True, metadata={"axes": "ZYX"})
+    with pytest.raises(ValueError, match="holds 3 planes.*split"):
+        open_lazy(tmp_path / "z.ome.tif")
+    tifffile.imwrite(tmp_path / "two.tif", data[..., :2].transpose(1, 2, 0).copy())
+    assert open_lazy(tmp_path / "two.tif").channel_axis == -1  # (H, W, 2): two channels

@@ -1,4 +1,4 @@
-"""Bootstrap null generators: definitions of METHOD.md §3, seeding, chunk invariance."""
+"""Bootstrap null generators: their definitions (docs/method.md), seeding, chunk invariance."""
 
 from __future__ import annotations
 
@@ -56,8 +56,11 @@ def test_pixel_resamples_whole_pixel_vectors(image):
 
 def test_patch_permutes_blocks(image):
     nulls = null_images(image, range(2), NullConfig("patch"), seed=0, patch_size=8)
-    blocks = lambda x: sorted(tuple(x[:, i:i + 8, j:j + 8].flatten().tolist())
-                              for i in range(0, 32, 8) for j in range(0, 48, 8))
+
+    def blocks(x):
+        return sorted(tuple(x[:, i:i + 8, j:j + 8].flatten().tolist())
+                      for i in range(0, 32, 8) for j in range(0, 48, 8))
+
     assert blocks(nulls[0]) == blocks(image)
     assert not torch.equal(nulls[0], image)
     with pytest.raises(ValueError, match="multiples of the block"):

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
+
+ROOT = Path(__file__).resolve().parents[1]
 
 GUI_MODULES = ("PyQt5", "PyQt6", "PySide2", "PySide6", "qtpy", "napari", "magicgui", "superqt",
                "ipywidgets", "IPython.display")
@@ -24,6 +28,8 @@ sys.meta_path.insert(0, Block())
 import numpy as np, timm
 from napari_attnreg import regularize, AttentionResult, load_backbone, __version__
 import napari_attnreg.cli, napari_attnreg.core.roi, napari_attnreg.samples
+import napari_attnreg.io.export, napari_attnreg.io.dicom, napari_attnreg.io.ometiff
+import napari_attnreg._napari.io  # the npe2 reader/writer hooks load without Qt too
 bb = load_backbone(timm.create_model('vit_tiny_patch16_224', pretrained=False, depth=1))
 img = np.random.default_rng(0).random((40, 40))
 res = regularize(img, bb, n_boot=3, device='cpu')
@@ -51,3 +57,27 @@ def test_version_is_exposed():
 
     assert napari_attnreg.__version__ not in ("", None)
     assert torch.__version__
+
+
+def _pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_licence_is_spdx_and_shipped():
+    project = _pyproject()["project"]
+    assert project["license"] == "BSD-3-Clause" and project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert "BSD 3-Clause License" in text and "napari-attnreg developers" in text
+
+
+def test_napari_extra_installs_pyqt6_not_the_deprecated_pyqt5():
+    extras = _pyproject()["project"]["optional-dependencies"]
+    assert any(req.startswith("napari[pyqt6]") for req in extras["napari"])
+    every_requirement = " ".join(req for reqs in extras.values() for req in reqs).lower()
+    assert "pyqt5" not in every_requirement
+    assert any(req.startswith("pydicom") for req in extras["dicom"])
+    assert any(req.startswith("pydicom") for req in extras["test"])
+    assert {"napari", "notebook", "dicom"} <= set(
+        extras["all"][0].split("[")[1].rstrip("]").split(","))

@@ -1,4 +1,4 @@
-"""Presets through the whole pipeline: dispatch, overrides, recorded metadata, §12 position null."""
+"""Presets through the whole pipeline: dispatch, overrides, recorded metadata, position-aware null."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def test_q_rule_keeps_exactly_the_tokens_at_or_below_q_th(tiny_backbone, blob_im
     np.testing.assert_array_equal(res.regularized("q", q_th=1.0), res.attention)
 
 
-# ------------------------------------------------------------------ §12 position-aware null
+# ------------------------------------------------------------------- position-aware null
 
 
 @pytest.fixture(scope="module")

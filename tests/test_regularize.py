@@ -1,4 +1,4 @@
-"""Regularized attention maps (METHOD.md §8)."""
+"""Regularized attention maps (docs/method.md)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_significance_masks_by_hand():
 
 def test_elementwise_rules_commute_with_pixel_upsampling():
     # Every rule but "pi0" acts token by token, so regularizing the upsampled
-    # statistics equals upsampling the token-level result (METHOD.md §9).
+    # statistics equals upsampling the token-level result.
     s = 4
     for rule in ("base", "p", "lfdr", "soft"):
         tok = R.regularized_map(rule, A, Z, P, LFDR, POST, 0.5)

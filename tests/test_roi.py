@@ -1,4 +1,4 @@
-"""ROI measures (METHOD.md §10) and the per-ROI table."""
+"""ROI measures (docs/method.md) and the per-ROI table."""
 
 from __future__ import annotations
 

@@ -142,3 +142,27 @@ def test_pixel_lookup_matches_to_pixels(spec, rng):
         assert i * result.grid_shape[1] + j == tokens[row, col]
     assert display.token_at(result, 40, 0) is None and display.describe_pixel(result, -1, 0) == ""
     assert display.describe_pixel(result, 5, 6).startswith("x=6 y=5 · patch (")
+
+
+def test_help_links_point_at_the_docs_that_exist():
+    from pathlib import Path
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    from napari_attnreg.core.docs import docs_url
+
+    url = docs_url("method")
+    assert url is not None and url.startswith("file:")  # a source checkout has docs/
+    assert Path(url2pathname(urlparse(url).path)).read_text().startswith("#")
+    assert docs_url("no-such-page") is None
+
+
+def test_model_spec_from_what_scripts_pass(tmp_path, tiny_backbone):
+    weights = tmp_path / "w.safetensors"
+    weights.write_bytes(b"")
+    assert ModelSpec.from_model("demo") == ModelSpec("demo", "demo")
+    assert ModelSpec.from_model("vit_small_patch16_224").source == "timm"
+    assert ModelSpec.from_model(str(weights)).source == "file"
+    assert ModelSpec.from_model("uni", arch="vit_large_patch16_224").source == "file"
+    given = ModelSpec.from_model(tiny_backbone)
+    assert given.source == "module" and given.module is tiny_backbone

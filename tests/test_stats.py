@@ -1,4 +1,4 @@
-"""Token-level statistics against the slow pixel-level reference (METHOD.md §4–7, §9)."""
+"""Token-level statistics against the slow pixel-level reference (docs/method.md)."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_pi0_varies_in_the_equality_fixture(maps):
     t = token_stats(obs, nul)
     assert 0.2 < t.pi0 < 1.0
     assert t.lfdr.min() < 0.5 < t.lfdr.max()
-    assert t.p.min() == 0.0  # the largest observed token, as METHOD.md §5 notes
+    assert t.p.min() == 0.0  # the largest observed token, as the method notes
 
 
 @pytest.mark.parametrize("alternative", S.ALTERNATIVES)
@@ -397,7 +397,7 @@ def test_poorly_determined_lindsey_fit_is_reported(monkeypatch):
     from statsmodels.tools.sm_exceptions import ConvergenceWarning
 
     def unconverged(z, null_proportion, null_pdf, deg):
-        warnings.warn("IRLS did not converge", ConvergenceWarning)
+        warnings.warn("IRLS did not converge", ConvergenceWarning, stacklevel=2)
         return np.full(z.shape, 0.5)
 
     monkeypatch.setattr(S._smt, "local_fdr", unconverged)

@@ -50,7 +50,8 @@ def _maps(seed, ties=False, zeros=False, dtype=torch.float32, shape=(60, 256), f
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize("case", [{"seed": 0}, {"seed": 1, "ties": True}, {"seed": 2, "zeros": True},
-                                  {"seed": 3, "dtype": torch.float64}, {"seed": 4, "dtype": torch.float16, "floor": 1e-3}])
+                                  {"seed": 3, "dtype": torch.float64},
+                                  {"seed": 4, "dtype": torch.float16, "floor": 1e-3}])
 @pytest.mark.parametrize("p_method,alternative", [("pooled", "two-sided"), ("null", "greater"),
                                                   ("pooled", "greater")])
 def test_paper_statistics_are_unchanged(case, p_method, alternative):

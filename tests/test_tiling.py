@@ -93,7 +93,7 @@ def test_layout_rejects_bad_overlap():
         RunConfig(null_scope="image").validate()
     with pytest.raises(ValueError, match="tile_scale"):
         RunConfig(tiled=True, tile_scale=0).validate()
-    with pytest.raises(ValueError, match="null_scope must be one of"):
+    with pytest.raises(ValueError, match="null_scope='tiles' is not supported"):
         RunConfig(tiled=True, null_scope="tiles").validate()
 
 

@@ -19,6 +19,9 @@ except PackageNotFoundError:  # source tree without an install
 _PUBLIC = {
     "regularize": "napari_attnreg.core.engine",
     "regularize_stack": "napari_attnreg.core.engine",
+    "StackResults": "napari_attnreg.core.engine",
+    "PartialStackWarning": "napari_attnreg.core.engine",
+    "Thresholds": "napari_attnreg.core.thresholds",
     "run_engine": "napari_attnreg.core.engine",
     "RunConfig": "napari_attnreg.core.engine",
     "CancelToken": "napari_attnreg.core.engine",

@@ -14,6 +14,7 @@ import csv
 import glob
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -88,49 +89,95 @@ def output_path(out_dir: Path, item: BatchItem, plane: tuple[int, ...] | None) -
     return out_dir / item.relative / (name + RESULT_SUFFIX)
 
 
+def read_stack(path: Path, channel_axis: int | None = None) -> Any:
+    """An image file as a :class:`~napari_attnreg.core.planes.PlaneStack`.
+
+    The layout comes from the file where it says so (a TIFF's ImageJ/OME/tifffile axes, an
+    animated GIF's frames), else from the shape by the PlaneStack rules; ``channel_axis``
+    (``--channel-axis``) overrides both.
+
+    Raises
+    ------
+    ValueError
+        The file is missing or not a readable image (the message names it), or its layout is
+        ambiguous (the message says how to choose).
+    """
+    from .core.planes import PlaneStack
+
+    path = Path(path)
+    data, hints = _read_with_layout(path)
+    if channel_axis is not None:
+        hints = {"channel_axis": channel_axis}
+    return PlaneStack.from_array(data, **hints)
+
+
 def read_image(path: Path) -> np.ndarray:
-    """Read a TIFF (tifffile), an OME-Zarr folder (zarr) or any format imageio knows."""
+    """Read a TIFF (tifffile), an OME-Zarr folder (zarr) or any format imageio knows.
+
+    Raises
+    ------
+    ValueError
+        The file is missing or not a readable image; the message names it.
+    """
+    return np.asarray(_read_with_layout(Path(path))[0])
+
+
+def _read_with_layout(path: Path) -> tuple[Any, dict[str, Any]]:
+    """The pixels and the layout the file itself states (``PlaneStack.from_array`` keywords)."""
     if _is_zarr(path):
         from .core.lazy import open_lazy
 
-        return open_lazy(path).read(slice(None), slice(None))
+        return open_lazy(path).read(slice(None), slice(None)), {}
     if not path.is_file():
         raise ValueError(f"No such image file: {path}")
-    if path.suffix.lower() in (".tif", ".tiff"):
-        import tifffile
+    try:
+        if path.suffix.lower() in (".tif", ".tiff"):
+            return _read_tiff(path)
+        import imageio.v3 as iio
 
-        return tifffile.imread(path)
-    import imageio.v3 as iio
-
-    return iio.imread(path)
-
-
-def planes(image: np.ndarray, channel_axis: int | None) -> list[tuple[tuple[int, ...] | None, np.ndarray]]:
-    """Split an nD stack into 2D planes; RGB(A) and channel-axis images stay whole."""
-    rgb = image.ndim == 3 and image.shape[-1] in (3, 4)
-    spatial = 2 + (1 if rgb or channel_axis is not None else 0)
-    if image.ndim <= spatial:
-        return [(None, image)]
-    if channel_axis is not None:
-        raise ValueError("--channel-axis with a stack of more than one plane is ambiguous; "
-                         "split the stack first.")
-    lead = image.shape[: image.ndim - spatial]
-    return [(tuple(int(i) for i in idx), image[idx]) for idx in np.ndindex(lead)]
+        frames = iio.improps(path).is_batch
+        data = iio.imread(path)
+    except (ValueError, OSError, SyntaxError, IndexError, EOFError) as err:  # PIL: SyntaxError
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(f"{path} is not a readable image ({reason}); check that the file is "
+                         "complete and that its extension matches its format.") from None
+    if frames and data.ndim >= 3:  # an animated GIF/WebP: frames are planes, colours stay whole
+        if data.shape[0] == 1:
+            return data[0], {}
+        return data, {"channel_last": True} if data.ndim == 4 else {"rgb": False}
+    return data, {}
 
 
-_BACKBONES: dict[tuple[str, str | None], Any] = {}
+def _read_tiff(path: Path) -> tuple[np.ndarray, dict[str, Any]]:
+    import tifffile
+
+    from .core.planes import layout_from_axes
+
+    with tifffile.TiffFile(path) as tif:
+        if not tif.series:
+            raise ValueError("the TIFF holds no image")
+        series = tif.series[0]
+        return series.asarray(), layout_from_axes(series.axes)
+
+
+def planes(image: Any, channel_axis: int | None) -> list[tuple[tuple[int, ...] | None, np.ndarray]]:
+    """Split an image file's array into planes (None for a single image), by the rules of
+    :class:`~napari_attnreg.core.planes.PlaneStack`; RGB(A) and channel images stay whole."""
+    from .core.planes import PlaneStack
+
+    stack = PlaneStack.from_array(image, channel_axis=channel_axis)
+    return [(index or None, stack.read(index)[0]) for index in stack.planes()]
 
 
 def cached_backbone(model: Any, arch: str | None = None) -> Any:
-    """The backbone for a model spec, loaded once per process (a Dask worker keeps its own)."""
-    from .core.backbones import Backbone, load_backbone
+    """The backbone for a model spec, from the pipeline service's model cache (one model per
+    process: a Dask worker keeps the one it loaded for the next image)."""
+    from .core.backbones import Backbone
+    from .core.service import ModelSpec, load_model
 
     if isinstance(model, Backbone):
         return model
-    key = (str(model), arch)
-    if key not in _BACKBONES:
-        _BACKBONES[key] = load_backbone(model, arch=arch)
-    return _BACKBONES[key]
+    return load_model(ModelSpec.from_model(model, arch))
 
 
 def figure_view(result: Any, display: np.ndarray,
@@ -183,6 +230,7 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
     stopping the batch; errors of the model or the options propagate.
     """
     from .core.engine import RunConfig, drain, run_engine
+    from .core.service import user_message
 
     single = output_path(out_dir, item, None)
     if single.is_file() and not overwrite:
@@ -190,33 +238,36 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
     backbone = cached_backbone(model, arch)
     try:
         lazy = _lazy_input(item.source, opts)
-        parts = [(None, lazy)] if lazy is not None else planes(read_image(item.source),
-                                                                opts.get("channel_axis"))
+        stack = None if lazy is not None else read_stack(item.source, opts.get("channel_axis"))
     except (ValueError, OSError) as err:
         return [_failed_row(item, None, str(err))]
     rows = []
-    while parts:  # popped, so a large image's raw pixels are freed once it is prepared
-        plane, data = parts.pop(0)
+    for index in stack.planes() if stack is not None else [()]:
+        plane = index or None
         out = output_path(out_dir, item, plane)
         if out.is_file() and not overwrite:
             rows.append(_skipped(item, plane, out))
             continue
         label = str(item.relative) + ("" if plane is None else f" plane {plane}")
-        config = RunConfig(**opts, extra={"source": str(item.source),
-                                          "plane": "" if plane is None else "-".join(map(str, plane))})
         t0 = time.perf_counter()
         try:
+            data, channel_axis = (lazy, opts.get("channel_axis")) if stack is None \
+                else stack.read(index)
+            config = RunConfig(**{**opts, "channel_axis": channel_axis},
+                               extra={"source": str(item.source),
+                                      "plane": "" if plane is None else "-".join(map(str, plane))})
             prepared = _prepare(data, backbone, config)
-            del data
+            del data  # a large plane's raw pixels are freed once it is prepared
             with _progress_bar(config, label, quiet) as tick:
                 result = drain(run_engine(prepared, backbone, config), tick)
             result.save(out)
             if figure is not None:
                 small, display = figure_view(result, prepared.display)
-                figure(small, display, out.with_name(out.name[: -len(RESULT_SUFFIX)] + FIGURE_SUFFIX),
+                figure_path = out.with_name(out.name[: -len(RESULT_SUFFIX)] + FIGURE_SUFFIX)
+                figure(small, display, figure_path,
                        f"{label} — {result.summary()}")
         except (ValueError, MemoryError, OSError) as err:  # this image's fault: report, go on
-            rows.append(_failed_row(item, plane, str(err)))
+            rows.append(_failed_row(item, plane, user_message(err)))
             continue
         print(f"{label}: {result.summary()}\n  -> {out}")
         rows.append(_row(item, plane, out, result, time.perf_counter() - t0, "done"))
@@ -244,7 +295,8 @@ def _skipped(item: BatchItem, plane: tuple[int, ...] | None, out: Path) -> dict[
     try:
         result = AttentionResult.load(out)
     except (ValueError, OSError) as err:  # a result from elsewhere or damaged: say so, keep it
-        return _failed_row(item, plane, f"existing output {out} unreadable ({err}); use --overwrite")
+        return _failed_row(item, plane,
+                           f"existing output {out} unreadable ({err}); use --overwrite")
     seconds = result.metadata.get("timings", {}).get("total_s", float("nan"))
     return _row(item, plane, out, result, seconds, "skipped (exists)")
 
@@ -286,6 +338,30 @@ class _progress_bar:
             self.bar.close()
 
 
+def prepare_output_dir(out_dir: str | Path) -> Path:
+    """Create the output folder (and parents) and check that files can be written in it.
+
+    Called before any image is read, so a wrong ``--out`` fails at once.
+
+    Raises
+    ------
+    ValueError
+        ``out_dir`` is an existing file, cannot be created, or is not writable.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"The output folder {out_dir} is an existing file; give --out a folder "
+                         "path (it is created if missing).")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):  # permissions, read-only mounts, quotas
+            pass
+    except OSError as err:
+        raise ValueError(f"Cannot write results into {out_dir} ({err.strerror or err}); give "
+                         "--out a folder you can write to.") from None
+    return out_dir
+
+
 def write_summary(rows: Iterable[dict[str, Any]], path: Path) -> Path:
     """``summary.csv``: one row per image/plane, written whole (atomically) each time."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -325,7 +401,11 @@ def run_batch(items: Sequence[BatchItem], out_dir: Path, model: Any, arch: str |
     from .core.engine import RunConfig
 
     RunConfig(**opts).validate()  # an option error is everyone's error: fail before any work
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = prepare_output_dir(out_dir)
+    if not (workers or scheduler):  # a size below one patch is wrong for every image too
+        from .core.images import check_target_size
+
+        check_target_size(opts.get("target_size", "model"), cached_backbone(model, arch).patch_size)
     summary = out_dir / "summary.csv"
     rows: list[dict[str, Any]] = []
     if workers or scheduler:

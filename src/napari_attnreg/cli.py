@@ -69,8 +69,9 @@ def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
 
     Returns the :class:`~napari_attnreg.batch.BatchReport` (rows of ``summary.csv``).
     """
-    from .batch import cached_backbone, collect_inputs, run_batch
+    from .batch import cached_backbone, collect_inputs, prepare_output_dir, run_batch
 
+    prepare_output_dir(out_dir)  # a wrong --out fails before the model loads
     items = collect_inputs(paths, recursive=recursive)
     if not (workers or scheduler):  # on a cluster the workers load it; here it is checked now
         backbone = cached_backbone(model, arch)

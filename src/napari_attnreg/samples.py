@@ -36,7 +36,10 @@ def demo_mask() -> np.ndarray:
     """Ground-truth mask of the decisive objects in :func:`demo_image`."""
     import tifffile
 
-    return tifffile.imread(DATA_DIR / DEMO_MASK) > 0
+    path = DATA_DIR / DEMO_MASK
+    if not path.is_file():
+        raise ValueError(f"The bundled sample mask is missing ({path}); reinstall napari-attnreg.")
+    return tifffile.imread(path) > 0
 
 
 def skimage_sample(name: str) -> np.ndarray:
@@ -45,4 +48,9 @@ def skimage_sample(name: str) -> np.ndarray:
         raise ValueError(f"Unknown sample {name!r}; choose one of {sorted(SKIMAGE_SAMPLES)}.")
     from skimage import data
 
-    return getattr(data, name)()
+    try:
+        return getattr(data, name)()
+    except (OSError, ImportError) as err:  # not bundled: pooch fetches it once, online
+        raise ValueError(f"scikit-image's sample {name!r} could not be loaded ({err}); it is "
+                         "downloaded once on first use: connect to the internet once, or use "
+                         "the bundled demo image.") from None

@@ -67,7 +67,8 @@ class KernelSession:
         while not predicate():
             if time.perf_counter() > end:
                 raise AssertionError(f"timed out after {timeout} s waiting for {what}; "
-                                     f"errors={self.errors} streams={''.join(self.streams)[-2000:]}")
+                                     f"errors={self.errors} "
+                                     f"streams={''.join(self.streams)[-2000:]}")
             self.pump(0.05)
 
     def idle_after(self, msg_id: str) -> float | None:
@@ -85,11 +86,13 @@ class KernelSession:
         while reply["parent_header"].get("msg_id") != msg_id:
             reply = self.kc.get_shell_msg(timeout=timeout)
         if reply["content"]["status"] != "ok":
-            raise AssertionError("cell failed:\n" + "\n".join(reply["content"].get("traceback", [])))
+            trace = "\n".join(reply["content"].get("traceback", []))
+            raise AssertionError("cell failed:\n" + trace)
         return "".join(self.streams[n_streams:])
 
     def find_comm(self, **match: Any) -> str:
-        hits = [cid for cid, st in self.comms.items() if all(st.get(k) == v for k, v in match.items())]
+        hits = [cid for cid, st in self.comms.items()
+                if all(st.get(k) == v for k, v in match.items())]
         if len(hits) != 1:
             raise AssertionError(f"expected one widget with {match}, found {len(hits)}")
         return hits[0]
@@ -110,7 +113,8 @@ class KernelSession:
         return msg["header"]["msg_id"]
 
     def values_of(self, comm_id: str, key: str) -> list[tuple[float, Any]]:
-        return [(u.t, u.state[key]) for u in self.updates if u.comm_id == comm_id and key in u.state]
+        return [(u.t, u.state[key]) for u in self.updates
+                if u.comm_id == comm_id and key in u.state]
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
+from napari_attnreg.core import service as service_module
 from napari_attnreg.core.result import AttentionResult
 from napari_attnreg.notebook import (
     AttentionExplorer,
     render,
 )
-from napari_attnreg.notebook import explorer as explorer_module
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def test_controls_and_state_are_linked(explorer):
     assert c["p_th"].value == pytest.approx(0.05)
     assert "device" in c and "cpu" in c["device"].options
     assert explorer.buttons["cancel"].disabled and not explorer.buttons["run"].disabled
-    with pytest.raises(Exception, match="p_th must be in"):
+    with pytest.raises(Exception, match="p_th must be a finite number in"):
         explorer.p_th = 1.5
     with pytest.raises(ValueError, match="Unknown colormap"):
         explorer.colormap = "no-such-map"
@@ -56,10 +56,10 @@ def test_run_gives_result_status_timings_and_save(explorer, tmp_path):
     assert isinstance(result, AttentionResult)
     assert result.metadata["n_boot"] == 12 and result.grid_shape == (14, 12)
     assert explorer.status.startswith("Done in") and "nulls" in explorer.status
-    assert explorer._progress.value == 1.0
+    assert explorer.run_panel.progress.value == 1.0
     # the overlay now covers the image, and the view was sent exactly the rendered pixels
     assert not np.array_equal(before, explorer.rendered)
-    np.testing.assert_array_equal(explorer._view.displayed(), explorer.rendered)
+    np.testing.assert_array_equal(explorer.canvas.view.displayed(), explorer.rendered)
     explorer.p_th = 0.2
     assert explorer.result.thresholds["p_th"] == pytest.approx(0.2)
     loaded = AttentionResult.load(explorer.save(tmp_path / "run.npz"))
@@ -70,7 +70,7 @@ def test_run_gives_result_status_timings_and_save(explorer, tmp_path):
 def test_thresholds_rerender_without_recomputing(explorer, monkeypatch):
     explorer.run(wait=True)
     calls = []
-    monkeypatch.setattr(explorer_module, "run_engine",
+    monkeypatch.setattr(service_module, "run_engine",
                         lambda *a, **k: calls.append(1) or iter(()))
     explorer.rule = "p"
     explorer.p_th = 1.0
@@ -80,11 +80,11 @@ def test_thresholds_rerender_without_recomputing(explorer, monkeypatch):
     strict = explorer.rendered.copy()
     assert kept_loose > 0 and int(explorer.result.significant().sum()) == 0
     assert not np.array_equal(loose, strict)
-    assert "0/168" in explorer._summary.value
+    assert "0/168" in explorer.summary_panel.summary.value
     explorer.overlay = "attention"
     explorer.outline = False
     explorer.opacity = 0.0  # a transparent overlay shows the bare image
-    np.testing.assert_array_equal(explorer.rendered, render.composite(explorer._base))
+    np.testing.assert_array_equal(explorer.rendered, render.composite(explorer.image_panel.base))
     assert calls == []
 
 
@@ -101,8 +101,8 @@ def test_cancel_stops_a_background_run(blob_image, tiny_backbone):
         assert ex.running and not ex.buttons["cancel"].disabled
         while len(seen) < 3:
             await asyncio.sleep(0.01)
-            if ex._progress.value > 0:
-                seen.append(ex._progress.value)
+            if ex.run_panel.progress.value > 0:
+                seen.append(ex.run_panel.progress.value)
         ex.buttons["cancel"].click()
         return await ex.wait()
 
@@ -112,7 +112,7 @@ def test_cancel_stops_a_background_run(blob_image, tiny_backbone):
     assert result is not None and result.metadata["n_boot"] == 4
     np.testing.assert_allclose(result.attention, previous.attention)
     assert ex.status.startswith("Cancelled") and "previous result is still shown" in ex.status
-    assert ex._progress.value < 0.5 and ex._progress.bar_style == "warning"
+    assert ex.run_panel.progress.value < 0.5 and ex.run_panel.progress.bar_style == "warning"
     assert seen == sorted(seen)
     ex.close()
 
@@ -121,12 +121,12 @@ def test_bad_input_and_failed_model_keep_the_previous_result(explorer):
     explorer.run(wait=True)
     shown = explorer.rendered.copy()
     explorer.set_image(np.zeros(5))
-    assert "at least 2 dimensions" in explorer.status
+    assert "at least 2 axes" in explorer.status  # the core's PlaneStack message
     np.testing.assert_array_equal(explorer.rendered, shown)
 
     explorer.model_name = "/nonexistent/weights.safetensors"
     assert explorer.run(wait=True) is None
-    assert explorer._status.value.count("c62828") == 1  # shown as an error
+    assert explorer.run_panel.status.value.count("c62828") == 1  # shown as an error
     assert "weights.safetensors" in explorer.status and "previous result is kept" in explorer.status
     assert explorer.result is not None
     np.testing.assert_array_equal(explorer.rendered, shown)
@@ -153,12 +153,12 @@ def test_grayscale_rgb_and_16bit(kind, blob_image, tiny_backbone):
 def test_nd_stack_asks_for_a_slice(blob_image, tiny_backbone):
     stack = np.stack([blob_image, blob_image[::-1], blob_image[:, ::-1]])
     ex = AttentionExplorer(stack, tiny_backbone, n_boot=4, device="cpu", view="image")
-    assert "choose the plane" in ex.status and len(ex._slice_sliders) == 1
-    ex._slice_sliders[0].value = 2
+    assert "choose the plane" in ex.status and len(ex.image_panel.sliders) == 1
+    ex.image_panel.sliders[0].value = 2
     assert ex.slice_index == (2,)
     result = ex.run(wait=True)
     assert result.metadata["slice"] == [2] and result.image_shape == (96, 80)
-    ex._slice_sliders[0].value = 0  # another plane: no overlay of plane 2 on it
+    ex.image_panel.sliders[0].value = 0  # another plane: no overlay of plane 2 on it
     assert ex._current_result() is None and "press Run" in ex.status
     ex.close()
 
@@ -168,13 +168,13 @@ def test_roi_mask_table_and_csv(blob_image, tiny_backbone, tmp_path):
     roi[15:45, 5:35] = True
     ex = AttentionExplorer(blob_image, tiny_backbone, n_boot=8, device="cpu", view="image",
                            roi=roi)
-    assert "run the analysis" in ex._roi_table.value
+    assert "run the analysis" in ex.roi_panel.table.value
     ex.run(wait=True)
     label = ex.add_roi(rectangle=(60, 50, 85, 75))
     assert label == 2
     rows = ex.roi_table()
     assert [r["label"] for r in rows] == [1, 2] and rows[0]["area_px"] == 900
-    assert ex._roi_table.value.count("<tr>") == 3  # header + 2 ROIs
+    assert ex.roi_panel.table.value.count("<tr>") == 3  # header + 2 ROIs
     path = ex.export_roi_csv(tmp_path / "rois.csv")
     with open(path, newline="") as fh:
         assert [row["label"] for row in csv.DictReader(fh)] == ["1", "2"]
@@ -190,11 +190,11 @@ def test_drawing_a_rectangle_with_the_mouse_adds_an_roi(blob_image, tiny_backbon
 
     ex = AttentionExplorer(blob_image, tiny_backbone, n_boot=4, device="cpu", view="ipympl")
     ex.draw_mode = "rectangle"
-    click_and_drag(ex._view.rectangle, start=(10, 20), end=(40, 50))  # (x, y) data coords
+    click_and_drag(ex.canvas.view.rectangle, start=(10, 20), end=(40, 50))  # (x, y) data coords
     labels = ex.roi_labels
     assert labels is not None and labels.max() == 1
     rows, cols = np.nonzero(labels)
     assert (rows.min(), rows.max(), cols.min(), cols.max()) == (20, 50, 10, 40)
     ex.draw_mode = "polygon"
-    assert not ex._view.rectangle.get_active() and ex._view.polygon.get_active()
+    assert not ex.canvas.view.rectangle.get_active() and ex.canvas.view.polygon.get_active()
     ex.close()

@@ -9,13 +9,14 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
+from napari_attnreg.core import service as service_module
 from napari_attnreg.core.display import (
     MAPS_BY_KEY,
     SIGNIFICANT_COLOR,
     significance_caption,
 )
+from napari_attnreg.core.options import option
 from napari_attnreg.notebook import AttentionExplorer, render
-from napari_attnreg.notebook import explorer as explorer_module
 
 
 @pytest.fixture
@@ -28,7 +29,9 @@ def explorer(blob_image, tiny_backbone):
 def test_preset_control_resets_thresholds(explorer):
     c = explorer.controls
     assert explorer.preset == "directional" and c["preset"].value == "directional"
-    assert "HIGHER" in c["preset"].tooltip and "BELOW" in c["preset"].tooltip
+    # labels and tooltips are the core's option metadata
+    assert c["preset"].tooltip == option("preset").help and "HIGHER" in c["preset"].tooltip
+    assert c["preset"].description == option("preset").label
     assert (explorer.rule, explorer.q_th, explorer.z_th) == ("q", pytest.approx(0.1), None)
     assert not c["z_mask"].value and c["z_th"].disabled
     assert all(c[k].tooltip for k in ("rule", "q_th", "z_mask", "z_th"))
@@ -60,22 +63,23 @@ def test_explicit_thresholds_win_over_the_preset(blob_image, tiny_backbone):
 def test_directional_run_shows_display_titles_legends_and_live_q(explorer, monkeypatch):
     result = explorer.run(wait=True)
     assert result.preset == "directional" and result.metadata["alternative"] == "greater"
-    assert explorer._colorbar_label.value == "regularized (q ≤ 0.1)"
-    assert MAPS_BY_KEY["regularized"].legend("directional") in explorer._legend.value
+    assert explorer.display_panel.colorbar_label.value == "regularized (q ≤ 0.1)"
+    assert MAPS_BY_KEY["regularized"].legend("directional") in explorer.display_panel.legend.value
     explorer.overlay = "pvalue"
-    assert explorer._colorbar_label.value == "−log10 p, above null"
-    assert "one-sided" in explorer._legend.value
-    assert float(explorer._colorbar_hi.value) == pytest.approx(
+    assert explorer.display_panel.colorbar_label.value == "−log10 p, above null"
+    assert "one-sided" in explorer.display_panel.legend.value
+    assert float(explorer.display_panel.colorbar_hi.value) == pytest.approx(
         MAPS_BY_KEY["pvalue"].limits(result)[1], rel=1e-2)
     explorer.overlay = "posterior"
-    assert explorer._colorbar_label.value == "P(above null)"
+    assert explorer.display_panel.colorbar_label.value == "P(above null)"
     # thresholds move live: the count follows, nothing is recomputed
-    monkeypatch.setattr(explorer_module, "run_engine", lambda *a, **k: pytest.fail("recomputed"))
-    before = explorer._summary.value
+    monkeypatch.setattr(service_module, "run_engine", lambda *a, **k: pytest.fail("recomputed"))
+    before = explorer.summary_panel.summary.value
     explorer.controls["q_th"].value = 1.0
-    assert explorer._summary.value != before
-    assert "168/168 patches significant (q ≤ 1), above the null" in explorer._summary.value
-    assert significance_caption(result, explorer.thresholds()) in explorer._summary.value
+    assert explorer.summary_panel.summary.value != before
+    summary = explorer.summary_panel.summary.value
+    assert "168/168 patches significant (q ≤ 1), above the null" in summary
+    assert significance_caption(result, explorer.thresholds()) in summary
     assert int(explorer.result.significant().sum()) == 168
 
 
@@ -84,9 +88,9 @@ def test_paper_run_uses_the_papers_names(explorer):
     result = explorer.run(wait=True)
     assert result.preset == "paper"
     explorer.overlay = "pvalue"
-    assert explorer._colorbar_label.value == "−log10 p (two-sided)"
-    assert "BELOW" in explorer._legend.value
-    assert "paper's two-sided test" in explorer._summary.value
+    assert explorer.display_panel.colorbar_label.value == "−log10 p (two-sided)"
+    assert "BELOW" in explorer.display_panel.legend.value
+    assert "paper's two-sided test" in explorer.summary_panel.summary.value
 
 
 def test_outline_is_drawn_in_the_significant_colour(explorer):
@@ -95,11 +99,13 @@ def test_outline_is_drawn_in_the_significant_colour(explorer):
     explorer.rule, explorer.p_th = "p", 0.5  # some patches in, some out
     sig = explorer.result.significant()
     assert 0 < sig.sum() < sig.size
-    expected = render.boundary(sig.ravel()[explorer._token_index], explorer._line_width())
+    canvas = explorer.canvas
+    expected = render.boundary(sig.ravel()[canvas.token_index], canvas.line_width())
     assert expected.any()
     np.testing.assert_array_equal(explorer.rendered[expected],
                                   np.tile(render.SIGNIFICANT_COLOR, (int(expected.sum()), 1)))
-    assert SIGNIFICANT_COLOR in explorer._legend.value  # the legend names the outline colour
+    # the legend names the outline colour
+    assert SIGNIFICANT_COLOR in explorer.display_panel.legend.value
 
 
 def test_diagnostics_of_a_random_model_are_shown(blob_image, tiny_backbone):
@@ -107,13 +113,14 @@ def test_diagnostics_of_a_random_model_are_shown(blob_image, tiny_backbone):
     model.domain = "synthetic test blobs"
     ex = AttentionExplorer(blob_image, model, n_boot=8, device="cpu", view="image")
     result = ex.run(wait=True)
-    assert {"random_init", "uniform_attention", "model_domain"} <= {d.code for d in result.diagnostics}
-    shown = ex._diagnostics.value
+    codes = {d.code for d in result.diagnostics}
+    assert {"random_init", "uniform_attention", "model_domain"} <= codes
+    shown = ex.summary_panel.diagnostics.value
     assert "random weights" in shown and "nearly uniform" in shown
     assert "(synthetic test blobs)" in shown and "Model domain: synthetic test blobs" in shown
     # random weights and uniform attention, plus (B = 8) a p resolution too coarse for q ≤ 0.1
     n_warnings = sum(d.severity == "warning" for d in result.diagnostics)
     assert n_warnings >= 2 and "p_resolution" in {d.code for d in result.diagnostics}
     assert ex.status.startswith("Done in") and f"{n_warnings} warning(s) below" in ex.status
-    assert "b26a00" in ex._status.value  # shown as a warning, not as a plain success
+    assert "b26a00" in ex.run_panel.status.value  # shown as a warning, not as a plain success
     ex.close()

@@ -10,7 +10,8 @@ import pytest
 pytest.importorskip("ipywidgets")
 
 from napari_attnreg.core.engine import RunConfig
-from napari_attnreg.core.tiling import TILE_OVERLAP_MAX, TILE_SCALE_RANGE, work_shape
+from napari_attnreg.core.options import option
+from napari_attnreg.core.tiling import work_shape
 from napari_attnreg.notebook import AttentionExplorer
 
 PATCH = (8, 8)  # the bundled demo model: patch 8, 128 px input
@@ -30,19 +31,20 @@ def test_tiling_controls_default_to_the_core_and_follow_the_checkbox():
     ex = AttentionExplorer(_field((64, 48)), "demo", n_boot=4, device="cpu", view="image")
     defaults = RunConfig()
     c = ex.controls
-    assert c["tiled"].description == "Tiled (native resolution)"
-    assert "n_tiles + B" in c["tiled"].tooltip
+    assert c["tiled"].description == option("tiled").label  # the core's option metadata
+    assert c["tiled"].tooltip == option("tiled").help
     assert (ex.tiled, ex.tile_overlap, ex.tile_scale) == (
         defaults.tiled, defaults.tile_overlap, defaults.tile_scale)
-    assert (c["tile_scale"].min, c["tile_scale"].max) == TILE_SCALE_RANGE
-    assert (c["tile_overlap"].min, c["tile_overlap"].max) == (0, TILE_OVERLAP_MAX)
+    scale, overlap = option("tile_scale"), option("tile_overlap")
+    assert (c["tile_scale"].min, c["tile_scale"].max) == (scale.minimum, scale.maximum)
+    assert (c["tile_overlap"].min, c["tile_overlap"].max) == (overlap.minimum, overlap.maximum)
     assert c["tile_overlap"].disabled and c["tile_scale"].disabled
     c["tiled"].value = True
     assert ex.tiled and not c["tile_overlap"].disabled and not c["tile_scale"].disabled
     c["tile_overlap"].value = 16
     ex.tile_scale = 2.0  # state set in code moves the control
     assert ex.tile_overlap == 16 and c["tile_scale"].value == 2.0
-    with pytest.raises(Exception, match="tile_scale must be in"):
+    with pytest.raises(Exception, match="tile_scale must be a finite number in"):
         ex.tile_scale = 0.0
     ex.close()
     # the options can be given to the constructor too, as before (RunConfig field names)
@@ -83,12 +85,13 @@ def test_tiled_run_gives_native_grid_on_the_image(shape, overlap, scale):
     # the overlay lies on the whole image: each shown pixel carries the token over it
     gh, gw = result.grid_shape
     ids = np.arange(gh * gw).reshape(gh, gw)
-    np.testing.assert_array_equal(ex._token_index, ex._grid.sample(result.to_pixels(ids)))
-    assert ex._token_index[0, 0] == 0 and ex._token_index[-1, -1] == gh * gw - 1
-    assert ex._token_index[0, -1] == gw - 1 and ex._token_index[-1, 0] == (gh - 1) * gw
-    assert ex.rendered.shape[:2] == ex._grid.shape
+    np.testing.assert_array_equal(ex.canvas.token_index,
+                                  ex.image_panel.grid.sample(result.to_pixels(ids)))
+    assert ex.canvas.token_index[0, 0] == 0 and ex.canvas.token_index[-1, -1] == gh * gw - 1
+    assert ex.canvas.token_index[0, -1] == gw - 1 and ex.canvas.token_index[-1, 0] == (gh - 1) * gw
+    assert ex.rendered.shape[:2] == ex.image_panel.grid.shape
     assert ex.status.startswith("Done in") and f"{md['n_tiles']} tiles" in ex.status
-    assert "tiled" in ex._diagnostics.value
+    assert "tiled" in ex.summary_panel.diagnostics.value
     ex.close()
 
 
@@ -103,8 +106,8 @@ def test_cancel_stops_a_tiled_background_run():
         assert ex.controls["tiled"].disabled and ex.controls["tile_overlap"].disabled
         while ex.running and not any("null images" in label for _, label in seen):
             await asyncio.sleep(0.01)
-            if ex._progress.value > 0:
-                seen.append((ex._progress.value, ex.status))
+            if ex.run_panel.progress.value > 0:
+                seen.append((ex.run_panel.progress.value, ex.status))
         ex.buttons["cancel"].click()
         return await ex.wait()
 
@@ -114,5 +117,5 @@ def test_cancel_stops_a_tiled_background_run():
     fractions = [f for f, _ in seen]
     assert fractions == sorted(fractions) and fractions[-1] < 0.5
     assert any("tiles" in label for _, label in seen)  # progress through the tiles first
-    assert ex._progress.bar_style == "warning" and not ex.controls["tiled"].disabled
+    assert ex.run_panel.progress.bar_style == "warning" and not ex.controls["tiled"].disabled
     ex.close()

@@ -12,6 +12,8 @@ import pytest
 pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
+from napari_attnreg.core.options import option  # noqa: E402
+
 SETUP = r"""
 import numpy as np, timm, torch
 torch.set_num_threads(1)
@@ -50,9 +52,10 @@ def test_run_click_progress_and_cancel_in_a_live_kernel(kernel):
     assert kernel.comms[cancel_id]["disabled"] is False
 
     # mid-run the kernel still takes slider moves and executes cells
-    p_slider = kernel.find_comm(_model_name="FloatSliderModel", description="p ≤")
+    p_slider = kernel.find_comm(_model_name="FloatSliderModel",
+                                description=option("p_th").label)
     kernel.set_value(p_slider, 0.05)
-    out = kernel.execute("print(ex.p_th, ex.running, ex._runner.task.done())", timeout=30)
+    out = kernel.execute("print(ex.p_th, ex.running, ex.run_panel.runner.task.done())", timeout=30)
     assert out.split() == ["0.05", "True", "False"]
 
     cancel = kernel.click(cancel_id)
@@ -63,7 +66,7 @@ def test_run_click_progress_and_cancel_in_a_live_kernel(kernel):
     assert stopped_at < 0.5  # far from the 3000 images requested
     assert kernel.comms[run_id]["disabled"] is False and kernel.comms[cancel_id]["disabled"] is True
 
-    out = kernel.execute("print(ex.running, ex.result is None, ex._progress.bar_style)")
+    out = kernel.execute("print(ex.running, ex.result is None, ex.run_panel.progress.bar_style)")
     assert out.split() == ["False", "True", "warning"]
 
     # a complete run from the button: the result arrives and the status shows timings

@@ -43,7 +43,8 @@ def test_picker_value_follows_dropdown_text_and_state():
     picker.value = "vit_small_patch16_224"
     assert picker.dropdown.value == OTHER and picker.other.value == "vit_small_patch16_224"
     assert picker.other.layout.display is None and picker.access.value == ""
-    picker.other.value = "hf:microsoft/rad-dino"  # typed: kept as typed, described from the catalogue
+    # typed: kept as typed, described from the catalogue
+    picker.other.value = "hf:microsoft/rad-dino"
     assert picker.value == "hf:microsoft/rad-dino" and picker.dropdown.value == OTHER
     assert "radiology" in picker.access.value and picker.other.layout.display is None
     picker.disabled = True
@@ -62,3 +63,16 @@ def test_explorer_model_control_and_offline_message(explorer, monkeypatch):
     assert explorer.run(wait=True) is None
     assert explorer.status.startswith("Could not download 'MahmoodLab/UNI'")
     assert hub.FILE_HINT in explorer.status and "load_backbone" not in explorer.status
+
+
+def test_hiding_the_text_box_keeps_the_dropdown_visible():
+    from ipywidgets import Layout
+
+    from napari_attnreg.notebook.model_picker import ModelPicker
+
+    shared = Layout(width="360px")  # the explorer passes one layout for the picker's controls
+    picker = ModelPicker(layout=shared)
+    assert picker.value == "demo" and picker.other.layout.display == "none"
+    assert picker.dropdown.layout.display != "none"  # was hidden with the text box
+    assert picker.other.layout is not picker.dropdown.layout
+    assert picker.other.layout.width == picker.dropdown.layout.width == "360px"

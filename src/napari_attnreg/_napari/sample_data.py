@@ -1,20 +1,23 @@
 """Sample data contributions (npe2 ``sample_data``): scikit-image images and the demo image.
 
 Each function returns napari ``LayerData`` tuples; the arrays come from
-:mod:`napari_attnreg.samples`, shared with the notebook and command line.
+:mod:`napari_attnreg.samples`, shared with the notebook and command line. Like the layers of
+the plugin's reader, each image states where it came from in ``metadata["source_path"]``,
+which saved results quote as their source image.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..samples import demo_image, demo_mask, skimage_sample
+from ..samples import DATA_DIR, DEMO_IMAGE, demo_image, demo_mask, skimage_sample
 
 LayerData = tuple[Any, dict[str, Any], str]
 
 
 def _skimage(name: str, **kwargs: Any) -> list[LayerData]:
-    return [(skimage_sample(name), {"name": name, **kwargs}, "image")]
+    meta = {"source_path": f"skimage.data.{name}"}
+    return [(skimage_sample(name), {"name": name, "metadata": meta, **kwargs}, "image")]
 
 
 def cell_sample() -> list[LayerData]:
@@ -35,7 +38,9 @@ def retina_sample() -> list[LayerData]:
 def demo_cells_sample() -> list[LayerData]:
     """The demo model's synthetic fluorescence field, and its decisive objects as Labels ROIs."""
     image = demo_image()
-    layers: list[LayerData] = [(image, {"name": "demo cells", "colormap": "gray"}, "image")]
+    meta = {"source_path": str(DATA_DIR / DEMO_IMAGE)}
+    layers: list[LayerData] = [(image, {"name": "demo cells", "colormap": "gray",
+                                        "metadata": meta}, "image")]
     try:
         mask = demo_mask()
     except (OSError, ValueError):  # the mask is optional; the image alone is still a sample

@@ -1,4 +1,4 @@
-"""Core library: no GUI toolkit is imported here or below (DESIGN.md).
+"""Core library: imports no GUI toolkit, here or below (runs without a display).
 
 Submodules are imported on first use of a public name. ``core.regularize`` is the module of
 regularization rules; the pipeline function is ``napari_attnreg.regularize`` (core.engine).
@@ -12,7 +12,10 @@ from typing import Any
 _PUBLIC = {
     "Backbone": "backbones", "BackboneError": "backbones", "load_backbone": "backbones",
     "CancelToken": "engine", "Progress": "engine", "RunCancelled": "engine", "RunConfig": "engine",
-    "drain": "engine", "regularize_stack": "engine",
+    "drain": "engine", "regularize_stack": "engine", "StackResults": "engine",
+    "PartialStackWarning": "engine", "Thresholds": "thresholds", "OPTIONS": "options",
+    "validate_options": "options", "PlaneStack": "planes", "ModelSpec": "service",
+    "Job": "service", "Outcome": "service", "run_job": "service",
     "resolve_device": "engine", "run_engine": "engine",
     "PreparedImage": "images", "prepare_image": "images",
     "NULL_METHODS": "nulls", "NullConfig": "nulls", "null_images": "nulls",

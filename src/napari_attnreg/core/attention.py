@@ -58,8 +58,8 @@ def cls_attention(
                          f"{backbone.in_chans}; choose {backbone.in_chans} image channels.")
     ph, pw = backbone.patch_size
     if images.shape[-2] % ph or images.shape[-1] % pw:
-        raise ValueError(f"image size {tuple(images.shape[-2:])} is not a multiple of the patch size "
-                         f"{backbone.patch_size}; prepare it with prepare_image().")
+        raise ValueError(f"image size {tuple(images.shape[-2:])} is not a multiple of the patch "
+                         f"size {backbone.patch_size}; prepare it with prepare_image().")
     idx = _resolve_layer(backbone.depth, layer)
     row, grid = backbone.adapter.cls_row(backbone.model, images, idx, backbone.num_prefix_tokens)
     maps = row.reshape(row.shape[0], row.shape[1], *grid)
@@ -69,4 +69,5 @@ def cls_attention(
         return maps
     if isinstance(head, int) and 0 <= head < maps.shape[1]:
         return maps[:, head]
-    raise ValueError(f"head must be 'mean', 'all' or an int in 0..{maps.shape[1] - 1}, got {head!r}")
+    raise ValueError(f"head must be 'mean', 'all' or an int in 0..{maps.shape[1] - 1}, "
+                     f"got {head!r}")

@@ -8,8 +8,12 @@ the pipeline only sees :class:`Backbone`.
 
 from __future__ import annotations
 
+import copy
+import difflib
 import json
-from dataclasses import dataclass, field
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +30,79 @@ _WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".ckpt", ".bin")
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
 _IMAGENET_STD = (0.229, 0.224, 0.225)
 
-__all__ = ["Backbone", "BackboneError", "load_backbone", "read_state_dict"]
+__all__ = ["Backbone", "BackboneError", "load_backbone", "read_state_dict", "resolve_device"]
+
+DEVICE_CHOICES = "use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``auto`` → cuda → mps → cpu; an explicit device that is not available is an error.
+
+    Only compute devices are accepted: ``"meta"`` and other tensor types would leave a model
+    without data, so they are refused before anything is moved.
+    """
+    if not isinstance(device, (str, torch.device)):
+        raise ValueError(f"device={device!r} is not a compute device; {DEVICE_CHOICES}.")
+    name = str(device).strip().lower()
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(f"device={device!r} is not a compute device; {DEVICE_CHOICES}.") from err
+    if dev.type not in ("cpu", "cuda", "mps") or (dev.type == "cpu" and dev.index not in (None, 0)):
+        raise ValueError(f"device={device!r} is not a compute device; {DEVICE_CHOICES}.")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device!r} was asked for but no CUDA GPU is available; "
+                             "use device='auto' or 'cpu'.")
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(f"device={device!r} was asked for but this machine has {count} CUDA "
+                             f"GPU(s) (cuda:0..cuda:{count - 1}); use one of those or 'auto'.")
+    if dev.type == "mps" and not (getattr(torch.backends, "mps", None)
+                                  and torch.backends.mps.is_available()):
+        raise ValueError(f"device={device!r} was asked for but Apple MPS is not available; "
+                         "use 'auto' or 'cpu'.")
+    return torch.device("cpu") if dev.type == "cpu" else dev
+
+
+def _device_key(device: torch.device | str) -> str:
+    """One name per physical device: 'cuda' and 'cuda:0' (when 0 is current) are the same."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None and torch.cuda.is_available():
+        dev = torch.device("cuda", torch.cuda.current_device())
+    elif dev.type in ("mps", "cpu") and dev.index is None:
+        dev = torch.device(dev.type, 0)
+    return str(dev)
+
+
+def copy_module(module: nn.Module, convert: Callable[[torch.Tensor], torch.Tensor]) -> nn.Module:
+    """A structural copy of ``module`` whose parameters and buffers are ``convert(tensor)``.
+
+    Submodules, flags and attributes are new objects, so changing them (eval mode, dynamic
+    image size, a device move) never reaches ``module``. ``convert=lambda t: t`` shares the
+    tensors' memory (no copy of the weights); ``lambda t: t.to(device)`` copies them straight
+    to ``device`` without a second copy in host memory.
+    """
+    with torch.inference_mode(False), torch.no_grad():
+        memo: dict[int, Any] = {}
+        for param in module.parameters():
+            memo[id(param)] = nn.Parameter(convert(param.detach()),
+                                           requires_grad=param.requires_grad)
+        for buffer in module.buffers():
+            memo[id(buffer)] = convert(buffer.detach())
+        try:
+            return copy.deepcopy(module, memo)
+        except (TypeError, RuntimeError, AttributeError, copy.Error) as err:
+            raise BackboneError(
+                f"{type(module).__name__} cannot be copied ({err}), and napari-attnreg does not "
+                "change a module it was given; pass a timm or transformers model, or a weights "
+                "file with arch=...") from err
 
 
 @dataclass
@@ -69,6 +145,10 @@ class Backbone:
     domain: str | None = None
     description: str = ""
     adapter: Any = None
+    _copies: dict[str, nn.Module] = field(default_factory=dict, init=False, repr=False,
+                                          compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False,
+                                  compare=False)
 
     def __post_init__(self) -> None:
         if self.adapter is None:
@@ -100,8 +180,46 @@ class Backbone:
         return self.weights == "random-init"
 
     def to(self, device: torch.device | str) -> Backbone:
-        self.model.to(device)
+        """Move this backbone's own model to ``device`` in place (at load time).
+
+        Runs never call this: a backbone may be shared by several runs, so a run takes
+        :meth:`on` its device instead.
+        """
+        dev = resolve_device(device)
+        with self._lock:
+            self.model.to(dev)
+            self._copies.pop(_device_key(dev), None)
         return self
+
+    def on(self, device: torch.device | str) -> Backbone:
+        """This backbone with its model on ``device``, without moving the model itself.
+
+        On the model's own device this is the backbone itself. For another device a copy of
+        the model is made there once (under a lock, so concurrent runs share one copy) and
+        kept with this backbone; the returned backbone shares every other fact. Two runs on
+        different devices therefore never move the model out from under each other.
+        """
+        key = _device_key(device)
+        if key == _device_key(self.device):
+            return self
+        with self._lock:
+            model = self._copies.get(key)
+            if model is None:
+                target = torch.device(device)
+                model = copy_module(self.model, lambda t: t.to(target))
+                model.to(target)  # tensors a module keeps outside parameters and buffers
+                self._copies[key] = model
+        return replace(self, model=model)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_lock")
+        state["_copies"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     @property
     def device(self) -> torch.device:
@@ -166,19 +284,26 @@ def load_backbone(
                                 f"not with a {type(model).__name__}.")
         model, arch = weights, str(model)
     if isinstance(model, Backbone):
-        bb = model
-    elif isinstance(model, nn.Module):
+        # shared with its other users: never changed here, only copied to another device
+        return model if device is None else model.on(resolve_device(device))
+    if isinstance(model, nn.Module):
+        # the caller's module keeps its mode, flags and device: wrap a copy sharing its weights
+        own = copy_module(model, lambda t: t)
         if hf_backbones.is_transformers_module(model):
-            bb = hf_backbones.from_transformers_module(model, name=type(model).__name__,
+            bb = hf_backbones.from_transformers_module(own, name=type(model).__name__,
                                                        weights="given module")
         else:
-            bb = _from_module(model, name=type(model).__name__, weights="given module")
+            bb = _from_module(own, name=type(model).__name__, weights="given module")
     elif not isinstance(model, (str, Path)):
         raise BackboneError(
-            f"model must be a model name, a weights file path or an nn.Module, got {type(model).__name__}"
+            "model must be a model name, a weights file path or an nn.Module, got "
+            f"{type(model).__name__}"
         )
     elif str(model) == DEMO_NAME:
         bb = _load_demo()
+    elif (arch is not None and Path(str(model)).is_dir()
+          and not (Path(str(model)) / "config.json").is_file()):
+        raise _folder_error(Path(str(model)), arch)
     elif arch is not None and catalogue.find(arch) is not None and Path(str(model)).exists():
         bb = catalogue.load_entry(catalogue.find(arch), weights=Path(str(model)))
     elif catalogue.find(str(model)) is not None:
@@ -195,12 +320,36 @@ def load_backbone(
     return bb
 
 
-def _from_module(module: nn.Module, *, name: str, weights: str, cfg: dict | None = None) -> Backbone:
+def _folder_error(folder: Path, arch: str) -> BackboneError:
+    """A folder given where a timm weights file belongs: name the files it holds."""
+    found = sorted(p.name for p in folder.iterdir() if p.suffix.lower() in _WEIGHT_SUFFIXES)
+    inside = (f"; it holds {', '.join(found[:5])}: give one of those files" if found
+              else "; it holds no weights file (.safetensors, .pth, .pt, .ckpt, .bin)")
+    return BackboneError(
+        f"{folder} is a folder, but '{arch}' takes a single weights file{inside}. "
+        "(A folder is only for transformers models saved with save_pretrained, with a "
+        "config.json inside.)",
+        gui_hint="Pick the weights file itself, not the folder that holds it.")
+
+
+def _require_vit(module: nn.Module, arch: str, what: str) -> None:
+    """An architecture that is not a ViT cannot take a ViT's weights: say so before loading."""
+    for attr in ("patch_embed", "blocks"):
+        if not hasattr(module, attr):
+            raise BackboneError(
+                f"'{arch}' is not a ViT-family architecture ({type(module).__name__} has no "
+                f"'{attr}'), so it cannot be the architecture of {what}. Give the timm ViT name "
+                "the weights were trained with, e.g. arch='vit_small_patch16_224' (CLI: --arch).")
+
+
+def _from_module(module: nn.Module, *, name: str, weights: str,
+                 cfg: dict | None = None) -> Backbone:
     for attr in ("patch_embed", "blocks"):
         if not hasattr(module, attr):
             raise BackboneError(
                 f"{type(module).__name__} is not a timm ViT-family model (it has no '{attr}'); "
-                "use a timm VisionTransformer such as 'vit_small_patch16_224', DeiT, DINOv2 or EVA, "
+                "use a timm VisionTransformer such as 'vit_small_patch16_224', DeiT, DINOv2 or "
+                "EVA, "
                 "or a transformers ViTModel / Dinov2Model."
             )
     if getattr(module, "cls_token", None) is None:
@@ -214,7 +363,8 @@ def _from_module(module: nn.Module, *, name: str, weights: str, cfg: dict | None
     in_chans = int(module.patch_embed.proj.in_channels)
     img_size = getattr(module.patch_embed, "img_size", None) or (224, 224)
     input_size = tuple(cfg.get("input_size") or (in_chans, img_size[0], img_size[1]))
-    mean, std = channel_stats(cfg.get("mean", _IMAGENET_MEAN), cfg.get("std", _IMAGENET_STD), in_chans)
+    mean, std = channel_stats(cfg.get("mean", _IMAGENET_MEAN), cfg.get("std", _IMAGENET_STD),
+                              in_chans)
     _enable_dynamic_size(module)
     return Backbone(
         model=module,
@@ -228,7 +378,8 @@ def _from_module(module: nn.Module, *, name: str, weights: str, cfg: dict | None
     )
 
 
-def channel_stats(mean: Any, std: Any, in_chans: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+def channel_stats(mean: Any, std: Any,
+                  in_chans: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Per-channel mean/std of length ``in_chans``.
 
     A model whose config declares statistics for another channel count (an RGB default on a
@@ -267,13 +418,33 @@ def create_timm(name: str, *, pretrained: bool = False, **kwargs: Any) -> nn.Mod
 
     try:
         return timm.create_model(name, pretrained=pretrained, **kwargs)
-    except RuntimeError as err:
-        if "Unknown model" in str(err) or "Invalid pretrained tag" in str(err):
-            raise BackboneError(
-                f"timm does not know the model '{name}'. See timm.list_models('vit*') for names, "
-                "`attnreg models` for the catalogue, or pass a local weights file with arch=..."
-            ) from err
+    except (RuntimeError, ValueError) as err:
+        # ValueError: timm's reading of a name with a '/' that is neither a hub id nor a path
+        if isinstance(err, ValueError) or "Unknown model" in str(err) or (
+                "Invalid pretrained tag" in str(err)):
+            raise unknown_model_error(name) from err
         raise
+
+
+def unknown_model_error(name: str) -> BackboneError:
+    """No catalogue id, timm name, file or folder is called ``name``: suggest close names."""
+    import timm
+
+    from .catalogue import CATALOGUE
+
+    ids = [e.id for e in CATALOGUE]
+    close = difflib.get_close_matches(name.lower(), ids, n=3, cutoff=0.6)
+    close += [m for m in difflib.get_close_matches(_arch_of(name), timm.list_models("*vit*"),
+                                                   n=3, cutoff=0.8) if m not in close]
+    hint = f" Did you mean {', '.join(repr(c) for c in close[:3])}?" if close else ""
+    where = ""
+    if "/" in name or "\\" in name or Path(name).suffix:
+        where = f" There is no file or folder '{name}' either (from {Path.cwd()})."
+    return BackboneError(
+        f"timm does not know the model '{name}', and it is not a catalogue id or a weights "
+        f"file.{where}{hint} "
+        f"Catalogue ids: {', '.join(ids)} (`attnreg models`); timm names: "
+        "timm.list_models('vit*'); a weights file needs arch=...")
 
 
 def _arch_of(name: str) -> str:
@@ -348,17 +519,14 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     path : Path
         ``.safetensors``, ``.pth``, ``.pt``, ``.bin`` or Lightning ``.ckpt``.
     """
+    if path.is_dir():
+        raise _folder_error(path, "this model")
     if not path.is_file():
         raise BackboneError(f"Weights file not found: {path}")
     if path.suffix.lower() == ".safetensors":
-        from safetensors.torch import load_file
-
-        state = load_file(str(path))
+        state = _read_safetensors(path)
     else:
-        try:
-            state = torch.load(str(path), map_location="cpu", weights_only=True)
-        except Exception as err:
-            raise BackboneError(f"Could not read weights file {path}: {err}") from err
+        state = _read_torch_file(path)
     for key in ("state_dict", "model", "model_state_dict", "teacher"):
         if isinstance(state, dict) and key in state and isinstance(state[key], dict):
             state = state[key]
@@ -369,6 +537,44 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
         if all(k.startswith(prefix) for k in state):
             state = {k[len(prefix):]: v for k, v in state.items()}
     return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise BackboneError(
+            f"{path} is not a readable .safetensors file ({err}); it may be truncated, "
+            "corrupt or another format renamed. Download it again, or give the original file."
+        ) from err
+
+
+def _read_torch_file(path: Path) -> Any:
+    """``torch.load`` with ``weights_only``: pickled code in a checkpoint is refused, never run."""
+    import pickle
+
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        if "weights_only" in str(err) or "Unsupported global" in str(err):
+            raise BackboneError(
+                f"{path} was refused: it holds Python objects besides tensors, which could run "
+                "code when loaded. Load only checkpoints you trust; re-save the state dict "
+                "(torch.save(model.state_dict(), ...)) or as .safetensors.") from err
+        raise BackboneError(_not_a_checkpoint(path, err)) from err
+    except Exception as err:
+        # garbage makes the unpickler fail in open-ended ways (struct.error, EOFError,
+        # KeyError, RuntimeError from the zip reader, ...): all mean "not a checkpoint"
+        raise BackboneError(_not_a_checkpoint(path, err)) from err
+
+
+def _not_a_checkpoint(path: Path, err: BaseException) -> str:
+    return (f"{path} is not a readable PyTorch checkpoint ({type(err).__name__}: {err}); it may "
+            "be truncated, corrupt or another kind of file renamed. Give the original "
+            ".pth/.pt/.ckpt/.bin file or a .safetensors file.")
 
 
 def _load_weights_file(path: Path, arch: str | None) -> Backbone:
@@ -390,29 +596,38 @@ def _load_weights_file(path: Path, arch: str | None) -> Backbone:
     if proj is not None and proj.ndim == 4:  # 4-channel cell painting etc.: as the file says
         kwargs["in_chans"] = int(proj.shape[1])
     module = create_timm(arch, pretrained=False, **kwargs)
+    _require_vit(module, arch, f"the weights file {path.name}")
     load_timm_state(module, state, path.name, arch)
     return _from_module(module, name=arch, weights=str(path))
 
 
-def load_timm_state(module: nn.Module, state: dict[str, torch.Tensor], source: str, arch: str) -> None:
+def load_timm_state(module: nn.Module, state: dict[str, torch.Tensor], source: str,
+                    arch: str) -> None:
     """Load ``state`` into a timm ViT, resampling the position embedding to the model's grid."""
     own = getattr(module, "pos_embed", None)
     if "pos_embed" in state and own is not None and state["pos_embed"].shape != own.shape:
         from timm.layers import resample_abs_pos_embed
 
         npt = 0 if getattr(module, "no_embed_class", False) else module.num_prefix_tokens
-        n_old = state["pos_embed"].shape[1] - npt
-        side = round(n_old**0.5)
-        state["pos_embed"] = resample_abs_pos_embed(
-            state["pos_embed"], new_size=module.patch_embed.grid_size, old_size=(side, side),
-            num_prefix_tokens=npt,
-        )
+        old_grid = _pos_embed_grid(state["pos_embed"], npt, tuple(module.patch_embed.grid_size),
+                                   source, arch)
+        try:
+            state["pos_embed"] = resample_abs_pos_embed(
+                state["pos_embed"], new_size=module.patch_embed.grid_size, old_size=old_grid,
+                num_prefix_tokens=npt,
+            )
+        except RuntimeError as err:  # widths differ: reported below as a shape mismatch
+            raise BackboneError(
+                f"{source} does not match architecture '{arch}': its position embedding has "
+                f"shape {tuple(state['pos_embed'].shape)}, the model's {tuple(own.shape)} "
+                f"({err}). Check --arch.") from err
     try:
         missing, unexpected = module.load_state_dict(state, strict=False)
     except RuntimeError as err:  # shape mismatches are raised even with strict=False
+        lines = str(err).splitlines()
         raise BackboneError(
             f"{source} does not match architecture '{arch}' (tensor shapes differ: "
-            f"{str(err).splitlines()[1].strip() if len(str(err).splitlines()) > 1 else err}). Check --arch."
+            f"{lines[1].strip() if len(lines) > 1 else err}). Check --arch."
         ) from err
     missing = [k for k in missing if not k.startswith(("head.", "fc_norm."))]
     unexpected = [k for k in unexpected if not k.startswith(("head.", "fc_norm."))]
@@ -422,3 +637,30 @@ def load_timm_state(module: nn.Module, state: dict[str, torch.Tensor], source: s
             f"{len(missing)} missing keys (e.g. {missing[:3]}), {len(unexpected)} unexpected "
             f"(e.g. {unexpected[:3]}). Check --arch."
         )
+
+
+def _pos_embed_grid(pos_embed: torch.Tensor, num_prefix: int, model_grid: tuple[int, int],
+                    source: str, arch: str) -> tuple[int, int]:
+    """The patch grid a position embedding was trained on.
+
+    A square grid is read from the token count. A non-square one is ambiguous (192 tokens
+    may be 12×16 or 16×12 or 8×24); it is accepted only when exactly one factorisation has
+    the model's own aspect ratio.
+    """
+    if pos_embed.ndim != 3:
+        raise BackboneError(f"{source}: pos_embed has shape {tuple(pos_embed.shape)}, expected "
+                            f"(1, tokens, width); it does not fit architecture '{arch}'.")
+    n = int(pos_embed.shape[1]) - num_prefix
+    side = round(n**0.5) if n > 0 else 0
+    if n > 0 and side * side == n:
+        return side, side
+    gh, gw = model_grid
+    shapes = [(h, n // h) for h in range(1, n + 1) if n % h == 0 and h * gw == (n // h) * gh]
+    if len(shapes) == 1:
+        return shapes[0]
+    raise BackboneError(
+        f"{source}: the position embedding holds {n} patch positions after {num_prefix} prefix "
+        f"token(s), which is not a square grid, and '{arch}' has a {gh}x{gw} grid, so the "
+        "grid it was trained on (rows x columns) cannot be read from the file. Re-save the "
+        "weights with the position embedding resampled to a square grid, or use the timm "
+        "architecture whose img_size matches the training grid.")

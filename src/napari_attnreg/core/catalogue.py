@@ -113,7 +113,8 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
                    "Tiny ViT trained on synthetic fluorescence nuclei (mitotic vs normal); "
                    "a test article, not for real data."),
     _timm("uni", "UNI", "pathology", "MahmoodLab/UNI", "vit_large_patch16_224", 16, 1, 224,
-          "CC-BY-NC-ND-4.0", True, "ViT-L/16 trained with DINOv2 on 100k H&E slides (Mass General Brigham).",
+          "CC-BY-NC-ND-4.0", True,
+          "ViT-L/16 trained with DINOv2 on 100k H&E slides (Mass General Brigham).",
           img_size=224, init_values=1e-5, num_classes=0, dynamic_img_size=True),
     _timm("uni2-h", "UNI2-h", "pathology", "MahmoodLab/UNI2-h", "vit_giant_patch14_224", 14, 9, 224,
           "CC-BY-NC-ND-4.0", True, "ViT-H/14 with 8 registers, DINOv2 on 350k H&E and IHC slides.",
@@ -139,7 +140,8 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
         hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
         patch_size=16, image_size=224),
     _hf("phikon-v2", "Phikon-v2", "pathology", "owkin/phikon-v2", "dinov2", 16, 1, 224,
-        "Owkin non-commercial", False, "ViT-L/16 trained with DINOv2 on 460M public-cohort tiles (Owkin).",
+        "Owkin non-commercial", False,
+        "ViT-L/16 trained with DINOv2 on 460M public-cohort tiles (Owkin).",
         hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, patch_size=16,
         image_size=224, layerscale_value=1e-5),
     _hf("rad-dino", "RAD-DINO", "radiology", "microsoft/rad-dino", "dinov2", 14, 1, 518, "MSRLA",
@@ -163,7 +165,8 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
           "Self-supervised ViT-B/16 with rotary positions and 4 registers (Meta)."),
     _timm("dino-vits8", "DINO ViT-S/8", "natural", "timm/vit_small_patch8_224.dino",
           "vit_small_patch8_224", 8, 1, 224, "Apache-2.0", False,
-          "Self-supervised DINO ViT-S/8 on ImageNet (Meta); the attention regularization paper's model."),
+          "Self-supervised DINO ViT-S/8 on ImageNet (Meta); the attention regularization "
+          "paper's model."),
 )
 
 
@@ -199,7 +202,8 @@ def build_module(entry: CatalogueEntry, **overrides: Any):
     raise BackboneError(f"'{entry.id}' is bundled; load it with load_backbone('{entry.id}').")
 
 
-def load_entry(entry: CatalogueEntry, *, pretrained: bool = True, weights: str | Path | None = None):
+def load_entry(entry: CatalogueEntry, *, pretrained: bool = True,
+               weights: str | Path | None = None):
     """Build a catalogue model with hub weights, a local file, or random weights (tests)."""
     from . import backbones
 
@@ -237,7 +241,8 @@ def annotate(bb, entry: CatalogueEntry):
     return bb
 
 
-def _load_transformers_entry(entry: CatalogueEntry, *, pretrained: bool, weights: str | Path | None):
+def _load_transformers_entry(entry: CatalogueEntry, *, pretrained: bool,
+                             weights: str | Path | None):
     from . import hf_backbones
 
     if weights is not None:
@@ -284,11 +289,12 @@ def catalogue_table() -> str:
     """The catalogue as a plain-text table (``attnreg models``)."""
     header = ("id", "name", "domain", "loader", "patch", "input", "licence", "gated")
     rows = [header] + [
-        (e.id, e.name, e.domain, e.loader, str(e.patch_size), f"{e.input_size[1]}x{e.input_size[2]}",
-         e.licence, "yes" if e.gated else "no")
+        (e.id, e.name, e.domain, e.loader, str(e.patch_size),
+         f"{e.input_size[1]}x{e.input_size[2]}", e.licence, "yes" if e.gated else "no")
         for group in by_domain().values() for e in group
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+             for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

@@ -33,6 +33,7 @@ import torch
 from scipy.optimize import isotonic_regression
 from scipy.stats import t as student_t
 
+from .options import NULL_POOLS  # noqa: F401  (the one list of choices)
 from .stats import (
     TokenStatistics,
     _as_positive_tensor,
@@ -44,8 +45,6 @@ from .stats import (
     sorted_pool,
     z_scores,
 )
-
-from .options import NULL_POOLS  # noqa: E402  (one list of choices)
 
 
 def pooled_pvalues(z_obs: torch.Tensor, sorted_null: torch.Tensor) -> np.ndarray:

@@ -4,6 +4,21 @@
 of null images, and returns the :class:`AttentionResult` (``StopIteration.value``). Each
 yield is a cancellation point: a :class:`CancelToken` or ``generator.close()`` stops it
 before the next chunk. The napari worker runs this generator; :func:`regularize` drains it.
+
+Reproducibility. The same image, options, seed, model, device and ``chunk_size`` give a
+bit-identical result. Across chunk sizes (another ``chunk_size``, an out-of-memory halving,
+or the automatic size, which on a GPU follows the free memory) what is and is not invariant:
+
+* the null images are bit-identical (each has its own random stream, see :mod:`.nulls`);
+* the observed attention and per-head attention are bit-identical (computed alone);
+* the null images' attention scores agree to float32 rounding (relative ~1e-6): the
+  backbone's matrix products round differently for different batch sizes;
+* hence z, lfdr and the posterior agree to ~1e-5, and an empirical p-value can move by one
+  rank step of its null pool at a patch whose observed score ties a null score within that
+  rounding; a mask can differ only at such a patch.
+
+For bit-identical reruns give ``chunk_size`` explicitly (on a CPU the automatic size
+depends only on the model and the image size).
 """
 
 from __future__ import annotations
@@ -20,10 +35,10 @@ import numpy as np
 import torch
 
 from .attention import cls_attention
-from .backbones import Backbone, load_backbone
+from .backbones import Backbone, load_backbone, resolve_device
 from .diagnostics import diagnose
 from .directional import directional_statistics
-from .images import PreparedImage, TargetSize, map_over_stack, prepare_image
+from .images import ImageSizeWarning, PreparedImage, TargetSize, prepare_image
 from .nulls import NullConfig, null_images
 from .options import OPTIONS, validate_options
 from .presets import DEFAULT_PRESET, THRESHOLD_KEYS, resolve_options
@@ -162,23 +177,6 @@ class RunConfig:
         return checked
 
 
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``auto`` → cuda → mps → cpu; an explicit device that is not available is an error."""
-    name = str(device)
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' was asked for but no CUDA GPU is available; use device='auto' or 'cpu'.")
-    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise ValueError("device='mps' was asked for but Apple MPS is not available; use 'auto' or 'cpu'.")
-    return dev
-
-
 def autocast_dtype(device: torch.device, precision: Precision) -> torch.dtype | None:
     """Low-precision type for the backbone, or None for float32."""
     if precision == "float32":
@@ -203,7 +201,8 @@ def auto_chunk_size(backbone: Backbone, model_shape: tuple[int, int], device: to
     tokens = (model_shape[0] // ph) * (model_shape[1] // pw) + backbone.num_prefix_tokens
     width = backbone.embed_dim
     elem = 2 if dtype in (torch.bfloat16, torch.float16) else 4
-    per_image = tokens * width * 16 * elem + backbone.in_chans * model_shape[0] * model_shape[1] * 4 * 3
+    pixels = model_shape[0] * model_shape[1]
+    per_image = tokens * width * 16 * elem + backbone.in_chans * pixels * 4 * 3
     if device.type != "cuda":
         # CPU/MPS SDPA may fall back to the math kernel, which holds a heads×L×L matrix
         per_image += backbone.num_heads * tokens * tokens * 4
@@ -232,7 +231,7 @@ def _package_version() -> str:
         from importlib.metadata import version
 
         return version("napari-attnreg")
-    except Exception:  # running from a source tree that was never installed
+    except ImportError:  # PackageNotFoundError: a source tree that was never installed
         return "unknown"
 
 
@@ -265,29 +264,46 @@ def run_engine(
     ------
     RunCancelled
         When ``cancel`` was set; nothing partial is returned.
+    ValueError
+        For a device that is not a compute device, a ``head`` or ``layer`` the model does not
+        have, or an image that cannot be analysed; raised before any null image is drawn.
+
+    Notes
+    -----
+    The backbone is never moved: on another device the run uses :meth:`Backbone.on`'s copy.
+    Results are bit-identical for a fixed ``chunk_size``; across chunk sizes see the module's
+    "Reproducibility" paragraph.
     """
     config = config.validate()
+    device = resolve_device(config.device)  # before any work: a bad device fails at once
+    check_model_options(config, backbone)
     if config.tiled:
         from .tiled_engine import run_tiled
 
         return (yield from run_tiled(image, backbone, config, cancel))
     t_start = time.perf_counter()
-    device = resolve_device(config.device)
     dtype = autocast_dtype(device, config.precision)
+    input_warnings: list[str] = []
     if isinstance(image, PreparedImage):
         prepared = image
     else:
-        prepared = prepare_image(
-            image, patch_size=backbone.patch_size, mean=backbone.mean, std=backbone.std,
-            default_size=backbone.input_size[1:], target_size=config.target_size,
-            channel_axis=config.channel_axis, channels=config.channels, merge=config.merge,
-        )
-    if backbone.device != device:
-        backbone.to(device)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ImageSizeWarning)
+            prepared = prepare_image(
+                image, patch_size=backbone.patch_size, mean=backbone.mean, std=backbone.std,
+                default_size=backbone.input_size[1:], target_size=config.target_size,
+                channel_axis=config.channel_axis, channels=config.channels, merge=config.merge,
+            )
+        for w in caught:  # shown again to Python users; kept as a diagnostic for the GUIs
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            if issubclass(w.category, ImageSizeWarning):
+                input_warnings.append(str(w.message))
+    # the shared backbone is never moved; another device gets its own copy, kept for reuse
+    backbone = backbone.on(device)
     x = prepared.tensor.to(device)
     source = prepared.source.to(device)  # nulls are drawn in the image's own channels
     null_cfg = NullConfig(config.method, config.std_factor, config.per_channel, config.block_size)
-    head = config.head
+    head = config.head if config.head == "mean" else int(config.head)  # numpy ints too
     chunk = config.chunk_size or auto_chunk_size(backbone, prepared.model_shape, device, dtype,
                                                  config.memory_fraction)
     n_boot = int(config.n_boot)
@@ -302,7 +318,8 @@ def run_engine(
             heads_obs = cls_attention(backbone, x[None], layer=config.layer, head="all")[0].float()
         observed = heads_obs.mean(0) if head == "mean" else heads_obs[int(head)]
         timings["observed_s"] = time.perf_counter() - t0
-        yield Progress("observed", 0, n_boot, chunk, time.perf_counter() - t_start, "observed attention")
+        yield Progress("observed", 0, n_boot, chunk, time.perf_counter() - t_start,
+                       "observed attention")
 
         grid = observed.shape
         null_scores = torch.empty((n_boot, grid[0] * grid[1]), dtype=torch.float32, device=device)
@@ -340,8 +357,8 @@ def run_engine(
                     torch.cuda.empty_cache()
                 if size <= 1:
                     raise MemoryError(
-                        "Out of memory with a single null image per chunk; use a smaller target_size, "
-                        "a smaller model, or device='cpu'.")
+                        "Out of memory with a single null image per chunk; use a smaller "
+                        "target_size, a smaller model, or device='cpu'.")
                 chunk = max(1, size // 2)
                 yield Progress("nulls", done, n_boot, chunk, time.perf_counter() - t_start,
                                f"out of memory: chunk size halved to {chunk}")
@@ -359,6 +376,7 @@ def run_engine(
             cancel.raise_if_cancelled()
         t0 = time.perf_counter()
         stats, warnings_seen = _statistics(observed.reshape(-1), null_scores, config)
+        warnings_seen = input_warnings + warnings_seen
         timings["statistics_s"] = time.perf_counter() - t0
         kept = null_scores.reshape(n_boot, *grid).cpu().numpy() if config.keep_nulls else None
     timings["total_s"] = time.perf_counter() - t_start
@@ -369,8 +387,10 @@ def run_engine(
     summary = dict(stats.null_summary)
     summary.update(mu0=float(stats.mu0), sigma0=float(stats.sigma0))
     metadata = _run_metadata(config, backbone, device, dtype, chunk, timings,
-                             prepared.channel_map.kind, stats, warnings_seen, observed.cpu().numpy())
-    yield Progress("statistics", n_boot, n_boot, chunk, time.perf_counter() - t_start, "statistics done")
+                             prepared.channel_map.kind, stats, warnings_seen,
+                             observed.cpu().numpy())
+    yield Progress("statistics", n_boot, n_boot, chunk, time.perf_counter() - t_start,
+                   "statistics done")
     return AttentionResult(
         attention=observed.cpu().numpy().astype(np.float64),
         z=grid_map(stats.z), p=grid_map(stats.p), lfdr=grid_map(stats.lfdr),
@@ -380,6 +400,25 @@ def run_engine(
         patch_size=prepared.patch_size, head_attention=heads_obs.cpu().numpy().astype(np.float64),
         null_summary=summary, null_scores=kept, metadata=metadata,
     )
+
+
+def check_model_options(config: RunConfig, backbone: Backbone) -> None:
+    """Raise a ValueError for a ``head`` or ``layer`` the model does not have.
+
+    Checked before the image is prepared or any null drawn, so a typo costs nothing.
+    """
+    heads, depth = backbone.num_heads, backbone.depth
+    head = config.head
+    is_mean = isinstance(head, str) and head == "mean"
+    if not is_mean and (isinstance(head, (bool, np.bool_)) or not isinstance(
+            head, (int, np.integer)) or not 0 <= int(head) < heads):
+        raise ValueError(f"head={head!r}: {backbone.name} has {heads} attention heads; use "
+                         f"head='mean' (average of all) or a head number 0..{heads - 1}.")
+    layer = config.layer
+    if isinstance(layer, (bool, np.bool_)) or not isinstance(layer, (int, np.integer)) or not (
+            -depth <= int(layer) < depth):
+        raise ValueError(f"layer={layer!r}: {backbone.name} has {depth} blocks; use -1 for the "
+                         f"last block or a block number 0..{depth - 1} (or -{depth}..-1).")
 
 
 def _run_metadata(config: RunConfig, backbone: Backbone, device: torch.device,
@@ -413,7 +452,8 @@ def _run_metadata(config: RunConfig, backbone: Backbone, device: torch.device,
         z_sd=float(np.std(stats.z)), posterior=stats.posterior,
         smallest_p=_smallest_p(config, stats), q_th=config.q_th if config.rule == "q" else None,
         random_init=backbone.is_random_init, model_name=backbone.name,
-        domain=getattr(backbone, "domain", None), domain_note=getattr(backbone, "description", None),
+        domain=getattr(backbone, "domain", None),
+        domain_note=getattr(backbone, "description", None),
         warnings_seen=warnings_seen)]
     return metadata
 
@@ -502,14 +542,62 @@ def regularize(
     >>> result = regularize(cell(), n_boot=100, seed=1)          # doctest: +SKIP
     >>> result.posterior.shape, result.regularized("p", p_th=0.05).max()  # doctest: +SKIP
     """
+    config = _config_from(options, "regularize")
+    backbone = model if isinstance(model, Backbone) else load_backbone(model, arch=arch)
+    return drain(run_engine(image, backbone, config, cancel), progress)
+
+
+def _config_from(options: dict[str, Any], caller: str) -> RunConfig:
+    """A checked :class:`RunConfig` from keyword options (unknown names are a TypeError)."""
     known = set(RunConfig.__dataclass_fields__) - {"extra"}
     unknown = set(options) - known
     if unknown:
-        raise TypeError(f"regularize() got unknown options {sorted(unknown)}; valid: {sorted(known)}")
-    config = RunConfig(**options)
-    config.validate()
-    backbone = model if isinstance(model, Backbone) else load_backbone(model, arch=arch)
-    return drain(run_engine(image, backbone, config, cancel), progress)
+        raise TypeError(f"{caller}() got unknown options {sorted(unknown)}; valid: {sorted(known)}")
+    return RunConfig(**options).validate()
+
+
+class PartialStackWarning(UserWarning):
+    """Some planes of a stack have no result (failed, or not reached before a cancel)."""
+
+
+class StackResults(list):
+    """What :func:`regularize_stack` returns: one entry per plane, and what did not finish.
+
+    A plain list for indexing and iteration: an :class:`AttentionResult` for every finished
+    plane and ``None`` for a plane that failed or was not reached.
+
+    Attributes
+    ----------
+    errors : dict of int to str
+        Plane number (position in the list) → why that plane has no result.
+    cancelled : bool
+        The run was cancelled; the planes after the cancel point are ``None``.
+    """
+
+    def __init__(self, items: Sequence[AttentionResult | None] = (), *,
+                 errors: dict[int, str] | None = None, cancelled: bool = False) -> None:
+        super().__init__(items)
+        self.errors: dict[int, str] = dict(errors or {})
+        self.cancelled = cancelled
+
+    @property
+    def complete(self) -> bool:
+        """Every plane has a result."""
+        return all(r is not None for r in self)
+
+    @property
+    def finished(self) -> list[int]:
+        """Numbers of the planes that have a result."""
+        return [i for i, r in enumerate(self) if r is not None]
+
+    def summary(self) -> str:
+        """One sentence: how many planes finished, which failed and why, whether cancelled."""
+        text = f"{len(self.finished)} of {len(self)} planes finished"
+        if self.errors:
+            text += "; " + "; ".join(f"plane {i} failed: {msg}" for i, msg in self.errors.items())
+        if self.cancelled:
+            text += "; cancelled before the remaining planes"
+        return text + "."
 
 
 def regularize_stack(
@@ -520,30 +608,75 @@ def regularize_stack(
     progress: Callable[[int, int, Progress], Any] | None = None,
     cancel: CancelToken | None = None,
     **options: Any,
-) -> list[AttentionResult]:
+) -> StackResults:
     """:func:`regularize` on every 2D plane of an nD stack (leading axes in C order).
+
+    Finished planes are never thrown away. A plane that cannot be analysed (constant, NaN,
+    too small) gets ``None`` and its reason in ``.errors`` while the other planes go on; a
+    cancel stops after the plane in progress and returns the finished planes with
+    ``.cancelled`` set (it does not raise :class:`RunCancelled`). Both emit a
+    :class:`PartialStackWarning`. Options are checked once, before the first plane; when no
+    plane at all can be analysed the ValueError is raised. Any other error is raised with
+    the finished planes attached as its ``partial`` attribute.
 
     Parameters
     ----------
     stack : array-like
-        ``(..., H, W)`` or, with ``channel_last``, ``(..., H, W, C)``.
+        ``(..., H, W)`` or, with ``channel_last``, ``(..., H, W, C)``; with ``channel_axis=``
+        the stack's axis of channels. Planes and channels are told apart by
+        :class:`~napari_attnreg.core.planes.PlaneStack` (an ``(N, H, W, 3)`` stack needs
+        ``channel_last=True``).
     progress : callable, optional
         Called with ``(plane_index, n_planes, Progress)``.
 
     Returns
     -------
-    list of AttentionResult
-        One per plane; ``np.ndindex(stack.shape[:-2])`` gives each plane's index.
+    StackResults
+        A list with one :class:`AttentionResult` (or ``None``) per plane, in C order of the
+        plane axes (``PlaneStack.planes()``). ``.errors``,
+        ``.cancelled``, ``.complete`` and ``.summary()`` say what did not finish.
+
+    Examples
+    --------
+    >>> results = regularize_stack(zstack, n_boot=100)            # doctest: +SKIP
+    >>> results.complete, results.errors                           # doctest: +SKIP
+    (False, {3: 'The image is constant ...'})
     """
-    arr = np.asarray(stack)
-    backbone = model if isinstance(model, Backbone) else load_backbone(model, arch=options.pop("arch", None))
-    tail = 3 if channel_last else 2
-    n_planes = int(np.prod(arr.shape[: max(arr.ndim - tail, 0)], dtype=np.int64)) or 1
-    counter = iter(range(n_planes))
+    from .planes import PlaneStack
 
-    def one(plane: np.ndarray) -> AttentionResult:
-        index = next(counter)
-        cb = (lambda ev: progress(index, n_planes, ev)) if progress else None
-        return regularize(plane, backbone, progress=cb, cancel=cancel, **options)
-
-    return map_over_stack(one, arr, channel_last=channel_last)
+    arch = options.pop("arch", None)
+    config = _config_from(options, "regularize_stack")
+    planes_of = PlaneStack.from_array(stack, channel_axis=config.channel_axis,
+                                      channel_last=channel_last, stack=True)
+    backbone = model if isinstance(model, Backbone) else load_backbone(model, arch=arch)
+    check_model_options(config, backbone)
+    resolve_device(config.device)
+    planes = planes_of.planes()
+    results = StackResults([None] * len(planes))
+    for index, where in enumerate(planes):
+        if cancel is not None and cancel.cancelled:
+            results.cancelled = True
+            break
+        cb = (lambda ev, i=index: progress(i, len(planes), ev)) if progress else None
+        try:
+            plane, channel_axis = planes_of.read(where)
+            plane_config = replace(config, channel_axis=channel_axis)
+            results[index] = drain(run_engine(plane, backbone, plane_config, cancel), cb)
+        except RunCancelled:
+            results.cancelled = True
+            break
+        except ValueError as err:  # this plane's data (constant, NaN, too small): go on
+            results.errors[index] = str(err)
+        except Exception as err:
+            err.partial = results  # type: ignore[attr-defined]
+            err.add_note(f"regularize_stack: {results.summary()} They are in this error's "
+                         "'partial' attribute.")
+            raise
+    if not results.finished and results.errors and not results.cancelled:
+        err = ValueError(results.errors[0] if len(planes) == 1 else
+                         f"No plane of the stack could be analysed: {results.summary()}")
+        err.partial = results  # type: ignore[attr-defined]
+        raise err
+    if not results.complete:
+        warnings.warn(f"regularize_stack: {results.summary()}", PartialStackWarning, stacklevel=2)
+    return results

@@ -9,6 +9,7 @@ to the chosen layer, then forms only the CLS query's attention row.
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +104,12 @@ def load_transformers(source: str, *, pretrained: bool = True) -> Backbone:
     folder = Path(source)
     if not source.startswith("hf:"):
         if not (folder / "config.json").is_file():
+            files = sorted(p.name for p in folder.iterdir()
+                           if p.suffix.lower() in (".safetensors", ".pth", ".pt", ".ckpt", ".bin"))
+            inside = (f" It holds {', '.join(files[:5])}: give that file's path with arch=... "
+                      "(CLI: --arch) instead of the folder." if files else "")
             raise BackboneError(f"{folder} has no config.json; give a folder saved with "
-                                "save_pretrained, or a weights file with arch=...")
+                                f"save_pretrained, or a weights file with arch=....{inside}")
         return _load_folder(folder)
     repo = source.removeprefix("hf:")
     if not pretrained:
@@ -159,14 +164,17 @@ def _hub_config(repo: str):
 
     from .hub import call_hub
 
-    return call_hub(repo, lambda local_only: AutoConfig.from_pretrained(repo, local_files_only=local_only),
+    return call_hub(repo,
+                    lambda local_only: AutoConfig.from_pretrained(repo,
+                                                                  local_files_only=local_only),
                     offline_alternative="a folder saved with save_pretrained")
 
 
 def _check_type(config: Any, where: str) -> None:
     if getattr(config, "model_type", None) not in SUPPORTED_TYPES:
         raise BackboneError(
-            f"{where} is a transformers '{getattr(config, 'model_type', '?')}' model; supported are "
+            f"{where} is a transformers '{getattr(config, 'model_type', '?')}' model; "
+            "supported are "
             f"{', '.join(SUPPORTED_TYPES)}. For other architectures use a timm model.")
 
 
@@ -233,8 +241,11 @@ class TransformersAdapter:
                 num_prefix: int) -> tuple[torch.Tensor, tuple[int, int]]:
         layer = _layers(model)[idx]
         captured: dict[str, torch.Tensor] = {}
+        owner = threading.get_ident()
 
         def grab(_module, args, kwargs):
+            if threading.get_ident() != owner:  # another run's forward on this shared model
+                return None
             captured["hidden"] = args[0] if args else kwargs["hidden_states"]
             raise _Stop
 

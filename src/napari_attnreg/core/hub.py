@@ -65,7 +65,8 @@ def work_offline() -> bool:
 
 @contextlib.contextmanager
 def _hub_offline_mode() -> Iterator[None]:
-    """Make huggingface_hub behave as with ``HF_HUB_OFFLINE=1`` for libraries that call it (timm)."""
+    """Make huggingface_hub behave as with ``HF_HUB_OFFLINE=1`` for libraries that call it
+    (timm)."""
     from huggingface_hub import constants
 
     previous = constants.HF_HUB_OFFLINE
@@ -97,7 +98,8 @@ def call_hub(repo_id: str, load: Callable[[bool], T], *, offline_alternative: st
     except BackboneError:
         raise
     except Exception as err:
-        translated = hub_error(repo_id, err, offline=offline, offline_alternative=offline_alternative)
+        translated = hub_error(repo_id, err, offline=offline,
+                               offline_alternative=offline_alternative)
         if translated is None:
             raise
         raise translated from err
@@ -117,7 +119,8 @@ def hub_error(repo_id: str, err: BaseException, *, offline: bool,
     if isinstance(err, RepositoryNotFoundError) and not offline:
         return BackboneError(f"There is no model '{repo_id}' on the Hugging Face Hub ({page}); "
                              "check the id.")
-    hubby = type(err).__module__.split(".")[0] in ("huggingface_hub", "requests", "urllib3", "httpx")
+    hubby = type(err).__module__.split(".")[0] in ("huggingface_hub", "requests", "urllib3",
+                                                   "httpx")
     if not (hubby or isinstance(err, (OSError, TimeoutError, HfHubHTTPError))):
         return None
     return offline_error(repo_id, offline_alternative,
@@ -134,7 +137,8 @@ def is_cached(repo_id: str, filenames: tuple[str, ...]) -> bool:
 def offline_error(repo_id: str, offline_alternative: str, why: str | None = None) -> BackboneError:
     """The error for a model that is neither downloadable now nor in the local cache."""
     page = f"https://huggingface.co/{repo_id}"
-    why = why or ("HF_HUB_OFFLINE is set" if offline_requested() else "huggingface.co cannot be reached")
+    why = why or ("HF_HUB_OFFLINE is set" if offline_requested()
+                  else "huggingface.co cannot be reached")
     return BackboneError(
         f"Could not download '{repo_id}' ({why}) and it is not in the local Hugging Face cache. "
         f"Download the weights on a machine with internet (from {page}) and load them from a "

@@ -8,6 +8,7 @@ The per-axis scale factors are kept so every map lands exactly on the original i
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -17,6 +18,12 @@ import torch
 import torch.nn.functional as F
 
 TargetSize = int | tuple[int, int] | Literal["model", "native"] | None
+#: Enlarging an image more than this per side is slow and adds no detail: warn.
+UPSCALE_WARNING = 4.0
+
+
+class ImageSizeWarning(UserWarning):
+    """The model input is much larger than the image (slow, and no finer attention)."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +109,8 @@ class PreparedImage:
 
     @property
     def grid_shape(self) -> tuple[int, int]:
-        return (self.model_shape[0] // self.patch_size[0], self.model_shape[1] // self.patch_size[1])
+        (ph, pw), (h, w) = self.patch_size, self.model_shape
+        return (h // ph, w // pw)
 
     @property
     def token_scale(self) -> tuple[float, float]:
@@ -120,10 +128,19 @@ def _check_values(arr: np.ndarray) -> None:
         raise ValueError("Complex images are not supported; pass the magnitude (np.abs) instead.")
     if arr.dtype.kind not in "biuf":
         raise ValueError(f"Image dtype {arr.dtype} is not numeric; pass a numeric array.")
-    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
-        bad = int(np.count_nonzero(~np.isfinite(arr)))
-        raise ValueError(f"The image has {bad} NaN/Inf pixels; replace them first "
-                         "(e.g. np.nan_to_num(image, nan=np.nanmedian(image))).")
+    check_finite(arr)
+
+
+def check_finite(arr: np.ndarray) -> None:
+    """Refuse NaN/inf values with a message that says where and what to do (they are not a
+    constant image, and percentiles of them are meaningless)."""
+    if arr.dtype.kind != "f":
+        return
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        pixels = int(np.count_nonzero(bad.any(-1) if bad.ndim == 3 else bad))
+        raise ValueError(f"The image contains NaN/inf values at {pixels} pixels; replace them "
+                         "(e.g. np.nan_to_num(image, nan=np.nanmedian(image))) or crop them away.")
 
 
 def to_channels_last(
@@ -153,7 +170,11 @@ def to_channels_last(
     if channel_axis is not None:
         if arr.ndim != 3:
             raise ValueError(f"channel_axis needs a 3D (channels + 2D) image, got {arr.ndim}D.")
-        arr = np.moveaxis(arr, channel_axis, -1)
+        if isinstance(channel_axis, bool) or not isinstance(channel_axis, (int, np.integer)) \
+                or not -3 <= channel_axis < 3:
+            raise ValueError(f"channel_axis={channel_axis!r} does not exist for an image of shape "
+                             f"{arr.shape}; give 0, 1 or 2 (or -1 for the last axis).")
+        arr = np.moveaxis(arr, int(channel_axis), -1)
     elif arr.ndim == 3 and arr.shape[-1] == 4:
         arr = arr[..., :3]  # alpha carries no image content
     elif arr.ndim == 3 and arr.shape[-1] not in (1, 2, 3):  # (H, W, 1|2) are channels, as in
@@ -164,7 +185,7 @@ def to_channels_last(
         )
     if arr.ndim not in (2, 3):
         raise ValueError(
-            f"Expected a 2D image (H, W), RGB(A) (H, W, 3|4) or multichannel with channel_axis; got "
+            "Expected a 2D image (H, W), RGB(A) (H, W, 3|4) or multichannel with channel_axis; got "
             f"{arr.ndim}D shape {arr.shape}. For stacks use regularize_stack()."
         )
     if arr.ndim == 3:
@@ -195,42 +216,109 @@ def scale_intensity(arr: np.ndarray, percentiles: tuple[float, float] = (0.5, 99
     16-bit and float microscopy data use a fraction of their range; percentile scaling (per
     image, all channels together, so colour balance is kept) is what viewers show by default.
     """
+    check_finite(arr)
     if arr.dtype == bool:
         out = arr.astype(np.float32)
     elif arr.dtype == np.uint8:
         out = arr.astype(np.float32) / 255.0
     else:
-        data = arr.astype(np.float32)
+        # float64 beyond float32's range (1e300, 1e-300) is scaled in float64, never overflowed
+        wide = arr.dtype.kind == "f" and arr.dtype.itemsize > 4
+        data = arr.astype(np.float64 if wide else np.float32)
+        if wide:
+            peak = float(np.abs(data).max())
+            if peak > 1e30:
+                data = data / peak
         lo, hi = np.percentile(data, percentiles)
         if hi <= lo:  # spiky data: fall back to the full range
-            lo, hi = float(data.min()), float(data.max())
-        out = np.clip((data - lo) / (hi - lo), 0.0, 1.0) if hi > lo else np.zeros_like(data)
+            lo, hi = data.min(), data.max()
+        out = np.clip((data - lo) / (hi - lo), 0.0, 1.0).astype(np.float32, copy=False) if hi > lo \
+            else np.zeros(data.shape, np.float32)
     if float(out.max()) - float(out.min()) <= 0:
-        raise ValueError("The image is constant (every pixel has the same value), so attention on it "
-                         "has nothing to find; check that the right layer/channel was chosen.")
+        raise ValueError("The image is constant (every pixel has the same value), so attention "
+                         "on it has nothing to find; check that the right layer/channel was "
+                         "chosen.")
     return out
+
+
+def check_target_size(target_size: Any, patch_size: tuple[int, int]) -> TargetSize:
+    """``target_size`` as :func:`model_input_shape` takes it, or a ValueError naming the forms.
+
+    A size below one patch (``0``, ``(-16, -16)``, ``4``, ``True``) would give a one-token
+    model input and a meaningless "1/1 tokens significant"; it is refused.
+    """
+    ph, pw = patch_size
+    if target_size is None or (isinstance(target_size, str) and target_size in ("model", "native")):
+        return target_size
+    if isinstance(target_size, (tuple, list)) and len(target_size) == 2:
+        sizes, minimum = tuple(target_size), (ph, pw)
+    else:
+        sizes, minimum = (target_size,), (max(ph, pw),)
+    if all(_is_int(s) and s >= m for s, m in zip(sizes, minimum, strict=True)):
+        return tuple(int(s) for s in sizes) if len(sizes) == 2 else int(sizes[0])
+    raise ValueError(
+        f"target_size={target_size!r} is not a model input size: use 'model' (the model's own "
+        f"size), 'native' (the image's size), a long side in pixels ≥ the patch size "
+        f"({max(ph, pw)}), or (height, width) each ≥ the patch size ({ph}, {pw}).")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def as_rgb(display: np.ndarray) -> np.ndarray:
+    """A grey or RGB image as it is; 2 channels as red/green (like a microscope's view),
+    more than 3 as their first three — so every figure gets ``(H, W)`` or ``(H, W, 3)``."""
+    if display.ndim != 3 or display.shape[-1] == 3:
+        return display
+    if display.shape[-1] < 3:
+        pad = np.zeros((*display.shape[:2], 3 - display.shape[-1]), display.dtype)
+        return np.concatenate([display, pad], axis=-1)
+    return display[..., :3]
 
 
 def model_input_shape(image_shape: tuple[int, int], patch_size: tuple[int, int],
                       target_size: TargetSize, default_size: tuple[int, int]) -> tuple[int, int]:
-    """H, W fed to the model: aspect ratio kept, each a multiple of the patch size."""
+    """H, W fed to the model: aspect ratio kept, each a multiple of the patch size.
+
+    Raises
+    ------
+    ValueError
+        ``target_size`` is not one of the allowed forms (see :func:`check_target_size`).
+    """
     h0, w0 = image_shape
     ph, pw = patch_size
+    target_size = check_target_size(target_size, patch_size)
     if target_size in (None, "native"):
         scale = 1.0
     else:
         if target_size == "model":
             long_side = max(default_size)
-        elif isinstance(target_size, (tuple, list)):
-            th, tw = (int(v) for v in target_size)
+        elif isinstance(target_size, tuple):
+            th, tw = target_size
             return (max(ph, round(th / ph) * ph), max(pw, round(tw / pw) * pw))
-        elif isinstance(target_size, (int, np.integer)) and target_size > 0:
-            long_side = int(target_size)
         else:
-            raise ValueError(f"target_size must be 'model', 'native', a positive int or (H, W); "
-                             f"got {target_size!r}")
+            long_side = int(target_size)
         scale = long_side / max(h0, w0)
     return (max(ph, round(h0 * scale / ph) * ph), max(pw, round(w0 * scale / pw) * pw))
+
+
+def warn_if_upscaled(image_shape: tuple[int, int], model_shape: tuple[int, int],
+                     target_size: TargetSize) -> float:
+    """Warn (:class:`ImageSizeWarning`) when the model input enlarges the image more than
+    :data:`UPSCALE_WARNING` times per side; return the factor.
+
+    A 96x80 image run at 2048 px takes minutes and its attention is no finer than at the
+    model's own size.
+    """
+    factor = max(model_shape[0] / image_shape[0], model_shape[1] / image_shape[1])
+    if factor > UPSCALE_WARNING and target_size != "model":
+        warnings.warn(
+            f"target_size={target_size!r} enlarges this {image_shape[0]}x{image_shape[1]} image "
+            f"{factor:.1f}x per side to {model_shape[0]}x{model_shape[1]} px: the run is about "
+            f"{factor ** 2:.0f}x slower and the attention no finer. Use target_size='model' "
+            "(or 'native') unless you need it.", ImageSizeWarning, stacklevel=3)
+    return factor
 
 
 def prepare_image(
@@ -271,6 +359,7 @@ def prepare_image(
     ValueError
         Empty, NaN/Inf, constant, smaller than one patch, or wrong number of dimensions.
     """
+    target_size = check_target_size(target_size, patch_size)  # before any work on the pixels
     arr = np.asarray(image)
     _check_values(arr)
     arr = to_channels_last(arr, channel_axis=channel_axis, channels=channels, merge=merge,
@@ -284,6 +373,7 @@ def prepare_image(
     chw = torch.from_numpy(np.ascontiguousarray(display))
     chw = chw[None] if chw.ndim == 2 else chw.permute(2, 0, 1)
     h, w = model_input_shape((h0, w0), patch_size, target_size, default_size)
+    warn_if_upscaled((h0, w0), (h, w), target_size)
     if (h, w) != (h0, w0):
         chw = F.interpolate(chw[None].float(), size=(h, w), mode="bilinear",
                             antialias=h < h0 or w < w0, align_corners=False)[0]
@@ -294,10 +384,11 @@ def prepare_image(
         # grey-to-RGB repetition and RGB zero-fill are conventions of RGB models; a model
         # trained on N specific channels (e.g. cell painting) must get exactly those N
         raise ValueError(
-            f"This model takes {len(mean)} channels but the image gives {channel_map.source_channels}; "
+            f"This model takes {len(mean)} channels but the image gives "
+            f"{channel_map.source_channels}; "
             f"pass an image with {len(mean)} channels (channel_axis=..., channels=[...] to pick "
             "them in the model's order).")
-    return PreparedImage(tensor=channel_map(source[None])[0], display=display,
+    return PreparedImage(tensor=channel_map(source[None])[0], display=as_rgb(display),
                          image_shape=(h0, w0), model_shape=(h, w), patch_size=(ph, pw),
                          source=source, channel_map=channel_map)
 

@@ -86,37 +86,83 @@ class LazyImage:
         return block
 
 
-def open_lazy(path: str | Path) -> LazyImage:
+def open_lazy(path: str | Path, *, channel_axis: int | None = None) -> LazyImage:
     """Open a TIFF/OME-TIFF/BigTIFF or an OME-Zarr without reading its pixels.
 
-    Singleton leading axes (OME's t, c, z of length 1) are dropped; a stack with more than
-    one plane must be split first.
+    The layout follows :class:`~.planes.PlaneStack` (with the file's own axis names where it
+    has them); singleton stack axes (OME's t, z of length 1) are dropped, a stack with more
+    than one plane must be split first.
+
+    Raises
+    ------
+    ValueError
+        The file is not a readable TIFF/OME-Zarr (the message names it), holds more than one
+        plane, or its layout is ambiguous (give ``channel_axis``).
     """
+    from .planes import PlaneStack
+
     zarr = _zarr()
     path = Path(path)
-    if path.suffix.lower() in (".tif", ".tiff"):
-        import tifffile
-
-        node = zarr.open(tifffile.imread(path, aszarr=True), mode="r")
-    elif path.is_dir():
-        node = zarr.open(str(path), mode="r")
-    else:
-        raise ValueError(f"{path}: lazy reading supports .tif/.tiff and .zarr folders.")
-    array = _level0(node)
-    shape = tuple(int(v) for v in array.shape)
-    lead = [i for i, n in enumerate(shape[:-2]) if n != 1]
-    squeeze = tuple(0 if i not in lead else slice(None) for i in range(len(shape) - 2))
-    if len(shape) > 2 and squeeze:
-        array = _Squeezed(array, squeeze) if any(s == 0 for s in squeeze) else array
-        shape = tuple(int(v) for v in array.shape)
-    if len(shape) == 2:
-        return LazyImage(array, None, str(path))
-    if len(shape) == 3 and shape[-1] in (3, 4):
+    if path.suffix.lower() not in (".tif", ".tiff") and not path.is_dir():
+        raise ValueError(f"{path}: lazy reading supports .tif/.tiff files and .zarr folders.")
+    try:
+        array, axes = _open_tiff(path, zarr) if not path.is_dir() else _open_zarr(path, zarr)
+    except (ValueError, OSError, KeyError, IndexError, TypeError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(f"{path} is not a readable image ({reason}); check that it is a "
+                         "complete TIFF or OME-Zarr.") from None
+    hints = {"channel_axis": channel_axis} if channel_axis is not None else layout_hints(axes)
+    try:
+        stack = PlaneStack.from_array(array, **hints)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+    if stack.n_planes > 1:
+        raise ValueError(f"{path} holds {stack.n_planes} planes (stack shape {stack.stack_shape}): "
+                         "lazy tiling reads one 2D plane; split the stack into planes first.")
+    rows = stack.image_axes[0]
+    squeeze = tuple(0 if a in stack.stack_axes else slice(None) for a in range(rows))
+    if any(s == 0 for s in squeeze):
+        array = _Squeezed(array, squeeze)
+    inner = stack.plane_channel_axis()
+    if stack.n_channels > (4 if stack.rgb else 3):
+        raise ValueError(f"{path} has {stack.n_channels} channels: lazy tiling reads up to 3; "
+                         "choose channels (channels=[...]) on an in-memory image instead.")
+    if stack.rgb or inner == 2:
         return LazyImage(array, -1, str(path))
-    if len(shape) == 3 and shape[0] <= 3:
-        return LazyImage(array, 0, str(path))
-    raise ValueError(f"{path} has shape {shape}: lazy tiling reads one 2D plane (grey, RGB or up "
-                     "to 3 channels first); split stacks into planes first.")
+    if inner in (None, 0):
+        return LazyImage(array, inner, str(path))
+    raise ValueError(f"{path}: channels between the image axes (shape {stack.shape}) cannot be "
+                     "read lazily; save the image with channels first or last.")
+
+
+def layout_hints(axes: str) -> dict[str, Any]:
+    """``PlaneStack.from_array`` keywords from axis letters ('' when the file names none)."""
+    from .planes import layout_from_axes
+
+    return layout_from_axes(axes) if axes else {}
+
+
+def _open_tiff(path: Path, zarr: Any) -> tuple[Any, str]:
+    import tifffile
+
+    with tifffile.TiffFile(path) as tif:
+        if not tif.series:
+            raise ValueError("the TIFF holds no image")
+        axes = tif.series[0].axes
+    return _level0(zarr.open(tifffile.imread(path, aszarr=True), mode="r")), axes
+
+
+def _open_zarr(path: Path, zarr: Any) -> tuple[Any, str]:
+    node = zarr.open(str(path), mode="r")
+    axes = ""
+    if not (hasattr(node, "shape") and hasattr(node, "dtype")):
+        attrs = dict(node.attrs)
+        multiscales = attrs.get("multiscales") or attrs.get("ome", {}).get("multiscales") or [{}]
+        names = [a.get("name", "") if isinstance(a, dict) else str(a)
+                 for a in multiscales[0].get("axes", [])]
+        axes = "".join(n[:1].upper() for n in names) if all(names) else ""
+    array = _level0(node)
+    return array, axes if len(axes) == len(array.shape) else ""
 
 
 class _Squeezed:
@@ -124,7 +170,7 @@ class _Squeezed:
 
     def __init__(self, array: Any, lead: tuple) -> None:
         self.array, self.lead = array, lead
-        kept = [n for n, s in zip(array.shape, lead) if s != 0]
+        kept = [n for n, s in zip(array.shape, lead, strict=False) if s != 0]
         self.shape = (*kept, *array.shape[len(lead):])
         self.dtype = array.dtype
 
@@ -149,7 +195,10 @@ def intensity_range(sample: np.ndarray,
         return 0.0, 255.0
     if sample.dtype == np.bool_:
         return 0.0, 1.0
-    sample = sample.astype(np.float32)
+    from .images import check_finite
+
+    check_finite(sample)  # NaN/inf are named as such, not reported as a constant image
+    sample = sample.astype(np.float64 if sample.dtype.itemsize > 4 else np.float32)
     lo, hi = (float(v) for v in np.percentile(sample, percentiles))
     if hi <= lo:
         lo, hi = float(sample.min()), float(sample.max())
@@ -161,6 +210,9 @@ def intensity_range(sample: np.ndarray,
 
 def scaled(block: np.ndarray, lo: float, hi: float) -> torch.Tensor:
     """``(h, w[, c])`` raw pixels → ``(c, h, w)`` float32 in [0, 1]."""
+    if block.dtype.kind == "f" and block.dtype.itemsize > 4:  # float64 beyond float32's range
+        block = np.clip((block - lo) / (hi - lo), 0.0, 1.0)
+        lo, hi = 0.0, 1.0
     out = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32))
     out = ((out - lo) / (hi - lo)).clamp_(0.0, 1.0)
     return out[None] if out.ndim == 2 else out.permute(2, 0, 1).contiguous()

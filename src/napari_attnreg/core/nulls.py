@@ -1,8 +1,11 @@
 """Bootstrap null images (the paper's four generators), generated on the compute device.
 
-Each null image ``b`` draws from its own generator, seeded from ``(seed, b)``. The result
-therefore does not depend on the chunking (the engine halves chunks on out-of-memory), and
-the same seed on the same device always gives the same images.
+Each null image ``b`` draws from its own generator, seeded from ``(seed, b)``. The null
+*images* therefore do not depend on the chunking (the engine halves chunks on out-of-memory):
+the same seed on the same device gives bit-identical images for any chunk size. Their
+attention scores are another matter: the backbone's matrix products round differently for
+different batch sizes, so the scores agree only to float32 rounding across chunk sizes (see
+:mod:`.engine`, "Reproducibility").
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-NULL_METHODS = ("normal", "uniform", "pixel", "patch")
+from .options import NULL_METHODS  # noqa: F401  (the one list of choices)
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,8 @@ class NullConfig:
 
     def __post_init__(self) -> None:
         if self.method not in NULL_METHODS:
-            raise ValueError(f"Unknown bootstrap method {self.method!r}; choose one of {NULL_METHODS}.")
+            raise ValueError(f"Unknown bootstrap method {self.method!r}; choose one of "
+                             f"{NULL_METHODS}.")
         if not (math.isfinite(self.std_factor) and self.std_factor > 0):
             raise ValueError(f"std_factor must be a positive number, got {self.std_factor}.")
         if self.block_size is not None and self.block_size < 1:
@@ -113,12 +117,15 @@ def null_images(
         if block is None:
             raise ValueError("The patch bootstrap needs a block size (or the model's patch size).")
         if h % block or w % block:
-            raise ValueError(f"The patch bootstrap needs H, W ({h}, {w}) to be multiples of the block "
+            raise ValueError(f"The patch bootstrap needs H, W ({h}, {w}) to be multiples of the "
+                             "block "
                              f"size {block}; choose a block size that divides both.")
         nby, nbx = h // block, w // block
         # (C, nby, nbx, block, block): one row per block, so a permutation shuffles whole blocks
-        blocks = x.reshape(c, nby, block, nbx, block).permute(0, 1, 3, 2, 4).reshape(c, nby * nbx, block, block)
-        shuffled = torch.empty((len(indices), c, nby * nbx, block, block), dtype=x.dtype, device=image.device)
+        blocks = (x.reshape(c, nby, block, nbx, block).permute(0, 1, 3, 2, 4)
+                  .reshape(c, nby * nbx, block, block))
+        shuffled = torch.empty((len(indices), c, nby * nbx, block, block), dtype=x.dtype,
+                               device=image.device)
 
     for row, index in enumerate(indices):
         gen.manual_seed(image_seed(seed, index))
@@ -134,7 +141,8 @@ def null_images(
             torch.index_select(blocks, 1, perm, out=shuffled[row])
     if method == "patch":  # blocks back to image layout, one copy for the whole chunk
         n = len(indices)
-        out = shuffled.view(n, c, nby, nbx, block, block).permute(0, 1, 2, 4, 3, 5).reshape(n, c, h, w)
+        out = (shuffled.view(n, c, nby, nbx, block, block).permute(0, 1, 2, 4, 3, 5)
+               .reshape(n, c, h, w))
     elif method == "normal":
         out.mul_(std).add_(mean)
     elif method == "uniform":

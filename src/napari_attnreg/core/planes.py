@@ -215,3 +215,24 @@ class PlaneStack:
     def describe(self, plane: PlaneIndex) -> str:
         """``"plane (2, 0)"`` for a stack, ``""`` for a single image (for messages, labels)."""
         return f"plane {tuple(plane)}" if self.stack_axes else ""
+
+
+def layout_from_axes(axes: str) -> dict[str, Any]:
+    """:meth:`PlaneStack.from_array` keywords from a file's axis letters (tifffile, OME).
+
+    ``C`` is channels, a last ``S`` samples (colours or channels), other named axes (Z, T, ...)
+    planes. Unnamed pages (``Q``) are planes unless the shape says channels (``(H, W, 2)``);
+    planar samples of unknown meaning (a leading ``S``, as tifffile writes any ``(3, H, W)``)
+    follow the shape rules alone, which call a short first axis ambiguous.
+
+    >>> layout_from_axes("TCZYX"), layout_from_axes("YXS"), layout_from_axes("ZYX")
+    ({'channel_axis': 1}, {'channel_last': True}, {'rgb': False})
+    """
+    axes = axes.upper()
+    if "S" in axes[:-1] or len(axes) < 3 or axes[-2:] not in ("YX", "XS"):
+        return {}
+    if "C" in axes:
+        return {} if axes.endswith("S") else {"channel_axis": axes.index("C")}
+    if axes.endswith("S"):
+        return {"channel_last": True}
+    return {"stack": True} if "Q" in axes else {"rgb": False}

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .options import RULES  # noqa: F401  (the one list of choices)
 from .stats import qvalues
 
-from .options import RULES  # noqa: E402  (one list of choices)
 DEFAULT_Z_TH = 0.0
 DEFAULT_P_TH = 0.3
 DEFAULT_L_TH = 0.3

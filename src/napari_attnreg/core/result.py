@@ -85,7 +85,8 @@ class AttentionResult:
     def token_translate(self) -> tuple[float, float]:
         """Offset of token (0, 0)'s centre from pixel (0, 0)'s centre, in original pixels.
 
-        With pixel centres at integer coordinates, token ``i`` covers ``[i·s − 0.5, (i+1)·s − 0.5)``,
+        With pixel centres at integer coordinates, token ``i`` covers
+        ``[i·s − 0.5, (i+1)·s − 0.5)``,
         so its centre sits at ``(s − 1) / 2 + i·s``.
         """
         sy, sx = self.token_scale
@@ -103,7 +104,8 @@ class AttentionResult:
         """Nearest-neighbour upsampling of a ``(..., gh, gw)`` map to ``(..., H0, W0)``."""
         arr = np.asarray(token_map)
         if arr.shape[-2:] != self.grid_shape:
-            raise ValueError(f"map shape {arr.shape} does not end with the token grid {self.grid_shape}")
+            raise ValueError(f"map shape {arr.shape} does not end with the token grid "
+                             f"{self.grid_shape}")
         rows, cols = self._pixel_token_index()
         return arr[..., rows[:, None], cols[None, :]]
 
@@ -111,7 +113,8 @@ class AttentionResult:
         """Fraction of each token's original-pixel footprint that lies inside a boolean mask."""
         m = np.asarray(mask, dtype=bool)
         if m.shape != tuple(self.image_shape):
-            raise ValueError(f"mask shape {m.shape} does not match the image shape {self.image_shape}")
+            raise ValueError(f"mask shape {m.shape} does not match the image shape "
+                             f"{self.image_shape}")
         rows, cols = self._pixel_token_index()
         gh, gw = self.grid_shape
         flat = (rows[:, None] * gw + cols[None, :]).ravel()
@@ -154,7 +157,7 @@ class AttentionResult:
                 "q": self.q, "pixels_per_token": self._pixels_per_token}
 
     def regularized_maps(self, **thresholds: float | None) -> dict[str, np.ndarray]:
-        """The regularized map of every rule (``base``, ``q``, ``p``, ``lfdr``, ``pi0``, ``soft``)."""
+        """The regularized map of every rule (base, q, p, lfdr, pi0, soft)."""
         t = self._thresholds(None, **thresholds)
         return regularized_maps(self.attention, self.z, self.p, self.lfdr, self.posterior,
                                 self.pi0, **self._rule_kwargs(t))
@@ -190,7 +193,8 @@ class AttentionResult:
         path = Path(path)
         if path.suffix != ".npz":
             path = path.with_name(path.name + ".npz")
-        arrays: dict[str, np.ndarray] = {name: np.asarray(getattr(self, name)) for name in MAP_NAMES}
+        arrays: dict[str, np.ndarray] = {name: np.asarray(getattr(self, name))
+                                         for name in MAP_NAMES}
         for name in ("head_attention", "null_scores"):
             if getattr(self, name) is not None:
                 arrays[name] = np.asarray(getattr(self, name))
@@ -211,7 +215,8 @@ class AttentionResult:
             "null_summary": summary_json,
             "metadata": self.metadata,
         }
-        arrays["metadata_json"] = np.frombuffer(json.dumps(header, default=_json_default).encode(), dtype=np.uint8)
+        text = json.dumps(header, default=_json_default)
+        arrays["metadata_json"] = np.frombuffer(text.encode(), dtype=np.uint8)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".partial.npz")
         np.savez_compressed(tmp, **arrays)
@@ -220,31 +225,22 @@ class AttentionResult:
 
     @classmethod
     def load(cls, path: str | Path) -> AttentionResult:
-        """Read a file written by :meth:`save`."""
-        path = Path(path)
-        if not path.is_file():
-            raise ValueError(f"No result file at {path}")
-        with np.load(path, allow_pickle=False) as data:
-            if "metadata_json" not in data:
-                raise ValueError(f"{path} is not a napari-attnreg result file (no metadata).")
-            header = json.loads(bytes(data["metadata_json"]).decode())
-            arrays = {k: data[k] for k in data.files}
-        if header.get("format_version", 0) > FORMAT_VERSION:
-            raise ValueError(f"{path} was written by a newer napari-attnreg; upgrade to read it.")
-        summary = dict(header.get("null_summary", {}))
-        summary.update({k.split("__", 1)[1]: v for k, v in arrays.items() if k.startswith("null_summary__")})
-        return cls(
-            **{name: arrays[name] for name in MAP_NAMES},
-            pi0=float(header["pi0"]),
-            thresholds=header["thresholds"],
-            image_shape=tuple(header["image_shape"]),
-            model_shape=tuple(header["model_shape"]),
-            patch_size=tuple(header["patch_size"]),
-            head_attention=arrays.get("head_attention"),
-            null_summary=summary,
-            null_scores=arrays.get("null_scores"),
-            metadata=header.get("metadata", {}),
-        )
+        """Read a file written by :meth:`save`, checking it before trusting it.
+
+        Only the members this class knows are read (an extra member, however large, is never
+        touched); each array's shape is checked from its header before its data is read; the
+        geometry and statistics must be consistent (maps on the ``model_shape // patch_size``
+        token grid, an image of at least one patch, p/q/lfdr/posterior and π0 in [0, 1]).
+
+        Raises
+        ------
+        ValueError
+            The file is missing, not a result file, damaged or inconsistent; the message
+            names the file and the problem.
+        """
+        from .result_file import read_result_file
+
+        return cls(**read_result_file(Path(path), format_version=FORMAT_VERSION))
 
     def summary(self, *, diagnostics: bool = True) -> str:
         """One line for a status bar or a terminal, then one line per warning diagnostic."""

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -58,6 +59,16 @@ class ModelSpec:
     arch: str | None = None
     module: Any = field(default=None, compare=False, hash=False)
 
+    @classmethod
+    def from_model(cls, model: Any, arch: str | None = None) -> ModelSpec:
+        """The spec of what scripts and the command line pass as ``model`` (and ``arch``)."""
+        if not isinstance(model, (str, Path)):
+            return cls("module", getattr(model, "name", type(model).__name__), module=model)
+        name = str(model)
+        if name == "demo" and arch is None:
+            return cls("demo", "demo")
+        return cls("file" if arch is not None or Path(name).exists() else "timm", name, arch)
+
     def key(self) -> tuple:
         module = id(self.module) if self.module is not None else None
         return (self.source, self.name.strip(), self.arch or None, module)
@@ -87,6 +98,10 @@ class _ModelCache:
     def clear(self) -> None:
         with self._lock:
             self._models.clear()
+
+    def keys(self) -> list[tuple]:
+        with self._lock:
+            return list(self._models)
 
 
 _CACHE = _ModelCache()
@@ -123,6 +138,11 @@ def load_model(spec: ModelSpec) -> Backbone:
         With a message that says what to choose instead.
     """
     return _CACHE.get(spec)
+
+
+def cached_models() -> list[tuple]:
+    """Keys (:meth:`ModelSpec.key`) of the models this process holds."""
+    return _CACHE.keys()
 
 
 def clear_model_cache() -> None:

@@ -42,8 +42,7 @@ from statsmodels.tools.sm_exceptions import ModelWarning
 # statsmodels' "always" warning filters, which would override our own
 # warning handling during the first fit; importing it up front avoids that.
 import statsmodels.genmod.generalized_linear_model  # noqa: F401  isort: skip
-
-from .options import ALTERNATIVES, NULL_MODELS, P_METHODS, PI0_METHODS  # noqa: E402  (one list of choices)
+from .options import ALTERNATIVES, NULL_MODELS, P_METHODS, PI0_METHODS  # noqa: F401  (the one list of choices)
 
 #: Storey's λ grid used by the smoother and bootstrap π0 estimators (R qvalue default).
 PI0_LAMBDAS = np.round(np.arange(0.05, 0.951, 0.05), 2)
@@ -134,7 +133,7 @@ def z_scores(
     *,
     positions: np.ndarray | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, float, float]:
-    """Log-scale z-scores of observed and null attention against the pooled null (§4).
+    """Log-scale z-scores of observed and null attention against the pooled null (docs/method.md).
 
     Parameters
     ----------
@@ -248,7 +247,7 @@ def empirical_pvalues(
     p_method: str = "pooled",
     alternative: str = "two-sided",
 ) -> np.ndarray:
-    """Empirical p-values of the observed tokens against the bootstrap null (§5).
+    """Empirical p-values of the observed tokens against the bootstrap null (docs/method.md).
 
     Parameters
     ----------
@@ -322,7 +321,7 @@ def _pi0_bootstrap(p: np.ndarray, lambdas: np.ndarray = PI0_LAMBDAS) -> float:
 
 
 def estimate_pi0(p: np.ndarray, method: str | float = "reference") -> float:
-    """Proportion of null tokens π0 (§6).
+    """Proportion of null tokens π0 (docs/method.md).
 
     Parameters
     ----------
@@ -492,7 +491,7 @@ def _local_fdr_details(
 
 
 def local_fdr(z: np.ndarray, pi0: float, *, null: str = "theoretical") -> np.ndarray:
-    """Efron's local false discovery rate of the observed z-scores (§7).
+    """Efron's local false discovery rate of the observed z-scores (docs/method.md).
 
     Parameters
     ----------

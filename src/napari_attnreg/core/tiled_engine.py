@@ -47,7 +47,8 @@ def validate_tiling(config: RunConfig) -> None:
     if config.null_scope is not None and config.null_scope not in NULL_SCOPES:
         raise ValueError(f"null_scope must be one of {NULL_SCOPES}, got {config.null_scope!r}.")
     if config.null_scope is not None and not config.tiled:
-        raise ValueError("null_scope applies to tiled runs only; pass tiled=True or leave it unset.")
+        raise ValueError("null_scope applies to tiled runs only; pass tiled=True or leave it "
+                         "unset.")
     work_shape((1, 1), (1, 1), config.tile_scale)  # checks tile_scale
     if not isinstance(config.tile_overlap, (int, np.integer)) or config.tile_overlap < 0:
         raise ValueError(f"tile_overlap must be a non-negative number of pixels, got "
@@ -265,12 +266,12 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
     tiled = prepare_tiled(image, backbone, config)
     layout = tiled.layout
     scope = config.null_scope or "image"
-    if backbone.device != device:
-        backbone.to(device)
+    backbone = backbone.on(device)  # a copy on another device; the shared one never moves
     source = tiled.source.to(device)
     tiled = replace(tiled, source=source)
     null_cfg = NullConfig(config.method, config.std_factor, config.per_channel, config.block_size)
-    head, n_boot, n_tiles = config.head, int(config.n_boot), layout.n_tiles
+    head = config.head if config.head == "mean" else int(config.head)
+    n_boot, n_tiles = int(config.n_boot), layout.n_tiles
     chunk = config.chunk_size or auto_chunk_size(backbone, layout.tile, device, dtype,
                                                  config.memory_fraction)
     if config.chunk_size is None and device.type == "cpu":
@@ -305,8 +306,9 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
         tile_tokens = tgh * tgw
         columns = tile_tokens * (n_tiles if scope == "tile" else 1)
         null_scores = torch.empty((n_boot, columns), dtype=torch.float32, device=device)
-        image_null = ImageNull(source, null_cfg, layout.tile, backbone.patch_size[0],
-                               reader=tiled.reader, shape=layout.shape) if scope == "image" else None
+        image_null = (ImageNull(source, null_cfg, layout.tile, backbone.patch_size[0],
+                                reader=tiled.reader, shape=layout.shape)
+                      if scope == "image" else None)
 
         def null_step(start: int, size: int) -> None:
             jobs = range(start, start + size)
@@ -314,7 +316,8 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
                 own = image_null.draw(jobs, seed=config.seed)
             else:  # job j is null j % B of tile j // B, seeded by j so tiles differ
                 own = torch.cat([
-                    null_images(tiled.tiles([tile])[0].to(device), [j for j in jobs if j // n_boot == tile],
+                    null_images(tiled.tiles([tile])[0].to(device),
+                                [j for j in jobs if j // n_boot == tile],
                                 null_cfg, seed=config.seed, patch_size=backbone.patch_size[0])
                     for tile in sorted({j // n_boot for j in jobs})])
             if clamp:
@@ -355,7 +358,8 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
         if config.keep_nulls:
             kept = null_scores.reshape(n_boot, -1, tgh, tgw).cpu()
             # per-tile nulls have a place in the image; image-level null tiles do not
-            kept = (layout.assemble(kept.transpose(0, 1)) if scope == "tile" else kept[:, 0]).numpy()
+            kept = (layout.assemble(kept.transpose(0, 1)) if scope == "tile"
+                    else kept[:, 0]).numpy()
     timings["total_s"] = time.perf_counter() - t_start
 
     grid = layout.grid_shape

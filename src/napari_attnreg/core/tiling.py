@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 from .nulls import NullConfig, image_seed, null_images
+from .options import NULL_SCOPES  # noqa: F401  (the one list of choices)
 
-from .options import NULL_SCOPES  # noqa: E402  (one list of choices)
 #: ``tile_scale`` range the front ends' controls offer (the engine takes any positive number):
 #: from 4x upsampling (tiny objects) to 64x downsampling (whole-slide overviews).
 TILE_SCALE_RANGE = (0.25, 64.0)

@@ -9,11 +9,27 @@ capturing the full matrix once.
 
 from __future__ import annotations
 
+import threading
+import weakref
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 Grid = tuple[int, int]
+_LOCKS: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def model_lock(model: nn.Module) -> threading.RLock:
+    """One lock per model for the few steps that change its state during a forward pass
+    (the rotary table's grid, the fallback's hook and kernel switch): runs sharing a model
+    in several threads take turns there and run the rest side by side."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(model)
+        if lock is None:
+            lock = _LOCKS[model] = threading.RLock()
+        return lock
 
 
 def _grid_of(model: nn.Module, tokens: torch.Tensor, x: torch.Tensor) -> Grid:
@@ -23,7 +39,8 @@ def _grid_of(model: nn.Module, tokens: torch.Tensor, x: torch.Tensor) -> Grid:
     return int(gh), int(gw)
 
 
-def _cls_row(q_cls: torch.Tensor, keys: torch.Tensor, scale: float, num_prefix: int) -> torch.Tensor:
+def _cls_row(q_cls: torch.Tensor, keys: torch.Tensor, scale: float,
+             num_prefix: int) -> torch.Tensor:
     """Softmax over all tokens of the CLS query, patch columns only: (N, heads, patches)."""
     # float32 here even under bf16 autocast: low-precision logits tie ranks
     with torch.autocast(device_type=q_cls.device.type, enabled=False):
@@ -49,7 +66,8 @@ def classic_fast_path(model: nn.Module, block: nn.Module) -> bool:
     )
 
 
-def classic_cls_row(model: nn.Module, x: torch.Tensor, idx: int, num_prefix: int) -> tuple[torch.Tensor, Grid]:
+def classic_cls_row(model: nn.Module, x: torch.Tensor, idx: int,
+                    num_prefix: int) -> tuple[torch.Tensor, Grid]:
     """CLS row of block ``idx`` of a ``VisionTransformer``: (N, heads, patches) float32 and grid."""
     block = model.blocks[idx]
     if not classic_fast_path(model, block):
@@ -94,8 +112,9 @@ def rotary_tokens_entering(model: nn.Module, x: torch.Tensor, idx: int):
     """Tokens entering block ``idx``, the rotary embedding of that block and the grid."""
     tokens = model.patch_embed(x)
     grid = _grid_of(model, tokens, x)
-    fit_rope_to_grid(model, grid)
-    tokens, rot = model._pos_embed(tokens)
+    with model_lock(model):  # the rope table is per model; another thread may resize it
+        fit_rope_to_grid(model, grid)
+        tokens, rot = model._pos_embed(tokens)
     tokens = model.norm_pre(tokens)
     mixed = getattr(model, "rope_mixed", False) and rot is not None
     for i, blk in enumerate(model.blocks[:idx]):
@@ -118,8 +137,10 @@ def _eva_q_k(attn: nn.Module, hidden: torch.Tensor) -> tuple[torch.Tensor, torch
     return _split_heads(q, attn.num_heads), _split_heads(k, attn.num_heads)
 
 
-def rotary_cls_row(model: nn.Module, x: torch.Tensor, idx: int, num_prefix: int) -> tuple[torch.Tensor, Grid]:
-    """CLS row of block ``idx`` of a timm ``Eva`` model (EVA-02, DINOv3): rope applied as timm does."""
+def rotary_cls_row(model: nn.Module, x: torch.Tensor, idx: int,
+                   num_prefix: int) -> tuple[torch.Tensor, Grid]:
+    """CLS row of block ``idx`` of a timm ``Eva`` model (EVA-02, DINOv3): rope applied as timm
+    does."""
     from timm.layers import apply_rot_embed_cat
 
     block = model.blocks[idx]
@@ -140,7 +161,8 @@ def rotary_cls_row(model: nn.Module, x: torch.Tensor, idx: int, num_prefix: int)
 
 
 # ---------------------------------------------------------------- explicit fallback
-def explicit_cls_row(model: nn.Module, x: torch.Tensor, idx: int, num_prefix: int) -> tuple[torch.Tensor, Grid]:
+def explicit_cls_row(model: nn.Module, x: torch.Tensor, idx: int,
+                     num_prefix: int) -> tuple[torch.Tensor, Grid]:
     """Fallback for attention modules without a fast path: capture the full matrix once."""
     attn = model.blocks[idx].attn
     captured: dict[str, torch.Tensor] = {}
@@ -148,18 +170,19 @@ def explicit_cls_row(model: nn.Module, x: torch.Tensor, idx: int, num_prefix: in
     def grab(_mod, _inp, out):
         captured["row"] = out[:, :, 0, num_prefix:].float()
 
-    previous = getattr(attn, "fused_attn", None)
-    if previous is not None:
-        attn.fused_attn = False
-    handle = attn.attn_drop.register_forward_hook(grab)
-    try:
-        grid = _grid_of(model, model.patch_embed(x), x)
-        fit_rope_to_grid(model, grid)
-        model.forward_features(x)
-    finally:
-        handle.remove()
+    with model_lock(model):  # the hook and the kernel switch must not meet another thread's
+        previous = getattr(attn, "fused_attn", None)
         if previous is not None:
-            attn.fused_attn = previous
+            attn.fused_attn = False
+        handle = attn.attn_drop.register_forward_hook(grab)
+        try:
+            grid = _grid_of(model, model.patch_embed(x), x)
+            fit_rope_to_grid(model, grid)
+            model.forward_features(x)
+        finally:
+            handle.remove()
+            if previous is not None:
+                attn.fused_attn = previous
     if "row" not in captured:
         raise RuntimeError(f"Could not capture attention from {type(attn).__name__}; "
                            "this architecture is not supported.")
@@ -183,7 +206,8 @@ class TimmAdapter:
     def embed_dim(self, model: nn.Module) -> int:
         return int(getattr(model, "embed_dim", 0) or model.blocks[-1].norm1.normalized_shape[0])
 
-    def cls_row(self, model: nn.Module, x: torch.Tensor, idx: int, num_prefix: int) -> tuple[torch.Tensor, Grid]:
+    def cls_row(self, model: nn.Module, x: torch.Tensor, idx: int,
+                num_prefix: int) -> tuple[torch.Tensor, Grid]:
         return self._cls_row(model, x, idx, num_prefix)
 
     def __repr__(self) -> str:

@@ -32,10 +32,17 @@ class ModelPicker(W.VBox):
                  style: dict | None = None) -> None:
         super().__init__()
         self.dropdown = W.Dropdown(options=catalogue_options(), description=description,
-                                   layout=layout or W.Layout(), style=style or {})
+                                   layout=layout or W.Layout(), style=style or {},
+                                   tooltip="The Vision Transformer to analyse with: a model of "
+                                           "the catalogue (grouped by domain), or 'other' to "
+                                           "type a timm name, hf:org/name or a weights file.")
+        # its own Layout: hiding the text box must not hide the drop-down sharing the caller's
         self.other = W.Text(placeholder="timm name, hf:org/name, or weights file",
-                            layout=layout or W.Layout(), style=style or {},
-                            description=" ", continuous_update=False)
+                            layout=W.Layout(width=layout.width if layout else None),
+                            style=style or {},
+                            description=" ", continuous_update=False,
+                            tooltip="A timm model name, a Hugging Face id (hf:org/name) or the "
+                                    "path of a weights file (.safetensors, .pth, .ckpt).")
         self.access = W.HTML().add_class("attnreg-model-access")
         self._typed = False  # the value came from the text box: keep it open
         self.dropdown.observe(self._from_controls, "value")

@@ -24,20 +24,21 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..core.engine import CancelToken, Progress, RunCancelled
-from ..core.result import AttentionResult
+from ..core.engine import CancelToken, RunCancelled
 
 log = logging.getLogger(__name__)
 
-RunGenerator = Generator[Progress, None, AttentionResult]
+#: A run: yields progress events, returns what the run produced (the service's Outcome).
+RunGenerator = Generator[Any, None, Any]
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """How a run ended: ``done`` with a result, ``cancelled``, or ``failed`` with an error."""
+class Ended:
+    """How the generator ended: ``done`` with its return value (the run's own outcome),
+    ``cancelled``, or ``failed`` with an error."""
 
     kind: Literal["done", "cancelled", "failed"]
-    result: AttentionResult | None = None
+    result: Any = None
     error: BaseException | None = None
 
 
@@ -71,12 +72,12 @@ class BackgroundRunner:
     Parameters
     ----------
     on_event : callable
-        Called with each :class:`Progress`, on the thread that started the run.
+        Called with each progress event, on the thread that started the run.
     on_finish : callable
-        Called once with the :class:`Outcome`, on the same thread.
+        Called once with the :class:`Ended`, on the same thread.
     """
 
-    def __init__(self, on_event: Callable[[Progress], Any], on_finish: Callable[[Outcome], Any]):
+    def __init__(self, on_event: Callable[[Any], Any], on_finish: Callable[[Ended], Any]):
         self._on_event = on_event
         self._on_finish = on_finish
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -85,7 +86,7 @@ class BackgroundRunner:
         self.running = False
 
     def start(self, make_generator: Callable[[CancelToken], RunGenerator], *,
-              background: bool = True) -> Outcome | None:
+              background: bool = True) -> Ended | None:
         """Start a run.
 
         Parameters
@@ -99,7 +100,7 @@ class BackgroundRunner:
 
         Returns
         -------
-        Outcome or None
+        Ended or None
             None while a background run is still going.
         """
         if self.running:
@@ -125,49 +126,49 @@ class BackgroundRunner:
     def cancel_requested(self) -> bool:
         return self._token is not None and self._token.cancelled
 
-    def _finish(self, outcome: Outcome) -> Outcome:
+    def _finish(self, outcome: Ended) -> Ended:
         self.running = False
         self._on_finish(outcome)
         return outcome
 
-    def _run_here(self, gen: RunGenerator) -> Outcome:
+    def _run_here(self, gen: RunGenerator) -> Ended:
         try:
             while True:
                 kind, value = _advance(gen)
                 if kind == "done":
-                    return self._finish(Outcome("done", result=value))
+                    return self._finish(Ended("done", result=value))
                 self._on_event(value)
         except RunCancelled:
-            return self._finish(Outcome("cancelled"))
+            return self._finish(Ended("cancelled"))
         except KeyboardInterrupt:  # kernel interrupt during a blocking run: stop cleanly, re-raise
             gen.close()
-            self._finish(Outcome("cancelled"))
+            self._finish(Ended("cancelled"))
             raise
         except Exception as err:  # noqa: BLE001 -- any failure goes to the status line, not the kernel
             _log_failure(err)
-            return self._finish(Outcome("failed", error=err))
+            return self._finish(Ended("failed", error=err))
 
-    async def _run_async(self, gen: RunGenerator, executor: concurrent.futures.Executor) -> Outcome:
+    async def _run_async(self, gen: RunGenerator, executor: concurrent.futures.Executor) -> Ended:
         loop = asyncio.get_running_loop()
         try:
             while True:
                 kind, value = await loop.run_in_executor(executor, _advance, gen)
                 if kind == "done":
-                    return self._finish(Outcome("done", result=value))
+                    return self._finish(Ended("done", result=value))
                 self._on_event(value)
         except RunCancelled:
-            return self._finish(Outcome("cancelled"))
+            return self._finish(Ended("cancelled"))
         except asyncio.CancelledError:
             # the task itself was cancelled (kernel shutting down): stop the generator after the
             # step that may still be running in the worker; the executor runs jobs in order
             if self._token is not None:
                 self._token.cancel()
             executor.submit(gen.close)
-            self._finish(Outcome("cancelled"))
+            self._finish(Ended("cancelled"))
             raise
         except Exception as err:  # noqa: BLE001 -- an escaping error would kill the task silently
             _log_failure(err)
-            return self._finish(Outcome("failed", error=err))
+            return self._finish(Ended("failed", error=err))
 
     def shutdown(self) -> None:
         """Cancel any run and let the worker thread end."""

@@ -125,7 +125,9 @@ class MplView:
 
     def displayed(self) -> np.ndarray:
         """The composite currently in the figure, for tests."""
-        return np.asarray(self._image.get_array()) if self._image is not None else np.zeros((0, 0, 3))
+        if self._image is None:
+            return np.zeros((0, 0, 3))
+        return np.asarray(self._image.get_array())
 
     def _format_coord(self, x: float, y: float) -> str:
         return self.describe(y, x) if self.describe is not None else f"x={x:.1f} y={y:.1f}"

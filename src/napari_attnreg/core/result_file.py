@@ -1,0 +1,209 @@
+"""Reading a saved result without trusting it: known members only, shapes checked first.
+
+A result file is an ``.npz`` (a zip of ``.npy`` members) written by
+:meth:`~napari_attnreg.core.result.AttentionResult.save`. A damaged, tampered or foreign file
+must give one clear ``ValueError`` naming the file and the problem, never a misaligned result
+or a raw ``KeyError``/``BadZipFile``; and a member this reader does not know (however large)
+is never read. Object arrays are refused (no pickles).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.lib import format as npy
+
+from .presets import THRESHOLD_KEYS
+from .regularize import RULES
+from .result import MAP_NAMES
+
+FORMAT_NAME = "napari-attnreg result"
+PROBABILITY_MAPS = ("p", "q", "lfdr", "posterior")
+REQUIRED_HEADER = ("pi0", "thresholds", "image_shape", "model_shape", "patch_size")
+MAX_HEADER_BYTES = 64 << 20  # metadata JSON; real ones are a few kB
+MAX_SUMMARY_ELEMENTS = 1 << 24
+
+
+class ResultFileError(ValueError):
+    """A result file that cannot be used; the message names the file and the problem."""
+
+
+def read_result_file(path: Path, *, format_version: int) -> dict[str, Any]:
+    """The keyword arguments of ``AttentionResult`` stored in ``path``, checked.
+
+    Raises
+    ------
+    ValueError
+        Missing, not a result file, damaged or inconsistent.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ResultFileError(f"No result file at {path}")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return _Reader(archive, path).read(format_version)
+    except ResultFileError:
+        raise
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError, KeyError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ResultFileError(f"{path} is not a readable napari-attnreg result file ({reason}); "
+                              "it may be damaged or not a result file.") from None
+
+
+class _Reader:
+    def __init__(self, archive: zipfile.ZipFile, path: Path) -> None:
+        self.archive, self.path = archive, path
+        self.members = {n[:-4]: n for n in archive.namelist() if n.endswith(".npy")}
+
+    def fail(self, problem: str) -> ResultFileError:
+        return ResultFileError(f"{self.path}: {problem}")
+
+    def read(self, format_version: int) -> dict[str, Any]:
+        header = self.header(format_version)
+        image_shape = self.pair(header, "image_shape")
+        model_shape = self.pair(header, "model_shape")
+        patch = self.pair(header, "patch_size")
+        if image_shape[0] < patch[0] or image_shape[1] < patch[1]:
+            raise self.fail(f"image_shape {list(image_shape)} is smaller than one patch "
+                            f"{list(patch)}; the file is damaged or was edited.")
+        grid = (model_shape[0] // patch[0], model_shape[1] // patch[1])
+        if 0 in grid:
+            raise self.fail(f"model_shape {list(model_shape)} is smaller than one patch "
+                            f"{list(patch)}; the file is damaged or was edited.")
+        self.check_aspect(header, image_shape, model_shape, patch)
+        missing = [m for m in MAP_NAMES if m not in self.members]
+        if missing:
+            raise self.fail(f"the maps {missing} are missing; the file is damaged or incomplete.")
+        maps = {m: self.array(m, lambda s, g=grid: s == g, f"the token grid {grid}")
+                for m in MAP_NAMES}
+        self.check_values(maps)
+        optional = {
+            name: self.array(name, lambda s, g=grid: len(s) == 3 and s[1:] == g,
+                             f"(n, {grid[0]}, {grid[1]})")
+            for name in ("head_attention", "null_scores") if name in self.members}
+        summary = header.get("null_summary") or {}
+        if not isinstance(summary, dict):
+            raise self.fail("null_summary in the metadata is not a dictionary.")
+        summary = dict(summary)
+        for name in self.members:
+            if name.startswith("null_summary__"):
+                summary[name.split("__", 1)[1]] = self.array(
+                    name, lambda s: math.prod(s) <= MAX_SUMMARY_ELEMENTS, "a small summary")
+        metadata = header.get("metadata", {})
+        if not isinstance(metadata, dict):
+            raise self.fail("metadata is not a dictionary.")
+        return dict(maps, pi0=self.pi0(header), thresholds=self.thresholds(header),
+                    image_shape=image_shape, model_shape=model_shape, patch_size=patch,
+                    head_attention=optional.get("head_attention"), null_summary=summary,
+                    null_scores=optional.get("null_scores"), metadata=metadata)
+
+    # ---- members ------------------------------------------------------------------------------
+    def array(self, name: str, shape_ok: Any, expected: str) -> np.ndarray:
+        """Check a member's shape and dtype from its header, then read it."""
+        member = self.members[name]
+        with self.archive.open(member) as fh:
+            version = npy.read_magic(fh)
+            if version == (1, 0):
+                shape, _, dtype = npy.read_array_header_1_0(fh)
+            elif version in ((2, 0), (3, 0)):
+                shape, _, dtype = npy.read_array_header_2_0(fh)
+            else:
+                raise self.fail(f"member {name!r} has an unknown .npy version {version}.")
+        if dtype.hasobject or dtype.kind not in "biuf":
+            raise self.fail(f"member {name!r} holds {dtype} values, not numbers (refused).")
+        if not shape_ok(tuple(shape)):
+            raise self.fail(f"member {name!r} has shape {tuple(shape)}, expected {expected}; "
+                            "the file is damaged or was edited.")
+        with self.archive.open(member) as fh:
+            return npy.read_array(fh, allow_pickle=False)
+
+    def header(self, format_version: int) -> dict[str, Any]:
+        if "metadata_json" not in self.members:
+            raise self.fail("not a napari-attnreg result file (no metadata).")
+        raw = self.array("metadata_json", lambda s: len(s) == 1 and s[0] <= MAX_HEADER_BYTES,
+                         "a 1D byte string")
+        try:
+            header = json.loads(raw.astype(np.uint8).tobytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise self.fail(f"its metadata is not valid JSON ({err}).") from None
+        if not isinstance(header, dict) or header.get("format", FORMAT_NAME) != FORMAT_NAME:
+            raise self.fail("not a napari-attnreg result file (foreign metadata).")
+        version = header.get("format_version", 0)
+        if not _is_int(version):
+            raise self.fail(f"format_version {version!r} is not an integer.")
+        if version > format_version:
+            raise self.fail("written by a newer napari-attnreg; upgrade to read it.")
+        missing = [k for k in REQUIRED_HEADER if k not in header]
+        if missing:
+            raise self.fail(f"its metadata lacks {missing}; the file is damaged or was edited.")
+        return header
+
+    # ---- values -------------------------------------------------------------------------------
+    def pair(self, header: dict[str, Any], key: str) -> tuple[int, int]:
+        value = header[key]
+        if not (isinstance(value, list) and len(value) == 2 and all(
+                _is_int(v) and v >= 1 for v in value)):
+            raise self.fail(f"{key} must be two positive integers, got {value!r}.")
+        return int(value[0]), int(value[1])
+
+    def check_aspect(self, header: dict[str, Any], image: tuple[int, int],
+                     model: tuple[int, int], patch: tuple[int, int]) -> None:
+        """A run that kept the aspect ratio scaled both axes alike, up to a patch of rounding:
+        an edited ``image_shape`` would otherwise misplace every map in ``to_pixels``."""
+        target = (header.get("metadata") or {}).get("target_size") \
+            if isinstance(header.get("metadata"), dict) else None
+        if not isinstance(target, (str, int)) or isinstance(target, bool):
+            return  # an explicit (h, w) may change the aspect; older files do not say
+        low = max((model[0] - patch[0]) / image[0], (model[1] - patch[1]) / image[1])
+        high = min((model[0] + patch[0]) / image[0], (model[1] + patch[1]) / image[1])
+        if low > high:
+            raise self.fail(f"image_shape {list(image)} does not fit model_shape {list(model)} "
+                            f"(target_size {target!r} keeps the aspect ratio); the file is "
+                            "damaged or was edited.")
+
+    def pi0(self, header: dict[str, Any]) -> float:
+        pi0 = header["pi0"]
+        if not (_is_number(pi0) and 0.0 <= float(pi0) <= 1.0):
+            raise self.fail(f"pi0 must be a number in [0, 1], got {pi0!r}.")
+        return float(pi0)
+
+    def thresholds(self, header: dict[str, Any]) -> dict[str, Any]:
+        t = header["thresholds"]
+        if not isinstance(t, dict) or set(t) - set(THRESHOLD_KEYS):
+            raise self.fail(f"thresholds must be a dictionary of {list(THRESHOLD_KEYS)}, "
+                            f"got {t!r}.")
+        if t.get("rule") is not None and t["rule"] not in RULES:
+            raise self.fail(f"threshold rule {t['rule']!r} is not one of {list(RULES)}.")
+        for key, value in t.items():
+            if key == "rule" or value is None:
+                continue
+            in_range = key == "z_th" or 0.0 <= float(value) <= 1.0 if _is_number(value) else False
+            if not in_range:
+                raise self.fail(f"threshold {key}={value!r} is not a "
+                                f"{'finite number' if key == 'z_th' else 'number in [0, 1]'}.")
+        return t
+
+    def check_values(self, maps: dict[str, np.ndarray]) -> None:
+        if not np.all(np.isfinite(maps["attention"])):
+            raise self.fail("the attention map has NaN/inf values; the file is damaged.")
+        for name in PROBABILITY_MAPS:
+            values = maps[name]
+            outside = ~((values >= 0) & (values <= 1))  # NaN counts as outside
+            if outside.any():
+                raise self.fail(f"the {name} map has {int(outside.sum())} values outside "
+                                "[0, 1] or NaN; the file is damaged or was edited.")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))

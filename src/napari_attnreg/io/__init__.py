@@ -1,0 +1,20 @@
+"""Reading microscopy/radiology files and saving results, without any GUI toolkit.
+
+- :func:`read_dicom`: a DICOM series (folder, file or multi-frame) as one volume with its
+  spacing and stored window/level; needs the ``[dicom]`` extra (pydicom, imported on use).
+- :func:`read_ome_tiff`: an OME-TIFF with its physical pixel size and channel axis.
+- :func:`save_outputs`: output maps as OME-TIFF plus ``provenance.json`` and the ROI table;
+  :func:`provenance`, the record every exported table and file carries.
+
+Example
+-------
+>>> from napari_attnreg.io import provenance, read_dicom             # doctest: +SKIP
+>>> (volume, kwargs), = read_dicom("CT_head/")                      # doctest: +SKIP
+"""
+
+from .dicom import read_dicom
+from .export import provenance, save_layer, save_outputs, write_table_csv
+from .ometiff import read_ome_tiff
+
+__all__ = ["provenance", "read_dicom", "read_ome_tiff", "save_layer", "save_outputs",
+           "write_table_csv"]

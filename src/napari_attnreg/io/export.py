@@ -1,0 +1,324 @@
+"""Saving results with their scale and provenance (OME-TIFF, CSV, JSON).
+
+:func:`provenance` is the one record of how a result was made, for every table or file the
+package exports; :func:`write_table_csv` adds it to a table's rows, :func:`save_outputs`
+and :func:`save_layer` write it to ``provenance.json``.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core.presets import THRESHOLD_KEYS
+
+#: Key of our metadata on napari output layers (the layer's ``metadata[META_KEY]``).
+META_KEY = "attnreg"
+#: Columns of :func:`provenance`, in order (CSV headers use these names).
+PROVENANCE_FIELDS = (
+    "source_image", "model", "model_domain", "weights", "weights_sha256", "preset",
+    *THRESHOLD_KEYS, "n_boot", "seed", "method", "null", "null_pool", "p_method",
+    "alternative", "pi0_method", "device", "precision", "package_version",
+)
+_BUNDLED_MODELS = Path(__file__).resolve().parents[1] / "models"
+#: OME axes of an N-D layer (OME-TIFF holds at most five: time, channel, z, y, x).
+_OME_AXES = {2: "YX", 3: "ZYX", 4: "TZYX", 5: "TCZYX"}
+#: pint unit names (napari layer ``units``) → OME UnitsLength symbols.
+_OME_UNITS = {"nanometer": "nm", "micrometer": "µm", "micron": "µm", "millimeter": "mm",
+              "centimeter": "cm", "meter": "m", "pixel": "pixel"}
+OME_SUFFIXES = (".ome.tif", ".ome.tiff")
+PROVENANCE_FILE = "provenance.json"
+ROI_TABLE_FILE = "roi_table.csv"
+LayerData = tuple[Any, Mapping[str, Any], str]
+
+
+def provenance(result_metadata: Mapping[str, Any], *, source: str | None = None,
+               thresholds: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """How a result was made: source image, model, weights hash, preset, thresholds, B, seed.
+
+    Parameters
+    ----------
+    result_metadata : mapping
+        ``AttentionResult.metadata``, or the metadata of a napari output layer (the whole
+        ``layer.metadata`` or its ``"attnreg"`` entry, whose ``"run"`` holds the options).
+    source : str, optional
+        Name or path of the source image; wins over the one in the metadata.
+    thresholds : mapping, optional
+        Rule and thresholds in force when the table or map was exported (they move live
+        after the run); win over the ones in the metadata.
+
+    Returns
+    -------
+    dict
+        One value per name in :data:`PROVENANCE_FIELDS` (None where the metadata does not
+        say); ``weights_sha256`` is computed when the weights are a file that still exists.
+
+    Examples
+    --------
+    >>> row = provenance(result.metadata, source="cells.tif")
+    >>> row["n_boot"], row["seed"], row["q_th"]
+    (200, 0, 0.1)
+    """
+    flat = _flatten(result_metadata)
+    if source is not None:
+        flat["source_image"] = str(source)
+    for key, value in (thresholds or {}).items():
+        if key in THRESHOLD_KEYS:
+            flat[key] = value
+    record = {name: _plain(flat.get(name)) for name in PROVENANCE_FIELDS}
+    if record["weights_sha256"] is None:
+        weights_file = _weights_file(record["weights"], record["model"])
+        record["weights_sha256"] = file_sha256(weights_file) if weights_file else None
+    if record["package_version"] is None:
+        record["package_version"] = _installed_version()
+    return record
+
+
+def _flatten(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """Engine metadata is flat; a napari layer nests the run options under ``run``."""
+    meta = metadata.get(META_KEY, metadata)
+    if not isinstance(meta, Mapping):
+        raise ValueError("provenance() needs a result's or an output layer's metadata dict, "
+                         f"got {type(meta).__name__} under {META_KEY!r}.")
+    if "run" not in meta:
+        flat = dict(meta)
+    else:
+        flat = {**meta.get("run", {}), **meta.get("thresholds", {})}
+        flat.update({k: v for k, v in meta.items()
+                     if k in PROVENANCE_FIELDS and k not in flat})
+        flat.setdefault("source_image", meta.get("source_path") or meta.get("source"))
+    flat.setdefault("source_image", flat.get("source_path") or flat.get("source"))
+    if flat.get("device_used"):  # napari records the requested device ("auto") and the real one
+        flat["device"] = flat["device_used"]
+    if flat.get("weights_sha256") is None and flat.get("weights_hash") is not None:
+        flat["weights_sha256"] = flat["weights_hash"]
+    return flat
+
+
+def _plain(value: Any) -> Any:
+    """JSON/CSV-friendly scalars (NumPy numbers and paths become Python values)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _weights_file(weights: Any, model: Any) -> Path | None:
+    if not isinstance(weights, str) or weights in ("pretrained", "random-init", "given module"):
+        return None
+    candidates = [Path(weights)]
+    if model == "demo":  # the bundled model records only its file name
+        candidates.append(_BUNDLED_MODELS / weights)
+    return next((p for p in candidates if p.is_file()), None)
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file (weights), read in 1 MiB blocks; cached by path, size and mtime."""
+    p = Path(path).resolve()
+    stat = p.stat()
+    return _sha256_cached(str(p), stat.st_size, stat.st_mtime_ns)
+
+
+@lru_cache(maxsize=32)
+def _sha256_cached(path: str, _size: int, _mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _installed_version() -> str:
+    from .. import __version__
+
+    return str(__version__)
+
+
+# ---- writing ------------------------------------------------------------------------------
+def save_outputs(folder: str | Path, layer_data: Sequence[LayerData],
+                 roi_rows: Sequence[Mapping[str, Any]] | None = None) -> list[Path]:
+    """Save output layers as OME-TIFF with their scale, plus the ROI table and provenance.
+
+    Parameters
+    ----------
+    folder : str or Path
+        Created if needed. Existing files of the same names are replaced; nothing else in
+        the folder is touched.
+    layer_data : sequence of (data, layer attributes, layer type)
+        napari layer data tuples (``layer.as_layer_data_tuple()``) of ``"image"`` or
+        ``"labels"`` layers. Images are written as float32, labels as the smallest unsigned
+        integer type that holds them. ``scale`` becomes the OME PhysicalSize (in the
+        layer's ``units`` when they are lengths, else ``pixel``).
+    roi_rows : sequence of dict, optional
+        Per-region statistics; written to ``roi_table.csv`` with the provenance columns.
+
+    Returns
+    -------
+    list of Path
+        The files written: one ``<layer name>.ome.tif`` per layer, ``roi_table.csv`` when
+        rows were given, and ``provenance.json`` (how the results were made, per layer,
+        with each layer's scale and translate).
+    """
+    if not layer_data:
+        raise ValueError("Nothing to save: give at least one image or labels layer.")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    entries: list[dict[str, Any]] = []
+    used: set[str] = set()
+    for data, attrs, layer_type in layer_data:
+        path = folder / _unique_name(str(attrs.get("name") or layer_type), used)
+        written.append(write_ome_tiff(path, data, attrs, layer_type))
+        entries.append(_layer_entry(path.name, data, attrs, layer_type))
+    if roi_rows:
+        written.append(write_table_csv(folder / ROI_TABLE_FILE, roi_rows, _run(entries)))
+    written.append(_write_record(folder / PROVENANCE_FILE, entries,
+                                 ROI_TABLE_FILE if roi_rows else None))
+    return written
+
+
+def save_layer(path: str | Path, layer: LayerData) -> list[Path]:
+    """One layer as ``<name>.ome.tif`` plus ``<name>.provenance.json`` beside it."""
+    data, attrs, layer_type = layer
+    path = Path(path)
+    lower = path.name.lower()
+    suffix = next((s for s in OME_SUFFIXES if lower.endswith(s)), None)
+    if suffix is None:
+        raise ValueError(f"Save one layer under an OME-TIFF name (*.ome.tif), not {path.name}.")
+    tiff = write_ome_tiff(path, data, attrs, layer_type)
+    sidecar = path.with_name(path.name[: -len(suffix)] + ".provenance.json")
+    return [tiff, _write_record(sidecar, [_layer_entry(path.name, data, attrs, layer_type)])]
+
+
+def _write_record(path: Path, entries: list[dict[str, Any]], roi_table: str | None = None) -> Path:
+    """``provenance.json``: the run (from the first of our layers) and every file's geometry."""
+    record = {"saved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "saved_with": _installed_version(),
+              "provenance": _run(entries),
+              "layers": entries, "roi_table": roi_table}
+    path.write_text(json.dumps(record, indent=2, default=_json_default), encoding="utf-8")
+    return path
+
+
+def write_ome_tiff(path: str | Path, data: Any, attrs: Mapping[str, Any],
+                   layer_type: str) -> Path:
+    """One layer as OME-TIFF: float32 maps or unsigned labels, ``scale`` as PhysicalSize."""
+    import tifffile
+
+    if layer_type not in ("image", "labels"):
+        raise ValueError(f"Only image and labels layers are saved as OME-TIFF, not {layer_type}.")
+    array = np.asarray(data[0] if attrs.get("multiscale") else data)
+    array = _labels_dtype(array) if layer_type == "labels" else array.astype(np.float32)
+    rgb = bool(attrs.get("rgb")) and layer_type == "image"
+    spatial_ndim = array.ndim - (1 if rgb else 0)
+    if spatial_ndim not in _OME_AXES:
+        raise ValueError(f"OME-TIFF holds 2 to 5 axes; this layer has {spatial_ndim}. Save a "
+                         "slice or a projection of it.")
+    axes = _OME_AXES[spatial_ndim] + ("S" if rgb else "")
+    metadata: dict[str, Any] = {"axes": axes, "Name": str(attrs.get("name", ""))}
+    scale = list(attrs.get("scale") or [1.0] * spatial_ndim)[-spatial_ndim:]
+    units = _ome_units(attrs.get("units"), spatial_ndim)
+    for axis, size, unit in zip(_OME_AXES[spatial_ndim], scale, units):
+        if axis in "XYZ":
+            metadata[f"PhysicalSize{axis}"] = float(size)
+            if unit:
+                metadata[f"PhysicalSize{axis}Unit"] = unit
+    path = Path(path)
+    tifffile.imwrite(path, array, ome=True, metadata=metadata, photometric="rgb" if rgb else None,
+                     compression="zlib")
+    return path
+
+
+def write_table_csv(path: str | Path, rows: Sequence[Mapping[str, Any]],
+                    run_provenance: Mapping[str, Any] | None = None) -> Path:
+    """A CSV of ``rows`` with the provenance (:func:`provenance`) repeated as extra columns.
+
+    Repeating the run on every row keeps the table self-describing after rows are filtered
+    or tables of several runs are concatenated. Columns already in the rows win.
+    """
+    rows = [dict(r) for r in rows]
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    extra = {k: v for k, v in (run_provenance or {}).items() if k not in columns}
+    path = Path(path)
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns + list(extra))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**{k: _plain(v) for k, v in row.items()}, **extra})
+    return path
+
+
+def _run(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run's provenance: from a threshold-dependent layer when there is one.
+
+    Moving a threshold slider updates only the regularized and significant layers, so their
+    metadata holds the thresholds in force; the other maps keep those of the run.
+    """
+    ours = [e for e in entries if e["provenance"]]
+    live = [e for e in ours if e["kind"] in ("significant", "regularized")]
+    return (live or ours or [{"provenance": None}])[0]["provenance"]
+
+
+def _labels_dtype(array: np.ndarray) -> np.ndarray:
+    if array.size and array.min() < 0:
+        return array.astype(np.int32)
+    top = int(array.max()) if array.size else 0
+    return array.astype(np.uint8 if top < 256 else np.uint16 if top < 65536 else np.uint32)
+
+
+def _ome_units(units: Any, ndim: int) -> list[str | None]:
+    if not units:
+        return [None] * ndim
+    names = [str(u) for u in units][-ndim:]
+    return [_OME_UNITS.get(name, name if name in _OME_UNITS.values() else None) for name in names]
+
+
+def _unique_name(name: str, used: set[str]) -> str:
+    """A file name from a layer name ("cell · −log10 p" → "cell_-log10_p.ome.tif"), unique."""
+    stem = re.sub(r"[^\w.+-]+", "_", name.replace("−", "-"), flags=re.ASCII).strip("._") \
+        or "layer"
+    candidate, n = stem, 1
+    while candidate.lower() in used:
+        n += 1
+        candidate = f"{stem}_{n}"
+    used.add(candidate.lower())
+    return candidate + ".ome.tif"
+
+
+def _layer_entry(file: str, data: Any, attrs: Mapping[str, Any],
+                 layer_type: str) -> dict[str, Any]:
+    metadata = attrs.get("metadata") or {}
+    ours = isinstance(metadata, Mapping) and isinstance(metadata.get(META_KEY), Mapping)
+    shape = np.shape(data[0] if attrs.get("multiscale") else data)
+    return {
+        "file": file,
+        "name": attrs.get("name"),
+        "layer_type": layer_type,
+        "kind": metadata[META_KEY].get("kind") if ours else None,
+        "shape": [int(n) for n in shape],
+        "scale": [float(v) for v in attrs.get("scale") or [1.0] * len(shape)],
+        "translate": [float(v) for v in attrs.get("translate") or [0.0] * len(shape)],
+        "units": [str(u) for u in attrs.get("units") or []] or None,
+        "provenance": provenance(metadata) if ours else None,
+        "metadata": metadata[META_KEY] if ours else None,
+    }
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    return str(obj)

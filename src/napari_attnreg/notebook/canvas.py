@@ -1,0 +1,108 @@
+"""The view: the plane on screen with the chosen map, significant outlines and ROI edges.
+
+Everything is composited into one uint8 array (:attr:`OverlayCanvas.rendered`) and sent to
+the view as is, so what a user sees can be checked on pixels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..core.display import MAPS_BY_KEY, with_thresholds
+from ..core.result import AttentionResult
+from . import render
+from .display_panel import DisplayPanel
+from .image_panel import ImagePanel
+from .state import ExplorerState
+from .views import ImageView, MplView, ipympl_available
+
+VIEW_KINDS = ("auto", "ipympl", "image")
+
+
+def make_view(kind: str, width: int) -> ImageView | MplView:
+    """``"ipympl"`` draws ROIs with the mouse; ``"image"`` is a PNG; ``"auto"``: ipympl if any."""
+    if kind not in VIEW_KINDS:
+        raise ValueError(f"view must be 'auto', 'ipympl' or 'image', got {kind!r}.")
+    use_mpl = kind == "ipympl" or (kind == "auto" and ipympl_available())
+    return MplView(width) if use_mpl else ImageView(width)
+
+
+class OverlayCanvas:
+    """Composites the image panel's plane with a result, as the display panel says."""
+
+    def __init__(self, state: ExplorerState, view: ImageView | MplView, image: ImagePanel,
+                 display: DisplayPanel) -> None:
+        self.state, self.view, self.image, self.display = state, view, image, display
+        self.result: AttentionResult | None = None
+        self.token_index: np.ndarray | None = None  # display pixel → flat token id
+        self.rendered: np.ndarray | None = None
+        self.roi_labels: Callable[[], np.ndarray | None] = lambda: None
+        view.describe = self.describe_pixel
+
+    def set_result(self, result: AttentionResult | None) -> None:
+        """The result for the plane on screen (None: image only), then redraw."""
+        self.result = result
+        self.token_index = None
+        if result is not None:
+            gh, gw = result.grid_shape
+            ids = np.arange(gh * gw, dtype=np.int64).reshape(gh, gw)
+            self.token_index = self.image.grid.sample_tokens(result, ids)
+        self.redraw()
+
+    def line_width(self) -> int:
+        # about 1 px of the ~560 px view whatever the image size
+        return max(1, round(max(self.image.grid.shape) / 500))
+
+    def overlay_values(self, result: AttentionResult) -> tuple[np.ndarray | None, float, float]:
+        """Token values of the chosen overlay and their colour range (core.display)."""
+        if self.state.overlay == "none":
+            return None, 0.0, 1.0
+        view = MAPS_BY_KEY[self.state.overlay]
+        values = view.values(result, self.state.thresholds())
+        vmin, vmax = view.limits(result)
+        if self.state.overlay == "regularized":
+            # removed tokens are transparent, so the image shows where attention was not real
+            values = np.where(values > 0, values, np.nan)
+        return values, vmin, vmax
+
+    def redraw(self) -> None:
+        if self.image.stack is None:
+            return
+        lut, result = self.display.lut(), self.result
+        values = outline = None
+        vmin, vmax = 0.0, 1.0
+        if result is not None and self.token_index is not None:
+            token_values, vmin, vmax = self.overlay_values(result)
+            if token_values is not None:
+                values = np.asarray(token_values, dtype=np.float64).ravel()[self.token_index]
+            if self.state.outline:
+                sig = with_thresholds(result, self.state.thresholds()).significant()
+                outline = render.boundary(sig.ravel()[self.token_index], self.line_width())
+        labels = self.roi_labels()
+        roi_edges = None
+        if labels is not None and labels.any():
+            roi_edges = render.label_boundaries(self.image.grid.sample(labels), self.line_width())
+        self.rendered = render.composite(self.image.base, values, lut=lut, vmin=vmin, vmax=vmax,
+                                         opacity=self.state.opacity, outline=outline,
+                                         roi_edges=roi_edges)
+        self.view.show(self.rendered, self.image.plane_shape)
+        self.display.show_scale(lut, vmin, vmax, result if values is not None else None)
+
+    def describe_pixel(self, row: float, col: float) -> str:
+        """Cursor readout: pixel, and the statistics of the patch under it."""
+        r, c = round(row), round(col)
+        h0, w0 = self.image.plane_shape
+        if not (0 <= r < h0 and 0 <= c < w0):
+            return ""
+        text = f"x={c} y={r}"
+        result = self.result
+        if result is not None:
+            sy, sx = result.token_scale
+            gh, gw = result.grid_shape
+            i, j = min(int((r + 0.5) / sy), gh - 1), min(int((c + 0.5) / sx), gw - 1)
+            text += (f" · token ({i},{j}) attention={result.attention[i, j]:.4g} "
+                     f"z={result.z[i, j]:.2f} p={result.p[i, j]:.3g} q={result.q[i, j]:.3g} "
+                     f"posterior={result.posterior[i, j]:.3g}")
+        return text

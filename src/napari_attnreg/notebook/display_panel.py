@@ -1,0 +1,72 @@
+"""How the result is shown: which map, its colormap and opacity, outlines, colour bar, legend."""
+
+from __future__ import annotations
+
+import html
+
+import ipywidgets as W
+import numpy as np
+
+from ..core.display import MAPS_BY_KEY
+from ..core.result import AttentionResult
+from . import render
+from .option_controls import labelled
+from .options_panel import link_all
+from .state import OVERLAYS, ExplorerState
+
+#: "auto": each map in its own colormap (core.display), as napari and the CLI show it.
+COLORMAPS = ("auto", "magma", "inferno", "viridis", "turbo", "hot", "gray", "magma_r", "viridis_r")
+
+
+class DisplayPanel(W.VBox):
+    """Overlay choice and look (side panel), plus the colour bar and legend under the image."""
+
+    def __init__(self, state: ExplorerState) -> None:
+        super().__init__()
+        self.state = state
+        self.controls: dict[str, W.Widget] = {
+            "overlay": labelled(W.Dropdown, "overlay", "Which map is drawn over the image.",
+                                options=list(OVERLAYS)),
+            "colormap": labelled(W.Dropdown, "colormap",
+                                 "auto: each map in its own colormap, as napari shows it.",
+                                 options=[*COLORMAPS, *{state.colormap} - set(COLORMAPS)]),
+            "opacity": labelled(W.FloatSlider, "opacity", "Opacity of the overlay.",
+                                min=0, max=1, step=0.05),
+            "outline": W.Checkbox(description="outline significant", indent=False,
+                                  tooltip="Outline the patches kept by the rule."),
+        }
+        link_all(state, self.controls, {k: k for k in self.controls})
+        self.children = tuple(self.controls.values())
+        self.colorbar = W.Image(format="png", layout=W.Layout(width="200px", height="12px"))
+        self.colorbar_lo, self.colorbar_hi, self.colorbar_label = W.Label(), W.Label(), W.Label()
+        self.colorbar_box = W.HBox([self.colorbar_lo, self.colorbar, self.colorbar_hi,
+                                    self.colorbar_label], layout=W.Layout(align_items="center"))
+        self.legend = W.HTML(layout=W.Layout(max_width="560px")).add_class("attnreg-legend")
+        self.under_image = W.VBox([self.colorbar_box, self.legend])
+
+    def lut(self) -> np.ndarray:
+        """The colormap lookup table of the chosen overlay."""
+        name = self.state.colormap
+        if name == "auto":
+            overlay = self.state.overlay
+            name = MAPS_BY_KEY[overlay].colormap if overlay != "none" else "magma"
+        return render.colormap_lut(name)
+
+    def show_scale(self, lut: np.ndarray, vmin: float, vmax: float,
+                   result: AttentionResult | None) -> None:
+        """Colour scale, the map's title and its one-sentence legend (core.display)."""
+        shown = result is not None
+        self.colorbar_box.layout.display = "flex" if shown else "none"
+        self.legend.layout.display = "block" if shown else "none"
+        if not shown:
+            return
+        view = MAPS_BY_KEY[self.state.overlay]
+        self.colorbar.value = render.to_png(render.colorbar(lut))
+        self.colorbar_lo.value = f"{vmin:.3g}"
+        self.colorbar_hi.value = f"{vmax:.3g}"
+        self.colorbar_label.value = view.title(result.preset, self.state.thresholds())
+        outline = (f" <span style='color:{render.hex_color(render.SIGNIFICANT_COLOR)}'>■</span> "
+                   "outline: significant patches." if self.state.outline else "")
+        legend = html.escape(view.legend(result.preset), quote=False)
+        self.legend.value = (f"<div style='font-size:90%;line-height:1.35'>{legend}{outline}"
+                             "</div>")

@@ -1,0 +1,65 @@
+"""Run options: model, statistics preset, null method, B, seed, device, tiling, advanced.
+
+Every control except the model picker is built from the core's option metadata.
+Changing these takes effect at the next Run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ipywidgets as W
+
+from ..core.options import option
+from .advanced_panel import AdvancedPanel
+from .model_picker import ModelPicker
+from .option_controls import CONTROL_WIDTH, LABEL_WIDTH, build_control
+from .state import ExplorerState, available_devices
+
+#: Options with a control here; each is a trait of the same name on the explorer.
+MAIN_OPTIONS = ("preset", "method", "n_boot", "seed", "device", "tiled", "tile_overlap",
+                "tile_scale")
+#: Controls locked while a run computes (the run uses the values it started with).
+RUN_INPUTS = ("model", "preset", "method", "n_boot", "seed", "device", "tiled")
+
+
+def link_all(state: ExplorerState, controls: dict[str, W.Widget], traits: dict[str, str]) -> None:
+    """Link each control's ``value`` to its trait (the state is the source of the first sync)."""
+    for key, trait in traits.items():
+        W.link((state, trait), (controls[key], "value"))
+
+
+def device_control() -> W.Dropdown:
+    """The devices that exist here (the option itself accepts any device name)."""
+    opt = option("device")
+    return W.Dropdown(options=available_devices(), description=opt.label, tooltip=opt.help,
+                      layout=W.Layout(width=CONTROL_WIDTH),
+                      style={"description_width": LABEL_WIDTH})
+
+
+class OptionsPanel(W.VBox):
+    """What to compute: the main options, then the advanced ones (collapsed)."""
+
+    def __init__(self, state: ExplorerState, run_options: dict[str, Any]) -> None:
+        super().__init__()
+        self.state = state
+        self.controls: dict[str, W.Widget] = {
+            "model": ModelPicker(description="model", layout=W.Layout(width=CONTROL_WIDTH),
+                                 style={"description_width": LABEL_WIDTH})}
+        for name in MAIN_OPTIONS:
+            self.controls[name] = device_control() if name == "device" else build_control(name)
+        link_all(state, self.controls, {"model": "model_name",
+                                        **{name: name for name in MAIN_OPTIONS}})
+        self.advanced = AdvancedPanel(run_options)
+        state.observe(lambda _c: self.sync(), names=["running", "tiled"])
+        self.children = (*self.controls.values(), self.advanced)
+        self.sync()
+
+    def sync(self) -> None:
+        """Lock the inputs during a run; the tiling options only apply to tiled runs."""
+        busy = self.state.running
+        for name in RUN_INPUTS:
+            self.controls[name].disabled = busy
+        for name in ("tile_overlap", "tile_scale"):
+            self.controls[name].disabled = busy or not self.state.tiled
+        self.advanced.disabled = busy

@@ -1,0 +1,76 @@
+"""From the explorer's controls to a :class:`~napari_attnreg.core.service.Job`.
+
+The computation itself is the core's pipeline service (:func:`core.service.run_job`: model
+cache, load-then-run, outcome and messages); this module only says which model, which plane
+and which options the controls describe.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..core.backbones import Backbone, load_backbone
+from ..core.catalogue import find
+from ..core.engine import RunConfig
+from ..core.options import validate_options
+from ..core.planes import PlaneIndex, PlaneStack
+from ..core.presets import THRESHOLD_KEYS
+from ..core.service import Job, ModelSpec
+from .state import RUN_DEFAULTS, ExplorerState
+
+#: Options of :class:`RunConfig` the explorer's own controls set.
+CONTROLLED = {"preset", "method", "n_boot", "seed", "device", "tiled", "tile_scale",
+              "tile_overlap", *THRESHOLD_KEYS, "extra", "channel_axis"}
+#: File endings of weights files (a name ending so is a file, not a hub or timm name).
+WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".ckpt", ".bin")
+
+
+def check_run_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The extra keyword arguments of the explorer: RunConfig fields its controls do not set."""
+    unknown = set(options) - (set(RunConfig.__dataclass_fields__) - CONTROLLED)
+    if unknown:
+        raise TypeError(f"AttentionExplorer got unknown options {sorted(unknown)}; the run "
+                        "options are the RunConfig fields.")
+    return validate_options(options)  # bad values fail now, with the core's words
+
+
+def given_model(model: Any) -> Backbone:
+    """A model object the user passed, as a Backbone (it cannot be reloaded by name)."""
+    return model if isinstance(model, Backbone) else load_backbone(model)
+
+
+def model_spec(name: str, *, arch: str | None, given: Backbone | None) -> ModelSpec:
+    """The service's description of the model the picker names."""
+    name = name.strip()
+    if given is not None and name == given.name:
+        return ModelSpec("module", name, module=given)
+    if name == "demo":
+        return ModelSpec("demo")
+    if find(name) is not None:
+        return ModelSpec("catalogue", name)
+    if name.lower().endswith(WEIGHT_SUFFIXES) or Path(name).expanduser().is_file():
+        return ModelSpec("file", name, arch=arch)
+    return ModelSpec("timm", name)
+
+
+def run_config(state: ExplorerState, options: dict[str, Any]) -> RunConfig:
+    """The validated RunConfig of the current controls (ValueError says what is wrong)."""
+    # untiled runs keep the engine's tiling defaults, so their metadata says nothing stale
+    tiling = {"tiled": state.tiled,
+              "tile_overlap": state.tile_overlap if state.tiled else RUN_DEFAULTS.tile_overlap,
+              "tile_scale": state.tile_scale if state.tiled else RUN_DEFAULTS.tile_scale}
+    config = RunConfig(preset=state.preset, method=state.method, n_boot=state.n_boot,
+                       seed=state.seed, device=state.device, **tiling,
+                       **state.thresholds().as_dict(), **options)
+    config.validate()
+    return config
+
+
+def make_job(state: ExplorerState, spec: ModelSpec, stack: PlaneStack, plane: PlaneIndex,
+             options: dict[str, Any], task_id: int) -> Job:
+    """One plane of ``stack`` with the controls' options, tagged with ``task_id``."""
+    config = run_config(state, options)
+    if plane:  # the result says which plane it is (as napari's and the CLI's do)
+        config.extra = {**config.extra, "slice": list(plane)}
+    return Job(spec, stack, [tuple(plane)], config, task_id=task_id)

@@ -1,0 +1,101 @@
+"""The explorer's state: plain traitlets that every panel links its controls to.
+
+Panels never talk to each other; they read and write these traits, and the explorer
+observes them (the anywidget / ipympl manner: a small model with synced traits). A value
+that fails validation raises ``TraitError`` and leaves both the trait and its control as
+they were.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ipywidgets as widgets
+import traitlets as t
+
+from ..core.engine import RunConfig
+from ..core.options import NULL_METHODS, RULES, validate_options
+from ..core.presets import DEFAULT_PRESET, PRESETS, THRESHOLD_KEYS, default_thresholds
+from ..core.service import available_devices
+from ..core.thresholds import Thresholds
+from . import render
+from .views import DRAW_MODES
+
+#: Overlay choices: (label shown, state value); the value is a core.display map key.
+OVERLAYS = (
+    ("regularized attention", "regularized"),
+    ("raw attention", "attention"),
+    ("posterior", "posterior"),
+    ("−log10 p", "pvalue"),
+    ("none (image only)", "none"),
+)
+#: The engine's defaults (the tiling options' among them).
+RUN_DEFAULTS = RunConfig()
+_PRESET = default_thresholds(DEFAULT_PRESET)
+
+
+class ExplorerState(widgets.VBox):
+    """Traits shared by the explorer's panels (each control is linked to one of them)."""
+
+    model_name = t.Unicode("demo")
+    method = t.Enum(NULL_METHODS, default_value="normal")
+    n_boot = t.Int(200)
+    seed = t.Int(0)
+    device = t.Unicode("auto")
+    tiled = t.Bool(RUN_DEFAULTS.tiled)
+    tile_overlap = t.Int(RUN_DEFAULTS.tile_overlap)
+    tile_scale = t.Float(RUN_DEFAULTS.tile_scale)
+    preset = t.Enum(PRESETS, default_value=DEFAULT_PRESET)
+    rule = t.Enum(RULES, default_value=_PRESET["rule"])
+    q_th = t.Float(_PRESET["q_th"])
+    p_th = t.Float(_PRESET["p_th"])
+    l_th = t.Float(_PRESET["l_th"])
+    z_th = t.Float(_PRESET["z_th"], allow_none=True)
+    overlay = t.Enum([v for _, v in OVERLAYS] + ["p"], default_value="regularized")  # "p": old name
+    colormap = t.Unicode("auto")
+    opacity = t.Float(0.6)
+    outline = t.Bool(True)
+    draw_mode = t.Enum(DRAW_MODES, default_value="off")
+    slice_index = t.Tuple()
+    running = t.Bool(False)
+    status = t.Unicode("")
+
+    def thresholds(self) -> Thresholds:
+        """The rule and thresholds the controls set (``z_th`` None: no z mask)."""
+        return Thresholds(**{key: getattr(self, key) for key in THRESHOLD_KEYS})
+
+    @t.observe("preset")
+    def _preset_changed(self, change: dict) -> None:
+        """The thresholds take the new preset's defaults (one re-render)."""
+        with self.hold_trait_notifications():
+            for key, value in default_thresholds(change["new"]).items():
+                setattr(self, key, value)
+
+    @t.validate("device")
+    def _valid_device(self, proposal: dict) -> str:
+        devices = available_devices()
+        if proposal["value"] not in devices:
+            raise t.TraitError(f"device {proposal['value']!r} is not available on this machine; "
+                               f"choose one of {', '.join(devices)}.")
+        return proposal["value"]
+
+    @t.validate("n_boot", "seed", "tile_scale", "tile_overlap", "q_th", "p_th", "l_th", "z_th",
+                "method", "rule")
+    def _valid_option(self, proposal: dict) -> Any:
+        # the core's one validator, so a value refused here is refused with the same words
+        # by napari, the CLI and regularize()
+        name = proposal["trait"].name
+        try:
+            return validate_options({name: proposal["value"]})[name]
+        except ValueError as err:
+            raise t.TraitError(str(err)) from None
+
+    @t.validate("overlay")
+    def _valid_overlay(self, proposal: dict) -> str:
+        return "pvalue" if proposal["value"] == "p" else proposal["value"]
+
+    @t.validate("colormap")
+    def _valid_colormap(self, proposal: dict) -> str:
+        if proposal["value"] != "auto":
+            render.colormap_lut(proposal["value"])
+        return proposal["value"]

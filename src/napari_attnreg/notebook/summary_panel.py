@@ -1,0 +1,65 @@
+"""What a result says in words: the significance count, π0, the run and its diagnostics."""
+
+from __future__ import annotations
+
+import html
+import math
+
+import ipywidgets as W
+
+from ..core.display import diagnostics_lines, run_caption, summary_text, with_thresholds
+from ..core.result import AttentionResult
+
+WARNING_COLOR = "#b26a00"
+
+
+def timing_text(result: AttentionResult) -> str:
+    """``"in 3.1 s on cpu (model 0.2 s, observed 0.05 s, 200 nulls 2.4 s, statistics 0.4 s)"``."""
+    md = result.metadata
+    tm = md.get("timings", {})
+    load = md.get("model_load_s", 0.0)
+    parts = [f"model {load:.1f} s"] if load >= 0.05 else []
+    observed = f"{md['n_tiles']} tiles" if md.get("tiled") else "observed"
+    parts += [f"{observed} {tm.get('observed_s', math.nan):.2f} s",
+              f"{md.get('n_boot', '?')} nulls {tm.get('nulls_s', math.nan):.1f} s",
+              f"statistics {tm.get('statistics_s', math.nan):.2f} s"]
+    total = tm.get("total_s", math.nan) + load
+    return f"in {total:.1f} s on {md.get('device', '?')} ({', '.join(parts)})"
+
+
+def done_text(result: AttentionResult, plane: tuple[int, ...],
+              viewing: tuple[int, ...]) -> tuple[str, str]:
+    """Status line and level of a finished run; says which plane it was computed for."""
+    n_warnings = len(diagnostics_lines(result, include_info=False))
+    note = f" ⚠ {n_warnings} warning(s) below." if n_warnings else ""
+    where = f" (plane {plane})" if plane else ""
+    if plane != viewing:
+        note += (f" You are looking at plane {viewing}: move the slider back to {plane} to "
+                 "see this result.")
+    return f"Done{where} {timing_text(result)}.{note}", "warning" if n_warnings else "success"
+
+
+class SummaryPanel(W.VBox):
+    """Two lines under the image: the count at the current thresholds, then the run."""
+
+    def __init__(self) -> None:
+        self.summary = W.HTML().add_class("attnreg-summary")
+        self.diagnostics = W.HTML().add_class("attnreg-diagnostics")
+        super().__init__([self.summary, self.diagnostics])
+
+    def show(self, result: AttentionResult | None, thresholds: dict) -> None:
+        if result is None:
+            self.summary.value = self.diagnostics.value = ""
+            return
+        reg = with_thresholds(result, thresholds).regularized()
+        total = result.attention.sum()
+        kept = float(reg.sum() / total) if total > 0 else math.nan
+        caption = html.escape(summary_text(result, thresholds), quote=False)
+        self.summary.value = (f"<b>{caption}</b> · π0 = {result.pi0:.3f} · regularized map keeps "
+                              f"{100 * kept:.1f}% of the attention")
+        lines = [html.escape(run_caption(result), quote=False)]
+        for line in diagnostics_lines(result):
+            text = html.escape(line, quote=False)
+            lines.append(f"<span style='color:{WARNING_COLOR}'>{text}</span>"
+                         if line.startswith("⚠") else text)
+        self.diagnostics.value = "<br>".join(lines)

@@ -1,0 +1,83 @@
+"""Live thresholds: the rule, its threshold sliders and the optional z mask.
+
+Moving these re-renders the overlay, the counts and the ROI table; nothing is recomputed.
+Labels, ranges, steps and tooltips come from the core's option metadata. The sliders are
+wide (a 0–1 threshold over a ~350 px track: a 60 px drag moves it by about 0.17) and show
+their value in an editable readout, so a precise value can also be typed.
+"""
+
+from __future__ import annotations
+
+import ipywidgets as W
+
+from ..core.options import option
+from .option_controls import build_control
+from .options_panel import link_all
+from .state import ExplorerState
+
+#: Slider width: label (110 px) + track (about 350 px) + readout; the width of the image above.
+SLIDER_WIDTH = "540px"
+SLIDER_LABEL_WIDTH = "110px"
+#: z threshold the slider shows while the z mask is off.
+Z_TH_WHEN_ON = 0.0
+
+
+def threshold_slider(name: str) -> W.FloatSlider:
+    """A slider for a threshold option, from its metadata."""
+    opt = option(name)
+    decimals = opt.decimals if opt.decimals is not None else 2
+    # continuous_update=False: the overlay follows on release, not on every pixel of a drag
+    # (a large image would queue dozens of renders); the readout follows the drag live
+    return W.FloatSlider(min=opt.minimum, max=opt.maximum, step=opt.step, readout=True,
+                         readout_format=f".{decimals}f", continuous_update=False,
+                         description=opt.label, tooltip=opt.help,
+                         layout=W.Layout(width=SLIDER_WIDTH),
+                         style={"description_width": SLIDER_LABEL_WIDTH})
+
+
+class ThresholdsPanel(W.VBox):
+    """The rule and its thresholds, linked to the state's ``rule`` and ``*_th`` traits."""
+
+    def __init__(self, state: ExplorerState) -> None:
+        super().__init__()
+        self.state = state
+        rule = option("rule")
+        self.controls: dict[str, W.Widget] = {
+            # the state always holds a rule (the preset's until changed): no "unset" entry
+            "rule": build_control(rule, options=[(rule.label_of(r), r) for r in rule.choices]),
+            **{name: threshold_slider(name) for name in ("q_th", "p_th", "l_th")},
+            # z_th may be None (no z mask): a checkbox and a slider, kept in step by hand
+            "z_mask": W.Checkbox(description="", indent=False, layout=W.Layout(width="28px"),
+                                 tooltip="Tick to apply the z mask, untick for none. "
+                                         + option("z_th").help),
+            "z_th": threshold_slider("z_th"),
+        }
+        link_all(state, self.controls, {"rule": "rule", "q_th": "q_th", "p_th": "p_th",
+                                        "l_th": "l_th"})
+        self._syncing = False
+        self.controls["z_th"].value = Z_TH_WHEN_ON if state.z_th is None else state.z_th
+        self.controls["z_mask"].observe(self._from_z_controls, "value")
+        self.controls["z_th"].observe(self._from_z_controls, "value")
+        state.observe(lambda _c: self.sync_z(), names=["z_th"])
+        self.sync_z()
+        c = self.controls
+        self.children = (c["rule"], c["q_th"], c["p_th"], c["l_th"],
+                         W.HBox([c["z_th"], c["z_mask"]], layout=W.Layout(align_items="center")))
+
+    def sync_z(self) -> None:
+        box, slider = self.controls["z_mask"], self.controls["z_th"]
+        self._syncing = True
+        try:
+            box.value = self.state.z_th is not None
+            if self.state.z_th is not None:
+                slider.value = self.state.z_th
+            slider.disabled = self.state.z_th is None
+        finally:
+            self._syncing = False
+
+    def _from_z_controls(self, _change: dict) -> None:
+        if self._syncing:
+            return
+        box, slider = self.controls["z_mask"], self.controls["z_th"]
+        # the slider keeps its value while the mask is off, so ticking the box restores it
+        self.state.z_th = float(slider.value) if box.value else None

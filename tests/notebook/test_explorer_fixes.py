@@ -1,0 +1,229 @@
+"""Defects analysts hit in the explorer (issues #8, #12), one regression test each."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import gc
+import html
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ipywidgets")
+
+import traitlets
+
+from napari_attnreg import __version__
+from napari_attnreg.core.display import ROI_COLUMN_HELP, ROI_COLUMNS
+from napari_attnreg.core.images import prepare_image
+from napari_attnreg.io.export import PROVENANCE_FIELDS
+from napari_attnreg.notebook import AttentionExplorer
+
+
+def _px(css: str) -> int:
+    assert css.endswith("px"), css
+    return int(css[:-2])
+
+
+@pytest.fixture
+def explorer(blob_image, tiny_backbone):
+    ex = AttentionExplorer(blob_image, tiny_backbone, n_boot=8, device="cpu", view="image")
+    yield ex
+    ex.close()
+
+
+def test_threshold_sliders_are_wide_with_a_readout(explorer):
+    for key in ("q_th", "p_th", "l_th", "z_th"):
+        slider = explorer.controls[key]
+        # what is left after the label and the readout (about 80 px) is the track
+        track = _px(slider.layout.width) - _px(slider.style.description_width) - 80
+        assert track >= 330, (key, slider.layout.width)
+        assert slider.readout and not slider.continuous_update
+        assert slider.tooltip
+    lfdr = explorer.controls["l_th"]
+    lfdr_track = _px(lfdr.layout.width) - _px(lfdr.style.description_width) - 80
+    assert (lfdr.max - lfdr.min) / lfdr_track * 60 < 0.2  # was 0.30 → 0.00 over 60 px
+
+
+def test_roi_table_has_human_headers_and_the_csv_carries_provenance(
+        blob_image, tiny_backbone, tmp_path):
+    roi = np.zeros(blob_image.shape, dtype=bool)
+    roi[15:45, 5:35] = True
+    ex = AttentionExplorer(blob_image, tiny_backbone, n_boot=8, seed=5, device="cpu",
+                           view="image", roi=roi, name="blobs.tif")
+    ex.run(wait=True)
+    ex.p_th = 0.2
+    table = ex.roi_panel.table.value
+    # the core's column labels (core.display.ROI_COLUMNS) with their help as header tooltips
+    assert f">{ROI_COLUMNS['area_px']}</th>" in table
+    assert f">{ROI_COLUMNS['fisher_p']}</th>" in table
+    assert f"title='{html.escape(ROI_COLUMN_HELP['fisher_p'])}'" in table
+    assert "area_px" not in table and "frac_significant" not in table
+    with open(ex.export_roi_csv(tmp_path / "rois.csv"), newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 1 and rows[0]["label"] == "1" and rows[0]["area_px"] == "900"
+    row = rows[0]
+    assert row["source_image"] == "blobs.tif" and row["model"] == "VisionTransformer"
+    assert (row["preset"], row["rule"], row["n_boot"], row["seed"]) == ("directional", "q", "8",
+                                                                        "5")
+    assert float(row["p_th"]) == pytest.approx(0.2)  # the thresholds in force when exported
+    assert row["package_version"] == __version__
+    assert set(PROVENANCE_FIELDS) <= set(row)  # the one provenance record (io.export)
+    ex.close()
+
+
+def test_slice_change_mid_run_keeps_the_result_with_its_plane(blob_image, tiny_backbone):
+    stack = np.stack([blob_image, blob_image[::-1], blob_image[:, ::-1]])
+    ex = AttentionExplorer(stack, tiny_backbone, n_boot=300, chunk_size=4, device="cpu",
+                           view="image")
+    ex.image_panel.sliders[0].value = 2
+
+    async def scenario():
+        assert ex.run() is None
+        while ex.run_panel.progress.value == 0:
+            await asyncio.sleep(0.01)
+        ex.image_panel.sliders[0].value = 0  # the analyst looks at another plane mid-run
+        return await ex.wait()
+
+    result = asyncio.run(scenario())
+    assert result is not None and result.metadata["slice"] == [2]
+    # plane 0 is on screen: no overlay of plane 2 on it, and the status says where it went
+    assert ex.slice_index == (0,) and ex._current_result() is None
+    assert ex.canvas.result is None and ex.summary_panel.summary.value == ""
+    assert "Done (plane (2,))" in ex.status and "looking at plane (0,)" in ex.status
+    bare = ex.rendered.copy()
+    ex.image_panel.sliders[0].value = 2  # back to the analysed plane: its overlay is shown
+    assert ex._current_result() is result or ex._current_result().metadata["slice"] == [2]
+    assert ex.canvas.result is not None and ex.summary_panel.summary.value
+    assert ex.rendered.shape == bare.shape
+    ex.close()
+
+
+def test_nan_image_gets_the_cores_nan_message(blob_image, tiny_backbone):
+    img = blob_image.astype(np.float32)
+    img[3, 4] = np.nan
+    with pytest.raises(ValueError) as core:
+        prepare_image(img, patch_size=(16, 16), mean=(0.5,), std=(0.5,))
+    ex = AttentionExplorer(img, tiny_backbone, view="image", device="cpu")
+    assert ex.status == str(core.value)
+    assert "NaN" in ex.status and "constant" not in ex.status
+    assert ex.run(wait=True) is None and ex.result is None
+    ex.close()
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (0, 64, 64), (64, 0)])
+def test_empty_image_is_a_clear_message_not_an_index_error(shape, tiny_backbone):
+    ex = AttentionExplorer(np.zeros(shape), tiny_backbone, view="image", device="cpu")
+    assert "empty" in ex.status and str(shape) in ex.status
+    assert ex.run(wait=True) is None and "No usable image" in ex.status
+    with pytest.raises(ValueError, match="no usable image"):  # not AttributeError
+        ex.add_roi(rectangle=(1, 1, 5, 5))
+    with pytest.raises(ValueError, match="no usable image"):
+        ex.set_roi(np.ones((4, 4), bool))
+    ex.close()
+
+
+def test_add_roi_after_a_rejected_image(tiny_backbone):
+    ex = AttentionExplorer(np.zeros(5), tiny_backbone, view="image", device="cpu")
+    assert "at least 2 axes" in ex.status
+    assert ex.buttons["run"].disabled and "usable image" in ex.buttons["run"].tooltip
+    with pytest.raises(ValueError, match="set_image"):
+        ex.add_roi(rectangle=(1, 1, 5, 5))
+    ex.clear_rois()  # clearing nothing is fine
+    ex.set_image(np.ones((32, 32)) + np.eye(32))
+    assert not ex.buttons["run"].disabled and ex.status.startswith("Ready")
+    ex.close()
+
+
+@pytest.mark.parametrize("value", [0, -5, 1.5, True])
+def test_max_display_must_be_a_positive_whole_number(value, blob_image, tiny_backbone):
+    with pytest.raises(ValueError, match="max_display must be a whole number"):
+        AttentionExplorer(blob_image, tiny_backbone, view="image", max_display=value)
+
+
+def test_unavailable_device_leaves_state_and_dropdown_consistent(explorer):
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("cuda exists here")
+    explorer.device = "cpu"
+    with pytest.raises(traitlets.TraitError, match="not available on this machine"):
+        explorer.device = "cuda"
+    assert explorer.device == "cpu" and explorer.controls["device"].value == "cpu"
+    assert "cuda" not in explorer.controls["device"].options
+    with pytest.raises(traitlets.TraitError, match="not available"):
+        AttentionExplorer(np.ones((32, 32)), "demo", device="cuda", view="image")
+
+
+def test_failed_constructions_print_no_del_errors(blob_image, tiny_backbone, monkeypatch):
+    unraisable: list = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    bad = [dict(max_display=0), dict(view="3d"), dict(colormap="nope"), dict(bogus=1),
+           dict(device="tpu")]
+    for kwargs in bad:
+        with pytest.raises((ValueError, TypeError, traitlets.TraitError)):
+            AttentionExplorer(blob_image, tiny_backbone, **kwargs)
+    gc.collect()
+    assert [u.exc_value for u in unraisable] == []
+
+
+def test_pixels_changed_in_place_mid_run_drop_the_result(blob_image, tiny_backbone):
+    img = blob_image.copy()
+    ex = AttentionExplorer(img, tiny_backbone, n_boot=300, chunk_size=4, device="cpu",
+                           view="image")
+
+    async def scenario():
+        assert ex.run() is None
+        while ex.run_panel.progress.value == 0:
+            await asyncio.sleep(0.01)
+        img[:] = img[::-1]  # the analyst's array is edited while the run computes
+        return await ex.wait()
+
+    assert asyncio.run(scenario()) is None
+    assert "changed during the run" in ex.status and ex.canvas.result is None
+    ex.close()
+
+
+def test_model_picker_names_become_service_model_specs(tiny_backbone, tmp_path):
+    from napari_attnreg.notebook.pipeline import model_spec
+
+    assert model_spec("demo", arch=None, given=None).source == "demo"
+    assert model_spec("uni", arch=None, given=None).source == "catalogue"
+    weights = tmp_path / "w.safetensors"
+    spec = model_spec(str(weights), arch="vit_small_patch16_224", given=None)
+    assert (spec.source, spec.arch) == ("file", "vit_small_patch16_224")
+    assert model_spec("vit_small_patch16_224", arch=None, given=None).source == "timm"
+    spec = model_spec(tiny_backbone.name, arch=None, given=tiny_backbone)
+    assert spec.source == "module" and spec.module is tiny_backbone
+
+
+def test_the_image_column_never_shrinks_below_the_image(explorer):
+    image_area, side = explorer.children[0].children
+    # a flex row shrank the 560 px canvas (+ toolbar) and cut off its right edge
+    assert image_area.layout.flex == "0 0 auto"
+    assert _px(image_area.layout.min_width) >= 560 + 40
+    assert _px(side.layout.min_width) >= 360  # the side panel's controls are 360 px wide
+
+
+def test_an_outcome_of_an_older_task_is_dropped(explorer):
+    from napari_attnreg.core.service import Outcome
+
+    first = explorer.run(wait=True)
+    explorer.n_boot = 9
+    second = explorer.run(wait=True)
+    assert explorer.run_panel.task_id == 2 and explorer.result.metadata["n_boot"] == 9
+    # a late outcome of task 1 (e.g. a worker that finished after a newer run began)
+    explorer._pending = ((), explorer._generation, explorer._fingerprint(()))
+    explorer._on_finish(Outcome(task_id=1, results={(): first}))
+    assert explorer.result.metadata["n_boot"] == 9 and explorer._current_result() is second
+
+
+def test_every_control_has_a_tooltip(explorer):
+    controls = {**explorer.controls, **explorer.buttons,
+                **explorer.options_panel.advanced.controls}
+    picker = controls.pop("model")
+    missing = [name for name, c in controls.items() if not c.tooltip]
+    assert missing == [] and picker.dropdown.tooltip and picker.other.tooltip

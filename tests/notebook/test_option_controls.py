@@ -1,0 +1,91 @@
+"""The explorer's run controls are built from the core's option metadata, advanced ones too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ipywidgets")
+
+from napari_attnreg.core.options import OPTIONS, option
+from napari_attnreg.notebook import AttentionExplorer
+from napari_attnreg.notebook.advanced_panel import AdvancedPanel, advanced_options
+from napari_attnreg.notebook.option_controls import UNSET, build_control, control_value
+from napari_attnreg.notebook.options_panel import MAIN_OPTIONS
+
+
+@pytest.fixture
+def explorer(blob_image, tiny_backbone):
+    ex = AttentionExplorer(blob_image, tiny_backbone, n_boot=8, device="cpu", view="image",
+                           chunk_size=4, target_size=(96, 80), pi0_method=0.8)
+    yield ex
+    ex.close()
+
+
+def test_main_controls_show_the_cores_labels_choices_ranges_and_help(explorer):
+    for name in (*MAIN_OPTIONS, "rule", "q_th", "p_th", "l_th", "z_th"):
+        opt, control = option(name), explorer.controls[name]
+        assert control.description == opt.label and control.tooltip == opt.help, name
+        if opt.kind == "choice":
+            assert [v for _, v in control.options] == list(opt.choices), name
+            assert [label for label, _ in control.options] == [opt.label_of(c)
+                                                               for c in opt.choices]
+        if hasattr(control, "min") and opt.minimum is not None:
+            assert (control.min, control.max) == (opt.minimum, opt.maximum), name
+
+
+def test_every_other_option_is_an_advanced_control():
+    panel = AdvancedPanel()
+    shown = set(panel.controls)
+    assert shown == {o.name for o in advanced_options()}
+    assert shown | set(MAIN_OPTIONS) | {"rule", "q_th", "p_th", "l_th", "z_th",
+                                        "channel_axis"} == set(OPTIONS)
+    assert panel.selected_index is None  # collapsed until opened
+    assert panel.values() == {}  # nothing set: the engine's and the preset's defaults
+
+
+def test_constructor_options_start_in_the_advanced_controls_and_reach_the_run(explorer):
+    adv = explorer.options_panel.advanced
+    assert adv.controls["chunk_size"].value == "4"
+    assert adv.values() == {"chunk_size": 4, "target_size": (96, 80), "pi0_method": 0.8}
+    assert adv.controls["pi0_method"].disabled  # 0.8 is not a listed choice: shown, kept
+    adv.controls["std_factor"].value = 2.0
+    adv.controls["null_pool"].value = "position"
+    adv.controls["chunk_size"].value = ""  # empty = auto
+    values = adv.values()
+    assert values["std_factor"] == 2.0 and values["null_pool"] == "position"
+    assert "chunk_size" not in values
+    result = explorer.run(wait=True)
+    assert result is not None, explorer.status
+    md = result.metadata
+    assert (md["std_factor"], md["null_pool"], md["pi0_method"]) == (2.0, "position", 0.8)
+    assert tuple(md["target_size"]) == (96, 80) and md["chunk_size_requested"] is None
+
+
+def test_bad_advanced_values_get_the_cores_message(explorer):
+    adv = explorer.options_panel.advanced
+    adv.controls["memory_fraction"].value = 1.0
+    adv.controls["head"].value = "seven"
+    assert explorer.run(wait=True) is None
+    assert explorer.status.startswith("head must be 'mean' or a head number")
+    adv.controls["head"].value = "mean"
+    adv.controls["block_size"].value = "big"
+    with pytest.raises(ValueError, match="Block size.*not a number"):
+        adv.values()
+
+
+def test_bad_constructor_options_fail_at_once(blob_image, tiny_backbone):
+    with pytest.raises(ValueError, match="chunk_size must be a whole number"):
+        AttentionExplorer(blob_image, tiny_backbone, view="image", chunk_size=2.5)
+
+
+def test_builder_kinds():
+    assert build_control("keep_nulls").description == option("keep_nulls").label
+    merge = build_control("merge")
+    assert merge.options[0] == ("(auto)", UNSET) and control_value(option("merge"), merge) is None
+    pool = build_control("null_pool")
+    assert pool.options[0] == ("(from preset)", UNSET)
+    chunk = build_control("chunk_size")
+    chunk.value = " 12 "
+    assert control_value(option("chunk_size"), chunk) == 12
+    assert np.isclose(build_control("memory_fraction").max, option("memory_fraction").maximum)

@@ -1,0 +1,196 @@
+"""DICOM and OME-TIFF readers: volumes with their physical spacing, window and channels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from napari_attnreg.io.dicom import dicom_files, read_dicom
+from napari_attnreg.io.ometiff import is_ome_tiff, read_ome_tiff
+
+pydicom = pytest.importorskip("pydicom")
+
+
+def write_ct_slice(path, z_mm: float, instance: int, pixels: np.ndarray, *, series_uid="1.2.3.4",
+                   slope=1.0, intercept=-1024.0, window=(40.0, 400.0), modality="CT"):
+    """A minimal single-frame CT slice (uint16 stored values) written with pydicom."""
+    from pydicom.dataset import FileDataset, FileMetaDataset
+    from pydicom.uid import ExplicitVRLittleEndian, generate_uid
+
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.2"  # CT Image Storage
+    meta.MediaStorageSOPInstanceUID = generate_uid()
+    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds = FileDataset(str(path), {}, file_meta=meta, preamble=b"\0" * 128)
+    ds.SOPClassUID, ds.SOPInstanceUID = meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID
+    ds.Modality, ds.SeriesInstanceUID, ds.StudyInstanceUID = modality, series_uid, "1.2.3"
+    ds.SeriesDescription, ds.SeriesNumber, ds.InstanceNumber = "head axial", 2, instance
+    ds.PatientName = "Doe^Jane"
+    ds.ImagePositionPatient = [-100.0, -120.0, z_mm]
+    ds.ImageOrientationPatient = [1, 0, 0, 0, 1, 0]
+    ds.PixelSpacing = [0.7, 0.5]  # row spacing (y), column spacing (x)
+    ds.SliceThickness = 9.9  # deliberately wrong: positions win
+    ds.RescaleSlope, ds.RescaleIntercept = slope, intercept
+    ds.WindowCenter, ds.WindowWidth = window
+    ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
+    ds.Rows, ds.Columns = pixels.shape
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 16, 15, 0
+    ds.PixelData = pixels.astype(np.uint16).tobytes()
+    ds.save_as(path, enforce_file_format=True)
+
+
+@pytest.fixture
+def ct_folder(tmp_path):
+    """Four slices 2.5 mm apart, written out of order; slice k holds the value 1000 + 10 k."""
+    folder = tmp_path / "ct"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for k, file_index in enumerate([3, 0, 2, 1]):
+        pixels = np.full((6, 5), 1000 + 10 * k, dtype=np.uint16)
+        pixels[0, 0] = rng.integers(0, 50)
+        write_ct_slice(folder / f"img{file_index}.dcm", z_mm=-30.0 + 2.5 * k,
+                       instance=10 - k, pixels=pixels)
+    (folder / "notes.txt").write_text("not DICOM")
+    return folder
+
+
+def test_dicom_folder_is_one_volume_in_position_order_with_spacing_and_window(ct_folder):
+    (volume, kwargs), = read_dicom(ct_folder)
+    assert volume.shape == (4, 6, 5)
+    # rescaled (stored − 1024), slices by position (not file name, not the reversed InstanceNumber)
+    np.testing.assert_array_equal(volume[:, 3, 3], [1000 - 1024 + 10 * k for k in range(4)])
+    assert volume.dtype.kind == "i" and volume.min() < 0
+    assert kwargs["scale"] == pytest.approx((2.5, 0.7, 0.5))
+    assert kwargs["contrast_limits"] == pytest.approx((40 - 200, 40 + 200))
+    assert kwargs["name"] == "head axial" and kwargs["colormap"] == "gray"
+    info = kwargs["metadata"]["dicom"]
+    assert info["modality"] == "CT" and info["series_instance_uid"] == "1.2.3.4"
+    assert info["files"] == 4 and kwargs["metadata"]["source_path"] == str(ct_folder)
+    assert "Doe" not in repr(kwargs["metadata"])  # no patient identifiers
+
+
+def test_dicom_non_integer_slope_gives_float_values(tmp_path):
+    write_ct_slice(tmp_path / "a.dcm", 0.0, 1, np.array([[0, 10], [20, 30]]), slope=0.5,
+                   intercept=-3.0)
+    (image, kwargs), = read_dicom(tmp_path / "a.dcm")
+    assert image.shape == (2, 2) and image.dtype == np.float32
+    np.testing.assert_allclose(image, [[-3, 2], [7, 12]])
+    assert kwargs["scale"] == pytest.approx((0.7, 0.5))
+
+
+def test_dicom_folder_with_two_series_gives_two_layers(tmp_path):
+    for k in range(3):
+        write_ct_slice(tmp_path / f"a{k}.dcm", 2.0 * k, k, np.full((4, 4), k), series_uid="1.1")
+    write_ct_slice(tmp_path / "b.dcm", 0.0, 1, np.full((4, 4), 7), series_uid="1.2")
+    layers = read_dicom(tmp_path)
+    assert sorted(data.shape for data, _ in layers) == [(3, 4, 4), (4, 4)]
+
+
+def test_dicom_duplicate_positions_are_refused(tmp_path):
+    for k in range(2):
+        write_ct_slice(tmp_path / f"a{k}.dcm", 5.0, k, np.zeros((4, 4)))
+    with pytest.raises(ValueError, match="share a position"):
+        read_dicom(tmp_path)
+
+
+def test_dicom_reader_ignores_folders_without_dicom(tmp_path):
+    (tmp_path / "x.txt").write_text("hello")
+    assert dicom_files(tmp_path) == []
+    with pytest.raises(ValueError, match="No DICOM files"):
+        read_dicom(tmp_path)
+
+
+def test_missing_pydicom_names_the_extra(monkeypatch, ct_folder):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pydicom", None)  # import pydicom now raises ImportError
+    with pytest.raises(ImportError, match=r"napari-attnreg\[dicom\]"):
+        read_dicom(ct_folder)
+
+
+def _write_ome(path, data, axes, tile=None, **metadata):
+    import tifffile
+
+    tifffile.imwrite(path, data, ome=True, tile=tile, metadata={"axes": axes, **metadata})
+
+
+def test_ome_tiff_scale_units_and_channel_axis(tmp_path):
+    path = tmp_path / "cells.ome.tif"
+    data = np.arange(3 * 2 * 8 * 10, dtype=np.uint16).reshape(3, 2, 8, 10)
+    _write_ome(path, data, "ZCYX", PhysicalSizeX=0.25, PhysicalSizeY=0.5, PhysicalSizeZ=2.0,
+               Channel={"Name": ["DAPI", "GFP"]})
+    assert is_ome_tiff(path)
+    (read, kwargs), = read_ome_tiff(path)
+    np.testing.assert_array_equal(read, data)
+    assert kwargs["channel_axis"] == 1
+    assert kwargs["scale"] == pytest.approx((2.0, 0.5, 0.25))
+    assert kwargs["axis_labels"] == ("z", "y", "x") and kwargs["units"] == ("µm",) * 3
+    assert kwargs["name"] == ["cells · DAPI", "cells · GFP"]
+    assert kwargs["metadata"]["ome"]["axes"] == "ZCYX"
+
+
+def test_ome_tiff_rgb_and_single_channel(tmp_path):
+    rgb = tmp_path / "slide.ome.tiff"
+    _write_ome(rgb, np.zeros((12, 16, 3), np.uint8), "YXS", PhysicalSizeX=0.5,
+               PhysicalSizeY=0.5, PhysicalSizeXUnit="nm", PhysicalSizeYUnit="nm")
+    (data, kwargs), = read_ome_tiff(rgb)
+    assert kwargs["rgb"] and data.shape == (12, 16, 3) and "channel_axis" not in kwargs
+    assert kwargs["scale"] == pytest.approx((0.5, 0.5)) and kwargs["units"] == ("nm", "nm")
+    single = tmp_path / "one.ome.tif"
+    _write_ome(single, np.ones((1, 9, 7), np.float32), "CYX")
+    (data, kwargs), = read_ome_tiff(single)
+    assert data.shape == (9, 7) and kwargs["scale"] == (1.0, 1.0) and "units" not in kwargs
+
+
+def test_plain_tiff_is_not_ome(tmp_path):
+    import tifffile
+
+    plain = tmp_path / "plain.tif"
+    tifffile.imwrite(plain, np.zeros((4, 4), np.uint8))
+    assert not is_ome_tiff(plain)
+    fake = tmp_path / "fake.ome.tif"
+    tifffile.imwrite(fake, np.zeros((4, 4), np.uint8), ome=False)  # named OME, is not
+    with pytest.raises(ValueError, match="no OME-XML"):
+        read_ome_tiff(fake)
+
+
+def test_multi_frame_dicom_is_one_volume(tmp_path):
+    path = tmp_path / "mf.dcm"
+    frames = np.stack([np.full((4, 5), 100 * k, np.uint16) for k in range(3)])
+    write_ct_slice(path, 0.0, 1, frames[0], intercept=0.0)
+    ds = pydicom.dcmread(path)
+    ds.NumberOfFrames, ds.SpacingBetweenSlices = 3, 1.5
+    ds.PixelData = frames.tobytes()
+    ds.save_as(path, enforce_file_format=True)
+    (volume, kwargs), = read_dicom(path)
+    np.testing.assert_array_equal(volume, frames)
+    assert kwargs["scale"] == pytest.approx((1.5, 0.7, 0.5))
+
+
+def test_reader_hook_check_is_cheap_and_declines_other_folders(tmp_path, ct_folder):
+    from napari_attnreg.io.dicom import looks_like_dicom
+
+    assert looks_like_dicom(ct_folder) and looks_like_dicom(next(ct_folder.glob("*.dcm")))
+    store = tmp_path / "tiles"
+    store.mkdir()
+    for i in range(100):
+        (store / f"0.{i}").write_bytes(b"\0" * 200)
+    assert not looks_like_dicom(store)
+    zarr_store = tmp_path / "image.zarr"
+    zarr_store.mkdir()
+    write_ct_slice(zarr_store / "a.dcm", 0.0, 1, np.zeros((2, 2)))
+    assert not looks_like_dicom(zarr_store)  # zarr stores belong to the zarr readers
+    assert not looks_like_dicom(tmp_path / "missing.dcm")
+
+
+def test_large_ome_tiff_is_read_on_demand(tmp_path):
+    pytest.importorskip("dask")
+    pytest.importorskip("zarr")
+    import dask.array as da
+
+    path = tmp_path / "big.ome.tif"
+    data = np.arange(2 * 3 * 64 * 64, dtype=np.uint16).reshape(2, 3, 64, 64)
+    _write_ome(path, data, "ZCYX", PhysicalSizeX=0.5, PhysicalSizeY=0.5, tile=(32, 32))
+    (lazy, kwargs), = read_ome_tiff(path, lazy_bytes=0)
+    assert isinstance(lazy, da.Array) and kwargs["channel_axis"] == 1
+    np.testing.assert_array_equal(lazy.compute(), data)
