@@ -64,21 +64,19 @@ def test_shapes_roi_table_matches_core_and_exports(
     assert widget.roi_panel.table.rowCount() == 3
 
     path = widget.roi_panel.export_csv(tmp_path / "rois.csv")
-    text = path.read_text(encoding="utf-8").splitlines()
-    notes = [line[2:] for line in text if line.startswith("# ")]
-    read = list(csv.DictReader(line for line in text if not line.startswith("#")))
+    with open(path, newline="", encoding="utf-8") as fh:
+        read = list(csv.DictReader(fh))
     assert len(read) == 3 and set(ROI_COLUMNS) <= set(read[0])
     assert float(read[0]["mean_attention"]) == pytest.approx(
         widget.roi_panel.rows[0]["mean_attention"]
     )
-    # what made the table travels with it
-    prov = dict(line.split(": ", 1) for line in notes if ": " in line)
+    # what made the table travels with every row
     record = widget.current_record()
-    assert prov["image"] == "cells" and prov["preset"] == record.preset
-    assert prov["B (null images)"] == "16" and prov["seed"] == "0"
-    assert '"rule": "p"' in prov["thresholds"] and prov["run id"] == record.run_id
-    assert "tiny" in prov["model"] or "VisionTransformer" in prov["model"]
-    assert prov["package version"]
+    for row in read:
+        assert row["source_image"] == "cells" and row["preset"] == record.preset
+        assert row["n_boot"] == "16" and row["seed"] == "0" and row["rule"] == "p"
+        assert float(row["p_th"]) == pytest.approx(0.5) and row["run_id"] == record.run_id
+        assert row["model"] and row["package_version"]
 
 
 def test_odds_ratio_without_significant_tokens_and_small_roi_warning(
@@ -112,8 +110,8 @@ def test_odds_ratio_without_significant_tokens_and_small_roi_warning(
     assert all(np.isnan(r["odds_ratio"]) for r in rows)
     assert [table.item(r, column).text() for r in range(2)] == ["–", "–"]
     path = widget.roi_panel.export_csv(tmp_path / "rois.csv")
-    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if not ln.startswith("#")]
-    assert all(np.isnan(float(r["odds_ratio"])) for r in csv.DictReader(lines))
+    with open(path, newline="", encoding="utf-8") as fh:
+        assert all(np.isnan(float(r["odds_ratio"])) for r in csv.DictReader(fh))
     # the 3×3-pixel ROI is smaller than one token: said so
     status = widget.roi_panel.status.text()
     assert "⚠ ROI 2 smaller than one token" in status and "ROI 1" not in status
@@ -129,3 +127,41 @@ def test_odds_ratio_without_significant_tokens_and_small_roi_warning(
     for r, row in enumerate(blocker.args[0]):
         if row["frac_significant"] == 0.0:
             assert row["odds_ratio"] == 0.0 and table.item(r, column).text() == "0"
+
+
+def test_labels_roi_on_a_scaled_image(viewer_widget, run_and_wait, cells_image, qtbot):
+    """A Labels ROI painted in world space lands on the image's own pixel grid."""
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells", scale=(2.0, 2.0))
+    run_and_wait(widget)
+    roi_world = np.zeros((240, 200), dtype=np.int32)  # a scale-1 Labels layer over the image
+    roi_world[40:100, 20:90] = 4
+    roi = viewer.add_labels(roi_world, name="painted")
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(roi)
+    rows = blocker.args[0]
+    on_image = np.zeros(cells_image.shape, dtype=np.int64)
+    on_image[20:50, 10:45] = 4
+    result = widget.current_record().results[()]
+    t = widget.current_record().thresholds
+    _assert_rows_equal(rows, _core_rows(result, on_image, t))
+    assert rows[0]["label"] == 4 and rows[0]["area_px"] == 30 * 35
+
+
+def test_significant_layer_can_serve_as_roi(viewer_widget, run_and_wait, cells_image, qtbot):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    # the paper's lfdr rule finds regions even with this random model (the q rule finds none)
+    widget.options.controls["preset"].setCurrentIndex(
+        widget.options.controls["preset"].findData("paper")
+    )
+    run_and_wait(widget)
+    sig_layer = viewer.layers["cells · significant"]
+    if sig_layer.data.max() == 0:
+        pytest.skip("no significant region with this tiny random model")
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(sig_layer)
+    rows = blocker.args[0]
+    assert len(rows) == len(np.unique(sig_layer.data[sig_layer.data > 0]))
+    # regions made of significant tokens are fully significant under the same thresholds
+    assert all(r["frac_significant"] == pytest.approx(1.0) for r in rows)

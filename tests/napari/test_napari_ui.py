@@ -172,8 +172,10 @@ def test_threshold_move_updates_napari_status_count(viewer_widget, run_and_wait,
 
 def test_save_results_calls_the_plugin_writer(viewer_widget, run_and_wait, cells_image, qtbot,
                                               tmp_path, monkeypatch):
+    import csv
     import sys
     import types
+    from pathlib import Path
 
     from napari_attnreg._napari.results_io import save_results
 
@@ -203,5 +205,14 @@ def test_save_results_calls_the_plugin_writer(viewer_widget, run_and_wait, cells
     assert tuple(record.outputs["attention"].scale) in scales
     assert {meta["metadata"]["attnreg"]["run_id"] for _d, meta, _k in layer_data} == \
         {record.run_id}
-    assert written[-1].endswith("cells_attnreg_roi.csv")
-    assert "# image: cells" in (tmp_path / "cells_attnreg_roi.csv").read_text(encoding="utf-8")
+    assert written[-1] == str(tmp_path / "roi_table.csv")
+    with open(written[-1], newline="", encoding="utf-8") as fh:
+        row = next(csv.DictReader(fh))
+    assert row["source_image"] == "cells" and row["run_id"] == record.run_id
+
+    # the plugin's own writer: OME-TIFF per layer in a folder, with its provenance
+    monkeypatch.undo()
+    written = save_results(viewer, record, widget.roi_panel.rows, tmp_path / "real.ome.tif")
+    names = {Path(p).name for p in written}
+    assert sum(n.endswith(".ome.tif") for n in names) == 5 and "roi_table.csv" in names
+    assert all(Path(p).exists() for p in written)

@@ -44,9 +44,8 @@ def save_results(viewer: Any, record: RunRecord, roi_rows: list[dict], path: str
     if not layers:
         raise ValueError("The output layers of this run were removed; run it again to save.")
     written = list(write_outputs(str(path), [layer.as_layer_data_tuple() for layer in layers]))
-    if roi_rows:
-        base = Path(path)
-        csv_path = base.with_name(base.name.split(".")[0] + "_roi.csv")
+    if roi_rows:  # beside the layers (the writer makes a folder for several layers)
+        csv_path = Path(written[0]).parent / "roi_table.csv"
         written.append(str(write_roi_csv(roi_rows, csv_path, record)))
     return written
 
