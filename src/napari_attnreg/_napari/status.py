@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from ..core.display import run_caption, significance_caption, unique_diagnostics
+from ..core.display import run_caption, significance_caption, summary_text, unique_diagnostics
 from .layers import RunRecord
 
 WARNING_COLOR = "#e0a030"
@@ -41,7 +41,8 @@ def summary_html(record: RunRecord) -> tuple[str, str]:
         text = html.escape(line, quote=False)
         lines.append(f"<span style='color:{WARNING_COLOR}'>{text}</span>"
                      if line.startswith("⚠") else text)
-    status = f"{record.source_name}: {caption}" + (f" · {partial}" if partial else "")
+    status = f"{record.source_name}: {summary_text(results, record.thresholds)}" + (
+        f" · {partial}" if partial else "")
     return "<br>".join(lines), status
 
 
