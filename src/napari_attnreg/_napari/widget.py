@@ -40,10 +40,23 @@ from .source_panel import SourcePanel
 from .status import WARNING_COLOR, notify_diagnostics, summary_html, warn_missing_planes
 from .thresholds_panel import ThresholdsPanel
 
-#: The method and its defaults, in the project's own words.
-DOCS_URL = "https://github.com/napari-attnreg/napari-attnreg/blob/main/docs/method.md"
 #: Readable on napari's dark and light themes alike.
 LINK_COLOR = "#5aa9ff"
+
+
+def _help_link() -> QLabel:
+    """'Help: how to read the maps': the project's docs/method.md (core.docs finds it)."""
+    from ..core.docs import docs_url
+
+    url = docs_url("method")
+    if url is None:  # no declared documentation URL and no docs folder: say where it lives
+        label = QLabel("Help: docs/method.md of napari-attnreg")
+        label.setToolTip("How to read the maps and choose the options.")
+        return label
+    label = QLabel(f"<a style='color:{LINK_COLOR}' href='{url}'>Help: how to read the maps</a>")
+    label.setOpenExternalLinks(True)
+    label.setToolTip(f"How to read the maps and choose the options: {url}")
+    return label
 
 
 class AttentionWidget(QWidget):
@@ -72,10 +85,7 @@ class AttentionWidget(QWidget):
         self._detached = False
         self.last_outcome: Outcome | None = None
 
-        self.title = QLabel(f"<a style='color:{LINK_COLOR}' href='{DOCS_URL}'>Help: how to read "
-                            "the maps</a>")
-        self.title.setOpenExternalLinks(True)
-        self.title.setToolTip(f"How to read the maps and choose the options: {DOCS_URL}")
+        self.title = _help_link()
         self.source = SourcePanel(self.viewer)
         self.model = ModelPanel()
         model_form = QFormLayout()
