@@ -129,3 +129,15 @@ def test_any_value_is_accepted_normalised_or_refused_with_a_value_error(name, va
         return
     again = opts.validate_options(got)  # what the validator returns is valid and stable
     assert again == got
+
+
+def test_which_options_apply_to_which_runs():
+    applies = opts.Option.applies
+    assert applies(opts.option("alternative"), preset="paper", method="normal", tiled=False)
+    assert not applies(opts.option("alternative"), preset="directional", method="normal",
+                       tiled=False)
+    assert not applies(opts.option("null_pool"), preset="paper", method="normal", tiled=False)
+    assert applies(opts.option("block_size"), preset="paper", method="patch", tiled=False)
+    assert not applies(opts.option("std_factor"), preset="paper", method="pixel", tiled=False)
+    assert not applies(opts.option("tile_overlap"), preset="paper", method="normal", tiled=False)
+    assert applies(opts.option("tile_overlap"), preset="paper", method="normal", tiled=True)

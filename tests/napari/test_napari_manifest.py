@@ -147,7 +147,7 @@ def test_add_plugin_dock_widget(make_napari_viewer):
     _dock, widget = viewer.window.add_plugin_dock_widget("napari-attnreg", "Attention Regularization")
     assert isinstance(widget, AttentionWidget)
     assert widget.model_spec().source == "demo"  # the UI default is the bundled model
-    assert widget.device_label.text().startswith("→ ")
+    assert widget.options.device_label.text().startswith("→ ")
 
 
 @pytest.mark.parametrize("key, shape", [("cell", (660, 550)), ("immunohistochemistry", (512, 512, 3)),
@@ -175,7 +175,8 @@ def test_image_list_follows_layers(viewer_widget):
     viewer, widget = viewer_widget
 
     def names():
-        return [widget.layer_combo.itemText(i) for i in range(widget.layer_combo.count())]
+        combo = widget.source.layer_combo
+        return [combo.itemText(i) for i in range(combo.count())]
 
     assert names() == []
     a = viewer.add_image(np.zeros((32, 32)), name="a")

@@ -216,3 +216,20 @@ def test_save_results_calls_the_plugin_writer(viewer_widget, run_and_wait, cells
     names = {Path(p).name for p in written}
     assert sum(n.endswith(".ome.tif") for n in names) == 5 and "roi_table.csv" in names
     assert all(Path(p).exists() for p in written)
+
+
+def test_a_new_dock_starts_from_the_plugin_settings(make_napari_viewer, monkeypatch):
+    from napari_attnreg._napari import widget as widget_mod
+    from napari_attnreg._napari.settings import RunDefaults
+
+    monkeypatch.setattr(widget_mod, "run_defaults",
+                        lambda: RunDefaults(model="uni", device="cpu", n_boot=77, preset="paper"))
+    dock = widget_mod.AttentionWidget(make_napari_viewer())
+    assert dock.preset() == "paper" and dock.options.value("n_boot") == 77
+    assert dock.options.value("device") == "cpu"
+    assert dock.model.model_spec().source == "catalogue"
+    assert dock.model.model_spec().name == "uni"
+    assert dock.thresholds_panel.thresholds().rule == "lfdr"  # the paper's rule came along
+    # the paper's own options are editable under paper, the directional one is not
+    assert dock.options.controls["alternative"].isEnabled()
+    assert not dock.options.controls["null_pool"].isEnabled()

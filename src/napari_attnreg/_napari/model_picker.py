@@ -21,10 +21,8 @@ from qtpy.QtWidgets import (
 )
 
 from ..core.catalogue import CatalogueEntry, by_domain, find
-from ..core.service import ModelSpec
+from ..core.service import MODEL_SOURCE_LABELS, ModelSpec
 
-MODEL_SOURCES = {"demo": "demo (bundled)", "catalogue": "known model (catalogue)",
-                 "timm": "timm model name", "file": "weights file"}
 WEIGHT_FILTER = "Weights (*.safetensors *.pth *.pt *.ckpt *.bin);;All (*)"
 
 
@@ -102,7 +100,7 @@ class ModelPanel(QWidget):
         super().__init__(parent)
         self._custom: ModelSpec | None = None
         self.source_combo = QComboBox()
-        for key, text in MODEL_SOURCES.items():
+        for key, text in MODEL_SOURCE_LABELS.items():
             self.source_combo.addItem(text, key)
         self.source_combo.setToolTip("The Vision Transformer: the bundled demo model (offline), a "
                                      "known domain model, any timm name, or a local weights file.")
@@ -168,6 +166,17 @@ class ModelPanel(QWidget):
         else:
             self.source_combo.setItemText(index, self._custom.name)
         self.source_combo.setCurrentIndex(index)
+
+    def apply_setting(self, model: str) -> None:
+        """Start with the default model of the plugin settings (napari Preferences)."""
+        spec = ModelSpec.from_setting(model)
+        self.set_source(spec.source)
+        if spec.source == "catalogue":
+            self.catalogue_picker.set_model_id(spec.name)
+        elif spec.source == "timm":
+            self.timm_edit.setText(spec.name)
+        elif spec.source == "file":
+            self.weights_edit.setText(spec.name)
 
     @property
     def custom_module(self) -> Any:

@@ -22,14 +22,6 @@ from .option_controls import make_control, set_value, value_of
 BASIC = ("preset", "method", "n_boot", "device", "tiled")
 #: Set elsewhere in the dock: the thresholds panel and the image/channels rows.
 ELSEWHERE = ("rule", "q_th", "p_th", "l_th", "z_th", "channel_axis", "channels", "merge")
-#: The statistics options the directional preset fixes by construction (one-sided p⁺,
-#: lfdr⁺ from p⁺), and the one only it uses.
-FIXED_BY_DIRECTIONAL = ("p_method", "alternative", "null")
-DIRECTIONAL_ONLY = ("null_pool",)
-#: Options that apply to some null methods only.
-FOR_METHODS = {"std_factor": ("normal",), "per_channel": ("normal", "uniform"),
-               "block_size": ("patch",)}
-TILED_ONLY = ("tile_scale", "tile_overlap", "null_scope")
 
 
 class OptionsPanel(QWidget):
@@ -127,26 +119,37 @@ class OptionsPanel(QWidget):
             text += f" ({torch.cuda.get_device_name(dev)})"
         self.device_label.setText(text)
 
+    def _applies(self, name: str) -> bool:
+        return option(name).applies(preset=self.preset(), method=self.value("method"),
+                                    tiled=self.value("tiled"))
+
     def _on_method_changed(self, *_: Any) -> None:
-        method = self.value("method")
-        for name, methods in FOR_METHODS.items():
-            self._set_row_visible(name, method in methods)
+        for name, opt in OPTIONS.items():
+            if opt.methods is not None and name in self.controls:
+                self._set_row_visible(name, self._applies(name))
 
     def _on_tiled_toggled(self, tiled: bool) -> None:
-        for name in TILED_ONLY:
-            self.controls[name].setEnabled(tiled)
+        for name, opt in OPTIONS.items():
+            if opt.tiled_only and name in self.controls:
+                self.controls[name].setEnabled(tiled)
         self.controls["target_size"].setEnabled(not tiled)  # tiles are the model's input size
+
+    def apply_settings(self, defaults: Any) -> None:
+        """Start from the user's plugin settings (preset, B, device; napari Preferences)."""
+        self.set("preset", defaults.preset)
+        self.set("n_boot", defaults.n_boot)
+        devices = self.controls["device"]
+        if devices.findData(defaults.device) >= 0:  # a device this machine lacks stays 'auto'
+            self.set("device", defaults.device)
 
     def _apply_preset_options(self) -> None:
         preset = self.preset()
         for name, opt in OPTIONS.items():
             if opt.preset_dependent and name in self.controls:
                 self.set(name, default_for(name, preset))
-        directional = preset == "directional"
-        for name in FIXED_BY_DIRECTIONAL:
-            self.controls[name].setEnabled(not directional)
-        for name in DIRECTIONAL_ONLY:
-            self.controls[name].setEnabled(directional)
+        for name, opt in OPTIONS.items():  # e.g. the paper's two-sided options under directional
+            if opt.presets != OPTIONS["preset"].choices and name in self.controls:
+                self.controls[name].setEnabled(preset in opt.presets)
 
     def _on_preset_changed(self, *_: Any) -> None:
         self._apply_preset_options()
@@ -156,10 +159,10 @@ class OptionsPanel(QWidget):
     def config_kwargs(self) -> dict[str, Any]:
         """:class:`RunConfig` keyword arguments of these controls."""
         values = {name: self.value(name) for name in self.controls}
-        directional = values["preset"] == "directional"
-        # options a preset fixes go as None ("from the preset"), the others as shown
-        for name in FIXED_BY_DIRECTIONAL if directional else DIRECTIONAL_ONLY:
-            values[name] = None
-        if not values["tiled"]:  # untiled runs keep the tiling defaults: no stale metadata
-            values.update({name: option(name).default for name in TILED_ONLY})
+        for name in self.controls:
+            opt = option(name)
+            if values["preset"] not in opt.presets:  # fixed by this preset: "from the preset"
+                values[name] = None
+            elif opt.tiled_only and not values["tiled"]:  # untiled: no stale tiling metadata
+                values[name] = opt.default
         return values

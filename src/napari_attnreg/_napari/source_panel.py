@@ -12,10 +12,11 @@ import numpy as np
 from qtpy.QtCore import Signal
 from qtpy.QtWidgets import QComboBox, QFormLayout, QHBoxLayout, QLineEdit, QVBoxLayout, QWidget
 
+from ..core.options import MERGES as OPTION_MERGES
 from .layers import META_KEY, SourceGeometry
 
 SCOPES = ("current slice", "all slices")
-MERGES = ("no merge", "mean", "max")
+MERGES = ("no merge", *OPTION_MERGES)  # the core's merge choices, or none
 
 
 def is_output(layer: Any) -> bool:

@@ -21,6 +21,7 @@ from qtpy.QtCore import QEvent, Signal
 from qtpy.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
 
 from ._compat import avoid_triton_llvm_clash
+from .settings import run_defaults
 
 avoid_triton_llvm_clash()  # before anything below can import timm (see core.triton_guard)
 
@@ -91,6 +92,9 @@ class AttentionWidget(QWidget):
         model_form = QFormLayout()
         model_form.addRow("Model", self.model)
         self.options = OptionsPanel()
+        defaults = run_defaults()  # the user's plugin settings (napari Preferences)
+        self.model.apply_setting(defaults.model)
+        self.options.apply_settings(defaults)
         self.thresholds_panel = ThresholdsPanel()
         self.run_panel = RunPanel()
         self.save_button = SaveButton(self)

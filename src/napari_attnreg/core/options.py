@@ -62,6 +62,9 @@ class Option:
     decimals: int | None = None
     allow_none: bool = False
     preset_dependent: bool = False
+    presets: tuple[str, ...] = PRESETS  # the presets it applies to (others fix or ignore it)
+    methods: tuple[str, ...] | None = None  # the null methods it applies to (None: all)
+    tiled_only: bool = False
 
     @property
     def cli_flag(self) -> str:
@@ -70,6 +73,11 @@ class Option:
     def label_of(self, choice: Any) -> str:
         """The text a front end shows for ``choice``."""
         return self.choice_labels.get(choice, str(choice))
+
+    def applies(self, *, preset: str, method: str, tiled: bool) -> bool:
+        """Whether this option changes a run with these settings (front ends grey out the rest)."""
+        return (preset in self.presets and (self.methods is None or method in self.methods)
+                and (tiled or not self.tiled_only))
 
 
 def _threshold(name: str, label: str, what: str) -> Option:
@@ -96,13 +104,15 @@ _OPTIONS: tuple[Option, ...] = (
            "same result.", "bootstrap", advanced=True, minimum=0, maximum=MAX_SEED),
     Option("std_factor", "Noise std ×", "float", 1.0,
            "normal nulls only: scale of the noise relative to the image's standard deviation.",
-           "bootstrap", advanced=True, minimum=1e-3, maximum=100.0, step=0.1, decimals=2),
+           "bootstrap", advanced=True, minimum=1e-3, maximum=100.0, step=0.1, decimals=2,
+           methods=("normal",)),
     Option("per_channel", "Per-channel moments", "bool", True,
            "normal/uniform nulls: match mean and spread per channel (on) or over the whole "
-           "image (off).", "bootstrap", advanced=True),
+           "image (off).", "bootstrap", advanced=True, methods=("normal", "uniform")),
     Option("block_size", "Block size (px)", "int", None,
            "patch nulls only: side of the shuffled blocks in model pixels (empty = the patch "
-           "size).", "bootstrap", advanced=True, minimum=1, maximum=4096, allow_none=True),
+           "size).", "bootstrap", advanced=True, minimum=1, maximum=4096, allow_none=True,
+           methods=("patch",)),
     _threshold("q_th", "q threshold", "Rule q: keep patches with q ≤ this (false discovery "
                "rate: about this share of the kept patches may be noise)."),
     _threshold("p_th", "p threshold", "Rule p: keep patches with p ≤ this (no multiple-testing "
@@ -125,7 +135,7 @@ _OPTIONS: tuple[Option, ...] = (
            "directional only: compare each patch with every null patch (pooled) or only with "
            "null patches at its own position (position: for models that attend to fixed "
            "positions whatever the image).", "statistics", advanced=True, choices=NULL_POOLS,
-           preset_dependent=True),
+           preset_dependent=True, presets=("directional",)),
     Option("pi0_method", "π0 estimate", "choice", None,
            "Share of patches that are pure noise: bh (π0 = 1, the directional default), "
            "reference (the paper's), storey, smoother or bootstrap; a number in [0, 1] fixes it.",
@@ -133,13 +143,14 @@ _OPTIONS: tuple[Option, ...] = (
     Option("p_method", "p-value", "choice", None,
            "paper preset only: p-values against the pooled null z (pooled) or the null "
            "attention itself (null).", "statistics", advanced=True, choices=P_METHODS,
-           preset_dependent=True),
+           preset_dependent=True, presets=("paper",)),
     Option("alternative", "Alternative", "choice", None,
            "paper preset only: two-sided (the paper) or greater.", "statistics", advanced=True,
-           choices=ALTERNATIVES, preset_dependent=True),
+           choices=ALTERNATIVES, preset_dependent=True, presets=("paper",)),
     Option("null", "lfdr null", "choice", None,
            "paper preset only: theoretical N(0, 1) or empirical null of the local fdr.",
-           "statistics", advanced=True, choices=NULL_MODELS, preset_dependent=True),
+           "statistics", advanced=True, choices=NULL_MODELS, preset_dependent=True,
+           presets=("paper",)),
     Option("layer", "Block", "int", -1, "Transformer block whose CLS attention is read "
            "(-1 = the last).", "model", advanced=True, minimum=-1000, maximum=1000),
     Option("head", "Head", "text", "mean", "Attention head: 'mean' over heads, or a head "
@@ -161,13 +172,13 @@ _OPTIONS: tuple[Option, ...] = (
            "size in model-sized tiles, with one bootstrap null for the whole image.", "tiling"),
     Option("tile_scale", "Downsample ×", "float", 1.0, "Tiled runs: divide the image's pixel "
            "size by this before tiling (1 = native pixels).", "tiling", advanced=True,
-           minimum=1.0, maximum=64.0, step=0.5, decimals=1),
+           minimum=1.0, maximum=64.0, step=0.5, decimals=1, tiled_only=True),
     Option("tile_overlap", "Tile overlap (px)", "int", 0, "Tiled runs: pixels shared by "
            "neighbouring tiles (a multiple of the patch size).", "tiling", advanced=True,
-           minimum=0, maximum=4096, step=8),
+           minimum=0, maximum=4096, step=8, tiled_only=True),
     Option("null_scope", "Null scope", "choice", None, "Tiled runs: one null for the whole "
            "image (image, default) or one per tile (tile).", "tiling", advanced=True,
-           choices=NULL_SCOPES, allow_none=True),
+           choices=NULL_SCOPES, allow_none=True, tiled_only=True),
     Option("device", "Device", "text", "auto", "auto (CUDA GPU, then Apple MPS, then CPU), "
            "cpu, cuda, cuda:N or mps.", "compute"),
     Option("precision", "Precision", "choice", "auto", "auto: bfloat16 on a GPU that supports "

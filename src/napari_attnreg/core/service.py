@@ -36,6 +36,9 @@ from .result import AttentionResult
 logger = logging.getLogger(__name__)
 
 MODEL_SOURCES = ("demo", "catalogue", "timm", "file", "module")
+#: How the model-source choices read in a front end ("module" is named after the module).
+MODEL_SOURCE_LABELS = {"demo": "demo (bundled)", "catalogue": "known model (catalogue)",
+                       "timm": "timm model name", "file": "weights file"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,19 @@ class ModelSpec:
     name: str = "demo"
     arch: str | None = None
     module: Any = field(default=None, compare=False, hash=False)
+
+    @classmethod
+    def from_setting(cls, text: str) -> ModelSpec:
+        """The spec of a default-model setting: 'demo', a catalogue id, a timm name or a file."""
+        from .catalogue import find
+
+        name = text.strip() or "demo"
+        if name == "demo":
+            return cls("demo", "demo")
+        entry = find(name)
+        if entry is not None:
+            return cls("catalogue", entry.id)
+        return cls("file" if Path(name).exists() else "timm", name)
 
     @classmethod
     def from_model(cls, model: Any, arch: str | None = None) -> ModelSpec:
