@@ -69,6 +69,7 @@ def test_bad_advanced_values_get_the_cores_message(explorer):
     assert explorer.run(wait=True) is None
     assert explorer.status.startswith("head must be 'mean' or a head number")
     adv.controls["head"].value = "mean"
+    explorer.method = "patch"  # block size only applies to patch nulls
     adv.controls["block_size"].value = "big"
     with pytest.raises(ValueError, match="Block size.*not a number"):
         adv.values()
@@ -89,3 +90,19 @@ def test_builder_kinds():
     chunk.value = " 12 "
     assert control_value(option("chunk_size"), chunk) == 12
     assert np.isclose(build_control("memory_fraction").max, option("memory_fraction").maximum)
+
+
+def test_advanced_options_a_preset_ignores_are_greyed_and_not_sent(tiny_backbone):
+    from napari_attnreg.notebook import AttentionExplorer
+
+    explorer = AttentionExplorer(np.zeros((32, 32), np.float32) + np.eye(32, dtype=np.float32),
+                                 model=tiny_backbone)
+    advanced = explorer.options_panel.advanced
+    assert advanced.controls["alternative"].disabled and not advanced.controls["null_pool"].disabled
+    explorer.preset = "paper"
+    assert not advanced.controls["alternative"].disabled and advanced.controls["null_pool"].disabled
+    explorer.method = "patch"
+    assert not advanced.controls["block_size"].disabled and advanced.controls["std_factor"].disabled
+    advanced.controls["std_factor"].value = 3.0  # changed, but a patch null ignores it
+    assert "std_factor" not in advanced.values()
+    explorer.close()

@@ -34,6 +34,8 @@ class AdvancedPanel(W.Accordion):
         self.controls: dict[str, W.Widget] = {name: build_control(o)
                                               for name, o in self.options.items()}
         self._initial: dict[str, tuple[Any, Any]] = {}  # name -> (value, control value)
+        #: whether each option changes a run with the current preset, null method and tiling
+        self.applicable: dict[str, bool] = dict.fromkeys(self.controls, True)
         for name, value in (initial or {}).items():
             if name in self.controls:
                 self._show_initial(name, value)
@@ -67,6 +69,8 @@ class AdvancedPanel(W.Accordion):
         """
         out = {}
         for name, opt in self.options.items():
+            if not self.applicable.get(name, True):  # the preset fixes it, or nothing reads it
+                continue
             initial, shown = self._initial.get(name, (None, object()))
             control = self.controls[name]
             value = initial if control.value == shown else control_value(opt, control)
@@ -82,4 +86,4 @@ class AdvancedPanel(W.Accordion):
     def disabled(self, value: bool) -> None:
         for name, control in self.controls.items():
             fixed = name in self._initial and control.tooltip.startswith("Set in code")
-            control.disabled = value or fixed
+            control.disabled = value or fixed or not self.applicable.get(name, True)

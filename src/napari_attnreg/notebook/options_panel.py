@@ -51,15 +51,19 @@ class OptionsPanel(W.VBox):
         link_all(state, self.controls, {"model": "model_name",
                                         **{name: name for name in MAIN_OPTIONS}})
         self.advanced = AdvancedPanel(run_options)
-        state.observe(lambda _c: self.sync(), names=["running", "tiled"])
+        state.observe(lambda _c: self.sync(), names=["running", "tiled", "preset", "method"])
         self.children = (*self.controls.values(), self.advanced)
         self.sync()
 
     def sync(self) -> None:
-        """Lock the inputs during a run; the tiling options only apply to tiled runs."""
+        """Lock the inputs during a run; grey out options this preset / method / tiling ignores."""
         busy = self.state.running
         for name in RUN_INPUTS:
             self.controls[name].disabled = busy
         for name in ("tile_overlap", "tile_scale"):
             self.controls[name].disabled = busy or not self.state.tiled
+        self.advanced.applicable = {
+            name: opt.applies(preset=self.state.preset, method=self.state.method,
+                              tiled=self.state.tiled)
+            for name, opt in self.advanced.options.items()}
         self.advanced.disabled = busy
