@@ -20,6 +20,12 @@ def tiny_vit(name: str = "vit_tiny_patch16_224", **kwargs):
     return load_backbone(module)
 
 
+@pytest.fixture
+def fresh_tiny_backbone():
+    """A tiny ViT of the test's own (tests that change or share it across threads)."""
+    return tiny_vit()
+
+
 @pytest.fixture(scope="session")
 def tiny_backbone():
     return tiny_vit()

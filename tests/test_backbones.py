@@ -131,12 +131,10 @@ def test_a_users_module_is_never_changed_by_a_run():
     _assert_same_state(module, before)
 
 
-def test_meta_device_is_refused_and_the_backbone_stays_usable(blob_image):
-    from conftest import tiny_vit
-
+def test_meta_device_is_refused_and_the_backbone_stays_usable(blob_image, fresh_tiny_backbone):
     from napari_attnreg import regularize
 
-    bb = tiny_vit()
+    bb = fresh_tiny_backbone
     for device in ("meta", "bogus", "cpu:3", "cuda:99", 7):
         with pytest.raises(ValueError, match="device"):
             regularize(blob_image, bb, n_boot=4, device=device)
@@ -150,12 +148,10 @@ def test_meta_device_is_refused_and_the_backbone_stays_usable(blob_image):
     assert resolve_device("CPU") == torch.device("cpu")
 
 
-def test_another_device_gets_one_copy_and_the_model_never_moves():
+def test_another_device_gets_one_copy_and_the_model_never_moves(fresh_tiny_backbone):
     import threading
 
-    from conftest import tiny_vit
-
-    bb = tiny_vit()
+    bb = fresh_tiny_backbone
     original = {k: v.clone() for k, v in bb.model.state_dict().items()}
     assert bb.on("cpu") is bb
     views = []
@@ -171,14 +167,12 @@ def test_another_device_gets_one_copy_and_the_model_never_moves():
         assert torch.equal(value, original[name])
 
 
-def test_two_threads_share_one_backbone(blob_image):
+def test_two_threads_share_one_backbone(blob_image, fresh_tiny_backbone):
     import threading
-
-    from conftest import tiny_vit
 
     from napari_attnreg import regularize
 
-    bb = tiny_vit()
+    bb = fresh_tiny_backbone
     expected = regularize(blob_image, bb, n_boot=6, chunk_size=3, device="cpu")
     results, errors = {}, []
 
