@@ -166,3 +166,26 @@ def test_model_spec_from_what_scripts_pass(tmp_path, tiny_backbone):
     assert ModelSpec.from_model("uni", arch="vit_large_patch16_224").source == "file"
     given = ModelSpec.from_model(tiny_backbone)
     assert given.source == "module" and given.module is tiny_backbone
+
+
+def test_masks_are_computed_once_per_maps_and_thresholds(spec, rng, monkeypatch):
+    from dataclasses import replace
+
+    from napari_attnreg.core import result as result_mod
+
+    stack = _stack(rng, n=1)
+    result = run_job_sync(Job(spec, stack, stack.planes(), CONFIG)).results[(0,)]
+    calls = []
+    real = result_mod.significance_mask
+    monkeypatch.setattr(result_mod, "significance_mask",
+                        lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    first = result.significant(q_th=0.5)
+    first[:] = True  # the caller's copy: the cached mask is not changed
+    shown = result.with_thresholds(q_th=0.5)
+    np.testing.assert_array_equal(shown.significant(), result.significant(q_th=0.5))
+    np.testing.assert_array_equal(shown.regularized(),
+                                  np.where(shown.significant(), result.attention, 0.0))
+    assert calls == ["q"]
+    other = replace(result, p=result.p.copy())  # other maps: computed anew, never stale
+    other.significant(q_th=0.5)
+    assert calls == ["q", "q"]

@@ -233,3 +233,20 @@ def test_a_new_dock_starts_from_the_plugin_settings(make_napari_viewer, monkeypa
     # the paper's own options are editable under paper, the directional one is not
     assert dock.options.controls["alternative"].isEnabled()
     assert not dock.options.controls["null_pool"].isEnabled()
+
+
+def test_a_threshold_move_computes_the_significance_mask_once(viewer_widget, run_and_wait,
+                                                              cells_image, qtbot, monkeypatch):
+    from napari_attnreg.core import result as result_mod
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    calls = []
+    real = result_mod.significance_mask
+    monkeypatch.setattr(result_mod, "significance_mask",
+                        lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
+        widget.thresholds_panel.q_th_slider.setValue(0.37)
+    # layers (regularized map, Labels), status count and ROI table share one mask
+    assert calls == ["q"], calls

@@ -8,6 +8,10 @@ Thresholds can be changed afterwards without recomputing anything.
 from __future__ import annotations
 
 import json
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,43 @@ from .regularize import RULES, regularized_map, regularized_maps, significance_m
 
 MAP_NAMES = ("attention", "z", "p", "lfdr", "posterior", "q")
 FORMAT_VERSION = 1
+
+
+class _MaskCache:
+    """The significance masks of recently shown results, by their maps and thresholds.
+
+    Entries hold weak references to the maps (a large tiled result is not kept alive by its
+    masks) and are checked by identity, so a result with other maps never gets a stale mask.
+    """
+
+    def __init__(self, size: int = 16) -> None:
+        self._size = size
+        self._entries: OrderedDict[tuple, tuple[list[weakref.ref], np.ndarray]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, result: AttentionResult, t: dict[str, Any],
+            compute: Callable[[], np.ndarray]) -> np.ndarray:
+        arrays = [result.z, result.p, result.lfdr, result.posterior, result.q]
+        key = (*map(id, arrays), float(result.pi0), tuple(sorted(t.items(), key=str)))
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and all(r() is a for r, a in zip(entry[0], arrays)):
+                self._entries.move_to_end(key)
+                return entry[1]
+        mask = compute()
+        mask.setflags(write=False)
+        try:
+            refs = [weakref.ref(a) for a in arrays]
+        except TypeError:  # not weak-referenceable (e.g. a memory-mapped view): no caching
+            return mask
+        with self._lock:
+            self._entries[key] = (refs, mask)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return mask
+
+
+MASK_CACHE = _MaskCache()
 
 
 @dataclass
@@ -170,14 +211,20 @@ class AttentionResult:
         >>> sparse = result.regularized("q", q_th=0.05)   # doctest: +SKIP
         """
         t = self._thresholds(rule, **thresholds)
-        return regularized_map(t["rule"], self.attention, self.z, self.p, self.lfdr,
-                               self.posterior, self.pi0, **self._rule_kwargs(t))
+        if t["rule"] == "soft":
+            return regularized_map("soft", self.attention, self.z, self.p, self.lfdr,
+                                   self.posterior, self.pi0, **self._rule_kwargs(t))
+        return np.where(self._mask(t), self.attention, 0.0)
 
     def significant(self, rule: str | None = None, **thresholds: float | None) -> np.ndarray:
         """Boolean ``(gh, gw)`` mask of tokens that the rule keeps."""
-        t = self._thresholds(rule, **thresholds)
-        return significance_mask(t["rule"], self.z, self.p, self.lfdr, self.pi0,
-                                 posterior=self.posterior, **self._rule_kwargs(t))
+        return self._mask(self._thresholds(rule, **thresholds)).copy()
+
+    def _mask(self, t: dict[str, Any]) -> np.ndarray:
+        # a slider move redraws several maps and a count from one mask: compute it once
+        return MASK_CACHE.get(self, t, lambda: significance_mask(
+            t["rule"], self.z, self.p, self.lfdr, self.pi0, posterior=self.posterior,
+            **self._rule_kwargs(t)))
 
     def with_thresholds(self, **thresholds: Any) -> AttentionResult:
         """A copy whose default thresholds are changed (the maps are shared, not recomputed)."""
