@@ -12,8 +12,9 @@ from typing import Any
 
 from ..core.service import Outcome
 from .geometry import SourceGeometry
-from .layers import META_KEY, RunRecord, layer_name, place_outputs, upsert_outputs
+from .layers import META_KEY, layer_name, place_outputs, upsert_outputs
 from .pending import PendingRun
+from .run_record import RunRecord
 from .status import TRANSFORM_EVENTS
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from qtpy.QtWidgets import QFileDialog, QPushButton, QWidget
 
-from .layers import RunRecord
 from .roi_export import write_roi_csv
+from .run_record import RunRecord
 
 
 @functools.cache

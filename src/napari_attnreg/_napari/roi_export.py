@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .layers import RunRecord
+from .run_record import RunRecord
 
 
 def small_rois(rows: list[dict], record: RunRecord) -> list[str]:

@@ -13,7 +13,7 @@ import numpy as np
 from ..core.display import with_thresholds
 from ..core.roi import roi_table
 from .geometry import SourceGeometry
-from .layers import RunRecord
+from .run_record import RunRecord
 
 PlaneIndex = tuple[int, ...]
 

@@ -28,9 +28,9 @@ from superqt.utils import qdebounced
 
 from ..core.display import ROI_COLUMN_HELP, ROI_COLUMNS, rule_text
 from ..core.roi import ROI_COLUMNS as ROW_KEYS
-from .layers import RunRecord
 from .roi_export import small_rois, write_roi_csv
 from .roi_geometry import record_roi_rows
+from .run_record import RunRecord
 
 
 def _fmt(value: Any) -> str:

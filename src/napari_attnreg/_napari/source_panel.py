@@ -13,7 +13,8 @@ from qtpy.QtCore import Signal
 from qtpy.QtWidgets import QComboBox, QFormLayout, QHBoxLayout, QLineEdit, QVBoxLayout, QWidget
 
 from ..core.options import MERGES as OPTION_MERGES
-from .layers import META_KEY, SourceGeometry
+from .geometry import SourceGeometry
+from .layers import META_KEY
 
 SCOPES = ("current slice", "all slices")
 MERGES = ("no merge", *OPTION_MERGES)  # the core's merge choices, or none

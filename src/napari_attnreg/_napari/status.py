@@ -5,8 +5,10 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from qtpy.QtWidgets import QLabel
+
 from ..core.display import run_caption, significance_caption, summary_text, unique_diagnostics
-from .layers import RunRecord
+from .run_record import RunRecord
 
 WARNING_COLOR = "#e0a030"
 #: Source-layer events after which the output layers are moved onto the source again.
@@ -64,3 +66,22 @@ def warn_missing_planes(outcome: Any, planes: list[tuple[int, ...]]) -> str:
     text = f"{outcome.message} Not computed: {missing}."
     show_warning(text)
     return text
+
+
+#: Readable on napari's dark and light themes alike.
+LINK_COLOR = "#5aa9ff"
+
+
+def help_link() -> QLabel:
+    """'Help: how to read the maps': the project's docs/method.md (core.docs finds it)."""
+    from ..core.docs import docs_url
+
+    url = docs_url("method")
+    if url is None:  # no declared documentation URL and no docs folder: say where it lives
+        label = QLabel("Help: docs/method.md of napari-attnreg")
+        label.setToolTip("How to read the maps and choose the options.")
+        return label
+    label = QLabel(f"<a style='color:{LINK_COLOR}' href='{url}'>Help: how to read the maps</a>")
+    label.setOpenExternalLinks(True)
+    label.setToolTip(f"How to read the maps and choose the options: {url}")
+    return label

@@ -8,7 +8,7 @@
 - :class:`.roi_panel.RoiPanel`: per-ROI statistics and CSV export
 
 This module builds the job from the panels and applies its outcome to the viewer: output
-layers are tracked per run by object identity (:class:`.layers.RunRecord`), so copies the
+layers are tracked per run by object identity (:class:`.run_record.RunRecord`), so copies the
 analyst makes and the layers of another dock are never overwritten.
 """
 
@@ -18,10 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from qtpy.QtCore import QEvent, Signal
-from qtpy.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
+from qtpy.QtWidgets import QFormLayout, QGroupBox, QVBoxLayout, QWidget
 
 from ._compat import avoid_triton_llvm_clash
-from .settings import run_defaults
 
 avoid_triton_llvm_clash()  # before anything below can import timm (see core.triton_guard)
 
@@ -29,7 +28,7 @@ from ..core.engine import RunConfig
 from ..core.planes import PlaneStack
 from ..core.service import Job, ModelSpec, Outcome, run_job
 from .dock_scroll import VerticalScroll
-from .layers import RunRecord, refresh_thresholds
+from .layers import refresh_thresholds
 from .model_picker import ModelPanel
 from .options_panel import OptionsPanel
 from .pending import PendingRun
@@ -37,27 +36,17 @@ from .records import RunRecords
 from .results_io import SaveButton, sample_menu_hint
 from .roi_panel import RoiPanel
 from .run_panel import RunPanel
+from .run_record import RunRecord
+from .settings import run_defaults
 from .source_panel import SourcePanel
-from .status import WARNING_COLOR, notify_diagnostics, summary_html, warn_missing_planes
+from .status import (
+    WARNING_COLOR,
+    help_link,
+    notify_diagnostics,
+    summary_html,
+    warn_missing_planes,
+)
 from .thresholds_panel import ThresholdsPanel
-
-#: Readable on napari's dark and light themes alike.
-LINK_COLOR = "#5aa9ff"
-
-
-def _help_link() -> QLabel:
-    """'Help: how to read the maps': the project's docs/method.md (core.docs finds it)."""
-    from ..core.docs import docs_url
-
-    url = docs_url("method")
-    if url is None:  # no declared documentation URL and no docs folder: say where it lives
-        label = QLabel("Help: docs/method.md of napari-attnreg")
-        label.setToolTip("How to read the maps and choose the options.")
-        return label
-    label = QLabel(f"<a style='color:{LINK_COLOR}' href='{url}'>Help: how to read the maps</a>")
-    label.setOpenExternalLinks(True)
-    label.setToolTip(f"How to read the maps and choose the options: {url}")
-    return label
 
 
 class AttentionWidget(QWidget):
@@ -86,7 +75,7 @@ class AttentionWidget(QWidget):
         self._detached = False
         self.last_outcome: Outcome | None = None
 
-        self.title = _help_link()
+        self.title = help_link()
         self.source = SourcePanel(self.viewer)
         self.model = ModelPanel()
         model_form = QFormLayout()
