@@ -85,3 +85,12 @@ def value_of(control: QWidget, opt: Option) -> Any:
     if opt.name in ("head", "target_size") and text.lstrip("-").isdigit():
         return int(text)  # a head number / a long side in pixels
     return text
+
+
+def choose_item(combo: QComboBox, data: Any) -> bool:
+    """Select the item of ``combo`` whose data *is* ``data`` (e.g. a layer); False if none."""
+    for i in range(combo.count()):
+        if combo.itemData(i) is data:
+            combo.setCurrentIndex(i)
+            return True
+    return False

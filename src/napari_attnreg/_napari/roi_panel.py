@@ -28,6 +28,7 @@ from superqt.utils import qdebounced
 
 from ..core.display import ROI_COLUMN_HELP, ROI_COLUMNS, rule_text
 from ..core.roi import ROI_COLUMNS as ROW_KEYS
+from .option_controls import choose_item
 from .roi_export import small_rois, write_roi_csv
 from .roi_geometry import record_roi_rows
 from .run_record import RunRecord
@@ -131,10 +132,8 @@ class RoiPanel(QWidget):
 
     def set_layer(self, layer: Any) -> None:
         """Choose the ROI layer programmatically."""
-        for i in range(self.layer_combo.count()):
-            if self.layer_combo.itemData(i) is layer:
-                self.layer_combo.setCurrentIndex(i)
-                return
+        if choose_item(self.layer_combo, layer):
+            return
         raise ValueError(f"{getattr(layer, 'name', layer)!r} is not a Shapes/Labels layer of the "
                          "viewer.")
 

@@ -15,6 +15,7 @@ from qtpy.QtWidgets import QComboBox, QFormLayout, QHBoxLayout, QLineEdit, QVBox
 from ..core.options import MERGES as OPTION_MERGES
 from .geometry import SourceGeometry
 from .layers import META_KEY
+from .option_controls import choose_item
 
 SCOPES = ("current slice", "all slices")
 MERGES = ("no merge", *OPTION_MERGES)  # the core's merge choices, or none
@@ -98,10 +99,8 @@ class SourcePanel(QWidget):
 
     def set_layer(self, layer: Any) -> None:
         """Choose the image layer programmatically."""
-        for i in range(self.layer_combo.count()):
-            if self.layer_combo.itemData(i) is layer:
-                self.layer_combo.setCurrentIndex(i)
-                return
+        if choose_item(self.layer_combo, layer):
+            return
         raise ValueError(f"{getattr(layer, 'name', layer)!r} is not an image layer of this viewer.")
 
     def refresh(self, event: Any = None, prefer: Any = None) -> None:

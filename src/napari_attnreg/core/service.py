@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from .backbones import Backbone, load_backbone
-from .engine import CancelToken, Progress, RunCancelled, RunConfig, run_engine
+from .engine import CancelToken, Progress, RunCancelled, RunConfig, drain, run_engine
 from .errors import BackboneError
 from .planes import PlaneIndex, PlaneStack
 from .result import AttentionResult
@@ -389,11 +389,4 @@ def _planes_text(planes: list[PlaneIndex]) -> str:
 def run_job_sync(job: Job, *, cancel: CancelToken | None = None,
                  on_progress: Callable[[JobProgress], Any] | None = None) -> Outcome:
     """Drive :func:`run_job` in this thread (scripts, the command line, tests)."""
-    gen = run_job(job, cancel)
-    while True:
-        try:
-            item = next(gen)
-        except StopIteration as stop:
-            return stop.value
-        if on_progress is not None:
-            on_progress(item)
+    return drain(run_job(job, cancel), on_progress)
