@@ -26,8 +26,3 @@ class BackboneError(ValueError):
             return str(self)
         first = str(self).split(". ")[0].rstrip(".")
         return f"{first}. {self.gui_hint}"
-
-
-def gui_text(err: BaseException) -> str:
-    """User-facing text of an error in a graphical front end."""
-    return err.for_gui() if isinstance(err, BackboneError) else str(err)
