@@ -118,3 +118,20 @@ def test_option_errors_are_one_line_and_exit_2(capsys, tmp_path):
         assert main(["demo", "--out", str(tmp_path), "--n-boot", "4", *argv]) == 2
         err = capsys.readouterr().err
         assert err.startswith("attnreg: error:") and words in err and "Traceback" not in err
+
+
+def test_summary_and_result_files_state_how_they_were_made(tmp_path):
+    import csv
+    import hashlib
+
+    import napari_attnreg
+    from napari_attnreg.core.backbones import DEMO_DIR
+
+    assert main(["demo", "--out", str(tmp_path), "--n-boot", "8", "--q-th", "0.2", "--quiet"]) == 0
+    (row,) = csv.DictReader(open(tmp_path / "summary.csv", newline=""))
+    sha = hashlib.sha256((DEMO_DIR / "demo_vit.safetensors").read_bytes()).hexdigest()
+    assert row["weights_sha256"] == sha and row["q_th"] == "0.2" and row["rule"] == "q"
+    assert row["package_version"] == napari_attnreg.__version__ and row["B"] == "8"
+    result = AttentionResult.load(next(tmp_path.glob("*.attnreg.npz")))
+    assert result.metadata["weights_sha256"] == sha
+    assert result.metadata["package_version"] == napari_attnreg.__version__

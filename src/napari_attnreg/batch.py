@@ -27,7 +27,10 @@ IMAGE_SUFFIXES = (".tif", ".tiff", ".png", ".jpg", ".jpeg", ".bmp", ".gif", ".we
 RESULT_SUFFIX = ".attnreg.npz"
 FIGURE_SUFFIX = ".attnreg.png"
 SUMMARY_COLUMNS = ("source", "plane", "output", "model", "preset", "B", "seed", "grid", "pi0",
-                   "tokens_significant", "fraction_significant", "seconds", "status")
+                   "tokens_significant", "fraction_significant", "seconds", "status",
+                   # how each result was made (io.export.provenance), after the summary
+                   "weights", "weights_sha256", "rule", "q_th", "p_th", "l_th", "z_th",
+                   "method", "null_pool", "pi0_method", "device", "package_version")
 FIGURE_MAX_SIDE = 1024  # figures are for looking at; the result files keep full resolution
 
 
@@ -201,16 +204,19 @@ def figure_view(result: Any, display: np.ndarray,
 
 def _row(item: BatchItem, plane: tuple[int, ...] | None, out: Path, result: Any, seconds: float,
          status: str) -> dict[str, Any]:
+    from .io.export import provenance
+
     sig = result.significant()
     md = result.metadata
-    return {
+    made = provenance(md, source=str(item.source), thresholds=result.thresholds)
+    return {**{k: made.get(k) for k in SUMMARY_COLUMNS if k in made}, **{
         "source": str(item.source), "plane": "" if plane is None else "-".join(map(str, plane)),
         "output": str(out), "model": md.get("model", ""), "preset": result.preset,
         "B": md.get("n_boot", ""), "seed": md.get("seed", ""),
         "grid": f"{result.grid_shape[0]}x{result.grid_shape[1]}", "pi0": f"{result.pi0:.10g}",
         "tokens_significant": int(sig.sum()), "fraction_significant": f"{sig.mean():.10g}",
         "seconds": f"{seconds:.3f}", "status": status,
-    }
+    }}
 
 
 def _failed_row(item: BatchItem, plane: tuple[int, ...] | None, reason: str) -> dict[str, Any]:

@@ -47,6 +47,7 @@ from .stats import (
     StatisticsWarning,
     compute_statistics,
 )
+from .weights_hash import weights_sha256
 
 Precision = Literal["auto", "float32", "bfloat16", "float16"]
 CPU_MAX_CHUNK = 32  # beyond this CPU throughput no longer improves and memory keeps growing
@@ -434,6 +435,7 @@ def _run_metadata(config: RunConfig, backbone: Backbone, device: torch.device,
         "model": backbone.name,
         "model_domain": getattr(backbone, "domain", None),
         "weights": backbone.weights,
+        "weights_sha256": weights_sha256(backbone.weights, backbone.name),
         "random_init": backbone.is_random_init,
         "num_prefix_tokens": backbone.num_prefix_tokens,
         "device": str(device),

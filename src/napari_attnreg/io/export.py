@@ -8,18 +8,17 @@ and :func:`save_layer` write it to ``provenance.json``.
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..core.presets import THRESHOLD_KEYS
+from ..core.weights_hash import file_sha256, weights_file
 
 #: Key of our metadata on napari output layers (the layer's ``metadata[META_KEY]``).
 META_KEY = "attnreg"
@@ -29,7 +28,6 @@ PROVENANCE_FIELDS = (
     *THRESHOLD_KEYS, "n_boot", "seed", "method", "null", "null_pool", "p_method",
     "alternative", "pi0_method", "device", "precision", "package_version",
 )
-_BUNDLED_MODELS = Path(__file__).resolve().parents[1] / "models"
 #: OME axes of an N-D layer (OME-TIFF holds at most five: time, channel, z, y, x).
 _OME_AXES = {2: "YX", 3: "ZYX", 4: "TZYX", 5: "TCZYX"}
 #: pint unit names (napari layer ``units``) → OME UnitsLength symbols.
@@ -76,8 +74,8 @@ def provenance(result_metadata: Mapping[str, Any], *, source: str | None = None,
             flat[key] = value
     record = {name: _plain(flat.get(name)) for name in PROVENANCE_FIELDS}
     if record["weights_sha256"] is None:
-        weights_file = _weights_file(record["weights"], record["model"])
-        record["weights_sha256"] = file_sha256(weights_file) if weights_file else None
+        found = weights_file(record["weights"], record["model"])
+        record["weights_sha256"] = file_sha256(found) if found else None
     if record["package_version"] is None:
         record["package_version"] = _installed_version()
     return record
@@ -111,31 +109,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     return value
-
-
-def _weights_file(weights: Any, model: Any) -> Path | None:
-    if not isinstance(weights, str) or weights in ("pretrained", "random-init", "given module"):
-        return None
-    candidates = [Path(weights)]
-    if model == "demo":  # the bundled model records only its file name
-        candidates.append(_BUNDLED_MODELS / weights)
-    return next((p for p in candidates if p.is_file()), None)
-
-
-def file_sha256(path: str | Path) -> str:
-    """SHA-256 of a file (weights), read in 1 MiB blocks; cached by path, size and mtime."""
-    p = Path(path).resolve()
-    stat = p.stat()
-    return _sha256_cached(str(p), stat.st_size, stat.st_mtime_ns)
-
-
-@lru_cache(maxsize=32)
-def _sha256_cached(path: str, _size: int, _mtime_ns: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _installed_version() -> str:
