@@ -189,3 +189,19 @@ def test_partly_failed_stack_shows_finished_planes_and_names_the_missing(
     warnings_ = [n.message for n in notifications if n.severity == NotificationSeverity.WARNING]
     assert any("Not computed: (1,)" in text for text in warnings_)
     assert "Not computed: (1,)" in widget.run_panel.status_label.text()
+
+
+def test_output_layers_carry_the_provenance_of_their_run(viewer_widget, run_and_wait, cells_image):
+    from napari_attnreg.io.export import provenance
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells", metadata={"source_path": "/data/cells.tif"})
+    run_and_wait(widget)
+    record = widget.current_record()
+    layer = record.outputs["regularized"]
+    made = provenance(layer.metadata)
+    assert made["source_image"] == "/data/cells.tif"
+    assert made["package_version"] == record.any_result.metadata["package_version"]
+    assert made["weights"] == record.any_result.metadata["weights"]
+    assert made["n_boot"] == record.any_result.metadata["n_boot"] and made["seed"] is not None
+    assert made["q_th"] == widget.thresholds()["q_th"]

@@ -43,10 +43,13 @@ class RunRecords:
         geometry = SourceGeometry.from_layer(source, pending.geometry.channel_axis)  # moved?
         params = {k: v for k, v in asdict(job.config).items() if k != "extra"}
         planes_run = [p for p in job.planes if p in outcome.results]
+        made = next(iter(outcome.results.values())).metadata  # provenance of saved layers
         params.update(model=job.model.label(), model_description=outcome.model_description,
                       source=source.name, planes_run=[list(p) for p in planes_run],
-                      elapsed_s=round(outcome.elapsed_s, 3),
-                      device_used=next(iter(outcome.results.values())).metadata.get("device"))
+                      elapsed_s=round(outcome.elapsed_s, 3), device_used=made.get("device"),
+                      source_path=source.metadata.get("source_path"),
+                      **{k: made.get(k) for k in ("weights", "weights_sha256", "model_domain",
+                                                  "package_version")})
         record = RunRecord(source.unique_id, source.name, geometry, dict(outcome.results), params,
                            thresholds)
         old = self._records.get(source.unique_id)

@@ -93,7 +93,8 @@ def _flatten(metadata: Mapping[str, Any]) -> dict[str, Any]:
         flat = {**meta.get("run", {}), **meta.get("thresholds", {})}
         flat.update({k: v for k, v in meta.items()
                      if k in PROVENANCE_FIELDS and k not in flat})
-        flat.setdefault("source_image", meta.get("source_path") or meta.get("source"))
+        flat.setdefault("source_image", meta.get("source_path") or flat.get("source_path")
+                        or meta.get("source"))
     flat.setdefault("source_image", flat.get("source_path") or flat.get("source"))
     if flat.get("device_used"):  # napari records the requested device ("auto") and the real one
         flat["device"] = flat["device_used"]
