@@ -241,3 +241,36 @@ def test_random_byte_damage_never_escapes_as_another_exception(real_result, tmp_
     else:  # damage the reader could not see (e.g. in zip padding) leaves a consistent result
         assert back.grid_shape == GRID
         assert np.all((back.p >= 0) & (back.p <= 1))
+
+
+def test_a_thousand_damaged_copies_are_each_a_result_or_a_value_error(tmp_path):
+    """Seeded byte damage and truncation: zip headers claiming encryption or an unknown
+    compression, broken .npy headers, ... all end as one ValueError naming the file."""
+    import random
+
+    from napari_attnreg.core.result import AttentionResult
+
+    grid = np.random.default_rng(0).random((4, 5))
+    source = AttentionResult(
+        attention=grid, z=grid - 0.5, p=grid, lfdr=grid, posterior=1 - grid, q=grid, pi0=0.9,
+        thresholds={"rule": "q", "z_th": None, "p_th": 0.05, "l_th": 0.2, "q_th": 0.1},
+        image_shape=(32, 40), model_shape=(32, 40), patch_size=(8, 8),
+        metadata={"preset": "directional"}).save(tmp_path / "source.npz")
+    raw = source.read_bytes()
+    rng = random.Random(0)
+    damaged = tmp_path / "damaged.npz"
+    outcomes = {"loaded": 0, "refused": 0}
+    for _ in range(1000):
+        data = bytearray(raw)
+        for _ in range(rng.randint(1, 6)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        if rng.random() < 0.2:
+            data = data[: rng.randrange(len(data))]
+        damaged.write_bytes(bytes(data))
+        try:
+            AttentionResult.load(damaged)
+            outcomes["loaded"] += 1
+        except ValueError as err:
+            assert str(damaged) in str(err)
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > 900, outcomes

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import tokenize
 import zipfile
 import zlib
 from pathlib import Path
@@ -50,7 +51,10 @@ def read_result_file(path: Path, *, format_version: int) -> dict[str, Any]:
             return _Reader(archive, path).read(format_version)
     except ResultFileError:
         raise
-    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError, KeyError) as err:
+    # a damaged .npy header fails inside numpy's header parser (SyntaxError, TokenError); a
+    # damaged zip entry can claim an unknown compression (NotImplementedError) or encryption
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError, KeyError,
+            SyntaxError, tokenize.TokenError, NotImplementedError, RuntimeError) as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ResultFileError(f"{path} is not a readable napari-attnreg result file ({reason}); "
                               "it may be damaged or not a result file.") from None
