@@ -1,0 +1,138 @@
+"""Step-down families as token maps of a result, and significance from what a result stores.
+
+:func:`stepdown_statistics` runs :func:`~.stepdown.step_down` on an image (one family) or
+on the tiles of a tiled image (one family per tile) and returns the
+:class:`~.stats.TokenStatistics` every result is made of:
+
+- ``p``: the step p-value of each token; ``q`` (and ``lfdr``): its step-down adjusted p,
+  for a tile never below the tile's Benjamini–Hochberg adjusted p; ``posterior``: the
+  evidence ``1 − q``; ``z``: the pooled log-scale z-score (display and the optional z mask);
+  ``pi0`` is 1 (no π0 is estimated).
+- ``null_summary`` keeps the steps (``stepdown_*`` arrays, a few numbers per token), so a
+  rule or level chosen later is applied by :func:`stepdown_mask` without the null maps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from .stats import TokenStatistics, z_scores
+from .stepdown import StepDownFamilies, family_selection, significant_steps, step_down
+
+#: The ``null_summary`` keys of a step-down result (arrays saved with the result).
+STEP_KEYS = ("stepdown_family", "stepdown_rank", "stepdown_step_p", "stepdown_adjusted_p",
+             "stepdown_group_end", "stepdown_tail")
+
+
+def stepdown_statistics(observed: torch.Tensor, null_scores: torch.Tensor, *, tail: str = "none",
+                        families: torch.Tensor | None = None,
+                        owner: tuple[np.ndarray, np.ndarray] | None = None) -> TokenStatistics:
+    """Step-down token statistics of one image or of the tiles of one image.
+
+    Parameters
+    ----------
+    observed : tensor ``(T,)``
+        The image's token attention (for a tiled image: its assembled map, used for ``z``).
+    null_scores : tensor ``(B, T)``; tiled: ``(B, T_tile)`` or ``(B, F·T_tile)``
+        Null attention at the tokens' positions (image-level null tiles, or per tile).
+    tail : {"none", "gpd"}
+    families : tensor ``(F, T_tile)``, optional
+        Tiled images: every tile's own full attention map (each tile is a family).
+    owner : (array, array), optional
+        Tiled images: for each image token, its tile and its index inside that tile.
+
+    Returns
+    -------
+    TokenStatistics
+    """
+    if families is None:
+        fam_obs, fam_null, family_of, local = observed.reshape(1, -1), null_scores, None, None
+    else:
+        n_fam, n_tok = families.shape
+        fam_obs = families
+        fam_null = (null_scores if null_scores.shape[1] == n_tok else
+                    null_scores.reshape(null_scores.shape[0], n_fam, n_tok).permute(1, 0, 2))
+        family_of, local = (np.asarray(v).reshape(-1) for v in owner)  # type: ignore[union-attr]
+    fams = step_down(fam_obs, fam_null, tail=tail)
+    maps = _token_maps(fams, family_of, local)
+    pool = null_scores.reshape(null_scores.shape[0], -1)
+    if families is not None and pool.shape[1] != observed.numel():
+        positions = _pool_positions(pool.shape[1], fams.order.shape[1], family_of, local)
+        z_obs, z_null, mu0, sigma0 = z_scores(observed, pool, positions=positions)
+    else:
+        z_obs, z_null, mu0, sigma0 = z_scores(observed, pool)
+    summary = {
+        "B": fams.n_boot, "T": int(pool.shape[1]), "lfdr_fit": "stepdown",
+        "empirical_null": None, "concentration_ratio": concentration_ratio(fam_obs, fam_null),
+        **maps["summary"],
+    }
+    del z_null
+    return TokenStatistics(z=z_obs.cpu().numpy().astype(np.float64), p=maps["p"], pi0=1.0,
+                           lfdr=maps["q"], posterior=1.0 - maps["q"], q=maps["q"], mu0=mu0,
+                           sigma0=sigma0, null_summary=summary)
+
+
+def _pool_positions(columns: int, n_tok: int, family_of: np.ndarray, local: np.ndarray) -> np.ndarray:
+    # per-tile nulls: the column of a token is its tile's block; image-level null tiles: local
+    return family_of * n_tok + local if columns != n_tok else local
+
+
+def _token_maps(fams: StepDownFamilies, family_of: np.ndarray | None,
+                local: np.ndarray | None) -> dict[str, Any]:
+    """Per-token p and adjusted p (with the family's BH floor) and the stored steps."""
+    family_adjusted, _ = family_selection(fams.family_p, 1.0)
+    step_p = fams.in_token_order(fams.step_p)
+    adjusted = np.maximum(fams.in_token_order(fams.adjusted_p), family_adjusted[:, None])
+    ranks = fams.ranks()
+    if family_of is None:
+        family_of = np.zeros(step_p.shape[1], dtype=np.int64)
+        local = np.arange(step_p.shape[1])
+    summary = {
+        "stepdown_family": family_of.astype(np.int32),
+        "stepdown_rank": ranks[family_of, local].astype(np.int32),
+        "stepdown_step_p": fams.step_p,
+        "stepdown_adjusted_p": fams.adjusted_p,
+        "stepdown_group_end": fams.group_end,
+        "stepdown_tail": fams.tail_used,
+        "stepdown_family_p": fams.family_p.copy(),
+        "stepdown_family_adjusted_p": family_adjusted,
+        "p_map": float(family_adjusted.min()),
+        "p_resolution": 1.0 / (fams.n_boot + 1),
+        "n_families": int(fams.step_p.shape[0]),
+        "tail": fams.tail.as_dict(),
+    }
+    return {"p": step_p[family_of, local], "q": adjusted[family_of, local], "summary": summary}
+
+
+def concentration_ratio(observed: torch.Tensor, null: torch.Tensor) -> float:
+    """sd of log attention of the observed map(s) over that of the null maps (median ratio).
+
+    Near 1 when the image's map is as concentrated as the null maps; far from it the
+    null images do not look like the image to the model (§ diagnostics).
+    """
+    obs = torch.log(observed.double().reshape(-1, observed.shape[-1]))
+    nul = torch.log(null.double().reshape(-1, null.shape[-1]))
+    return float(obs.std(dim=1).median() / nul.std(dim=1).median())
+
+
+def is_stepdown(null_summary: dict[str, Any]) -> bool:
+    """The result stores step-down steps (its rules can be re-applied)."""
+    return all(k in null_summary for k in STEP_KEYS)
+
+
+def stepdown_mask(null_summary: dict[str, Any], rule: str, alpha: float,
+                  grid_shape: tuple[int, ...]) -> np.ndarray:
+    """Boolean token map of a step-down rule at level ``alpha`` from a result's stored steps."""
+    if not is_stepdown(null_summary):
+        raise ValueError(f"rule={rule!r} needs the step-down steps, which this result does not "
+                         "have (it was made by another preset); use that preset's rules.")
+    steps = significant_steps(np.asarray(null_summary["stepdown_step_p"]),
+                              np.asarray(null_summary["stepdown_adjusted_p"]),
+                              np.asarray(null_summary["stepdown_group_end"], dtype=bool),
+                              rule, float(alpha))
+    family = np.asarray(null_summary["stepdown_family"]).reshape(-1)
+    rank = np.asarray(null_summary["stepdown_rank"]).reshape(-1)
+    return steps[family, rank].reshape(grid_shape)

@@ -1,0 +1,217 @@
+"""Share step-down inference against independent slow versions and its properties."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from napari_attnreg.core import stepdown as sd
+from napari_attnreg.core.stepdown_maps import stepdown_mask, stepdown_statistics
+
+
+def slow_step_down(a: np.ndarray, null: np.ndarray):
+    """METHOD §16 steps 1–5 written literally: one step, one null map at a time."""
+    n_boot, n_tok = null.shape
+    order = sorted(range(n_tok), key=lambda t: (-a[t], t))
+    s, m, p = [], np.empty((n_boot, n_tok)), []
+    for k in range(n_tok):
+        rest = order[k:]
+        s_k = a[order[k]] / sum(a[t] for t in rest)
+        for b in range(n_boot):
+            m[b, k] = max(null[b, t] for t in rest) / sum(null[b, t] for t in rest)
+        s.append(s_k)
+        p.append((1 + sum(m[b, k] >= s_k for b in range(n_boot))) / (1 + n_boot))
+    adjusted = [max(p[: k + 1]) for k in range(n_tok)]
+    return np.array(order), np.array(s), m, np.array(p), np.array(adjusted)
+
+
+def slow_forwardstop(p: np.ndarray, alpha: float) -> int:
+    best = 0
+    for k in range(1, len(p) + 1):
+        if sum(-math.log(1 - v) if v < 1 else math.inf for v in p[:k]) / k <= alpha:
+            best = k
+    return best
+
+
+def _maps(seed: int, n_boot: int = 30, n_tok: int = 24, planted: int = 0):
+    rng = np.random.default_rng(seed)
+    null = rng.dirichlet(np.full(n_tok, 2.0), size=n_boot)
+    logits = rng.normal(size=n_tok)
+    logits[:planted] += 3.0
+    a = np.exp(logits) / np.exp(logits).sum()
+    return a, null
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("planted", [0, 3])
+def test_matches_the_literal_step_loop(seed, planted):
+    a, null = _maps(seed, planted=planted)
+    order, s, _m, p, adjusted = slow_step_down(a, null)
+    fam = sd.step_down(torch.from_numpy(a), torch.from_numpy(null))
+    np.testing.assert_array_equal(fam.order[0], order)
+    np.testing.assert_allclose(fam.step_statistic[0], s, rtol=1e-12)
+    np.testing.assert_array_equal(fam.step_p[0], p)
+    np.testing.assert_array_equal(fam.adjusted_p[0], adjusted)
+
+
+def test_null_step_statistic_matches_the_loop_in_small_blocks(monkeypatch):
+    a, null = _maps(5, n_boot=17, n_tok=11, planted=2)
+    _order, _s, m, _p, _adj = slow_step_down(a, null)
+    monkeypatch.setattr(sd, "BLOCK_ELEMENTS", 11 * 3)  # three null maps per block
+    order, _ = sd._ordered(torch.from_numpy(a)[None])
+    blocks = list(sd._null_step_blocks(torch.from_numpy(null), order, True, torch.float64))
+    assert len(blocks) > 1
+    got = torch.cat([block[:, 0] for *_, block in blocks]).numpy()
+    np.testing.assert_allclose(got, m, rtol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_forwardstop_against_its_formula(seed):
+    rng = np.random.default_rng(seed)
+    p = np.sort(rng.uniform(0, 0.3, 40) ** 2)
+    p[rng.integers(0, 40, 3)] = 1.0  # −log(1 − 1) = ∞ must not break the search
+    for alpha in (0.01, 0.05, 0.1, 0.3):
+        assert sd.forwardstop_count(p, alpha)[0] == slow_forwardstop(p, alpha)
+
+
+def test_forwardstop_keeps_an_object_split_over_a_few_tokens():
+    # three figure tokens, the second with a middling p: FWER stops at 1, ForwardStop keeps 3
+    p = np.array([0.001, 0.06, 0.002, 0.9, 0.8, 0.7])
+    adjusted = np.maximum.accumulate(p)
+    fwer = sd.significant_steps(p[None], adjusted[None], np.ones((1, 6), bool), "fwer", 0.05)
+    fstop = sd.significant_steps(p[None], adjusted[None], np.ones((1, 6), bool), "forwardstop", 0.1)
+    assert fwer.sum() == 1 and fstop.sum() == 3
+
+
+def test_ties_share_the_largest_adjusted_p_and_stay_together():
+    rng = np.random.default_rng(3)
+    null = rng.dirichlet(np.full(8, 1.0), size=50)
+    a = np.array([0.3, 0.2, 0.2, 0.2, 0.05, 0.02, 0.02, 0.01])
+    fam = sd.step_down(torch.from_numpy(a), torch.from_numpy(null))
+    by_token = fam.in_token_order(fam.adjusted_p)[0]
+    assert by_token[1] == by_token[2] == by_token[3]
+    assert by_token[1] == fam.adjusted_p[0, 3]  # the last of the group's three steps
+    assert by_token[5] == by_token[6]
+    # a rule never splits a tie group
+    k = sd.forwardstop_count(np.array([0.001, 0.001, 0.5, 0.5]), 0.05,
+                             np.array([True, False, False, True]))
+    assert k[0] == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n_boot=st.integers(1, 40), n_tok=st.integers(1, 30),
+       spread=st.floats(0.01, 30.0), ties=st.booleans())
+def test_properties_hold_for_any_valid_input(seed, n_boot, n_tok, spread, ties):
+    rng = np.random.default_rng(seed)
+    a = np.exp(spread * rng.normal(size=n_tok))
+    if ties:
+        a = np.round(a, 1) + 1e-3  # many exact ties
+    null = np.exp(spread * rng.normal(size=(n_boot, n_tok)))
+    fam = sd.step_down(torch.from_numpy(a / a.sum()), torch.from_numpy(null))
+    p, adjusted = fam.step_p[0], fam.adjusted_p[0]
+    assert np.all(np.isfinite(p)) and np.all(np.isfinite(adjusted))
+    assert p.min() >= 1 / (n_boot + 1) - 1e-15 and p.max() <= 1.0
+    # evidence never increases as attention decreases (step order)
+    evidence = 1 - adjusted
+    assert np.all(np.diff(evidence) <= 0)
+    by_token = fam.in_token_order(fam.adjusted_p)[0]
+    for value in np.unique(a):
+        assert np.ptp(by_token[a == value]) == 0
+
+
+def test_families_equal_one_run_per_family():
+    rng = np.random.default_rng(8)
+    obs = torch.from_numpy(rng.dirichlet(np.ones(16), size=5))
+    shared = torch.from_numpy(rng.dirichlet(np.ones(16), size=40))
+    own = torch.from_numpy(rng.dirichlet(np.ones(16), size=(5, 40)))
+    both = sd.step_down(obs, shared)
+    each = sd.step_down(obs, own)
+    for f in range(5):
+        alone = sd.step_down(obs[f], shared)
+        np.testing.assert_array_equal(both.step_p[f], alone.step_p[0])
+        alone_own = sd.step_down(obs[f], own[f])
+        np.testing.assert_array_equal(each.adjusted_p[f], alone_own.adjusted_p[0])
+
+
+def test_tiles_selected_by_bh_and_ruled_at_the_scaled_level():
+    # four tiles: two with a clear first step; BH at 0.1 selects both, then α·2/4 inside
+    p = np.array([[0.001, 0.01, 0.9], [0.002, 0.04, 0.9], [0.5, 0.6, 0.9], [0.7, 0.8, 0.9]])
+    adjusted = np.maximum.accumulate(p, axis=1)
+    ends = np.ones_like(p, dtype=bool)
+    keep = sd.significant_steps(p, adjusted, ends, "forwardstop", 0.1)
+    level = 0.1 * 2 / 4
+    for f in range(4):
+        expected = slow_forwardstop(p[f], level) if f < 2 else 0
+        assert keep[f].sum() == expected
+    assert keep[2:].sum() == 0
+
+
+def test_result_maps_and_stored_steps_reproduce_the_rule():
+    a, null = _maps(11, n_boot=99, n_tok=64, planted=4)
+    st_ = stepdown_statistics(torch.from_numpy(a), torch.from_numpy(null))
+    fam = sd.step_down(torch.from_numpy(a), torch.from_numpy(null))
+    np.testing.assert_array_equal(st_.q, fam.in_token_order(fam.adjusted_p)[0])
+    np.testing.assert_array_equal(st_.posterior, 1 - st_.q)
+    assert st_.null_summary["p_map"] == fam.step_p[0, 0]
+    k_hat = sd.forwardstop_count(fam.step_p, 0.1, fam.group_end)[0]
+    mask = stepdown_mask(st_.null_summary, "forwardstop", 0.1, (8, 8)).reshape(-1)
+    assert mask.sum() == k_hat
+    assert set(np.flatnonzero(mask)) == set(fam.order[0, :k_hat])
+
+
+# ------------------------------------------------------------------ tail approximation
+
+
+def test_tail_p_matches_a_known_tail():
+    rng = np.random.default_rng(0)
+    values = rng.exponential(1.0, 2000)  # GPD with shape 0 above any threshold
+    observed = 9.0  # true p = exp(-9) ≈ 1.2e-4, below the counting resolution 1/2001
+    from napari_attnreg.core.tail import gpd_tail_p
+
+    p, floored = gpd_tail_p(values, observed)
+    assert not floored
+    assert 0.3 * math.exp(-9) < p < 3 * math.exp(-9)
+
+
+def test_tail_p_is_floored_past_a_bounded_tail():
+    from napari_attnreg.core.tail import gpd_tail_p
+
+    # shape −0.3: the tail ends at 1/0.3 ≈ 3.3, and an observed 5 lies past its end
+    values = stats.genpareto.rvs(-0.3, size=500, random_state=np.random.default_rng(1))
+    result = gpd_tail_p(values, 5.0)
+    assert result is not None
+    p, floored = result
+    assert floored and p == pytest.approx(1 / (100 * 501))
+
+
+def test_tail_p_values_stay_uniform_on_pure_noise():
+    # the observed statistic is one more draw from the null: the tail p must be calibrated
+    from napari_attnreg.core.tail import gpd_tail_p
+
+    rng = np.random.default_rng(2)
+    p_values = []
+    for _ in range(300):
+        values = rng.gamma(2.0, 1.0, 201)
+        observed, null = values[0], values[1:]
+        count = (null >= observed).sum()
+        tail = gpd_tail_p(null, observed) if count < 10 else None
+        p_values.append(tail[0] if tail is not None else (1 + count) / 201)
+    assert stats.kstest(p_values, "uniform").pvalue > 0.01
+
+
+def test_tail_option_records_what_it_did():
+    a, null = _maps(4, n_boot=150, n_tok=36, planted=5)
+    fam = sd.step_down(torch.from_numpy(a), torch.from_numpy(null), tail="gpd")
+    assert fam.tail.method == "gpd"
+    assert fam.tail.steps == int(fam.tail_used.sum())
+    assert np.all(fam.step_p[fam.tail_used] >= 1 / (100 * 151))
+    few = sd.step_down(torch.from_numpy(a), torch.from_numpy(null[:50]), tail="gpd")
+    assert few.tail.steps == 0 and "B = 50" in few.tail.note
+    with pytest.raises(ValueError, match="tail"):
+        sd.step_down(torch.from_numpy(a), torch.from_numpy(null), tail="exp")
