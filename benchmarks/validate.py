@@ -1,32 +1,32 @@
-"""Validation harness: both presets side by side; regenerates docs/validation.md.
+"""Validation harness: the three presets side by side on both test articles (docs/validation.md).
 
-    python benchmarks/validate.py                 # full run, ~8 min on 2 idle CPU cores
-    python benchmarks/validate.py --quick --out /tmp/v.md   # smoke run
+    python benchmarks/validate.py --article demo      # one article → benchmarks/results/*.json
+    python benchmarks/validate.py --article phantom
+    python benchmarks/validate.py --report            # docs/validation.md from the JSON files
+    python benchmarks/validate.py --article demo --quick --json /tmp/q.json   # smoke run
 
-Every image goes through the pipeline as a user's image does (an ndarray into the engine),
-once per preset; a diagnostic third reading (the directional statistics with another π0
-estimate) comes from the directional run's null maps (see validation_common.py). Localization
-and the crops are also run with a second null method (``--alt-method``, default ``patch``).
+Every image goes through the engine as a user's image does (an ndarray, once per preset),
+drawn from generator streams nothing else used (validation_articles.HELD_OUT):
 
-1. Null calibration: the observed image is itself noise drawn, in the image's own channels,
-   from the null generator's model of a synthetic field (grey, RGB, 2-channel with
-   channel_axis). p (directional: p⁺) should be uniform; few inputs should have any q ≤ 0.1.
-   Also a deliberately wrong null: nulls drawn per model channel for a grey image.
-2. Localization of planted mitotic figures: precision / recall / F1 / IoU of every rule under
-   each preset's default thresholds, vs raw attention > median and > Otsu.
-3. Robustness: crops without decisive objects; one field as uint8, uint16 and float32.
-4. The paper's noise-ROI simulation: D and sparsity, with our and the reference's conventions.
-5. Runtime per image.
+1. Noise inputs given as images: white noise, grey and RGB, at the model's input size and
+   larger (the preprocessing shrinks them). A true null: the map-level p should be uniform,
+   and at most 10 % of inputs should have any significant patch.
+2. Structured noise: a field's spectrum and grey levels with random phases (no objects).
+3. Crops without decisive objects: share of patches significant, and of evidence ≥ 0.5.
+4. Planted objects: F1 of each preset's default rule against raw attention > Otsu, with a
+   95 % bootstrap CI of the paired difference.
+5. Tiled mosaics (≥ 2048²): objects planted in a few fields of a mosaic, and pure noise.
+6. The paper's noise-ROI simulation: D for a square of noise pasted into a field.
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
+import json
 import sys
 import time
+import warnings
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -34,323 +34,304 @@ from scipy import ndimage, stats
 from skimage.filters import threshold_otsu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from validation_common import (
-    PRESETS,
-    READINGS,
-    jaccard,
-    model_channel_null_scores,
-    null_input,
-    overlap,
-    prepare,
-    progress,
-    run_presets,
-    with_preset,
-)
-from validation_report import report
+from validation_articles import ARTICLES, HELD_OUT, mosaic, noise_image, texture_like
+from validation_common import overlap, progress, source_version
 
 from napari_attnreg.core.backbones import load_backbone
-from napari_attnreg.core.regularize import RULES
-from napari_attnreg.core.roi import d_ratio, null_calibration, roi_percentiles, sparsity
-from napari_attnreg.synthetic import TRAINING_SCALE, make_cell_image
+from napari_attnreg.core.engine import RunConfig, drain, run_engine
+from napari_attnreg.core.roi import d_ratio, roi_percentiles
+from napari_attnreg.core.stats import StatisticsWarning
 
-HELD_OUT_STREAM = 7  # the demo model trained on stream 0 and was tested on stream 2
-FIELD = 512
-SCALE = 4 * TRAINING_SCALE
-Q_ALPHA = 0.1
-PI0_LOW = 0.05  # π0 at or below this: q and lfdr near 0 for every token
-RUNTIMES: list[float] = []
+PRESETS = ("stepdown", "directional", "paper")
+RESULTS = Path(__file__).resolve().parent / "results"
+RUNTIMES: dict[str, list[float]] = defaultdict(list)
 
 
-def _field(seed, stream: int, i: int, **kw):
-    kw.setdefault("hard_negatives", False)
-    return make_cell_image([seed, stream, i], size=kw.pop("size", FIELD), scale=SCALE, **kw)
+def run(bb, image, preset: str, args, seed: int, **options):
+    """One engine run of an ndarray image under ``preset`` (its defaults)."""
+    cfg = RunConfig(preset=preset, n_boot=options.pop("n_boot", args.n_boot), seed=seed,
+                    device=args.device, **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StatisticsWarning)
+        result = drain(run_engine(image, bb, cfg))
+    RUNTIMES[preset].append(result.metadata["timings"]["total_s"])
+    return result
 
 
-def _run(bb, image, args, seed: int, **kw):
-    res = run_presets(bb, image, n_boot=args.n_boot, seed=seed, device=args.device, **kw)
-    RUNTIMES.extend(res[p].metadata["timings"]["total_s"] for p in PRESETS)
-    return res
+def _map_p(result) -> float:
+    """The map-level p of a result; the other presets: their smallest token p (no KS)."""
+    return result.p_map if result.p_map is not None else float(result.p.min())
 
 
-# ---------------------------------------------------------------- 1. null calibration
+def _ks(values, n_boot: int | None = None) -> float | None:
+    """KS p-value of p-values against U(0, 1).
 
-CAL_CASES = {  # case → (channels of the field, keep these channels, size of the null image)
-    "grey": (1, None, "model"),
-    "RGB": (3, None, "model"),
-    "2-channel (channel_axis=0)": (3, [0, 1], "model"),
-    "grey, 512 px (downsampled by preprocessing)": (1, None, "field"),
-}
-WRONG = "grey, nulls per model channel (wrong)"
-
-
-def _calibration_summary(results: list) -> dict:
-    p = np.concatenate([r.p.ravel() for r in results])
-    return {"ks": float(stats.kstest(p, "uniform").statistic), "rmsd": null_calibration(p),
-            "any_q": float(np.mean([(r.q <= Q_ALPHA).any() for r in results])),
-            "any_sig": float(np.mean([r.significant().any() for r in results])),
-            "frac_sig": float(np.mean([r.significant().mean() for r in results])),
-            "pi0": float(np.mean([r.pi0 for r in results])),
-            "pi0_low": float(np.mean([r.pi0 <= PI0_LOW for r in results])), "n": len(results),
-            "z_sd": (min(r.z.std() for r in results), max(r.z.std() for r in results))}
+    Counting p-values ``(1 + c)/(B + 1)`` are discrete (and conservative); with ``n_boot``
+    they are randomized first, ``p − U/(B + 1)``, which is exactly uniform under the null.
+    Tail p-values (not on that grid) are continuous and stay as they are.
+    """
+    if len(values) < 2:
+        return None
+    p = np.asarray(values, dtype=np.float64)
+    if n_boot:
+        grid = np.isclose(p * (n_boot + 1), np.round(p * (n_boot + 1)), rtol=0, atol=1e-6)
+        jitter = np.random.default_rng(12345).random(p.size) / (n_boot + 1)
+        p = np.where(grid, p - jitter, p)
+    return float(stats.kstest(p, "uniform").pvalue)
 
 
-def calibration(bb, args, cases: tuple[str, ...] = tuple(CAL_CASES)) -> dict:
-    """``(case, method, preset) → summary``; the wrong null rides on the grey ``normal`` inputs."""
-    model_size = bb.input_size[1:]
+def _n(args, preset: str, count: int) -> int:
+    """Stepdown gets the full count; the presets it is compared with a third (at least 2)."""
+    return count if preset == "stepdown" else max(2, count // 3)
+
+
+# ---------------------------------------------------------------- 1-2. null inputs
+
+
+def noise_inputs(art, bb, args) -> dict:
+    side = bb.input_size[1]
+    cases = {"grey, native": (False, side), "grey, resized": (False, int(2.5 * side)),
+             "RGB, native": (True, side), "RGB, resized": (True, int(2.5 * side))}
     out = {}
-    for c, (case, (channels, keep, size)) in enumerate(CAL_CASES.items()):
-        if case not in cases:
-            continue
-        methods = ("normal",) if size == "field" else args.cal_methods
-        for method in methods:
-            n = args.n_cal if method == "normal" else args.n_cal_other
-            got, wrong = defaultdict(list), defaultdict(list)
-            for i in range(n):
-                field = _field(args.seed, HELD_OUT_STREAM + 2, i, channels=channels).image
-                field = field if keep is None else field[..., keep]
-                rng = np.random.default_rng([args.seed, 11, c, i, len(method)])  # len: distinct
-                image = null_input(field, method, rng, model_size if size == "model" else None)
-                options = {}
-                if keep is not None:  # a (C, H, W) multichannel image, as from a microscope file
-                    image, options = np.moveaxis(image, -1, 0), {"channel_axis": 0}
-                res = _run(bb, image, args, seed=i, method=method, **options)
-                for name in READINGS:
-                    got[name].append(res[name])
-                if case == "grey" and method == "normal":
-                    nulls = model_channel_null_scores(bb, prepare(bb, image), n_boot=args.n_boot, seed=i)
-                    first = res["directional"]
-                    bad = replace(first, null_scores=nulls.reshape(-1, *first.grid_shape))
-                    for name, (preset, opts) in READINGS.items():
-                        wrong[name].append(with_preset(bad, preset, **opts))
-            progress(f"calibration: {case}, {method}: {n} null inputs")
-            for name in READINGS:
-                out[(case, method, name)] = _calibration_summary(got[name])
-            for name in wrong:
-                out[(WRONG, method, name)] = _calibration_summary(wrong[name])
+    for preset in PRESETS:
+        for c, (case, (rgb, size)) in enumerate(cases.items()):
+            rows = []
+            for i in range(_n(args, preset, args.n_noise)):
+                reference = art.field(HELD_OUT["noise"], i, False).image
+                rng = np.random.default_rng([HELD_OUT["noise"], c, i])
+                r = run(bb, noise_image(reference, rng, size, rgb), preset, args, seed=i)
+                rows.append((_map_p(r), bool(r.significant().any()), float(r.significant().mean()),
+                             r.p.ravel()))
+            out[f"{case}|{preset}"] = _null_summary(rows, preset, args.n_boot)
+        progress(f"{art.name}: noise inputs under {preset}")
+    for preset in PRESETS:  # pooled over the four cases
+        parts = [out[f"{case}|{preset}"] for case in cases]
+        out[f"all noise inputs|{preset}"] = {
+            "n": sum(p["n"] for p in parts), "map_p": sum((p["map_p"] for p in parts), []),
+            "any_sig": float(np.average([p["any_sig"] for p in parts], weights=[p["n"] for p in parts])),
+            "frac_sig": float(np.mean([p["frac_sig"] for p in parts]))}
+        if preset == "stepdown":
+            out[f"all noise inputs|{preset}"]["ks_map_p"] = _ks(
+                out[f"all noise inputs|{preset}"]["map_p"], args.n_boot)
     return out
 
 
-# ---------------------------------------------------------------- 2. localization
+def _null_summary(rows, preset: str, n_boot: int) -> dict:
+    """Null-input summary; a map-level p (and its KS) only where the preset has one."""
+    map_p = [r[0] for r in rows]
+    tokens = np.concatenate([r[3] for r in rows])
+    return {"n": len(rows), "map_p": map_p,
+            "ks_map_p": _ks(map_p, n_boot) if preset == "stepdown" else None,
+            "ks_tokens": float(stats.kstest(tokens, "uniform").statistic),
+            "any_sig": float(np.mean([r[1] for r in rows])),
+            "frac_sig": float(np.mean([r[2] for r in rows]))}
 
 
-def _with_alt_null(bb, image, args, seed: int) -> dict:
-    """Readings of the default null, plus each preset under ``args.alt_method`` (if any)."""
-    res = _run(bb, image, args, seed=seed)
-    if args.alt_method:
-        alt = _run(bb, image, args, seed=seed, method=args.alt_method)
-        res.update({f"{preset} · {args.alt_method} null": alt[preset] for preset in PRESETS})
-    return res
-
-
-def localization(bb, args) -> tuple[dict, dict]:
-    """``(reading, rule) →`` mean (precision, recall, F1, IoU); ``reading →`` diagnostics."""
-    rows, diag = defaultdict(list), defaultdict(list)
-    for i in range(args.n_loc):
-        sample = _field(args.seed, HELD_OUT_STREAM, i, abnormal=True)
-        res = _with_alt_null(bb, sample.image, args, seed=i)
-        att = res["directional"].attention
-        truth = res["directional"].token_coverage(sample.decisive_mask) >= 0.25
-        for name, r in res.items():
-            for rule in RULES:
-                rows[(name, rule)].append(overlap(r.significant(rule), truth))
-            sig = r.significant()
-            z_null_max = float(r.null_summary["z_null_quantiles"][-1])
-            diag[name].append({
-                "kept": sig.sum(), "truth": truth.sum(), "fp": sig[~truth].mean(),
-                "truth_q": (r.q[truth] <= Q_ALPHA).mean(), "truth_above": (r.z[truth] > z_null_max).mean(),
-                "post_kept": (r.posterior >= 0.5).sum(), "post_half": (r.posterior >= 0.5).mean() > 0.5,
-                "pi0": r.pi0, "pi0_low": r.pi0 <= PI0_LOW, "p_median": np.median(r.p),
-                "p_max": r.p.max(), "z_sd": r.z.std()})
-        rows[("raw attention", "> median")].append(overlap(att > np.median(att), truth))
-        rows[("raw attention", "> Otsu")].append(overlap(att > threshold_otsu(att), truth))
-        rows[("chance", "all tokens")].append(overlap(np.ones_like(truth), truth))
-    progress(f"localization: {args.n_loc} fields")
-    return ({k: np.mean(v, axis=0) for k, v in rows.items()},
-            {k: {m: float(np.mean([d[m] for d in v])) for m in v[0]} for k, v in diag.items()})
-
-
-# ---------------------------------------------------------------- 3. robustness
-
-CROPS = {"300x300": (300, 300), "512x256": (512, 256)}
-DTYPES = ("uint16", "float32", "uint8")
-
-
-def _as_dtype(image: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "uint16":
-        return image
-    if dtype == "float32":
-        return image.astype(np.float32)
-    lo, hi = float(image.min()), float(image.max())  # a plain min-max conversion to 8 bit
-    return np.round(255 * (image.astype(np.float64) - lo) / (hi - lo)).astype(np.uint8)
-
-
-def crop_without_objects(seed: int, i: int, name: str) -> np.ndarray:
-    """Crop ``name`` of held-out field ``i`` (no mitotic figures), at a random place."""
-    field = _field(seed, HELD_OUT_STREAM + 3, i, abnormal=False, hard_negatives=True).image
-    h, w = CROPS[name]
-    y, x = np.random.default_rng([seed, 13, i, h, w]).integers(0, [FIELD - h + 1, FIELD - w + 1])
-    return field[y:y + h, x:x + w]
-
-
-def crops_without_objects(bb, args) -> dict:
-    """``(crop, reading) →`` means of (fraction of tokens significant, any significant, π0,
-    π0 ≤ 0.05, fraction with posterior ≥ 0.5, largest p, sd of z), then the worst crop's
-    index and fraction significant."""
-    crops = defaultdict(list)
-    for i in range(args.n_crop):
-        for name in CROPS:
-            res = _with_alt_null(bb, crop_without_objects(args.seed, i, name), args, seed=i)
-            for reading, r in res.items():
-                sig = r.significant()
-                crops[(name, reading)].append((
-                    sig.mean(), sig.any(), r.pi0, r.pi0 <= PI0_LOW, (r.posterior >= 0.5).mean(),
-                    r.p.max(), r.z.std(), i))
-    progress(f"robustness: {args.n_crop} fields without mitoses, {len(CROPS)} crops each")
-    out = {k: np.mean(v, axis=0) for k, v in crops.items()}
-    for k, v in crops.items():  # the crop with the most significant tokens: (index, fraction)
-        out[k][-1], worst = max(((c[-1], c[0]) for c in v), key=lambda t: t[1])
-        out[k] = np.append(out[k], worst)
+def structured_noise(art, bb, args) -> dict:
+    out = {}
+    for preset in PRESETS:
+        rows = []
+        for i in range(_n(args, preset, args.n_texture)):
+            field = art.field(HELD_OUT["texture"], i, False).image
+            image = texture_like(field, np.random.default_rng([HELD_OUT["texture"], i]))
+            r = run(bb, image, preset, args, seed=i)
+            rows.append((_map_p(r), bool(r.significant().any()), float(r.significant().mean()),
+                         r.p.ravel()))
+        out[preset] = _null_summary(rows, preset, args.n_boot)
+    progress(f"{art.name}: structured noise")
     return out
 
 
-def dtype_agreement(bb, args) -> dict:
-    """``(dtype, reading) →`` means of (fraction significant, Jaccard vs uint16, fraction
-    with the same decision, π0)."""
-    dtypes = defaultdict(list)
-    for i in range(args.n_dtype):
-        field = _field(args.seed, HELD_OUT_STREAM + 4, i, abnormal=True).image
-        res = {d: _run(bb, _as_dtype(field, d), args, seed=i) for d in DTYPES}
-        for name in READINGS:
-            ref = res["uint16"][name].significant()
-            for d in DTYPES:
-                sig = res[d][name].significant()
-                dtypes[(d, name)].append((sig.mean(), jaccard(sig, ref), float((sig == ref).mean()),
-                                          res[d][name].pi0))
-    progress(f"robustness: {args.n_dtype} fields as {', '.join(DTYPES)}")
-    return {k: np.mean(v, axis=0) for k, v in dtypes.items()}
+# ---------------------------------------------------------------- 3. empty crops
 
 
-# ---------------------------------------------------------------- 4. noise-ROI simulation
+def empty_crops(art, bb, args) -> dict:
+    out = {}
+    side = int(0.6 * art.field_size)
+    for preset in PRESETS:
+        sig, evidence = [], []
+        for i in range(_n(args, preset, args.n_crop)):
+            r = run(bb, art.empty_crop(i, side), preset, args, seed=i)
+            sig.append(float(r.significant().mean()))
+            evidence.append(float((r.posterior >= 0.5).mean()))
+        out[preset] = {"n": len(sig), "mean_sig": float(np.mean(sig)), "worst_sig": float(np.max(sig)),
+                       "evidence_half": float(np.mean(evidence)),
+                       "worst_evidence_half": float(np.max(evidence))}
+    progress(f"{art.name}: crops without decisive objects ({side} px)")
+    return out
 
 
-def diffuse_roi(shape: tuple[int, int], k: int, rng: np.random.Generator) -> np.ndarray:
-    """Top-k² pixels of a Gaussian-smoothed random field (the paper's diffuse ROI)."""
-    field = ndimage.gaussian_filter(rng.standard_normal(shape), sigma=max(shape) / 16)
-    cut = np.partition(field.ravel(), field.size - k * k)[field.size - k * k]
-    return field >= cut
+# ---------------------------------------------------------------- 4. localization
 
 
-def _square_roi(shape: tuple[int, int], k: int, rng: np.random.Generator) -> np.ndarray:
-    y, x = rng.integers(0, shape[0] - k, size=2)
-    roi = np.zeros(shape, bool)
-    roi[y:y + k, x:x + k] = True
-    return roi
+def bootstrap_ci(values: np.ndarray, rng: np.random.Generator, n: int = 4000) -> tuple[float, float]:
+    """95 % percentile bootstrap CI of the mean."""
+    means = rng.choice(values, size=(n, values.size), replace=True).mean(axis=1)
+    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
-# D's variants: (grid, ties). "token"/"half" is ours; "pixel"/"zero" the reference code's.
-CONVENTIONS = (("token", "half"), ("pixel", "half"), ("pixel", "zero"))
+def localization(art, bb, args) -> dict:
+    fields = [art.field(HELD_OUT["fields"], i, True) for i in range(args.n_loc)]
+    otsu, out = [], {}
+    for preset in PRESETS:
+        scores, deltas = [], []
+        for i, f in enumerate(fields):
+            r = run(bb, f.image, preset, args, seed=i)
+            truth = r.token_coverage(f.decisive) >= 0.25
+            mine = overlap(r.significant(), truth)
+            if preset == PRESETS[0]:
+                att = r.attention
+                otsu.append(overlap(att > threshold_otsu(att), truth))
+            scores.append(mine)
+            deltas.append(mine[2] - otsu[i][2])
+        deltas = np.asarray(deltas)
+        out[preset] = {"n": len(fields), "precision": float(np.mean([s[0] for s in scores])),
+                       "recall": float(np.mean([s[1] for s in scores])),
+                       "f1": float(np.mean([s[2] for s in scores])),
+                       "delta_f1": float(deltas.mean()),
+                       "delta_ci": bootstrap_ci(deltas, np.random.default_rng(7))}
+        progress(f"{art.name}: localization under {preset}")
+    out["otsu"] = {"precision": float(np.mean([s[0] for s in otsu])),
+                   "recall": float(np.mean([s[1] for s in otsu])),
+                   "f1": float(np.mean([s[2] for s in otsu]))}
+    return out
 
 
-def noise_simulation(bb, args, side_fraction: float = 0.25) -> dict:
-    rng = np.random.default_rng([args.seed, 17])
-    k = int(FIELD * side_fraction)
-    acc = defaultdict(list)  # (shape, preset, rule) → [(reg pcts per convention, raw pcts, sparsity)]
+# ---------------------------------------------------------------- 5. tiled mosaics
+
+
+def _tiles_with_objects(r, decisive: np.ndarray) -> np.ndarray:
+    """Per tile of a tiled result: does its region hold any decisive pixel?"""
+    md = r.metadata
+    th, tw = md["tile_shape"]
+    ys, xs = md["tile_origins_y"], md["tile_origins_x"]
+    sy, sx = r.image_shape[0] / r.model_shape[0], r.image_shape[1] / r.model_shape[1]
+    return np.array([decisive[int(y * sy):int((y + th) * sy), int(x * sx):int((x + tw) * sx)].any()
+                     for y in ys for x in xs])
+
+
+def tiled(art, bb, args) -> dict:
+    out = {}
+    rng = np.random.default_rng([HELD_OUT["mosaic"], 1])
+    planted = mosaic(art, 0, args.mosaic, args.mosaic_objects, rng)
+    labels, n_objects = ndimage.label(planted.decisive)
+    for preset in PRESETS:
+        r = run(bb, planted.image, preset, args, seed=0, tiled=True, n_boot=args.n_boot_tiled)
+        sig_px = r.to_pixels(r.significant())
+        found = [bool(sig_px[labels == k].any()) for k in range(1, n_objects + 1)]
+        family = r.null_summary.get("stepdown_family")
+        row = {"objects": n_objects, "found": int(sum(found)), "n_tiles": r.metadata["n_tiles"],
+               "sig_tokens": int(r.significant().sum()), "seconds": r.metadata["timings"]["total_s"]}
+        if family is not None:
+            has_obj = _tiles_with_objects(r, planted.decisive)
+            tile_sig = np.zeros(r.metadata["n_tiles"], bool)
+            tile_sig[np.unique(np.asarray(family).reshape(-1)[r.significant().reshape(-1)])] = True
+            row.update(object_tiles=int(has_obj.sum()), object_tiles_sig=int((tile_sig & has_obj).sum()),
+                       empty_tiles=int((~has_obj).sum()), empty_tiles_sig=int((tile_sig & ~has_obj).sum()),
+                       p_map=r.p_map)
+        out[f"planted|{preset}"] = row
+        tile_p, any_sig = [], []
+        for m in range(_n(args, preset, args.n_noise_mosaics)):
+            ref = art.field(HELD_OUT["mosaic"], 90_000 + m, False).image
+            noise = noise_image(ref, np.random.default_rng([HELD_OUT["mosaic"], 2, m]),
+                                args.mosaic, rgb=False)
+            rn = run(bb, noise, preset, args, seed=m, tiled=True, n_boot=args.n_boot_tiled)
+            any_sig.append(bool(rn.significant().any()))
+            tile_p.extend(np.asarray(rn.null_summary.get("stepdown_family_p", [])).tolist())
+        out[f"noise|{preset}"] = {"n": len(any_sig), "any_sig": float(np.mean(any_sig)),
+                                  "tile_p_ks": _ks(tile_p, args.n_boot_tiled),
+                                  "n_tile_p": len(tile_p),
+                                  "tile_p_min": float(min(tile_p)) if tile_p else None}
+        progress(f"{art.name}: tiled mosaics under {preset}")
+    return out
+
+
+# ---------------------------------------------------------------- 6. noise-ROI simulation
+
+
+def simulation(art, bb, args) -> dict:
+    rng = np.random.default_rng([HELD_OUT["simulation"], 0])
+    acc = defaultdict(list)
     for i in range(args.n_sim):
-        image = _field(args.seed, HELD_OUT_STREAM + 1, i).image.astype(np.float64)
-        for shape, make_roi in (("square", _square_roi), ("diffuse", diffuse_roi)):
-            roi = make_roi(image.shape, k, rng)
-            noisy = image.copy()
-            noisy[roi] = rng.normal(image.mean(), image.std(), size=int(roi.sum()))
-            res = _run(bb, np.clip(noisy, 0, None), args, seed=i)
-            any_res = res["directional"]
-            roi_tok = any_res.token_coverage(roi) >= 0.5
-            if not roi_tok.any() or roi_tok.all():
-                continue
-            grids = {"token": (any_res.attention, roi_tok, lambda m: m),
-                     "pixel": (any_res.to_pixels(any_res.attention), roi, any_res.to_pixels)}
-            raw = [roi_percentiles(grids[g][0], grids[g][0], grids[g][1], ties=t).mean()
-                   for g, t in CONVENTIONS]
-            for name, r in res.items():
-                for rule in RULES:
-                    reg = r.regularized(rule)
-                    pct = [roi_percentiles(grids[g][2](reg), grids[g][0], grids[g][1], ties=t).mean()
-                           for g, t in CONVENTIONS]
-                    acc[(shape, name, rule)].append((pct, raw, sparsity(reg, roi_tok)))
-        if (i + 1) % 5 == 0 or i + 1 == args.n_sim:
-            progress(f"noise simulation: {i + 1}/{args.n_sim} fields")
-    out = {}
-    for key, items in acc.items():
-        reg = np.array([it[0] for it in items])
-        raw = np.array([it[1] for it in items])
-        ours = d_ratio(reg[:, 0], raw[:, 0])
-        pixel_half = d_ratio(reg[:, 1], raw[:, 1])
-        reference = d_ratio(reg[:, 2], raw[:, 2], covariance=False)
-        ours_no_cov = d_ratio(reg[:, 0], raw[:, 0], covariance=False)
-        out[key] = {"ours": ours, "ours_no_cov": ours_no_cov, "pixel_half": pixel_half,
-                    "reference": reference,
-                    "sparsity": float(np.mean([it[2] for it in items])), "n": len(items)}
-    return out
+        image = art.field(HELD_OUT["simulation"], i, False).image.astype(np.float64)
+        k = image.shape[0] // 4
+        y, x = rng.integers(0, image.shape[0] - k, size=2)
+        roi = np.zeros(image.shape, bool)
+        roi[y:y + k, x:x + k] = True
+        noisy = image.copy()
+        noisy[roi] = rng.normal(image.mean(), image.std(), size=int(roi.sum()))
+        for preset in PRESETS:
+            r = run(bb, np.clip(noisy, 0, None).astype(np.float32), preset, args, seed=i)
+            roi_tok = r.token_coverage(roi) >= 0.5
+            raw = roi_percentiles(r.attention, r.attention, roi_tok).mean()
+            reg = roi_percentiles(r.regularized(), r.attention, roi_tok).mean()
+            acc[preset].append((reg, raw))
+    progress(f"{art.name}: noise-ROI simulation")
+    return {p: dict(zip(("d", "d_err"), d_ratio(*np.array(v).T))) | {"n": len(v)}
+            for p, v in acc.items()}
 
 
 # ---------------------------------------------------------------- main
 
 
-def source_version() -> str:
-    """The commit of the package source, and whether it had uncommitted changes."""
-    root = Path(__file__).resolve().parents[1]
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
-                              capture_output=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=root, text=True,
-                               capture_output=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + (" with uncommitted changes in src/" if dirty else "")
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="demo")
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--article", choices=tuple(ARTICLES))
+    ap.add_argument("--report", action="store_true", help="write docs/validation.md from the "
+                    "results of both articles")
     ap.add_argument("--n-boot", type=int, default=100)
-    ap.add_argument("--n-cal", type=int, default=20, help="null inputs per case, method normal")
-    ap.add_argument("--n-cal-other", type=int, default=6, help="null inputs per case, other methods")
-    ap.add_argument("--cal-methods", default="normal,pixel,uniform")
-    ap.add_argument("--alt-method", default="patch",
-                    help="a second null method for localization and crops ('' for none)")
-    ap.add_argument("--n-loc", type=int, default=16)
-    ap.add_argument("--n-crop", type=int, default=6)
-    ap.add_argument("--n-dtype", type=int, default=4)
-    ap.add_argument("--n-sim", type=int, default=12)
-    ap.add_argument("--quick", action="store_true",
-                    help="a smoke run in well under a minute (B = 10, one or two images per part)")
+    ap.add_argument("--n-boot-tiled", type=int, default=200)
+    ap.add_argument("--n-noise", type=int, default=20, help="noise inputs per case (stepdown)")
+    ap.add_argument("--n-texture", type=int, default=15)
+    ap.add_argument("--n-crop", type=int, default=20)
+    ap.add_argument("--n-loc", type=int, default=48)
+    ap.add_argument("--n-sim", type=int, default=8)
+    ap.add_argument("--mosaic", type=int, default=2048)
+    ap.add_argument("--mosaic-objects", type=int, default=3)
+    ap.add_argument("--n-noise-mosaics", type=int, default=10)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "validation.md")
+    ap.add_argument("--quick", action="store_true", help="a smoke run (B = 20, few images)")
+    ap.add_argument("--json", type=Path, help="where the article's results go")
+    ap.add_argument("--out", type=Path,
+                    default=Path(__file__).resolve().parents[1] / "docs" / "validation.md")
     args = ap.parse_args(argv)
     if args.quick:
-        args.n_boot, args.n_cal, args.n_cal_other, args.cal_methods = 10, 2, 1, "normal"
-        args.n_loc, args.n_crop, args.n_dtype, args.n_sim = 1, 1, 1, 2
-    args.cal_methods = tuple(args.cal_methods.split(","))
+        args.n_boot, args.n_boot_tiled, args.n_noise, args.n_texture = 20, 20, 3, 3
+        args.n_crop, args.n_loc, args.n_sim, args.mosaic, args.n_noise_mosaics = 3, 3, 3, 1024, 3
+    if not args.report and not args.article:
+        ap.error("give --article NAME (or --report)")
     return args
 
 
-def main(argv: list[str] | None = None) -> str:
-    args = parse_args(argv)
-    bb = load_backbone(args.model)
+def validate_article(args) -> dict:
+    art = ARTICLES[args.article]
+    bb = load_backbone(art.model)
     RUNTIMES.clear()
     t0 = time.perf_counter()
-    cal = calibration(bb, args)
-    loc, loc_diag = localization(bb, args)
-    crops, dtypes = crops_without_objects(bb, args), dtype_agreement(bb, args)
-    sim = noise_simulation(bb, args)
-    text = report(args, argv if argv is not None else sys.argv[1:], source=source_version(),
-                  cal=cal, loc=loc, loc_diag=loc_diag,
-                  crops=crops, dtypes=dtypes, sim=sim, runtimes=RUNTIMES,
-                  seconds=time.perf_counter() - t0, model_desc=bb.describe())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print(text)
-    return text
+    results = {"article": art.name, "description": art.description, "model": bb.describe(),
+               "n_boot": args.n_boot, "n_boot_tiled": args.n_boot_tiled,
+               "source": source_version(), "argv": sys.argv[1:],
+               "noise": noise_inputs(art, bb, args), "texture": structured_noise(art, bb, args),
+               "crops": empty_crops(art, bb, args), "localization": localization(art, bb, args),
+               "tiled": tiled(art, bb, args), "simulation": simulation(art, bb, args)}
+    results["seconds"] = time.perf_counter() - t0
+    results["runtime_median_s"] = {p: float(np.median(v)) for p, v in RUNTIMES.items()}
+    path = args.json or RESULTS / f"validation_{art.name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1, default=float) + "\n")
+    progress(f"wrote {path}")
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.article:
+        validate_article(args)
+    if args.report:
+        from validation_report import write_report
+
+        write_report(RESULTS, args.out)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ def test_run_on_tiff_stack_and_png(tmp_path, weights, blob_image, capsys):
     out = tmp_path / "out"
     code = main(["run", str(tmp_path / "stack.tif"), str(tmp_path / "rgb.png"), "--model", str(weights),
                  "--arch", "vit_tiny_patch16_224", "--n-boot", "6", "--out", str(out), "--quiet",
-                 "--device", "cpu", "--rule", "p", "--p-th", "0.2"])
+                 "--device", "cpu", "--preset", "directional", "--rule", "p", "--p-th", "0.2"])
     assert code == 0
     names = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert names == ["rgb.png.attnreg.npz", "rgb.png.attnreg.png", "stack.tif/plane_0000.attnreg.npz",
@@ -67,7 +67,7 @@ def test_demo_command_runs_offline(tmp_path, capsys):
     results = sorted(tmp_path.glob("*.attnreg.npz"))
     assert len(results) == 1 and results[0].with_suffix(".png").exists()
     res = AttentionResult.load(results[0])
-    assert res.metadata["n_boot"] == 6 and res.preset == "directional"
+    assert res.metadata["n_boot"] == 6 and res.preset == "stepdown"
     from napari_attnreg.core.backbones import DEMO_DIR
 
     if (DEMO_DIR / "demo_vit.safetensors").is_file():
@@ -130,7 +130,7 @@ def test_summary_and_result_files_state_how_they_were_made(tmp_path):
     assert main(["demo", "--out", str(tmp_path), "--n-boot", "8", "--q-th", "0.2", "--quiet"]) == 0
     (row,) = csv.DictReader(open(tmp_path / "summary.csv", newline=""))
     sha = hashlib.sha256((DEMO_DIR / "demo_vit.safetensors").read_bytes()).hexdigest()
-    assert row["weights_sha256"] == sha and row["q_th"] == "0.2" and row["rule"] == "q"
+    assert row["weights_sha256"] == sha and row["q_th"] == "0.2" and row["rule"] == "forwardstop"
     assert row["package_version"] == napari_attnreg.__version__ and row["B"] == "8"
     result = AttentionResult.load(next(tmp_path.glob("*.attnreg.npz")))
     assert result.metadata["weights_sha256"] == sha

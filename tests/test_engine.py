@@ -200,8 +200,9 @@ def test_regularize_stack_maps_over_leading_axes(tiny_backbone, blob_image):
 
 # ---------------------------------------------------------------- issue 12 regressions
 def test_a_head_the_model_lacks_fails_before_any_work(tiny_backbone, blob_image, monkeypatch):
-    drawn, real = [], engine_mod.null_images
-    monkeypatch.setattr(engine_mod, "null_images", lambda *a, **k: drawn.append(1) or real(*a, **k))
+    drawn, real = [], engine_mod.prepared_nulls
+    monkeypatch.setattr(engine_mod, "prepared_nulls",
+                        lambda *a, **k: drawn.append(1) or real(*a, **k))
     for head in (99, 3):
         gen = run_engine(blob_image, tiny_backbone, RunConfig(head=head, **FAST))
         with pytest.raises(ValueError, match="has 3 attention heads.*0..2"):

@@ -15,6 +15,7 @@ from napari_attnreg.core.engine import RunConfig
 from napari_attnreg.samples import demo_image
 
 FAST = {"n_boot": 12, "chunk_size": 6, "device": "cpu", "keep_nulls": True}
+DIRECTIONAL = {**FAST, "preset": "directional"}
 
 
 def _recompute(res: AttentionResult, fn, **kw):
@@ -22,9 +23,24 @@ def _recompute(res: AttentionResult, fn, **kw):
     return fn(torch.from_numpy(res.attention.reshape(-1)).float(), null, **kw)
 
 
-def test_default_is_directional_and_its_numbers_are_the_directional_statistics(tiny_backbone,
-                                                                               blob_image):
+def test_default_is_stepdown_and_its_numbers_are_the_stepdown_statistics(tiny_backbone, blob_image):
+    from napari_attnreg.core.stepdown_maps import stepdown_statistics
+
     res = regularize(blob_image, tiny_backbone, **FAST)
+    assert res.preset == "stepdown" and res.thresholds["rule"] == "forwardstop"
+    assert res.thresholds["z_th"] is None and res.thresholds["q_th"] == 0.1
+    assert res.metadata["method"] == "patch" and res.metadata["tail"] == "none"
+    s = _recompute(res, stepdown_statistics)
+    for name in ("p", "q", "lfdr", "posterior"):
+        np.testing.assert_array_equal(getattr(res, name).ravel(), getattr(s, name), err_msg=name)
+    assert res.p_map == s.null_summary["p_map"] == res.p.ravel()[np.argmax(res.attention)]
+    assert res.null_summary["lfdr_fit"] == "stepdown" and res.pi0 == 1.0
+    # the patch null's blocks are half a patch (16 → 8) under this preset
+    assert res.metadata["patch_block_size"] == 8
+
+
+def test_directional_numbers_are_the_directional_statistics(tiny_backbone, blob_image):
+    res = regularize(blob_image, tiny_backbone, **DIRECTIONAL)
     assert res.preset == "directional" and res.thresholds["rule"] == "q"
     assert res.thresholds["z_th"] is None and res.thresholds["q_th"] == 0.1
     s = _recompute(res, D.directional_statistics)
@@ -50,13 +66,18 @@ def test_explicit_options_override_the_preset(tiny_backbone, blob_image):
                      rule="p", p_th=0.05, **FAST)
     assert res.metadata["pi0_method"] == "smoother" and res.thresholds["rule"] == "p"
     assert res.thresholds["p_th"] == 0.05 and res.thresholds["l_th"] == 0.3
-    res = regularize(blob_image, tiny_backbone, pi0_method=0.9, z_th=0.5, **FAST)
+    res = regularize(blob_image, tiny_backbone, pi0_method=0.9, z_th=0.5, **DIRECTIONAL)
     assert res.pi0 == 0.9 and res.thresholds["z_th"] == 0.5
 
 
 @pytest.mark.parametrize("options, match", [
-    ({"alternative": "two-sided"}, "preset='paper'"),
-    ({"p_method": "pooled"}, "preset='paper'"),
+    ({"preset": "directional", "alternative": "two-sided"}, "preset='paper'"),
+    ({"preset": "directional", "p_method": "pooled"}, "preset='paper'"),
+    ({"alternative": "two-sided"}, "step-down preset"),
+    ({"pi0_method": "storey"}, "step-down preset"),
+    ({"rule": "q"}, "not available under preset='stepdown'"),
+    ({"preset": "directional", "rule": "forwardstop"}, "not available"),
+    ({"preset": "paper", "tail": "gpd"}, "step-down"),
     ({"preset": "paper", "null_pool": "position"}, "directional"),
     ({"preset": "bayes"}, "preset="),
     ({"q_th": 1.5}, "q_th"),
@@ -69,10 +90,15 @@ def test_contradictory_options_are_clear_errors(options, match):
 
 def test_thresholds_of_a_saved_result_survive_and_old_files_read_as_paper(tmp_path, tiny_backbone,
                                                                          blob_image):
-    res = regularize(blob_image, tiny_backbone, **FAST)
-    back = AttentionResult.load(res.save(tmp_path / "r.npz"))
-    assert back.preset == "directional" and back.thresholds == res.thresholds
-    np.testing.assert_array_equal(back.significant(), res.significant())
+    for options in (FAST, DIRECTIONAL):
+        res = regularize(blob_image, tiny_backbone, **options)
+        back = AttentionResult.load(res.save(tmp_path / "r.npz"))
+        assert back.preset == res.preset and back.thresholds == res.thresholds
+        assert back.p_map == res.p_map
+        for rule, level in (("forwardstop", 0.5), ("fwer", 0.3)) if res.p_map else ():
+            np.testing.assert_array_equal(back.significant(rule, q_th=level, p_th=level),
+                                          res.significant(rule, q_th=level, p_th=level))
+        np.testing.assert_array_equal(back.significant(), res.significant())
     # a file written before presets existed: paper statistics and paper thresholds
     old = AttentionResult(**{**{f: getattr(res, f) for f in (
         "attention", "z", "p", "lfdr", "posterior", "q", "pi0", "image_shape", "model_shape",
@@ -83,7 +109,7 @@ def test_thresholds_of_a_saved_result_survive_and_old_files_read_as_paper(tmp_pa
 
 
 def test_q_rule_keeps_exactly_the_tokens_at_or_below_q_th(tiny_backbone, blob_image):
-    res = regularize(blob_image, tiny_backbone, **FAST)
+    res = regularize(blob_image, tiny_backbone, **DIRECTIONAL)
     for q_th in (0.0, 0.05, 0.5, 1.0):
         np.testing.assert_array_equal(res.significant("q", q_th=q_th), res.q <= q_th)
     np.testing.assert_array_equal(res.regularized("q", q_th=1.0), res.attention)
@@ -116,7 +142,8 @@ def corner_biased_vit():
 def test_position_null_does_not_flag_position_locked_attention(corner_biased_vit):
     rng = np.random.default_rng(1)
     noise = rng.normal(0.5, 0.1, size=(224, 224)).astype(np.float32)  # no object anywhere
-    common = {"n_boot": 60, "device": "cpu", "seed": 3, "rule": "p", "p_th": 0.01}
+    common = {"n_boot": 60, "device": "cpu", "seed": 3, "rule": "p", "p_th": 0.01,
+              "preset": "directional"}
     pooled = regularize(noise, corner_biased_vit, **common)
     position = regularize(noise, corner_biased_vit, null_pool="position", **common)
     att = pooled.attention
@@ -132,7 +159,7 @@ def test_position_null_does_not_flag_position_locked_attention(corner_biased_vit
 
 @pytest.fixture(scope="module")
 def demo_result():
-    return regularize(demo_image(), "demo", device="cpu", n_boot=100, seed=0)
+    return regularize(demo_image(), "demo", device="cpu", n_boot=100, seed=0, preset="directional")
 
 
 def test_demo_image_below_null_tokens_never_look_real(demo_result):
@@ -165,8 +192,27 @@ def test_a_map_wide_posterior_is_explained_in_words():
 
     field = make_cell_image([0, 7, 1], size=512, scale=4 * TRAINING_SCALE, abnormal=True,
                             hard_negatives=False)
-    res = regularize(field.image, "demo", device="cpu", n_boot=100, seed=0)
+    res = regularize(field.image, "demo", device="cpu", n_boot=100, seed=0, preset="directional")
     assert np.mean(res.posterior >= 0.5) > 0.5  # this field shows the effect
     assert res.significant().sum() <= 3  # while the q rule stays sparse
     assert "broad_posterior" in [d.code for d in res.diagnostics]
     assert "posterior is ≥ 0.5" in res.summary()
+
+
+def test_the_stepdown_default_is_quiet_on_that_field_where_it_counts():
+    """The same field under the default: evidence is not map-wide, and no such warning."""
+    from napari_attnreg.synthetic import TRAINING_SCALE, make_cell_image
+
+    field = make_cell_image([0, 7, 1], size=512, scale=4 * TRAINING_SCALE, abnormal=True,
+                            hard_negatives=False)
+    res = regularize(field.image, "demo", device="cpu", n_boot=100, seed=0)
+    assert np.mean(res.posterior >= 0.5) < 0.1
+    assert "broad_posterior" not in [d.code for d in res.diagnostics]
+    assert "p_map=" in res.summary() and res.p_map <= 0.05
+
+
+def test_demo_image_stepdown_evidence_never_falls_as_attention_rises():
+    res = regularize(demo_image(), "demo", device="cpu", n_boot=100, seed=0)
+    order = np.argsort(-res.attention, axis=None, kind="stable")
+    assert np.all(np.diff(res.posterior.ravel()[order]) <= 0)
+    assert res.significant().any() and res.p_map < 0.05

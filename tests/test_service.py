@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -125,7 +127,8 @@ def test_display_names_every_roi_column_and_summarises(spec, rng):
 
     assert set(roi.ROI_COLUMNS) <= set(display.ROI_COLUMNS)
     stack = _stack(rng, n=1)
-    result = run_job_sync(Job(spec, stack, stack.planes(), CONFIG)).results[(0,)]
+    config = replace(CONFIG, preset="directional")  # the q rule and its threshold
+    result = run_job_sync(Job(spec, stack, stack.planes(), config)).results[(0,)]
     text = display.summary_text([result], Thresholds.from_preset("directional").replace(q_th=1.0))
     assert "q ≤ 1" in text and "B = 4" in text
     assert text.startswith(f"{result.significant(q_th=1.0).sum()}/")
@@ -174,7 +177,8 @@ def test_masks_are_computed_once_per_maps_and_thresholds(spec, rng, monkeypatch)
     from napari_attnreg.core import result as result_mod
 
     stack = _stack(rng, n=1)
-    result = run_job_sync(Job(spec, stack, stack.planes(), CONFIG)).results[(0,)]
+    config = replace(CONFIG, preset="directional")  # the q rule and its threshold
+    result = run_job_sync(Job(spec, stack, stack.planes(), config)).results[(0,)]
     calls = []
     real = result_mod.significance_mask
     monkeypatch.setattr(result_mod, "significance_mask",

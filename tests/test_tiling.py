@@ -144,7 +144,7 @@ def test_forward_passes_are_counted(demo, monkeypatch, scope, expected):
     image = make_cell_image(1, size=(300, 260), scale=TRAINING_SCALE).image
     events = []
     res = regularize(image, demo, n_boot=7, chunk_size=4, device="cpu", tiled=True,
-                     null_scope=scope, progress=events.append)
+                     tile_overlap=0, null_scope=scope, progress=events.append)
     n_tiles = res.metadata["n_tiles"]
     assert n_tiles == 3 * 2  # 304 x 256 px in 128 px tiles, the last row flush with the edge
     assert sum(images_seen) == expected(n_tiles, 7) == res.metadata["forward_passes"]
@@ -164,7 +164,8 @@ def test_cancel_inside_a_tiled_run(demo, monkeypatch):
     for stop_stage in ("observed", "nulls"):
         calls.clear()
         token = CancelToken()
-        gen = run_engine(image, demo, RunConfig(tiled=True, n_boot=20, chunk_size=3, device="cpu"),
+        gen = run_engine(image, demo, RunConfig(tiled=True, tile_overlap=0, n_boot=20, chunk_size=3,
+                                                device="cpu"),
                          token)
         with pytest.raises(RunCancelled):
             for event in gen:
@@ -208,7 +209,7 @@ def test_geometry_scale_and_saved_result(demo, tmp_path):
     again = AttentionResult.load(native.save(tmp_path / "tiled.npz"))
     assert again == native and again.metadata["tile_shape"] == [128, 128]
     kept = regularize(image, demo, n_boot=4, device="cpu", tiled=True, null_scope="tile",
-                      null_pool="position", keep_nulls=True)
+                      preset="directional", null_pool="position", keep_nulls=True)
     assert kept.null_scores.shape == (4, 38, 32) and np.isfinite(kept.p).all()
 
 
@@ -248,7 +249,7 @@ def test_out_of_memory_halves_the_chunk_in_a_tiled_run(demo, monkeypatch):
     monkeypatch.setattr(tiled_mod, "cls_attention", small_memory)
     image = make_cell_image(1, size=(300, 260), scale=TRAINING_SCALE).image
     events = []
-    res = regularize(image, demo, n_boot=6, chunk_size=8, device="cpu", tiled=True,
+    res = regularize(image, demo, n_boot=6, chunk_size=8, device="cpu", tiled=True, tile_overlap=0,
                      progress=events.append)
     halved = [e.message for e in events if "out of memory" in e.message]
     assert halved == ["out of memory: chunk size halved to 3",

@@ -44,6 +44,13 @@ def assert_within_promise(res, ref):
     np.testing.assert_array_equal(res.head_attention, ref.head_attention)
     np.testing.assert_allclose(res.null_scores, ref.null_scores, rtol=1e-5, atol=0)
     np.testing.assert_allclose(res.z, ref.z, rtol=0, atol=1e-5)
+    if res.preset == "stepdown":
+        # a step p counts null maps: a rounding tie moves it, and the adjusted p after it,
+        # by one count 1/(B + 1)
+        step = 1 / (N_BOOT + 1)
+        for name in ("p", "q", "posterior"):
+            assert np.abs(getattr(res, name) - getattr(ref, name)).max() <= step + 1e-12, name
+        return
     np.testing.assert_allclose(res.posterior, ref.posterior, rtol=0, atol=1e-5)
     step = 1 / (N_BOOT * res.attention.size)  # one rank of the pooled null
     assert np.abs(res.p - ref.p).max() <= 2 * step
@@ -74,7 +81,7 @@ _CACHE: dict = {}
 
 @settings(max_examples=10, deadline=None)
 @given(chunk=st.one_of(st.none(), st.integers(1, N_BOOT + 3)),
-       preset=st.sampled_from(["directional", "paper"]),
+       preset=st.sampled_from(["stepdown", "directional", "paper"]),
        method=st.sampled_from(["normal", "pixel", "patch"]))
 def test_results_across_chunk_sizes_keep_the_promise(tiny_backbone, image, chunk, preset, method):
     ref = _reference(_CACHE, tiny_backbone, image, preset, method)
@@ -106,7 +113,8 @@ def test_out_of_memory_halving_keeps_the_promise(tiny_backbone, image, fits):
     engine_mod.cls_attention = small_memory
     try:
         events = []
-        res = regularize(image, tiny_backbone, chunk_size=N_BOOT, progress=events.append, **BASE)
+        res = regularize(image, tiny_backbone, chunk_size=N_BOOT, progress=events.append,
+                         preset="directional", **BASE)
     finally:
         engine_mod.cls_attention = real
     assert res.metadata["chunk_size"] <= fits and any("halved" in e.message for e in events)

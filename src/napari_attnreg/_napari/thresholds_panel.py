@@ -15,7 +15,7 @@ from superqt.utils import qdebounced
 
 from ..core.display import RULE_HELP
 from ..core.options import option
-from ..core.presets import DEFAULT_PRESET
+from ..core.presets import DEFAULT_PRESET, rules_for
 from ..core.thresholds import Thresholds
 
 #: z threshold shown while the z mask is off (the paper's 0, a natural first value).
@@ -69,8 +69,8 @@ class ThresholdsPanel(QGroupBox):
         z_row.addWidget(self.z_th_slider, 1)
         form = QFormLayout(self)
         form.addRow("Rule", self.rule_combo)
-        form.addRow("q ≤", self.q_th_slider)
-        form.addRow("p ≤", self.p_th_slider)
+        form.addRow("α / q ≤", self.q_th_slider)
+        form.addRow("α FWER / p ≤", self.p_th_slider)
         form.addRow("lfdr ≤", self.l_th_slider)
         form.addRow("z ≥", z_row)
 
@@ -78,7 +78,15 @@ class ThresholdsPanel(QGroupBox):
         self.z_mask_check.toggled.connect(self._on_z_mask_toggled)
         for slider in self._sliders():
             slider.valueChanged.connect(self.schedule)
+        self.offer_rules(DEFAULT_PRESET)
         self.set_thresholds(defaults)
+
+    def offer_rules(self, preset: str) -> None:
+        """Enable only the rules a result of ``preset`` has (e.g. ForwardStop for step-down)."""
+        offered = rules_for(preset)
+        model = self.rule_combo.model()
+        for i in range(self.rule_combo.count()):
+            model.item(i).setEnabled(self.rule_combo.itemData(i) in offered)
 
     def _sliders(self) -> tuple[QLabeledDoubleSlider, ...]:
         return (self.q_th_slider, self.p_th_slider, self.l_th_slider, self.z_th_slider)

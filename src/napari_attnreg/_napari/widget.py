@@ -148,6 +148,7 @@ class AttentionWidget(QWidget):
     def _on_preset_changed(self, preset: str) -> None:
         from ..core.presets import default_thresholds
 
+        self.thresholds_panel.offer_rules(preset)
         self.thresholds_panel.set_thresholds(default_thresholds(preset))
 
     def _on_layer_changed(self) -> None:

@@ -19,7 +19,10 @@ UNIFORM_ENTROPY = 0.98
 MIN_TOKENS_FOR_FIT = 64
 #: Share of patches with posterior ≥ 0.5 above which a map-wide posterior is worth a word.
 BROAD_POSTERIOR = 0.5
-_PRIMARY_FITS = ("lindsey-deg7", "grenander")
+_PRIMARY_FITS = ("lindsey-deg7", "grenander", "stepdown")
+#: Observed / null spread of log attention outside this range: the null images do not look
+#: like the image to the model (their maps are much more or less concentrated).
+CONCENTRATION_RANGE = (0.7, 1.4)
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,8 @@ def diagnose(
     posterior: np.ndarray | None = None,
     smallest_p: float | None = None,
     q_th: float | None = None,
+    concentration: float | None = None,
+    step_level: tuple[float, float, int] | None = None,
     random_init: bool,
     model_name: str,
     domain: str | None = None,
@@ -88,6 +93,13 @@ def diagnose(
     smallest_p, q_th : float, optional
         The smallest p-value the null pool can give and the q rule's threshold: when even a
         lone token at that p cannot reach ``q ≤ q_th`` over all tokens, B is too small.
+    concentration : float, optional
+        sd of log attention, observed over null (step-down); outside
+        :data:`CONCENTRATION_RANGE` it is worth a word.
+    step_level : (float, float, int), optional
+        Step-down: the smallest step p the run can give, the largest first-step p its rule
+        can reject, and the number of families (tiles); when the first is larger, nothing
+        can ever be significant.
     random_init : bool
         The backbone has no trained weights.
     model_name, domain, domain_note : str
@@ -144,6 +156,7 @@ def diagnose(
             f"the smallest possible p ({smallest_p:.2g}) cannot reach q ≤ {q_th:g} for a lone "
             f"patch: raise the number of null images (B) about "
             f"{smallest_p * n_tokens / q_th:.0f}-fold, or use the p or lfdr rule."))
+    found += _stepdown_findings(concentration, step_level)
     if lfdr_fit not in _PRIMARY_FITS:
         found.append(Diagnostic(
             "fit_fallback", "warning",
@@ -155,6 +168,29 @@ def diagnose(
         note = f" ({domain_note})" if domain_note else ""
         found.append(Diagnostic("model_domain", "info", f"Model domain: {domain}{note}."))
     return sorted(found, key=lambda d: d.severity != "warning")
+
+
+def _stepdown_findings(concentration: float | None,
+                       step_level: tuple[float, float, int] | None) -> list[Diagnostic]:
+    found = []
+    low, high = CONCENTRATION_RANGE
+    if concentration is not None and not low <= concentration <= high:
+        shape = "much less" if concentration < low else "much more"
+        found.append(Diagnostic(
+            "concentration", "warning",
+            f"The attention map is {shape} concentrated than the null images' maps (spread of "
+            f"log attention {concentration:.2f}× theirs, expected {low}–{high}): the null "
+            "images do not look like this image to the model, so read the evidence with care "
+            "(another null method or block size may suit this image better)."))
+    if step_level is not None and step_level[0] > step_level[1]:
+        smallest, needed, n_fam = step_level
+        where = f" over {n_fam} tiles" if n_fam > 1 else ""
+        found.append(Diagnostic(
+            "p_resolution", "warning",
+            f"The smallest p this run can give ({smallest:.2g}) is above what the rule needs "
+            f"to call anything significant{where} ({needed:.2g}): raise the number of null "
+            "images (B)" + (" or use tail='gpd'." if n_fam > 1 else ".")))
+    return found
 
 
 def from_metadata(metadata: dict[str, Any]) -> list[Diagnostic]:

@@ -26,6 +26,10 @@ SIGNIFICANT_COLOR = "#00e5ff"
 SIGNIFICANT_RGB = tuple(int(SIGNIFICANT_COLOR[i:i + 2], 16) for i in (1, 3, 5))
 #: What each preset answers (tooltips of the preset controls).
 PRESET_HELP = {
+    "stepdown": "step-down (default): does the attention concentrate on anything more than null "
+                "images made of the image's own half-patch blocks, and on which patches? "
+                "Evidence = 1 − step-down adjusted p; significant by ForwardStop at α = 0.1; "
+                "one map-level p answers 'is anything here?'.",
     "directional": "directional (default): is this patch's attention HIGHER than noise input "
                    "gives? One-sided p⁺, q⁺ and posterior⁺; significant at q⁺ ≤ 0.1, no z mask.",
     "paper": "paper: the published procedure (Chung & Laletin): two-sided p-values and the "
@@ -34,6 +38,8 @@ PRESET_HELP = {
 }
 #: Rule choices as front ends list them (short, for a drop-down) ...
 RULE_LABELS = {
+    "forwardstop": "ForwardStop at α (step-down)",
+    "fwer": "adjusted p ≤ α (step-down, FWER)",
     "q": "q ≤ threshold (FDR)",
     "p": "p ≤ threshold",
     "lfdr": "lfdr ≤ threshold (posterior)",
@@ -43,6 +49,9 @@ RULE_LABELS = {
 }
 #: ... and what each means (their tooltips).
 RULE_HELP = {
+    "forwardstop": "ForwardStop at α: the patches of largest attention, in order, as long as "
+                   "their step p-values stay small on average (about α of them may be noise)",
+    "fwer": "step-down adjusted p ≤ α (chance of any false patch at most α)",
     "q": "q ≤ threshold (FDR: about that share of the kept patches may be noise)",
     "p": "p ≤ threshold (per patch, no multiple-testing correction)",
     "lfdr": "lfdr ≤ threshold (posterior ≥ 1 − threshold)",
@@ -50,7 +59,8 @@ RULE_HELP = {
     "soft": "soft: attention × posterior",
     "base": "z ≥ threshold only",
 }
-RULE_THRESHOLD = {"q": "q_th", "p": "p_th", "lfdr": "l_th"}
+RULE_THRESHOLD = {"q": "q_th", "p": "p_th", "lfdr": "l_th", "forwardstop": "q_th",
+                  "fwer": "p_th"}
 #: Labels and tooltips of the tiling controls (RunConfig ``tiled``, ``tile_overlap``,
 #: ``tile_scale``; docs/scale-out.md).
 TILED_LABEL = "Tiled (native resolution)"
@@ -66,18 +76,35 @@ TILING_HELP = {
     "tile_scale": "Downsampling factor before tiling (tiled runs): 1 = native pixels, 2 = half "
                   "size (a quarter of the tiles).",
 }
-_RULE_SYMBOL = {"q": "q", "p": "p", "lfdr": "lfdr"}
+_RULE_SYMBOL = {"q": "q", "p": "p", "lfdr": "lfdr", "fwer": "adjusted p"}
 
 
 def neg_log10_p(result: AttentionResult) -> np.ndarray:
-    """``−log10 p``, a p of 0 (the paper's pooled top token) floored at the pool's resolution."""
+    """``−log10 p`` of the map a result's significance layer shows.
+
+    Step-down: the adjusted p (floored at the tail's ``1/(100·(B + 1))``); otherwise ``p``, a
+    p of 0 (the paper's pooled top token) floored at the pool's resolution.
+    """
     n_null = int(result.null_summary.get("B", result.metadata.get("n_boot", 1)))
+    if result.preset == "stepdown":
+        return -np.log10(np.maximum(result.q, 1.0 / (100.0 * (1 + n_null))))
     floor = 1.0 / ((1 + n_null) * result.attention.size)
     return -np.log10(np.maximum(result.p, floor))
 
 
 def _directional(preset: str) -> bool:
     return preset != "paper"
+
+
+def map_level_text(result: AttentionResult) -> str:
+    """``"is anything here? p = 0.01 (resolution 1/101)"`` for a step-down result, else ``""``."""
+    if result.p_map is None:
+        return ""
+    n_boot = int(result.null_summary.get("B", result.metadata.get("n_boot", 0)) or 0)
+    tiles = int(result.null_summary.get("n_families", 1))
+    where = f" in any of {tiles} tiles" if tiles > 1 else ""
+    return (f"is anything here{where}? p = {result.p_map:.2g} "
+            f"(resolution 1/{n_boot + 1})")
 
 
 def with_thresholds(result: AttentionResult, thresholds: dict[str, Any] | None) -> AttentionResult:
@@ -112,8 +139,12 @@ class MapDisplay:
         if self.key == "attention":
             return "attention"
         if self.key == "pvalue":
+            if preset == "stepdown":
+                return "−log10 adjusted p (step-down)"
             return "−log10 p, above null" if up else "−log10 p (two-sided)"
         if self.key == "posterior":
+            if preset == "stepdown":
+                return "evidence (1 − adjusted p)"
             return "P(above null)" if up else "posterior 1 − lfdr (two-sided)"
         return f"regularized ({rule_text(thresholds)})" if thresholds else "regularized"
 
@@ -122,6 +153,13 @@ class MapDisplay:
         up = _directional(preset)
         if self.key == "attention":
             return "CLS attention of each patch (bright = the model looks here)."
+        if self.key == "pvalue" and preset == "stepdown":
+            return ("−log10 of the step-down adjusted p: bright = this patch, and every patch "
+                    "with more attention, draw more of the attention than null images made of "
+                    "the image's own half-patch blocks; 1 = p 0.1, 2 = p 0.01.")
+        if self.key == "posterior" and preset == "stepdown":
+            return ("evidence: 1 − step-down adjusted p. Never lower for a patch with more "
+                    "attention; 0.9 = adjusted p 0.1.")
         if self.key == "pvalue":
             return ("−log10 of the one-sided p-value: bright = attention above what noise "
                     "input gives; 1 = p 0.1, 2 = p 0.01." if up else
@@ -159,7 +197,9 @@ def rule_text(thresholds: dict[str, Any]) -> str:
     """``"q ≤ 0.1"``, ``"lfdr ≤ 0.3, z ≥ 0"``, ``"soft"``, ... for titles and summaries."""
     rule = thresholds.get("rule", "?")
     parts = []
-    if rule in RULE_THRESHOLD and thresholds.get(RULE_THRESHOLD[rule]) is not None:
+    if rule == "forwardstop" and thresholds.get("q_th") is not None:
+        parts.append(f"ForwardStop, α = {thresholds['q_th']:g}")
+    elif rule in RULE_THRESHOLD and thresholds.get(RULE_THRESHOLD[rule]) is not None:
         parts.append(f"{_RULE_SYMBOL[rule]} ≤ {thresholds[RULE_THRESHOLD[rule]]:g}")
     elif rule == "pi0":
         parts.append("drop the π0 share with largest p")
@@ -182,7 +222,9 @@ def significance_caption(result: AttentionResult | Sequence[AttentionResult],
     shown = [with_thresholds(r, thresholds) for r in results]
     masks = [r.significant() for r in shown]
     kept, total = sum(int(m.sum()) for m in masks), sum(m.size for m in masks)
-    side = "above the null" if _directional(results[0].preset) else "paper's two-sided test"
+    preset = results[0].preset
+    side = ("step-down" if preset == "stepdown" else "above the null" if _directional(preset)
+            else "paper's two-sided test")
     planes = f" in {len(results)} planes" if len(results) > 1 else ""
     return (f"{kept}/{total} patches significant{planes} ({rule_text(shown[0]._thresholds())}), "
             f"{side}")
@@ -209,7 +251,11 @@ def run_caption(result: AttentionResult, *, planes: int = 1) -> str:
              f"grid {gh}x{gw}"]
     if md.get("tiled"):
         parts.append(f"tiled: {md.get('n_tiles', '?')} tiles")
-    parts.append(f"π0={result.pi0:.3f}" if planes == 1 else f"{planes} planes")
+    if planes > 1:
+        parts.append(f"{planes} planes")
+    else:
+        parts.append(f"p_map={result.p_map:.2g}" if result.p_map is not None
+                     else f"π0={result.pi0:.3f}")
     total = md.get("timings", {}).get("total_s")
     if total is not None and planes == 1:
         parts.append(f"{total:.1f} s on {md.get('device', '?')}")
@@ -261,7 +307,10 @@ def summary_text(results: AttentionResult | Sequence[AttentionResult],
     if not results:
         return "No result yet."
     md = results[0].metadata
-    parts = [significance_caption(results, thresholds), f"B = {md.get('n_boot', '?')}"]
+    parts = [significance_caption(results, thresholds)]
+    if len(results) == 1 and results[0].p_map is not None:
+        parts.append(map_level_text(results[0]))
+    parts.append(f"B = {md.get('n_boot', '?')}")
     total = sum(r.metadata.get("timings", {}).get("total_s", 0.0) for r in results)
     if total:
         parts.append(f"{total:.1f} s on {md.get('device', '?')}")
@@ -285,7 +334,9 @@ def describe_pixel(result: AttentionResult, row: float, col: float) -> str:
     if token is None:
         return ""
     i, j = token
-    return (f"x={round(col)} y={round(row)} · patch ({i},{j}) "
-            f"attention={result.attention[i, j]:.4g} z={result.z[i, j]:.2f} "
-            f"p={result.p[i, j]:.3g} q={result.q[i, j]:.3g} "
+    where = f"x={round(col)} y={round(row)} · patch ({i},{j}) attention={result.attention[i, j]:.4g}"
+    if result.preset == "stepdown":
+        return (f"{where} step p={result.p[i, j]:.3g} adjusted p={result.q[i, j]:.3g} "
+                f"evidence={result.posterior[i, j]:.3g}")
+    return (f"{where} z={result.z[i, j]:.2f} p={result.p[i, j]:.3g} q={result.q[i, j]:.3g} "
             f"posterior={result.posterior[i, j]:.3g}")

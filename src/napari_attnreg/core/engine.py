@@ -39,7 +39,7 @@ from .backbones import Backbone, load_backbone, resolve_device
 from .diagnostics import diagnose
 from .directional import directional_statistics
 from .images import ImageSizeWarning, PreparedImage, TargetSize, prepare_image
-from .nulls import NullConfig, null_images
+from .nulls import NullConfig, half_patch_block, prepared_nulls
 from .options import OPTIONS, validate_options
 from .presets import DEFAULT_PRESET, THRESHOLD_KEYS, resolve_options
 from .result import AttentionResult
@@ -47,6 +47,7 @@ from .stats import (
     StatisticsWarning,
     compute_statistics,
 )
+from .stepdown_maps import stepdown_statistics
 from .weights_hash import weights_sha256
 
 Precision = Literal["auto", "float32", "bfloat16", "float16"]
@@ -106,15 +107,17 @@ class Progress:
 class RunConfig:
     """Every option of a run (all keyword arguments of :func:`regularize`).
 
-    ``preset`` ("directional", the default, or "paper") fills every statistics option left at
-    ``None``; :meth:`resolved` returns the config with those filled in. ``tiled=True`` cuts
+    ``preset`` ("stepdown", the default, "directional" or "paper") fills every statistics
+    option left at ``None``; :meth:`resolved` returns the config with those filled in.
+    ``tiled=True`` cuts
     a large image into model-sized tiles at its native pixel size divided by ``tile_scale``
     (``tile_overlap`` pixels shared by neighbours) with one null for the whole image
     (``null_scope="image"``) or one per tile (``"tile"``); see :mod:`.tiled_engine`.
     """
 
     preset: str = DEFAULT_PRESET
-    method: str = "normal"
+    method: str | None = None
+    null_resolution: str | None = None
     n_boot: int = 200
     seed: int = 0
     device: str = "auto"
@@ -128,6 +131,7 @@ class RunConfig:
     pi0_method: str | float | None = None
     null: str | None = None
     null_pool: str | None = None
+    tail: str | None = None
     rule: str | None = None
     z_th: float | None = None
     p_th: float | None = None
@@ -143,14 +147,22 @@ class RunConfig:
     merge: str | None = None
     tiled: bool = False
     tile_scale: float = 1.0
-    tile_overlap: int = 0
+    tile_overlap: int | None = None
     null_scope: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def resolved(self) -> RunConfig:
         """A copy with every preset-dependent option filled in (and checked against it)."""
-        keys = ("p_method", "alternative", "pi0_method", "null", "null_pool", *THRESHOLD_KEYS)
-        return replace(self, **resolve_options(self.preset, {k: getattr(self, k) for k in keys}))
+        keys = ("p_method", "alternative", "pi0_method", "null", "null_pool", "method",
+                "null_resolution", *THRESHOLD_KEYS)
+        resolved = resolve_options(self.preset, {k: getattr(self, k) for k in keys})
+        tail = self.tail
+        if tail is None:  # the tail matters where tiles need p below 1/(B + 1)
+            tail = "gpd" if self.preset == "stepdown" and self.tiled else "none"
+        elif tail != "none" and self.preset != "stepdown":
+            raise ValueError(f"tail={tail!r} belongs to the step-down preset; pass "
+                             "preset='stepdown' or leave tail unset.")
+        return replace(self, tail=tail, **resolved)
 
     def thresholds(self) -> dict[str, Any]:
         """The rule and thresholds of a resolved config."""
@@ -171,11 +183,24 @@ class RunConfig:
         """
         values = {name: getattr(self, name) for name in OPTIONS}
         checked = replace(self, **validate_options(values)).resolved()
-        NullConfig(checked.method, checked.std_factor, checked.per_channel, checked.block_size)
+        null_config(checked, None)
         from .tiled_engine import validate_tiling  # tiling imports this module
 
         validate_tiling(checked)
         return checked
+
+
+def null_config(config: RunConfig, patch: int | None) -> NullConfig:
+    """The null generator of a resolved config for a model with this patch size.
+
+    Under the step-down preset the ``patch`` null's default blocks are half a patch (the
+    largest divisor of the patch size up to half of it): "no structure coarser than half a
+    patch" is its null hypothesis. The other presets shuffle whole patches.
+    """
+    block = config.block_size
+    if block is None and config.preset == "stepdown" and patch is not None:
+        block = half_patch_block(patch)
+    return NullConfig(config.method, config.std_factor, config.per_channel, block)
 
 
 def autocast_dtype(device: torch.device, precision: Precision) -> torch.dtype | None:
@@ -303,7 +328,7 @@ def run_engine(
     backbone = backbone.on(device)
     x = prepared.tensor.to(device)
     source = prepared.source.to(device)  # nulls are drawn in the image's own channels
-    null_cfg = NullConfig(config.method, config.std_factor, config.per_channel, config.block_size)
+    null_cfg = null_config(config, backbone.patch_size[0])
     head = config.head if config.head == "mean" else int(config.head)  # numpy ints too
     chunk = config.chunk_size or auto_chunk_size(backbone, prepared.model_shape, device, dtype,
                                                  config.memory_fraction)
@@ -333,11 +358,9 @@ def run_engine(
             size = min(chunk, n_boot - done)
             try:
                 ta = time.perf_counter()
-                own = null_images(source, range(done, done + size), null_cfg, seed=config.seed,
-                                  patch_size=backbone.patch_size[0])
-                if config.preset == "directional":
-                    # the observed image went through the [0, 1] intensity clamp; so do its nulls
-                    own.clamp_(0.0, 1.0)
+                own = prepared_nulls(prepared, source, range(done, done + size), null_cfg,
+                                     seed=config.seed, clamp=config.preset != "paper",
+                                     resolution=config.null_resolution)
                 batch = prepared.channel_map(own)
                 tb = time.perf_counter()
                 with _amp(device, dtype):
@@ -445,14 +468,24 @@ def _run_metadata(config: RunConfig, backbone: Backbone, device: torch.device,
         "package_version": _package_version(),
         "torch_version": torch.__version__,
         "channel_map": channel_map_kind,
+        # the patch null's block side in model pixels (the preset's default if unset)
+        "patch_block_size": (null_config(config, backbone.patch_size[0]).block_size
+                             or backbone.patch_size[0]) if config.method == "patch" else None,
         "lfdr_fit": stats.null_summary.get("lfdr_fit"),
         **config.extra,
     }
+    stepdown = config.preset == "stepdown"
+    if stepdown:
+        summary = stats.null_summary
+        metadata.update(p_map=summary["p_map"], tail_fit=summary["tail"],
+                        concentration_ratio=summary["concentration_ratio"])
     metadata["diagnostics"] = [d.as_dict() for d in diagnose(
         observed, pi0=float(stats.pi0), lfdr_fit=str(stats.null_summary["lfdr_fit"]),
         pi0_estimated=isinstance(config.pi0_method, str) and config.pi0_method != "bh",
-        z_sd=float(np.std(stats.z)), posterior=stats.posterior,
+        z_sd=float(np.std(stats.z)), posterior=None if stepdown else stats.posterior,
         smallest_p=_smallest_p(config, stats), q_th=config.q_th if config.rule == "q" else None,
+        concentration=stats.null_summary.get("concentration_ratio"),
+        step_level=_step_level(config, stats) if stepdown else None,
         random_init=backbone.is_random_init, model_name=backbone.name,
         domain=getattr(backbone, "domain", None),
         domain_note=getattr(backbone, "description", None),
@@ -461,7 +494,8 @@ def _run_metadata(config: RunConfig, backbone: Backbone, device: torch.device,
 
 
 def _statistics(observed: torch.Tensor, null_scores: torch.Tensor, config: RunConfig,
-                positions: np.ndarray | None = None) -> tuple[Any, list[str]]:
+                positions: np.ndarray | None = None, *, families: torch.Tensor | None = None,
+                owner: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[Any, list[str]]:
     """The preset's statistics, and the messages of the statistics warnings they raised.
 
     The warnings are re-raised for Python users and also kept, so every front end can show
@@ -469,7 +503,10 @@ def _statistics(observed: torch.Tensor, null_scores: torch.Tensor, config: RunCo
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", StatisticsWarning)
-        if config.preset == "directional":
+        if config.preset == "stepdown":
+            stats = stepdown_statistics(observed, null_scores, tail=config.tail,
+                                        families=families, owner=owner)
+        elif config.preset == "directional":
             stats = directional_statistics(observed, null_scores, null_pool=config.null_pool,
                                            pi0_method=config.pi0_method, positions=positions)
         else:
@@ -483,6 +520,22 @@ def _statistics(observed: torch.Tensor, null_scores: torch.Tensor, config: RunCo
         if issubclass(w.category, StatisticsWarning):
             seen.append(str(w.message))
     return stats, seen
+
+
+def _step_level(config: RunConfig, stats: Any) -> tuple[float, float, int] | None:
+    """(smallest step p, the largest first-step p the default rule can reject, families)."""
+    summary = stats.null_summary
+    n_fam = int(summary.get("n_families", 1))
+    tail_on = config.tail == "gpd"
+    smallest = summary["p_resolution"] / (100.0 if tail_on else 1.0)
+    alpha = config.q_th if config.rule == "forwardstop" else config.p_th
+    if alpha is None or config.rule not in ("forwardstop", "fwer"):
+        return None
+    # BH over the families needs the best one at α/n; ForwardStop's first step −log(1 − p) ≤ α
+    needed = alpha / n_fam
+    if config.rule == "forwardstop":
+        needed = -np.expm1(-needed)
+    return smallest, float(needed), n_fam
 
 
 def _smallest_p(config: RunConfig, stats: Any) -> float | None:

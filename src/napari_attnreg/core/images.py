@@ -90,6 +90,10 @@ class PreparedImage:
         size, before the channel map; bootstrap nulls are drawn from it.
     channel_map : ChannelMap
         ``channel_map(source[None])[0]`` is ``tensor``; nulls go through it too.
+    original : torch.Tensor, optional
+        ``(c, H0, W0)`` float32 in [0, 1]: the image in its own channels before the resize
+        to the model's size (None when no resize was needed). Nulls drawn at the image's
+        own size start from it and go through :func:`resize_to` as the image did.
     display : np.ndarray
         ``(H0, W0)`` or ``(H0, W0, 3)`` float32 in [0, 1]: the scaled original, for figures.
     image_shape : tuple of int
@@ -106,6 +110,7 @@ class PreparedImage:
     patch_size: tuple[int, int]
     source: torch.Tensor
     channel_map: ChannelMap
+    original: torch.Tensor | None = None
 
     @property
     def grid_shape(self) -> tuple[int, int]:
@@ -374,9 +379,10 @@ def prepare_image(
     chw = chw[None] if chw.ndim == 2 else chw.permute(2, 0, 1)
     h, w = model_input_shape((h0, w0), patch_size, target_size, default_size)
     warn_if_upscaled((h0, w0), (h, w), target_size)
+    original = None
     if (h, w) != (h0, w0):
-        chw = F.interpolate(chw[None].float(), size=(h, w), mode="bilinear",
-                            antialias=h < h0 or w < w0, align_corners=False)[0]
+        original = chw.float()
+        chw = resize_to(original[None], (h, w))[0]
     source = chw.float().contiguous()
     channel_map = ChannelMap(int(source.shape[0]), len(mean), tuple(float(v) for v in mean),
                              tuple(float(v) for v in std))
@@ -390,7 +396,19 @@ def prepare_image(
             "them in the model's order).")
     return PreparedImage(tensor=channel_map(source[None])[0], display=as_rgb(display),
                          image_shape=(h0, w0), model_shape=(h, w), patch_size=(ph, pw),
-                         source=source, channel_map=channel_map)
+                         source=source, channel_map=channel_map, original=original)
+
+
+def resize_to(images: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    """``(N, c, H0, W0)`` → ``(N, c, *shape)``: the one resize to the model's input size.
+
+    Bilinear, antialiased when shrinking; nulls drawn at the image's own size take the
+    same path, so they are smoothed exactly as the image was.
+    """
+    h0, w0 = images.shape[-2:]
+    h, w = shape
+    return F.interpolate(images.float(), size=(h, w), mode="bilinear",
+                         antialias=h < h0 or w < w0, align_corners=False)
 
 
 def map_over_stack(func: Callable[[np.ndarray], Any], stack: Any, *, spatial_ndim: int = 2,

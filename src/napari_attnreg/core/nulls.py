@@ -18,6 +18,12 @@ import torch
 
 from .options import NULL_METHODS  # noqa: F401  (the one list of choices)
 
+#: Largest image (pixels × channels) whose nulls are drawn at its own size; bigger images
+#: are better analysed tiled, and their nulls are drawn at the model's size.
+MAX_SOURCE_NULL_VALUES = 1 << 24
+#: Null values drawn at once at the image's own size (bounds the work memory).
+SOURCE_NULL_BATCH_VALUES = 1 << 25
+
 
 @dataclass(frozen=True)
 class NullConfig:
@@ -148,3 +154,53 @@ def null_images(
     elif method == "uniform":
         out.mul_(span).add_(low)
     return out.to(image.dtype)
+
+
+def half_patch_block(patch: int) -> int:
+    """The largest divisor of ``patch`` that is at most half of it (8 → 4, 14 → 7, 16 → 8)."""
+    patch = int(patch)
+    return max([d for d in range(1, patch // 2 + 1) if patch % d == 0], default=1)
+
+
+def prepared_nulls(prepared, source: torch.Tensor, indices: Sequence[int], config: NullConfig, *,
+                   seed: int, clamp: bool, resolution: str = "model") -> torch.Tensor:
+    """Null images of a prepared image, in its own channels at the model's size.
+
+    Parameters
+    ----------
+    prepared : PreparedImage
+    source : torch.Tensor
+        ``prepared.source`` on the compute device.
+    indices, config, seed
+        See :func:`null_images`.
+    clamp : bool
+        Clip the nulls to [0, 1] as the observed image's intensities were (before any resize).
+    resolution : {"model", "source"}
+        ``"source"``: ``normal``, ``uniform`` and ``pixel`` nulls are drawn at the image's own
+        size from its own statistics and resized exactly as the image was, so that a noise
+        image the preprocessing shrinks (and smooths) is a true null. ``patch`` nulls, and
+        images that were not resized, are drawn at the model's size either way.
+
+    Returns
+    -------
+    torch.Tensor ``(len(indices), c, H, W)``
+    """
+    patch = prepared.patch_size[0]
+    original = prepared.original
+    if (resolution != "source" or config.method == "patch" or original is None
+            or original.numel() > MAX_SOURCE_NULL_VALUES):
+        own = null_images(source, indices, config, seed=seed, patch_size=patch)
+        return own.clamp_(0.0, 1.0) if clamp else own
+    from .images import resize_to  # images is the heavier module; nulls stays importable alone
+
+    original = original.to(source.device)
+    per_batch = max(1, SOURCE_NULL_BATCH_VALUES // original.numel())
+    indices = list(indices)
+    parts = []
+    for start in range(0, len(indices), per_batch):
+        big = null_images(original, indices[start:start + per_batch], config, seed=seed,
+                          patch_size=patch)
+        if clamp:
+            big.clamp_(0.0, 1.0)
+        parts.append(resize_to(big, prepared.model_shape))
+    return torch.cat(parts)

@@ -29,13 +29,15 @@ from .presets import DEFAULT_PRESET, PRESET_DEFAULTS, PRESETS
 
 #: Choice lists of the options: core modules import them from here.
 NULL_METHODS = ("normal", "uniform", "pixel", "patch")
-RULES = ("q", "p", "lfdr", "pi0", "soft", "base")
+RULES = ("forwardstop", "fwer", "q", "p", "lfdr", "pi0", "soft", "base")
 P_METHODS = ("pooled", "null")
 ALTERNATIVES = ("two-sided", "greater")
 PI0_METHODS = ("reference", "bh", "storey", "smoother", "bootstrap")
 NULL_MODELS = ("theoretical", "empirical")
 NULL_POOLS = ("pooled", "position")
 NULL_SCOPES = ("image", "tile")
+NULL_RESOLUTIONS = ("source", "model")
+TAILS = ("none", "gpd")
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 MERGES = ("mean", "max")
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
@@ -80,22 +82,38 @@ class Option:
                 and (tiled or not self.tiled_only))
 
 
-def _threshold(name: str, label: str, what: str) -> Option:
+def _threshold(name: str, label: str, what: str,
+               presets: tuple[str, ...] = PRESETS) -> Option:
     return Option(name, label, "float", None, what, "thresholds", minimum=0.0, maximum=1.0,
-                  step=0.01, decimals=3, preset_dependent=True)
+                  step=0.01, decimals=3, preset_dependent=True, presets=presets)
+
+
+_POOLED = ("directional", "paper")  # the presets built on the pooled null
 
 
 _OPTIONS: tuple[Option, ...] = (
     Option("preset", "Statistics", "choice", DEFAULT_PRESET,
-           "directional (default): is a patch's attention HIGHER than noise input gives? "
-           "One-sided p, q and posterior, significant at q ≤ 0.1. paper: the published two-sided "
-           "procedure (Chung & Laletin), unchanged; it also flags attention far below the null.",
+           "stepdown (default): does the attention concentrate on anything more than null "
+           "images made of the image's own half-patch blocks, and on which patches? Step-down "
+           "p-values on re-normalized shares, evidence = 1 − adjusted p, ForwardStop at 0.1. "
+           "directional: is a patch's attention HIGHER than noise input gives? One-sided p, q "
+           "and posterior, significant at q ≤ 0.1. paper: the published two-sided procedure "
+           "(Chung & Laletin), unchanged; it also flags attention far below the null.",
            "statistics", choices=PRESETS,
-           choice_labels={"directional": "directional (above null)", "paper": "paper (two-sided)"}),
-    Option("method", "Null images", "choice", "normal",
-           "How the bootstrap null images are drawn from the image itself: normal (Gaussian "
-           "noise with the image's mean and std), uniform (between its min and max), pixel "
-           "(shuffled pixels) or patch (shuffled blocks).", "bootstrap", choices=NULL_METHODS),
+           choice_labels={"stepdown": "step-down (default)", "directional": "directional (above null)",
+                          "paper": "paper (two-sided)"}),
+    Option("method", "Null images", "choice", None,
+           "How the bootstrap null images are drawn from the image itself: patch (its blocks "
+           "shuffled; the step-down default, blocks of half a patch), normal (Gaussian noise "
+           "with the image's mean and std; the other presets' default), uniform (between its "
+           "min and max) or pixel (shuffled pixels).", "bootstrap", choices=NULL_METHODS,
+           preset_dependent=True),
+    Option("null_resolution", "Null resolution", "choice", None,
+           "normal/uniform/pixel nulls: draw them at the image's own size and resize them as "
+           "the image was resized (source, the step-down default: a noise image that the "
+           "preprocessing shrinks is then a true null), or at the model's input size (model, "
+           "the other presets' default).", "bootstrap", advanced=True,
+           choices=NULL_RESOLUTIONS, preset_dependent=True, methods=("normal", "uniform", "pixel")),
     Option("n_boot", "Bootstrap images (B)", "int", 200,
            "Number of null images. More gives finer p-values (the smallest is about "
            "1/(B·patches)) and takes proportionally longer.", "bootstrap", minimum=1,
@@ -110,23 +128,31 @@ _OPTIONS: tuple[Option, ...] = (
            "normal/uniform nulls: match mean and spread per channel (on) or over the whole "
            "image (off).", "bootstrap", advanced=True, methods=("normal", "uniform")),
     Option("block_size", "Block size (px)", "int", None,
-           "patch nulls only: side of the shuffled blocks in model pixels (empty = the patch "
-           "size).", "bootstrap", advanced=True, minimum=1, maximum=4096, allow_none=True,
+           "patch nulls only: side of the shuffled blocks in model pixels (empty = half the "
+           "patch under step-down, the largest divisor of the patch size up to half of it; the "
+           "patch size under the other presets).", "bootstrap", advanced=True, minimum=1, maximum=4096, allow_none=True,
            methods=("patch",)),
-    _threshold("q_th", "q threshold", "Rule q: keep patches with q ≤ this (false discovery "
-               "rate: about this share of the kept patches may be noise)."),
-    _threshold("p_th", "p threshold", "Rule p: keep patches with p ≤ this (no multiple-testing "
-               "correction)."),
+    _threshold("q_th", "α / q threshold", "Rule forwardstop: its level α (about this share of "
+               "the kept patches may be noise). Rule q: keep patches with q ≤ this (false "
+               "discovery rate)."),
+    _threshold("p_th", "α FWER / p threshold", "Rule fwer: keep patches whose step-down "
+               "adjusted p ≤ this (chance of any false patch). Rule p: keep patches with p ≤ "
+               "this (no multiple-testing correction)."),
     _threshold("l_th", "lfdr threshold", "Rule lfdr: keep patches with local fdr ≤ this, i.e. "
-               "posterior ≥ 1 − this."),
+               "posterior ≥ 1 − this.", presets=_POOLED),
     Option("rule", "Significance rule", "choice", None,
-           "Which statistic decides significance: q (FDR, default), p, lfdr (posterior), pi0 "
-           "(drop the π0 share of largest p), soft (attention × posterior) or base (z mask "
-           "only).", "thresholds", choices=RULES, preset_dependent=True,
-           choice_labels={"q": "q ≤ threshold (FDR)", "p": "p ≤ threshold",
+           "Which statistic decides significance. Step-down: forwardstop (default, ForwardStop "
+           "at α), fwer (adjusted p ≤ α) or soft (attention × evidence). Other presets: q "
+           "(FDR), p, lfdr (posterior), pi0 (drop the π0 share of largest p), soft (attention "
+           "× posterior) or base (z mask only).", "thresholds", choices=RULES,
+           preset_dependent=True,
+           choice_labels={"forwardstop": "ForwardStop at α (step-down)",
+                          "fwer": "adjusted p ≤ α (step-down, FWER)",
+                          "q": "q ≤ threshold (FDR)", "p": "p ≤ threshold",
                           "lfdr": "lfdr ≤ threshold (posterior)",
                           "pi0": "drop the π0 share of largest p",
-                          "soft": "soft: attention × posterior", "base": "z ≥ threshold only"}),
+                          "soft": "soft: attention × posterior (evidence)",
+                          "base": "z ≥ threshold only"}),
     Option("z_th", "z mask", "float", None,
            "Also require z ≥ this (standardised attention). Empty = no z mask (the directional "
            "default); the paper uses 0.", "thresholds", minimum=-10.0, maximum=10.0, step=0.1,
@@ -139,7 +165,8 @@ _OPTIONS: tuple[Option, ...] = (
     Option("pi0_method", "π0 estimate", "choice", None,
            "Share of patches that are pure noise: bh (π0 = 1, the directional default), "
            "reference (the paper's), storey, smoother or bootstrap; a number in [0, 1] fixes it.",
-           "statistics", advanced=True, choices=PI0_METHODS, preset_dependent=True),
+           "statistics", advanced=True, choices=PI0_METHODS, preset_dependent=True,
+           presets=_POOLED),
     Option("p_method", "p-value", "choice", None,
            "paper preset only: p-values against the pooled null z (pooled) or the null "
            "attention itself (null).", "statistics", advanced=True, choices=P_METHODS,
@@ -173,9 +200,15 @@ _OPTIONS: tuple[Option, ...] = (
     Option("tile_scale", "Downsample ×", "float", 1.0, "Tiled runs: divide the image's pixel "
            "size by this before tiling (1 = native pixels).", "tiling", advanced=True,
            minimum=1.0, maximum=64.0, step=0.5, decimals=1, tiled_only=True),
-    Option("tile_overlap", "Tile overlap (px)", "int", 0, "Tiled runs: pixels shared by "
-           "neighbouring tiles (a multiple of the patch size).", "tiling", advanced=True,
-           minimum=0, maximum=4096, step=8, tiled_only=True),
+    Option("tile_overlap", "Tile overlap (px)", "int", None, "Tiled runs: pixels shared by "
+           "neighbouring tiles (a multiple of the patch size; empty = a quarter of the tile, "
+           "rounded down to whole patches).", "tiling", advanced=True,
+           minimum=0, maximum=4096, step=8, allow_none=True, tiled_only=True),
+    Option("tail", "Tail approximation", "choice", None, "Step-down: fit a generalized Pareto "
+           "tail to the null where fewer than 10 null images reach a step, so p-values can go "
+           "below 1/(B+1) (gpd), or keep the counts (none). Empty = gpd for tiled runs, none "
+           "otherwise.", "statistics", advanced=True, choices=TAILS, allow_none=True,
+           presets=("stepdown",)),
     Option("null_scope", "Null scope", "choice", None, "Tiled runs: one null for the whole "
            "image (image, default) or one per tile (tile).", "tiling", advanced=True,
            choices=NULL_SCOPES, allow_none=True, tiled_only=True),
@@ -402,8 +435,8 @@ def _cli_number(kind: type, allow_none: bool) -> Any:
 
 def _cli_help(opt: Option) -> str:
     if opt.preset_dependent:
-        d, p = PRESET_DEFAULTS["directional"][opt.name], PRESET_DEFAULTS["paper"][opt.name]
-        default = f"default: {d} (directional), {p} (paper)"
+        default = "default: " + ", ".join(f"{PRESET_DEFAULTS[p][opt.name]} ({p})"
+                                          for p in PRESETS if p in opt.presets)
     else:
         default = f"default: {opt.default}"
     none = " ('none' = unset)" if opt.allow_none and opt.kind in ("int", "float") else ""

@@ -21,6 +21,8 @@ import numpy as np
 from .diagnostics import Diagnostic, from_metadata
 from .presets import THRESHOLD_KEYS, default_thresholds
 from .regularize import RULES, regularized_map, regularized_maps, significance_mask
+from .stepdown import RULE_LEVEL, STEPDOWN_RULES
+from .stepdown_maps import stepdown_mask
 
 MAP_NAMES = ("attention", "z", "p", "lfdr", "posterior", "q")
 FORMAT_VERSION = 1
@@ -166,8 +168,15 @@ class AttentionResult:
     # ---- statistics context ---------------------------------------------------------------
     @property
     def preset(self) -> str:
-        """``"directional"`` or ``"paper"``: which procedure produced ``p``, ``lfdr``, ..."""
+        """``"stepdown"``, ``"directional"`` or ``"paper"``: which procedure made ``p``, ``q``, ..."""
         return str(self.metadata.get("preset", "paper"))  # files before presets were paper
+
+    @property
+    def p_map(self) -> float | None:
+        """Step-down: the map-level p ("does the attention concentrate on anything more than
+        null images do?"), resolution ``1/(B + 1)``; None under the other presets."""
+        value = self.null_summary.get("p_map")
+        return None if value is None else float(value)
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
@@ -222,9 +231,15 @@ class AttentionResult:
 
     def _mask(self, t: dict[str, Any]) -> np.ndarray:
         # a slider move redraws several maps and a count from one mask: compute it once
-        return MASK_CACHE.get(self, t, lambda: significance_mask(
-            t["rule"], self.z, self.p, self.lfdr, self.pi0, posterior=self.posterior,
-            **self._rule_kwargs(t)))
+        return MASK_CACHE.get(self, t, lambda: self._compute_mask(t))
+
+    def _compute_mask(self, t: dict[str, Any]) -> np.ndarray:
+        if t["rule"] in STEPDOWN_RULES:
+            keep = stepdown_mask(self.null_summary, t["rule"], t[RULE_LEVEL[t["rule"]]],
+                                 self.grid_shape)
+            return keep & (self.z >= t["z_th"]) if t["z_th"] is not None else keep
+        return significance_mask(t["rule"], self.z, self.p, self.lfdr, self.pi0,
+                                 posterior=self.posterior, **self._rule_kwargs(t))
 
     def with_thresholds(self, **thresholds: Any) -> AttentionResult:
         """A copy whose default thresholds are changed (the maps are shared, not recomputed)."""
@@ -297,7 +312,7 @@ class AttentionResult:
         line = (
             f"{md.get('model', '?')} · {self.preset} · {md.get('method', '?')} · "
             f"B={md.get('n_boot', '?')} · grid {self.grid_shape[0]}x{self.grid_shape[1]} · "
-            f"π0={self.pi0:.3f} · {int(sig.sum())}/{sig.size} tokens significant "
+            f"{self._map_level_text()} · {int(sig.sum())}/{sig.size} tokens significant "
             f"({t['rule']}) · "
             f"{md.get('timings', {}).get('total_s', float('nan')):.2f} s on {md.get('device', '?')}"
         )
@@ -305,6 +320,11 @@ class AttentionResult:
             return line
         warnings_ = [d.message for d in self.diagnostics if d.severity == "warning"]
         return "\n".join([line, *(f"⚠ {m}" for m in warnings_)])
+
+    def _map_level_text(self) -> str:
+        if self.p_map is None:
+            return f"π0={self.pi0:.3f}"
+        return f"p_map={self.p_map:.3g} (resolution {self.null_summary.get('p_resolution', 0):.2g})"
 
     def __eq__(self, other: object) -> bool:  # arrays make the dataclass default ambiguous
         if not isinstance(other, AttentionResult):

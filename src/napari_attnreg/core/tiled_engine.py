@@ -31,11 +31,12 @@ from .engine import (
     _statistics,
     auto_chunk_size,
     autocast_dtype,
+    null_config,
     resolve_device,
 )
 from .images import ChannelMap, PreparedImage, _check_values, scale_intensity, to_channels_last
 from .lazy import LazyImage, intensity_range, sample_step, scaled
-from .nulls import NullConfig, null_images
+from .nulls import null_images
 from .result import AttentionResult
 from .tiling import NULL_SCOPES, ImageNull, TileLayout, make_layout, work_shape
 
@@ -50,9 +51,22 @@ def validate_tiling(config: RunConfig) -> None:
         raise ValueError("null_scope applies to tiled runs only; pass tiled=True or leave it "
                          "unset.")
     work_shape((1, 1), (1, 1), config.tile_scale)  # checks tile_scale
-    if not isinstance(config.tile_overlap, (int, np.integer)) or config.tile_overlap < 0:
-        raise ValueError(f"tile_overlap must be a non-negative number of pixels, got "
-                         f"{config.tile_overlap!r}.")
+    if config.tile_overlap is not None and (
+            not isinstance(config.tile_overlap, (int, np.integer)) or config.tile_overlap < 0):
+        raise ValueError(f"tile_overlap must be a non-negative number of pixels (or None: a "
+                         f"quarter of the tile), got {config.tile_overlap!r}.")
+
+
+def tile_overlap(config: RunConfig, backbone: Backbone) -> int:
+    """The overlap of a run in pixels: as given, else a quarter of the tile in whole patches.
+
+    Side by side (0) the seams between tiles showed in the maps: a token at a tile's edge
+    sees only half its neighbourhood.
+    """
+    if config.tile_overlap is not None:
+        return int(config.tile_overlap)
+    patch = min(backbone.patch_size)
+    return min(backbone.input_size[1:]) // 4 // patch * patch
 
 
 @dataclass(frozen=True)
@@ -128,7 +142,7 @@ def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig) -> TiledIma
                                  tuple(float(v) for v in backbone.std))
         image_shape = (h0, w0)
     layout = make_layout(tuple(source.shape[1:]), tile=tuple(backbone.input_size[1:]),
-                         patch=patch, overlap=int(config.tile_overlap))
+                         patch=patch, overlap=tile_overlap(config, backbone))
     return TiledImage(source=source, channel_map=channel_map, display=display,
                       image_shape=(int(image_shape[0]), int(image_shape[1])), layout=layout)
 
@@ -170,7 +184,7 @@ def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> Ti
                              tuple(float(v) for v in backbone.std))
     display = sample[0].numpy() if sample.shape[0] == 1 else sample.permute(1, 2, 0).numpy()
     layout = make_layout((h, w), tile=tuple(backbone.input_size[1:]), patch=(ph, pw),
-                         overlap=int(config.tile_overlap))
+                         overlap=tile_overlap(config, backbone))
     return TiledImage(source=sample, channel_map=channel_map, display=display,
                       image_shape=(h, w), layout=layout, reader=reader)
 
@@ -269,7 +283,7 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
     backbone = backbone.on(device)  # a copy on another device; the shared one never moves
     source = tiled.source.to(device)
     tiled = replace(tiled, source=source)
-    null_cfg = NullConfig(config.method, config.std_factor, config.per_channel, config.block_size)
+    null_cfg = null_config(config, backbone.patch_size[0])
     head = config.head if config.head == "mean" else int(config.head)
     n_boot, n_tiles = int(config.n_boot), layout.n_tiles
     chunk = config.chunk_size or auto_chunk_size(backbone, layout.tile, device, dtype,
@@ -280,7 +294,7 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
     grand_total = n_tiles + n_null
     tgh, tgw = layout.tile_grid
     timings: dict[str, float] = {"prepare_s": time.perf_counter() - t_start}
-    clamp = config.preset == "directional"  # the observed tiles went through the [0, 1] clamp
+    clamp = config.preset != "paper"  # the observed tiles went through the [0, 1] clamp
 
     def forward(batch_source: torch.Tensor, which: str | int) -> torch.Tensor:
         with _amp(device, dtype):
@@ -344,15 +358,18 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
         if cancel is not None:
             cancel.raise_if_cancelled()
         heads_obs = layout.assemble(heads)  # (heads, gh, gw)
-        if head == "mean":  # tile by tile: the untiled engine's reduction, to the last bit
-            observed = layout.assemble(torch.stack([h.mean(0) for h in heads]))
-        else:
-            observed = heads_obs[int(head)]
+        # tile by tile: the untiled engine's reduction, to the last bit
+        tile_maps = (torch.stack([h.mean(0) for h in heads]) if head == "mean"
+                     else heads[:, int(head)])
+        observed = layout.assemble(tile_maps)
         positions = layout.local_index().ravel()
         if scope == "tile":
             positions = layout.tile_index().ravel() * tile_tokens + positions
         t0 = time.perf_counter()
-        stats, warnings_seen = _statistics(observed.reshape(-1), null_scores, config, positions)
+        stats, warnings_seen = _statistics(
+            observed.reshape(-1), null_scores, config, positions,
+            families=tile_maps.reshape(n_tiles, -1).to(device),
+            owner=(layout.tile_index().ravel(), layout.local_index().ravel()))
         timings["statistics_s"] = time.perf_counter() - t0
         kept = None
         if config.keep_nulls:

@@ -14,7 +14,7 @@ import ipywidgets as widgets
 import traitlets as t
 
 from ..core.engine import RunConfig
-from ..core.options import NULL_METHODS, RULES, validate_options
+from ..core.options import NULL_METHODS, RULES, default_for, validate_options
 from ..core.presets import DEFAULT_PRESET, PRESETS, THRESHOLD_KEYS, default_thresholds
 from ..core.service import available_devices
 from ..core.thresholds import Thresholds
@@ -38,12 +38,12 @@ class ExplorerState(widgets.VBox):
     """Traits shared by the explorer's panels (each control is linked to one of them)."""
 
     model_name = t.Unicode("demo")
-    method = t.Enum(NULL_METHODS, default_value="normal")
+    method = t.Enum(NULL_METHODS, default_value=default_for("method", DEFAULT_PRESET))
     n_boot = t.Int(200)
     seed = t.Int(0)
     device = t.Unicode("auto")
     tiled = t.Bool(RUN_DEFAULTS.tiled)
-    tile_overlap = t.Int(RUN_DEFAULTS.tile_overlap)
+    tile_overlap = t.Int(RUN_DEFAULTS.tile_overlap, allow_none=True)  # None: a quarter tile
     tile_scale = t.Float(RUN_DEFAULTS.tile_scale)
     preset = t.Enum(PRESETS, default_value=DEFAULT_PRESET)
     rule = t.Enum(RULES, default_value=_PRESET["rule"])
@@ -66,10 +66,11 @@ class ExplorerState(widgets.VBox):
 
     @t.observe("preset")
     def _preset_changed(self, change: dict) -> None:
-        """The thresholds take the new preset's defaults (one re-render)."""
+        """The thresholds and null method take the new preset's defaults (one re-render)."""
         with self.hold_trait_notifications():
             for key, value in default_thresholds(change["new"]).items():
                 setattr(self, key, value)
+            self.method = default_for("method", change["new"])
 
     @t.validate("device")
     def _valid_device(self, proposal: dict) -> str:

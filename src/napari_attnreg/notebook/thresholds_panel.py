@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipywidgets as W
 
 from ..core.options import option
+from ..core.presets import rules_for
 from .option_controls import build_control
 from .options_panel import link_all
 from .state import ExplorerState
@@ -44,7 +45,7 @@ class ThresholdsPanel(W.VBox):
         rule = option("rule")
         self.controls: dict[str, W.Widget] = {
             # the state always holds a rule (the preset's until changed): no "unset" entry
-            "rule": build_control(rule, options=[(rule.label_of(r), r) for r in rule.choices]),
+            "rule": build_control(rule, options=self._rule_options(state.preset)),
             **{name: threshold_slider(name) for name in ("q_th", "p_th", "l_th")},
             # z_th may be None (no z mask): a checkbox and a slider, kept in step by hand
             "z_mask": W.Checkbox(description="", indent=False, layout=W.Layout(width="28px"),
@@ -59,10 +60,23 @@ class ThresholdsPanel(W.VBox):
         self.controls["z_mask"].observe(self._from_z_controls, "value")
         self.controls["z_th"].observe(self._from_z_controls, "value")
         state.observe(lambda _c: self.sync_z(), names=["z_th"])
+        state.observe(self._offer_rules, names=["preset"])
         self.sync_z()
         c = self.controls
         self.children = (c["rule"], c["q_th"], c["p_th"], c["l_th"],
                          W.HBox([c["z_th"], c["z_mask"]], layout=W.Layout(align_items="center")))
+
+    @staticmethod
+    def _rule_options(preset: str) -> list[tuple[str, str]]:
+        rule = option("rule")
+        return [(rule.label_of(r), r) for r in rules_for(preset)]
+
+    def _offer_rules(self, change: dict) -> None:
+        """Only the rules a result of the new preset has (the state already holds its rule)."""
+        dropdown = self.controls["rule"]
+        with dropdown.hold_trait_notifications():
+            dropdown.options = self._rule_options(change["new"])
+            dropdown.value = self.state.rule
 
     def sync_z(self) -> None:
         box, slider = self.controls["z_mask"], self.controls["z_th"]

@@ -1,0 +1,124 @@
+"""The two test articles of the validation: a model with a known answer and its images.
+
+Each article is a bundled model and a generator of images with ground truth from streams
+that neither its training nor any tuning of the statistics used (``HELD_OUT``):
+
+- ``demo``: synthetic fluorescence nuclei, the decisive objects are mitotic figures (patch 8).
+- ``phantom``: synthetic CT-like slices, the decisive objects are small lesions (patch 16).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Streams of the generators used by the validation and nothing else (training used 0 and
+#: the held-out test split 2; the earlier directional validation 7-10).
+HELD_OUT = {"fields": 21, "noise": 22, "crops": 23, "texture": 24, "simulation": 25, "mosaic": 26}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One image and its decisive-object mask (all False for an image without objects)."""
+
+    image: np.ndarray
+    decisive: np.ndarray
+
+
+@dataclass(frozen=True)
+class Article:
+    """A test article: its bundled model and its images.
+
+    Attributes
+    ----------
+    name, model : str
+        Article name and ``load_backbone`` id.
+    field : callable
+        ``field(stream, i, abnormal)`` → :class:`Field` at the article's field size.
+    field_size : int
+        Side of a field in pixels (larger than the model input: the preprocessing shrinks it).
+    """
+
+    name: str
+    model: str
+    description: str
+    field: Callable[[int, int, bool], Field]
+    field_size: int
+
+    def empty_crop(self, i: int, side: int) -> np.ndarray:
+        """A ``side``² crop, at a random place, of a held-out field without decisive objects."""
+        image = self.field(HELD_OUT["crops"], i, False).image
+        y, x = np.random.default_rng([HELD_OUT["crops"], i, side]).integers(
+            0, [image.shape[0] - side + 1, image.shape[1] - side + 1])
+        return image[y:y + side, x:x + side]
+
+
+def _demo_field(stream: int, i: int, abnormal: bool) -> Field:
+    from napari_attnreg.synthetic import TRAINING_SCALE, make_cell_image
+
+    sample = make_cell_image([0, stream, i], size=512, scale=4 * TRAINING_SCALE,
+                             abnormal=abnormal, hard_negatives=not abnormal)
+    mask = sample.decisive_mask if abnormal else np.zeros(sample.image.shape, bool)
+    return Field(sample.image, mask)
+
+
+def _phantom_field(stream: int, i: int, abnormal: bool) -> Field:
+    from napari_attnreg.testing.phantoms import make_phantom_image
+
+    sample = make_phantom_image([0, stream, i], size=448, abnormal=abnormal)
+    mask = sample.lesion_mask if abnormal else np.zeros(sample.image.shape, bool)
+    return Field(sample.image, mask)
+
+
+ARTICLES = {
+    "demo": Article("demo", "demo", "synthetic fluorescence nuclei; decisive objects: mitotic "
+                    "figures; ViT patch 8, 128 px input", _demo_field, 512),
+    "phantom": Article("phantom", "phantom", "synthetic CT-like slices; decisive objects: small "
+                       "lesions; ViT patch 16, 224 px input", _phantom_field, 448),
+}
+
+
+def texture_like(image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Structured noise: the image's power spectrum with random phases, then its histogram.
+
+    Every object is gone (their phases are random) while the texture's scale and the grey
+    levels stay: a field "with no decisive object" that is not white noise.
+    """
+    data = np.asarray(image, dtype=np.float64)
+    spectrum = np.abs(np.fft.rfft2(data - data.mean()))
+    phases = np.exp(2j * np.pi * rng.random(spectrum.shape))
+    texture = np.fft.irfft2(spectrum * phases, s=data.shape)
+    ranks = np.argsort(np.argsort(texture, axis=None), axis=None)
+    matched = np.sort(data, axis=None)[ranks].reshape(data.shape)
+    return matched.astype(np.float32)
+
+
+def noise_image(reference: np.ndarray, rng: np.random.Generator, size: int, rgb: bool) -> np.ndarray:
+    """White Gaussian noise with the reference's mean and sd, grey or RGB (channels differ)."""
+    mean, sd = float(np.mean(reference)), float(np.std(reference))
+    if not rgb:
+        return rng.normal(mean, sd, (size, size)).astype(np.float32)
+    scales = np.array([1.0, 0.8, 0.6])
+    return rng.normal(mean * scales, sd * scales, (size, size, 3)).astype(np.float32)
+
+
+def mosaic(article: Article, index: int, side: int, objects: int,
+           rng: np.random.Generator) -> Field:
+    """A ``side``² mosaic of held-out fields without objects, ``objects`` of them with.
+
+    The fields are laid out on a regular grid; the ones with decisive objects sit at random
+    places of that grid.
+    """
+    fs = article.field_size
+    n = -(-side // fs)
+    with_objects = set(rng.choice(n * n, size=min(objects, n * n), replace=False).tolist())
+    image = np.zeros((n * fs, n * fs), np.float32)
+    mask = np.zeros((n * fs, n * fs), bool)
+    for cell in range(n * n):
+        f = article.field(HELD_OUT["mosaic"], index * 1000 + cell, cell in with_objects)
+        y, x = divmod(cell, n)
+        image[y * fs:(y + 1) * fs, x * fs:(x + 1) * fs] = f.image
+        mask[y * fs:(y + 1) * fs, x * fs:(x + 1) * fs] = f.decisive
+    return Field(image[:side, :side], mask[:side, :side])
