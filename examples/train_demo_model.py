@@ -35,9 +35,8 @@ import argparse
 import numpy as np
 from training_common import (
     architecture_text,
-    build_parser,
     held_out_text,
-    train_and_export,
+    run,
     training_text,
 )
 
@@ -52,14 +51,12 @@ def draw_field(seed: list[int], size: int, abnormal: bool) -> tuple[np.ndarray, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser(__doc__.split("\n\n")[0], n_train=6000, epochs=14, lr=1e-3, img_size=128,
-                        patch=8, embed_dim=128, heads=4).parse_args(argv)
-    train_and_export(args, draw_field, script="train_demo_model.py", stem="demo_vit",
-                     classes=["normal", "mitotic"], sample_image="demo_cells.tif",
-                     card=model_card, card_name="MODEL_CARD.md")
-    img, mask = write_demo_files(args.data_out)
-    print(f"wrote {args.out}/demo_vit.* and {img}, {mask}")
-    return 0
+    return run(argv, __doc__.split("\n\n")[0],
+               {"n_train": 6000, "epochs": 14, "lr": 1e-3, "img_size": 128, "patch": 8,
+                "embed_dim": 128, "heads": 4},
+               draw_field, write_sample=write_demo_files, script="train_demo_model.py",
+               stem="demo_vit", classes=["normal", "mitotic"], sample_image="demo_cells.tif",
+               card=model_card, card_name="MODEL_CARD.md")
 
 
 # Measured once with this script (seed 0, 3200 images, 6 epochs, same settings as the bundled

@@ -252,6 +252,19 @@ def train_and_export(args: argparse.Namespace, draw: Draw, *, script: str, stem:
     return config
 
 
+def run(argv: list[str] | None, description: str, defaults: dict[str, Any], draw: Draw, *,
+        write_sample: Callable[[Path], tuple[Path, Path]], **export: Any) -> int:
+    """A training script's ``main``: parse, train, export, then write the sample image.
+
+    ``defaults`` go to :func:`build_parser`, ``export`` to :func:`train_and_export`.
+    """
+    args = build_parser(description, **defaults).parse_args(argv)
+    train_and_export(args, draw, **export)
+    img, mask = write_sample(args.data_out)
+    print(f"wrote {args.out}/{export['stem']}.* and {img}, {mask}")
+    return 0
+
+
 _LOSS_TEXT = {
     "attention": (
         "Loss = cross-entropy + {w} x attention guidance, where attention guidance is\n"

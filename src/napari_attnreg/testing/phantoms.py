@@ -240,7 +240,7 @@ def make_phantom_image(
     abnormal: bool | None = None,
     n_lesions: int | None = None,
     lesion_radius: tuple[float, float] = (8.0, 13.0),
-    contrast: tuple[float, float] = (40.0, 80.0),
+    contrast: tuple[float, float] = (60.0, 120.0),
     noise_hu: float | None = None,
     dtype: str = "float32",
 ) -> PhantomSample:
