@@ -30,7 +30,7 @@ def small_overrides(entry) -> dict:
 def test_catalogue_is_complete_data():
     ids = [e.id for e in catalogue.CATALOGUE]
     assert len(ids) == len(set(ids))
-    assert set(PARAMS_M) | {"demo"} == set(ids)
+    assert set(PARAMS_M) | {"demo", "phantom"} == set(ids)
     for e in catalogue.CATALOGUE:
         assert e.domain in catalogue.DOMAINS
         assert e.loader in ("timm", "transformers", "demo")
@@ -88,8 +88,11 @@ def test_catalogue_id_builds_its_architecture_and_declares_its_domain():
     assert rad.patch_size == (14, 14) and rad.depth == 12 and rad.embed_dim == 768
     demo = load_backbone("demo")
     assert demo.domain == "demo" and "synthetic fluorescence" in demo.description
-    card = (catalogue.Path(__file__).parents[1] / "src/napari_attnreg/models/MODEL_CARD.md").read_text()
-    assert "synthetic" in card.lower()
+    phantom = load_backbone("phantom")
+    assert phantom.domain == "demo" and "synthetic CT-like phantom" in phantom.description
+    models = catalogue.Path(__file__).parents[1] / "src/napari_attnreg/models"
+    for card in ("MODEL_CARD.md", "PHANTOM_MODEL_CARD.md"):
+        assert "synthetic" in (models / card).read_text().lower()
 
 
 def test_catalogue_entry_loads_a_local_weights_file_offline(tmp_path, monkeypatch):

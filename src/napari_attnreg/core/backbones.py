@@ -23,7 +23,7 @@ from torch import nn
 from .errors import BackboneError
 from .triton_guard import avoid_triton_llvm_clash
 
-DEMO_DIR = Path(__file__).resolve().parent.parent / "models"
+DEMO_DIR = Path(__file__).resolve().parent.parent / "models"  # every bundled model lives here
 DEMO_NAME = "demo"
 
 _WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".ckpt", ".bin")
@@ -247,7 +247,7 @@ def load_backbone(
     Parameters
     ----------
     model : str, Path or nn.Module
-        ``"demo"`` (bundled, offline); a catalogue id such as ``"uni"`` or its hub id
+        ``"demo"`` or ``"phantom"`` (bundled test articles, offline); a catalogue id such as ``"uni"`` or its hub id
         (``attnreg models`` lists them); a timm name such as ``"vit_small_patch8_224.dino"``;
         an ``"hf-hub:org/name"`` timm id; an ``"hf:org/name"`` transformers id (ViT, DINOv2,
         DINOv2 with registers); a folder saved with ``save_pretrained``; a local weights file
@@ -299,8 +299,8 @@ def load_backbone(
             "model must be a model name, a weights file path or an nn.Module, got "
             f"{type(model).__name__}"
         )
-    elif str(model) == DEMO_NAME:
-        bb = _load_demo()
+    elif catalogue.is_bundled(str(model)):
+        bb = _load_bundled(str(model))
     elif (arch is not None and Path(str(model)).is_dir()
           and not (Path(str(model)) / "config.json").is_file()):
         raise _folder_error(Path(str(model)), arch)
@@ -487,28 +487,31 @@ def _load_timm(name: str, *, pretrained: bool) -> Backbone:
     return _from_module(module, name=name, weights="pretrained" if pretrained else "random-init")
 
 
-def _load_demo() -> Backbone:
-    cfg_path = DEMO_DIR / "demo_vit.json"
-    weights_path = DEMO_DIR / "demo_vit.safetensors"
+def _load_bundled(name: str) -> Backbone:
+    """A test-article model shipped with the package: ``models/<name>_vit.{json,safetensors}``.
+
+    The json holds the timm kwargs, normalisation, input size and classes written by its
+    training script (``examples/train_<name>_model.py``); no network is needed.
+    """
+    cfg_path = DEMO_DIR / f"{name}_vit.json"
+    weights_path = DEMO_DIR / f"{name}_vit.safetensors"
     if not (cfg_path.is_file() and weights_path.is_file()):
         raise BackboneError(
-            f"The bundled demo model is missing from {DEMO_DIR} (broken install?). "
+            f"The bundled {name} model is missing from {DEMO_DIR} (broken install?). "
             "Reinstall napari-attnreg, or pass a timm model name or a weights file."
         )
     from safetensors.torch import load_file
     from timm.models.vision_transformer import VisionTransformer
 
-    from .catalogue import find
+    from .catalogue import annotate, find
 
     cfg = json.loads(cfg_path.read_text())
     module = VisionTransformer(**cfg["timm_kwargs"])
-    module.load_state_dict(load_file(str(weights_path)))
+    module.load_state_dict({k: v.float() for k, v in load_file(str(weights_path)).items()})
     pcfg = {"mean": cfg["mean"], "std": cfg["std"], "input_size": cfg["input_size"]}
-    bb = _from_module(module, name=DEMO_NAME, weights=str(weights_path.name), cfg=pcfg)
+    bb = _from_module(module, name=name, weights=str(weights_path.name), cfg=pcfg)
     bb.extra = {"classes": cfg.get("classes"), "config": cfg}
-    entry = find(DEMO_NAME)
-    bb.domain, bb.description = entry.domain, entry.description
-    return bb
+    return annotate(bb, find(name))
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:

@@ -32,9 +32,10 @@ class CatalogueEntry:
     domain : str
         One of pathology, radiology, microscopy, natural, demo.
     hub_id : str
-        Hugging Face repository (``""`` for the bundled demo).
+        Hugging Face repository (``""`` for the bundled test articles).
     loader : str
-        ``"timm"``, ``"transformers"`` or ``"demo"``.
+        ``"timm"``, ``"transformers"`` or ``"demo"`` (bundled with the package: ``demo``,
+        ``phantom``).
     arch : str
         timm architecture, or the transformers ``model_type``.
     kwargs : tuple of (str, value)
@@ -112,6 +113,10 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
                    (3, 128, 128), "BSD-3-Clause", False,
                    "Tiny ViT trained on synthetic fluorescence nuclei (mitotic vs normal); "
                    "a test article, not for real data."),
+    CatalogueEntry("phantom", "Phantom ViT (bundled)", "demo", "", "demo", "vit_phantom", (), 16, 1,
+                   (3, 224, 224), "BSD-3-Clause", False,
+                   "Tiny ViT trained on synthetic CT-like phantom slices (lesion vs normal); "
+                   "a test article, not a radiology model."),
     _timm("uni", "UNI", "pathology", "MahmoodLab/UNI", "vit_large_patch16_224", 16, 1, 224,
           "CC-BY-NC-ND-4.0", True,
           "ViT-L/16 trained with DINOv2 on 100k H&E slides (Mass General Brigham).",
@@ -179,6 +184,12 @@ def find(key: str) -> CatalogueEntry | None:
         if k == entry.id or (entry.hub_id and k == entry.hub_id.lower()):
             return entry
     return None
+
+
+def is_bundled(key: str) -> bool:
+    """Whether ``key`` names a model shipped with the package (the ``demo`` loader)."""
+    entry = next((e for e in CATALOGUE if e.id == key), None)
+    return entry is not None and entry.loader == "demo"
 
 
 def by_domain() -> dict[str, list[CatalogueEntry]]:

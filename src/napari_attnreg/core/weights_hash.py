@@ -11,6 +11,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .catalogue import is_bundled
+
 _BUNDLED_MODELS = Path(__file__).resolve().parents[1] / "models"
 
 
@@ -19,7 +21,7 @@ def weights_file(weights: Any, model: Any) -> Path | None:
     if not isinstance(weights, str) or weights in ("pretrained", "random-init", "given module"):
         return None
     candidates = [Path(weights)]
-    if model == "demo":  # the bundled model records only its file name
+    if isinstance(model, str) and is_bundled(model):  # bundled models record only their file name
         candidates.append(_BUNDLED_MODELS / weights)
     return next((p for p in candidates if p.is_file()), None)
 

@@ -1,0 +1,309 @@
+"""What the bundled test-article models share: splits, the ViT, attention guidance, export.
+
+``train_demo_model.py`` (synthetic fluorescence, mitotic figures) and ``train_phantom_model.py``
+(CT-like phantoms, lesions) differ only in their data, defaults and model card; the training
+recipe is this one, so both articles are made the same way:
+
+- images go through the package's own preprocessing (``prepare_image``), so the model sees at
+  inference exactly what it saw in training;
+- a small timm ``VisionTransformer`` (class token) is trained on CPU with cross-entropy plus an
+  auxiliary loss on the planted masks (``--aux``): ``attention`` guidance, −log of the share of
+  the last block's CLS attention (mean over heads) on the decisive tokens of abnormal images;
+  ``tokens``, a linear head on the final patch tokens (discarded after training) that predicts
+  the decisive tokens, so the CLS attention itself is never supervised; or ``none``;
+- held-out metrics: accuracy, and the share of CLS attention on the decisive tokens against
+  their share of the area (enrichment).
+
+Run the scripts from the repository root; this module sits next to them and is imported as
+``training_common``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from napari_attnreg.core.images import prepare_image
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "napari_attnreg"
+TRAIN_STREAM, TEST_STREAM = 0, 2
+AUX_MODES = ("attention", "tokens", "none")
+COVER_MIN = 0.25  # a token is decisive when a decisive object covers at least this share of it
+
+# draw(seed, size, abnormal) -> (image, label, decisive mask)
+Draw = Callable[[list[int], int, bool], tuple[np.ndarray, int, np.ndarray]]
+
+
+def make_split(draw: Draw, n: int, stream: int, seed: int, size: int, patch: int) -> tuple[np.ndarray, ...]:
+    """Prepared [0, 1] images, labels and per-token decisive coverage for one split.
+
+    Image ``i`` is drawn with the seed ``[seed, stream, i]``, abnormal for even ``i``.
+    """
+    images = np.empty((n, size, size), np.float32)
+    labels = np.empty(n, np.int64)
+    cover = np.empty((n, size // patch, size // patch), np.float32)
+    for i in range(n):
+        image, label, mask = draw([seed, stream, i], size, i % 2 == 0)
+        prep = prepare_image(image, patch_size=(patch, patch), mean=(0.0,), std=(1.0,),
+                             target_size="native")
+        images[i] = prep.tensor[0].numpy()
+        labels[i] = label
+        g = size // patch
+        cover[i] = mask.reshape(g, patch, g, patch).mean(axis=(1, 3))
+    return images, labels, cover
+
+
+def build_model(args: argparse.Namespace) -> tuple[torch.nn.Module, dict]:
+    from timm.models.vision_transformer import VisionTransformer
+
+    kwargs = {"img_size": args.img_size, "patch_size": args.patch, "in_chans": 3, "num_classes": 2,
+                  "embed_dim": args.embed_dim, "depth": args.depth, "num_heads": args.heads, "mlp_ratio": 4.0,
+                  "class_token": True, "global_pool": "token", "qkv_bias": True}
+    return VisionTransformer(**kwargs), kwargs
+
+
+def forward_with_attention(model, x):
+    """Logits and last-block CLS→patch attention (mean over heads), differentiable."""
+    captured = {}
+    attn = model.blocks[-1].attn
+    attn.fused_attn = False
+    handle = attn.attn_drop.register_forward_hook(lambda m, i, o: captured.update(a=o))
+    try:
+        logits = model(x)
+    finally:
+        handle.remove()
+        attn.fused_attn = True
+    return logits, captured["a"][:, :, 0, model.num_prefix_tokens:].mean(1)
+
+
+def augment(x: torch.Tensor, cover: torch.Tensor, gen: torch.Generator):
+    """Random flips and 90° rotations, applied alike to the images and the token masks."""
+    k = int(torch.randint(0, 4, (1,), generator=gen))
+    x, cover = torch.rot90(x, k, (-2, -1)), torch.rot90(cover, k, (-2, -1))
+    if bool(torch.randint(0, 2, (1,), generator=gen)):
+        x, cover = x.flip(-1), cover.flip(-1)
+    gain = 1 + 0.2 * (torch.rand(x.shape[0], 1, 1, 1, generator=gen) - 0.5)
+    return x * gain, cover
+
+
+@torch.no_grad()
+def evaluate(model, images, labels, cover, mean, std, batch=256) -> dict:
+    model.eval()
+    correct, mass, area, enrich = 0, [], [], []
+    for s in range(0, len(images), batch):
+        x = (torch.from_numpy(images[s:s + batch])[:, None].expand(-1, 3, -1, -1) - mean) / std
+        logits, att = forward_with_attention(model, x)
+        y = torch.from_numpy(labels[s:s + batch])
+        correct += int((logits.argmax(1) == y).sum())
+        cov = torch.from_numpy(cover[s:s + batch]).flatten(1)
+        for a, c, lab in zip(att, cov, y):
+            if lab == 1 and c.sum() > 0:
+                inside = c >= COVER_MIN
+                mass.append(float(a[inside].sum() / a.sum()))
+                area.append(float(inside.float().mean()))
+                enrich.append(mass[-1] / area[-1])
+    return {"accuracy": correct / len(images), "attention_mass_in_mask": float(np.mean(mass)),
+            "mask_area_fraction": float(np.mean(area)), "enrichment_median": float(np.median(enrich))}
+
+
+def build_parser(description: str, **defaults: Any) -> argparse.ArgumentParser:
+    """The options every training script takes; ``defaults`` are the script's own values.
+
+    ``defaults`` must give n_train, epochs, lr, img_size, patch, embed_dim and heads.
+    """
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--n-train", type=int)
+    ap.add_argument("--n-test", type=int, default=400)
+    ap.add_argument("--epochs", type=int)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--lr", type=float)
+    ap.add_argument("--guidance", type=float, default=0.3, help="weight of the auxiliary loss")
+    ap.add_argument("--aux", choices=AUX_MODES, default="attention",
+                    help="auxiliary loss on the planted masks: CLS-attention guidance, a per-token "
+                         "head on the patch features, or none")
+    ap.add_argument("--img-size", type=int)
+    ap.add_argument("--patch", type=int)
+    ap.add_argument("--embed-dim", type=int)
+    ap.add_argument("--depth", type=int, default=4)
+    ap.add_argument("--heads", type=int)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=PACKAGE / "models")
+    ap.add_argument("--data-out", type=Path, default=PACKAGE / "data")
+    ap.set_defaults(**defaults)
+    return ap
+
+
+def _aux_loss(args, model, token_head, features, att, y, cover) -> torch.Tensor:
+    """The auxiliary loss of one batch (see the module docstring)."""
+    pos = (y == 1) & (cover.flatten(1).sum(1) > 0)
+    if args.aux == "tokens":
+        tok_logits = token_head(features["tokens"][:, model.num_prefix_tokens:]).squeeze(-1)
+        target = (cover.flatten(1) >= COVER_MIN).float()
+        # few tokens are positive: up-weight them so the head does not predict all-zero
+        return F.binary_cross_entropy_with_logits(tok_logits, target, pos_weight=torch.tensor(5.0))
+    if args.aux == "attention" and pos.any():
+        inside = (cover.flatten(1)[pos] >= COVER_MIN).float()
+        share = (att[pos] * inside).sum(1) / att[pos].sum(1)
+        return -torch.log(share.clamp_min(1e-6)).mean()
+    return torch.zeros(())
+
+
+def fit(args: argparse.Namespace, train: tuple[np.ndarray, ...], test: tuple[np.ndarray, ...]
+        ) -> tuple[torch.nn.Module, dict, float, float, dict, float]:
+    """Train on ``train`` (images, labels, coverage), printing held-out metrics each epoch.
+
+    Returns
+    -------
+    model, timm kwargs, normalisation mean and std, final held-out metrics, training seconds
+    """
+    tr_x, tr_y, tr_c = train
+    te_x, te_y, te_c = test
+    mean, std = float(tr_x.mean()), float(tr_x.std())
+
+    model, kwargs = build_model(args)
+    params = list(model.parameters())
+    token_head, features = None, {}
+    if args.aux == "tokens":
+        # training-only head on the final (normed) patch tokens; not part of the saved model
+        token_head = torch.nn.Linear(args.embed_dim, 1)
+        params += list(token_head.parameters())
+        model.norm.register_forward_hook(lambda m, i, o: features.update(tokens=o))
+    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.05)
+    steps = args.epochs * (len(tr_x) // args.batch_size)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=steps, pct_start=0.1)
+    gen = torch.Generator().manual_seed(args.seed)
+    t1 = time.perf_counter()
+    for epoch in range(args.epochs):
+        model.train()
+        order = torch.randperm(len(tr_x), generator=gen)
+        run_cls = run_att = 0.0
+        n_batches = len(tr_x) // args.batch_size
+        for b in range(n_batches):
+            idx = order[b * args.batch_size:(b + 1) * args.batch_size].numpy()
+            x = torch.from_numpy(tr_x[idx])[:, None]
+            cover = torch.from_numpy(tr_c[idx])
+            x, cover = augment(x, cover, gen)
+            x = (x.expand(-1, 3, -1, -1) - mean) / std
+            y = torch.from_numpy(tr_y[idx])
+            logits, att = forward_with_attention(model, x)
+            loss_cls = F.cross_entropy(logits, y)
+            loss_att = _aux_loss(args, model, token_head, features, att, y, cover)
+            loss = loss_cls + args.guidance * loss_att
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+            run_cls += float(loss_cls.detach())
+            run_att += float(loss_att.detach())
+        metrics = evaluate(model, te_x[:200], te_y[:200], te_c[:200], mean, std)
+        print(json.dumps({"epoch": epoch, "loss_cls": run_cls / n_batches, "loss_att": run_att / n_batches,
+                          **metrics, "minutes": (time.perf_counter() - t1) / 60}), flush=True)
+    t_train = time.perf_counter() - t1
+    final = evaluate(model, te_x, te_y, te_c, mean, std)
+    print("held-out:", json.dumps(final), flush=True)
+    return model, kwargs, mean, std, final, t_train
+
+
+def train_and_export(args: argparse.Namespace, draw: Draw, *, script: str, stem: str,
+                     classes: list[str], sample_image: str,
+                     card: Callable[[dict, int, argparse.Namespace], str], card_name: str) -> dict:
+    """Draw the splits, train, and write ``<stem>.safetensors``, ``<stem>.json`` and the card.
+
+    Returns
+    -------
+    dict
+        The config written to ``<stem>.json``.
+    """
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    t0 = time.perf_counter()
+    train = make_split(draw, args.n_train, TRAIN_STREAM, args.seed, args.img_size, args.patch)
+    test = make_split(draw, args.n_test, TEST_STREAM, args.seed, args.img_size, args.patch)
+    t_data = time.perf_counter() - t0
+    print(f"data: {len(train[0])} train + {len(test[0])} test images in {t_data:.0f} s", flush=True)
+    model, kwargs, mean, std, final, t_train = fit(args, train, test)
+
+    from safetensors.torch import save_file
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    model.eval()
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(args.out / f"{stem}.safetensors"))
+    config = {
+        "timm_kwargs": kwargs, "mean": [mean] * 3, "std": [std] * 3, "classes": classes,
+        "input_size": [3, args.img_size, args.img_size], "sample_image": sample_image,
+        "trained_with": f"python examples/{script} " + " ".join(
+            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out", "data_out")),
+        "held_out": final, "training_seconds": t_train, "data_seconds": t_data,
+    }
+    (args.out / f"{stem}.json").write_text(json.dumps(config, indent=2))
+    n_params = sum(p.numel() for p in model.parameters())
+    (args.out / card_name).write_text(card(config, n_params, args))
+    return config
+
+
+def run(argv: list[str] | None, description: str, defaults: dict[str, Any], draw: Draw, *,
+        write_sample: Callable[[Path], tuple[Path, Path]], **export: Any) -> int:
+    """A training script's ``main``: parse, train, export, then write the sample image.
+
+    ``defaults`` go to :func:`build_parser`, ``export`` to :func:`train_and_export`.
+    """
+    args = build_parser(description, **defaults).parse_args(argv)
+    train_and_export(args, draw, **export)
+    img, mask = write_sample(args.data_out)
+    print(f"wrote {args.out}/{export['stem']}.* and {img}, {mask}")
+    return 0
+
+
+_LOSS_TEXT = {
+    "attention": (
+        "Loss = cross-entropy + {w} x attention guidance, where attention guidance is\n"
+        "−log(share of the last block's mean CLS attention on tokens ≥ 25 % covered by {obj}),"
+        "\non abnormal images only. **The {model} model's attention was encouraged to look at "
+        "the decisive\nobjects**: it is a test article with a known answer for the bootstrap "
+        "statistics, not a\ndiscovery about {topic}."),
+    "tokens": (
+        "Loss = cross-entropy + {w} x token loss: a linear head on the final patch tokens (dropped "
+        "after\ntraining) predicts which tokens are ≥ 25 % covered by {obj} (binary "
+        "cross-entropy,\npositives weighted 5x). The CLS attention itself is never supervised; "
+        "its concentration on the\nfigures is learnt. It is a test article with a known answer "
+        "for the bootstrap statistics,\nnot a discovery about {topic}."),
+    "none": "Loss = cross-entropy only.",
+}
+
+
+def architecture_text(cfg: dict, n_params: int) -> str:
+    """The model card's architecture paragraph."""
+    k = cfg["timm_kwargs"]
+    return f"""**Architecture.** timm `VisionTransformer`: {k['depth']} blocks, width {k['embed_dim']},
+{k['num_heads']} heads, patch {k['patch_size']}, input {k['img_size']}x{k['img_size']}x3, class
+token, {n_params / 1e6:.2f} M parameters. Grayscale input is repeated to 3 channels by
+`prepare_image`; normalisation mean {cfg['mean'][0]:.4f}, std {cfg['std'][0]:.4f} (per channel)."""
+
+
+def training_text(cfg: dict, args: argparse.Namespace, *, obj: str, model: str, topic: str) -> str:
+    """The model card's training paragraph, with the loss spelled out."""
+    return f"""**Training.** `{cfg['trained_with']}`. AdamW (lr {args.lr}, one-cycle, weight decay 0.05),
+batch {args.batch_size}, {args.epochs} epochs, flips/rot90 and gain augmentation, on
+{args.threads} CPU threads: {cfg['training_seconds'] / 60:.1f} min training
+(+{cfg['data_seconds']:.0f} s data generation).
+{_LOSS_TEXT[args.aux].format(w=args.guidance, obj=obj, model=model, topic=topic)}"""
+
+
+def held_out_text(cfg: dict, args: argparse.Namespace, tokens: str) -> str:
+    """The model card's held-out paragraph; ``tokens`` names the decisive tokens."""
+    h = cfg["held_out"]
+    return f"""**Held-out results** ({args.n_test} images): accuracy {h['accuracy']:.3f}; in abnormal images
+the {tokens} tokens cover {100 * h['mask_area_fraction']:.1f} % of the image but receive
+{100 * h['attention_mass_in_mask']:.1f} % of the CLS attention (median enrichment
+{h['enrichment_median']:.1f}x)."""

@@ -1,0 +1,102 @@
+"""The CT-like phantom test article: ground truth of the generator and the bundled model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy import ndimage
+
+from napari_attnreg.core.attention import cls_attention
+from napari_attnreg.core.backbones import load_backbone
+from napari_attnreg.core.images import prepare_image
+from napari_attnreg.core.weights_hash import weights_file
+from napari_attnreg.testing.phantoms import (
+    HU_OFFSET,
+    STRUCTURES,
+    make_phantom_image,
+    phantom_sample,
+)
+
+HELD_OUT_STREAM = 9  # training used stream 0, the reported held-out metrics stream 2
+
+
+def test_generator_is_deterministic_and_streams_differ():
+    a = make_phantom_image([3, 0, 1], abnormal=True)
+    b = make_phantom_image([3, 0, 1], abnormal=True)
+    c = make_phantom_image([3, 1, 1], abnormal=True)
+    np.testing.assert_array_equal(a.image, b.image)
+    np.testing.assert_array_equal(a.lesion_mask, b.lesion_mask)
+    assert a.params == b.params
+    assert not np.array_equal(a.image, c.image)
+    ss = np.random.SeedSequence(5, spawn_key=(1,))
+    np.testing.assert_array_equal(make_phantom_image(ss).image, make_phantom_image(ss).image)
+    u16 = make_phantom_image([3, 0, 1], abnormal=True, dtype="uint16")
+    assert u16.image.dtype == np.uint16
+    assert np.abs(u16.image.astype(np.float32) - HU_OFFSET - np.clip(a.image, -HU_OFFSET, None)).max() < 0.51
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_ground_truth_is_consistent(i):
+    seed = [11, 0, i]
+    sick = make_phantom_image(seed, abnormal=True)
+    well = make_phantom_image(seed, abnormal=False)
+    assert (sick.label, well.label) == (1, 0)
+    assert sick.image.shape == sick.lesion_mask.shape == (224, 224) and sick.image.dtype == np.float32
+    assert sick.lesion_mask.any() and not well.lesion_mask.any()
+    assert not (sick.lesion_mask & ~sick.body_mask).any()  # lesions inside the body
+    assert 1 <= len(sick.params["lesions"]) <= 3 and not well.params["lesions"]
+    for les in sick.params["lesions"]:
+        cy, cx = (int(v) for v in les["center"])
+        assert STRUCTURES[sick.structures[cy, cx]] == les["host"]
+        assert sick.lesion_mask[cy, cx]
+    # same anatomy and noise: the slices differ only at (and just around) the lesions
+    np.testing.assert_array_equal(sick.structures, well.structures)
+    diff = np.abs(sick.image - well.image)
+    assert diff[~ndimage.binary_dilation(sick.lesion_mask, iterations=4)].max() < 5.0
+    assert diff[sick.lesion_mask].mean() > 15.0
+    # air outside the body, soft tissue and bone inside: CT-like grey values
+    assert sick.image[~ndimage.binary_dilation(sick.body_mask, iterations=3)].mean() < -900
+    assert np.median(sick.image[sick.body_mask]) > -200 and sick.image.max() > 400
+
+
+def test_phantom_model_loads_offline_with_its_geometry():
+    bb = load_backbone("phantom")
+    assert bb.name == "phantom" and not bb.is_random_init and bb.domain == "demo"
+    assert bb.patch_size == (16, 16) and bb.num_prefix_tokens == 1
+    assert bb.input_size == (3, 224, 224)
+    assert bb.extra["classes"] == ["normal", "lesion"]
+    assert "CT-like phantom" in bb.description
+    assert weights_file(bb.weights, "phantom") is not None  # provenance finds the bundled file
+
+
+def _held_out(bb, i: int, abnormal: bool):
+    s = make_phantom_image([123, HELD_OUT_STREAM, i], abnormal=abnormal)
+    prep = prepare_image(s.image, patch_size=bb.patch_size, mean=bb.mean, std=bb.std,
+                         default_size=bb.input_size[1:])
+    return s, prep.tensor[None]
+
+
+def test_attention_mass_concentrates_on_held_out_lesions():
+    bb = load_backbone("phantom")
+    ratios = []
+    for i in range(6):
+        s, x = _held_out(bb, i, True)
+        with torch.inference_mode():
+            att = cls_attention(bb, x)[0].numpy()
+        g = att.shape[0]
+        cover = s.lesion_mask.reshape(g, 224 // g, g, 224 // g).mean(axis=(1, 3)) >= 0.25
+        ratios.append((att[cover].sum() / att.sum()) / cover.mean())
+    assert np.median(ratios) > 3.0, ratios
+
+
+def test_bundled_sample_slice_is_the_documented_phantom():
+    import tifffile
+
+    from napari_attnreg.samples import DATA_DIR
+
+    sample = phantom_sample()
+    np.testing.assert_array_equal(tifffile.imread(DATA_DIR / "phantom_slice.tif"), sample.image)
+    np.testing.assert_array_equal(tifffile.imread(DATA_DIR / "phantom_slice_mask.tif") > 0,
+                                  sample.lesion_mask)
+    assert sample.image.shape == (512, 512) and len(sample.params["lesions"]) == 2
