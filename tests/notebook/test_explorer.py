@@ -68,6 +68,7 @@ def test_run_gives_result_status_timings_and_save(explorer, tmp_path):
 
 
 def test_thresholds_rerender_without_recomputing(explorer, monkeypatch):
+    explorer.preset = "directional"  # the p rule and its threshold
     explorer.run(wait=True)
     calls = []
     monkeypatch.setattr(service_module, "run_engine",

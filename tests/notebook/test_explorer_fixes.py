@@ -66,8 +66,8 @@ def test_roi_table_has_human_headers_and_the_csv_carries_provenance(
     assert len(rows) == 1 and rows[0]["label"] == "1" and rows[0]["area_px"] == "900"
     row = rows[0]
     assert row["source_image"] == "blobs.tif" and row["model"] == "VisionTransformer"
-    assert (row["preset"], row["rule"], row["n_boot"], row["seed"]) == ("directional", "q", "8",
-                                                                        "5")
+    assert (row["preset"], row["rule"], row["n_boot"], row["seed"]) == ("stepdown", "forwardstop",
+                                                                        "8", "5")
     assert float(row["p_th"]) == pytest.approx(0.2)  # the thresholds in force when exported
     assert row["package_version"] == __version__
     assert set(PROVENANCE_FIELDS) <= set(row)  # the one provenance record (io.export)

@@ -28,7 +28,13 @@ def explorer(blob_image, tiny_backbone):
 
 def test_preset_control_resets_thresholds(explorer):
     c = explorer.controls
-    assert explorer.preset == "directional" and c["preset"].value == "directional"
+    assert explorer.preset == "stepdown" and c["preset"].value == "stepdown"
+    assert (explorer.rule, explorer.q_th, explorer.method) == ("forwardstop", pytest.approx(0.1),
+                                                               "patch")
+    # only the step-down rules are offered for a step-down result
+    assert [v for _, v in c["rule"].options] == ["forwardstop", "fwer", "soft"]
+    c["preset"].value = "directional"
+    assert explorer.method == "normal" and "q" in [v for _, v in c["rule"].options]
     # labels and tooltips are the core's option metadata
     assert c["preset"].tooltip == option("preset").help and "HIGHER" in c["preset"].tooltip
     assert c["preset"].description == option("preset").label
@@ -61,6 +67,7 @@ def test_explicit_thresholds_win_over_the_preset(blob_image, tiny_backbone):
 
 
 def test_directional_run_shows_display_titles_legends_and_live_q(explorer, monkeypatch):
+    explorer.preset = "directional"
     result = explorer.run(wait=True)
     assert result.preset == "directional" and result.metadata["alternative"] == "greater"
     assert explorer.display_panel.colorbar_label.value == "regularized (q ≤ 0.1)"
@@ -95,6 +102,7 @@ def test_paper_run_uses_the_papers_names(explorer):
 
 def test_outline_is_drawn_in_the_significant_colour(explorer):
     assert render.hex_color(render.SIGNIFICANT_COLOR) == SIGNIFICANT_COLOR
+    explorer.preset = "directional"  # the p rule
     explorer.run(wait=True)
     explorer.rule, explorer.p_th = "p", 0.5  # some patches in, some out
     sig = explorer.result.significant()
@@ -124,3 +132,17 @@ def test_diagnostics_of_a_random_model_are_shown(blob_image, tiny_backbone):
     assert ex.status.startswith("Done in") and f"{n_warnings} warning(s) below" in ex.status
     assert "b26a00" in ex.run_panel.status.value  # shown as a warning, not as a plain success
     ex.close()
+
+
+def test_stepdown_run_shows_evidence_and_the_map_level_p(explorer):
+    result = explorer.run(wait=True)
+    assert result.preset == "stepdown" and result.p_map is not None
+    explorer.overlay = "posterior"
+    assert explorer.display_panel.colorbar_label.value == "evidence (1 − adjusted p)"
+    explorer.overlay = "pvalue"
+    assert explorer.display_panel.colorbar_label.value == "−log10 adjusted p (step-down)"
+    summary = explorer.summary_panel.summary.value
+    assert "is anything here?" in summary and "resolution 1/13" in summary
+    explorer.rule = "fwer"  # re-applied from the stored steps, nothing recomputed
+    np.testing.assert_array_equal(explorer.result.significant(),
+                                  result.significant("fwer", p_th=explorer.p_th))

@@ -35,13 +35,14 @@ def test_tiling_controls_default_to_the_core_and_follow_the_checkbox():
     assert c["tiled"].tooltip == option("tiled").help
     assert (ex.tiled, ex.tile_overlap, ex.tile_scale) == (
         defaults.tiled, defaults.tile_overlap, defaults.tile_scale)
-    scale, overlap = option("tile_scale"), option("tile_overlap")
+    scale = option("tile_scale")
     assert (c["tile_scale"].min, c["tile_scale"].max) == (scale.minimum, scale.maximum)
-    assert (c["tile_overlap"].min, c["tile_overlap"].max) == (overlap.minimum, overlap.maximum)
+    # empty = a quarter of the tile (the core's default); a number overrides it
+    assert c["tile_overlap"].value == "" and c["tile_overlap"].placeholder == "auto"
     assert c["tile_overlap"].disabled and c["tile_scale"].disabled
     c["tiled"].value = True
     assert ex.tiled and not c["tile_overlap"].disabled and not c["tile_scale"].disabled
-    c["tile_overlap"].value = 16
+    c["tile_overlap"].value = "16"
     ex.tile_scale = 2.0  # state set in code moves the control
     assert ex.tile_overlap == 16 and c["tile_scale"].value == 2.0
     with pytest.raises(Exception, match="tile_scale must be a finite number in"):
@@ -69,7 +70,7 @@ def test_overlap_that_is_not_whole_patches_is_explained():
 def test_tiled_run_gives_native_grid_on_the_image(shape, overlap, scale):
     ex = AttentionExplorer(_field(shape), "demo", n_boot=8, device="cpu", view="image")
     ex.controls["tiled"].value = True
-    ex.controls["tile_overlap"].value = overlap
+    ex.controls["tile_overlap"].value = str(overlap)  # a text box: empty = a quarter tile
     ex.controls["tile_scale"].value = scale
     result = ex.run(wait=True)
     assert result is not None, ex.status

@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("ipywidgets")
 
 from napari_attnreg.core.options import OPTIONS, option
+from napari_attnreg.core.presets import rules_for
 from napari_attnreg.notebook import AttentionExplorer
 from napari_attnreg.notebook.advanced_panel import AdvancedPanel, advanced_options
 from napari_attnreg.notebook.option_controls import UNSET, build_control, control_value
@@ -17,7 +18,8 @@ from napari_attnreg.notebook.options_panel import MAIN_OPTIONS
 @pytest.fixture
 def explorer(blob_image, tiny_backbone):
     ex = AttentionExplorer(blob_image, tiny_backbone, n_boot=8, device="cpu", view="image",
-                           chunk_size=4, target_size=(96, 80), pi0_method=0.8)
+                           chunk_size=4, target_size=(96, 80), pi0_method=0.8,
+                           preset="directional")
     yield ex
     ex.close()
 
@@ -26,10 +28,14 @@ def test_main_controls_show_the_cores_labels_choices_ranges_and_help(explorer):
     for name in (*MAIN_OPTIONS, "rule", "q_th", "p_th", "l_th", "z_th"):
         opt, control = option(name), explorer.controls[name]
         assert control.description == opt.label and control.tooltip == opt.help, name
-        if opt.kind == "choice":
+        if name == "rule":  # the rules of the state's preset
+            assert [v for _, v in control.options] == list(rules_for(explorer.preset))
+        elif opt.kind == "choice":
             assert [v for _, v in control.options] == list(opt.choices), name
             assert [label for label, _ in control.options] == [opt.label_of(c)
                                                                for c in opt.choices]
+        if name == "tile_overlap":  # may be empty (a quarter tile): a text box
+            continue
         if hasattr(control, "min") and opt.minimum is not None:
             assert (control.min, control.max) == (opt.minimum, opt.maximum), name
 
@@ -98,7 +104,12 @@ def test_advanced_options_a_preset_ignores_are_greyed_and_not_sent(tiny_backbone
     explorer = AttentionExplorer(np.zeros((32, 32), np.float32) + np.eye(32, dtype=np.float32),
                                  model=tiny_backbone)
     advanced = explorer.options_panel.advanced
+    # the step-down default: neither the paper's nor the directional options, but its tail
+    assert advanced.controls["alternative"].disabled and advanced.controls["null_pool"].disabled
+    assert not advanced.controls["tail"].disabled
+    explorer.preset = "directional"
     assert advanced.controls["alternative"].disabled and not advanced.controls["null_pool"].disabled
+    assert advanced.controls["tail"].disabled
     explorer.preset = "paper"
     assert not advanced.controls["alternative"].disabled and advanced.controls["null_pool"].disabled
     explorer.method = "patch"

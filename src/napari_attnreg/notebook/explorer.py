@@ -61,11 +61,14 @@ class AttentionExplorer(ExplorerApi):
         a loaded model.
     arch : str, optional
         timm architecture of a weights file.
-    preset : {"directional", "paper"}
-        ``"directional"`` (default): is a patch's attention *higher* than noise gives?
-        ``"paper"``: the published two-sided procedure. Changing it resets the thresholds.
+    preset : {"stepdown", "directional", "paper"}
+        ``"stepdown"`` (default): does the attention concentrate on anything more than on
+        the image's own half-patch blocks shuffled, and where? ``"directional"``: is a
+        patch's attention *higher* than noise gives? ``"paper"``: the published two-sided
+        procedure. Changing it resets the thresholds and the null method.
     method, n_boot, seed, device
-        Bootstrap null method, number of null images, seed, compute device (one that exists
+        Bootstrap null method (None: the preset's), number of null images, seed, compute
+        device (one that exists
         here: ``auto``, ``cpu``, ``cuda``, ``mps``).
     tiled, tile_overlap, tile_scale
         Tiled run at native resolution (docs/scale-out.md), for images much larger than the
@@ -103,7 +106,7 @@ class AttentionExplorer(ExplorerApi):
     """
 
     def __init__(self, image: Any, model: str | Backbone | Any = "demo", *,
-                 arch: str | None = None, preset: str = DEFAULT_PRESET, method: str = "normal",
+                 arch: str | None = None, preset: str = DEFAULT_PRESET, method: str | None = None,
                  n_boot: int = 200, seed: int = 0, device: str = "auto",
                  tiled: bool = RUN_DEFAULTS.tiled, tile_overlap: int = RUN_DEFAULTS.tile_overlap,
                  tile_scale: float = RUN_DEFAULTS.tile_scale, rule: str = FROM_PRESET,
@@ -133,7 +136,9 @@ class AttentionExplorer(ExplorerApi):
         self.preset = preset  # first: its observer resets the thresholds given below
         given = {"rule": rule, "q_th": q_th, "p_th": p_th, "l_th": l_th, "z_th": z_th}
         with self.hold_trait_notifications():
-            self.model_name, self.method = model_name, method
+            self.model_name = model_name
+            if method is not None:  # None: the preset's null method
+                self.method = method
             self.n_boot, self.seed, self.device = int(n_boot), int(seed), device
             self.tiled, self.tile_overlap, self.tile_scale = bool(tiled), tile_overlap, tile_scale
             for key, value in given.items():

@@ -10,7 +10,7 @@ from typing import Any
 
 import ipywidgets as W
 
-from ..core.options import option
+from ..core.options import OPTIONS, option
 from .advanced_panel import AdvancedPanel
 from .model_picker import ModelPicker
 from .option_controls import CONTROL_WIDTH, LABEL_WIDTH, build_control
@@ -23,10 +23,40 @@ MAIN_OPTIONS = ("preset", "method", "n_boot", "seed", "device", "tiled", "tile_o
 RUN_INPUTS = ("model", "preset", "method", "n_boot", "seed", "device", "tiled")
 
 
+#: Main controls whose state always holds a value (the preset fills it): no "unset" entry.
+_STATE_CHOICES = {"method": {"options": [(option("method").label_of(c), c)
+                                         for c in option("method").choices]}}
+
+
 def link_all(state: ExplorerState, controls: dict[str, W.Widget], traits: dict[str, str]) -> None:
-    """Link each control's ``value`` to its trait (the state is the source of the first sync)."""
+    """Link each control's ``value`` to its trait (the state is the source of the first sync).
+
+    A number that may be unset (e.g. the tile overlap, empty = a quarter tile) has a text box;
+    its link turns "" into None and back, and leaves the trait alone for text that is no number.
+    """
     for key, trait in traits.items():
-        W.link((state, trait), (controls[key], "value"))
+        opt = option(trait) if trait in OPTIONS else None
+        if isinstance(controls[key], W.Text) and opt is not None and opt.kind in ("int", "float"):
+            W.link((state, trait), (controls[key], "value"),
+                   transform=(_number_text, _text_number(state, trait, opt.kind)))
+        else:
+            W.link((state, trait), (controls[key], "value"))
+
+
+def _number_text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _text_number(state: ExplorerState, trait: str, kind: str):
+    def parse(text: str) -> Any:
+        text = text.strip()
+        if not text:
+            return None
+        try:
+            return int(text) if kind == "int" else float(text)
+        except ValueError:
+            return getattr(state, trait)  # not a number: keep the value in force
+    return parse
 
 
 def device_control() -> W.Dropdown:
@@ -47,7 +77,8 @@ class OptionsPanel(W.VBox):
             "model": ModelPicker(description="model", layout=W.Layout(width=CONTROL_WIDTH),
                                  style={"description_width": LABEL_WIDTH})}
         for name in MAIN_OPTIONS:
-            self.controls[name] = device_control() if name == "device" else build_control(name)
+            self.controls[name] = device_control() if name == "device" else build_control(
+                name, **_STATE_CHOICES.get(name, {}))
         link_all(state, self.controls, {"model": "model_name",
                                         **{name: name for name in MAIN_OPTIONS}})
         self.advanced = AdvancedPanel(run_options)

@@ -53,14 +53,17 @@ class ThresholdsPanel(W.VBox):
                                          + option("z_th").help),
             "z_th": threshold_slider("z_th"),
         }
-        link_all(state, self.controls, {"rule": "rule", "q_th": "q_th", "p_th": "p_th",
-                                        "l_th": "l_th"})
+        link_all(state, self.controls, {"q_th": "q_th", "p_th": "p_th", "l_th": "l_th"})
         self._syncing = False
+        # the rule list depends on the preset: a plain link would push a paper rule into the
+        # step-down list (the state changes its rule before anyone sees the new preset)
+        self.controls["rule"].observe(self._from_rule_control, "value")
+        state.observe(lambda _c: self.sync_rule(), names=["rule", "preset"])
+        self.sync_rule()
         self.controls["z_th"].value = Z_TH_WHEN_ON if state.z_th is None else state.z_th
         self.controls["z_mask"].observe(self._from_z_controls, "value")
         self.controls["z_th"].observe(self._from_z_controls, "value")
         state.observe(lambda _c: self.sync_z(), names=["z_th"])
-        state.observe(self._offer_rules, names=["preset"])
         self.sync_z()
         c = self.controls
         self.children = (c["rule"], c["q_th"], c["p_th"], c["l_th"],
@@ -71,12 +74,28 @@ class ThresholdsPanel(W.VBox):
         rule = option("rule")
         return [(rule.label_of(r), r) for r in rules_for(preset)]
 
-    def _offer_rules(self, change: dict) -> None:
-        """Only the rules a result of the new preset has (the state already holds its rule)."""
+    def sync_rule(self) -> None:
+        """Show the state's rule among the rules of the state's preset."""
         dropdown = self.controls["rule"]
-        with dropdown.hold_trait_notifications():
-            dropdown.options = self._rule_options(change["new"])
+        self._syncing = True
+        try:
+            options = self._rule_options(self.state.preset)
+            if self.state.rule not in [v for _, v in options]:  # mid-change: the preset's rules
+                options = self._rule_options_all()
+            if list(dropdown.options) != options:
+                dropdown.options = options
             dropdown.value = self.state.rule
+        finally:
+            self._syncing = False
+
+    @staticmethod
+    def _rule_options_all() -> list[tuple[str, str]]:
+        rule = option("rule")
+        return [(rule.label_of(r), r) for r in rule.choices]
+
+    def _from_rule_control(self, change: dict) -> None:
+        if not self._syncing and change["new"] is not None:
+            self.state.rule = change["new"]
 
     def sync_z(self) -> None:
         box, slider = self.controls["z_mask"], self.controls["z_th"]
