@@ -274,3 +274,21 @@ def test_sample_images_fail_with_advice(monkeypatch, tmp_path):
     monkeypatch.setattr(samples, "DATA_DIR", tmp_path)
     with pytest.raises(ValueError, match="sample mask is missing"):
         samples.demo_mask()
+
+
+# ---- issue #18: batches and files that never lie ----------------------------------------------
+def test_damaged_tiffs_are_per_file_errors_and_the_summary_is_complete(tmp_path, capsys):
+    tifffile.imwrite(tmp_path / "good.tif", _img(1))
+    tifffile.imwrite(tmp_path / "tiled.tif", np.tile(_img(2), (4, 4)), tile=(64, 64),
+                     compression="zlib")
+    data = (tmp_path / "tiled.tif").read_bytes()
+    (tmp_path / "tiled.tif").write_bytes(data[: len(data) * 2 // 3])  # zlib.error when decoded
+    (tmp_path / "four.tif").write_bytes(b"II*\x00")  # struct.error in tifffile
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path), "--out", str(out), *FAST]) == 1
+    assert "Traceback" not in capsys.readouterr().err
+    rows = {Path(r["source"]).name: r["status"] for r in _summary(out)}
+    assert rows["good.tif"] == "done" and len(rows) == 3
+    for name in ("tiled.tif", "four.tif"):
+        assert rows[name].startswith("failed: ") and name in rows[name]
+        assert "not a readable image" in rows[name]

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from .core.files import decoding
+
 IMAGE_SUFFIXES = (".tif", ".tiff", ".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 RESULT_SUFFIX = ".attnreg.npz"
 FIGURE_SUFFIX = ".attnreg.png"
@@ -133,17 +135,13 @@ def _read_with_layout(path: Path) -> tuple[Any, dict[str, Any]]:
         return open_lazy(path).read(slice(None), slice(None)), {}
     if not path.is_file():
         raise ValueError(f"No such image file: {path}")
-    try:
-        if path.suffix.lower() in (".tif", ".tiff"):
-            return _read_tiff(path)
-        import imageio.v3 as iio
+    if path.suffix.lower() in (".tif", ".tiff"):
+        return _read_tiff(path)
+    import imageio.v3 as iio
 
+    with decoding(path):  # whatever Pillow/imageio raise on these bytes is this file's error
         frames = iio.improps(path).is_batch
         data = iio.imread(path)
-    except (ValueError, OSError, SyntaxError, IndexError, EOFError) as err:  # PIL: SyntaxError
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ValueError(f"{path} is not a readable image ({reason}); check that the file is "
-                         "complete and that its extension matches its format.") from None
     if frames and data.ndim >= 3:  # an animated GIF/WebP: frames are planes, colours stay whole
         if data.shape[0] == 1:
             return data[0], {}
@@ -156,11 +154,12 @@ def _read_tiff(path: Path) -> tuple[np.ndarray, dict[str, Any]]:
 
     from .core.planes import layout_from_axes
 
-    with tifffile.TiffFile(path) as tif:
+    with decoding(path), tifffile.TiffFile(path) as tif:
         if not tif.series:
             raise ValueError("the TIFF holds no image")
         series = tif.series[0]
-        return series.asarray(), layout_from_axes(series.axes)
+        data, axes = series.asarray(), series.axes
+    return data, layout_from_axes(axes)  # ours: outside the decoding boundary
 
 
 def planes(image: Any, channel_axis: int | None) -> list[tuple[tuple[int, ...] | None, np.ndarray]]:
@@ -290,7 +289,8 @@ def _lazy_input(path: Path, opts: dict[str, Any]) -> Any:
     from .core.lazy import open_lazy
 
     try:
-        return open_lazy(path)
+        with decoding(path):  # a damaged file is then reported by read_stack, in memory
+            return open_lazy(path)
     except ValueError:  # a stack, or zarr not installed: read into memory as before
         return None
 
