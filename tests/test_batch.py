@@ -292,3 +292,76 @@ def test_damaged_tiffs_are_per_file_errors_and_the_summary_is_complete(tmp_path,
     for name in ("tiled.tif", "four.tif"):
         assert rows[name].startswith("failed: ") and name in rows[name]
         assert "not a readable image" in rows[name]
+
+
+def test_resume_never_reports_another_inputs_result_and_keeps_earlier_rows(tmp_path, capsys):
+    for folder, seed in (("A", 1), ("B", 2)):
+        (tmp_path / folder).mkdir()
+        tifffile.imwrite(tmp_path / folder / "img.tif", _img(seed))
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "A" / "img.tif"), "--out", str(out), *FAST]) == 0
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "B" / "img.tif"), "--out", str(out), *FAST]) == 1
+    err = capsys.readouterr().err
+    assert "0 done, 0 skipped, 1 failed" in err and "holds the result of" in err
+    held = AttentionResult.load(out / "img.tif.attnreg.npz")
+    assert held.metadata["source"] == str((tmp_path / "A" / "img.tif").resolve())
+    rows = {Path(r["source"]).parent.name: r["status"] for r in _summary(out)}
+    assert rows["A"] == "done" and rows["B"].startswith("failed: ")  # A's row was kept
+
+
+def test_resume_redoes_what_is_incomplete_or_different_and_says_why(tmp_path, capsys):
+    src = tmp_path / "one.tif"
+    tifffile.imwrite(src, _img(1))
+    out = tmp_path / "out"
+    args = ["run", str(src), "--out", str(out), *FAST]
+    figure = out / "one.tif.attnreg.png"
+
+    def again(extra=()):
+        capsys.readouterr()
+        assert main([*args, *extra]) == 0
+        return _summary(out)[0]["status"], capsys.readouterr().err
+
+    assert main(args) == 0
+    assert again()[0] == "skipped (exists)"
+    figure.unlink()  # killed before the figure was written
+    status, err = again()
+    assert status == "done" and "figure" in err and figure.is_file()
+    figure.write_bytes(figure.read_bytes()[:100])  # a truncated figure
+    status, err = again()
+    assert status == "done" and "figure" in err
+    status, err = again(["--seed", "9"])
+    assert status == "done" and "options changed" in err and "seed" in err
+    tifffile.imwrite(src, _img(2))
+    status, err = again(["--seed", "9"])
+    assert status == "done" and "input changed" in err
+    assert again(["--seed", "9"])[0] == "skipped (exists)"
+    (out / "one.tif.attnreg.npz").write_bytes(b"PK\x03\x04 truncated")
+    status, err = again(["--seed", "9"])
+    assert status == "done" and "result" in err
+
+
+def test_a_full_disk_during_the_summary_or_a_result_leaves_no_partial_file(tmp_path, monkeypatch):
+    import errno
+
+    from napari_attnreg.batch import write_summary
+
+    summary = tmp_path / "summary.csv"
+    write_summary([{"source": "a.tif", "status": "done"}], summary)
+    before = summary.read_bytes()
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(csv.DictWriter, "writerows", full)
+    with pytest.raises(ValueError, match="Cannot write .*summary.csv.*No space left"):
+        write_summary([{"source": "b.tif", "status": "done"}], summary)
+    assert summary.read_bytes() == before and os.listdir(tmp_path) == ["summary.csv"]
+    monkeypatch.setattr(np, "savez_compressed", full)
+    grid = np.zeros((4, 4))
+    result = AttentionResult(attention=grid, z=grid, p=grid, lfdr=grid, posterior=grid, q=grid,
+                             pi0=1.0, thresholds={}, image_shape=(32, 32), model_shape=(32, 32),
+                             patch_size=(8, 8))
+    with pytest.raises(OSError):
+        result.save(tmp_path / "r.attnreg.npz")
+    assert os.listdir(tmp_path) == ["summary.csv"]

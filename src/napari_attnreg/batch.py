@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .core.files import decoding
+from .core.files import atomic_write, decoding
 
 IMAGE_SUFFIXES = (".tif", ".tiff", ".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 RESULT_SUFFIX = ".attnreg.npz"
@@ -32,7 +32,8 @@ SUMMARY_COLUMNS = ("source", "plane", "output", "model", "preset", "B", "seed", 
                    "tokens_significant", "fraction_significant", "seconds", "status",
                    # how each result was made (io.export.provenance), after the summary
                    "weights", "weights_sha256", "rule", "q_th", "p_th", "l_th", "z_th",
-                   "method", "null_pool", "pi0_method", "device", "package_version")
+                   "method", "null_pool", "pi0_method", "device", "package_version",
+                   "note")  # why an existing output was redone
 FIGURE_MAX_SIDE = 1024  # figures are for looking at; the result files keep full resolution
 
 
@@ -230,16 +231,20 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
                  figure: Callable[..., Any] | None = None) -> list[dict[str, Any]]:
     """Run every plane of one file and write its results; one summary row per plane.
 
-    Existing results are kept (status ``skipped``) unless ``overwrite``. Errors of this file
-    (unreadable, constant, too small, ...) become a ``failed: reason`` row instead of
-    stopping the batch; errors of the model or the options propagate.
+    Complete results of this input made with these options are kept (status ``skipped``)
+    unless ``overwrite``; incomplete or different ones are redone, saying why
+    (:mod:`.resume`). Errors of this file (unreadable, constant, too small, ...) become a
+    ``failed: reason`` row instead of stopping the batch; errors of the model or the
+    options propagate.
     """
-    from .core.engine import RunConfig, drain, run_engine
-    from .core.service import user_message
+    from .resume import input_stamp, run_signature
 
+    run = run_signature(model, arch, opts)
+    stamp = input_stamp(item.source)  # before reading: a file changed meanwhile is redone later
     single = output_path(out_dir, item, None)
-    if single.is_file() and not overwrite:
-        return [_skipped(item, None, single)]
+    early, _ = _resume(item, None, single, figure, stamp, run, overwrite)
+    if early is not None:
+        return [early]
     backbone = cached_backbone(model, arch)
     try:
         lazy = _lazy_input(item.source, opts)
@@ -250,33 +255,102 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
     for index in stack.planes() if stack is not None else [()]:
         plane = index or None
         out = output_path(out_dir, item, plane)
-        if out.is_file() and not overwrite:
-            rows.append(_skipped(item, plane, out))
+        kept, why = _resume(item, plane, out, figure, stamp, run, overwrite)
+        if kept is not None:
+            rows.append(kept)
             continue
         label = str(item.relative) + ("" if plane is None else f" plane {plane}")
+        if why:
+            print(f"{label}: redoing it: {why}", file=sys.stderr)
         t0 = time.perf_counter()
         try:
-            data, channel_axis = (lazy, opts.get("channel_axis")) if stack is None \
-                else stack.read(index)
-            config = RunConfig(**{**opts, "channel_axis": channel_axis},
-                               extra={"source": str(item.source),
-                                      "plane": "" if plane is None else "-".join(map(str, plane))})
-            prepared = _prepare(data, backbone, config)
-            del data  # a large plane's raw pixels are freed once it is prepared
-            with _progress_bar(config, label, quiet) as tick:
-                result = drain(run_engine(prepared, backbone, config), tick)
-            result.save(out)
-            if figure is not None:
-                small, display = figure_view(result, prepared.display)
-                figure_path = out.with_name(out.name[: -len(RESULT_SUFFIX)] + FIGURE_SUFFIX)
-                figure(small, display, figure_path,
-                       f"{label} — {result.summary()}")
+            result, display = _run_plane(item, plane, index, stack, lazy, backbone, opts, label,
+                                         quiet)
+            artefacts = _write_outputs(out, result, display, figure, f"{label} — ")
         except (ValueError, MemoryError, OSError) as err:  # this image's fault: report, go on
-            rows.append(_failed_row(item, plane, user_message(err)))
+            rows.append(_failed_row(item, plane, _plain_message(err)))
             continue
+        _write_record(out, stamp, run, artefacts)
         print(f"{label}: {result.summary()}\n  -> {out}")
-        rows.append(_row(item, plane, out, result, time.perf_counter() - t0, "done"))
+        rows.append({**_row(item, plane, out, result, time.perf_counter() - t0, "done"),
+                     "note": why})
     return rows
+
+
+def _run_plane(item: BatchItem, plane: tuple[int, ...] | None, index: tuple[int, ...],
+               stack: Any, lazy: Any, backbone: Any, opts: dict[str, Any], label: str,
+               quiet: bool) -> tuple[Any, np.ndarray]:
+    """One plane's result and its display image (what the figure shows)."""
+    from .core.engine import RunConfig, drain, run_engine
+
+    data, channel_axis = (lazy, opts.get("channel_axis")) if stack is None \
+        else stack.read(index)
+    config = RunConfig(**{**opts, "channel_axis": channel_axis},
+                       extra={"source": str(item.source),
+                              "plane": "" if plane is None else "-".join(map(str, plane))})
+    prepared = _prepare(data, backbone, config)
+    del data  # a large plane's raw pixels are freed once it is prepared
+    with _progress_bar(config, label, quiet) as tick:
+        result = drain(run_engine(prepared, backbone, config), tick)
+    return result, prepared.display
+
+
+def _artefacts(out: Path, figure: Callable[..., Any] | None) -> dict[str, Path]:
+    """Every file of one output, by kind: the result and, when figures are made, its PNG."""
+    found = {"result": out}
+    if figure is not None:
+        found["figure"] = out.with_name(out.name[: -len(RESULT_SUFFIX)] + FIGURE_SUFFIX)
+    return found
+
+
+def _write_outputs(out: Path, result: Any, display: np.ndarray,
+                   figure: Callable[..., Any] | None, title: str) -> dict[str, Path]:
+    """The result file, then its figure (each written atomically); returns the artefacts."""
+    artefacts = _artefacts(out, figure)
+    result.save(out)
+    if figure is not None:
+        small, shown = figure_view(result, display)
+        figure(small, shown, artefacts["figure"], title + result.summary())
+    return artefacts
+
+
+def _write_record(out: Path, stamp: dict[str, Any], run: dict[str, Any],
+                  artefacts: dict[str, Path]) -> None:
+    """The resume record, last; not writing it only means the output is redone next time."""
+    from .resume import write_record
+
+    try:
+        write_record(out, stamp, run, artefacts)
+    except OSError as err:
+        print(f"attnreg: warning: no resume record for {out} ({err.strerror or err}); a "
+              "resumed batch will redo it.", file=sys.stderr)
+
+
+def _resume(item: BatchItem, plane: tuple[int, ...] | None, out: Path,
+            figure: Callable[..., Any] | None, stamp: dict[str, Any], run: dict[str, Any],
+            overwrite: bool) -> tuple[dict[str, Any] | None, str]:
+    """The row of an output that needs no work (kept or refused), else None and why it is
+    (re)done (empty for a new output)."""
+    from .resume import decide
+
+    if overwrite:
+        return None, ""
+    decision = decide(out, _artefacts(out, figure), stamp, run)
+    if decision.action == "refuse":
+        return _failed_row(item, plane, decision.reason), ""
+    if decision.action == "skip":
+        kept = _skipped(item, plane, out)
+        return (kept, "") if kept is not None else (None, "its result file is unreadable")
+    return None, decision.reason
+
+
+def _plain_message(err: BaseException) -> str:
+    """The row's reason: the core's advice, or the OS error itself (there is no log file)."""
+    from .core.service import user_message
+
+    if isinstance(err, OSError) and not isinstance(err, MemoryError):
+        return f"cannot write or read a file ({err.strerror or err}: {err.filename or ''})"
+    return user_message(err)
 
 
 def _lazy_input(path: Path, opts: dict[str, Any]) -> Any:
@@ -295,15 +369,16 @@ def _lazy_input(path: Path, opts: dict[str, Any]) -> Any:
         return None
 
 
-def _skipped(item: BatchItem, plane: tuple[int, ...] | None, out: Path) -> dict[str, Any]:
+def _skipped(item: BatchItem, plane: tuple[int, ...] | None, out: Path) -> dict[str, Any] | None:
+    """The row of a kept result, or None when the file cannot be read (then it is redone)."""
     from .core.result import AttentionResult
 
     try:
         result = AttentionResult.load(out)
-    except (ValueError, OSError) as err:  # a result from elsewhere or damaged: say so, keep it
-        return _failed_row(item, plane,
-                           f"existing output {out} unreadable ({err}); use --overwrite")
-    seconds = result.metadata.get("timings", {}).get("total_s", float("nan"))
+    except (ValueError, OSError):
+        return None
+    timings = result.metadata.get("timings")
+    seconds = timings.get("total_s", float("nan")) if isinstance(timings, dict) else float("nan")
     return _row(item, plane, out, result, seconds, "skipped (exists)")
 
 
@@ -369,15 +444,50 @@ def prepare_output_dir(out_dir: str | Path) -> Path:
 
 
 def write_summary(rows: Iterable[dict[str, Any]], path: Path) -> Path:
-    """``summary.csv``: one row per image/plane, written whole (atomically) each time."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    with open(tmp, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=SUMMARY_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    tmp.replace(path)
+    """``summary.csv``: one row per image/plane, written whole (atomically) each time.
+
+    Raises
+    ------
+    ValueError
+        The file cannot be written (a full disk, say); no partial file is left behind.
+    """
+    try:
+        with atomic_write(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=SUMMARY_COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+    except OSError as err:
+        raise ValueError(f"Cannot write {path} ({err.strerror or err}); the results written so "
+                         "far are kept, and a rerun after freeing space skips them.") from None
     return path
+
+
+def earlier_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of an existing ``summary.csv`` (earlier runs into the same folder), if any."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            return [{k: row.get(k) or "" for k in SUMMARY_COLUMNS} for row in csv.DictReader(fh)
+                    if row.get("source")]
+    except (OSError, UnicodeDecodeError, csv.Error):  # none, or not ours: start afresh
+        return []
+
+
+class _Summary:
+    """``summary.csv`` of this run merged with the rows of earlier runs into the same folder:
+    an earlier row is dropped only when this run reports the same input or output."""
+
+    def __init__(self, path: Path, items: Sequence[BatchItem]) -> None:
+        self.path = path
+        self.sources = {str(item.source) for item in items}
+        self.earlier = [r for r in earlier_rows(path) if r["source"] not in self.sources]
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        self.rows += rows
+        _report_failures(rows)
+        outputs = {r["output"] for r in self.rows if r.get("output")}
+        kept = [r for r in self.earlier if not r["output"] or r["output"] not in outputs]
+        write_summary(kept + self.rows, self.path)
 
 
 @dataclass
@@ -412,25 +522,19 @@ def run_batch(items: Sequence[BatchItem], out_dir: Path, model: Any, arch: str |
         from .core.images import check_target_size
 
         check_target_size(opts.get("target_size", "model"), cached_backbone(model, arch).patch_size)
-    summary = out_dir / "summary.csv"
-    rows: list[dict[str, Any]] = []
+    summary = _Summary(out_dir / "summary.csv", items)
     if workers or scheduler:
         from .distributed import run_on_dask
 
         for item_rows in run_on_dask(items, out_dir, model, arch, opts, overwrite=overwrite,
                                      quiet=quiet, figure=figure, workers=workers,
                                      scheduler=scheduler):
-            rows += item_rows
-            _report_failures(item_rows)
-            write_summary(rows, summary)
-        return BatchReport(rows, summary)
-    for item in items:
-        item_rows = process_item(item, out_dir, model, arch, opts, overwrite=overwrite,
-                                 quiet=quiet, figure=figure)
-        rows += item_rows
-        _report_failures(item_rows)
-        write_summary(rows, summary)
-    return BatchReport(rows, summary)
+            summary.add(item_rows)
+    else:
+        for item in items:
+            summary.add(process_item(item, out_dir, model, arch, opts, overwrite=overwrite,
+                                     quiet=quiet, figure=figure))
+    return BatchReport(summary.rows, summary.path)
 
 
 def _report_failures(rows: list[dict[str, Any]]) -> None:

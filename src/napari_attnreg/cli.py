@@ -36,6 +36,7 @@ def save_figure(result: Any, display: Any, path: Path, title: str) -> Path:
     import matplotlib.pyplot as plt
 
     from .core.display import CONTINUOUS_MAPS, SIGNIFICANT_COLOR, diagnostics_lines
+    from .core.files import atomic_write
 
     thresholds = result._thresholds()
     fig, axes = plt.subplots(1, 1 + len(CONTINUOUS_MAPS), figsize=(20, 5.6), constrained_layout=True)
@@ -56,8 +57,11 @@ def save_figure(result: Any, display: Any, path: Path, title: str) -> Path:
         ax.set_axis_off()
     notes = diagnostics_lines(result)
     fig.suptitle("\n".join([title, *notes]), fontsize=9)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    try:
+        with atomic_write(path) as tmp:  # a kill or a full disk never leaves half a PNG
+            fig.savefig(tmp, dpi=90, format="png")
+    finally:
+        plt.close(fig)
     return path
 
 
