@@ -516,8 +516,11 @@ def run_batch(items: Sequence[BatchItem], out_dir: Path, model: Any, arch: str |
     """
     from .core.engine import RunConfig
 
+    from .distributed import check_workers
+
     RunConfig(**opts).validate()  # an option error is everyone's error: fail before any work
-    out_dir = prepare_output_dir(out_dir)
+    check_workers(workers)
+    out_dir = prepare_output_dir(out_dir).resolve()
     if not (workers or scheduler):  # a size below one patch is wrong for every image too
         from .core.images import check_target_size
 
