@@ -515,7 +515,6 @@ def run_batch(items: Sequence[BatchItem], out_dir: Path, model: Any, arch: str |
         leaves a summary of what it finished).
     """
     from .core.engine import RunConfig
-
     from .distributed import check_workers
 
     RunConfig(**opts).validate()  # an option error is everyone's error: fail before any work

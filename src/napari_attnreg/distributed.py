@@ -21,7 +21,6 @@ from typing import Any
 
 from .batch import BatchItem, _failed_row, process_item
 
-
 #: Seconds to wait for a scheduler to answer before saying it cannot be reached.
 SCHEDULER_TIMEOUT_S = 20
 
