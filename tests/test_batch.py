@@ -365,3 +365,33 @@ def test_a_full_disk_during_the_summary_or_a_result_leaves_no_partial_file(tmp_p
     with pytest.raises(OSError):
         result.save(tmp_path / "r.attnreg.npz")
     assert os.listdir(tmp_path) == ["summary.csv"]
+
+
+def _finishes(fn, seconds: float = 20.0):
+    """fn()'s value, failing (not hanging) when it runs longer than ``seconds``."""
+    import threading
+
+    box = {}
+    worker = threading.Thread(target=lambda: box.setdefault("value", fn()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"still running after {seconds} s"
+    return box["value"]
+
+
+def test_recursive_inputs_over_symlink_loops_finish_with_each_file_once(tmp_path):
+    d = tmp_path / "d"
+    (d / "sub").mkdir(parents=True)
+    tifffile.imwrite(d / "top.tif", _img(1))
+    tifffile.imwrite(d / "sub" / "deep.tif", _img(2))
+    for name in ("loop_a", "loop_b"):  # two loops: 2**depth paths until ELOOP
+        os.symlink(d, d / "sub" / name)
+    os.symlink(d / "sub", d / "alias")  # a second way to reach the same real folder
+
+    def names(items):
+        return sorted(str(i.source.relative_to(d)) for i in items)
+
+    expected = [os.path.join("sub", "deep.tif"), "top.tif"]
+    assert names(_finishes(lambda: collect_inputs([d], recursive=True))) == expected
+    pattern = str(d / "**" / "*.tif")
+    assert names(_finishes(lambda: collect_inputs([pattern], recursive=True))) == expected

@@ -47,7 +47,7 @@ def test_provenance_of_a_napari_layer_uses_the_run_and_the_live_thresholds():
 def test_provenance_hashes_a_weights_file(tmp_path):
     weights = tmp_path / "w.safetensors"
     weights.write_bytes(b"not really weights" * 1000)
-    row = provenance({"model": "vit_tiny", "weights": str(weights)})
+    row = provenance({"model": "vit_tiny", "weights": str(weights)}, own_weights=weights)
     assert row["weights_sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
     weights.write_bytes(b"changed")  # a new file at the same path gets a new hash
     assert file_sha256(weights) == hashlib.sha256(b"changed").hexdigest()
@@ -158,3 +158,32 @@ def test_writer_refuses_what_ome_tiff_cannot_hold(tmp_path):
         save_outputs(tmp_path, [(np.zeros((3, 2)), {"name": "pts"}, "points")])
     with pytest.raises(ValueError, match="Nothing to save"):
         save_outputs(tmp_path, [])
+
+
+def test_provenance_never_opens_weights_paths_named_by_metadata(tmp_path, monkeypatch):
+    import threading
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"not yours")
+    monkeypatch.chdir(tmp_path)
+    for model, weights in (("vit_tiny", str(secret)), ("vit_tiny", "secret"),
+                           ("vit_tiny", "/proc/self/pagemap"), ("demo", "../../etc/shadow"),
+                           ("demo", str(secret))):
+        assert provenance({"model": model, "weights": weights})["weights_sha256"] is None
+    # the run's own file (the caller says which) is hashed
+    row = provenance({"model": "vit_tiny", "weights": str(secret)}, own_weights=secret)
+    assert row["weights_sha256"] == hashlib.sha256(b"not yours").hexdigest()
+    with pytest.raises(ValueError, match="not a regular file"):
+        file_sha256(tmp_path)
+    outcome = []
+
+    def pagemap():  # endless on a /proc file, whose size says 0
+        try:
+            file_sha256("/proc/self/pagemap")
+        except ValueError as err:
+            outcome.append(str(err))
+
+    worker = threading.Thread(target=pagemap, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive() and outcome and "pagemap" in outcome[0]

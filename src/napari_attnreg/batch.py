@@ -11,12 +11,13 @@ reported with its reason and the batch goes on.
 from __future__ import annotations
 
 import csv
+import fnmatch
 import glob
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -69,12 +70,11 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False) -> 
     for entry in inputs:
         text = str(entry)
         if _is_glob(text) and not Path(text).exists():
-            matches = sorted(glob.glob(text, recursive=recursive))
-            found += [Path(m) for m in matches if Path(m).is_file() or _is_zarr(Path(m))]
+            found += [p for p in _glob(text, recursive) if p.is_file() or _is_zarr(p)]
         elif Path(text).is_dir() and not _is_zarr(Path(text)):
-            walk = Path(text).rglob("*") if recursive else Path(text).glob("*")
-            found += sorted(p for p in walk if not any(_is_zarr(q) for q in p.parents) and (
-                _is_zarr(p) or p.is_file() and p.name.lower().endswith(IMAGE_SUFFIXES)))
+            walk = _walk(Path(text)) if recursive else Path(text).iterdir()
+            found += sorted(p for p in walk if _is_zarr(p) or (
+                p.is_file() and p.name.lower().endswith(IMAGE_SUFFIXES)))
         else:
             found.append(Path(text))
     unique = list(dict.fromkeys(p.resolve() for p in found))
@@ -83,6 +83,49 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False) -> 
                          "folders (with --recursive for subfolders) or glob patterns.")
     parent = Path(os.path.commonpath([str(p.parent) for p in unique]))
     return [BatchItem(p, p.relative_to(parent)) for p in unique]
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    """Every file and ``.zarr`` folder below ``root``, following links to folders but entering
+    each real folder once: a symlink loop (``sub/up -> ..``) ends instead of recursing until
+    the path is too long, and a folder linked twice is listed once."""
+    seen: set[tuple[int, int]] = set()
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        st = os.stat(folder)
+        if (st.st_dev, st.st_ino) in seen:
+            dirs[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        here = Path(folder)
+        zarrs = [d for d in dirs if d.lower().endswith(".zarr")]
+        dirs[:] = sorted(d for d in dirs if d not in zarrs)  # an OME-Zarr is one image
+        yield from (here / name for name in [*zarrs, *files])
+
+
+def _glob(pattern: str, recursive: bool) -> list[Path]:
+    """Paths matching ``pattern``; ``**`` (with ``recursive``) walks by :func:`_walk`, since
+    :func:`glob.glob` follows symlink loops into an exponential number of paths."""
+    parts = Path(pattern).parts
+    if not (recursive and "**" in parts):
+        return [Path(m) for m in sorted(glob.glob(pattern))]
+    fixed = next(i for i, part in enumerate(parts) if _is_glob(part))
+    root = Path(*parts[:fixed]) if fixed else Path(".")
+    wanted = parts[fixed:]
+    return sorted(p for p in _walk(root) if _matches(wanted, p.relative_to(root).parts))
+
+
+def _matches(pattern: Sequence[str], parts: Sequence[str]) -> bool:
+    """Glob match by path components: ``**`` is any number of folders; like glob, wildcards
+    do not match names starting with a dot."""
+    if not pattern:
+        return not parts
+    head, rest = pattern[0], pattern[1:]
+    if head == "**":
+        return any(_matches(rest, parts[i:]) for i in range(len(parts) + 1)
+                   if not any(p.startswith(".") for p in parts[:i]))
+    if not parts or (parts[0].startswith(".") and not head.startswith(".")):
+        return False
+    return fnmatch.fnmatchcase(parts[0], head) and _matches(rest, parts[1:])
 
 
 def output_path(out_dir: Path, item: BatchItem, plane: tuple[int, ...] | None) -> Path:

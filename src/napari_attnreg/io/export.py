@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..core.presets import THRESHOLD_KEYS
-from ..core.weights_hash import file_sha256, weights_file
+from ..core.weights_hash import bundled_weights, file_sha256
 
 #: Key of our metadata on napari output layers (the layer's ``metadata[META_KEY]``).
 META_KEY = "attnreg"
@@ -40,7 +40,8 @@ LayerData = tuple[Any, Mapping[str, Any], str]
 
 
 def provenance(result_metadata: Mapping[str, Any], *, source: str | None = None,
-               thresholds: Mapping[str, Any] | None = None) -> dict[str, Any]:
+               thresholds: Mapping[str, Any] | None = None,
+               own_weights: str | Path | None = None) -> dict[str, Any]:
     """How a result was made: source image, model, weights hash, preset, thresholds, B, seed.
 
     Parameters
@@ -53,12 +54,17 @@ def provenance(result_metadata: Mapping[str, Any], *, source: str | None = None,
     thresholds : mapping, optional
         Rule and thresholds in force when the table or map was exported (they move live
         after the run); win over the ones in the metadata.
+    own_weights : str or Path, optional
+        The weights file this process itself loaded for the run. Only it (or the bundled
+        demo weights) is hashed when the metadata has no ``weights_sha256``: a path read from
+        a result file is never opened, whatever it names.
 
     Returns
     -------
     dict
         One value per name in :data:`PROVENANCE_FIELDS` (None where the metadata does not
-        say); ``weights_sha256`` is computed when the weights are a file that still exists.
+        say); a missing ``weights_sha256`` is computed only from ``own_weights`` or the
+        bundled demo weights.
 
     Examples
     --------
@@ -74,8 +80,11 @@ def provenance(result_metadata: Mapping[str, Any], *, source: str | None = None,
             flat[key] = value
     record = {name: _plain(flat.get(name)) for name in PROVENANCE_FIELDS}
     if record["weights_sha256"] is None:
-        found = weights_file(record["weights"], record["model"])
-        record["weights_sha256"] = file_sha256(found) if found else None
+        found = own_weights or bundled_weights(record["weights"], record["model"])
+        try:
+            record["weights_sha256"] = file_sha256(found) if found else None
+        except (ValueError, OSError):  # gone, or not a regular file: nothing to state
+            record["weights_sha256"] = None
     if record["package_version"] is None:
         record["package_version"] = _installed_version()
     return record
