@@ -194,3 +194,53 @@ def test_large_ome_tiff_is_read_on_demand(tmp_path):
     (lazy, kwargs), = read_ome_tiff(path, lazy_bytes=0)
     assert isinstance(lazy, da.Array) and kwargs["channel_axis"] == 1
     np.testing.assert_array_equal(lazy.compute(), data)
+
+
+# ---- issue #18: readers that never return wrong data silently --------------------------------
+def test_dicom_uint32_pixels_with_an_intercept_do_not_wrap(tmp_path):
+    path = tmp_path / "u32.dcm"
+    write_ct_slice(path, 0.0, 1, np.zeros((2, 3), np.uint16), intercept=-1000.0)
+    ds = pydicom.dcmread(path)
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit = 32, 32, 31
+    ds.PixelData = np.array([[0, 1, 2], [3, 4, 3_000_000_000]], np.uint32).tobytes()
+    ds.save_as(path, enforce_file_format=True)
+    (volume, _), = read_dicom(path)
+    assert int(volume.max()) == 2_999_999_000 and int(volume.min()) == -1000
+
+
+def _multi_frame(path, frames, series_uid="1.2.3.4", instance=1):
+    write_ct_slice(path, 0.0, instance, frames[0], intercept=0.0, series_uid=series_uid)
+    ds = pydicom.dcmread(path)
+    ds.NumberOfFrames, ds.SpacingBetweenSlices = len(frames), 1.5
+    ds.PixelData = np.ascontiguousarray(frames).tobytes()
+    ds.save_as(path, enforce_file_format=True)
+
+
+def test_every_multi_frame_file_of_a_series_is_read(tmp_path):
+    first = np.stack([np.full((4, 5), 100 * k, np.uint16) for k in range(3)])
+    second = first + 7
+    _multi_frame(tmp_path / "a.dcm", first)
+    _multi_frame(tmp_path / "b.dcm", second, instance=2)
+    layers = read_dicom(tmp_path)
+    assert len(layers) == 2
+    np.testing.assert_array_equal(layers[0][0], first)
+    np.testing.assert_array_equal(layers[1][0], second)
+    assert layers[0][1]["name"] != layers[1][1]["name"]
+
+
+def test_axial_and_sagittal_slices_of_one_series_are_not_stacked(tmp_path):
+    for k in range(2):
+        write_ct_slice(tmp_path / f"ax{k}.dcm", 2.0 * k, k + 1, np.full((6, 5), k, np.uint16))
+    for k in range(3):
+        write_ct_slice(tmp_path / f"sag{k}.dcm", 0.0, 10 + k, np.full((6, 5), 50 + k, np.uint16))
+        ds = pydicom.dcmread(tmp_path / f"sag{k}.dcm")
+        ds.ImageOrientationPatient = [0, 1, 0, 0, 0, -1]
+        ds.ImagePositionPatient = [-10.0 + 3.0 * k, -120.0, 0.0]
+        ds.save_as(tmp_path / f"sag{k}.dcm", enforce_file_format=True)
+    layers = read_dicom(tmp_path)
+    shapes = sorted(volume.shape for volume, _ in layers)
+    assert shapes == [(2, 6, 5), (3, 6, 5)]
+    names = {kwargs["name"] for _, kwargs in layers}
+    assert any("axial" in n for n in names) and any("sagittal" in n for n in names)
+    sagittal = next(kw for v, kw in layers if v.shape[0] == 3)
+    assert sagittal["scale"][0] == pytest.approx(3.0)
