@@ -395,3 +395,16 @@ def test_recursive_inputs_over_symlink_loops_finish_with_each_file_once(tmp_path
     assert names(_finishes(lambda: collect_inputs([d], recursive=True))) == expected
     pattern = str(d / "**" / "*.tif")
     assert names(_finishes(lambda: collect_inputs([pattern], recursive=True))) == expected
+
+
+def test_an_output_folder_inside_the_inputs_is_not_analysed(tmp_path, capsys):
+    tifffile.imwrite(tmp_path / "img.tif", _img(1))
+    out = tmp_path / "out"
+    args = ["run", str(tmp_path), "--recursive", "--out", str(out), *FAST]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "0 done, 1 skipped, 0 failed" in capsys.readouterr().err
+    assert [Path(r["source"]).name for r in _summary(out)] == ["img.tif"]
+    assert main(["run", str(tmp_path / "**" / "*.png"), "--recursive", "--out", str(out),
+                 *FAST]) == 2  # only its own figures matched: nothing to do, said clearly

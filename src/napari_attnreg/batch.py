@@ -55,11 +55,13 @@ def _is_glob(text: str) -> bool:
     return any(ch in text for ch in "*?[")
 
 
-def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False) -> list[BatchItem]:
+def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
+                   exclude: str | Path | None = None) -> list[BatchItem]:
     """Files, folders (their image files; ``recursive`` descends) and glob patterns → items.
 
     A path that does not exist is kept, so that it is reported as a failed input. Outputs
-    are named by the path relative to the common parent folder of all inputs.
+    are named by the path relative to the common parent folder of all inputs. Files inside
+    ``exclude`` (the output folder) are left out: a batch never analyses its own figures.
 
     Raises
     ------
@@ -78,9 +80,13 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False) -> 
         else:
             found.append(Path(text))
     unique = list(dict.fromkeys(p.resolve() for p in found))
+    if exclude is not None:
+        skip = Path(exclude).resolve()
+        unique = [p for p in unique if skip != p and skip not in p.parents]
     if not unique:
         raise ValueError(f"No image files found in {', '.join(map(str, inputs))}; give files, "
-                         "folders (with --recursive for subfolders) or glob patterns.")
+                         "folders (with --recursive for subfolders) or glob patterns (files in "
+                         "the output folder are not inputs).")
     parent = Path(os.path.commonpath([str(p.parent) for p in unique]))
     return [BatchItem(p, p.relative_to(parent)) for p in unique]
 
