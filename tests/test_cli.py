@@ -135,3 +135,13 @@ def test_summary_and_result_files_state_how_they_were_made(tmp_path):
     result = AttentionResult.load(next(tmp_path.glob("*.attnreg.npz")))
     assert result.metadata["weights_sha256"] == sha
     assert result.metadata["package_version"] == napari_attnreg.__version__
+
+
+def test_device_and_head_values_are_checked_whole(tmp_path, capsys):
+    from napari_attnreg.core.options import validate_options
+
+    with pytest.raises(ValueError, match="is not a compute device"):
+        validate_options({"device": "cpu\n"})
+    with pytest.raises(ValueError, match="head must be 'mean' or a head number"):
+        validate_options({"head": "²"})
+    assert validate_options({"head": " 2 "})["head"] == 2
