@@ -244,3 +244,44 @@ def test_axial_and_sagittal_slices_of_one_series_are_not_stacked(tmp_path):
     assert any("axial" in n for n in names) and any("sagittal" in n for n in names)
     sagittal = next(kw for v, kw in layers if v.shape[0] == 3)
     assert sagittal["scale"][0] == pytest.approx(3.0)
+
+
+def test_ome_physical_sizes_that_cannot_be_sizes_become_scale_one_with_a_warning(tmp_path):
+    import tifffile
+
+    for bad in ("NaN", "INF", "-0.5", "1e300", "0"):
+        path = tmp_path / f"s{bad}.ome.tif"
+        tifffile.imwrite(path, np.zeros((2, 8, 8), np.uint8), ome=True,
+                         metadata={"axes": "ZYX", "PhysicalSizeX": 0.25})
+        with tifffile.TiffFile(path) as tif:  # the writer refuses such values: edit the XML
+            xml = tif.ome_metadata
+        xml = xml.replace('PhysicalSizeX="0.25"', f'PhysicalSizeX="0.25" PhysicalSizeY="{bad}"')
+        tifffile.tiffcomment(path, xml.encode())
+        with pytest.warns(UserWarning, match="physical size of axis Y"):
+            (_, kwargs), = read_ome_tiff(path)
+        assert kwargs["scale"][-2:] == (1.0, 0.25)
+
+
+def test_ome_tiffdata_never_pulls_pixels_from_another_file(tmp_path):
+    import tifffile
+
+    secret = tmp_path / "secret.ome.tif"
+    tifffile.imwrite(secret, np.full((8, 8), 77, np.uint8), ome=True)
+    (tmp_path / "sub").mkdir()
+    path = tmp_path / "sub" / "a.ome.tif"
+    tifffile.imwrite(path, np.zeros((2, 8, 8), np.uint8), ome=True, metadata={"axes": "ZYX"})
+    with tifffile.TiffFile(path) as tif:
+        xml = tif.ome_metadata
+    start = xml.index("<TiffData")
+    end = xml.index("/>", start) + 2
+    xml = xml[:start] + ('<TiffData IFD="0" PlaneCount="1" FirstZ="0"/>'
+                         '<TiffData FirstZ="1" IFD="0" PlaneCount="1">'
+                         '<UUID FileName="../secret.ome.tif">urn:uuid:0</UUID></TiffData>'
+                         ) + xml[end:]
+    tifffile.tiffcomment(path, xml.encode())
+    try:
+        (data, _), = read_ome_tiff(path)
+    except ValueError as err:  # refusing is fine too; the other file's pixels are not
+        assert str(path) in str(err)
+        return
+    assert not np.any(np.asarray(data) == 77)

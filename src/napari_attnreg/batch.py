@@ -163,7 +163,10 @@ def read_stack(path: Path, channel_axis: int | None = None) -> Any:
     data, hints = _read_with_layout(path)
     if channel_axis is not None:
         hints = {"channel_axis": channel_axis}
-    return PlaneStack.from_array(data, **hints)
+    try:
+        return PlaneStack.from_array(data, **hints)
+    except ValueError as err:  # an empty or odd layout: say which file has it
+        raise ValueError(f"{path}: {err}") from None
 
 
 def read_image(path: Path) -> np.ndarray:
