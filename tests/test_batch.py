@@ -408,3 +408,17 @@ def test_an_output_folder_inside_the_inputs_is_not_analysed(tmp_path, capsys):
     assert [Path(r["source"]).name for r in _summary(out)] == ["img.tif"]
     assert main(["run", str(tmp_path / "**" / "*.png"), "--recursive", "--out", str(out),
                  *FAST]) == 2  # only its own figures matched: nothing to do, said clearly
+
+
+def test_a_write_error_is_that_images_row_and_promises_no_log(tmp_path, monkeypatch, capsys):
+    tifffile.imwrite(tmp_path / "img.tif", _img(1))
+
+    def denied(self, path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(AttentionResult, "save", denied)
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "img.tif"), "--out", str(out), *FAST]) == 1
+    status = _summary(out)[0]["status"]
+    assert status.startswith("failed: ") and "Permission denied" in status
+    assert "log" not in status and "log" not in capsys.readouterr().err
