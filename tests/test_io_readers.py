@@ -285,3 +285,14 @@ def test_ome_tiffdata_never_pulls_pixels_from_another_file(tmp_path):
         assert str(path) in str(err)
         return
     assert not np.any(np.asarray(data) == 77)
+
+
+def test_dicom_layers_keep_the_uids_and_files_of_their_slices(ct_folder):
+    (volume, kwargs), = read_dicom(ct_folder)
+    meta = kwargs["metadata"]
+    assert meta["source_path"] == str(ct_folder)
+    files = meta["dicom"]["source_files"]
+    assert [f.rsplit("/", 1)[-1] for f in files] == ["img3.dcm", "img0.dcm", "img2.dcm", "img1.dcm"]
+    uids = meta["dicom"]["sop_instance_uids"]
+    assert uids == [str(pydicom.dcmread(f).SOPInstanceUID) for f in files] and len(set(uids)) == 4
+    assert "Doe" not in str(meta)  # no patient identifiers

@@ -173,7 +173,7 @@ def _series_layer(datasets: list[Any], path: Path) -> tuple[np.ndarray, LayerKwa
         "scale": tuple(float(s) for s in scale),
         "units": ("mm",) * spatial,
         "rgb": rgb,
-        "metadata": {"source_path": str(path), "dicom": _summary(first, path, len(datasets))},
+        "metadata": {"source_path": str(path), "dicom": _summary(first, path, datasets)},
     }
     if not rgb:
         kwargs["colormap"] = "gray_r" if first.get("PhotometricInterpretation") == \
@@ -273,11 +273,15 @@ def _first(value: Any) -> float:
     return float(value)
 
 
-def _summary(ds: Any, path: Path, n_files: int) -> dict[str, Any]:
-    """What the layer came from; no patient identifiers."""
+def _summary(ds: Any, path: Path, datasets: list[Any]) -> dict[str, Any]:
+    """What the layer came from, slice by slice (files and SOP instance UIDs in volume
+    order, so a result traces back to the exact images); no patient identifiers."""
     return {
         "path": str(path),
-        "files": n_files,
+        "files": len(datasets),
+        "source_files": [str(d.filename) for d in datasets],
+        "sop_instance_uids": [str(d.get("SOPInstanceUID", "")) for d in datasets],
+        "frame_of_reference_uid": str(ds.get("FrameOfReferenceUID", "")),
         "modality": str(ds.get("Modality", "")),
         "series_instance_uid": str(ds.get("SeriesInstanceUID", "")),
         "series_description": str(ds.get("SeriesDescription", "")),
