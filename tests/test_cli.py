@@ -35,9 +35,12 @@ def test_run_on_tiff_stack_and_png(tmp_path, weights, blob_image, capsys):
                  "--device", "cpu", "--rule", "p", "--p-th", "0.2"])
     assert code == 0
     names = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert names == ["rgb.png.attnreg.npz", "rgb.png.attnreg.png", "stack.tif/plane_0000.attnreg.npz",
-                     "stack.tif/plane_0000.attnreg.png", "stack.tif/plane_0001.attnreg.npz",
-                     "stack.tif/plane_0001.attnreg.png", "summary.csv"]
+    # per output: the result, its figure and the resume record written last (#18)
+    assert names == ["rgb.png.attnreg.json", "rgb.png.attnreg.npz", "rgb.png.attnreg.png",
+                     "stack.tif/plane_0000.attnreg.json", "stack.tif/plane_0000.attnreg.npz",
+                     "stack.tif/plane_0000.attnreg.png", "stack.tif/plane_0001.attnreg.json",
+                     "stack.tif/plane_0001.attnreg.npz", "stack.tif/plane_0001.attnreg.png",
+                     "summary.csv"]
     res = AttentionResult.load(out / "stack.tif" / "plane_0001.attnreg.npz")
     assert res.image_shape == blob_image.shape and res.metadata["n_boot"] == 6
     # the directional default: no z mask, its own l_th/q_th; the explicit rule and p_th win

@@ -4,8 +4,11 @@
 ``relative`` path (to the common parent of all inputs) names their outputs, so two inputs
 never write the same file. :func:`process_item` runs one file (every plane of a stack) and
 writes its results; :func:`run_batch` runs them all, serially or one task per image on a
-Dask cluster (:mod:`.distributed`), and writes ``summary.csv``. A file that fails is
-reported with its reason and the batch goes on.
+Dask cluster (:mod:`.distributed`), and writes ``summary.csv`` (merged with the rows of
+earlier runs into the same folder). A file that fails, including any file a decoder cannot
+read, is reported with its reason and the batch goes on. Every output is written atomically
+and recorded last in a resume record (:mod:`.resume`), so a rerun skips exactly the
+complete outputs of unchanged inputs and options and redoes the rest, saying why.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .core.files import atomic_write, decoding
+from .core.files import PARTIAL_MARK, atomic_write, decoding
 
 IMAGE_SUFFIXES = (".tif", ".tiff", ".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 RESULT_SUFFIX = ".attnreg.npz"
@@ -76,7 +79,8 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
         elif Path(text).is_dir() and not _is_zarr(Path(text)):
             walk = _walk(Path(text)) if recursive else Path(text).iterdir()
             found += sorted(p for p in walk if _is_zarr(p) or (
-                p.is_file() and p.name.lower().endswith(IMAGE_SUFFIXES)))
+                p.is_file() and p.name.lower().endswith(IMAGE_SUFFIXES)
+                and not (p.name.startswith(".") and PARTIAL_MARK in p.name)))  # killed writes
         else:
             found.append(Path(text))
     unique = list(dict.fromkeys(p.resolve() for p in found))

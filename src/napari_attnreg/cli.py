@@ -1,8 +1,9 @@
 """Command line: ``attnreg run IMAGE|FOLDER|GLOB... --out DIR`` and ``attnreg demo``.
 
-One ``.npz`` result file and one PNG figure per image (per plane for stacks), named by the
-input's path relative to the common parent of the inputs, and ``DIR/summary.csv``; the
-batch logic is :mod:`napari_attnreg.batch`.
+One ``.npz`` result file, one PNG figure and one ``.json`` resume record per image (per plane
+for stacks), named by the input's path relative to the common parent of the inputs, and
+``DIR/summary.csv``; the batch logic is :mod:`napari_attnreg.batch`, resuming
+:mod:`napari_attnreg.resume`.
 """
 
 from __future__ import annotations
