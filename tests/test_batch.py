@@ -422,3 +422,28 @@ def test_a_write_error_is_that_images_row_and_promises_no_log(tmp_path, monkeypa
     status = _summary(out)[0]["status"]
     assert status.startswith("failed: ") and "Permission denied" in status
     assert "log" not in status and "log" not in capsys.readouterr().err
+
+
+def test_a_resume_killed_halfway_keeps_the_earlier_rows_of_images_not_yet_reached(
+        tmp_path, monkeypatch):
+    from napari_attnreg import batch
+
+    for i in range(2):
+        tifffile.imwrite(tmp_path / f"img{i}.tif", _img(i))
+    items = collect_inputs([tmp_path / "img0.tif", tmp_path / "img1.tif"])
+    out = tmp_path / "out"
+    opts = {"n_boot": 4, "device": "cpu", "seed": 0}
+    batch.run_batch(items, out, "demo", None, opts, quiet=True)
+    real = batch.process_item
+
+    def killed_at_the_second(item, *args, **kwargs):
+        if item == items[1]:
+            raise KeyboardInterrupt
+        return real(item, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "process_item", killed_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        batch.run_batch(items, out, "demo", None, {**opts, "seed": 9}, quiet=True)
+    rows = {Path(r["source"]).name: r for r in _summary(out)}
+    assert sorted(rows) == ["img0.tif", "img1.tif"]
+    assert rows["img0.tif"]["seed"] == "9" and rows["img1.tif"]["seed"] == "0"

@@ -295,13 +295,13 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
     """
     from .resume import input_stamp, run_signature
 
-    run = run_signature(model, arch, opts)
+    backbone = cached_backbone(model, arch)  # its weights identify the run, on any worker
+    run = run_signature(backbone, opts)
     stamp = input_stamp(item.source)  # before reading: a file changed meanwhile is redone later
     single = output_path(out_dir, item, None)
     early, _ = _resume(item, None, single, figure, stamp, run, overwrite)
     if early is not None:
         return [early]
-    backbone = cached_backbone(model, arch)
     try:
         lazy = _lazy_input(item.source, opts)
         stack = None if lazy is not None else read_stack(item.source, opts.get("channel_axis"))
@@ -530,19 +530,21 @@ def earlier_rows(path: Path) -> list[dict[str, Any]]:
 
 class _Summary:
     """``summary.csv`` of this run merged with the rows of earlier runs into the same folder:
-    an earlier row is dropped only when this run reports the same input or output."""
+    an earlier row is dropped only once this run has reported the same input or output, so
+    a batch killed halfway still lists what earlier runs finished."""
 
-    def __init__(self, path: Path, items: Sequence[BatchItem]) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self.sources = {str(item.source) for item in items}
-        self.earlier = [r for r in earlier_rows(path) if r["source"] not in self.sources]
+        self.earlier = earlier_rows(path)
         self.rows: list[dict[str, Any]] = []
 
     def add(self, rows: list[dict[str, Any]]) -> None:
         self.rows += rows
         _report_failures(rows)
+        sources = {r["source"] for r in self.rows}
         outputs = {r["output"] for r in self.rows if r.get("output")}
-        kept = [r for r in self.earlier if not r["output"] or r["output"] not in outputs]
+        kept = [r for r in self.earlier
+                if r["source"] not in sources and (not r["output"] or r["output"] not in outputs)]
         write_summary(kept + self.rows, self.path)
 
 
@@ -580,7 +582,7 @@ def run_batch(items: Sequence[BatchItem], out_dir: Path, model: Any, arch: str |
         from .core.images import check_target_size
 
         check_target_size(opts.get("target_size", "model"), cached_backbone(model, arch).patch_size)
-    summary = _Summary(out_dir / "summary.csv", items)
+    summary = _Summary(out_dir / "summary.csv")
     if workers or scheduler:
         from .distributed import run_on_dask
 

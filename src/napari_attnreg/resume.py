@@ -39,17 +39,14 @@ def input_stamp(path: Path) -> dict[str, Any]:
     return {"source": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def run_signature(model: Any, arch: str | None, opts: Mapping[str, Any]) -> dict[str, Any]:
-    """The model and every option, as plain JSON values (compared field by field on resume)."""
-    from .core.backbones import Backbone
+def run_signature(backbone: Any, opts: Mapping[str, Any]) -> dict[str, Any]:
+    """The model (name, weights and their SHA-256) and every option, as plain JSON values
+    (compared field by field on resume). Taken from the loaded backbone, so a serial run and
+    a Dask run of the same weights agree."""
+    from .core.weights_hash import weights_sha256
 
-    if isinstance(model, Backbone):
-        from .core.weights_hash import weights_sha256
-
-        ident = {"model": model.name, "weights": model.weights,
-                 "weights_sha256": weights_sha256(model.weights, model.name)}
-    else:
-        ident = {"model": str(model), "arch": arch}
+    ident = {"model": backbone.name, "weights": backbone.weights,
+             "weights_sha256": weights_sha256(backbone.weights, backbone.name)}
     # through JSON so that tuples and lists, paths and strings compare equal after a reload
     return json.loads(json.dumps({**ident, **dict(opts)}, sort_keys=True, default=str))
 
