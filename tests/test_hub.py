@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -155,5 +156,12 @@ def test_a_proxy_that_never_answers_fails_fast_and_suggests_offline(monkeypatch)
         with pytest.raises(BackboneError) as info:
             hub.call_hub("org/model", load, offline_alternative="load_backbone('file')")
         assert time.perf_counter() - t0 < 10
-    assert calls == [True]  # never tried the network through the silent proxy
-    assert "HF_HUB_OFFLINE=1" in str(info.value)
+        assert calls == [True]  # never tried the network through the silent proxy
+        assert "HF_HUB_OFFLINE=1" in str(info.value)
+        models = ["vit_small_patch8_224.dino"]  # a timm id, and hf: with transformers
+        models += ["hf:owkin/phikon"] if importlib.util.find_spec("transformers") else []
+        for model in models:
+            t0 = time.perf_counter()
+            with pytest.raises(BackboneError, match="HF_HUB_OFFLINE=1"):
+                load_backbone(model)
+            assert time.perf_counter() - t0 < 10, model
