@@ -447,3 +447,17 @@ def test_a_resume_killed_halfway_keeps_the_earlier_rows_of_images_not_yet_reache
     rows = {Path(r["source"]).name: r for r in _summary(out)}
     assert sorted(rows) == ["img0.tif", "img1.tif"]
     assert rows["img0.tif"]["seed"] == "9" and rows["img1.tif"]["seed"] == "0"
+
+
+def test_decoder_failures_name_the_file_and_bugs_outside_decoding_still_surface(tmp_path):
+    from napari_attnreg.core.files import UnreadableFileError, decoding
+
+    path = tmp_path / "x.tif"
+    for raised in (KeyError("StripOffsets"), ZeroDivisionError(), MemoryError()):
+        with pytest.raises(UnreadableFileError, match=str(path)) as info:
+            with decoding(path):
+                raise raised
+        assert info.value.__cause__ is raised
+    with pytest.raises(KeyboardInterrupt):  # not an Exception: a Ctrl-C is never a file error
+        with decoding(path):
+            raise KeyboardInterrupt

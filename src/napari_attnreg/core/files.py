@@ -37,6 +37,10 @@ def decoding(path: str | Path, what: str = "image") -> Iterator[None]:
         yield
     except UnreadableFileError:
         raise
+    except MemoryError as err:  # a huge image, or a damaged header declaring one
+        raise UnreadableFileError(
+            f"{path} is too large to read into memory, or its header declares a size it does "
+            "not hold; a tiled run (--tiled) reads large TIFFs tile by tile.") from err
     except Exception as err:  # noqa: BLE001  any decoder failure is this one file's failure
         text = str(err).splitlines()[0] if str(err) else ""
         reason = f"{type(err).__name__}: {text}" if text else type(err).__name__
