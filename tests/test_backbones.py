@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -253,3 +254,22 @@ def test_position_embedding_of_a_non_square_grid(tmp_path):
     state = {k: v.clone() for k, v in trained.state_dict().items()}
     load_timm_state(module, state, path.name, "vit_tiny_patch16_224")
     assert module.pos_embed.shape[1] == 1 + 12 * 16
+
+
+def test_weights_stored_as_ints_bools_or_float8_load_with_a_warning(tmp_path):
+    from safetensors.torch import save_file
+
+    from napari_attnreg.core.backbones import read_state_dict
+
+    good = tmp_path / "good.safetensors"
+    save_file({"blocks.0.attn.qkv.weight": torch.ones(4, 4),
+               "embeddings.position_ids": torch.arange(4)}, str(good))  # an int buffer is fine
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read_state_dict(good)
+    for dtype in (torch.int64, torch.bool, torch.float8_e4m3fn):
+        path = tmp_path / f"{str(dtype).split('.')[-1]}.safetensors"
+        save_file({"blocks.0.attn.qkv.weight": torch.ones(4, 4).to(dtype)}, str(path))
+        with pytest.warns(UserWarning, match=f"{path.name}.*blocks.0.attn.qkv.weight.*"
+                                             f"{str(dtype).split('.')[-1]}"):
+            read_state_dict(path)

@@ -274,3 +274,190 @@ def test_sample_images_fail_with_advice(monkeypatch, tmp_path):
     monkeypatch.setattr(samples, "DATA_DIR", tmp_path)
     with pytest.raises(ValueError, match="sample mask is missing"):
         samples.demo_mask()
+
+
+# ---- issue #18: batches and files that never lie ----------------------------------------------
+def test_damaged_tiffs_are_per_file_errors_and_the_summary_is_complete(tmp_path, capsys):
+    tifffile.imwrite(tmp_path / "good.tif", _img(1))
+    tifffile.imwrite(tmp_path / "tiled.tif", np.tile(_img(2), (4, 4)), tile=(64, 64),
+                     compression="zlib")
+    data = (tmp_path / "tiled.tif").read_bytes()
+    (tmp_path / "tiled.tif").write_bytes(data[: len(data) * 2 // 3])  # zlib.error when decoded
+    (tmp_path / "four.tif").write_bytes(b"II*\x00")  # struct.error in tifffile
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path), "--out", str(out), *FAST]) == 1
+    assert "Traceback" not in capsys.readouterr().err
+    rows = {Path(r["source"]).name: r["status"] for r in _summary(out)}
+    assert rows["good.tif"] == "done" and len(rows) == 3
+    for name in ("tiled.tif", "four.tif"):
+        assert rows[name].startswith("failed: ") and name in rows[name]
+        assert "not a readable image" in rows[name]
+
+
+def test_resume_never_reports_another_inputs_result_and_keeps_earlier_rows(tmp_path, capsys):
+    for folder, seed in (("A", 1), ("B", 2)):
+        (tmp_path / folder).mkdir()
+        tifffile.imwrite(tmp_path / folder / "img.tif", _img(seed))
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "A" / "img.tif"), "--out", str(out), *FAST]) == 0
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "B" / "img.tif"), "--out", str(out), *FAST]) == 1
+    err = capsys.readouterr().err
+    assert "0 done, 0 skipped, 1 failed" in err and "holds the result of" in err
+    held = AttentionResult.load(out / "img.tif.attnreg.npz")
+    assert held.metadata["source"] == str((tmp_path / "A" / "img.tif").resolve())
+    rows = {Path(r["source"]).parent.name: r["status"] for r in _summary(out)}
+    assert rows["A"] == "done" and rows["B"].startswith("failed: ")  # A's row was kept
+
+
+def test_resume_redoes_what_is_incomplete_or_different_and_says_why(tmp_path, capsys):
+    src = tmp_path / "one.tif"
+    tifffile.imwrite(src, _img(1))
+    out = tmp_path / "out"
+    args = ["run", str(src), "--out", str(out), *FAST]
+    figure = out / "one.tif.attnreg.png"
+
+    def again(extra=()):
+        capsys.readouterr()
+        assert main([*args, *extra]) == 0
+        return _summary(out)[0]["status"], capsys.readouterr().err
+
+    assert main(args) == 0
+    assert again()[0] == "skipped (exists)"
+    figure.unlink()  # killed before the figure was written
+    status, err = again()
+    assert status == "done" and "figure" in err and figure.is_file()
+    figure.write_bytes(figure.read_bytes()[:100])  # a truncated figure
+    status, err = again()
+    assert status == "done" and "figure" in err
+    status, err = again(["--seed", "9"])
+    assert status == "done" and "options changed" in err and "seed" in err
+    tifffile.imwrite(src, _img(2))
+    status, err = again(["--seed", "9"])
+    assert status == "done" and "input changed" in err
+    assert again(["--seed", "9"])[0] == "skipped (exists)"
+    (out / "one.tif.attnreg.npz").write_bytes(b"PK\x03\x04 truncated")
+    status, err = again(["--seed", "9"])
+    assert status == "done" and "result" in err
+
+
+def test_a_full_disk_during_the_summary_or_a_result_leaves_no_partial_file(tmp_path, monkeypatch):
+    import errno
+
+    from napari_attnreg.batch import write_summary
+
+    summary = tmp_path / "summary.csv"
+    write_summary([{"source": "a.tif", "status": "done"}], summary)
+    before = summary.read_bytes()
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(csv.DictWriter, "writerows", full)
+    with pytest.raises(ValueError, match="Cannot write .*summary.csv.*No space left"):
+        write_summary([{"source": "b.tif", "status": "done"}], summary)
+    assert summary.read_bytes() == before and os.listdir(tmp_path) == ["summary.csv"]
+    monkeypatch.setattr(np, "savez_compressed", full)
+    grid = np.zeros((4, 4))
+    result = AttentionResult(attention=grid, z=grid, p=grid, lfdr=grid, posterior=grid, q=grid,
+                             pi0=1.0, thresholds={}, image_shape=(32, 32), model_shape=(32, 32),
+                             patch_size=(8, 8))
+    with pytest.raises(OSError):
+        result.save(tmp_path / "r.attnreg.npz")
+    assert os.listdir(tmp_path) == ["summary.csv"]
+
+
+def _finishes(fn, seconds: float = 20.0):
+    """fn()'s value, failing (not hanging) when it runs longer than ``seconds``."""
+    import threading
+
+    box = {}
+    worker = threading.Thread(target=lambda: box.setdefault("value", fn()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"still running after {seconds} s"
+    return box["value"]
+
+
+def test_recursive_inputs_over_symlink_loops_finish_with_each_file_once(tmp_path):
+    d = tmp_path / "d"
+    (d / "sub").mkdir(parents=True)
+    tifffile.imwrite(d / "top.tif", _img(1))
+    tifffile.imwrite(d / "sub" / "deep.tif", _img(2))
+    for name in ("loop_a", "loop_b"):  # two loops: 2**depth paths until ELOOP
+        os.symlink(d, d / "sub" / name)
+    os.symlink(d / "sub", d / "alias")  # a second way to reach the same real folder
+
+    def names(items):
+        return sorted(str(i.source.relative_to(d)) for i in items)
+
+    expected = [os.path.join("sub", "deep.tif"), "top.tif"]
+    assert names(_finishes(lambda: collect_inputs([d], recursive=True))) == expected
+    pattern = str(d / "**" / "*.tif")
+    assert names(_finishes(lambda: collect_inputs([pattern], recursive=True))) == expected
+
+
+def test_an_output_folder_inside_the_inputs_is_not_analysed(tmp_path, capsys):
+    tifffile.imwrite(tmp_path / "img.tif", _img(1))
+    out = tmp_path / "out"
+    args = ["run", str(tmp_path), "--recursive", "--out", str(out), *FAST]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "0 done, 1 skipped, 0 failed" in capsys.readouterr().err
+    assert [Path(r["source"]).name for r in _summary(out)] == ["img.tif"]
+    assert main(["run", str(tmp_path / "**" / "*.png"), "--recursive", "--out", str(out),
+                 *FAST]) == 2  # only its own figures matched: nothing to do, said clearly
+
+
+def test_a_write_error_is_that_images_row_and_promises_no_log(tmp_path, monkeypatch, capsys):
+    tifffile.imwrite(tmp_path / "img.tif", _img(1))
+
+    def denied(self, path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(AttentionResult, "save", denied)
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "img.tif"), "--out", str(out), *FAST]) == 1
+    status = _summary(out)[0]["status"]
+    assert status.startswith("failed: ") and "Permission denied" in status
+    assert "log" not in status and "log" not in capsys.readouterr().err
+
+
+def test_a_resume_killed_halfway_keeps_the_earlier_rows_of_images_not_yet_reached(
+        tmp_path, monkeypatch):
+    from napari_attnreg import batch
+
+    for i in range(2):
+        tifffile.imwrite(tmp_path / f"img{i}.tif", _img(i))
+    items = collect_inputs([tmp_path / "img0.tif", tmp_path / "img1.tif"])
+    out = tmp_path / "out"
+    opts = {"n_boot": 4, "device": "cpu", "seed": 0}
+    batch.run_batch(items, out, "demo", None, opts, quiet=True)
+    real = batch.process_item
+
+    def killed_at_the_second(item, *args, **kwargs):
+        if item == items[1]:
+            raise KeyboardInterrupt
+        return real(item, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "process_item", killed_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        batch.run_batch(items, out, "demo", None, {**opts, "seed": 9}, quiet=True)
+    rows = {Path(r["source"]).name: r for r in _summary(out)}
+    assert sorted(rows) == ["img0.tif", "img1.tif"]
+    assert rows["img0.tif"]["seed"] == "9" and rows["img1.tif"]["seed"] == "0"
+
+
+def test_decoder_failures_name_the_file_and_bugs_outside_decoding_still_surface(tmp_path):
+    from napari_attnreg.core.files import UnreadableFileError, decoding
+
+    path = tmp_path / "x.tif"
+    for raised in (KeyError("StripOffsets"), ZeroDivisionError(), MemoryError()):
+        with pytest.raises(UnreadableFileError, match=str(path)) as info:
+            with decoding(path):
+                raise raised
+        assert info.value.__cause__ is raised
+    with pytest.raises(KeyboardInterrupt):  # not an Exception: a Ctrl-C is never a file error
+        with decoding(path):
+            raise KeyboardInterrupt

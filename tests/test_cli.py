@@ -35,9 +35,12 @@ def test_run_on_tiff_stack_and_png(tmp_path, weights, blob_image, capsys):
                  "--device", "cpu", "--preset", "directional", "--rule", "p", "--p-th", "0.2"])
     assert code == 0
     names = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert names == ["rgb.png.attnreg.npz", "rgb.png.attnreg.png", "stack.tif/plane_0000.attnreg.npz",
-                     "stack.tif/plane_0000.attnreg.png", "stack.tif/plane_0001.attnreg.npz",
-                     "stack.tif/plane_0001.attnreg.png", "summary.csv"]
+    # per output: the result, its figure and the resume record written last (#18)
+    assert names == ["rgb.png.attnreg.json", "rgb.png.attnreg.npz", "rgb.png.attnreg.png",
+                     "stack.tif/plane_0000.attnreg.json", "stack.tif/plane_0000.attnreg.npz",
+                     "stack.tif/plane_0000.attnreg.png", "stack.tif/plane_0001.attnreg.json",
+                     "stack.tif/plane_0001.attnreg.npz", "stack.tif/plane_0001.attnreg.png",
+                     "summary.csv"]
     res = AttentionResult.load(out / "stack.tif" / "plane_0001.attnreg.npz")
     assert res.image_shape == blob_image.shape and res.metadata["n_boot"] == 6
     # the directional default: no z mask, its own l_th/q_th; the explicit rule and p_th win
@@ -135,3 +138,13 @@ def test_summary_and_result_files_state_how_they_were_made(tmp_path):
     result = AttentionResult.load(next(tmp_path.glob("*.attnreg.npz")))
     assert result.metadata["weights_sha256"] == sha
     assert result.metadata["package_version"] == napari_attnreg.__version__
+
+
+def test_device_and_head_values_are_checked_whole(tmp_path, capsys):
+    from napari_attnreg.core.options import validate_options
+
+    with pytest.raises(ValueError, match="is not a compute device"):
+        validate_options({"device": "cpu\n"})
+    with pytest.raises(ValueError, match="head must be 'mean' or a head number"):
+        validate_options({"head": "²"})
+    assert validate_options({"head": " 2 "})["head"] == 2

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import socket
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -81,3 +83,41 @@ def test_workers_option_of_the_command_line(tmp_path, capsys):
     assert sorted(p.name for p in out.glob("*.attnreg.npz")) == ["img0.tif.attnreg.npz",
                                                                  "img1.tif.attnreg.npz"]
     assert "broken.tif" in capsys.readouterr().err
+
+
+def test_batches_sharing_a_scheduler_never_swap_results(tmp_path, monkeypatch):
+    from dask.distributed import Client, LocalCluster
+
+    from napari_attnreg.batch import SUMMARY_COLUMNS
+
+    _images(tmp_path / "in", n=1)
+    monkeypatch.chdir(tmp_path)
+    items = collect_inputs([tmp_path / "in" / "img0.tif"])
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        # another batch on this scheduler still holds its first task's result
+        other = {**dict.fromkeys(SUMMARY_COLUMNS, ""), "source": "another batch's image",
+                 "status": "done"}
+        held = client.submit(lambda: [other], key="attnreg-0", pure=False)
+        held.result()
+        report = run_batch(items, "rel-out", "demo", None, OPTS, quiet=True,
+                           scheduler=cluster.scheduler_address)
+    assert [r["source"] for r in report.rows] == [str(items[0].source)]
+    # a relative --out is resolved here, not in each worker's own working folder
+    assert Path(report.rows[0]["output"]).is_absolute()
+    assert (tmp_path / "rel-out" / "img0.tif.attnreg.npz").is_file()
+
+
+def test_an_unreachable_scheduler_or_zero_workers_is_a_clear_error(tmp_path, monkeypatch):
+    from napari_attnreg import distributed
+
+    _images(tmp_path / "in", n=1)
+    items = collect_inputs([tmp_path / "in" / "img0.tif"])
+    monkeypatch.setattr(distributed, "SCHEDULER_TIMEOUT_S", 1)
+    with socket.socket() as free:  # a port on this machine where nothing listens
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    with pytest.raises(ValueError, match=f"Cannot reach the Dask scheduler at tcp://127.0.0.1:{port}"):
+        run_batch(items, tmp_path / "out", "demo", None, OPTS, scheduler=f"tcp://127.0.0.1:{port}")
+    with pytest.raises(ValueError, match="--workers must be a positive number"):
+        run_batch(items, tmp_path / "out", "demo", None, OPTS, workers=0)

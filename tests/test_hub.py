@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -122,7 +123,45 @@ def test_probe_goes_to_the_proxy_when_one_is_set(monkeypatch):
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example.org:3128")
     monkeypatch.delenv("no_proxy", raising=False)
     monkeypatch.delenv("NO_PROXY", raising=False)
-    assert hub._probe_address() == ("proxy.example.org", 3128)
+    assert hub._probe_target() == ("proxy.example.org", 3128, True)
     for name in ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
-    assert hub._probe_address() == ("huggingface.co", 443)
+    assert hub._probe_target() == ("huggingface.co", 443, False)
+
+
+def test_a_proxy_that_never_answers_fails_fast_and_suggests_offline(monkeypatch):
+    import socket
+
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    with socket.socket() as silent:  # accepts connections (the kernel does), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        for name in ("NO_PROXY", "no_proxy", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("https_proxy", f"http://127.0.0.1:{port}")
+        monkeypatch.setattr(hub, "_reachable", None)
+        monkeypatch.setattr(hub, "PROBE_TIMEOUT_S", 1.0)
+        calls = []
+
+        def load(local_only):
+            calls.append(local_only)
+            if local_only:
+                raise LocalEntryNotFoundError("not in the cache")
+            raise TimeoutError("read timed out")  # what a silent proxy gives after minutes
+
+        t0 = time.perf_counter()
+        with pytest.raises(BackboneError) as info:
+            hub.call_hub("org/model", load, offline_alternative="load_backbone('file')")
+        assert time.perf_counter() - t0 < 10
+        assert calls == [True]  # never tried the network through the silent proxy
+        assert "HF_HUB_OFFLINE=1" in str(info.value)
+        models = ["vit_small_patch8_224.dino"]  # a timm id, and hf: with transformers
+        models += ["hf:owkin/phikon"] if importlib.util.find_spec("transformers") else []
+        for model in models:
+            t0 = time.perf_counter()
+            with pytest.raises(BackboneError, match="HF_HUB_OFFLINE=1"):
+                load_backbone(model)
+            assert time.perf_counter() - t0 < 10, model

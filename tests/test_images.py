@@ -171,3 +171,15 @@ def test_two_trailing_channels_are_channels(rng):
     prep = prepare_image(rng.random((32, 48, 2)), target_size="native", **KW)
     assert prep.source.shape == (2, 32, 48) and prep.channel_map.kind == "zero-fill"
     assert prep.display.shape == (32, 48, 3) and not prep.display[..., 2].any()  # red/green
+
+
+@pytest.mark.parametrize("tiled", [False, True])
+def test_a_masked_array_is_refused_not_analysed_under_its_mask(tiny_backbone, tiled):
+    from napari_attnreg import regularize, regularize_stack
+
+    data = np.random.default_rng(0).random((64, 64))
+    masked = np.ma.masked_array(data, mask=data > 0.5)
+    with pytest.raises(ValueError, match=r"masked array.*\.filled\("):
+        regularize(masked, tiny_backbone, n_boot=3, device="cpu", tiled=tiled)
+    with pytest.raises(ValueError, match="masked array"):
+        regularize_stack(np.ma.stack([masked, masked]), tiny_backbone, n_boot=3, device="cpu")

@@ -194,3 +194,105 @@ def test_large_ome_tiff_is_read_on_demand(tmp_path):
     (lazy, kwargs), = read_ome_tiff(path, lazy_bytes=0)
     assert isinstance(lazy, da.Array) and kwargs["channel_axis"] == 1
     np.testing.assert_array_equal(lazy.compute(), data)
+
+
+# ---- issue #18: readers that never return wrong data silently --------------------------------
+def test_dicom_uint32_pixels_with_an_intercept_do_not_wrap(tmp_path):
+    path = tmp_path / "u32.dcm"
+    write_ct_slice(path, 0.0, 1, np.zeros((2, 3), np.uint16), intercept=-1000.0)
+    ds = pydicom.dcmread(path)
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit = 32, 32, 31
+    ds.PixelData = np.array([[0, 1, 2], [3, 4, 3_000_000_000]], np.uint32).tobytes()
+    ds.save_as(path, enforce_file_format=True)
+    (volume, _), = read_dicom(path)
+    assert int(volume.max()) == 2_999_999_000 and int(volume.min()) == -1000
+
+
+def _multi_frame(path, frames, series_uid="1.2.3.4", instance=1):
+    write_ct_slice(path, 0.0, instance, frames[0], intercept=0.0, series_uid=series_uid)
+    ds = pydicom.dcmread(path)
+    ds.NumberOfFrames, ds.SpacingBetweenSlices = len(frames), 1.5
+    ds.PixelData = np.ascontiguousarray(frames).tobytes()
+    ds.save_as(path, enforce_file_format=True)
+
+
+def test_every_multi_frame_file_of_a_series_is_read(tmp_path):
+    first = np.stack([np.full((4, 5), 100 * k, np.uint16) for k in range(3)])
+    second = first + 7
+    _multi_frame(tmp_path / "a.dcm", first)
+    _multi_frame(tmp_path / "b.dcm", second, instance=2)
+    layers = read_dicom(tmp_path)
+    assert len(layers) == 2
+    np.testing.assert_array_equal(layers[0][0], first)
+    np.testing.assert_array_equal(layers[1][0], second)
+    assert layers[0][1]["name"] != layers[1][1]["name"]
+
+
+def test_axial_and_sagittal_slices_of_one_series_are_not_stacked(tmp_path):
+    for k in range(2):
+        write_ct_slice(tmp_path / f"ax{k}.dcm", 2.0 * k, k + 1, np.full((6, 5), k, np.uint16))
+    for k in range(3):
+        write_ct_slice(tmp_path / f"sag{k}.dcm", 0.0, 10 + k, np.full((6, 5), 50 + k, np.uint16))
+        ds = pydicom.dcmread(tmp_path / f"sag{k}.dcm")
+        ds.ImageOrientationPatient = [0, 1, 0, 0, 0, -1]
+        ds.ImagePositionPatient = [-10.0 + 3.0 * k, -120.0, 0.0]
+        ds.save_as(tmp_path / f"sag{k}.dcm", enforce_file_format=True)
+    layers = read_dicom(tmp_path)
+    shapes = sorted(volume.shape for volume, _ in layers)
+    assert shapes == [(2, 6, 5), (3, 6, 5)]
+    names = {kwargs["name"] for _, kwargs in layers}
+    assert any("axial" in n for n in names) and any("sagittal" in n for n in names)
+    sagittal = next(kw for v, kw in layers if v.shape[0] == 3)
+    assert sagittal["scale"][0] == pytest.approx(3.0)
+
+
+def test_ome_physical_sizes_that_cannot_be_sizes_become_scale_one_with_a_warning(tmp_path):
+    import tifffile
+
+    for bad in ("NaN", "INF", "-0.5", "1e300", "0"):
+        path = tmp_path / f"s{bad}.ome.tif"
+        tifffile.imwrite(path, np.zeros((2, 8, 8), np.uint8), ome=True,
+                         metadata={"axes": "ZYX", "PhysicalSizeX": 0.25})
+        with tifffile.TiffFile(path) as tif:  # the writer refuses such values: edit the XML
+            xml = tif.ome_metadata
+        xml = xml.replace('PhysicalSizeX="0.25"', f'PhysicalSizeX="0.25" PhysicalSizeY="{bad}"')
+        tifffile.tiffcomment(path, xml.encode())
+        with pytest.warns(UserWarning, match="physical size of axis Y"):
+            (_, kwargs), = read_ome_tiff(path)
+        assert kwargs["scale"][-2:] == (1.0, 0.25)
+
+
+def test_ome_tiffdata_never_pulls_pixels_from_another_file(tmp_path):
+    import tifffile
+
+    secret = tmp_path / "secret.ome.tif"
+    tifffile.imwrite(secret, np.full((8, 8), 77, np.uint8), ome=True)
+    (tmp_path / "sub").mkdir()
+    path = tmp_path / "sub" / "a.ome.tif"
+    tifffile.imwrite(path, np.zeros((2, 8, 8), np.uint8), ome=True, metadata={"axes": "ZYX"})
+    with tifffile.TiffFile(path) as tif:
+        xml = tif.ome_metadata
+    start = xml.index("<TiffData")
+    end = xml.index("/>", start) + 2
+    xml = xml[:start] + ('<TiffData IFD="0" PlaneCount="1" FirstZ="0"/>'
+                         '<TiffData FirstZ="1" IFD="0" PlaneCount="1">'
+                         '<UUID FileName="../secret.ome.tif">urn:uuid:0</UUID></TiffData>'
+                         ) + xml[end:]
+    tifffile.tiffcomment(path, xml.encode())
+    try:
+        (data, _), = read_ome_tiff(path)
+    except ValueError as err:  # refusing is fine too; the other file's pixels are not
+        assert str(path) in str(err)
+        return
+    assert not np.any(np.asarray(data) == 77)
+
+
+def test_dicom_layers_keep_the_uids_and_files_of_their_slices(ct_folder):
+    (volume, kwargs), = read_dicom(ct_folder)
+    meta = kwargs["metadata"]
+    assert meta["source_path"] == str(ct_folder)
+    files = meta["dicom"]["source_files"]
+    assert [f.rsplit("/", 1)[-1] for f in files] == ["img3.dcm", "img0.dcm", "img2.dcm", "img1.dcm"]
+    uids = meta["dicom"]["sop_instance_uids"]
+    assert uids == [str(pydicom.dcmread(f).SOPInstanceUID) for f in files] and len(set(uids)) == 4
+    assert "Doe" not in str(meta)  # no patient identifiers

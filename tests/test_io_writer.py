@@ -47,7 +47,7 @@ def test_provenance_of_a_napari_layer_uses_the_run_and_the_live_thresholds():
 def test_provenance_hashes_a_weights_file(tmp_path):
     weights = tmp_path / "w.safetensors"
     weights.write_bytes(b"not really weights" * 1000)
-    row = provenance({"model": "vit_tiny", "weights": str(weights)})
+    row = provenance({"model": "vit_tiny", "weights": str(weights)}, own_weights=weights)
     assert row["weights_sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
     weights.write_bytes(b"changed")  # a new file at the same path gets a new hash
     assert file_sha256(weights) == hashlib.sha256(b"changed").hexdigest()
@@ -158,3 +158,89 @@ def test_writer_refuses_what_ome_tiff_cannot_hold(tmp_path):
         save_outputs(tmp_path, [(np.zeros((3, 2)), {"name": "pts"}, "points")])
     with pytest.raises(ValueError, match="Nothing to save"):
         save_outputs(tmp_path, [])
+
+
+def test_provenance_never_opens_weights_paths_named_by_metadata(tmp_path, monkeypatch):
+    import threading
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"not yours")
+    monkeypatch.chdir(tmp_path)
+    for model, weights in (("vit_tiny", str(secret)), ("vit_tiny", "secret"),
+                           ("vit_tiny", "/proc/self/pagemap"), ("demo", "../../etc/shadow"),
+                           ("demo", str(secret))):
+        assert provenance({"model": model, "weights": weights})["weights_sha256"] is None
+    # the run's own file (the caller says which) is hashed
+    row = provenance({"model": "vit_tiny", "weights": str(secret)}, own_weights=secret)
+    assert row["weights_sha256"] == hashlib.sha256(b"not yours").hexdigest()
+    with pytest.raises(ValueError, match="not a regular file"):
+        file_sha256(tmp_path)
+    outcome = []
+
+    def pagemap():  # endless on a /proc file, whose size says 0
+        try:
+            file_sha256("/proc/self/pagemap")
+        except ValueError as err:
+            outcome.append(str(err))
+
+    worker = threading.Thread(target=pagemap, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive() and outcome and "pagemap" in outcome[0]
+
+
+def test_a_full_disk_never_destroys_the_files_being_replaced(tmp_path, monkeypatch):
+    import csv
+    import errno
+    import os
+    from pathlib import Path
+
+    import tifffile
+
+    layers = _output_layers()
+    folder = tmp_path / "out"
+    rows = [{"roi": 1, "area_px": 40}]
+    save_outputs(folder, layers, roi_rows=rows)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    real_imwrite, real_write_text = tifffile.imwrite, Path.write_text
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def half_tiff(path, *args, **kwargs):  # writes part of the file, then the disk is full
+        Path(path).write_bytes(b"II*\x00partial")
+        full()
+
+    def half_text(self, text, *args, **kwargs):
+        real_write_text(self, text[: len(text) // 2], *args, **kwargs)
+        full()
+
+    for target, name, fake in ((tifffile, "imwrite", half_tiff), (Path, "write_text", half_text),
+                               (csv.DictWriter, "writerow", full)):
+        with monkeypatch.context() as m:
+            m.setattr(target, name, fake)
+            with pytest.raises(OSError, match="No space left"):
+                save_outputs(folder, layers, roi_rows=rows)
+        # files are replaced one by one: the one being written when the disk filled is intact
+        failed = {"imwrite": "cells_P_above_null.ome.tif", "write_text": "provenance.json",
+                  "writerow": "roi_table.csv"}[name]
+        assert (folder / failed).read_bytes() == before[failed], name
+        assert sorted(os.listdir(folder)) == sorted(before)  # no partial files left either
+    assert real_imwrite is tifffile.imwrite
+
+
+def test_labels_above_two_to_the_32_are_refused_not_wrapped(tmp_path):
+    import numpy as np
+    import tifffile
+
+    from napari_attnreg.io.export import write_ome_tiff
+
+    top = np.array([[0, 1], [7, 2**32 - 1]], dtype=np.int64)
+    write_ome_tiff(tmp_path / "l.ome.tif", top, {"name": "l"}, "labels")
+    back = tifffile.imread(tmp_path / "l.ome.tif")
+    assert back.dtype == np.uint32
+    np.testing.assert_array_equal(back, top)
+    for labels in (np.array([[0, 1], [2**32, 2]]), np.array([[-1, 0], [2**31, 2]])):
+        with pytest.raises(ValueError, match="do not fit the 32-bit integers.*relabel"):
+            write_ome_tiff(tmp_path / "big.ome.tif", labels, {"name": "big"}, "labels")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.ome.tif"]

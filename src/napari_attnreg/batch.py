@@ -4,24 +4,30 @@
 ``relative`` path (to the common parent of all inputs) names their outputs, so two inputs
 never write the same file. :func:`process_item` runs one file (every plane of a stack) and
 writes its results; :func:`run_batch` runs them all, serially or one task per image on a
-Dask cluster (:mod:`.distributed`), and writes ``summary.csv``. A file that fails is
-reported with its reason and the batch goes on.
+Dask cluster (:mod:`.distributed`), and writes ``summary.csv`` (merged with the rows of
+earlier runs into the same folder). A file that fails, including any file a decoder cannot
+read, is reported with its reason and the batch goes on. Every output is written atomically
+and recorded last in a resume record (:mod:`.resume`), so a rerun skips exactly the
+complete outputs of unchanged inputs and options and redoes the rest, saying why.
 """
 
 from __future__ import annotations
 
 import csv
+import fnmatch
 import glob
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .core.files import PARTIAL_MARK, atomic_write, decoding
 
 IMAGE_SUFFIXES = (".tif", ".tiff", ".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 RESULT_SUFFIX = ".attnreg.npz"
@@ -30,7 +36,8 @@ SUMMARY_COLUMNS = ("source", "plane", "output", "model", "preset", "B", "seed", 
                    "tokens_significant", "fraction_significant", "seconds", "status",
                    # how each result was made (io.export.provenance), after the summary
                    "weights", "weights_sha256", "rule", "q_th", "p_th", "l_th", "z_th",
-                   "method", "null_pool", "pi0_method", "device", "package_version")
+                   "method", "null_pool", "pi0_method", "device", "package_version",
+                   "note")  # why an existing output was redone
 FIGURE_MAX_SIDE = 1024  # figures are for looking at; the result files keep full resolution
 
 
@@ -51,11 +58,13 @@ def _is_glob(text: str) -> bool:
     return any(ch in text for ch in "*?[")
 
 
-def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False) -> list[BatchItem]:
+def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
+                   exclude: str | Path | None = None) -> list[BatchItem]:
     """Files, folders (their image files; ``recursive`` descends) and glob patterns → items.
 
     A path that does not exist is kept, so that it is reported as a failed input. Outputs
-    are named by the path relative to the common parent folder of all inputs.
+    are named by the path relative to the common parent folder of all inputs. Files inside
+    ``exclude`` (the output folder) are left out: a batch never analyses its own figures.
 
     Raises
     ------
@@ -66,20 +75,67 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False) -> 
     for entry in inputs:
         text = str(entry)
         if _is_glob(text) and not Path(text).exists():
-            matches = sorted(glob.glob(text, recursive=recursive))
-            found += [Path(m) for m in matches if Path(m).is_file() or _is_zarr(Path(m))]
+            found += [p for p in _glob(text, recursive) if p.is_file() or _is_zarr(p)]
         elif Path(text).is_dir() and not _is_zarr(Path(text)):
-            walk = Path(text).rglob("*") if recursive else Path(text).glob("*")
-            found += sorted(p for p in walk if not any(_is_zarr(q) for q in p.parents) and (
-                _is_zarr(p) or p.is_file() and p.name.lower().endswith(IMAGE_SUFFIXES)))
+            walk = _walk(Path(text)) if recursive else Path(text).iterdir()
+            found += sorted(p for p in walk if _is_zarr(p) or (
+                p.is_file() and p.name.lower().endswith(IMAGE_SUFFIXES)
+                and not (p.name.startswith(".") and PARTIAL_MARK in p.name)))  # killed writes
         else:
             found.append(Path(text))
     unique = list(dict.fromkeys(p.resolve() for p in found))
+    if exclude is not None:
+        skip = Path(exclude).resolve()
+        unique = [p for p in unique if skip != p and skip not in p.parents]
     if not unique:
         raise ValueError(f"No image files found in {', '.join(map(str, inputs))}; give files, "
-                         "folders (with --recursive for subfolders) or glob patterns.")
+                         "folders (with --recursive for subfolders) or glob patterns (files in "
+                         "the output folder are not inputs).")
     parent = Path(os.path.commonpath([str(p.parent) for p in unique]))
     return [BatchItem(p, p.relative_to(parent)) for p in unique]
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    """Every file and ``.zarr`` folder below ``root``, following links to folders but entering
+    each real folder once: a symlink loop (``sub/up -> ..``) ends instead of recursing until
+    the path is too long, and a folder linked twice is listed once."""
+    seen: set[tuple[int, int]] = set()
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        st = os.stat(folder)
+        if (st.st_dev, st.st_ino) in seen:
+            dirs[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        here = Path(folder)
+        zarrs = [d for d in dirs if d.lower().endswith(".zarr")]
+        dirs[:] = sorted(d for d in dirs if d not in zarrs)  # an OME-Zarr is one image
+        yield from (here / name for name in [*zarrs, *files])
+
+
+def _glob(pattern: str, recursive: bool) -> list[Path]:
+    """Paths matching ``pattern``; ``**`` (with ``recursive``) walks by :func:`_walk`, since
+    :func:`glob.glob` follows symlink loops into an exponential number of paths."""
+    parts = Path(pattern).parts
+    if not (recursive and "**" in parts):
+        return [Path(m) for m in sorted(glob.glob(pattern))]
+    fixed = next(i for i, part in enumerate(parts) if _is_glob(part))
+    root = Path(*parts[:fixed]) if fixed else Path(".")
+    wanted = parts[fixed:]
+    return sorted(p for p in _walk(root) if _matches(wanted, p.relative_to(root).parts))
+
+
+def _matches(pattern: Sequence[str], parts: Sequence[str]) -> bool:
+    """Glob match by path components: ``**`` is any number of folders; like glob, wildcards
+    do not match names starting with a dot."""
+    if not pattern:
+        return not parts
+    head, rest = pattern[0], pattern[1:]
+    if head == "**":
+        return any(_matches(rest, parts[i:]) for i in range(len(parts) + 1)
+                   if not any(p.startswith(".") for p in parts[:i]))
+    if not parts or (parts[0].startswith(".") and not head.startswith(".")):
+        return False
+    return fnmatch.fnmatchcase(parts[0], head) and _matches(rest, parts[1:])
 
 
 def output_path(out_dir: Path, item: BatchItem, plane: tuple[int, ...] | None) -> Path:
@@ -111,7 +167,10 @@ def read_stack(path: Path, channel_axis: int | None = None) -> Any:
     data, hints = _read_with_layout(path)
     if channel_axis is not None:
         hints = {"channel_axis": channel_axis}
-    return PlaneStack.from_array(data, **hints)
+    try:
+        return PlaneStack.from_array(data, **hints)
+    except ValueError as err:  # an empty or odd layout: say which file has it
+        raise ValueError(f"{path}: {err}") from None
 
 
 def read_image(path: Path) -> np.ndarray:
@@ -133,17 +192,13 @@ def _read_with_layout(path: Path) -> tuple[Any, dict[str, Any]]:
         return open_lazy(path).read(slice(None), slice(None)), {}
     if not path.is_file():
         raise ValueError(f"No such image file: {path}")
-    try:
-        if path.suffix.lower() in (".tif", ".tiff"):
-            return _read_tiff(path)
-        import imageio.v3 as iio
+    if path.suffix.lower() in (".tif", ".tiff"):
+        return _read_tiff(path)
+    import imageio.v3 as iio
 
+    with decoding(path):  # whatever Pillow/imageio raise on these bytes is this file's error
         frames = iio.improps(path).is_batch
         data = iio.imread(path)
-    except (ValueError, OSError, SyntaxError, IndexError, EOFError) as err:  # PIL: SyntaxError
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ValueError(f"{path} is not a readable image ({reason}); check that the file is "
-                         "complete and that its extension matches its format.") from None
     if frames and data.ndim >= 3:  # an animated GIF/WebP: frames are planes, colours stay whole
         if data.shape[0] == 1:
             return data[0], {}
@@ -156,11 +211,12 @@ def _read_tiff(path: Path) -> tuple[np.ndarray, dict[str, Any]]:
 
     from .core.planes import layout_from_axes
 
-    with tifffile.TiffFile(path) as tif:
+    with decoding(path), tifffile.TiffFile(path) as tif:
         if not tif.series:
             raise ValueError("the TIFF holds no image")
         series = tif.series[0]
-        return series.asarray(), layout_from_axes(series.axes)
+        data, axes = series.asarray(), series.axes
+    return data, layout_from_axes(axes)  # ours: outside the decoding boundary
 
 
 def planes(image: Any, channel_axis: int | None) -> list[tuple[tuple[int, ...] | None, np.ndarray]]:
@@ -231,17 +287,21 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
                  figure: Callable[..., Any] | None = None) -> list[dict[str, Any]]:
     """Run every plane of one file and write its results; one summary row per plane.
 
-    Existing results are kept (status ``skipped``) unless ``overwrite``. Errors of this file
-    (unreadable, constant, too small, ...) become a ``failed: reason`` row instead of
-    stopping the batch; errors of the model or the options propagate.
+    Complete results of this input made with these options are kept (status ``skipped``)
+    unless ``overwrite``; incomplete or different ones are redone, saying why
+    (:mod:`.resume`). Errors of this file (unreadable, constant, too small, ...) become a
+    ``failed: reason`` row instead of stopping the batch; errors of the model or the
+    options propagate.
     """
-    from .core.engine import RunConfig, drain, run_engine
-    from .core.service import user_message
+    from .resume import input_stamp, run_signature
 
+    backbone = cached_backbone(model, arch)  # its weights identify the run, on any worker
+    run = run_signature(backbone, opts)
+    stamp = input_stamp(item.source)  # before reading: a file changed meanwhile is redone later
     single = output_path(out_dir, item, None)
-    if single.is_file() and not overwrite:
-        return [_skipped(item, None, single)]
-    backbone = cached_backbone(model, arch)
+    early, _ = _resume(item, None, single, figure, stamp, run, overwrite)
+    if early is not None:
+        return [early]
     try:
         lazy = _lazy_input(item.source, opts)
         stack = None if lazy is not None else read_stack(item.source, opts.get("channel_axis"))
@@ -251,33 +311,102 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
     for index in stack.planes() if stack is not None else [()]:
         plane = index or None
         out = output_path(out_dir, item, plane)
-        if out.is_file() and not overwrite:
-            rows.append(_skipped(item, plane, out))
+        kept, why = _resume(item, plane, out, figure, stamp, run, overwrite)
+        if kept is not None:
+            rows.append(kept)
             continue
         label = str(item.relative) + ("" if plane is None else f" plane {plane}")
+        if why:
+            print(f"{label}: redoing it: {why}", file=sys.stderr)
         t0 = time.perf_counter()
         try:
-            data, channel_axis = (lazy, opts.get("channel_axis")) if stack is None \
-                else stack.read(index)
-            config = RunConfig(**{**opts, "channel_axis": channel_axis},
-                               extra={"source": str(item.source),
-                                      "plane": "" if plane is None else "-".join(map(str, plane))})
-            prepared = _prepare(data, backbone, config)
-            del data  # a large plane's raw pixels are freed once it is prepared
-            with _progress_bar(config, label, quiet) as tick:
-                result = drain(run_engine(prepared, backbone, config), tick)
-            result.save(out)
-            if figure is not None:
-                small, display = figure_view(result, prepared.display)
-                figure_path = out.with_name(out.name[: -len(RESULT_SUFFIX)] + FIGURE_SUFFIX)
-                figure(small, display, figure_path,
-                       f"{label} — {result.summary()}")
+            result, display = _run_plane(item, plane, index, stack, lazy, backbone, opts, label,
+                                         quiet)
+            artefacts = _write_outputs(out, result, display, figure, f"{label} — ")
         except (ValueError, MemoryError, OSError) as err:  # this image's fault: report, go on
-            rows.append(_failed_row(item, plane, user_message(err)))
+            rows.append(_failed_row(item, plane, _plain_message(err)))
             continue
+        _write_record(out, stamp, run, artefacts)
         print(f"{label}: {result.summary()}\n  -> {out}")
-        rows.append(_row(item, plane, out, result, time.perf_counter() - t0, "done"))
+        rows.append({**_row(item, plane, out, result, time.perf_counter() - t0, "done"),
+                     "note": why})
     return rows
+
+
+def _run_plane(item: BatchItem, plane: tuple[int, ...] | None, index: tuple[int, ...],
+               stack: Any, lazy: Any, backbone: Any, opts: dict[str, Any], label: str,
+               quiet: bool) -> tuple[Any, np.ndarray]:
+    """One plane's result and its display image (what the figure shows)."""
+    from .core.engine import RunConfig, drain, run_engine
+
+    data, channel_axis = (lazy, opts.get("channel_axis")) if stack is None \
+        else stack.read(index)
+    config = RunConfig(**{**opts, "channel_axis": channel_axis},
+                       extra={"source": str(item.source),
+                              "plane": "" if plane is None else "-".join(map(str, plane))})
+    prepared = _prepare(data, backbone, config)
+    del data  # a large plane's raw pixels are freed once it is prepared
+    with _progress_bar(config, label, quiet) as tick:
+        result = drain(run_engine(prepared, backbone, config), tick)
+    return result, prepared.display
+
+
+def _artefacts(out: Path, figure: Callable[..., Any] | None) -> dict[str, Path]:
+    """Every file of one output, by kind: the result and, when figures are made, its PNG."""
+    found = {"result": out}
+    if figure is not None:
+        found["figure"] = out.with_name(out.name[: -len(RESULT_SUFFIX)] + FIGURE_SUFFIX)
+    return found
+
+
+def _write_outputs(out: Path, result: Any, display: np.ndarray,
+                   figure: Callable[..., Any] | None, title: str) -> dict[str, Path]:
+    """The result file, then its figure (each written atomically); returns the artefacts."""
+    artefacts = _artefacts(out, figure)
+    result.save(out)
+    if figure is not None:
+        small, shown = figure_view(result, display)
+        figure(small, shown, artefacts["figure"], title + result.summary())
+    return artefacts
+
+
+def _write_record(out: Path, stamp: dict[str, Any], run: dict[str, Any],
+                  artefacts: dict[str, Path]) -> None:
+    """The resume record, last; not writing it only means the output is redone next time."""
+    from .resume import write_record
+
+    try:
+        write_record(out, stamp, run, artefacts)
+    except OSError as err:
+        print(f"attnreg: warning: no resume record for {out} ({err.strerror or err}); a "
+              "resumed batch will redo it.", file=sys.stderr)
+
+
+def _resume(item: BatchItem, plane: tuple[int, ...] | None, out: Path,
+            figure: Callable[..., Any] | None, stamp: dict[str, Any], run: dict[str, Any],
+            overwrite: bool) -> tuple[dict[str, Any] | None, str]:
+    """The row of an output that needs no work (kept or refused), else None and why it is
+    (re)done (empty for a new output)."""
+    from .resume import decide
+
+    if overwrite:
+        return None, ""
+    decision = decide(out, _artefacts(out, figure), stamp, run)
+    if decision.action == "refuse":
+        return _failed_row(item, plane, decision.reason), ""
+    if decision.action == "skip":
+        kept = _skipped(item, plane, out)
+        return (kept, "") if kept is not None else (None, "its result file is unreadable")
+    return None, decision.reason
+
+
+def _plain_message(err: BaseException) -> str:
+    """The row's reason: the core's advice, or the OS error itself (there is no log file)."""
+    from .core.service import user_message
+
+    if isinstance(err, OSError) and not isinstance(err, MemoryError):
+        return f"cannot write or read a file ({err.strerror or err}: {err.filename or ''})"
+    return user_message(err)
 
 
 def _lazy_input(path: Path, opts: dict[str, Any]) -> Any:
@@ -290,20 +419,22 @@ def _lazy_input(path: Path, opts: dict[str, Any]) -> Any:
     from .core.lazy import open_lazy
 
     try:
-        return open_lazy(path)
+        with decoding(path):  # a damaged file is then reported by read_stack, in memory
+            return open_lazy(path)
     except ValueError:  # a stack, or zarr not installed: read into memory as before
         return None
 
 
-def _skipped(item: BatchItem, plane: tuple[int, ...] | None, out: Path) -> dict[str, Any]:
+def _skipped(item: BatchItem, plane: tuple[int, ...] | None, out: Path) -> dict[str, Any] | None:
+    """The row of a kept result, or None when the file cannot be read (then it is redone)."""
     from .core.result import AttentionResult
 
     try:
         result = AttentionResult.load(out)
-    except (ValueError, OSError) as err:  # a result from elsewhere or damaged: say so, keep it
-        return _failed_row(item, plane,
-                           f"existing output {out} unreadable ({err}); use --overwrite")
-    seconds = result.metadata.get("timings", {}).get("total_s", float("nan"))
+    except (ValueError, OSError):
+        return None
+    timings = result.metadata.get("timings")
+    seconds = timings.get("total_s", float("nan")) if isinstance(timings, dict) else float("nan")
     return _row(item, plane, out, result, seconds, "skipped (exists)")
 
 
@@ -369,15 +500,52 @@ def prepare_output_dir(out_dir: str | Path) -> Path:
 
 
 def write_summary(rows: Iterable[dict[str, Any]], path: Path) -> Path:
-    """``summary.csv``: one row per image/plane, written whole (atomically) each time."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    with open(tmp, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=SUMMARY_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    tmp.replace(path)
+    """``summary.csv``: one row per image/plane, written whole (atomically) each time.
+
+    Raises
+    ------
+    ValueError
+        The file cannot be written (a full disk, say); no partial file is left behind.
+    """
+    try:
+        with atomic_write(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=SUMMARY_COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+    except OSError as err:
+        raise ValueError(f"Cannot write {path} ({err.strerror or err}); the results written so "
+                         "far are kept, and a rerun after freeing space skips them.") from None
     return path
+
+
+def earlier_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of an existing ``summary.csv`` (earlier runs into the same folder), if any."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            return [{k: row.get(k) or "" for k in SUMMARY_COLUMNS} for row in csv.DictReader(fh)
+                    if row.get("source")]
+    except (OSError, UnicodeDecodeError, csv.Error):  # none, or not ours: start afresh
+        return []
+
+
+class _Summary:
+    """``summary.csv`` of this run merged with the rows of earlier runs into the same folder:
+    an earlier row is dropped only once this run has reported the same input or output, so
+    a batch killed halfway still lists what earlier runs finished."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.earlier = earlier_rows(path)
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        self.rows += rows
+        _report_failures(rows)
+        sources = {r["source"] for r in self.rows}
+        outputs = {r["output"] for r in self.rows if r.get("output")}
+        kept = [r for r in self.earlier
+                if r["source"] not in sources and (not r["output"] or r["output"] not in outputs)]
+        write_summary(kept + self.rows, self.path)
 
 
 @dataclass
@@ -405,32 +573,28 @@ def run_batch(items: Sequence[BatchItem], out_dir: Path, model: Any, arch: str |
         leaves a summary of what it finished).
     """
     from .core.engine import RunConfig
+    from .distributed import check_workers
 
     RunConfig(**opts).validate()  # an option error is everyone's error: fail before any work
-    out_dir = prepare_output_dir(out_dir)
+    check_workers(workers)
+    out_dir = prepare_output_dir(out_dir).resolve()
     if not (workers or scheduler):  # a size below one patch is wrong for every image too
         from .core.images import check_target_size
 
         check_target_size(opts.get("target_size", "model"), cached_backbone(model, arch).patch_size)
-    summary = out_dir / "summary.csv"
-    rows: list[dict[str, Any]] = []
+    summary = _Summary(out_dir / "summary.csv")
     if workers or scheduler:
         from .distributed import run_on_dask
 
         for item_rows in run_on_dask(items, out_dir, model, arch, opts, overwrite=overwrite,
                                      quiet=quiet, figure=figure, workers=workers,
                                      scheduler=scheduler):
-            rows += item_rows
-            _report_failures(item_rows)
-            write_summary(rows, summary)
-        return BatchReport(rows, summary)
-    for item in items:
-        item_rows = process_item(item, out_dir, model, arch, opts, overwrite=overwrite,
-                                 quiet=quiet, figure=figure)
-        rows += item_rows
-        _report_failures(item_rows)
-        write_summary(rows, summary)
-    return BatchReport(rows, summary)
+            summary.add(item_rows)
+    else:
+        for item in items:
+            summary.add(process_item(item, out_dir, model, arch, opts, overwrite=overwrite,
+                                     quiet=quiet, figure=figure))
+    return BatchReport(summary.rows, summary.path)
 
 
 def _report_failures(rows: list[dict[str, Any]]) -> None:

@@ -1,8 +1,9 @@
 """Command line: ``attnreg run IMAGE|FOLDER|GLOB... --out DIR`` and ``attnreg demo``.
 
-One ``.npz`` result file and one PNG figure per image (per plane for stacks), named by the
-input's path relative to the common parent of the inputs, and ``DIR/summary.csv``; the
-batch logic is :mod:`napari_attnreg.batch`.
+One ``.npz`` result file, one PNG figure and one ``.json`` resume record per image (per plane
+for stacks), named by the input's path relative to the common parent of the inputs, and
+``DIR/summary.csv``; the batch logic is :mod:`napari_attnreg.batch`, resuming
+:mod:`napari_attnreg.resume`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def save_figure(result: Any, display: Any, path: Path, title: str) -> Path:
     import matplotlib.pyplot as plt
 
     from .core.display import CONTINUOUS_MAPS, SIGNIFICANT_COLOR, diagnostics_lines
+    from .core.files import atomic_write
 
     thresholds = result._thresholds()
     fig, axes = plt.subplots(1, 1 + len(CONTINUOUS_MAPS), figsize=(20, 5.6), constrained_layout=True)
@@ -56,23 +58,30 @@ def save_figure(result: Any, display: Any, path: Path, title: str) -> Path:
         ax.set_axis_off()
     notes = diagnostics_lines(result)
     fig.suptitle("\n".join([title, *notes]), fontsize=9)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    try:
+        with atomic_write(path) as tmp:  # a kill or a full disk never leaves half a PNG
+            fig.savefig(tmp, dpi=90, format="png")
+    finally:
+        plt.close(fig)
     return path
 
 
 def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
               opts: dict[str, Any], quiet: bool = False, *, recursive: bool = False,
               overwrite: bool = False, workers: int | None = None,
-              scheduler: str | None = None) -> Any:
+              scheduler: str | None = None, inputs_in_out: bool = False) -> Any:
     """Process image files, folders and globs (see :mod:`napari_attnreg.batch`).
+
+    Files inside ``out_dir`` are not inputs (a run must not analyse its own figures) unless
+    ``inputs_in_out`` (the demo's fallback image lives there).
 
     Returns the :class:`~napari_attnreg.batch.BatchReport` (rows of ``summary.csv``).
     """
     from .batch import cached_backbone, collect_inputs, prepare_output_dir, run_batch
 
     prepare_output_dir(out_dir)  # a wrong --out fails before the model loads
-    items = collect_inputs(paths, recursive=recursive)
+    items = collect_inputs(paths, recursive=recursive,
+                           exclude=None if inputs_in_out else out_dir)
     if not (workers or scheduler):  # on a cluster the workers load it; here it is checked now
         backbone = cached_backbone(model, arch)
         if backbone.is_random_init:
@@ -106,14 +115,15 @@ def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False) -> Any:
         image = out_dir / "cell.tif"
         tifffile.imwrite(image, skimage_sample("cell"))
         print("NOTE: the bundled synthetic sample is missing; using scikit-image's 'cell'.", file=sys.stderr)
+    fallback = image.parent == out_dir
     if (DEMO_DIR / "demo_vit.safetensors").is_file():
-        return run_files([image], out_dir, "demo", None, opts, quiet)
+        return run_files([image], out_dir, "demo", None, opts, quiet, inputs_in_out=fallback)
     from .core.backbones import load_backbone
 
     print("NOTE: the bundled demo model is missing from this install; falling back to a "
           "random-init vit_small_patch16_224.", file=sys.stderr)
     return run_files([image], out_dir, load_backbone("vit_small_patch16_224", pretrained=False),
-                     None, opts, quiet)
+                     None, opts, quiet, inputs_in_out=fallback)
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:

@@ -14,11 +14,22 @@ products block their sums by thread count.
 from __future__ import annotations
 
 import sys
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from .batch import BatchItem, _failed_row, process_item
+
+#: Seconds to wait for a scheduler to answer before saying it cannot be reached.
+SCHEDULER_TIMEOUT_S = 20
+
+
+def check_workers(workers: int | None) -> None:
+    """``--workers`` must be a positive count (0 would silently mean a serial run)."""
+    if workers is not None and (isinstance(workers, bool) or workers < 1):
+        raise ValueError(f"--workers must be a positive number of processes, got {workers!r}; "
+                         "leave it out to run serially.")
 
 
 def _client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
@@ -28,9 +39,14 @@ def _client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
         raise ValueError("--workers / --scheduler need Dask: pip install "
                          "'napari-attnreg[scale]' (dask[distributed]).") from err
     if scheduler:
-        return Client(scheduler), None
-    if workers is None or workers < 1:
-        raise ValueError(f"workers must be a positive number of processes, got {workers!r}.")
+        try:
+            return Client(scheduler, timeout=SCHEDULER_TIMEOUT_S), None
+        except (OSError, TimeoutError) as err:
+            raise ValueError(
+                f"Cannot reach the Dask scheduler at {scheduler} within {SCHEDULER_TIMEOUT_S} s "
+                f"({type(err).__name__}); check the address and that the scheduler is running, "
+                "or leave out --scheduler to run here.") from None
+    check_workers(workers)
     # one thread per process: torch's own threads would fight over the same cores
     cluster = LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True,
                            dashboard_address=None)
@@ -52,14 +68,18 @@ def run_on_dask(items: Sequence[BatchItem], out_dir: Path, model: Any, arch: str
         raise ValueError(  # noqa: TRY004  (bad input is a ValueError across the package)
             "A Dask batch needs a model name or weights file that every worker can "
                          "load, not a loaded model object.")
+    from dask.base import tokenize
     from dask.distributed import as_completed
     from tqdm import tqdm
 
     client, cluster = _client(workers, scheduler)
+    out_dir = Path(out_dir).resolve()  # workers have their own working folders
+    batch = uuid.uuid4().hex  # keys unique per batch: a shared scheduler reuses equal keys
     try:
         futures = {
             client.submit(process_item, item, out_dir, model, arch, opts, overwrite=overwrite,
-                          quiet=True, figure=figure, pure=False, key=f"attnreg-{i}"): item
+                          quiet=True, figure=figure, pure=False,
+                          key=f"attnreg-{batch}-{i}-{tokenize(str(item.source))}"): item
             for i, item in enumerate(items)
         }
         with tqdm(total=len(futures), desc="images", unit="img", disable=quiet,

@@ -274,3 +274,72 @@ def test_a_thousand_damaged_copies_are_each_a_result_or_a_value_error(tmp_path):
             assert str(damaged) in str(err)
             outcomes["refused"] += 1
     assert outcomes["refused"] > 900, outcomes
+
+
+# ---- issue #18: bounded loading --------------------------------------------------------------
+def _with_metadata(members: dict[str, bytes], **changes) -> dict[str, bytes]:
+    metadata = {**_header(members)["metadata"], **changes}
+    return _with_header(members, metadata=metadata)
+
+
+def test_a_zip_bomb_of_nulls_is_refused_before_it_is_read(real_result, tmp_path):
+    members = _members(real_result)
+    # 1.2 GB of zeros compress to about 1.2 MB: far more rows than the run's n_boot (8)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            if name != "null_scores.npy":
+                zf.writestr(name, data)
+        header = np.lib.format.header_data_from_array_1_0(np.zeros((1, *GRID), np.float32))
+        header["shape"] = (600_000, *GRID)
+        with zf.open("null_scores.npy", "w", force_zip64=True) as fh:
+            np.lib.format.write_array_header_1_0(fh, header)
+            block = bytes(1 << 22)
+            left = 600_000 * GRID[0] * GRID[1] * 4
+            while left:
+                fh.write(block[: min(left, len(block))])
+                left -= min(left, len(block))
+    bomb = tmp_path / "bomb.npz"
+    bomb.write_bytes(buf.getvalue())
+    assert bomb.stat().st_size < 5_000_000
+    with pytest.raises(ValueError, match=f"{bomb}.*null_scores.*n_boot"):
+        AttentionResult.load(bomb)
+
+
+@pytest.mark.parametrize("shape", [(10**12, *GRID), (2**40,)])
+def test_a_declared_shape_larger_than_the_member_is_refused(real_result, tmp_path, shape):
+    members = _members(real_result)
+    name = "null_scores.npy" if len(shape) == 3 else "metadata_json.npy"
+    raw = members[name]
+    fh = io.BytesIO(raw)
+    version = np.lib.format.read_magic(fh)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) \
+        else np.lib.format.read_array_header_2_0
+    _, fortran, dtype = read_header(fh)
+    body = raw[fh.tell():]
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        head, {"shape": shape, "fortran_order": fortran, "descr": np.lib.format.dtype_to_descr(dtype)})
+    path = _write(tmp_path / "big.npz", {**members, name: head.getvalue() + body})
+    with pytest.raises(ValueError, match=f"{path}"):
+        AttentionResult.load(path)
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"timings": "fast"}, "timings"),
+    ({"timings": {"total_s": "slow"}}, "timings"),
+    ({"diagnostics": [1]}, "diagnostics"),
+    ({"diagnostics": "none"}, "diagnostics"),
+    ({"n_boot": "8"}, "n_boot"),
+])
+def test_metadata_values_are_checked(real_result, tmp_path, change, match):
+    path = _write(tmp_path / "m.npz", _with_metadata(_members(real_result), **change))
+    with pytest.raises(ValueError, match=f"{path}.*{match}"):
+        AttentionResult.load(path)
+
+
+def test_an_absurd_image_shape_is_refused(real_result, tmp_path):
+    members = _with_metadata(_members(real_result), target_size=[96, 80])  # no aspect check
+    path = _write(tmp_path / "huge.npz", _with_header(members, image_shape=[10**18, 10**18]))
+    with pytest.raises(ValueError, match=f"{path}.*image_shape"):
+        AttentionResult.load(path)

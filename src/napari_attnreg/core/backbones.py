@@ -539,7 +539,24 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     for prefix in ("model.", "module.", "backbone.", "encoder."):
         if all(k.startswith(prefix) for k in state):
             state = {k[len(prefix):]: v for k, v in state.items()}
-    return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+    tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+    _warn_unusual_dtypes(path, tensors)
+    return tensors
+
+
+def _warn_unusual_dtypes(path: Path, state: dict[str, torch.Tensor]) -> None:
+    """Warn when weights or biases are stored as integers, booleans or float8: loading casts
+    them to the model's float type silently, which loses precision or hides a wrong file."""
+    odd = [(k, v.dtype) for k, v in state.items() if k.endswith((".weight", ".bias"))
+           and (not v.dtype.is_floating_point or v.element_size() < 2)]
+    if odd:
+        import warnings
+
+        names = ", ".join(f"{k} ({str(d).removeprefix('torch.')})" for k, d in odd[:3])
+        more = f" and {len(odd) - 3} more" if len(odd) > 3 else ""
+        warnings.warn(f"{path.name} stores weights as integers, booleans or float8: {names}"
+                      f"{more}. They are cast to the model's float type; check that this is "
+                      "the right (unquantized) weights file.", UserWarning, stacklevel=3)
 
 
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:

@@ -2,8 +2,8 @@
 
 huggingface_hub reads the token from ``HF_TOKEN`` or ``hf auth login`` by itself; nothing
 here touches credentials. Without a network the hub client would retry for a long time,
-so the hub is probed once per process with a short socket connect, and when it is out of
-reach every hub call runs in offline mode: cached files load at once, missing ones fail at once.
+so the hub is probed once per process with a short exchange under a total deadline, and when
+it is out of reach every hub call runs in offline mode: cached files load at once, missing ones fail at once.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import ssl
+import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -25,22 +27,49 @@ _reachable: bool | None = None
 
 
 def hub_reachable() -> bool:
-    """Whether huggingface.co:443 (or the HTTPS proxy, if one is set) accepts a TCP connection.
+    """Whether huggingface.co:443 (or the HTTPS proxy, if one is set) *answers* in time.
 
-    Probed once per process.
+    A TCP connection is not enough: a proxy that accepts connections but never answers
+    would make every hub call wait for minutes. So the probe completes an exchange within
+    :data:`PROBE_TIMEOUT_S` in total (connect, then a TLS handshake with the hub, or the
+    proxy's reply to ``CONNECT``). Probed once per process.
     """
     global _reachable
     if _reachable is None:
-        try:
-            with socket.create_connection(_probe_address(), timeout=PROBE_TIMEOUT_S):
-                _reachable = True
-        except OSError:
-            _reachable = False
+        _reachable = _answers(*_probe_target())
     return _reachable
 
 
-def _probe_address() -> tuple[str, int]:
-    """Behind an institutional proxy only the proxy is reachable: probe it instead of the hub."""
+def _answers(host: str, port: int, proxied: bool) -> bool:
+    """Whether ``host:port`` completes the probe exchange before the deadline."""
+    deadline = time.monotonic() + PROBE_TIMEOUT_S
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the hub probe ran out of time")
+        return remaining
+
+    try:
+        with socket.create_connection((host, port), timeout=left()) as sock:
+            sock.settimeout(left())
+            if proxied:
+                sock.sendall(f"CONNECT {HUB_HOST}:443 HTTP/1.1\r\nHost: {HUB_HOST}:443\r\n\r\n"
+                             .encode("ascii"))
+                sock.settimeout(left())
+                return sock.recv(16).startswith(b"HTTP/")
+            context = ssl.create_default_context()
+            context.check_hostname = False  # only "does it answer": a TLS-inspecting
+            context.verify_mode = ssl.CERT_NONE  # network's own certificates are its business
+            with context.wrap_socket(sock, server_hostname=HUB_HOST):
+                return True
+    except (OSError, TimeoutError):  # ssl.SSLError and socket.timeout are OSErrors
+        return False
+
+
+def _probe_target() -> tuple[str, int, bool]:
+    """Behind an institutional proxy only the proxy is reachable: probe it instead of the hub
+    (the last value says whether it is a proxy)."""
     from urllib.parse import urlsplit
     from urllib.request import getproxies, proxy_bypass
 
@@ -48,8 +77,8 @@ def _probe_address() -> tuple[str, int]:
     if proxy and not proxy_bypass(HUB_HOST):
         parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
         if parts.hostname:
-            return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
-    return HUB_HOST, 443
+            return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), True
+    return HUB_HOST, 443, False
 
 
 def offline_requested() -> bool:
@@ -138,9 +167,11 @@ def offline_error(repo_id: str, offline_alternative: str, why: str | None = None
     """The error for a model that is neither downloadable now nor in the local cache."""
     page = f"https://huggingface.co/{repo_id}"
     why = why or ("HF_HUB_OFFLINE is set" if offline_requested()
-                  else "huggingface.co cannot be reached")
+                  else "huggingface.co cannot be reached or does not answer")
+    advice = "" if offline_requested() else (
+        " To use only the local cache without waiting for the network, set HF_HUB_OFFLINE=1.")
     return BackboneError(
         f"Could not download '{repo_id}' ({why}) and it is not in the local Hugging Face cache. "
         f"Download the weights on a machine with internet (from {page}) and load them from a "
-        f"file: {offline_alternative}.",
+        f"file: {offline_alternative}.{advice}",
         gui_hint=FILE_HINT)

@@ -126,6 +126,23 @@ class PreparedImage:
         )
 
 
+def as_plain_array(image: Any) -> np.ndarray:
+    """``np.asarray(image)``, refusing a masked array (whose mask ``asarray`` would drop).
+
+    Raises
+    ------
+    ValueError
+        ``image`` is a ``numpy.ma.MaskedArray``: the values under its mask would be analysed
+        as if they were image. There is no neutral value to put there for a ViT, so the
+        caller chooses one.
+    """
+    if isinstance(image, np.ma.MaskedArray):
+        raise ValueError("The image is a masked array; its mask would be ignored and the values "
+                         "under it analysed. Pass image.filled(value) with a background value "
+                         "of your choice, or image.data to analyse every pixel.")
+    return np.asarray(image)
+
+
 def _check_values(arr: np.ndarray) -> None:
     if arr.size == 0:
         raise ValueError("The image is empty (it has a zero-length axis); load a non-empty image.")
@@ -171,7 +188,7 @@ def to_channels_last(
     max_channels : int
         Most channels the model takes (3 for RGB models, 4 for a 4-channel model, ...).
     """
-    arr = np.asarray(image)
+    arr = as_plain_array(image)
     if channel_axis is not None:
         if arr.ndim != 3:
             raise ValueError(f"channel_axis needs a 3D (channels + 2D) image, got {arr.ndim}D.")
@@ -365,7 +382,7 @@ def prepare_image(
         Empty, NaN/Inf, constant, smaller than one patch, or wrong number of dimensions.
     """
     target_size = check_target_size(target_size, patch_size)  # before any work on the pixels
-    arr = np.asarray(image)
+    arr = as_plain_array(image)
     _check_values(arr)
     arr = to_channels_last(arr, channel_axis=channel_axis, channels=channels, merge=merge,
                            max_channels=max(3, len(mean)))

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .files import decoding
+
 SAMPLE_PIXELS = 1 << 24  # the strided read for percentiles and null statistics
 
 
@@ -75,10 +77,11 @@ class LazyImage:
 
     def read(self, ys: slice, xs: slice) -> np.ndarray:
         """Pixels ``[ys, xs]`` as ``(h, w)`` or ``(h, w, C≤3)`` (alpha dropped)."""
-        if self.channel_axis == 0:
-            block = np.moveaxis(np.asarray(self.array[:, ys, xs]), 0, -1)
-        else:
-            block = np.asarray(self.array[ys, xs])
+        with decoding(self.path):  # tiles are decoded here, long after the file was opened
+            if self.channel_axis == 0:
+                block = np.moveaxis(np.asarray(self.array[:, ys, xs]), 0, -1)
+            else:
+                block = np.asarray(self.array[ys, xs])
         if block.ndim == 3:
             block = block[..., :3] if block.shape[-1] == 4 else block
             if block.shape[-1] == 1:
@@ -105,12 +108,8 @@ def open_lazy(path: str | Path, *, channel_axis: int | None = None) -> LazyImage
     path = Path(path)
     if path.suffix.lower() not in (".tif", ".tiff") and not path.is_dir():
         raise ValueError(f"{path}: lazy reading supports .tif/.tiff files and .zarr folders.")
-    try:
+    with decoding(path):
         array, axes = _open_tiff(path, zarr) if not path.is_dir() else _open_zarr(path, zarr)
-    except (ValueError, OSError, KeyError, IndexError, TypeError) as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ValueError(f"{path} is not a readable image ({reason}); check that it is a "
-                         "complete TIFF or OME-Zarr.") from None
     hints = {"channel_axis": channel_axis} if channel_axis is not None else layout_hints(axes)
     try:
         stack = PlaneStack.from_array(array, **hints)

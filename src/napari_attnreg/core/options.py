@@ -347,7 +347,7 @@ def _pi0(opt: Option, value: Any) -> Any:
 
 
 def _head(opt: Option, value: Any) -> Any:
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdecimal():
         value = int(value)
     if value == "mean":
         return value
@@ -373,7 +373,7 @@ def _target_size(opt: Option, value: Any) -> Any:
 
 def _device(opt: Option, value: Any) -> str:
     text = str(value)
-    if not _DEVICE.match(text):
+    if not _DEVICE.fullmatch(text):  # match() let "cpu\n" through ($ matches before \n)
         raise ValueError(f"device={value!r} is not a compute device; use 'auto', 'cpu', 'cuda', "
                          f"'cuda:N' or 'mps'.")
     return text

@@ -96,8 +96,11 @@ class PlaneStack:
             Fewer than 2 axes, an empty axis, a channel axis that does not exist, or an
             ambiguous layout.
         """
-        if not (hasattr(data, "shape") and hasattr(data, "__getitem__")):
-            data = np.asarray(data)
+        if isinstance(data, np.ma.MaskedArray) or not (
+                hasattr(data, "shape") and hasattr(data, "__getitem__")):
+            from .images import as_plain_array
+
+            data = as_plain_array(data)  # a masked stack is refused, not read without its mask
         shape = _shape(data)
         ndim = len(shape)
         if ndim < 2:

@@ -279,10 +279,10 @@ class AttentionResult:
         }
         text = json.dumps(header, default=_json_default)
         arrays["metadata_json"] = np.frombuffer(text.encode(), dtype=np.uint8)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".partial.npz")
-        np.savez_compressed(tmp, **arrays)
-        tmp.replace(path)  # a crash mid-write never leaves a truncated result behind
+        from .files import atomic_write
+
+        with atomic_write(path) as tmp:  # a crash or full disk never leaves a truncated result
+            np.savez_compressed(tmp, **arrays)
         return path
 
     @classmethod

@@ -29,6 +29,11 @@ PROBABILITY_MAPS = ("p", "q", "lfdr", "posterior")
 REQUIRED_HEADER = ("pi0", "thresholds", "image_shape", "model_shape", "patch_size")
 MAX_HEADER_BYTES = 64 << 20  # metadata JSON; real ones are a few kB
 MAX_SUMMARY_ELEMENTS = 1 << 24
+#: No member is read into more memory than this, whatever its header declares.
+MAX_MEMBER_BYTES = 4 << 30
+MAX_HEADS = 4096
+MAX_IMAGE_SIDE = 1 << 22  # 4 M pixels a side: beyond any whole-slide image
+MAX_BOOT = 10**7
 
 
 class ResultFileError(ValueError):
@@ -73,6 +78,15 @@ class _Reader:
         image_shape = self.pair(header, "image_shape")
         model_shape = self.pair(header, "model_shape")
         patch = self.pair(header, "patch_size")
+        too_big = [k for k, v in (("image_shape", image_shape), ("model_shape", model_shape))
+                   if max(v) > MAX_IMAGE_SIDE]
+        if too_big:
+            raise self.fail(f"{too_big[0]} {list(header[too_big[0]])} is larger than any image "
+                            f"({MAX_IMAGE_SIDE} pixels a side); the file is damaged or was edited.")
+        metadata = header.get("metadata", {})
+        if not isinstance(metadata, dict):
+            raise self.fail("metadata is not a dictionary.")
+        n_boot = self.check_metadata(metadata)
         if image_shape[0] < patch[0] or image_shape[1] < patch[1]:
             raise self.fail(f"image_shape {list(image_shape)} is smaller than one patch "
                             f"{list(patch)}; the file is damaged or was edited.")
@@ -87,9 +101,13 @@ class _Reader:
         maps = {m: self.array(m, lambda s, g=grid: s == g, f"the token grid {grid}")
                 for m in MAP_NAMES}
         self.check_values(maps)
+        rows = {"head_attention": (lambda n: n <= MAX_HEADS, f"n ≤ {MAX_HEADS} heads"),
+                "null_scores": (lambda n: n == n_boot, f"n_boot = {n_boot} rows")
+                if n_boot is not None else (lambda n: n <= MAX_BOOT, f"n ≤ {MAX_BOOT} rows")}
         optional = {
-            name: self.array(name, lambda s, g=grid: len(s) == 3 and s[1:] == g,
-                             f"(n, {grid[0]}, {grid[1]})")
+            name: self.array(name, lambda s, g=grid, ok=rows[name][0]: len(s) == 3
+                             and s[1:] == g and ok(s[0]),
+                             f"(n, {grid[0]}, {grid[1]}) with {rows[name][1]}")
             for name in ("head_attention", "null_scores") if name in self.members}
         summary = header.get("null_summary") or {}
         if not isinstance(summary, dict):
@@ -99,9 +117,6 @@ class _Reader:
             if name.startswith("null_summary__"):
                 summary[name.split("__", 1)[1]] = self.array(
                     name, lambda s: math.prod(s) <= MAX_SUMMARY_ELEMENTS, "a small summary")
-        metadata = header.get("metadata", {})
-        if not isinstance(metadata, dict):
-            raise self.fail("metadata is not a dictionary.")
         return dict(maps, pi0=self.pi0(header), thresholds=self.thresholds(header),
                     image_shape=image_shape, model_shape=model_shape, patch_size=patch,
                     head_attention=optional.get("head_attention"), null_summary=summary,
@@ -119,11 +134,21 @@ class _Reader:
                 shape, _, dtype = npy.read_array_header_2_0(fh)
             else:
                 raise self.fail(f"member {name!r} has an unknown .npy version {version}.")
+            offset = fh.tell()  # where the data begins, after the .npy header
         if dtype.hasobject or dtype.kind not in "biuf":
             raise self.fail(f"member {name!r} holds {dtype} values, not numbers (refused).")
         if not shape_ok(tuple(shape)):
             raise self.fail(f"member {name!r} has shape {tuple(shape)}, expected {expected}; "
                             "the file is damaged or was edited.")
+        # sizes before allocation: the declared shape must be what the member holds (the zip
+        # bounds what it unpacks to its stated size) and below a cap, so neither a header
+        # declaring 10**12 rows nor a zip bomb reaches numpy's allocator
+        declared = math.prod(shape) * dtype.itemsize
+        stored = self.archive.getinfo(member).file_size - offset
+        if declared != stored or declared > MAX_MEMBER_BYTES:
+            raise self.fail(f"member {name!r} declares {declared} bytes of data but holds "
+                            f"{stored} (at most {MAX_MEMBER_BYTES} are read); the file is "
+                            "damaged or was edited.")
         with self.archive.open(member) as fh:
             return npy.read_array(fh, allow_pickle=False)
 
@@ -149,6 +174,26 @@ class _Reader:
         return header
 
     # ---- values -------------------------------------------------------------------------------
+    def check_metadata(self, metadata: dict[str, Any]) -> int | None:
+        """The values that are used (summaries, diagnostics, row counts) have their types;
+        returns ``n_boot`` (None in files that do not record it)."""
+        n_boot = metadata.get("n_boot")
+        if n_boot is not None and not (_is_int(n_boot) and 1 <= n_boot <= MAX_BOOT):
+            raise self.fail(f"metadata n_boot {n_boot!r} is not a number of bootstrap images.")
+        timings = metadata.get("timings", {})
+        if not (isinstance(timings, dict) and all(
+                isinstance(k, str) and _is_number(v) for k, v in timings.items())):
+            raise self.fail(f"metadata timings {_short(timings)} is not a dictionary of seconds.")
+        diagnostics = metadata.get("diagnostics", [])
+        fields = {"code", "severity", "message"}
+        if not (isinstance(diagnostics, list) and all(
+                isinstance(d, dict) and set(d) == fields
+                and all(isinstance(v, str) for v in d.values()) for d in diagnostics)):
+            raise self.fail(f"metadata diagnostics {_short(diagnostics)} is not a list of "
+                            "findings.")
+        return n_boot
+
+
     def pair(self, header: dict[str, Any], key: str) -> tuple[int, int]:
         value = header[key]
         if not (isinstance(value, list) and len(value) == 2 and all(
@@ -202,6 +247,11 @@ class _Reader:
             if outside.any():
                 raise self.fail(f"the {name} map has {int(outside.sum())} values outside "
                                 "[0, 1] or NaN; the file is damaged or was edited.")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _is_int(value: Any) -> bool:

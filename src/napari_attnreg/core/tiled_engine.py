@@ -121,7 +121,9 @@ def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig) -> TiledIma
         source, channel_map = image.source, image.channel_map
         display, image_shape = image.display, image.image_shape
     else:
-        arr = np.asarray(image)
+        from .images import as_plain_array  # a masked array is refused (#18)
+
+        arr = as_plain_array(image)
         _check_values(arr)
         arr = to_channels_last(arr, channel_axis=config.channel_axis, channels=config.channels,
                                merge=config.merge)

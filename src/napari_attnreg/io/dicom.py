@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ..core.files import decoding
+
 DICOM_SUFFIXES = (".dcm", ".dicom")
 #: The 4-byte marker after the 128-byte preamble of a DICOM Part 10 file.
 _MAGIC_OFFSET, _MAGIC = 128, b"DICM"
@@ -102,26 +104,60 @@ def read_dicom(path: str | Path) -> list[tuple[np.ndarray, LayerKwargs]]:
     if not files:
         raise ValueError(f"No DICOM files (.dcm, or files with the DICM marker) in {path}.")
     pydicom = _pydicom()
-    series: dict[str, list[Any]] = defaultdict(list)
+    series: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
     for f in files:
-        try:
+        with decoding(f, "DICOM file"):
             ds = pydicom.dcmread(f)
-        except pydicom.errors.InvalidDicomError as err:
-            raise ValueError(f"{f} is not a readable DICOM file: {err}") from err
-        if "PixelData" not in ds:  # DICOMDIR, structured reports, presentation states
-            continue
-        series[str(ds.get("SeriesInstanceUID", ""))].append(ds)
+            if "PixelData" not in ds:  # DICOMDIR, structured reports, presentation states
+                continue
+            series[_volume_key(ds)].append(ds)
     if not series:
         raise ValueError(f"The DICOM files in {path} hold no image (no PixelData).")
-    ordered = sorted(series.values(), key=lambda dss: int(dss[0].get("SeriesNumber", 0) or 0))
-    return [_series_layer(dss, Path(path)) for dss in ordered]
+    keys = sorted(series, key=lambda k: (k[0], k[1], str(k[2:])))
+    uids = [k[1] for k in keys]
+    layers = []
+    for key in keys:
+        volume, kwargs = _series_layer(series[key], Path(path))
+        if uids.count(key[1]) > 1:  # one series split in several volumes: say which this is
+            kwargs["name"] = f"{kwargs['name']} · {_part_name(series[key][0], key)}"
+        layers.append((volume, kwargs))
+    return layers
+
+
+def _volume_key(ds: Any) -> tuple[Any, ...]:
+    """The volume a dataset belongs to: its series, then (for single frames) the orientation
+    and size of its slices, or (for a multi-frame object) the file itself. Slices of one
+    series in another orientation (a localizer, a sagittal reformat) are another volume,
+    never stacked with the axial ones; every multi-frame file is a volume of its own."""
+    number = _int(ds.get("SeriesNumber", 0))
+    uid = str(ds.get("SeriesInstanceUID", ""))
+    if _int(ds.get("NumberOfFrames", 1)) > 1:
+        return number, uid, "file", str(ds.filename)
+    orientation = ds.get("ImageOrientationPatient")
+    tilt = tuple(round(float(v), 3) for v in orientation) \
+        if orientation is not None and len(orientation) == 6 else None
+    return number, uid, "slices", tilt, _int(ds.get("Rows", 0)), _int(ds.get("Columns", 0))
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _part_name(ds: Any, key: tuple[Any, ...]) -> str:
+    """``axial``/``coronal``/``sagittal`` (slices) or the file name (multi-frame)."""
+    if key[2] == "file":
+        return Path(str(ds.filename)).name
+    normal = np.abs(_slice_normal(ds))
+    return ("sagittal", "coronal", "axial")[int(np.argmax(normal))] + \
+        ("" if key[4:] == (0, 0) else f" {key[4]}x{key[5]}")
 
 
 def _series_layer(datasets: list[Any], path: Path) -> tuple[np.ndarray, LayerKwargs]:
     first = datasets[0]
-    frames = int(first.get("NumberOfFrames", 1) or 1)
-    if frames > 1 and len(datasets) > 1:
-        datasets = datasets[:1]  # several multi-frame files of one series: keep the first
+    frames = int(first.get("NumberOfFrames", 1) or 1)  # a multi-frame file is alone here
     datasets, slice_spacing = _sort_slices(datasets)
     volume = np.stack([_pixels(ds) for ds in datasets]) if frames == 1 else _pixels(first)
     rgb = int(first.get("SamplesPerPixel", 1)) > 1
@@ -137,7 +173,7 @@ def _series_layer(datasets: list[Any], path: Path) -> tuple[np.ndarray, LayerKwa
         "scale": tuple(float(s) for s in scale),
         "units": ("mm",) * spatial,
         "rgb": rgb,
-        "metadata": {"source_path": str(path), "dicom": _summary(first, path, len(datasets))},
+        "metadata": {"source_path": str(path), "dicom": _summary(first, path, datasets)},
     }
     if not rgb:
         kwargs["colormap"] = "gray_r" if first.get("PhotometricInterpretation") == \
@@ -179,16 +215,17 @@ def _slice_normal(ds: Any) -> np.ndarray:
 def _pixels(ds: Any) -> np.ndarray:
     """Stored values through the modality rescale (slope/intercept), smallest exact dtype."""
     try:
-        stored = ds.pixel_array
-    except (NotImplementedError, RuntimeError, ValueError) as err:
-        raise ValueError(f"Cannot decode the pixel data of {ds.filename}: {err} (compressed "
-                         "DICOM may need pylibjpeg or gdcm installed).") from err
+        with decoding(ds.filename, "DICOM image"):
+            stored = ds.pixel_array
+    except ValueError as err:
+        raise ValueError(f"Cannot decode the pixel data of {ds.filename}: {err.__cause__ or err} "
+                         "(compressed DICOM may need pylibjpeg or gdcm installed).") from err
     slope = float(ds.get("RescaleSlope", 1) or 1)
     intercept = float(ds.get("RescaleIntercept", 0) or 0)
     if slope == 1 and intercept == 0:
         return stored
     if slope == 1 and intercept.is_integer() and np.issubdtype(stored.dtype, np.integer):
-        values = stored.astype(np.int32) + int(intercept)
+        values = stored.astype(np.int64) + int(intercept)  # int32 wraps uint32 pixels
         dtype = np.promote_types(np.min_scalar_type(int(values.min())),
                                  np.min_scalar_type(int(values.max())))
         return values.astype(dtype)
@@ -236,11 +273,15 @@ def _first(value: Any) -> float:
     return float(value)
 
 
-def _summary(ds: Any, path: Path, n_files: int) -> dict[str, Any]:
-    """What the layer came from; no patient identifiers."""
+def _summary(ds: Any, path: Path, datasets: list[Any]) -> dict[str, Any]:
+    """What the layer came from, slice by slice (files and SOP instance UIDs in volume
+    order, so a result traces back to the exact images); no patient identifiers."""
     return {
         "path": str(path),
-        "files": n_files,
+        "files": len(datasets),
+        "source_files": [str(d.filename) for d in datasets],
+        "sop_instance_uids": [str(d.get("SOPInstanceUID", "")) for d in datasets],
+        "frame_of_reference_uid": str(ds.get("FrameOfReferenceUID", "")),
         "modality": str(ds.get("Modality", "")),
         "series_instance_uid": str(ds.get("SeriesInstanceUID", "")),
         "series_description": str(ds.get("SeriesDescription", "")),

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from ..core.files import atomic_write, write_text_atomic
 from ..core.presets import THRESHOLD_KEYS
-from ..core.weights_hash import file_sha256, weights_file
+from ..core.weights_hash import bundled_weights, file_sha256
 
 #: Key of our metadata on napari output layers (the layer's ``metadata[META_KEY]``).
 META_KEY = "attnreg"
@@ -40,7 +41,8 @@ LayerData = tuple[Any, Mapping[str, Any], str]
 
 
 def provenance(result_metadata: Mapping[str, Any], *, source: str | None = None,
-               thresholds: Mapping[str, Any] | None = None) -> dict[str, Any]:
+               thresholds: Mapping[str, Any] | None = None,
+               own_weights: str | Path | None = None) -> dict[str, Any]:
     """How a result was made: source image, model, weights hash, preset, thresholds, B, seed.
 
     Parameters
@@ -53,12 +55,17 @@ def provenance(result_metadata: Mapping[str, Any], *, source: str | None = None,
     thresholds : mapping, optional
         Rule and thresholds in force when the table or map was exported (they move live
         after the run); win over the ones in the metadata.
+    own_weights : str or Path, optional
+        The weights file this process itself loaded for the run. Only it (or the bundled
+        demo weights) is hashed when the metadata has no ``weights_sha256``: a path read from
+        a result file is never opened, whatever it names.
 
     Returns
     -------
     dict
         One value per name in :data:`PROVENANCE_FIELDS` (None where the metadata does not
-        say); ``weights_sha256`` is computed when the weights are a file that still exists.
+        say); a missing ``weights_sha256`` is computed only from ``own_weights`` or the
+        bundled demo weights.
 
     Examples
     --------
@@ -74,8 +81,11 @@ def provenance(result_metadata: Mapping[str, Any], *, source: str | None = None,
             flat[key] = value
     record = {name: _plain(flat.get(name)) for name in PROVENANCE_FIELDS}
     if record["weights_sha256"] is None:
-        found = weights_file(record["weights"], record["model"])
-        record["weights_sha256"] = file_sha256(found) if found else None
+        found = own_weights or bundled_weights(record["weights"], record["model"])
+        try:
+            record["weights_sha256"] = file_sha256(found) if found else None
+        except (ValueError, OSError):  # gone, or not a regular file: nothing to state
+            record["weights_sha256"] = None
     if record["package_version"] is None:
         record["package_version"] = _installed_version()
     return record
@@ -126,7 +136,8 @@ def save_outputs(folder: str | Path, layer_data: Sequence[LayerData],
     Parameters
     ----------
     folder : str or Path
-        Created if needed. Existing files of the same names are replaced; nothing else in
+        Created if needed. Existing files of the same names are replaced, each only once
+        its new version is complete (a failed write leaves the old file); nothing else in
         the folder is touched.
     layer_data : sequence of (data, layer attributes, layer type)
         napari layer data tuples (``layer.as_layer_data_tuple()``) of ``"image"`` or
@@ -180,8 +191,7 @@ def _write_record(path: Path, entries: list[dict[str, Any]], roi_table: str | No
               "saved_with": _installed_version(),
               "provenance": _run(entries),
               "layers": entries, "roi_table": roi_table}
-    path.write_text(json.dumps(record, indent=2, default=_json_default), encoding="utf-8")
-    return path
+    return write_text_atomic(path, json.dumps(record, indent=2, default=_json_default))
 
 
 def write_ome_tiff(path: str | Path, data: Any, attrs: Mapping[str, Any],
@@ -208,8 +218,9 @@ def write_ome_tiff(path: str | Path, data: Any, attrs: Mapping[str, Any],
             if unit:
                 metadata[f"PhysicalSize{axis}Unit"] = unit
     path = Path(path)
-    tifffile.imwrite(path, array, ome=True, metadata=metadata, photometric="rgb" if rgb else None,
-                     compression="zlib")
+    with atomic_write(path) as tmp:  # a full disk must not destroy the file being replaced
+        tifffile.imwrite(tmp, array, ome=True, metadata=metadata,
+                         photometric="rgb" if rgb else None, compression="zlib")
     return path
 
 
@@ -224,7 +235,7 @@ def write_table_csv(path: str | Path, rows: Sequence[Mapping[str, Any]],
     columns = list(dict.fromkeys(k for r in rows for k in r))
     extra = {k: v for k, v in (run_provenance or {}).items() if k not in columns}
     path = Path(path)
-    with open(path, "w", newline="", encoding="utf-8") as fh:
+    with atomic_write(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=columns + list(extra))
         writer.writeheader()
         for row in rows:
@@ -244,10 +255,19 @@ def _run(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _labels_dtype(array: np.ndarray) -> np.ndarray:
-    if array.size and array.min() < 0:
-        return array.astype(np.int32)
+    """The smallest integer type OME-TIFF knows that holds every label exactly.
+
+    OME pixel types stop at 32 bits; a larger label is refused rather than wrapped (2**32
+    would become 0, background).
+    """
+    low = int(array.min()) if array.size else 0
     top = int(array.max()) if array.size else 0
-    return array.astype(np.uint8 if top < 256 else np.uint16 if top < 65536 else np.uint32)
+    for dtype in ((np.int32,) if low < 0 else (np.uint8, np.uint16, np.uint32)):
+        if np.iinfo(dtype).min <= low and top <= np.iinfo(dtype).max:
+            return array.astype(dtype)
+    raise ValueError(f"Labels from {low} to {top} do not fit the 32-bit integers of OME-TIFF; "
+                     "relabel the layer (e.g. skimage.segmentation.relabel_sequential) before "
+                     "saving.")
 
 
 def _ome_units(units: Any, ndim: int) -> list[str | None]:

@@ -14,10 +14,14 @@ Example
 
 from __future__ import annotations
 
+import math
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ..core.files import decoding
 
 OME_SUFFIXES = (".ome.tif", ".ome.tiff", ".ome.tf2", ".ome.tf8", ".ome.btf")
 #: OME axis letter → (OME-XML size attribute, its unit attribute, the OME default unit).
@@ -61,16 +65,19 @@ def read_ome_tiff(path: str | Path, lazy_bytes: int = LAZY_BYTES
     """
     import tifffile
 
-    with tifffile.TiffFile(path) as tif:
-        if not tif.is_ome:
-            raise ValueError(f"{path} has no OME-XML metadata; open it with napari's TIFF "
-                             "reader instead.")
-        series = tif.series[0]
-        axes = series.axes.upper()
-        nbytes = int(np.prod(series.shape)) * np.dtype(series.dtype).itemsize
-        data = _lazy(path) if nbytes > lazy_bytes else None
-        data = series.asarray() if data is None else data
-        pixels = _pixels(tifffile.xml2dict(tif.ome_metadata))
+    with decoding(path), tifffile.TiffFile(path, _multifile=False) as tif:
+        # _multifile=False: a TiffData FileName="../x" must not pull pixels from another file
+        ome = tif.is_ome
+        if ome:
+            series = tif.series[0]
+            axes = series.axes.upper()
+            nbytes = int(np.prod(series.shape)) * np.dtype(series.dtype).itemsize
+            data = _lazy(path) if nbytes > lazy_bytes else None
+            data = series.asarray() if data is None else data
+            pixels = _pixels(tifffile.xml2dict(tif.ome_metadata))
+    if not ome:
+        raise ValueError(f"{path} has no OME-XML metadata; open it with napari's TIFF "
+                         "reader instead.")
     rgb = axes.endswith("S") and data.shape[-1] in (3, 4)
     if "S" in axes and not rgb:  # samples that are not colour are channels
         if "C" in axes:
@@ -85,12 +92,12 @@ def read_ome_tiff(path: str | Path, lazy_bytes: int = LAZY_BYTES
     scale, units, physical = [], [], {}
     for axis in spatial:
         size_key, unit_key, default_unit = _PHYSICAL.get(axis, (None, None, "pixel"))
-        value = pixels.get(size_key) if size_key else None
+        value = _physical_size(path, axis, pixels.get(size_key)) if size_key else None
         unit = str(pixels.get(unit_key, default_unit)) if size_key else "pixel"
-        scale.append(float(value) if value else 1.0)
+        scale.append(value if value else 1.0)
         units.append(_UNITS.get(unit, "pixel") if value else "pixel")
         if value:
-            physical[axis] = (float(value), unit)
+            physical[axis] = (value, unit)
     kwargs: LayerKwargs = {
         "name": _stem(path),
         "scale": tuple(scale),
@@ -122,11 +129,34 @@ def _lazy(path: str | Path) -> Any | None:
     return da.from_zarr(node if hasattr(node, "shape") else node["0"])  # pyramid: level 0
 
 
-def _pixels(ome: dict[str, Any]) -> dict[str, Any]:
-    image = ome.get("OME", {}).get("Image", {})
+#: A physical pixel size outside this range (in its unit) is not a real measurement.
+_SIZE_RANGE = (1e-12, 1e12)
+
+
+def _physical_size(path: str | Path, axis: str, value: Any) -> float | None:
+    """A usable PhysicalSize/TimeIncrement, or None (scale 1, with a warning when the file
+    states a value that cannot be one: 0, negative, NaN, inf, 1e300, text)."""
+    if value is None or value == "":
+        return None
+    try:
+        size = float(value)
+    except (TypeError, ValueError):
+        size = math.nan
+    if math.isfinite(size) and _SIZE_RANGE[0] <= size <= _SIZE_RANGE[1]:
+        return size
+    warnings.warn(f"{path}: the OME physical size of axis {axis} is {value!r}, not a usable "
+                  "size; that axis is shown at scale 1 (pixels).", stacklevel=3)
+    return None
+
+
+def _pixels(ome: Any) -> dict[str, Any]:
+    """The first image's ``Pixels`` element (empty when the XML lacks it)."""
+    image = ome.get("OME", {}) if isinstance(ome, dict) else {}
+    image = image.get("Image", {}) if isinstance(image, dict) else {}
     if isinstance(image, list):
         image = image[0] if image else {}
-    return image.get("Pixels", {}) or {}
+    pixels = image.get("Pixels", {}) if isinstance(image, dict) else {}
+    return pixels if isinstance(pixels, dict) else {}
 
 
 def _channel_names(pixels: dict[str, Any]) -> list[str]:
