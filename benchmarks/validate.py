@@ -293,6 +293,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--quick", action="store_true", help="a smoke run (B = 20, few images)")
     ap.add_argument("--json", type=Path, help="where the article's results go")
+    ap.add_argument("--sections", default=",".join(SECTIONS),
+                    help="run only these sections and keep the others of an existing result "
+                         f"file (comma-separated from {', '.join(SECTIONS)})")
     ap.add_argument("--out", type=Path,
                     default=Path(__file__).resolve().parents[1] / "docs" / "validation.md")
     args = ap.parse_args(argv)
@@ -304,20 +307,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+SECTIONS = {"noise": noise_inputs, "texture": structured_noise, "crops": empty_crops,
+            "localization": localization, "tiled": tiled, "simulation": simulation}
+
+
 def validate_article(args) -> dict:
     art = ARTICLES[args.article]
     bb = load_backbone(art.model)
     RUNTIMES.clear()
-    t0 = time.perf_counter()
-    results = {"article": art.name, "description": art.description, "model": bb.describe(),
-               "n_boot": args.n_boot, "n_boot_tiled": args.n_boot_tiled,
-               "source": source_version(), "argv": sys.argv[1:],
-               "noise": noise_inputs(art, bb, args), "texture": structured_noise(art, bb, args),
-               "crops": empty_crops(art, bb, args), "localization": localization(art, bb, args),
-               "tiled": tiled(art, bb, args), "simulation": simulation(art, bb, args)}
-    results["seconds"] = time.perf_counter() - t0
-    results["runtime_median_s"] = {p: float(np.median(v)) for p, v in RUNTIMES.items()}
     path = args.json or RESULTS / f"validation_{art.name}.json"
+    wanted = [name for name in args.sections.split(",") if name]
+    unknown = set(wanted) - set(SECTIONS)
+    if unknown:
+        raise SystemExit(f"unknown sections {sorted(unknown)}; use {', '.join(SECTIONS)}")
+    partial = set(wanted) != set(SECTIONS)
+    results = json.loads(path.read_text()) if partial and path.is_file() else {}
+    t0 = time.perf_counter()
+    results.update({"article": art.name, "description": art.description, "model": bb.describe(),
+                    "n_boot": args.n_boot, "n_boot_tiled": args.n_boot_tiled,
+                    "source": source_version()})
+    results["argv" if not partial else "argv_" + "_".join(wanted)] = sys.argv[1:]
+    for name in wanted:
+        results[name] = SECTIONS[name](art, bb, args)
+    results["seconds" if not partial else "seconds_" + "_".join(wanted)] = time.perf_counter() - t0
+    results.setdefault("runtime_median_s", {}).update(
+        {p: float(np.median(v)) for p, v in RUNTIMES.items()})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1, default=float) + "\n")
     progress(f"wrote {path}")

@@ -39,6 +39,7 @@ def demo_widget(make_napari_viewer):
 
 
 def test_tiling_controls_follow_the_checkbox_and_the_core(demo_widget):
+    from napari_attnreg._napari.option_controls import value_of
     from napari_attnreg.core.options import option
 
     _viewer, widget = demo_widget
@@ -47,11 +48,12 @@ def test_tiling_controls_follow_the_checkbox_and_the_core(demo_widget):
     tiled, overlap, scale = controls["tiled"], controls["tile_overlap"], controls["tile_scale"]
     assert tiled.text() == option("tiled").label and tiled.toolTip() == option("tiled").help
     assert tiled.isChecked() == defaults.tiled
-    assert overlap.value() == defaults.tile_overlap
+    assert value_of(option("tile_overlap"), overlap) == defaults.tile_overlap  # None: a quarter
     assert scale.value() == pytest.approx(defaults.tile_scale)
     for control, name in ((scale, "tile_scale"), (overlap, "tile_overlap")):
         opt = option(name)  # ranges and help from the core's option metadata
-        assert (control.minimum(), control.maximum()) == (opt.minimum, opt.maximum)
+        empty = 1 if opt.allow_none else 0  # one step below the minimum stands for "empty"
+        assert (control.minimum() + empty, control.maximum()) == (opt.minimum, opt.maximum)
         assert control.toolTip() == opt.help
     assert not overlap.isEnabled() and controls["target_size"].isEnabled()
     scale.setValue(2.0)
@@ -109,6 +111,7 @@ def test_cancel_during_a_tiled_run_adds_nothing(demo_widget, qtbot):
     viewer.add_image(_field((600, 400)), name="field")
     names = [layer.name for layer in viewer.layers]
     widget.options.controls["tiled"].setChecked(True)
+    widget.options.controls["tile_overlap"].setValue(0)  # side by side: 20 tiles
     widget.options.controls["n_boot"].setValue(2000)
     widget.options.controls["chunk_size"].setValue(2)
     events: list = []  # appended on the worker thread, so it is never behind the worker

@@ -36,7 +36,7 @@ def run_defaults() -> RunDefaults:
     Examples
     --------
     >>> run_defaults()                                            # doctest: +SKIP
-    RunDefaults(model='demo', device='auto', n_boot=200, preset='directional')
+    RunDefaults(model='demo', device='auto', n_boot=200, preset='stepdown')
     """
     schema = _schema()
     stored = _stored_settings()

@@ -495,7 +495,8 @@ def _run_metadata(config: RunConfig, backbone: Backbone, device: torch.device,
 
 def _statistics(observed: torch.Tensor, null_scores: torch.Tensor, config: RunConfig,
                 positions: np.ndarray | None = None, *, families: torch.Tensor | None = None,
-                owner: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[Any, list[str]]:
+                owner: tuple[np.ndarray, np.ndarray] | None = None,
+                family_tokens: np.ndarray | None = None) -> tuple[Any, list[str]]:
     """The preset's statistics, and the messages of the statistics warnings they raised.
 
     The warnings are re-raised for Python users and also kept, so every front end can show
@@ -505,7 +506,8 @@ def _statistics(observed: torch.Tensor, null_scores: torch.Tensor, config: RunCo
         warnings.simplefilter("always", StatisticsWarning)
         if config.preset == "stepdown":
             stats = stepdown_statistics(observed, null_scores, tail=config.tail,
-                                        families=families, owner=owner)
+                                        families=families, owner=owner,
+                                        family_tokens=family_tokens)
         elif config.preset == "directional":
             stats = directional_statistics(observed, null_scores, null_pool=config.null_pool,
                                            pi0_method=config.pi0_method, positions=positions)

@@ -23,13 +23,14 @@ from .stats import TokenStatistics, z_scores
 from .stepdown import StepDownFamilies, family_selection, significant_steps, step_down
 
 #: The ``null_summary`` keys of a step-down result (arrays saved with the result).
-STEP_KEYS = ("stepdown_family", "stepdown_rank", "stepdown_step_p", "stepdown_adjusted_p",
-             "stepdown_group_end", "stepdown_tail")
+STEP_KEYS = ("stepdown_family", "stepdown_step_token", "stepdown_step_p",
+             "stepdown_adjusted_p", "stepdown_group_end", "stepdown_tail")
 
 
 def stepdown_statistics(observed: torch.Tensor, null_scores: torch.Tensor, *, tail: str = "none",
                         families: torch.Tensor | None = None,
-                        owner: tuple[np.ndarray, np.ndarray] | None = None) -> TokenStatistics:
+                        owner: tuple[np.ndarray, np.ndarray] | None = None,
+                        family_tokens: np.ndarray | None = None) -> TokenStatistics:
     """Step-down token statistics of one image or of the tiles of one image.
 
     Parameters
@@ -43,6 +44,10 @@ def stepdown_statistics(observed: torch.Tensor, null_scores: torch.Tensor, *, ta
         Tiled images: every tile's own full attention map (each tile is a family).
     owner : (array, array), optional
         Tiled images: for each image token, its tile and its index inside that tile.
+    family_tokens : array ``(F, T_tile)`` of int, optional
+        Tiled images: the image token under each token of each tile. Where tiles overlap a
+        token belongs to several families; it is significant if any of them keeps it, and its
+        evidence is the largest it has in them.
 
     Returns
     -------
@@ -57,7 +62,7 @@ def stepdown_statistics(observed: torch.Tensor, null_scores: torch.Tensor, *, ta
                     null_scores.reshape(null_scores.shape[0], n_fam, n_tok).permute(1, 0, 2))
         family_of, local = (np.asarray(v).reshape(-1) for v in owner)  # type: ignore[union-attr]
     fams = step_down(fam_obs, fam_null, tail=tail)
-    maps = _token_maps(fams, family_of, local)
+    maps = _token_maps(fams, family_of, local, family_tokens, observed.numel())
     pool = null_scores.reshape(null_scores.shape[0], -1)
     if families is not None and pool.shape[1] != observed.numel():
         positions = _pool_positions(pool.shape[1], fams.order.shape[1], family_of, local)
@@ -80,19 +85,25 @@ def _pool_positions(columns: int, n_tok: int, family_of: np.ndarray, local: np.n
     return family_of * n_tok + local if columns != n_tok else local
 
 
-def _token_maps(fams: StepDownFamilies, family_of: np.ndarray | None,
-                local: np.ndarray | None) -> dict[str, Any]:
+def _token_maps(fams: StepDownFamilies, family_of: np.ndarray | None, local: np.ndarray | None,
+                family_tokens: np.ndarray | None, n_image: int) -> dict[str, Any]:
     """Per-token p and adjusted p (with the family's BH floor) and the stored steps."""
     family_adjusted, _ = family_selection(fams.family_p, 1.0)
     step_p = fams.in_token_order(fams.step_p)
     adjusted = np.maximum(fams.in_token_order(fams.adjusted_p), family_adjusted[:, None])
-    ranks = fams.ranks()
     if family_of is None:
         family_of = np.zeros(step_p.shape[1], dtype=np.int64)
         local = np.arange(step_p.shape[1])
+    if family_tokens is None:
+        family_tokens = np.arange(step_p.shape[1])[None]
+    # every image token takes its smallest adjusted p over the tiles that hold it
+    best = np.ones(n_image)
+    np.minimum.at(best, np.asarray(family_tokens).reshape(-1), adjusted.reshape(-1))
     summary = {
         "stepdown_family": family_of.astype(np.int32),
-        "stepdown_rank": ranks[family_of, local].astype(np.int32),
+        # the image token under each step of each family, so a rule marks what any tile keeps
+        "stepdown_step_token": np.take_along_axis(np.asarray(family_tokens), fams.order,
+                                                  axis=1).astype(np.int32),
         "stepdown_step_p": fams.step_p,
         "stepdown_adjusted_p": fams.adjusted_p,
         "stepdown_group_end": fams.group_end,
@@ -104,7 +115,7 @@ def _token_maps(fams: StepDownFamilies, family_of: np.ndarray | None,
         "n_families": int(fams.step_p.shape[0]),
         "tail": fams.tail.as_dict(),
     }
-    return {"p": step_p[family_of, local], "q": adjusted[family_of, local], "summary": summary}
+    return {"p": step_p[family_of, local], "q": best, "summary": summary}
 
 
 def concentration_ratio(observed: torch.Tensor, null: torch.Tensor) -> float:
@@ -133,6 +144,7 @@ def stepdown_mask(null_summary: dict[str, Any], rule: str, alpha: float,
                               np.asarray(null_summary["stepdown_adjusted_p"]),
                               np.asarray(null_summary["stepdown_group_end"], dtype=bool),
                               rule, float(alpha))
-    family = np.asarray(null_summary["stepdown_family"]).reshape(-1)
-    rank = np.asarray(null_summary["stepdown_rank"]).reshape(-1)
-    return steps[family, rank].reshape(grid_shape)
+    tokens = np.asarray(null_summary["stepdown_step_token"])
+    keep = np.zeros(int(np.prod(grid_shape)), dtype=bool)
+    keep[tokens[steps]] = True
+    return keep.reshape(grid_shape)

@@ -10,6 +10,13 @@ Winkler et al. 2016). The count is kept where an Anderson–Darling test rejects
 0.05, and no p goes below ``1 / (100·(B + 1))``: a fitted tail with a finite end point
 would otherwise give an observed value past it a p of 0.
 
+A fitted shape below 0 (a tail with an end point) is replaced by 0 (an exponential tail,
+refitted): the null step statistics *are* bounded, but an end point estimated from a few
+dozen exceedances lies near their largest value, so a pure-noise tile just past it got
+the floor p. Measured on 2048² noise mosaics with the demo model (B = 200, 441 tiles): with
+the fitted end point, 5 of 10 mosaics had a tile at the floor, selected by Benjamini–Hochberg.
+The exponential tail is heavier, so its p-values err on the large side.
+
 Only the leading steps are approximated (those before the first step that 10 or more null
 statistics reach): after that step the step-down adjusted p is at least ``10/(B + 1)``,
 which no smaller p of a later step can lower.
@@ -114,6 +121,8 @@ def gpd_tail_p(null_values: np.ndarray, observed: float) -> tuple[float, bool] |
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the optimizer's chatter; the fit is judged below
         shape, _, scale = stats.genpareto.fit(excess, floc=0.0)
+        if shape < 0:  # no end point extrapolated from a few exceedances (module docstring)
+            shape, scale = 0.0, float(np.mean(excess))
     if not (np.isfinite(shape) and np.isfinite(scale) and scale > 0):
         return None
     if anderson_darling(excess, shape, scale) > ad_critical_value(shape, excess.size):

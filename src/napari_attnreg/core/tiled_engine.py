@@ -371,7 +371,8 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
         stats, warnings_seen = _statistics(
             observed.reshape(-1), null_scores, config, positions,
             families=tile_maps.reshape(n_tiles, -1).to(device),
-            owner=(layout.tile_index().ravel(), layout.local_index().ravel()))
+            owner=(layout.tile_index().ravel(), layout.local_index().ravel()),
+            family_tokens=layout.tile_tokens())
         timings["statistics_s"] = time.perf_counter() - t0
         kept = None
         if config.keep_nulls:

@@ -112,6 +112,17 @@ class TileLayout:
         _, ly, _, lx = self._owners
         return ly[:, None] * self.tile_grid[1] + lx[None, :]
 
+    def tile_tokens(self) -> np.ndarray:
+        """``(n_tiles, tgh·tgw)`` flat image-grid index of every token of every tile."""
+        tgh, tgw = self.tile_grid
+        gw = self.grid_shape[1]
+        rows = []
+        for index in range(self.n_tiles):
+            y, x = self.origin(index)
+            ty, tx = y // self.patch[0], x // self.patch[1]
+            rows.append(((ty + np.arange(tgh))[:, None] * gw + tx + np.arange(tgw)[None, :]).ravel())
+        return np.stack(rows)
+
     def assemble(self, tile_maps: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
         """``(n_tiles, ..., tgh, tgw)`` per-tile token maps → ``(..., gh, gw)`` image map."""
         tgh, tgw = self.tile_grid
