@@ -39,6 +39,10 @@ class Article:
         ``field(stream, i, abnormal)`` → :class:`Field` at the article's field size.
     field_size : int
         Side of a field in pixels (larger than the model input: the preprocessing shrinks it).
+    native_field : callable
+        Like ``field``, but with objects at the size the model learnt them at its input size:
+        what a tiled run at native resolution sees (mosaics are made of these).
+    native_size : int
     """
 
     name: str
@@ -46,6 +50,8 @@ class Article:
     description: str
     field: Callable[[int, int, bool], Field]
     field_size: int
+    native_field: Callable[[int, int, bool], Field]
+    native_size: int
 
     def empty_crop(self, i: int, side: int) -> np.ndarray:
         """A ``side``² crop, at a random place, of a held-out field without decisive objects."""
@@ -64,19 +70,33 @@ def _demo_field(stream: int, i: int, abnormal: bool) -> Field:
     return Field(sample.image, mask)
 
 
-def _phantom_field(stream: int, i: int, abnormal: bool) -> Field:
+def _demo_native(stream: int, i: int, abnormal: bool) -> Field:
+    from napari_attnreg.synthetic import TRAINING_SCALE, make_cell_image
+
+    sample = make_cell_image([0, stream, i], size=512, scale=TRAINING_SCALE, abnormal=abnormal,
+                             hard_negatives=not abnormal)
+    mask = sample.decisive_mask if abnormal else np.zeros(sample.image.shape, bool)
+    return Field(sample.image, mask)
+
+
+def _phantom_field(stream: int, i: int, abnormal: bool, size: int = 448) -> Field:
     from napari_attnreg.testing.phantoms import make_phantom_image
 
-    sample = make_phantom_image([0, stream, i], size=448, abnormal=abnormal)
+    sample = make_phantom_image([0, stream, i], size=size, abnormal=abnormal)
     mask = sample.lesion_mask if abnormal else np.zeros(sample.image.shape, bool)
     return Field(sample.image, mask)
 
 
+def _phantom_native(stream: int, i: int, abnormal: bool) -> Field:
+    return _phantom_field(stream, i, abnormal, size=224)
+
+
 ARTICLES = {
     "demo": Article("demo", "demo", "synthetic fluorescence nuclei; decisive objects: mitotic "
-                    "figures; ViT patch 8, 128 px input", _demo_field, 512),
+                    "figures; ViT patch 8, 128 px input", _demo_field, 512, _demo_native, 512),
     "phantom": Article("phantom", "phantom", "synthetic CT-like slices; decisive objects: small "
-                       "lesions; ViT patch 16, 224 px input", _phantom_field, 448),
+                       "lesions; ViT patch 16, 224 px input", _phantom_field, 448,
+                       _phantom_native, 224),
 }
 
 
@@ -106,18 +126,18 @@ def noise_image(reference: np.ndarray, rng: np.random.Generator, size: int, rgb:
 
 def mosaic(article: Article, index: int, side: int, objects: int,
            rng: np.random.Generator) -> Field:
-    """A ``side``² mosaic of held-out fields without objects, ``objects`` of them with.
+    """A ``side``² mosaic of held-out native-scale fields, ``objects`` of them with objects.
 
     The fields are laid out on a regular grid; the ones with decisive objects sit at random
     places of that grid.
     """
-    fs = article.field_size
+    fs = article.native_size
     n = -(-side // fs)
     with_objects = set(rng.choice(n * n, size=min(objects, n * n), replace=False).tolist())
     image = np.zeros((n * fs, n * fs), np.float32)
     mask = np.zeros((n * fs, n * fs), bool)
     for cell in range(n * n):
-        f = article.field(HELD_OUT["mosaic"], index * 1000 + cell, cell in with_objects)
+        f = article.native_field(HELD_OUT["mosaic"], index * 1000 + cell, cell in with_objects)
         y, x = divmod(cell, n)
         image[y * fs:(y + 1) * fs, x * fs:(x + 1) * fs] = f.image
         mask[y * fs:(y + 1) * fs, x * fs:(x + 1) * fs] = f.decisive

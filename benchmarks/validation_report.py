@@ -70,7 +70,8 @@ def _article_section(r: dict) -> list[str]:
               "(native) or 2.5 times larger (resized: the preprocessing shrinks and smooths it). "
               "Step-down: KS of the map-level p (counting p randomized within its 1/(B+1) step). "
               "Other presets have no map-level p: KS statistic of their token p-values.", "",
-              "| case | preset | inputs | KS p of map-level p | token-p KS statistic | any significant | patches significant |",
+              "| case | preset | inputs | KS p of map-level p | token-p KS statistic | "
+              "any significant | patches significant |",
               "|---|---|---:|---:|---:|---:|---:|"]
     for case in CASES:
         for preset in PRESETS:

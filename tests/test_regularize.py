@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from napari_attnreg.core.presets import RULES_BY_PRESET
-
 import numpy as np
 import pytest
 import reference_impl as ref
@@ -12,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from napari_attnreg.core import regularize as R
+from napari_attnreg.core.presets import RULES_BY_PRESET
 
 A = np.array([[0.40, 0.20, 0.10], [0.15, 0.10, 0.05]])
 Z = np.array([[2.5, 1.0, -0.5], [0.0, 0.3, -2.0]])

@@ -33,6 +33,8 @@ def test_duplicated_output_is_the_analysts_copy(viewer_widget, run_and_wait, cel
 
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
+    presets = widget.options.controls["preset"]  # the q rule and its slider
+    presets.setCurrentIndex(presets.findData("directional"))
     run_and_wait(widget)
     record = widget.current_record()
     real = viewer.layers[layer_name("cells", "regularized")]
@@ -73,6 +75,9 @@ def test_two_docks_write_their_own_layers(viewer_widget, run_and_wait, cells_ima
     second.set_model(tiny_backbone, name="tiny")
     second.options.controls["n_boot"].setValue(16)
     second.options.controls["device"].setCurrentText("cpu")
+    for dock in (first, second):  # the q rule and its slider
+        dock.options.controls["preset"].setCurrentIndex(
+            dock.options.controls["preset"].findData("directional"))
     run_and_wait(first)
     run_and_wait(second)
     a, b = first.current_record(), second.current_record()

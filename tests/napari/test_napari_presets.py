@@ -39,13 +39,46 @@ def _outputs(viewer, name, preset):
     return {kind: viewer.layers[layer_name(name, kind, preset)] for kind in KINDS}
 
 
-def test_default_run_is_directional_with_outline_and_colorbars(
+def _use(widget, preset):
+    widget.options.controls["preset"].setCurrentIndex(
+        widget.options.controls["preset"].findData(preset))
+
+
+def test_default_run_is_stepdown_with_evidence_and_the_map_level_p(
+    viewer_widget, run_and_wait, cells_image
+):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    assert widget.preset() == "stepdown"
+    assert widget.thresholds_panel.rule_combo.currentData() == "forwardstop"
+    offered = [widget.thresholds_panel.rule_combo.itemData(i)
+               for i in range(widget.thresholds_panel.rule_combo.count())
+               if widget.thresholds_panel.rule_combo.model().item(i).isEnabled()]
+    assert offered == ["forwardstop", "fwer", "soft"]
+    assert widget.options.controls["method"].currentData() == "patch"
+    run_and_wait(widget)
+    result = widget.current_record().results[()]
+    assert result.preset == "stepdown" and result.p_map is not None
+    layers = _outputs(viewer, "cells", "stepdown")
+    assert layers["pvalue"].name == "cells · −log10 adjusted p (step-down)"
+    assert layers["posterior"].name == "cells · evidence (1 − adjusted p)"
+    np.testing.assert_allclose(layers["posterior"].data, result.posterior, rtol=1e-6)
+    np.testing.assert_allclose(layers["pvalue"].data,
+                               -np.log10(np.maximum(result.q, 1 / (100 * 17))), rtol=1e-5)
+    assert layers["posterior"].metadata["attnreg"]["legend"] == MAPS_BY_KEY["posterior"].legend(
+        "stepdown")
+    status = widget.run_panel.status_label.text()
+    assert "step-down" in status and "is anything here?" in status and "1/17" in status
+
+
+def test_directional_run_with_outline_and_colorbars(
     viewer_widget, run_and_wait, cells_image
 ):
     from napari.layers import Image, Labels
 
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
+    _use(widget, "directional")
     assert widget.preset() == "directional"
     assert widget.thresholds_panel.rule_combo.currentData() == "q" and widget.thresholds()[
         "q_th"
@@ -86,6 +119,7 @@ def test_preset_switch_resets_thresholds_and_renames_layers(
 ):
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
+    _use(widget, "directional")
     run_and_wait(widget)
     first = _outputs(viewer, "cells", "directional")
     n_layers = len(viewer.layers)
@@ -127,6 +161,7 @@ def test_q_threshold_move_updates_layers_and_status(
 ):
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
+    _use(widget, "directional")
     run_and_wait(widget)
     result = widget.current_record().results[()]
     before = widget.run_panel.status_label.text()

@@ -87,6 +87,8 @@ def test_odds_ratio_without_significant_tokens_and_small_roi_warning(
 
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
+    presets = widget.options.controls["preset"]  # the q rule and its slider
+    presets.setCurrentIndex(presets.findData("directional"))
     run_and_wait(widget)
     column = list(ROI_COLUMNS).index("odds_ratio")
     shapes = viewer.add_shapes(

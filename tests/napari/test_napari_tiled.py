@@ -48,7 +48,7 @@ def test_tiling_controls_follow_the_checkbox_and_the_core(demo_widget):
     tiled, overlap, scale = controls["tiled"], controls["tile_overlap"], controls["tile_scale"]
     assert tiled.text() == option("tiled").label and tiled.toolTip() == option("tiled").help
     assert tiled.isChecked() == defaults.tiled
-    assert value_of(option("tile_overlap"), overlap) == defaults.tile_overlap  # None: a quarter
+    assert value_of(overlap, option("tile_overlap")) == defaults.tile_overlap  # None: a quarter
     assert scale.value() == pytest.approx(defaults.tile_scale)
     for control, name in ((scale, "tile_scale"), (overlap, "tile_overlap")):
         opt = option(name)  # ranges and help from the core's option metadata

@@ -158,6 +158,8 @@ def test_threshold_move_updates_napari_status_count(viewer_widget, run_and_wait,
 
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
+    presets = widget.options.controls["preset"]  # the q rule and its slider
+    presets.setCurrentIndex(presets.findData("directional"))
     run_and_wait(widget)
     before = viewer.status
     result = widget.current_record().results[()]
@@ -241,6 +243,8 @@ def test_a_threshold_move_computes_the_significance_mask_once(viewer_widget, run
 
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
+    presets = widget.options.controls["preset"]  # the q rule and its slider
+    presets.setCurrentIndex(presets.findData("directional"))
     run_and_wait(widget)
     calls = []
     real = result_mod.significance_mask

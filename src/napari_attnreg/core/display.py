@@ -226,8 +226,11 @@ def significance_caption(result: AttentionResult | Sequence[AttentionResult],
     side = ("step-down" if preset == "stepdown" else "above the null" if _directional(preset)
             else "paper's two-sided test")
     planes = f" in {len(results)} planes" if len(results) > 1 else ""
-    return (f"{kept}/{total} patches significant{planes} ({rule_text(shown[0]._thresholds())}), "
-            f"{side}")
+    caption = (f"{kept}/{total} patches significant{planes} "
+               f"({rule_text(shown[0]._thresholds())}), {side}")
+    if len(results) == 1 and results[0].p_map is not None:  # the map-level answer
+        caption += f" · {map_level_text(results[0])}"
+    return caption
 
 
 def diagnostics_lines(result: AttentionResult, *, include_info: bool = True) -> list[str]:
@@ -307,10 +310,7 @@ def summary_text(results: AttentionResult | Sequence[AttentionResult],
     if not results:
         return "No result yet."
     md = results[0].metadata
-    parts = [significance_caption(results, thresholds)]
-    if len(results) == 1 and results[0].p_map is not None:
-        parts.append(map_level_text(results[0]))
-    parts.append(f"B = {md.get('n_boot', '?')}")
+    parts = [significance_caption(results, thresholds), f"B = {md.get('n_boot', '?')}"]
     total = sum(r.metadata.get("timings", {}).get("total_s", 0.0) for r in results)
     if total:
         parts.append(f"{total:.1f} s on {md.get('device', '?')}")
