@@ -58,7 +58,7 @@ def test_quickstart_notebook_executes_and_writes_to_a_temporary_folder(tmp_path)
     assert len([o for o in outputs if "image/png" in o.get("data", {})]) == 3
     text = _stream_text(nb)
     assert "Done in" in text and "B=200" in text
-    assert "observed z max" in text and "'label': 2" in text
+    assert "map-level p = " in text and "ForwardStop at α = 0.1" in text and "'label': 2" in text
     # nothing was written to the working directory (the kernel ran in tmp_path) ...
     assert sorted(p.name for p in tmp_path.iterdir()) == [NOTEBOOK.name]
     # ... the files went to the temporary folder the notebook made
