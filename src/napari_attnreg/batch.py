@@ -63,8 +63,9 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
     """Files, folders (their image files; ``recursive`` descends) and glob patterns → items.
 
     A path that does not exist is kept, so that it is reported as a failed input. Outputs
-    are named by the path relative to the common parent folder of all inputs. Files inside
-    ``exclude`` (the output folder) are left out: a batch never analyses its own figures.
+    are named by the path relative to the common parent folder of all inputs. Files that a
+    folder or a pattern finds inside ``exclude`` (the output folder) are left out: a batch
+    never analyses its own figures. A file named explicitly is always an input.
 
     Raises
     ------
@@ -72,6 +73,7 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
         When nothing at all was found.
     """
     found: list[Path] = []
+    named: set[Path] = set()
     for entry in inputs:
         text = str(entry)
         if _is_glob(text) and not Path(text).exists():
@@ -83,10 +85,11 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
                 and not (p.name.startswith(".") and PARTIAL_MARK in p.name)))  # killed writes
         else:
             found.append(Path(text))
+            named.add(Path(text).resolve())
     unique = list(dict.fromkeys(p.resolve() for p in found))
     if exclude is not None:
         skip = Path(exclude).resolve()
-        unique = [p for p in unique if skip != p and skip not in p.parents]
+        unique = [p for p in unique if p in named or (skip != p and skip not in p.parents)]
     if not unique:
         raise ValueError(f"No image files found in {', '.join(map(str, inputs))}; give files, "
                          "folders (with --recursive for subfolders) or glob patterns (files in "
