@@ -220,3 +220,11 @@ def test_tail_option_records_what_it_did():
     assert few.tail.steps == 0 and "B = 50" in few.tail.note
     with pytest.raises(ValueError, match="tail"):
         sd.step_down(torch.from_numpy(a), torch.from_numpy(null), tail="exp")
+
+
+def test_inputs_are_never_changed():
+    a, null = _maps(12, n_boot=40, n_tok=30, planted=2)
+    a_copy, null_copy = a.copy(), null.copy()
+    stepdown_statistics(torch.from_numpy(a), torch.from_numpy(null), tail="gpd")
+    np.testing.assert_array_equal(a, a_copy)
+    np.testing.assert_array_equal(null, null_copy)

@@ -44,7 +44,7 @@ from .tail import TAIL_METHODS, TailFit, tail_pvalues
 STEPDOWN_RULES = ("forwardstop", "fwer")
 RULE_LEVEL = {"forwardstop": "q_th", "fwer": "p_th"}
 #: Largest block of the vectorized pass, in null values (float64 work arrays of this size).
-BLOCK_ELEMENTS = 1 << 21
+BLOCK_ELEMENTS = 1 << 18
 
 
 @dataclass(frozen=True)

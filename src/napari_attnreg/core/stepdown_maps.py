@@ -19,8 +19,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from .stats import TokenStatistics, z_scores
-from .stepdown import StepDownFamilies, family_selection, significant_steps, step_down
+from .stats import TokenStatistics
+from .stepdown import (
+    BLOCK_ELEMENTS,
+    StepDownFamilies,
+    family_selection,
+    significant_steps,
+    step_down,
+)
 
 #: The ``null_summary`` keys of a step-down result (arrays saved with the result).
 STEP_KEYS = ("stepdown_family", "stepdown_step_token", "stepdown_step_p",
@@ -64,25 +70,37 @@ def stepdown_statistics(observed: torch.Tensor, null_scores: torch.Tensor, *, ta
     fams = step_down(fam_obs, fam_null, tail=tail)
     maps = _token_maps(fams, family_of, local, family_tokens, observed.numel())
     pool = null_scores.reshape(null_scores.shape[0], -1)
-    if families is not None and pool.shape[1] != observed.numel():
-        positions = _pool_positions(pool.shape[1], fams.order.shape[1], family_of, local)
-        z_obs, z_null, mu0, sigma0 = z_scores(observed, pool, positions=positions)
-    else:
-        z_obs, z_null, mu0, sigma0 = z_scores(observed, pool)
+    z_obs, mu0, sigma0 = _display_z(observed, pool)
     summary = {
         "B": fams.n_boot, "T": int(pool.shape[1]), "lfdr_fit": "stepdown",
         "empirical_null": None, "concentration_ratio": concentration_ratio(fam_obs, fam_null),
         **maps["summary"],
     }
-    del z_null
-    return TokenStatistics(z=z_obs.cpu().numpy().astype(np.float64), p=maps["p"], pi0=1.0,
+    return TokenStatistics(z=z_obs, p=maps["p"], pi0=1.0,
                            lfdr=maps["q"], posterior=1.0 - maps["q"], q=maps["q"], mu0=mu0,
                            sigma0=sigma0, null_summary=summary)
 
 
-def _pool_positions(columns: int, n_tok: int, family_of: np.ndarray, local: np.ndarray) -> np.ndarray:
-    # per-tile nulls: the column of a token is its tile's block; image-level null tiles: local
-    return family_of * n_tok + local if columns != n_tok else local
+def _display_z(observed: torch.Tensor, pool: torch.Tensor) -> tuple[np.ndarray, float, float]:
+    """``(log A − μ0)/σ0`` against the pooled log null, its moments read in blocks.
+
+    Only for display and the optional z mask: the step-down itself never uses it, so it is
+    computed without the float64 copy of the whole pool that the pooled presets need.
+    """
+    rows = pool.reshape(pool.shape[0], -1)
+    step = max(1, BLOCK_ELEMENTS // rows.shape[1])
+    blocks = range(0, rows.shape[0], step)
+    def logs(i: int) -> torch.Tensor:  # a copy: a float64 input must not change
+        return rows[i:i + step].to(torch.float64, copy=True).log_()
+
+    mu0 = sum(float(logs(i).sum()) for i in blocks) / rows.numel()
+    squares = sum(float(logs(i).sub_(mu0).square_().sum()) for i in blocks)
+    sigma0 = (squares / rows.numel()) ** 0.5
+    if not sigma0 > 1e-12 * max(1.0, abs(mu0)):
+        raise ValueError("The null attention scores are all equal, so the null images carry no "
+                         "information; use a null generator that varies the image.")
+    log_obs = torch.log(observed.reshape(-1).double().cpu()).numpy()
+    return (log_obs - mu0) / sigma0, mu0, sigma0
 
 
 def _token_maps(fams: StepDownFamilies, family_of: np.ndarray | None, local: np.ndarray | None,
@@ -122,11 +140,16 @@ def concentration_ratio(observed: torch.Tensor, null: torch.Tensor) -> float:
     """sd of log attention of the observed map(s) over that of the null maps (median ratio).
 
     Near 1 when the image's map is as concentrated as the null maps; far from it the
-    null images do not look like the image to the model (§ diagnostics).
+    null images do not look like the image to the model (§ diagnostics). The null maps are
+    read in blocks, so this never holds more than a fraction of the null in float64.
     """
-    obs = torch.log(observed.double().reshape(-1, observed.shape[-1]))
-    nul = torch.log(null.double().reshape(-1, null.shape[-1]))
-    return float(obs.std(dim=1).median() / nul.std(dim=1).median())
+    def row_sd(maps: torch.Tensor) -> torch.Tensor:
+        rows = maps.reshape(-1, maps.shape[-1])
+        step = max(1, BLOCK_ELEMENTS // rows.shape[1])
+        return torch.cat([rows[i:i + step].to(torch.float64, copy=True).log_().std(dim=1)
+                          for i in range(0, rows.shape[0], step)])
+
+    return float(row_sd(observed).median() / row_sd(null).median())
 
 
 def is_stepdown(null_summary: dict[str, Any]) -> bool:
