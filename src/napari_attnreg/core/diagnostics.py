@@ -175,15 +175,14 @@ def _stepdown_findings(concentration: float | None,
     found = []
     low, high = CONCENTRATION_RANGE
     if concentration is not None and not low <= concentration <= high:
-        shape = "much less" if concentration < low else "much more"
-        # info, not a warning: on real fields with half-patch block nulls the ratio is often
-        # near 0.55 while the significant patches sit on the right objects (docs/validation.md)
+        shape = "more even" if concentration < low else "more concentrated"
         found.append(Diagnostic(
+            # info, not a warning: on real fields with half-patch block nulls the ratio is often
+            # near 0.55 while the significant patches sit on the right objects (docs/validation.md)
             "concentration", "info",
-            f"The attention map is {shape} concentrated than the null images' maps (spread of "
-            f"log attention {concentration:.2f}× theirs, expected {low}–{high}): the null "
-            "images do not look like this image to the model, so read the evidence with care "
-            "(another null method or block size may suit this image better)."))
+            f"This attention map is {shape} than the null images' maps (spread of log "
+            f"attention {concentration:.2f}× theirs; noise inputs give {low}–{high}). If the "
+            "result looks wrong, another null method or block size may suit this image better."))
     if step_level is not None and step_level[0] > step_level[1]:
         smallest, needed, n_fam = step_level
         where = f" over {n_fam} tiles" if n_fam > 1 else ""
