@@ -76,3 +76,24 @@ def test_a_uniform_attention_model_is_flagged(tiny_backbone, blob_image):
             qkv.bias.copy_(saved[1])
     assert "uniform_attention" in codes(res.diagnostics)
     assert "nearly uniform" in res.summary()
+
+
+def test_stepdown_findings_by_hand():
+    peaked = np.r_[0.9, np.full(63, 0.1 / 63)]
+    common = {"pi0": 1.0, "lfdr_fit": "stepdown", "pi0_estimated": False, "random_init": False,
+              "model_name": "m"}
+    codes = {d.code: d for d in diagnose(peaked, concentration=0.5, **common)}
+    assert codes["concentration"].severity == "info" and "more even" in codes[
+        "concentration"].message
+    assert "concentration" not in {d.code for d in diagnose(peaked, concentration=1.0, **common)}
+    assert "more concentrated" in {d.code: d for d in diagnose(
+        peaked, concentration=2.0, **common)}["concentration"].message
+    # B = 9: the smallest step p is 0.1, above what ForwardStop at 0.1 needs at the first step
+    too_few = {d.code: d for d in diagnose(peaked, step_level=(0.1, 0.095, 1), **common)}
+    assert too_few["p_resolution"].severity == "warning" and "raise the number" in too_few[
+        "p_resolution"].message
+    tiles = {d.code: d for d in diagnose(peaked, step_level=(0.005, 0.0002, 400), **common)}
+    assert "over 400 tiles" in tiles["p_resolution"].message and "tail='gpd'" in tiles[
+        "p_resolution"].message
+    assert "p_resolution" not in {d.code for d in diagnose(peaked, step_level=(0.005, 0.09, 1),
+                                                           **common)}
