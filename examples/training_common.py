@@ -11,8 +11,14 @@ recipe is this one, so both articles are made the same way:
   the last block's CLS attention (mean over heads) on the decisive tokens of abnormal images;
   ``tokens``, a linear head on the final patch tokens (discarded after training) that predicts
   the decisive tokens, so the CLS attention itself is never supervised; or ``none``;
-- held-out metrics: accuracy, and the share of CLS attention on the decisive tokens against
-  their share of the area (enrichment).
+- optionally (``--spread``) a term that keeps the CLS attention *spread out* where there is
+  nothing decisive: 1 − normalised entropy of the attention on normal images and on null
+  images made in each batch (the abnormal images with their 4 or 8 px blocks shuffled, and
+  Gaussian noise), which carry no label loss. Guidance alone makes the attention peak on some
+  token of every input, lesion or not, and then a bootstrap against null images finds nothing;
+- held-out metrics: accuracy, the share of CLS attention on the decisive tokens against
+  their share of the area (enrichment), and the median largest token share (top-1) of the
+  attention on abnormal, normal, block-shuffled (8 px) and Gaussian-noise images.
 
 Run the scripts from the repository root; this module sits next to them and is imported as
 ``training_common``.
@@ -95,15 +101,48 @@ def augment(x: torch.Tensor, cover: torch.Tensor, gen: torch.Generator):
     return x * gain, cover
 
 
+def shuffle_blocks(x: torch.Tensor, block: int, gen: torch.Generator) -> torch.Tensor:
+    """``(B, 1, H, W)`` images with their ``block`` px blocks permuted (each image its own way)."""
+    n, _, h, w = x.shape
+    gy, gx = h // block, w // block
+    t = x.reshape(n, gy, block, gx, block).permute(0, 1, 3, 2, 4).reshape(n, gy * gx, block, block)
+    perm = torch.argsort(torch.rand(n, gy * gx, generator=gen), dim=1)
+    t = t[torch.arange(n)[:, None], perm]
+    return t.reshape(n, gy, gx, block, block).permute(0, 1, 3, 2, 4).reshape(n, 1, h, w)
+
+
+def noise_images(n: int, size: int, gen: torch.Generator) -> torch.Tensor:
+    """Gaussian noise as ``prepare_image`` scales it (percentiles to [0, 1])."""
+    return (0.5 + 0.17 * torch.randn(n, 1, size, size, generator=gen)).clamp(0, 1)
+
+
+def make_nulls(x: torch.Tensor, gen: torch.Generator, n_noise: int) -> torch.Tensor:
+    """Null images of a batch of prepared images: 4 or 8 px block shuffles, plus noise."""
+    block = (4, 8)[int(torch.randint(0, 2, (1,), generator=gen))]
+    return torch.cat([shuffle_blocks(x, block, gen), noise_images(n_noise, x.shape[-1], gen)])
+
+
+def _top1(att: torch.Tensor) -> list[float]:
+    return (att.max(1).values / att.sum(1)).tolist()
+
+
 @torch.no_grad()
 def evaluate(model, images, labels, cover, mean, std, batch=256) -> dict:
     model.eval()
     correct, mass, area, enrich = 0, [], [], []
+    top1: dict[str, list[float]] = {"abnormal": [], "normal": [], "shuffled": [], "noise": []}
+    gen = torch.Generator().manual_seed(1)
     for s in range(0, len(images), batch):
-        x = (torch.from_numpy(images[s:s + batch])[:, None].expand(-1, 3, -1, -1) - mean) / std
+        x0 = torch.from_numpy(images[s:s + batch])[:, None]
+        x = (x0.expand(-1, 3, -1, -1) - mean) / std
         logits, att = forward_with_attention(model, x)
         y = torch.from_numpy(labels[s:s + batch])
         correct += int((logits.argmax(1) == y).sum())
+        top1["abnormal"] += _top1(att[y == 1])
+        top1["normal"] += _top1(att[y == 0])
+        for key, null in (("shuffled", shuffle_blocks(x0[y == 0], 8, gen)),
+                          ("noise", noise_images(int((y == 0).sum()), x0.shape[-1], gen))):
+            top1[key] += _top1(forward_with_attention(model, (null.expand(-1, 3, -1, -1) - mean) / std)[1])
         cov = torch.from_numpy(cover[s:s + batch]).flatten(1)
         for a, c, lab in zip(att, cov, y):
             if lab == 1 and c.sum() > 0:
@@ -112,7 +151,9 @@ def evaluate(model, images, labels, cover, mean, std, batch=256) -> dict:
                 area.append(float(inside.float().mean()))
                 enrich.append(mass[-1] / area[-1])
     return {"accuracy": correct / len(images), "attention_mass_in_mask": float(np.mean(mass)),
-            "mask_area_fraction": float(np.mean(area)), "enrichment_median": float(np.median(enrich))}
+            "mask_area_fraction": float(np.mean(area)), "enrichment_median": float(np.median(enrich)),
+            **{f"top1_median_{k}": float(np.median(v)) for k, v in top1.items()},
+            "uniform_share": 1.0 / cover.shape[1] / cover.shape[2]}
 
 
 def build_parser(description: str, **defaults: Any) -> argparse.ArgumentParser:
@@ -131,11 +172,17 @@ def build_parser(description: str, **defaults: Any) -> argparse.ArgumentParser:
     ap.add_argument("--aux", choices=AUX_MODES, default="attention",
                     help="auxiliary loss on the planted masks: CLS-attention guidance, a per-token "
                          "head on the patch features, or none")
+    ap.add_argument("--spread", type=float, default=0.0,
+                    help="weight of the attention-spreading term on normal and null images "
+                         "(1 − normalised entropy of the CLS attention); 0 = off")
     ap.add_argument("--img-size", type=int)
     ap.add_argument("--patch", type=int)
     ap.add_argument("--embed-dim", type=int)
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--heads", type=int)
+    ap.add_argument("--init", type=Path, default=None,
+                    help="start from these weights (a .safetensors of the same architecture), "
+                         "e.g. to fine-tune an earlier run with another loss")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=PACKAGE / "models")
     ap.add_argument("--data-out", type=Path, default=PACKAGE / "data")
@@ -147,7 +194,7 @@ def _aux_loss(args, model, token_head, features, att, y, cover) -> torch.Tensor:
     """The auxiliary loss of one batch (see the module docstring)."""
     pos = (y == 1) & (cover.flatten(1).sum(1) > 0)
     if args.aux == "tokens":
-        tok_logits = token_head(features["tokens"][:, model.num_prefix_tokens:]).squeeze(-1)
+        tok_logits = token_head(features["tokens"][:len(y), model.num_prefix_tokens:]).squeeze(-1)
         target = (cover.flatten(1) >= COVER_MIN).float()
         # few tokens are positive: up-weight them so the head does not predict all-zero
         return F.binary_cross_entropy_with_logits(tok_logits, target, pos_weight=torch.tensor(5.0))
@@ -156,6 +203,15 @@ def _aux_loss(args, model, token_head, features, att, y, cover) -> torch.Tensor:
         share = (att[pos] * inside).sum(1) / att[pos].sum(1)
         return -torch.log(share.clamp_min(1e-6)).mean()
     return torch.zeros(())
+
+
+def _spread_loss(att: torch.Tensor) -> torch.Tensor:
+    """1 − normalised entropy of each attention row, averaged: 0 when uniform, 1 on one token."""
+    if not len(att):
+        return torch.zeros(())
+    p = att / att.sum(1, keepdim=True)
+    entropy = -(p * torch.log(p.clamp_min(1e-12))).sum(1)
+    return (1 - entropy / np.log(att.shape[1])).mean()
 
 
 def fit(args: argparse.Namespace, train: tuple[np.ndarray, ...], test: tuple[np.ndarray, ...]
@@ -171,6 +227,10 @@ def fit(args: argparse.Namespace, train: tuple[np.ndarray, ...], test: tuple[np.
     mean, std = float(tr_x.mean()), float(tr_x.std())
 
     model, kwargs = build_model(args)
+    if args.init is not None:
+        from safetensors.torch import load_file
+
+        model.load_state_dict(load_file(str(args.init)))
     params = list(model.parameters())
     token_head, features = None, {}
     if args.aux == "tokens":
@@ -193,12 +253,17 @@ def fit(args: argparse.Namespace, train: tuple[np.ndarray, ...], test: tuple[np.
             x = torch.from_numpy(tr_x[idx])[:, None]
             cover = torch.from_numpy(tr_c[idx])
             x, cover = augment(x, cover, gen)
-            x = (x.expand(-1, 3, -1, -1) - mean) / std
             y = torch.from_numpy(tr_y[idx])
+            n = len(y)
+            if args.spread > 0:  # null images ride along, with no label loss
+                x = torch.cat([x, make_nulls(x[y == 1][: n // 4], gen, n // 16)])
+            x = (x.expand(-1, 3, -1, -1) - mean) / std
             logits, att = forward_with_attention(model, x)
-            loss_cls = F.cross_entropy(logits, y)
-            loss_att = _aux_loss(args, model, token_head, features, att, y, cover)
+            loss_cls = F.cross_entropy(logits[:n], y)
+            loss_att = _aux_loss(args, model, token_head, features, att[:n], y, cover)
             loss = loss_cls + args.guidance * loss_att
+            if args.spread > 0:
+                loss = loss + args.spread * _spread_loss(torch.cat([att[:n][y == 0], att[n:]]))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -297,7 +362,17 @@ def training_text(cfg: dict, args: argparse.Namespace, *, obj: str, model: str, 
 batch {args.batch_size}, {args.epochs} epochs, flips/rot90 and gain augmentation, on
 {args.threads} CPU threads: {cfg['training_seconds'] / 60:.1f} min training
 (+{cfg['data_seconds']:.0f} s data generation).
-{_LOSS_TEXT[args.aux].format(w=args.guidance, obj=obj, model=model, topic=topic)}"""
+{_LOSS_TEXT[args.aux].format(w=args.guidance, obj=obj, model=model, topic=topic)}{_spread_text(args)}"""
+
+
+def _spread_text(args: argparse.Namespace) -> str:
+    if not args.spread:
+        return ""
+    return f"""
+Plus {args.spread} x spread term: 1 − normalised entropy of the CLS attention on normal images
+and on null images made in each batch (a quarter batch of its abnormal images with their 4 or
+8 px blocks shuffled, and a sixteenth of Gaussian noise; no label loss on those), so that the
+attention peaks only where there is a decisive object."""
 
 
 def held_out_text(cfg: dict, args: argparse.Namespace, tokens: str) -> str:
@@ -306,4 +381,13 @@ def held_out_text(cfg: dict, args: argparse.Namespace, tokens: str) -> str:
     return f"""**Held-out results** ({args.n_test} images): accuracy {h['accuracy']:.3f}; in abnormal images
 the {tokens} tokens cover {100 * h['mask_area_fraction']:.1f} % of the image but receive
 {100 * h['attention_mass_in_mask']:.1f} % of the CLS attention (median enrichment
-{h['enrichment_median']:.1f}x)."""
+{h['enrichment_median']:.1f}x).{_top1_text(h)}"""
+
+
+def _top1_text(h: dict) -> str:
+    if "top1_median_abnormal" not in h:
+        return ""
+    return f""" Median largest token share of the CLS attention (uniform:
+{h['uniform_share']:.4f}): abnormal {h['top1_median_abnormal']:.3f}, normal {h['top1_median_normal']:.3f},
+normal with 8 px blocks shuffled {h['top1_median_shuffled']:.3f}, Gaussian noise
+{h['top1_median_noise']:.3f}."""

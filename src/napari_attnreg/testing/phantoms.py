@@ -239,8 +239,8 @@ def make_phantom_image(
     size: int = PHANTOM_SIZE,
     abnormal: bool | None = None,
     n_lesions: int | None = None,
-    lesion_radius: tuple[float, float] = (8.0, 13.0),
-    contrast: tuple[float, float] = (60.0, 120.0),
+    lesion_radius: tuple[float, float] = (9.0, 14.0),
+    contrast: tuple[float, float] = (80.0, 150.0),
     noise_hu: float | None = None,
     dtype: str = "float32",
 ) -> PhantomSample:
@@ -258,7 +258,7 @@ def make_phantom_image(
     n_lesions : int, optional
         Number of lesions of an abnormal slice; default 1 (60 %), 2 (30 %) or 3.
     lesion_radius : (float, float)
-        Range of lesion radii in px at 224 px (8-13: one to two 16 px patches across).
+        Range of lesion radii in px at 224 px (9-14: one to two 16 px patches across).
     contrast : (float, float)
         Range of the lesions' absolute density difference to their organ (HU); 60 % are
         hypodense (darker), 40 % hyperdense.
