@@ -19,7 +19,10 @@ The exponential tail is heavier, so its p-values err on the large side.
 
 Only the leading steps are approximated (those before the first step that 10 or more null
 statistics reach): after that step the step-down adjusted p is at least ``10/(B + 1)``,
-which no smaller p of a later step can lower.
+which no smaller p of a later step can lower. At most :data:`MAX_TAIL_STEPS` per family:
+the first step is the family's (tile's) p-value, and a map whose every patch beats every
+null map (a model attending to all of a slice's anatomy, say) would otherwise need a fit per
+patch of every tile; later steps keep their counts, which only makes ForwardStop stricter.
 
 The Anderson–Darling critical values of a fit with estimated shape and scale depend on the
 shape and the number of exceedances; ``gpd_ad_critical.json`` tabulates them for this very
@@ -44,6 +47,8 @@ MIN_EXCEEDING = 10
 MIN_BOOT = 100
 TAIL_FRACTION = 0.1
 MIN_EXCEEDANCES = 10
+#: Leading steps per family that get a tail fit (each fit takes milliseconds).
+MAX_TAIL_STEPS = 16
 _TABLE = Path(__file__).with_name("gpd_ad_critical.json")
 
 
@@ -152,6 +157,7 @@ def tail_pvalues(step_p: np.ndarray, counts: np.ndarray, step_statistic: np.ndar
     if n_boot < MIN_BOOT:
         return step_p, used, TailFit.unused("gpd", f"B = {n_boot} < {MIN_BOOT}: counts kept")
     leading = np.logical_and.accumulate(counts < MIN_EXCEEDING, axis=1)
+    leading[:, MAX_TAIL_STEPS:] = False
     wanted = np.nonzero(leading)
     if wanted[0].size == 0:
         return step_p, used, TailFit.unused("gpd", "no step needed it")
