@@ -255,3 +255,35 @@ def test_out_of_memory_halves_the_chunk_in_a_tiled_run(demo, monkeypatch):
     assert halved == ["out of memory: chunk size halved to 3",
                       "out of memory: chunk size halved to 1"]  # 8 → 6 tiles: 6 → 3 → 1
     assert res.metadata["chunk_size"] == 1 and np.isfinite(res.p).all()
+
+
+@QUIET
+@pytest.mark.parametrize("scope", ["image", "tile"])
+def test_stepdown_tiles_are_families_and_any_tile_can_keep_a_token(demo, scope):
+    """Each tile is a family (its own steps, its own map-level p); a token in the overlap of
+    several tiles is significant where any of them keeps it, and its evidence is its best."""
+    from napari_attnreg.core.stepdown import significant_steps
+
+    image = make_cell_image([0, 26, 3], size=(320, 300), scale=TRAINING_SCALE, abnormal=True,
+                            hard_negatives=False).image
+    res = regularize(image, demo, n_boot=30, device="cpu", tiled=True, null_scope=scope)
+    md, ns = res.metadata, res.null_summary
+    assert md["preset"] == "stepdown" and md["tail"] == "gpd"
+    assert md["tile_overlap"] is None and ns["n_families"] == md["n_tiles"] > 1
+    tile_tokens = ns["stepdown_step_token"]
+    assert tile_tokens.shape == (md["n_tiles"], 16 * 16)
+    # every token of the grid belongs to at least one tile, overlap tokens to several
+    counts = np.bincount(tile_tokens.ravel(), minlength=res.attention.size)
+    assert counts.min() >= 1 and counts.max() > 1
+    for alpha in (0.1, 0.5, 1.0):  # the mask is the union of what each selected tile keeps
+        steps = significant_steps(ns["stepdown_step_p"], ns["stepdown_adjusted_p"],
+                                  ns["stepdown_group_end"], "forwardstop", alpha)
+        union = np.zeros(res.attention.size, bool)
+        union[tile_tokens[steps]] = True
+        np.testing.assert_array_equal(res.significant(q_th=alpha).ravel(), union)
+    # the evidence of a token is the best it has in the tiles that hold it
+    best = np.ones(res.attention.size)
+    family_adjusted = ns["stepdown_family_adjusted_p"][:, None]
+    np.minimum.at(best, tile_tokens.ravel(),
+                  np.maximum(ns["stepdown_adjusted_p"], family_adjusted).ravel())
+    np.testing.assert_allclose(res.posterior.ravel(), 1 - best)

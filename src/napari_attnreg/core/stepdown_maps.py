@@ -73,7 +73,9 @@ def stepdown_statistics(observed: torch.Tensor, null_scores: torch.Tensor, *, ta
     z_obs, mu0, sigma0 = _display_z(observed, pool)
     summary = {
         "B": fams.n_boot, "T": int(pool.shape[1]), "lfdr_fit": "stepdown",
-        "empirical_null": None, "concentration_ratio": concentration_ratio(fam_obs, fam_null),
+        # the null maps as rows of a view (a per-tile null's permuted view would be copied)
+        "empirical_null": None,
+        "concentration_ratio": concentration_ratio(fam_obs, pool.reshape(-1, fam_obs.shape[1])),
         **maps["summary"],
     }
     return TokenStatistics(z=z_obs, p=maps["p"], pi0=1.0,
