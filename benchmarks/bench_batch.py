@@ -2,7 +2,7 @@
 
     python benchmarks/bench_batch.py --images 8 --n-boot 100
 
-Writes ``--images`` synthetic cell images (``napari_attnreg.synthetic``) to a temporary
+Writes ``--images`` synthetic cell images (``napari_attnreg.testing.synthetic``) to a temporary
 folder and runs ``run_batch`` with the demo model on a LocalCluster of 1 and then 2 worker
 processes (one torch thread each), cluster start-up included. Prints both wall times and
 the speed-up; it cannot exceed the number of free cores.
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import tifffile
 
-from napari_attnreg.batch import collect_inputs, run_batch
-from napari_attnreg.synthetic import make_cell_image
+from napari_attnreg.batch.run import collect_inputs, run_batch
+from napari_attnreg.testing.synthetic import make_cell_image
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -64,7 +64,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     # load the model before the viewer opens its OpenGL context (see _napari/_compat.py)
-    from napari_attnreg.core.backbones import load_backbone
+    from napari_attnreg.core.models.backbones import load_backbone
 
     backbone = load_backbone(args.model, pretrained=False) if args.model != "demo" \
         else load_backbone("demo")
@@ -76,7 +76,7 @@ def main() -> None:
     from qtpy.QtWidgets import QApplication
 
     from napari_attnreg._napari.widget import AttentionWidget
-    from napari_attnreg.core.engine import drain, run_engine
+    from napari_attnreg.core.run.engine import drain, run_engine
 
     viewer = napari.Viewer(title="napari-attnreg responsiveness")
     layer = viewer.add_image(image, name="cell")

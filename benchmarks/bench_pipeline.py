@@ -25,9 +25,15 @@ import time
 import numpy as np
 import torch
 
-from napari_attnreg.core.backbones import load_backbone
-from napari_attnreg.core.engine import RunConfig, autocast_dtype, drain, resolve_device, run_engine
-from napari_attnreg.core.images import prepare_image
+from napari_attnreg.core.models.backbones import load_backbone
+from napari_attnreg.core.run.engine import (
+    RunConfig,
+    autocast_dtype,
+    drain,
+    resolve_device,
+    run_engine,
+)
+from napari_attnreg.core.run.images import prepare_image
 
 
 def _sync(device: torch.device) -> None:

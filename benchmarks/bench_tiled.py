@@ -11,7 +11,7 @@ Prints, measured in one run:
     drifting load), and the ratio pipeline / bare (aim ≤ 1.15),
   * peak RSS of this process after the pipeline (aim ≤ 3 GB), and with ``--cli`` the peak RSS
     of ``attnreg run --tiled`` on the field written as a TIFF (aim ≤ 1.5 GB).
-The field is a 1024² synthetic cell image (``napari_attnreg.synthetic``) repeated to size.
+The field is a 1024² synthetic cell image (``napari_attnreg.testing.synthetic``) repeated to size.
 """
 
 from __future__ import annotations
@@ -31,16 +31,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_pipeline import bare_forward_seconds
 
-import napari_attnreg.core.tiled_engine as tiled_mod
-from napari_attnreg.core.backbones import load_backbone
-from napari_attnreg.core.engine import (
+import napari_attnreg.core.run.tiled_engine as tiled_mod
+from napari_attnreg.core.models.backbones import load_backbone
+from napari_attnreg.core.run.engine import (
     RunConfig,
     autocast_dtype,
     drain,
     resolve_device,
     run_engine,
 )
-from napari_attnreg.synthetic import TRAINING_SCALE, make_cell_image
+from napari_attnreg.testing.synthetic import TRAINING_SCALE, make_cell_image
 
 
 def field(size: int) -> np.ndarray:

@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from validation_articles import ARTICLES, HELD_OUT, mosaic, noise_image, texture_like
 from validation_common import overlap, progress, source_version
 
-from napari_attnreg.core.backbones import load_backbone
-from napari_attnreg.core.engine import RunConfig, drain, run_engine
-from napari_attnreg.core.roi import d_ratio, roi_percentiles
-from napari_attnreg.core.stats import StatisticsWarning
+from napari_attnreg.core.models.backbones import load_backbone
+from napari_attnreg.core.run.engine import RunConfig, drain, run_engine
+from napari_attnreg.core.stats.paper import StatisticsWarning
+from napari_attnreg.core.stats.roi import d_ratio, roi_percentiles
 
 PRESETS = ("stepdown", "directional", "paper")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -102,7 +102,7 @@ def noise_inputs(art, bb, args) -> dict:
                 r = run(bb, noise_image(reference, rng, size, rgb), preset, args, seed=i)
                 rows.append((_map_p(r), bool(r.significant().any()), float(r.significant().mean()),
                              r.p.ravel()))
-            out[f"{case}|{preset}"] = _null_summary(rows, preset, args.n_boot)
+            out[f"{case}|{preset}"] = null_summary(rows, preset, args.n_boot)
         progress(f"{art.name}: noise inputs under {preset}")
     for preset in PRESETS:  # pooled over the four cases
         parts = [out[f"{case}|{preset}"] for case in cases]
@@ -116,7 +116,7 @@ def noise_inputs(art, bb, args) -> dict:
     return out
 
 
-def _null_summary(rows, preset: str, n_boot: int) -> dict:
+def null_summary(rows, preset: str, n_boot: int) -> dict:
     """Null-input summary; a map-level p (and its KS) only where the preset has one."""
     map_p = [r[0] for r in rows]
     tokens = np.concatenate([r[3] for r in rows])
@@ -137,7 +137,7 @@ def structured_noise(art, bb, args) -> dict:
             r = run(bb, image, preset, args, seed=i)
             rows.append((_map_p(r), bool(r.significant().any()), float(r.significant().mean()),
                          r.p.ravel()))
-        out[preset] = _null_summary(rows, preset, args.n_boot)
+        out[preset] = null_summary(rows, preset, args.n_boot)
     progress(f"{art.name}: structured noise")
     return out
 

@@ -62,7 +62,7 @@ class Article:
 
 
 def _demo_field(stream: int, i: int, abnormal: bool) -> Field:
-    from napari_attnreg.synthetic import TRAINING_SCALE, make_cell_image
+    from napari_attnreg.testing.synthetic import TRAINING_SCALE, make_cell_image
 
     sample = make_cell_image([0, stream, i], size=512, scale=4 * TRAINING_SCALE,
                              abnormal=abnormal, hard_negatives=not abnormal)
@@ -71,7 +71,7 @@ def _demo_field(stream: int, i: int, abnormal: bool) -> Field:
 
 
 def _demo_native(stream: int, i: int, abnormal: bool) -> Field:
-    from napari_attnreg.synthetic import TRAINING_SCALE, make_cell_image
+    from napari_attnreg.testing.synthetic import TRAINING_SCALE, make_cell_image
 
     sample = make_cell_image([0, stream, i], size=512, scale=TRAINING_SCALE, abnormal=abnormal,
                              hard_negatives=not abnormal)

@@ -37,7 +37,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
 CELL = r'''
 import numpy as np, torch
 torch.set_num_threads(1)
-from napari_attnreg.core.backbones import BackboneError, load_backbone
+from napari_attnreg.core.models.backbones import BackboneError, load_backbone
 from napari_attnreg.notebook import AttentionExplorer
 try:
     from napari_attnreg.samples import demo_image
@@ -87,7 +87,7 @@ def _check_server(server: subprocess.Popen, log: Path) -> None:
 def _live_check(page) -> None:
     """Run and Cancel clicked in the browser: the bar must advance while the kernel is free."""
     widget = page.locator(".jp-OutputArea-output:has(.attnreg-status)").first
-    from napari_attnreg.core.options import option
+    from napari_attnreg.core.run.options import option
 
     label = option("n_boot").label  # the control's label comes from the core's option metadata
     n_boot = widget.locator(f".widget-inline-hbox:has-text('{label}') input")
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> Path:
     news = work / "config" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
     news.mkdir(parents=True)
     (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    log_file = open(work / "lab.log", "w")  # noqa: SIM115 -- the server writes it until the end
+    log_file = open(work / "lab.log", "w")
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
          f"--ServerApp.root_dir={work}", "--IdentityProvider.token=", "--ServerApp.password=",

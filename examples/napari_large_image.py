@@ -24,7 +24,7 @@ def mosaic(size: int):
     """``size``² uint16 field tiled from 512² synthetic fields, a few with mitotic figures."""
     import numpy as np
 
-    from napari_attnreg.synthetic import TRAINING_SCALE, make_cell_image
+    from napari_attnreg.testing.synthetic import TRAINING_SCALE, make_cell_image
 
     n = -(-size // 512)
     rows = []

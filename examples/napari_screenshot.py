@@ -41,7 +41,7 @@ def main() -> None:
 
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     # load the model before the viewer opens its OpenGL context (see _napari/_compat.py)
-    from napari_attnreg.core.backbones import BackboneError, load_backbone
+    from napari_attnreg.core.models.backbones import BackboneError, load_backbone
 
     try:
         backbone = load_backbone("demo")

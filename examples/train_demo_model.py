@@ -2,7 +2,7 @@
 
 Task: does a nuclear-stain field contain a mitotic cell (a metaphase plate or anaphase
 figure)? The answer hangs on one to three small localized figures among many interphase
-nuclei (``napari_attnreg.synthetic``), so the model must look at them. A small timm
+nuclei (``napari_attnreg.testing.synthetic``), so the model must look at them. A small timm
 VisionTransformer (class token, patch 8, 128x128 input, 4 blocks) is trained on CPU.
 
 Classification alone does not get this from-scratch ViT off chance within a CPU budget (a
@@ -40,7 +40,7 @@ from training_common import (
     training_text,
 )
 
-from napari_attnreg.synthetic import TRAINING_SCALE, make_cell_image, write_demo_files
+from napari_attnreg.testing.synthetic import TRAINING_SCALE, make_cell_image, write_demo_files
 
 
 def draw_field(seed: list[int], size: int, abnormal: bool) -> tuple[np.ndarray, int, np.ndarray]:
@@ -80,7 +80,7 @@ def model_card(cfg: dict, n_params: int, args: argparse.Namespace) -> str:
 
 {architecture_text(cfg, n_params)}
 
-**Data.** `napari_attnreg.synthetic.make_cell_image` at 128x128 px, magnification
+**Data.** `napari_attnreg.testing.synthetic.make_cell_image` at 128x128 px, magnification
 `scale={TRAINING_SCALE}` (a 512x512 field at `scale={TRAINING_SCALE * 4}` looks the same after
 the model's resize): interphase nuclei of varied size, shape, texture and density on an uneven,
 vignetted background, Gaussian PSF blur, Poisson shot noise and Gaussian read noise, debris.

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from napari_attnreg.core.images import prepare_image
+from napari_attnreg.core.run.images import prepare_image
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "napari_attnreg"

@@ -13,7 +13,7 @@ def tiny_vit(name: str = "vit_tiny_patch16_224", **kwargs):
     """A random-init timm ViT shrunk to 2 blocks so tests stay fast."""
     import timm
 
-    from napari_attnreg.core.backbones import load_backbone
+    from napari_attnreg.core.models.backbones import load_backbone
 
     torch.manual_seed(0)
     module = timm.create_model(name, pretrained=False, depth=kwargs.pop("depth", 2), **kwargs)

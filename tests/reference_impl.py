@@ -1,6 +1,6 @@
 """Slow, literal, pixel-level reference of the paper's statistics (docs/method.md; tests only).
 
-Written independently of ``napari_attnreg.core.stats``: numpy loops and
+Written independently of ``napari_attnreg.core.stats.paper``: numpy loops and
 ``np.sum`` counting instead of sorting/searchsorted, the reference
 implementation's order of work (upsample every token map to pixels by a
 nearest factor ``s`` *first*, then compute), Green & Silverman's Reinsch form

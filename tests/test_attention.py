@@ -7,8 +7,8 @@ import timm
 import torch
 from attention_reference import assert_peaked, peaked, timm_explicit
 
-from napari_attnreg.core.attention import cls_attention
-from napari_attnreg.core.backbones import load_backbone
+from napari_attnreg.core.models.attention import cls_attention
+from napari_attnreg.core.models.backbones import load_backbone
 
 # (architecture, expected prefix tokens): DINO-style ViT-S/8, DeiT distilled, DINOv2 + 4 registers
 MODELS = [
@@ -56,7 +56,7 @@ def test_head_options(tiny_backbone):
 
 def test_fast_path_is_used_and_never_builds_the_matrix(tiny_backbone, monkeypatch):
     """The explicit fallback must not run for plain timm ViTs."""
-    import napari_attnreg.core.timm_attention as ta
+    import napari_attnreg.core.models.timm_attention as ta
 
     def boom(*a, **k):
         raise AssertionError("explicit path used")
@@ -68,7 +68,7 @@ def test_fast_path_is_used_and_never_builds_the_matrix(tiny_backbone, monkeypatc
 
 def test_explicit_fallback_matches_fast_path(monkeypatch):
     """A timm attention module without a fast path is captured whole, with the same result."""
-    import napari_attnreg.core.timm_attention as ta
+    import napari_attnreg.core.models.timm_attention as ta
 
     torch.manual_seed(0)
     module = timm.create_model("eva02_tiny_patch14_224", pretrained=False, depth=2)

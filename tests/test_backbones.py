@@ -13,8 +13,8 @@ import timm
 import torch
 from safetensors.torch import save_file
 
-from napari_attnreg.core.attention import cls_attention
-from napari_attnreg.core.backbones import BackboneError, load_backbone
+from napari_attnreg.core.models.attention import cls_attention
+from napari_attnreg.core.models.backbones import BackboneError, load_backbone
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_rejects_non_vit_and_no_class_token():
 
 def test_failed_download_names_the_offline_alternative():
     code = (
-        "from napari_attnreg.core.backbones import load_backbone, BackboneError\n"
+        "from napari_attnreg.core.models.backbones import load_backbone, BackboneError\n"
         "try:\n    load_backbone('vit_tiny_patch16_224.augreg_in21k', pretrained=True)\n"
         "except BackboneError as e:\n    print('MSG', e)\n"
     )
@@ -116,7 +116,6 @@ def _assert_same_state(module, before):
 
 def test_a_users_module_is_never_changed_by_a_run():
     from napari_attnreg import regularize
-
     torch.manual_seed(0)
     module = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=2).train()
     before = _state_of(module)
@@ -134,14 +133,13 @@ def test_a_users_module_is_never_changed_by_a_run():
 
 def test_meta_device_is_refused_and_the_backbone_stays_usable(blob_image, fresh_tiny_backbone):
     from napari_attnreg import regularize
-
     bb = fresh_tiny_backbone
     for device in ("meta", "bogus", "cpu:3", "cuda:99", 7):
         with pytest.raises(ValueError, match="device"):
             regularize(blob_image, bb, n_boot=4, device=device)
         assert bb.device.type == "cpu"
     assert np.isfinite(regularize(blob_image, bb, n_boot=4, device="cpu").z).all()
-    from napari_attnreg.core.backbones import resolve_device
+    from napari_attnreg.core.models.backbones import resolve_device
 
     for device in ("meta", "cpu:3", "xla", "", None):  # the core refuses them too
         with pytest.raises(ValueError, match="not a compute device"):
@@ -172,7 +170,6 @@ def test_two_threads_share_one_backbone(blob_image, fresh_tiny_backbone):
     import threading
 
     from napari_attnreg import regularize
-
     bb = fresh_tiny_backbone
     expected = regularize(blob_image, bb, n_boot=6, chunk_size=3, device="cpu")
     results, errors = {}, []
@@ -249,7 +246,7 @@ def test_position_embedding_of_a_non_square_grid(tmp_path):
     # a model whose grid has the same aspect ratio (12x16) reads it unambiguously
     module = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1,
                                img_size=(192, 256), num_classes=0)
-    from napari_attnreg.core.backbones import load_timm_state
+    from napari_attnreg.core.models.backbones import load_timm_state
 
     state = {k: v.clone() for k, v in trained.state_dict().items()}
     load_timm_state(module, state, path.name, "vit_tiny_patch16_224")
@@ -259,7 +256,7 @@ def test_position_embedding_of_a_non_square_grid(tmp_path):
 def test_weights_stored_as_ints_bools_or_float8_load_with_a_warning(tmp_path):
     from safetensors.torch import save_file
 
-    from napari_attnreg.core.backbones import read_state_dict
+    from napari_attnreg.core.models.backbones import read_state_dict
 
     good = tmp_path / "good.safetensors"
     save_file({"blocks.0.attn.qkv.weight": torch.ones(4, 4),

@@ -7,9 +7,9 @@ import torch
 from attention_reference import assert_peaked, hf_explicit, max_diff, peaked, timm_explicit
 from safetensors.torch import save_file
 
-from napari_attnreg.core import catalogue
-from napari_attnreg.core.attention import cls_attention
-from napari_attnreg.core.backbones import BackboneError, load_backbone
+from napari_attnreg.core.models import catalogue
+from napari_attnreg.core.models.attention import cls_attention
+from napari_attnreg.core.models.backbones import BackboneError, load_backbone
 
 ENTRIES = [e for e in catalogue.CATALOGUE if e.loader != "demo"]
 # published parameter counts (millions) of the full-size models, from their model cards

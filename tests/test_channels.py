@@ -7,8 +7,8 @@ import timm
 import torch
 from safetensors.torch import save_file
 
-from napari_attnreg.core.attention import cls_attention
-from napari_attnreg.core.backbones import load_backbone
+from napari_attnreg.core.models.attention import cls_attention
+from napari_attnreg.core.models.backbones import load_backbone
 
 
 def test_four_channel_weights_file_infers_in_chans(tmp_path):

@@ -71,7 +71,7 @@ def test_demo_command_runs_offline(tmp_path, capsys):
     assert len(results) == 1 and results[0].with_suffix(".png").exists()
     res = AttentionResult.load(results[0])
     assert res.metadata["n_boot"] == 6 and res.preset == "stepdown"
-    from napari_attnreg.core.backbones import DEMO_DIR
+    from napari_attnreg.core.models.backbones import DEMO_DIR
 
     if (DEMO_DIR / "demo_vit.safetensors").is_file():
         assert res.metadata["model"] == "demo" and not res.metadata["random_init"]
@@ -128,7 +128,7 @@ def test_summary_and_result_files_state_how_they_were_made(tmp_path):
     import hashlib
 
     import napari_attnreg
-    from napari_attnreg.core.backbones import DEMO_DIR
+    from napari_attnreg.core.models.backbones import DEMO_DIR
 
     assert main(["demo", "--out", str(tmp_path), "--n-boot", "8", "--q-th", "0.2", "--quiet"]) == 0
     (row,) = csv.DictReader(open(tmp_path / "summary.csv", newline=""))
@@ -141,7 +141,7 @@ def test_summary_and_result_files_state_how_they_were_made(tmp_path):
 
 
 def test_device_and_head_values_are_checked_whole(tmp_path, capsys):
-    from napari_attnreg.core.options import validate_options
+    from napari_attnreg.core.run.options import validate_options
 
     with pytest.raises(ValueError, match="is not a compute device"):
         validate_options({"device": "cpu\n"})

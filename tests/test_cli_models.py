@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import save_file
 
 from napari_attnreg.cli import main
-from napari_attnreg.core import catalogue, hub
+from napari_attnreg.core.models import catalogue, hub
 
 
 def test_models_lists_the_catalogue(capsys):

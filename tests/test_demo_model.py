@@ -6,11 +6,11 @@ import numpy as np
 import torch
 
 from napari_attnreg import regularize
-from napari_attnreg.core.attention import cls_attention
-from napari_attnreg.core.backbones import load_backbone
-from napari_attnreg.core.images import prepare_image
+from napari_attnreg.core.models.attention import cls_attention
+from napari_attnreg.core.models.backbones import load_backbone
+from napari_attnreg.core.run.images import prepare_image
 from napari_attnreg.samples import demo_image, demo_mask
-from napari_attnreg.synthetic import TRAINING_SCALE, make_cell_image
+from napari_attnreg.testing.synthetic import TRAINING_SCALE, make_cell_image
 
 
 def test_demo_model_loads_offline():

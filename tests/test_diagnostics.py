@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from napari_attnreg import AttentionResult, regularize
-from napari_attnreg.core.diagnostics import diagnose, normalized_entropy
+from napari_attnreg.core.stats.diagnostics import diagnose, normalized_entropy
 
 
 def codes(found):

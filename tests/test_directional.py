@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from scipy.stats import t as student_t
 
-from napari_attnreg.core import directional as D
-from napari_attnreg.core.regularize import pi0_p_threshold
+from napari_attnreg.core.stats import directional as D
+from napari_attnreg.core.stats.rules import pi0_p_threshold
 
 # ------------------------------------------------------------------ literal references
 
@@ -81,7 +81,7 @@ def test_pooled_pplus_is_the_literal_count(maps):
 
 
 def _z(obs, null):
-    from napari_attnreg.core.stats import z_scores
+    from napari_attnreg.core.stats.paper import z_scores
 
     z_obs, z_null, _, _ = z_scores(torch.from_numpy(obs), torch.from_numpy(null))
     return z_obs, torch.sort(z_null.reshape(-1)).values

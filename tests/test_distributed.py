@@ -14,7 +14,7 @@ import torch
 pytest.importorskip("dask.distributed")
 
 from napari_attnreg import AttentionResult
-from napari_attnreg.batch import collect_inputs, run_batch
+from napari_attnreg.batch.run import collect_inputs, run_batch
 from napari_attnreg.cli import main
 
 OPTS = {"n_boot": 6, "device": "cpu", "seed": 3}
@@ -40,8 +40,8 @@ def _maps(path):
 def test_two_workers_equal_a_serial_run_bit_for_bit(tmp_path):
     from dask.distributed import Client, LocalCluster
 
-    from napari_attnreg.core import service
-    from napari_attnreg.core.service import ModelSpec
+    from napari_attnreg.core.run import service
+    from napari_attnreg.core.run.service import ModelSpec
 
     _images(tmp_path / "in")
     items = collect_inputs([tmp_path / "in"])
@@ -88,7 +88,7 @@ def test_workers_option_of_the_command_line(tmp_path, capsys):
 def test_batches_sharing_a_scheduler_never_swap_results(tmp_path, monkeypatch):
     from dask.distributed import Client, LocalCluster
 
-    from napari_attnreg.batch import SUMMARY_COLUMNS
+    from napari_attnreg.batch.run import SUMMARY_COLUMNS
 
     _images(tmp_path / "in", n=1)
     monkeypatch.chdir(tmp_path)
@@ -109,8 +109,7 @@ def test_batches_sharing_a_scheduler_never_swap_results(tmp_path, monkeypatch):
 
 
 def test_an_unreachable_scheduler_or_zero_workers_is_a_clear_error(tmp_path, monkeypatch):
-    from napari_attnreg import distributed
-
+    from napari_attnreg.batch import distributed
     _images(tmp_path / "in", n=1)
     items = collect_inputs([tmp_path / "in" / "img0.tif"])
     monkeypatch.setattr(distributed, "SCHEDULER_TIMEOUT_S", 1)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-import napari_attnreg.core.engine as engine_mod
+import napari_attnreg.core.run.engine as engine_mod
 from napari_attnreg import AttentionResult, regularize
-from napari_attnreg.core.engine import CancelToken, RunCancelled, RunConfig, run_engine
+from napari_attnreg.core.run.engine import CancelToken, RunCancelled, RunConfig, run_engine
 
 FAST = dict(n_boot=12, chunk_size=5, device="cpu", preset="paper")
 
@@ -189,7 +189,6 @@ def test_save_load_round_trip(tiny_backbone, blob_image, tmp_path):
 
 def test_regularize_stack_maps_over_leading_axes(tiny_backbone, blob_image):
     from napari_attnreg import regularize_stack
-
     stack = np.stack([blob_image, blob_image[::-1], blob_image[:, ::-1]])[None]  # (1, 3, H, W)
     seen = []
     results = regularize_stack(stack, tiny_backbone, progress=lambda i, n, ev: seen.append((i, n)),
@@ -215,7 +214,7 @@ def test_a_head_the_model_lacks_fails_before_any_work(tiny_backbone, blob_image,
 
 def test_a_constant_plane_keeps_the_other_planes(tiny_backbone, blob_image):
     from napari_attnreg import regularize_stack
-    from napari_attnreg.core.engine import PartialStackWarning
+    from napari_attnreg.core.run.api import PartialStackWarning
 
     stack = np.stack([blob_image, np.full_like(blob_image, 7), blob_image[::-1]])
     with pytest.warns(PartialStackWarning, match="plane 1 failed"):
@@ -231,7 +230,7 @@ def test_a_constant_plane_keeps_the_other_planes(tiny_backbone, blob_image):
 
 def test_cancelling_a_stack_keeps_the_finished_planes(tiny_backbone, blob_image):
     from napari_attnreg import regularize_stack
-    from napari_attnreg.core.engine import PartialStackWarning
+    from napari_attnreg.core.run.api import PartialStackWarning
 
     token = CancelToken()
 
@@ -249,7 +248,6 @@ def test_cancelling_a_stack_keeps_the_finished_planes(tiny_backbone, blob_image)
 
 def test_other_errors_in_a_stack_carry_the_finished_planes(tiny_backbone, blob_image, monkeypatch):
     from napari_attnreg import regularize_stack
-
     real, calls = engine_mod.cls_attention, []
 
     def broken_on_second_plane(bb, images, **kw):
@@ -281,7 +279,7 @@ def test_what_the_chunk_size_can_change(tiny_backbone, blob_image, chunk):
 
 
 def test_a_large_upscale_is_a_diagnostic_too(tiny_backbone, rng):
-    from napari_attnreg.core.images import ImageSizeWarning
+    from napari_attnreg.core.run.images import ImageSizeWarning
 
     small = rng.random((20, 24)).astype(np.float32)
     with pytest.warns(ImageSizeWarning):

@@ -8,8 +8,8 @@ import pytest
 import torch
 from attention_reference import assert_peaked, hf_explicit, max_diff, peaked
 
-from napari_attnreg.core.attention import cls_attention
-from napari_attnreg.core.backbones import BackboneError, load_backbone
+from napari_attnreg.core.models.attention import cls_attention
+from napari_attnreg.core.models.backbones import BackboneError, load_backbone
 
 transformers = pytest.importorskip("transformers")
 
@@ -95,8 +95,7 @@ def test_unsupported_transformers_model_is_named():
 def test_missing_transformers_says_how_to_install(monkeypatch):
     import sys
 
-    from napari_attnreg.core import hf_backbones
-
+    from napari_attnreg.core.models import hf_backbones
     monkeypatch.setitem(sys.modules, "transformers", None)  # import fails as if not installed
     with pytest.raises(BackboneError, match=r"napari-attnreg\[hf\]"):
         load_backbone("hf:owkin/phikon")

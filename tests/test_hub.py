@@ -14,8 +14,8 @@ import timm  # noqa: F401  (imported here so the timings below measure the hub, 
 import torch
 from safetensors.torch import save_file
 
-from napari_attnreg.core import catalogue, hub
-from napari_attnreg.core.backbones import BackboneError, load_backbone
+from napari_attnreg.core.models import catalogue, hub
+from napari_attnreg.core.models.backbones import BackboneError, load_backbone
 
 
 def _http_error(cls, status: int, url: str):
@@ -78,12 +78,12 @@ def _run(code: str, **env: str) -> tuple[subprocess.CompletedProcess, float]:
     return out, time.perf_counter() - t0
 
 
-IMPORT = "import napari_attnreg.core.backbones, timm, transformers\n"
+IMPORT = "import napari_attnreg.core.models.backbones, timm, transformers\n"
 
 
 def test_hf_hub_offline_fails_in_seconds():
     code = IMPORT + (
-        "import time\nfrom napari_attnreg.core.backbones import load_backbone, BackboneError\n"
+        "import time\nfrom napari_attnreg.core.models.backbones import load_backbone, BackboneError\n"
         "for m in ('uni2-h', 'hf:microsoft/rad-dino'):\n"
         "    t = time.perf_counter()\n"
         "    try:\n        load_backbone(m)\n"
@@ -107,7 +107,7 @@ def test_cached_weights_load_offline(tmp_path):
     (repo / "refs" / "main").write_text(commit)
     save_file(module.state_dict(), str(repo / "snapshots" / commit / "model.safetensors"))
     code = IMPORT + (
-        "import time\nfrom napari_attnreg.core.backbones import load_backbone\n"
+        "import time\nfrom napari_attnreg.core.models.backbones import load_backbone\n"
         "t = time.perf_counter()\nbb = load_backbone('dino-vits8')\n"
         "print('OK', round(time.perf_counter() - t, 2), bb.weights, bb.domain, "
         "float(bb.model.blocks[0].attn.qkv.weight.sum()))\n")

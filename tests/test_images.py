@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from napari_attnreg.core.images import map_over_stack, model_input_shape, prepare_image
+from napari_attnreg.core.run.images import map_over_stack, model_input_shape, prepare_image
 
 KW = dict(patch_size=(16, 16), mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25),
           default_size=(224, 224))
@@ -103,7 +103,7 @@ def test_smallest_allowed_target_sizes_work(rng):
 
 
 def test_a_large_upscale_warns_with_its_factor_and_suggests_model(rng):
-    from napari_attnreg.core.images import ImageSizeWarning, warn_if_upscaled
+    from napari_attnreg.core.run.images import ImageSizeWarning, warn_if_upscaled
 
     with pytest.warns(ImageSizeWarning, match="enlarges this 96x80 image 21.4x per side.*"
                                               "target_size='model'"):
@@ -134,7 +134,7 @@ def test_extreme_range_that_overflows_the_span_is_rescaled(rng):
 
 
 def test_nan_and_inf_are_named_as_such_not_constant(rng):
-    from napari_attnreg.core.images import scale_intensity
+    from napari_attnreg.core.run.images import scale_intensity
 
     img = rng.random((32, 32))
     img[0, :3] = np.nan
@@ -176,7 +176,6 @@ def test_two_trailing_channels_are_channels(rng):
 @pytest.mark.parametrize("tiled", [False, True])
 def test_a_masked_array_is_refused_not_analysed_under_its_mask(tiny_backbone, tiled):
     from napari_attnreg import regularize, regularize_stack
-
     data = np.random.default_rng(0).random((64, 64))
     masked = np.ma.masked_array(data, mask=data > 0.5)
     with pytest.raises(ValueError, match=r"masked array.*\.filled\("):

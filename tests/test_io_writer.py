@@ -14,7 +14,6 @@ def tiny_result(tiny_backbone):
     import numpy as np
 
     from napari_attnreg import regularize
-
     image = np.random.default_rng(3).random((48, 48))
     return regularize(image, tiny_backbone, n_boot=5, seed=7, device="cpu", q_th=0.2)
 

@@ -10,9 +10,9 @@ pytest.importorskip("zarr")
 
 from napari_attnreg import AttentionResult, regularize
 from napari_attnreg.cli import main
-from napari_attnreg.core.backbones import load_backbone
-from napari_attnreg.core.lazy import LazyImage, open_lazy
-from napari_attnreg.synthetic import TRAINING_SCALE, make_cell_image
+from napari_attnreg.core.models.backbones import load_backbone
+from napari_attnreg.core.run.lazy import LazyImage, open_lazy
+from napari_attnreg.testing.synthetic import TRAINING_SCALE, make_cell_image
 
 QUIET = pytest.mark.filterwarnings("ignore::UserWarning")
 

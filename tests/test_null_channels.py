@@ -13,12 +13,12 @@ import pytest
 import torch
 from scipy import stats
 
-from napari_attnreg.core.attention import cls_attention
-from napari_attnreg.core.backbones import load_backbone
-from napari_attnreg.core.directional import directional_statistics
-from napari_attnreg.core.engine import RunConfig, drain, run_engine
-from napari_attnreg.core.images import ChannelMap, prepare_image
-from napari_attnreg.core.nulls import NullConfig, null_images
+from napari_attnreg.core.models.attention import cls_attention
+from napari_attnreg.core.models.backbones import load_backbone
+from napari_attnreg.core.run.engine import RunConfig, drain, run_engine
+from napari_attnreg.core.run.images import ChannelMap, prepare_image
+from napari_attnreg.core.run.nulls import NullConfig, null_images
+from napari_attnreg.core.stats.directional import directional_statistics
 
 # Many inputs with a modest B: one map's p-values move together, so the pooled KS is
 # driven by the number of images more than by B.
@@ -94,7 +94,7 @@ def test_prepared_image_keeps_own_channels_and_the_map_reproduces_the_tensor(dem
 
 def test_grey_image_gets_grey_nulls_through_the_engine(demo, monkeypatch):
     """Every null the backbone sees for a grey image has three identical channels."""
-    import napari_attnreg.core.engine as engine_mod
+    import napari_attnreg.core.run.engine as engine_mod
 
     seen = []
     original = engine_mod.cls_attention

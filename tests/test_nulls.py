@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from napari_attnreg.core.nulls import NullConfig, null_images
+from napari_attnreg.core.run.nulls import NullConfig, null_images
 
 
 @pytest.fixture

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from napari_attnreg.core import options as opts
-from napari_attnreg.core.engine import RunConfig, regularize
-from napari_attnreg.core.presets import PRESET_DEFAULTS
+from napari_attnreg.core.run import options as opts
+from napari_attnreg.core.run.api import regularize
+from napari_attnreg.core.run.engine import RunConfig
+from napari_attnreg.core.stats.presets import PRESET_DEFAULTS
 
 FAST = {"n_boot": 4, "device": "cpu", "target_size": 32}
 
@@ -96,12 +97,13 @@ def test_every_run_config_field_has_metadata_and_back():
 
 
 def test_core_modules_use_the_one_choice_list():
-    from napari_attnreg.core import directional, nulls, stats, tiling
-    from napari_attnreg.core import regularize as reg
-
+    from napari_attnreg.core.run import nulls, tiled_engine
+    from napari_attnreg.core.stats import directional
+    from napari_attnreg.core.stats import paper as stats
+    from napari_attnreg.core.stats import rules as reg
     assert reg.RULES is opts.RULES and stats.PI0_METHODS is opts.PI0_METHODS
-    assert directional.NULL_POOLS is opts.NULL_POOLS and tiling.NULL_SCOPES is opts.NULL_SCOPES
-    assert nulls.NULL_METHODS is opts.NULL_METHODS
+    assert directional.NULL_POOLS is opts.NULL_POOLS and nulls.NULL_METHODS is opts.NULL_METHODS
+    assert tiled_engine.NULL_SCOPES is opts.NULL_SCOPES
 
 
 def test_cli_arguments_come_from_the_metadata():

@@ -27,7 +27,7 @@ class Block(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Block())
 import numpy as np, timm
 from napari_attnreg import regularize, AttentionResult, load_backbone, __version__
-import napari_attnreg.cli, napari_attnreg.core.roi, napari_attnreg.samples
+import napari_attnreg.cli, napari_attnreg.core.stats.roi, napari_attnreg.samples
 import napari_attnreg.io.export, napari_attnreg.io.dicom, napari_attnreg.io.ometiff
 import napari_attnreg._napari.io  # the npe2 reader/writer hooks load without Qt too
 bb = load_backbone(timm.create_model('vit_tiny_patch16_224', pretrained=False, depth=1))
@@ -42,7 +42,6 @@ print('OK', res.grid_shape, __version__)
 
 def test_bfloat16_autocast_keeps_the_attention_row_in_float32(tiny_backbone, blob_image):
     from napari_attnreg import regularize
-
     full = regularize(blob_image, tiny_backbone, n_boot=6, device="cpu", precision="float32")
     low = regularize(blob_image, tiny_backbone, n_boot=6, device="cpu", precision="bfloat16")
     assert low.metadata["precision"] == "bfloat16" and full.metadata["precision"] == "float32"

@@ -7,10 +7,10 @@ import pytest
 import torch
 from scipy import ndimage
 
-from napari_attnreg.core.attention import cls_attention
-from napari_attnreg.core.backbones import load_backbone
-from napari_attnreg.core.images import prepare_image
-from napari_attnreg.core.weights_hash import weights_file
+from napari_attnreg.core.models.attention import cls_attention
+from napari_attnreg.core.models.backbones import load_backbone
+from napari_attnreg.core.models.weights_hash import weights_file
+from napari_attnreg.core.run.images import prepare_image
 from napari_attnreg.testing.phantoms import (
     HU_OFFSET,
     STRUCTURES,

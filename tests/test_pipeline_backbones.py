@@ -8,7 +8,7 @@ import timm
 import torch
 
 from napari_attnreg import regularize
-from napari_attnreg.core.backbones import load_backbone
+from napari_attnreg.core.models.backbones import load_backbone
 
 FAST = {"n_boot": 6, "seed": 0, "device": "cpu", "target_size": 64}
 

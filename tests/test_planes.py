@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from napari_attnreg.core.images import map_over_stack
-from napari_attnreg.core.planes import PlaneStack
+from napari_attnreg.core.run.images import map_over_stack
+from napari_attnreg.core.run.planes import PlaneStack
 
 
 def layout(shape, **kw):

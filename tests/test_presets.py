@@ -8,10 +8,10 @@ import timm
 import torch
 
 from napari_attnreg import AttentionResult, regularize
-from napari_attnreg.core import directional as D
-from napari_attnreg.core import stats as S
-from napari_attnreg.core.backbones import load_backbone
-from napari_attnreg.core.engine import RunConfig
+from napari_attnreg.core.models.backbones import load_backbone
+from napari_attnreg.core.run.engine import RunConfig
+from napari_attnreg.core.stats import directional as D
+from napari_attnreg.core.stats import paper as S
 from napari_attnreg.samples import demo_image
 
 FAST = {"n_boot": 12, "chunk_size": 6, "device": "cpu", "keep_nulls": True}
@@ -24,7 +24,7 @@ def _recompute(res: AttentionResult, fn, **kw):
 
 
 def test_default_is_stepdown_and_its_numbers_are_the_stepdown_statistics(tiny_backbone, blob_image):
-    from napari_attnreg.core.stepdown_maps import stepdown_statistics
+    from napari_attnreg.core.stats.stepdown_maps import stepdown_statistics
 
     res = regularize(blob_image, tiny_backbone, **FAST)
     assert res.preset == "stepdown" and res.thresholds["rule"] == "forwardstop"
@@ -188,7 +188,7 @@ def test_demo_image_significant_tokens_sit_on_the_planted_figures(demo_result):
 def test_a_map_wide_posterior_is_explained_in_words():
     """Real fields are less dispersed than the white-noise null maps; when that lifts the
     posterior over most of a field, the result says so instead of leaving a bright layer."""
-    from napari_attnreg.synthetic import TRAINING_SCALE, make_cell_image
+    from napari_attnreg.testing.synthetic import TRAINING_SCALE, make_cell_image
 
     field = make_cell_image([0, 7, 1], size=512, scale=4 * TRAINING_SCALE, abnormal=True,
                             hard_negatives=False)
@@ -201,7 +201,7 @@ def test_a_map_wide_posterior_is_explained_in_words():
 
 def test_the_stepdown_default_is_quiet_on_that_field_where_it_counts():
     """The same field under the default: evidence is not map-wide, and no such warning."""
-    from napari_attnreg.synthetic import TRAINING_SCALE, make_cell_image
+    from napari_attnreg.testing.synthetic import TRAINING_SCALE, make_cell_image
 
     field = make_cell_image([0, 7, 1], size=512, scale=4 * TRAINING_SCALE, abnormal=True,
                             hard_negatives=False)

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from napari_attnreg.core import regularize as R
-from napari_attnreg.core.presets import RULES_BY_PRESET
+from napari_attnreg.core.stats import rules as R
+from napari_attnreg.core.stats.presets import RULES_BY_PRESET
 
 A = np.array([[0.40, 0.20, 0.10], [0.15, 0.10, 0.05]])
 Z = np.array([[2.5, 1.0, -0.5], [0.0, 0.3, -2.0]])

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy.stats import fisher_exact, percentileofscore
 
-from napari_attnreg.core import roi as R
-from napari_attnreg.core.result import AttentionResult
+from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.stats import roi as R
 
 # 2 x 3 token grid, patch 4, image 8 x 12 (one token = a 4 x 4 pixel block)
 ATT = np.array([[0.30, 0.05, 0.20], [0.10, 0.25, 0.10]])

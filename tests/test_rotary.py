@@ -7,8 +7,8 @@ import timm
 import torch
 from attention_reference import assert_peaked, max_diff, peaked, timm_explicit
 
-from napari_attnreg.core.attention import cls_attention
-from napari_attnreg.core.backbones import load_backbone
+from napari_attnreg.core.models.attention import cls_attention
+from napari_attnreg.core.models.backbones import load_backbone
 
 # reduced DINOv3-style (rope 'dinov3', 4 registers, no abs pos) and EVA02-style (rope 'cat',
 # abs pos embed, SwiGLU) models: same kwargs as the real ones except width and depth
@@ -48,7 +48,7 @@ def test_rotary_fast_path_matches_full_matrix(name, npt, grid, layer):
 
 
 def test_rotary_fast_path_builds_no_full_matrix(monkeypatch):
-    import napari_attnreg.core.timm_attention as ta
+    import napari_attnreg.core.models.timm_attention as ta
 
     monkeypatch.setattr(ta, "explicit_cls_row", lambda *a: pytest.fail("explicit path used"))
     bb = load_backbone(_module("vit_small_patch16_dinov3"))

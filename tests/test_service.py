@@ -7,11 +7,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from napari_attnreg.core import service
-from napari_attnreg.core.backbones import BackboneError
-from napari_attnreg.core.engine import CancelToken, RunConfig
-from napari_attnreg.core.planes import PlaneStack
-from napari_attnreg.core.service import Job, ModelSpec, run_job, run_job_sync, user_message
+from napari_attnreg.core.models.backbones import BackboneError
+from napari_attnreg.core.run import service
+from napari_attnreg.core.run.engine import CancelToken, RunConfig
+from napari_attnreg.core.run.planes import PlaneStack
+from napari_attnreg.core.run.service import Job, ModelSpec, run_job, run_job_sync, user_message
 
 CONFIG = RunConfig(n_boot=4, device="cpu", target_size=32, chunk_size=2)
 
@@ -122,8 +122,9 @@ def test_devices_start_with_auto_and_cpu():
 
 
 def test_display_names_every_roi_column_and_summarises(spec, rng):
-    from napari_attnreg.core import display, roi
-    from napari_attnreg.core.thresholds import Thresholds
+    from napari_attnreg.core.results import display
+    from napari_attnreg.core.run.thresholds import Thresholds
+    from napari_attnreg.core.stats import roi
 
     assert set(roi.ROI_COLUMNS) <= set(display.ROI_COLUMNS)
     stack = _stack(rng, n=1)
@@ -135,8 +136,7 @@ def test_display_names_every_roi_column_and_summarises(spec, rng):
 
 
 def test_pixel_lookup_matches_to_pixels(spec, rng):
-    from napari_attnreg.core import display
-
+    from napari_attnreg.core.results import display
     stack = _stack(rng, n=1)
     result = run_job_sync(Job(spec, stack, stack.planes(), CONFIG)).results[(0,)]
     tokens = result.to_pixels(np.arange(result.attention.size).reshape(result.grid_shape))
@@ -174,8 +174,7 @@ def test_model_spec_from_what_scripts_pass(tmp_path, tiny_backbone):
 def test_masks_are_computed_once_per_maps_and_thresholds(spec, rng, monkeypatch):
     from dataclasses import replace
 
-    from napari_attnreg.core import result as result_mod
-
+    from napari_attnreg.core.results import result as result_mod
     stack = _stack(rng, n=1)
     config = replace(CONFIG, preset="directional")  # the q rule and its threshold
     result = run_job_sync(Job(spec, stack, stack.planes(), config)).results[(0,)]

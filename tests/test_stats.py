@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from scipy.interpolate import make_smoothing_spline
 from statsmodels.stats.multitest import multipletests
 
-from napari_attnreg.core import stats as S
+from napari_attnreg.core.stats import paper as S
 
 GH, GW, B = 6, 5, 40
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from napari_attnreg.core import directional as D
-from napari_attnreg.core import stats as S
+from napari_attnreg.core.stats import directional as D
+from napari_attnreg.core.stats import paper as S
 
 
 def straightforward(observed, null_scores, p_method="pooled", alternative="two-sided",
@@ -28,7 +28,7 @@ def straightforward(observed, null_scores, p_method="pooled", alternative="two-s
     sigma0 = float(log_null.std(correction=0))
     z_obs, z_null = (log_obs - mu0) / sigma0, (log_null - mu0) / sigma0
     sorted_null = torch.sort(z_null.reshape(-1)).values
-    p = S._pvalues_from_sorted(z_obs, sorted_null, p_method, alternative)
+    p = S.pvalues_from_sorted(z_obs, sorted_null, p_method, alternative)
     pi0 = S.estimate_pi0(p, pi0_method)
     lfdr = S._local_fdr_details(z_obs.numpy(), pi0, null)[0]
     return {"z": z_obs.numpy(), "p": p, "pi0": pi0, "lfdr": lfdr, "q": S.qvalues(p, pi0), "mu0": mu0,
@@ -77,7 +77,7 @@ def test_directional_p_values_are_unchanged(pool):
     new = D.directional_statistics(obs, null, null_pool=pool)
     np.testing.assert_array_equal(new.z, ref["z"])
     if pool == "pooled":
-        expected = S._pvalues_from_sorted(torch.from_numpy(ref["z"]), ref["sorted_null"], "null", "greater")
+        expected = S.pvalues_from_sorted(torch.from_numpy(ref["z"]), ref["sorted_null"], "null", "greater")
     else:
         log_null = torch.log(null.to(torch.float64))
         m, s = log_null.mean(0), log_null.std(0, correction=1)
@@ -101,8 +101,8 @@ def test_non_finite_and_negative_scores_are_still_refused():
 MEASURE = """
 import sys, warnings, torch
 warnings.simplefilter("ignore")
-from napari_attnreg.core import stats as S, directional as D
-from napari_attnreg.core.stepdown_maps import stepdown_statistics
+from napari_attnreg.core.stats import paper as S, directional as D
+from napari_attnreg.core.stats.stepdown_maps import stepdown_statistics
 def rss(key):
     for line in open("/proc/self/status"):
         if line.startswith(key):

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from napari_attnreg.core import stepdown as sd
-from napari_attnreg.core.stepdown_maps import stepdown_mask, stepdown_statistics
+from napari_attnreg.core.stats import stepdown as sd
+from napari_attnreg.core.stats.stepdown_maps import stepdown_mask, stepdown_statistics
 
 
 def slow_step_down(a: np.ndarray, null: np.ndarray):
@@ -172,7 +172,7 @@ def test_tail_p_matches_a_known_tail():
     rng = np.random.default_rng(0)
     values = rng.exponential(1.0, 2000)  # GPD with shape 0 above any threshold
     observed = 9.0  # true p = exp(-9) ≈ 1.2e-4, below the counting resolution 1/2001
-    from napari_attnreg.core.tail import gpd_tail_p
+    from napari_attnreg.core.stats.tail import gpd_tail_p
 
     p, floored = gpd_tail_p(values, observed)
     assert not floored
@@ -180,7 +180,7 @@ def test_tail_p_matches_a_known_tail():
 
 
 def test_a_bounded_tail_is_not_extrapolated_to_its_end_point():
-    from napari_attnreg.core.tail import gpd_tail_p
+    from napari_attnreg.core.stats.tail import gpd_tail_p
 
     # shape −0.3: the true tail ends at 1/0.3 ≈ 3.3; just past the sample's largest value the
     # fitted end point would give p = 0 (the floor). The exponential tail used instead gives
@@ -197,7 +197,7 @@ def test_a_bounded_tail_is_not_extrapolated_to_its_end_point():
 
 def test_tail_p_values_stay_uniform_on_pure_noise():
     # the observed statistic is one more draw from the null: the tail p must be calibrated
-    from napari_attnreg.core.tail import gpd_tail_p
+    from napari_attnreg.core.stats.tail import gpd_tail_p
 
     rng = np.random.default_rng(2)
     p_values = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from napari_attnreg.synthetic import demo_sample, make_cell_image, make_dataset
+from napari_attnreg.testing.synthetic import demo_sample, make_cell_image, make_dataset
 
 
 def test_same_seed_same_image_other_seed_other_image():

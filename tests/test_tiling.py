@@ -11,13 +11,13 @@ import timm
 import torch
 from torch import nn
 
-import napari_attnreg.core.tiled_engine as tiled_mod
+import napari_attnreg.core.run.tiled_engine as tiled_mod
 from napari_attnreg import AttentionResult, regularize
-from napari_attnreg.core.backbones import load_backbone
-from napari_attnreg.core.engine import CancelToken, RunCancelled, RunConfig, run_engine
-from napari_attnreg.core.nulls import NullConfig, null_images
-from napari_attnreg.core.tiling import ImageNull, make_layout
-from napari_attnreg.synthetic import TRAINING_SCALE, make_cell_image
+from napari_attnreg.core.models.backbones import load_backbone
+from napari_attnreg.core.run.engine import CancelToken, RunCancelled, RunConfig, run_engine
+from napari_attnreg.core.run.nulls import NullConfig, null_images
+from napari_attnreg.core.run.tiling import ImageNull, make_layout
+from napari_attnreg.testing.synthetic import TRAINING_SCALE, make_cell_image
 
 QUIET = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -214,8 +214,8 @@ def test_geometry_scale_and_saved_result(demo, tmp_path):
 
 
 def test_large_images_are_scaled_in_one_copy_like_small_ones():
-    from napari_attnreg.core.images import scale_intensity
-    from napari_attnreg.core.tiled_engine import scale_large
+    from napari_attnreg.core.run.images import scale_intensity
+    from napari_attnreg.core.run.tiled_engine import scale_large
 
     rng = np.random.default_rng(0)
     small = (rng.random((300, 200)) * 4000).astype(np.uint16)
@@ -228,7 +228,7 @@ def test_large_images_are_scaled_in_one_copy_like_small_ones():
 
 @QUIET
 def test_cpu_chunks_are_sized_for_about_a_second(demo):
-    from napari_attnreg.core.tiled_engine import latency_chunk
+    from napari_attnreg.core.run.tiled_engine import latency_chunk
 
     assert 16 <= latency_chunk(demo, (128, 128)) <= 64  # ~30 ms per demo tile on a laptop core
     assert latency_chunk(demo, (256, 256)) < latency_chunk(demo, (128, 128)) / 4
@@ -262,7 +262,7 @@ def test_out_of_memory_halves_the_chunk_in_a_tiled_run(demo, monkeypatch):
 def test_stepdown_tiles_are_families_and_any_tile_can_keep_a_token(demo, scope):
     """Each tile is a family (its own steps, its own map-level p); a token in the overlap of
     several tiles is significant where any of them keeps it, and its evidence is its best."""
-    from napari_attnreg.core.stepdown import significant_steps
+    from napari_attnreg.core.stats.stepdown import significant_steps
 
     image = make_cell_image([0, 26, 3], size=(320, 300), scale=TRAINING_SCALE, abnormal=True,
                             hard_negatives=False).image

@@ -55,7 +55,7 @@ def test_counting_p_randomized_within_its_step_is_uniform(validate):
 
 
 def test_noise_inputs_run_every_preset(validate, articles):
-    from napari_attnreg.core.backbones import load_backbone
+    from napari_attnreg.core.models.backbones import load_backbone
 
     args = validate.parse_args(["--article", "demo", "--n-noise", "2", "--n-boot", "10"])
     bb = load_backbone("demo")

@@ -17,19 +17,19 @@ except PackageNotFoundError:  # source tree without an install
     __version__ = "unknown"
 
 _PUBLIC = {
-    "regularize": "napari_attnreg.core.engine",
-    "regularize_stack": "napari_attnreg.core.engine",
-    "StackResults": "napari_attnreg.core.engine",
-    "PartialStackWarning": "napari_attnreg.core.engine",
-    "Thresholds": "napari_attnreg.core.thresholds",
-    "run_engine": "napari_attnreg.core.engine",
-    "RunConfig": "napari_attnreg.core.engine",
-    "CancelToken": "napari_attnreg.core.engine",
-    "RunCancelled": "napari_attnreg.core.engine",
-    "Progress": "napari_attnreg.core.engine",
-    "AttentionResult": "napari_attnreg.core.result",
-    "load_backbone": "napari_attnreg.core.backbones",
-    "prepare_image": "napari_attnreg.core.images",
+    "regularize": "napari_attnreg.core.run.api",
+    "regularize_stack": "napari_attnreg.core.run.api",
+    "StackResults": "napari_attnreg.core.run.api",
+    "PartialStackWarning": "napari_attnreg.core.run.api",
+    "Thresholds": "napari_attnreg.core.run.thresholds",
+    "run_engine": "napari_attnreg.core.run.engine",
+    "RunConfig": "napari_attnreg.core.run.engine",
+    "CancelToken": "napari_attnreg.core.run.engine",
+    "RunCancelled": "napari_attnreg.core.run.engine",
+    "Progress": "napari_attnreg.core.run.engine",
+    "AttentionResult": "napari_attnreg.core.results.result",
+    "load_backbone": "napari_attnreg.core.models.backbones",
+    "prepare_image": "napari_attnreg.core.run.images",
 }
 
 __all__ = ["__version__", *_PUBLIC]

@@ -2,8 +2,8 @@
 
 One ``.npz`` result file, one PNG figure and one ``.json`` resume record per image (per plane
 for stacks), named by the input's path relative to the common parent of the inputs, and
-``DIR/summary.csv``; the batch logic is :mod:`napari_attnreg.batch`, resuming
-:mod:`napari_attnreg.resume`.
+``DIR/summary.csv``; the batch logic is :mod:`napari_attnreg.batch.run`, resuming
+:mod:`napari_attnreg.batch.resume`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .core.options import add_cli_arguments, options_from_cli
+from napari_attnreg import __version__
+from napari_attnreg.core.run.options import add_cli_arguments, options_from_cli
 
 # Heavy modules (torch, timm, matplotlib) are imported inside the commands, so that
 # "attnreg --help" and "attnreg --version" answer at once.
@@ -23,7 +23,7 @@ from .core.options import add_cli_arguments, options_from_cli
 
 def __getattr__(name: str) -> Any:
     if name == "read_image":  # kept importable from here
-        from .batch import read_image
+        from napari_attnreg.batch.run import read_image
 
         return read_image
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -36,8 +36,12 @@ def save_figure(result: Any, display: Any, path: Path, title: str) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .core.display import CONTINUOUS_MAPS, SIGNIFICANT_COLOR, diagnostics_lines
-    from .core.files import atomic_write
+    from napari_attnreg.core.files import atomic_write
+    from napari_attnreg.core.results.display import (
+        CONTINUOUS_MAPS,
+        SIGNIFICANT_COLOR,
+        diagnostics_lines,
+    )
 
     thresholds = result._thresholds()
     fig, axes = plt.subplots(1, 1 + len(CONTINUOUS_MAPS), figsize=(20, 5.6), constrained_layout=True)
@@ -70,14 +74,19 @@ def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
               opts: dict[str, Any], quiet: bool = False, *, recursive: bool = False,
               overwrite: bool = False, workers: int | None = None,
               scheduler: str | None = None, inputs_in_out: bool = False) -> Any:
-    """Process image files, folders and globs (see :mod:`napari_attnreg.batch`).
+    """Process image files, folders and globs (see :mod:`napari_attnreg.batch.run`).
 
     Files inside ``out_dir`` are not inputs (a run must not analyse its own figures) unless
     ``inputs_in_out`` (the demo's fallback image lives there).
 
-    Returns the :class:`~napari_attnreg.batch.BatchReport` (rows of ``summary.csv``).
+    Returns the :class:`~napari_attnreg.batch.run.BatchReport` (rows of ``summary.csv``).
     """
-    from .batch import cached_backbone, collect_inputs, prepare_output_dir, run_batch
+    from napari_attnreg.batch.run import (
+        cached_backbone,
+        collect_inputs,
+        prepare_output_dir,
+        run_batch,
+    )
 
     prepare_output_dir(out_dir)  # a wrong --out fails before the model loads
     items = collect_inputs(paths, recursive=recursive,
@@ -104,8 +113,8 @@ def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False) -> Any:
     A source checkout without the trained demo files falls back, loudly, to a random-init
     ViT on scikit-image's ``cell`` so the pipeline can still be exercised offline.
     """
-    from .core.backbones import DEMO_DIR
-    from .samples import DATA_DIR, DEMO_IMAGE, skimage_sample
+    from napari_attnreg.core.models.backbones import DEMO_DIR
+    from napari_attnreg.samples import DATA_DIR, DEMO_IMAGE, skimage_sample
 
     image = DATA_DIR / DEMO_IMAGE
     if not image.is_file():
@@ -118,7 +127,7 @@ def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False) -> Any:
     fallback = image.parent == out_dir
     if (DEMO_DIR / "demo_vit.safetensors").is_file():
         return run_files([image], out_dir, "demo", None, opts, quiet, inputs_in_out=fallback)
-    from .core.backbones import load_backbone
+    from napari_attnreg.core.models.backbones import load_backbone
 
     print("NOTE: the bundled demo model is missing from this install; falling back to a "
           "random-init vit_small_patch16_224.", file=sys.stderr)
@@ -163,10 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``attnreg`` command."""
     args = build_parser().parse_args(argv)
-    from .core.errors import BackboneError
+    from napari_attnreg.core.models.errors import BackboneError
 
     if args.command == "models":
-        from .core.catalogue import catalogue_table
+        from napari_attnreg.core.models.catalogue import catalogue_table
 
         print(catalogue_table())
         return 0

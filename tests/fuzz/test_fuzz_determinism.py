@@ -14,9 +14,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import napari_attnreg.core.engine as engine_mod
+import napari_attnreg.core.run.engine as engine_mod
 from napari_attnreg import regularize
-from napari_attnreg.core.nulls import NULL_METHODS, NullConfig, null_images
+from napari_attnreg.core.run.nulls import NULL_METHODS, NullConfig, null_images
 
 N_BOOT = 9
 BASE = dict(n_boot=N_BOOT, seed=11, device="cpu", target_size=(64, 64), keep_nulls=True)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tifffile
 
-from napari_attnreg.batch import collect_inputs, read_stack, run_batch
+from napari_attnreg.batch.run import collect_inputs, read_stack, run_batch
 from napari_attnreg.io.dicom import read_dicom
 from napari_attnreg.io.ometiff import read_ome_tiff
 

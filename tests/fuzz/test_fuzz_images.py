@@ -13,13 +13,13 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from napari_attnreg.core.images import (
+from napari_attnreg.core.run.images import (
     ImageSizeWarning,
     map_over_stack,
     prepare_image,
     scale_intensity,
 )
-from napari_attnreg.core.planes import PlaneStack
+from napari_attnreg.core.run.planes import PlaneStack
 
 PATCH = (8, 8)
 KW = dict(patch_size=PATCH, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25), default_size=(32, 32))
@@ -148,8 +148,8 @@ def test_the_in_memory_and_the_lazy_tiff_readers_agree(tmp_path_factory, layout,
     import tifffile
 
     pytest.importorskip("zarr")
-    from napari_attnreg.batch import read_stack
-    from napari_attnreg.core.lazy import open_lazy
+    from napari_attnreg.batch.run import read_stack
+    from napari_attnreg.core.run.lazy import open_lazy
 
     shape, axes = layout
     path = tmp_path_factory.mktemp("tif") / ("x.ome.tif" if axes else "x.tif")

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 from napari_attnreg import regularize
-from napari_attnreg.core.backbones import BackboneError, load_backbone, resolve_device
-from napari_attnreg.core.engine import RunConfig, run_engine
+from napari_attnreg.core.models.backbones import BackboneError, load_backbone, resolve_device
+from napari_attnreg.core.run.engine import RunConfig, run_engine
 
 FUZZ = settings(max_examples=20, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -186,7 +186,7 @@ def test_position_embedding_of_any_grid(tmp_path_factory, rows, cols, model_size
     path = tmp_path_factory.mktemp("grid") / "w.safetensors"
     save_file(trained.state_dict(), str(path))
     module = timm.create_model(ARCH, pretrained=False, depth=1, num_classes=0, img_size=model_size)
-    from napari_attnreg.core.backbones import load_timm_state
+    from napari_attnreg.core.models.backbones import load_timm_state
 
     gh, gw = model_size[0] // 16, model_size[1] // 16
     n = rows * cols
@@ -207,8 +207,7 @@ NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_", min_size=1, m
 @settings(max_examples=20, deadline=None)
 @given(name=NAMES)
 def test_unknown_model_names_are_a_clear_error(name):
-    from napari_attnreg.core import catalogue
-
+    from napari_attnreg.core.models import catalogue
     if timm.is_model(name) or catalogue.find(name) is not None or name == "demo":
         return
     with pytest.raises(BackboneError, match="does not know"):
@@ -269,8 +268,8 @@ def test_threads_sharing_a_backbone_get_their_own_results(tiny_backbone, image):
 
 def test_threads_sharing_a_transformers_model():
     pytest.importorskip("transformers")
-    from napari_attnreg.core.attention import cls_attention
-    from napari_attnreg.core.hf_backbones import from_transformers_module, random_init
+    from napari_attnreg.core.models.attention import cls_attention
+    from napari_attnreg.core.models.hf_backbones import from_transformers_module, random_init
 
     torch.manual_seed(0)
     module = random_init("vit", hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

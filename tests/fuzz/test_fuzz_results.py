@@ -22,7 +22,7 @@ GRID = (16, 13)
 def real_result(tmp_path_factory):
     """A result file from the current writer (the demo model, a small image)."""
     from napari_attnreg import regularize
-    from napari_attnreg.core.backbones import load_backbone
+    from napari_attnreg.core.models.backbones import load_backbone
 
     rng = np.random.default_rng(3)
     image = (rng.random((96, 80)) * 1000).astype(np.uint16)  # demo: patch 8, grid (16, 13)
@@ -248,7 +248,7 @@ def test_a_thousand_damaged_copies_are_each_a_result_or_a_value_error(tmp_path):
     compression, broken .npy headers, ... all end as one ValueError naming the file."""
     import random
 
-    from napari_attnreg.core.result import AttentionResult
+    from napari_attnreg.core.results.result import AttentionResult
 
     grid = np.random.default_rng(0).random((4, 5))
     source = AttentionResult(

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from napari_attnreg import regularize, regularize_stack
-from napari_attnreg.core.engine import CancelToken, PartialStackWarning, StackResults
+from napari_attnreg.core.run.api import PartialStackWarning, StackResults
+from napari_attnreg.core.run.engine import CancelToken
 
 FAST = dict(n_boot=3, chunk_size=3, device="cpu", target_size=(64, 64))
 H, W = 40, 48

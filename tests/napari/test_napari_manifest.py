@@ -47,8 +47,8 @@ def test_npe2_validate_passes_with_imports():
 def test_settings_choices_match_the_core():
     from npe2 import PluginManifest
 
-    from napari_attnreg.core.engine import RunConfig
-    from napari_attnreg.core.presets import DEFAULT_PRESET, PRESETS
+    from napari_attnreg.core.run.engine import RunConfig
+    from napari_attnreg.core.stats.presets import DEFAULT_PRESET, PRESETS
 
     props = PluginManifest.from_file(MANIFEST).contributions.configurations["run"].properties
     assert tuple(props["preset"].enum) == PRESETS and props["preset"].default == DEFAULT_PRESET

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from qtpy.QtCore import Qt
 
-from napari_attnreg.core import catalogue, hub
+from napari_attnreg.core.models import catalogue, hub
 
 pytestmark = pytest.mark.gui
 

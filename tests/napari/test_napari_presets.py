@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from napari_attnreg._napari.layers import CONTINUOUS_KINDS, KINDS, layer_name, token_grid
-from napari_attnreg.core.display import (
+from napari_attnreg.core.results.display import (
     MAPS_BY_KEY,
     SIGNIFICANT_COLOR,
     significance_caption,
 )
-from napari_attnreg.core.presets import PRESET_DEFAULTS
+from napari_attnreg.core.stats.presets import PRESET_DEFAULTS
 
 pytestmark = pytest.mark.gui
 

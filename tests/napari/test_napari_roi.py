@@ -7,7 +7,7 @@ import csv
 import numpy as np
 import pytest
 
-from napari_attnreg.core.roi import ROI_COLUMNS, roi_table
+from napari_attnreg.core.stats.roi import ROI_COLUMNS, roi_table
 
 pytestmark = pytest.mark.gui
 
@@ -83,7 +83,7 @@ def test_odds_ratio_without_significant_tokens_and_small_roi_warning(
     viewer_widget, run_and_wait, cells_image, qtbot, tmp_path
 ):
     """An ROI with no significant token has odds ratio 0 (no 0.5-corrected 33.8)."""
-    from napari_attnreg.core.display import ROI_COLUMNS as HEADERS
+    from napari_attnreg.core.results.display import ROI_COLUMNS as HEADERS
 
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from napari_attnreg._napari.layers import KINDS, layer_name
-from napari_attnreg.core.engine import RunConfig
-from napari_attnreg.core.tiling import work_shape
+from napari_attnreg.core.run.engine import RunConfig
+from napari_attnreg.core.run.tiling import work_shape
 
 pytestmark = pytest.mark.gui
 
@@ -40,7 +40,7 @@ def demo_widget(make_napari_viewer):
 
 def test_tiling_controls_follow_the_checkbox_and_the_core(demo_widget):
     from napari_attnreg._napari.option_controls import value_of
-    from napari_attnreg.core.options import option
+    from napari_attnreg.core.run.options import option
 
     _viewer, widget = demo_widget
     defaults = RunConfig()

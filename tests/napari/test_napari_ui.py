@@ -154,7 +154,7 @@ def test_keyboard_shortcut_runs(viewer_widget, qtbot, cells_image):
 
 def test_threshold_move_updates_napari_status_count(viewer_widget, run_and_wait, cells_image,
                                                     qtbot):
-    from napari_attnreg.core.display import significance_caption
+    from napari_attnreg.core.results.display import significance_caption
 
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
@@ -239,8 +239,7 @@ def test_a_new_dock_starts_from_the_plugin_settings(make_napari_viewer, monkeypa
 
 def test_a_threshold_move_computes_the_significance_mask_once(viewer_widget, run_and_wait,
                                                               cells_image, qtbot, monkeypatch):
-    from napari_attnreg.core import result as result_mod
-
+    from napari_attnreg.core.results import result as result_mod
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
     presets = widget.options.controls["preset"]  # the q rule and its slider

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from napari_attnreg._napari.layers import KINDS, layer_name, token_grid
-from napari_attnreg.core.engine import regularize
+from napari_attnreg.core.run.api import regularize
 
 pytestmark = pytest.mark.gui
 
@@ -219,8 +219,7 @@ def test_no_image_layer_notifies(viewer_widget, notifications):
 def test_out_of_memory_shows_the_core_message(
     viewer_widget, run_and_wait, notifications, cells_image, monkeypatch
 ):
-    from napari_attnreg.core import service
-
+    from napari_attnreg.core.run import service
     message = (
         "Out of memory with a single null image per chunk; use a smaller target_size, "
         "a smaller model, or device='cpu'."

@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
-from napari_attnreg.core import service as service_module
-from napari_attnreg.core.result import AttentionResult
+from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.run import service as service_module
 from napari_attnreg.notebook import (
     AttentionExplorer,
     render,

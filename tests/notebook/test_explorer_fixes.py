@@ -16,8 +16,8 @@ pytest.importorskip("ipywidgets")
 import traitlets
 
 from napari_attnreg import __version__
-from napari_attnreg.core.display import ROI_COLUMN_HELP, ROI_COLUMNS
-from napari_attnreg.core.images import prepare_image
+from napari_attnreg.core.results.display import ROI_COLUMN_HELP, ROI_COLUMNS
+from napari_attnreg.core.run.images import prepare_image
 from napari_attnreg.io.export import PROVENANCE_FIELDS
 from napari_attnreg.notebook import AttentionExplorer
 
@@ -209,7 +209,7 @@ def test_the_image_column_never_shrinks_below_the_image(explorer):
 
 
 def test_an_outcome_of_an_older_task_is_dropped(explorer):
-    from napari_attnreg.core.service import Outcome
+    from napari_attnreg.core.run.service import Outcome
 
     first = explorer.run(wait=True)
     explorer.n_boot = 9

@@ -9,13 +9,13 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
-from napari_attnreg.core import service as service_module
-from napari_attnreg.core.display import (
+from napari_attnreg.core.results.display import (
     MAPS_BY_KEY,
     SIGNIFICANT_COLOR,
     significance_caption,
 )
-from napari_attnreg.core.options import option
+from napari_attnreg.core.run import service as service_module
+from napari_attnreg.core.run.options import option
 from napari_attnreg.notebook import AttentionExplorer, render
 
 

@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
-from napari_attnreg.core.engine import RunConfig
-from napari_attnreg.core.options import option
-from napari_attnreg.core.tiling import work_shape
+from napari_attnreg.core.run.engine import RunConfig
+from napari_attnreg.core.run.options import option
+from napari_attnreg.core.run.tiling import work_shape
 from napari_attnreg.notebook import AttentionExplorer
 
 PATCH = (8, 8)  # the bundled demo model: patch 8, 128 px input

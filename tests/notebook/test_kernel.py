@@ -12,14 +12,14 @@ import pytest
 pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
-from napari_attnreg.core.options import option  # noqa: E402
+from napari_attnreg.core.run.options import option
 
 SETUP = r"""
 import numpy as np, timm, torch
 torch.set_num_threads(1)
 import ipykernel
 from IPython.display import display
-from napari_attnreg.core.backbones import load_backbone
+from napari_attnreg.core.models.backbones import load_backbone
 from napari_attnreg.notebook import AttentionExplorer
 torch.manual_seed(0)
 bb = load_backbone(timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=2))

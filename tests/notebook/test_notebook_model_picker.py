@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from napari_attnreg.core import catalogue, hub
+from napari_attnreg.core.models import catalogue, hub
 
 pytest.importorskip("ipywidgets")
 

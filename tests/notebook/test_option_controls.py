@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
-from napari_attnreg.core.options import OPTIONS, option
-from napari_attnreg.core.presets import rules_for
+from napari_attnreg.core.run.options import OPTIONS, option
+from napari_attnreg.core.stats.presets import rules_for
 from napari_attnreg.notebook import AttentionExplorer
 from napari_attnreg.notebook.advanced_panel import AdvancedPanel, advanced_options
 from napari_attnreg.notebook.option_controls import UNSET, build_control, control_value

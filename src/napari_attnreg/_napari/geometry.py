@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.result import AttentionResult
+from napari_attnreg.core.results.result import AttentionResult
 
 PlaneIndex = tuple[int, ...]
 

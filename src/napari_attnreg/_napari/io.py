@@ -11,9 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..io.dicom import looks_like_dicom
-from ..io.export import OME_SUFFIXES, save_layer, save_outputs
-from ..io.ometiff import is_ome_tiff
+from napari_attnreg.io.dicom import looks_like_dicom
+from napari_attnreg.io.export import OME_SUFFIXES, save_layer, save_outputs
+from napari_attnreg.io.ometiff import is_ome_tiff
 
 LayerData = tuple[Any, dict[str, Any], str]
 ReaderFunction = Callable[[Any], list[LayerData]]
@@ -38,7 +38,7 @@ def _is_dicom(path: str) -> bool:
 
 def read_dicom_layers(path: str | list[str]) -> list[LayerData]:
     """Read a DICOM series (pydicom needed: the ``[dicom]`` extra)."""
-    from ..io.dicom import read_dicom
+    from napari_attnreg.io.dicom import read_dicom
 
     path = path[0] if isinstance(path, list) else path
     return [(data, kwargs, "image") for data, kwargs in read_dicom(path)]
@@ -54,7 +54,7 @@ def read_dicom_files(paths: list[str]) -> list[LayerData]:
 
 def read_ome_tiff_layers(path: str | list[str]) -> list[LayerData]:
     """Read an OME-TIFF with its physical scale and channels."""
-    from ..io.ometiff import read_ome_tiff
+    from napari_attnreg.io.ometiff import read_ome_tiff
 
     path = path[0] if isinstance(path, list) else path
     return [(data, kwargs, "image") for data, kwargs in read_ome_tiff(path)]

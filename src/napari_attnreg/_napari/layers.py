@@ -14,15 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from ..core.display import (
+from napari_attnreg._napari.geometry import token_transform
+from napari_attnreg._napari.run_record import RunRecord
+from napari_attnreg.core.results.display import (
     MAPS_BY_KEY,
     SIGNIFICANT_COLOR,
     with_thresholds,
 )
-from ..core.presets import DEFAULT_PRESET
-from ..core.result import AttentionResult
-from .geometry import token_transform
-from .run_record import RunRecord
+from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.stats.presets import DEFAULT_PRESET
 
 #: Output kinds in the order they are stacked above the image (last = top).
 KINDS = ("attention", "pvalue", "posterior", "regularized", "significant")

@@ -20,8 +20,8 @@ from qtpy.QtWidgets import (
     QWidget,
 )
 
-from ..core.catalogue import CatalogueEntry, by_domain, find
-from ..core.service import MODEL_SOURCE_LABELS, ModelSpec
+from napari_attnreg.core.models.catalogue import CatalogueEntry, by_domain, find
+from napari_attnreg.core.run.service import MODEL_SOURCE_LABELS, ModelSpec
 
 WEIGHT_FILTER = "Weights (*.safetensors *.pth *.pt *.ckpt *.bin);;All (*)"
 

@@ -1,7 +1,7 @@
-"""Qt controls built from the core's option metadata (:data:`napari_attnreg.core.options.OPTIONS`).
+"""Qt controls built from the core's option metadata (:data:`napari_attnreg.core.run.options.OPTIONS`).
 
 Label, kind, choices and their labels, range, step, decimals, "empty" meaning and tooltip
-all come from :class:`~napari_attnreg.core.options.Option`; nothing here repeats them.
+all come from :class:`~napari_attnreg.core.run.options.Option`; nothing here repeats them.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from qtpy.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLineEdit, QSpinBox, QWidget
 
-from ..core.options import Option
+from napari_attnreg.core.run.options import Option
 
 #: Qt spin boxes hold 32-bit integers; larger maxima (e.g. the seed's) are capped here.
 QT_INT_MAX = 2**31 - 1

@@ -12,11 +12,11 @@ from qtpy.QtCore import Qt, Signal
 from qtpy.QtWidgets import QFormLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 from superqt import QCollapsible
 
-from ..core.display import PRESET_HELP
-from ..core.engine import resolve_device
-from ..core.options import OPTIONS, default_for, option
-from ..core.presets import DEFAULT_PRESET
-from .option_controls import make_control, set_value, value_of
+from napari_attnreg._napari.option_controls import make_control, set_value, value_of
+from napari_attnreg.core.results.display import PRESET_HELP
+from napari_attnreg.core.run.engine import resolve_device
+from napari_attnreg.core.run.options import OPTIONS, default_for, option
+from napari_attnreg.core.stats.presets import DEFAULT_PRESET
 
 #: Shown above Advanced, in this order.
 BASIC = ("preset", "method", "n_boot", "device", "tiled")
@@ -30,7 +30,7 @@ class OptionsPanel(QWidget):
     preset_changed = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        from ..core.service import available_devices
+        from napari_attnreg.core.run.service import available_devices
 
         super().__init__(parent)
         self.controls: dict[str, QWidget] = {}

@@ -3,7 +3,7 @@
 When the job returns, the source layer may have been deleted, reshaped, or given other
 data of the same shape (a new file opened into it, an in-place edit). A result computed
 from the old content must not be attached silently to the new one: the core's
-:class:`~napari_attnreg.core.service.Outcome` carries a fingerprint of every plane it read,
+:class:`~napari_attnreg.core.run.service.Outcome` carries a fingerprint of every plane it read,
 compared here with the layer's data now.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.service import Job, Outcome, plane_fingerprint
-from .geometry import SourceGeometry
+from napari_attnreg._napari.geometry import SourceGeometry
+from napari_attnreg.core.run.service import Job, Outcome, plane_fingerprint
 
 
 @dataclass

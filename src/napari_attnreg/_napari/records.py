@@ -10,12 +10,12 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from ..core.service import Outcome
-from .geometry import SourceGeometry
-from .layers import META_KEY, layer_name, place_outputs, upsert_outputs
-from .pending import PendingRun
-from .run_record import RunRecord
-from .status import TRANSFORM_EVENTS
+from napari_attnreg._napari.geometry import SourceGeometry
+from napari_attnreg._napari.layers import META_KEY, layer_name, place_outputs, upsert_outputs
+from napari_attnreg._napari.pending import PendingRun
+from napari_attnreg._napari.run_record import RunRecord
+from napari_attnreg._napari.status import TRANSFORM_EVENTS
+from napari_attnreg.core.run.service import Outcome
 
 
 class RunRecords:

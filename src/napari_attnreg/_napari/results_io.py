@@ -9,8 +9,8 @@ from typing import Any
 
 from qtpy.QtWidgets import QFileDialog, QPushButton, QWidget
 
-from .roi_export import write_roi_csv
-from .run_record import RunRecord
+from napari_attnreg._napari.roi_export import write_roi_csv
+from napari_attnreg._napari.run_record import RunRecord
 
 
 @functools.cache
@@ -35,7 +35,7 @@ def save_results(viewer: Any, record: RunRecord, roi_rows: list[dict], path: str
     """Write the run's output layers (OME-TIFF with scale, via the plugin's writer) and the
     ROI table (CSV with provenance) next to them; returns the paths written."""
     try:
-        from .io import write_outputs
+        from napari_attnreg._napari.io import write_outputs
     except ImportError as err:
         raise RuntimeError("Saving results needs the plugin's writer "
                            "(napari_attnreg._napari.io.write_outputs), which this installation "

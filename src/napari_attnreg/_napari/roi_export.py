@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .run_record import RunRecord
+from napari_attnreg._napari.run_record import RunRecord
 
 
 def small_rois(rows: list[dict], record: RunRecord) -> list[str]:
@@ -16,7 +16,7 @@ def small_rois(rows: list[dict], record: RunRecord) -> list[str]:
 def run_provenance(record: RunRecord) -> dict:
     """What made the table: :func:`napari_attnreg.io.export.provenance` of the run, with the
     thresholds in force now (they move live after the run) and the run id."""
-    from ..io.export import provenance
+    from napari_attnreg.io.export import provenance
 
     prov = provenance(record.any_result.metadata, source=record.source_name,
                       thresholds=dict(record.thresholds))
@@ -25,6 +25,6 @@ def run_provenance(record: RunRecord) -> dict:
 
 def write_roi_csv(rows: list[dict], path: str | Path, record: RunRecord | None) -> Path:
     """The rows as CSV, each with the run's provenance columns (see ``io.export``)."""
-    from ..io.export import write_table_csv
+    from napari_attnreg.io.export import write_table_csv
 
     return write_table_csv(path, rows, run_provenance(record) if record is not None else None)

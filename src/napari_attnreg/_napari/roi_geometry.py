@@ -1,7 +1,7 @@
 """ROI layers (Shapes or Labels) as integer labels on the input image's own pixel grid.
 
 Whatever the ROI layer's scale/translate, each ROI lands on the image's pixels, and the
-statistics are the core's :func:`~napari_attnreg.core.roi.roi_table`, never recomputed here.
+statistics are the core's :func:`~napari_attnreg.core.stats.roi.roi_table`, never recomputed here.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from ..core.display import with_thresholds
-from ..core.roi import roi_table
-from .geometry import SourceGeometry
-from .run_record import RunRecord
+from napari_attnreg._napari.geometry import SourceGeometry
+from napari_attnreg._napari.run_record import RunRecord
+from napari_attnreg.core.results.display import with_thresholds
+from napari_attnreg.core.stats.roi import roi_table
 
 PlaneIndex = tuple[int, ...]
 

@@ -1,6 +1,6 @@
 """The ROI panel: ROI layer chooser, per-ROI statistics table and CSV export with provenance.
 
-The rows are the core's :func:`~napari_attnreg.core.roi.roi_table` (see :mod:`.roi_geometry`);
+The rows are the core's :func:`~napari_attnreg.core.stats.roi.roi_table` (see :mod:`.roi_geometry`);
 this panel only shows them, flags what a reader could misread, and writes them.
 """
 
@@ -26,12 +26,12 @@ from qtpy.QtWidgets import (
 )
 from superqt.utils import qdebounced
 
-from ..core.display import ROI_COLUMN_HELP, ROI_COLUMNS, rule_text
-from ..core.roi import ROI_COLUMNS as ROW_KEYS
-from .option_controls import choose_item
-from .roi_export import small_rois, write_roi_csv
-from .roi_geometry import record_roi_rows
-from .run_record import RunRecord
+from napari_attnreg._napari.option_controls import choose_item
+from napari_attnreg._napari.roi_export import small_rois, write_roi_csv
+from napari_attnreg._napari.roi_geometry import record_roi_rows
+from napari_attnreg._napari.run_record import RunRecord
+from napari_attnreg.core.results.display import ROI_COLUMN_HELP, ROI_COLUMNS, rule_text
+from napari_attnreg.core.stats.roi import ROI_COLUMNS as ROW_KEYS
 
 
 def _fmt(value: Any) -> str:

@@ -15,7 +15,7 @@ from qtpy.QtCore import Qt, Signal
 from qtpy.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 from superqt.utils import qthrottled
 
-from ..core.engine import CancelToken
+from napari_attnreg.core.run.engine import CancelToken
 
 #: Shortest interval between progress-display refreshes (ms): every repaint recomposites the
 #: window through OpenGL, which with software GL (Mesa llvmpipe) costs CPU the run would use.
@@ -219,7 +219,7 @@ class RunPanel(QWidget):
         self._update_buttons()
         outcome = self._outcome
         if outcome is None:  # ended without returning (run_job catches every run failure)
-            from ..core.service import Outcome
+            from napari_attnreg.core.run.service import Outcome
 
             outcome = Outcome(self.task_id, status="failed", message="The run ended unexpectedly.")
         self.finished.emit(outcome)

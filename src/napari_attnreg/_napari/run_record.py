@@ -6,9 +6,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.planes import PlaneIndex
-from ..core.result import AttentionResult
-from .geometry import SourceGeometry
+from napari_attnreg._napari.geometry import SourceGeometry
+from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.run.planes import PlaneIndex
 
 
 @dataclass

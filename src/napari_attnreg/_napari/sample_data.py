@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..samples import DATA_DIR, DEMO_IMAGE, demo_image, demo_mask, skimage_sample
+from napari_attnreg.samples import DATA_DIR, DEMO_IMAGE, demo_image, demo_mask, skimage_sample
 
 LayerData = tuple[Any, dict[str, Any], str]
 

@@ -12,10 +12,10 @@ import numpy as np
 from qtpy.QtCore import Signal
 from qtpy.QtWidgets import QComboBox, QFormLayout, QHBoxLayout, QLineEdit, QVBoxLayout, QWidget
 
-from ..core.options import MERGES as OPTION_MERGES
-from .geometry import SourceGeometry
-from .layers import META_KEY
-from .option_controls import choose_item
+from napari_attnreg._napari.geometry import SourceGeometry
+from napari_attnreg._napari.layers import META_KEY
+from napari_attnreg._napari.option_controls import choose_item
+from napari_attnreg.core.run.options import MERGES as OPTION_MERGES
 
 SCOPES = ("current slice", "all slices")
 MERGES = ("no merge", *OPTION_MERGES)  # the core's merge choices, or none

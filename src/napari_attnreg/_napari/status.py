@@ -7,8 +7,13 @@ from typing import Any
 
 from qtpy.QtWidgets import QLabel
 
-from ..core.display import run_caption, significance_caption, summary_text, unique_diagnostics
-from .run_record import RunRecord
+from napari_attnreg._napari.run_record import RunRecord
+from napari_attnreg.core.results.display import (
+    run_caption,
+    significance_caption,
+    summary_text,
+    unique_diagnostics,
+)
 
 WARNING_COLOR = "#e0a030"
 #: Source-layer events after which the output layers are moved onto the source again.
@@ -74,7 +79,7 @@ LINK_COLOR = "#5aa9ff"
 
 def help_link() -> QLabel:
     """'Help: how to read the maps': the project's docs/method.md (core.docs finds it)."""
-    from ..core.docs import docs_url
+    from napari_attnreg.core.docs import docs_url
 
     url = docs_url("method")
     if url is None:  # no declared documentation URL and no docs folder: say where it lives

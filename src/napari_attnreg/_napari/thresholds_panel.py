@@ -1,7 +1,7 @@
 """Live thresholds: the rule and its thresholds, re-applied to stored results without a re-run.
 
 Labels, ranges, choices and help come from the core's option metadata; the value read
-back is the core's :class:`~napari_attnreg.core.thresholds.Thresholds`.
+back is the core's :class:`~napari_attnreg.core.run.thresholds.Thresholds`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from qtpy.QtWidgets import QCheckBox, QComboBox, QFormLayout, QGroupBox, QHBoxLa
 from superqt import QLabeledDoubleSlider
 from superqt.utils import qdebounced
 
-from ..core.display import RULE_HELP
-from ..core.options import option
-from ..core.presets import DEFAULT_PRESET, rules_for
-from ..core.thresholds import Thresholds
+from napari_attnreg.core.results.display import RULE_HELP
+from napari_attnreg.core.run.options import option
+from napari_attnreg.core.run.thresholds import Thresholds
+from napari_attnreg.core.stats.presets import DEFAULT_PRESET, rules_for
 
 #: z threshold shown while the z mask is off (the paper's 0, a natural first value).
 Z_TH_WHEN_ON = 0.0

@@ -20,33 +20,33 @@ from typing import Any
 from qtpy.QtCore import QEvent, Signal
 from qtpy.QtWidgets import QFormLayout, QGroupBox, QVBoxLayout, QWidget
 
-from ._compat import avoid_triton_llvm_clash
+from napari_attnreg._napari._compat import avoid_triton_llvm_clash
 
 avoid_triton_llvm_clash()  # before anything below can import timm (see core.triton_guard)
 
-from ..core.engine import RunConfig
-from ..core.planes import PlaneStack
-from ..core.service import Job, ModelSpec, Outcome, run_job
-from .dock_scroll import VerticalScroll
-from .layers import refresh_thresholds
-from .model_picker import ModelPanel
-from .options_panel import OptionsPanel
-from .pending import PendingRun
-from .records import RunRecords
-from .results_io import SaveButton, sample_menu_hint
-from .roi_panel import RoiPanel
-from .run_panel import RunPanel
-from .run_record import RunRecord
-from .settings import run_defaults
-from .source_panel import SourcePanel
-from .status import (
+from napari_attnreg._napari.dock_scroll import VerticalScroll
+from napari_attnreg._napari.layers import refresh_thresholds
+from napari_attnreg._napari.model_picker import ModelPanel
+from napari_attnreg._napari.options_panel import OptionsPanel
+from napari_attnreg._napari.pending import PendingRun
+from napari_attnreg._napari.records import RunRecords
+from napari_attnreg._napari.results_io import SaveButton, sample_menu_hint
+from napari_attnreg._napari.roi_panel import RoiPanel
+from napari_attnreg._napari.run_panel import RunPanel
+from napari_attnreg._napari.run_record import RunRecord
+from napari_attnreg._napari.settings import run_defaults
+from napari_attnreg._napari.source_panel import SourcePanel
+from napari_attnreg._napari.status import (
     WARNING_COLOR,
     help_link,
     notify_diagnostics,
     summary_html,
     warn_missing_planes,
 )
-from .thresholds_panel import ThresholdsPanel
+from napari_attnreg._napari.thresholds_panel import ThresholdsPanel
+from napari_attnreg.core.run.engine import RunConfig
+from napari_attnreg.core.run.planes import PlaneStack
+from napari_attnreg.core.run.service import Job, ModelSpec, Outcome, run_job
 
 
 class AttentionWidget(QWidget):
@@ -146,7 +146,7 @@ class AttentionWidget(QWidget):
 
     # ---- reactions -------------------------------------------------------------------------
     def _on_preset_changed(self, preset: str) -> None:
-        from ..core.presets import default_thresholds
+        from napari_attnreg.core.stats.presets import default_thresholds
 
         self.thresholds_panel.offer_rules(preset)
         self.thresholds_panel.set_thresholds(default_thresholds(preset))
@@ -172,7 +172,7 @@ class AttentionWidget(QWidget):
         return config
 
     def _build_job(self) -> PendingRun:
-        from .geometry import SourceGeometry
+        from napari_attnreg._napari.geometry import SourceGeometry
 
         layer = self.current_layer()
         if layer is None:

@@ -1,7 +1,9 @@
 """Core library: imports no GUI toolkit, here or below (runs without a display).
 
-Submodules are imported on first use of a public name. ``core.regularize`` is the module of
-regularization rules; the pipeline function is ``napari_attnreg.regularize`` (core.engine).
+Submodules are imported on first use of a public name. Subpackages, lowest first: ``models`` (backbones,
+attention), ``stats`` (the statistics and rules), ``results`` (a run's maps and files), ``run``
+(options, images, nulls, the engines and the pipeline service). The pipeline function is
+``napari_attnreg.regularize`` (``core.run.engine``).
 """
 
 from __future__ import annotations
@@ -10,16 +12,16 @@ from importlib import import_module
 from typing import Any
 
 _PUBLIC = {
-    "Backbone": "backbones", "BackboneError": "backbones", "load_backbone": "backbones",
-    "CancelToken": "engine", "Progress": "engine", "RunCancelled": "engine", "RunConfig": "engine",
-    "drain": "engine", "regularize_stack": "engine", "StackResults": "engine",
-    "PartialStackWarning": "engine", "Thresholds": "thresholds", "OPTIONS": "options",
-    "validate_options": "options", "PlaneStack": "planes", "ModelSpec": "service",
-    "Job": "service", "Outcome": "service", "run_job": "service",
-    "resolve_device": "engine", "run_engine": "engine",
-    "PreparedImage": "images", "prepare_image": "images",
-    "NULL_METHODS": "nulls", "NullConfig": "nulls", "null_images": "nulls",
-    "AttentionResult": "result",
+    "Backbone": "models.backbones", "BackboneError": "models.backbones", "load_backbone": "models.backbones",
+    "CancelToken": "run.engine", "Progress": "run.engine", "RunCancelled": "run.engine", "RunConfig": "run.engine",
+    "drain": "run.engine", "regularize_stack": "run.api", "StackResults": "run.api",
+    "PartialStackWarning": "run.api", "Thresholds": "run.thresholds", "OPTIONS": "run.options",
+    "validate_options": "run.options", "PlaneStack": "run.planes", "ModelSpec": "run.service",
+    "Job": "run.service", "Outcome": "run.service", "run_job": "run.service",
+    "resolve_device": "run.engine", "run_engine": "run.engine",
+    "PreparedImage": "run.images", "prepare_image": "run.images",
+    "NULL_METHODS": "run.options", "NullConfig": "run.nulls", "null_images": "run.nulls",
+    "AttentionResult": "results.result",
 }
 
 __all__ = list(_PUBLIC)

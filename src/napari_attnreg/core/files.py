@@ -41,7 +41,7 @@ def decoding(path: str | Path, what: str = "image") -> Iterator[None]:
         raise UnreadableFileError(
             f"{path} is too large to read into memory, or its header declares a size it does "
             "not hold; a tiled run (--tiled) reads large TIFFs tile by tile.") from err
-    except Exception as err:  # noqa: BLE001  any decoder failure is this one file's failure
+    except Exception as err:
         text = str(err).splitlines()[0] if str(err) else ""
         reason = f"{type(err).__name__}: {text}" if text else type(err).__name__
         raise UnreadableFileError(

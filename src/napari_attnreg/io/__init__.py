@@ -12,9 +12,9 @@ Example
 >>> (volume, kwargs), = read_dicom("CT_head/")                      # doctest: +SKIP
 """
 
-from .dicom import read_dicom
-from .export import provenance, save_layer, save_outputs, write_table_csv
-from .ometiff import read_ome_tiff
+from napari_attnreg.io.dicom import read_dicom
+from napari_attnreg.io.export import provenance, save_layer, save_outputs, write_table_csv
+from napari_attnreg.io.ometiff import read_ome_tiff
 
 __all__ = ["provenance", "read_dicom", "read_ome_tiff", "save_layer", "save_outputs",
            "write_table_csv"]

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.files import decoding
+from napari_attnreg.core.files import decoding
 
 DICOM_SUFFIXES = (".dcm", ".dicom")
 #: The 4-byte marker after the 128-byte preamble of a DICOM Part 10 file.

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.files import atomic_write, write_text_atomic
-from ..core.presets import THRESHOLD_KEYS
-from ..core.weights_hash import bundled_weights, file_sha256
+from napari_attnreg.core.files import atomic_write, write_text_atomic
+from napari_attnreg.core.models.weights_hash import bundled_weights, file_sha256
+from napari_attnreg.core.stats.presets import THRESHOLD_KEYS
 
 #: Key of our metadata on napari output layers (the layer's ``metadata[META_KEY]``).
 META_KEY = "attnreg"
@@ -123,8 +123,7 @@ def _plain(value: Any) -> Any:
 
 
 def _installed_version() -> str:
-    from .. import __version__
-
+    from napari_attnreg import __version__
     return str(__version__)
 
 

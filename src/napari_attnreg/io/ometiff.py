@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.files import decoding
+from napari_attnreg.core.files import decoding
 
 OME_SUFFIXES = (".ome.tif", ".ome.tiff", ".ome.tf2", ".ome.tf8", ".ome.btf")
 #: OME axis letter → (OME-XML size attribute, its unit attribute, the OME default unit).

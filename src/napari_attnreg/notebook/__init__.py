@@ -6,6 +6,6 @@ Needs the ``notebook`` extra (ipywidgets; ipympl for drawing ROIs with the mouse
 
 from __future__ import annotations
 
-from .explorer import AttentionExplorer
+from napari_attnreg.notebook.explorer import AttentionExplorer
 
 __all__ = ["AttentionExplorer"]

@@ -11,8 +11,8 @@ from typing import Any
 import ipywidgets as W
 from traitlets import TraitError
 
-from ..core.options import OPTIONS, Option
-from .option_controls import build_control, control_value, show_value
+from napari_attnreg.core.run.options import OPTIONS, Option
+from napari_attnreg.notebook.option_controls import build_control, control_value, show_value
 
 #: Options with a control of their own elsewhere (traits of the explorer), or set with the image.
 ELSEWHERE = {"preset", "method", "n_boot", "seed", "device", "tiled", "tile_scale",

@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import traitlets as t
 
-from ..core.display import with_thresholds
-from ..core.presets import THRESHOLD_KEYS
-from ..core.result import AttentionResult
-from ..core.service import plane_fingerprint
-from ..io.export import provenance, write_table_csv
-from .regions import as_labels, polygon_mask, rectangle_vertices
-from .state import ExplorerState
+from napari_attnreg.core.results.display import with_thresholds
+from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.run.service import plane_fingerprint
+from napari_attnreg.core.stats.presets import THRESHOLD_KEYS
+from napari_attnreg.io.export import provenance, write_table_csv
+from napari_attnreg.notebook.regions import as_labels, polygon_mask, rectangle_vertices
+from napari_attnreg.notebook.state import ExplorerState
 
 
 class ExplorerApi(ExplorerState):

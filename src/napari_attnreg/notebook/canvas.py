@@ -10,13 +10,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..core.display import MAPS_BY_KEY, with_thresholds
-from ..core.result import AttentionResult
-from . import render
-from .display_panel import DisplayPanel
-from .image_panel import ImagePanel
-from .state import ExplorerState
-from .views import ImageView, MplView, ipympl_available
+from napari_attnreg.core.results.display import MAPS_BY_KEY, with_thresholds
+from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.notebook import render
+from napari_attnreg.notebook.display_panel import DisplayPanel
+from napari_attnreg.notebook.image_panel import ImagePanel
+from napari_attnreg.notebook.state import ExplorerState
+from napari_attnreg.notebook.views import ImageView, MplView, ipympl_available
 
 VIEW_KINDS = ("auto", "ipympl", "image")
 

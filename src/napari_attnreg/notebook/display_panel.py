@@ -7,12 +7,12 @@ import html
 import ipywidgets as W
 import numpy as np
 
-from ..core.display import MAPS_BY_KEY
-from ..core.result import AttentionResult
-from . import render
-from .option_controls import labelled
-from .options_panel import link_all
-from .state import OVERLAYS, ExplorerState
+from napari_attnreg.core.results.display import MAPS_BY_KEY
+from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.notebook import render
+from napari_attnreg.notebook.option_controls import labelled
+from napari_attnreg.notebook.options_panel import link_all
+from napari_attnreg.notebook.state import OVERLAYS, ExplorerState
 
 #: "auto": each map in its own colormap (core.display), as napari and the CLI show it.
 COLORMAPS = ("auto", "magma", "inferno", "viridis", "turbo", "hot", "gray", "magma_r", "viridis_r")

@@ -22,22 +22,22 @@ from typing import Any
 import ipywidgets as W
 import numpy as np
 
-from ..core.backbones import Backbone
-from ..core.presets import DEFAULT_PRESET
-from ..core.result import AttentionResult
-from ..core.service import Outcome, user_message
-from . import render
-from .api import ExplorerApi
-from .canvas import OverlayCanvas, make_view
-from .display_panel import DisplayPanel
-from .image_panel import ImagePanel, check_max_display
-from .options_panel import OptionsPanel
-from .pipeline import check_run_options, given_model, make_job, model_spec
-from .roi_panel import RoiPanel
-from .run_panel import RunPanel
-from .state import RUN_DEFAULTS
-from .summary_panel import SummaryPanel, done_text
-from .thresholds_panel import ThresholdsPanel
+from napari_attnreg.core.models.backbones import Backbone
+from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.run.service import Outcome, user_message
+from napari_attnreg.core.stats.presets import DEFAULT_PRESET
+from napari_attnreg.notebook import render
+from napari_attnreg.notebook.api import ExplorerApi
+from napari_attnreg.notebook.canvas import OverlayCanvas, make_view
+from napari_attnreg.notebook.display_panel import DisplayPanel
+from napari_attnreg.notebook.image_panel import ImagePanel, check_max_display
+from napari_attnreg.notebook.options_panel import OptionsPanel
+from napari_attnreg.notebook.pipeline import check_run_options, given_model, make_job, model_spec
+from napari_attnreg.notebook.roi_panel import RoiPanel
+from napari_attnreg.notebook.run_panel import RunPanel
+from napari_attnreg.notebook.state import RUN_DEFAULTS
+from napari_attnreg.notebook.summary_panel import SummaryPanel, done_text
+from napari_attnreg.notebook.thresholds_panel import ThresholdsPanel
 
 #: Default of the threshold arguments: take the preset's value (``z_th=None`` is "no z mask").
 FROM_PRESET = "from preset"
@@ -97,7 +97,7 @@ class AttentionExplorer(ExplorerApi):
     name : str, optional
         Name of the image in exported tables (their provenance columns).
     **run_options
-        Any other :class:`~napari_attnreg.core.engine.RunConfig` field.
+        Any other :class:`~napari_attnreg.core.run.engine.RunConfig` field.
 
     Attributes
     ----------

@@ -7,10 +7,10 @@ from typing import Any
 import ipywidgets as W
 import numpy as np
 
-from ..core.images import scale_intensity, to_channels_last
-from ..core.planes import PlaneStack
-from . import render
-from .state import ExplorerState
+from napari_attnreg.core.run.images import scale_intensity, to_channels_last
+from napari_attnreg.core.run.planes import PlaneStack
+from napari_attnreg.notebook import render
+from napari_attnreg.notebook.state import ExplorerState
 
 
 def check_max_display(max_display: Any) -> int:

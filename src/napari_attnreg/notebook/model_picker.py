@@ -7,7 +7,7 @@ import html
 import ipywidgets as W
 import traitlets as t
 
-from ..core.catalogue import by_domain, find
+from napari_attnreg.core.models.catalogue import by_domain, find
 
 OTHER = "__other__"
 

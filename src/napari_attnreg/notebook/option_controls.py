@@ -10,7 +10,7 @@ from typing import Any
 
 import ipywidgets as W
 
-from ..core.options import Option, option
+from napari_attnreg.core.run.options import Option, option
 
 #: Width of a labelled control in the side panel, and of its label.
 CONTROL_WIDTH = "360px"

@@ -10,11 +10,11 @@ from typing import Any
 
 import ipywidgets as W
 
-from ..core.options import OPTIONS, option
-from .advanced_panel import AdvancedPanel
-from .model_picker import ModelPicker
-from .option_controls import CONTROL_WIDTH, LABEL_WIDTH, build_control
-from .state import ExplorerState, available_devices
+from napari_attnreg.core.run.options import OPTIONS, option
+from napari_attnreg.notebook.advanced_panel import AdvancedPanel
+from napari_attnreg.notebook.model_picker import ModelPicker
+from napari_attnreg.notebook.option_controls import CONTROL_WIDTH, LABEL_WIDTH, build_control
+from napari_attnreg.notebook.state import ExplorerState, available_devices
 
 #: Options with a control here; each is a trait of the same name on the explorer.
 MAIN_OPTIONS = ("preset", "method", "n_boot", "seed", "device", "tiled", "tile_overlap",

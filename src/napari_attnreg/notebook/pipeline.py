@@ -1,4 +1,4 @@
-"""From the explorer's controls to a :class:`~napari_attnreg.core.service.Job`.
+"""From the explorer's controls to a :class:`~napari_attnreg.core.run.service.Job`.
 
 The computation itself is the core's pipeline service (:func:`core.service.run_job`: model
 cache, load-then-run, outcome and messages); this module only says which model, which plane
@@ -10,14 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..core.backbones import Backbone, load_backbone
-from ..core.catalogue import find
-from ..core.engine import RunConfig
-from ..core.options import validate_options
-from ..core.planes import PlaneIndex, PlaneStack
-from ..core.presets import THRESHOLD_KEYS
-from ..core.service import Job, ModelSpec
-from .state import RUN_DEFAULTS, ExplorerState
+from napari_attnreg.core.models.backbones import Backbone, load_backbone
+from napari_attnreg.core.models.catalogue import find
+from napari_attnreg.core.run.engine import RunConfig
+from napari_attnreg.core.run.options import validate_options
+from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
+from napari_attnreg.core.run.service import Job, ModelSpec
+from napari_attnreg.core.stats.presets import THRESHOLD_KEYS
+from napari_attnreg.notebook.state import RUN_DEFAULTS, ExplorerState
 
 #: Options of :class:`RunConfig` the explorer's own controls set.
 CONTROLLED = {"preset", "method", "n_boot", "seed", "device", "tiled", "tile_scale",

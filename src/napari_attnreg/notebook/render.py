@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-from ..core.display import SIGNIFICANT_RGB
-from ..core.result import AttentionResult
+from napari_attnreg.core.results.display import SIGNIFICANT_RGB
+from napari_attnreg.core.results.result import AttentionResult
 
 #: Colour of the significant-region outline (RGB, 0–255): the one napari and the CLI use.
 SIGNIFICANT_COLOR: tuple[int, int, int] = SIGNIFICANT_RGB  # type: ignore[assignment]

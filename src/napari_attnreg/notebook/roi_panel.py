@@ -10,13 +10,13 @@ from typing import Any
 import ipywidgets as W
 import numpy as np
 
-from ..core.display import ROI_COLUMN_HELP
-from ..core.display import ROI_COLUMNS as ROI_HEADERS
-from ..core.result import AttentionResult
-from ..core.roi import ROI_COLUMNS, roi_table
-from .regions import add_region, as_labels
-from .state import ExplorerState
-from .views import DRAW_MODES
+from napari_attnreg.core.results.display import ROI_COLUMN_HELP
+from napari_attnreg.core.results.display import ROI_COLUMNS as ROI_HEADERS
+from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.stats.roi import ROI_COLUMNS, roi_table
+from napari_attnreg.notebook.regions import add_region, as_labels
+from napari_attnreg.notebook.state import ExplorerState
+from napari_attnreg.notebook.views import DRAW_MODES
 
 
 def _fmt(value: Any) -> str:

@@ -1,8 +1,8 @@
 """Run / Cancel, progress and the status line: one run at a time, each with a task id.
 
-The panel drives the core's :func:`~napari_attnreg.core.service.run_job` on
+The panel drives the core's :func:`~napari_attnreg.core.run.service.run_job` on
 :class:`~.runner.BackgroundRunner` (one engine chunk per worker-thread step) and hands the
-service's :class:`~napari_attnreg.core.service.Outcome` to its owner. Outcomes carry the
+service's :class:`~napari_attnreg.core.run.service.Outcome` to its owner. Outcomes carry the
 task id of their job, so the owner can tell a current outcome from a stale one.
 """
 
@@ -15,9 +15,9 @@ from typing import Any
 
 import ipywidgets as W
 
-from ..core.service import Job, JobProgress, Outcome, run_job, user_message
-from .runner import BackgroundRunner, Ended
-from .state import ExplorerState
+from napari_attnreg.core.run.service import Job, JobProgress, Outcome, run_job, user_message
+from napari_attnreg.notebook.runner import BackgroundRunner, Ended
+from napari_attnreg.notebook.state import ExplorerState
 
 LEVEL_COLORS = {"error": "#c62828", "warning": "#b26a00", "success": "#2e7d32"}
 _BAR_STYLES = {"done": "success", "partial": "warning", "cancelled": "warning",

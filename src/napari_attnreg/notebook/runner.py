@@ -24,7 +24,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..core.engine import CancelToken, RunCancelled
+from napari_attnreg.core.run.engine import CancelToken, RunCancelled
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,18 @@ from typing import Any
 import ipywidgets as widgets
 import traitlets as t
 
-from ..core.engine import RunConfig
-from ..core.options import NULL_METHODS, RULES, default_for, validate_options
-from ..core.presets import DEFAULT_PRESET, PRESETS, THRESHOLD_KEYS, default_thresholds
-from ..core.service import available_devices
-from ..core.thresholds import Thresholds
-from . import render
-from .views import DRAW_MODES
+from napari_attnreg.core.run.engine import RunConfig
+from napari_attnreg.core.run.options import NULL_METHODS, RULES, default_for, validate_options
+from napari_attnreg.core.run.service import available_devices
+from napari_attnreg.core.run.thresholds import Thresholds
+from napari_attnreg.core.stats.presets import (
+    DEFAULT_PRESET,
+    PRESETS,
+    THRESHOLD_KEYS,
+    default_thresholds,
+)
+from napari_attnreg.notebook import render
+from napari_attnreg.notebook.views import DRAW_MODES
 
 #: Overlay choices: (label shown, state value); the value is a core.display map key.
 OVERLAYS = (

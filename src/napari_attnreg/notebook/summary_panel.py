@@ -7,8 +7,13 @@ import math
 
 import ipywidgets as W
 
-from ..core.display import diagnostics_lines, run_caption, summary_text, with_thresholds
-from ..core.result import AttentionResult
+from napari_attnreg.core.results.display import (
+    diagnostics_lines,
+    run_caption,
+    summary_text,
+    with_thresholds,
+)
+from napari_attnreg.core.results.result import AttentionResult
 
 WARNING_COLOR = "#b26a00"
 

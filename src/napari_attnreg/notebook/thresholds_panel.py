@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import ipywidgets as W
 
-from ..core.options import option
-from ..core.presets import rules_for
-from .option_controls import build_control
-from .options_panel import link_all
-from .state import ExplorerState
+from napari_attnreg.core.run.options import option
+from napari_attnreg.core.stats.presets import rules_for
+from napari_attnreg.notebook.option_controls import build_control
+from napari_attnreg.notebook.options_panel import link_all
+from napari_attnreg.notebook.state import ExplorerState
 
 #: Slider width: label (110 px) + track (about 350 px) + readout; the width of the image above.
 SLIDER_WIDTH = "540px"

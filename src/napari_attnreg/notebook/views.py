@@ -16,8 +16,8 @@ from collections.abc import Callable
 import ipywidgets as widgets
 import numpy as np
 
-from .regions import rectangle_vertices
-from .render import ROI_COLOR, to_png
+from napari_attnreg.notebook.regions import rectangle_vertices
+from napari_attnreg.notebook.render import ROI_COLOR, to_png
 
 DRAW_MODES = ("off", "rectangle", "polygon")
 RegionCallback = Callable[[np.ndarray], None]
@@ -163,6 +163,6 @@ class MplView:
 
 
 def _has_running_loop() -> bool:
-    from .runner import running_loop
+    from napari_attnreg.notebook.runner import running_loop
 
     return running_loop() is not None

@@ -6,6 +6,11 @@ the data of the bundled ``phantom`` model.
 
 from __future__ import annotations
 
-from .phantoms import PhantomSample, make_phantom_image, phantom_sample, write_phantom_files
+from napari_attnreg.testing.phantoms import (
+    PhantomSample,
+    make_phantom_image,
+    phantom_sample,
+    write_phantom_files,
+)
 
 __all__ = ["PhantomSample", "make_phantom_image", "phantom_sample", "write_phantom_files"]

@@ -1,0 +1,1 @@
+"""Batches of image files: collected inputs, runs through the pipeline service, summary."""

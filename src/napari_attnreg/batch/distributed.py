@@ -1,0 +1,98 @@
+"""Batches on a Dask cluster: one task per image, workers keep their model, results on disk.
+
+Needs the ``scale`` extra (``pip install "napari-attnreg[scale]"``). A local cluster of
+``workers`` processes, or any running scheduler (``scheduler="tcp://host:8786"``, e.g. one
+started by dask-jobqueue on SLURM; see ``docs/scale-out.md``). Every task runs
+:func:`~napari_attnreg.batch.run.process_item`, which writes that image's result files itself
+and loads the model through :func:`~napari_attnreg.batch.run.cached_backbone`, so a worker loads
+each model once however many images it is given. Results equal a serial run bit for bit
+when both use the same number of torch threads per process (one, on a local cluster): each
+image's nulls are seeded from the run's seed and the null index only, while CPU matrix
+products block their sums by thread count.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from napari_attnreg.batch.run import BatchItem, _failed_row, process_item
+
+#: Seconds to wait for a scheduler to answer before saying it cannot be reached.
+SCHEDULER_TIMEOUT_S = 20
+
+
+def check_workers(workers: int | None) -> None:
+    """``--workers`` must be a positive count (0 would silently mean a serial run)."""
+    if workers is not None and (isinstance(workers, bool) or workers < 1):
+        raise ValueError(f"--workers must be a positive number of processes, got {workers!r}; "
+                         "leave it out to run serially.")
+
+
+def _client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError as err:
+        raise ValueError("--workers / --scheduler need Dask: pip install "
+                         "'napari-attnreg[scale]' (dask[distributed]).") from err
+    if scheduler:
+        try:
+            return Client(scheduler, timeout=SCHEDULER_TIMEOUT_S), None
+        except (OSError, TimeoutError) as err:
+            raise ValueError(
+                f"Cannot reach the Dask scheduler at {scheduler} within {SCHEDULER_TIMEOUT_S} s "
+                f"({type(err).__name__}); check the address and that the scheduler is running, "
+                "or leave out --scheduler to run here.") from None
+    check_workers(workers)
+    # one thread per process: torch's own threads would fight over the same cores
+    cluster = LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True,
+                           dashboard_address=None)
+    return Client(cluster), cluster
+
+
+def run_on_dask(items: Sequence[BatchItem], out_dir: Path, model: Any, arch: str | None,
+                opts: dict[str, Any], *, overwrite: bool = False, quiet: bool = False,
+                figure: Callable[..., Any] | None = None, workers: int | None = None,
+                scheduler: str | None = None) -> Iterator[list[dict[str, Any]]]:
+    """Submit one task per item; yield each item's summary rows as its task finishes.
+
+    A task that raises (a worker died, the model failed to load there) becomes a
+    ``failed`` row for its image; the other tasks go on.
+    """
+    from napari_attnreg.core.models.backbones import Backbone
+
+    if isinstance(model, Backbone):
+        raise ValueError(
+            "A Dask batch needs a model name or weights file that every worker can "
+                         "load, not a loaded model object.")
+    from dask.base import tokenize
+    from dask.distributed import as_completed
+    from tqdm import tqdm
+
+    client, cluster = _client(workers, scheduler)
+    out_dir = Path(out_dir).resolve()  # workers have their own working folders
+    batch = uuid.uuid4().hex  # keys unique per batch: a shared scheduler reuses equal keys
+    try:
+        futures = {
+            client.submit(process_item, item, out_dir, model, arch, opts, overwrite=overwrite,
+                          quiet=True, figure=figure, pure=False,
+                          key=f"attnreg-{batch}-{i}-{tokenize(str(item.source))}"): item
+            for i, item in enumerate(items)
+        }
+        with tqdm(total=len(futures), desc="images", unit="img", disable=quiet,
+                  file=sys.stderr) as bar:
+            for future in as_completed(futures):
+                item = futures[future]
+                try:
+                    rows = future.result()
+                except Exception as err:  # noqa: BLE001  one task's failure must not end the batch
+                    rows = [_failed_row(item, None, f"task failed on its worker: {err}")]
+                bar.update(1)
+                yield rows
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()

@@ -1,0 +1,342 @@
+"""What the front ends show for a result: maps, names, legends, ranges, colours, text.
+
+napari layers, notebook overlays and CLI figures all read these, so a map's name or legend
+is written once. Under the directional preset the significance and posterior maps say
+"above the null": bright means the model attends there *more* than it does to noise.
+
+Example
+-------
+>>> [m.key for m in CONTINUOUS_MAPS]
+['attention', 'pvalue', 'posterior', 'regularized']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from napari_attnreg.core.results.result import AttentionResult
+
+#: One colour for every significant-region outline (napari Labels, notebook, figures).
+SIGNIFICANT_COLOR = "#00e5ff"
+#: The same colour as 0–255 RGB (for front ends that paint pixels themselves).
+SIGNIFICANT_RGB = tuple(int(SIGNIFICANT_COLOR[i:i + 2], 16) for i in (1, 3, 5))
+#: What each preset answers (tooltips of the preset controls).
+PRESET_HELP = {
+    "stepdown": "step-down (default): does the attention concentrate on anything more than null "
+                "images made of the image's own half-patch blocks, and on which patches? "
+                "Evidence = 1 − step-down adjusted p; significant by ForwardStop at α = 0.1; "
+                "one map-level p answers 'is anything here?'.",
+    "directional": "directional (default): is this patch's attention HIGHER than noise input "
+                   "gives? One-sided p⁺, q⁺ and posterior⁺; significant at q⁺ ≤ 0.1, no z mask.",
+    "paper": "paper: the published procedure (Chung & Laletin): two-sided p-values and the "
+             "local fdr on z; significant at lfdr ≤ 0.3 with z ≥ 0. Also flags attention far "
+             "BELOW the null.",
+}
+#: Rule choices as front ends list them (short, for a drop-down) ...
+RULE_LABELS = {
+    "forwardstop": "ForwardStop at α (step-down)",
+    "fwer": "adjusted p ≤ α (step-down, FWER)",
+    "q": "q ≤ threshold (FDR)",
+    "p": "p ≤ threshold",
+    "lfdr": "lfdr ≤ threshold (posterior)",
+    "pi0": "drop the π0 share of largest p",
+    "soft": "soft: attention × posterior",
+    "base": "z ≥ threshold only",
+}
+#: ... and what each means (their tooltips).
+RULE_HELP = {
+    "forwardstop": "ForwardStop at α: the patches of largest attention, in order, as long as "
+                   "their step p-values stay small on average (about α of them may be noise)",
+    "fwer": "step-down adjusted p ≤ α (chance of any false patch at most α)",
+    "q": "q ≤ threshold (FDR: about that share of the kept patches may be noise)",
+    "p": "p ≤ threshold (per patch, no multiple-testing correction)",
+    "lfdr": "lfdr ≤ threshold (posterior ≥ 1 − threshold)",
+    "pi0": "drop the π0 share of patches with the largest p",
+    "soft": "soft: attention × posterior",
+    "base": "z ≥ threshold only",
+}
+RULE_THRESHOLD = {"q": "q_th", "p": "p_th", "lfdr": "l_th", "forwardstop": "q_th",
+                  "fwer": "p_th"}
+#: Labels and tooltips of the tiling controls (RunConfig ``tiled``, ``tile_overlap``,
+#: ``tile_scale``; docs/scale-out.md).
+TILED_LABEL = "Tiled (native resolution)"
+TILING_HELP = {
+    "tiled": "For images much larger than the model input: the image is analysed at its own "
+             "pixel size (divided by the downsampling factor) in model-sized tiles instead of "
+             "being shrunk to the model input, with one bootstrap null for the whole image. "
+             "Costs n_tiles + B forward passes; the maps cover the whole image at one token "
+             "per patch of pixels.",
+    "tile_overlap": "Pixels shared by neighbouring tiles (tiled runs): a multiple of the "
+                    "model's patch size, smaller than the model input; each token is taken "
+                    "from the tile whose centre is nearest. 0 = tiles side by side.",
+    "tile_scale": "Downsampling factor before tiling (tiled runs): 1 = native pixels, 2 = half "
+                  "size (a quarter of the tiles).",
+}
+_RULE_SYMBOL = {"q": "q", "p": "p", "lfdr": "lfdr", "fwer": "adjusted p"}
+
+
+def neg_log10_p(result: AttentionResult) -> np.ndarray:
+    """``−log10 p`` of the map a result's significance layer shows.
+
+    Step-down: the adjusted p (floored at the tail's ``1/(100·(B + 1))``); otherwise ``p``, a
+    p of 0 (the paper's pooled top token) floored at the pool's resolution.
+    """
+    n_null = int(result.null_summary.get("B", result.metadata.get("n_boot", 1)))
+    if result.preset == "stepdown":
+        return -np.log10(np.maximum(result.q, 1.0 / (100.0 * (1 + n_null))))
+    floor = 1.0 / ((1 + n_null) * result.attention.size)
+    return -np.log10(np.maximum(result.p, floor))
+
+
+def _directional(preset: str) -> bool:
+    return preset != "paper"
+
+
+def map_level_text(result: AttentionResult) -> str:
+    """``"is anything here? p = 0.01 (resolution 1/101)"`` for a step-down result, else ``""``."""
+    if result.p_map is None:
+        return ""
+    n_boot = int(result.null_summary.get("B", result.metadata.get("n_boot", 0)) or 0)
+    tiles = int(result.null_summary.get("n_families", 1))
+    where = f" in any of {tiles} tiles" if tiles > 1 else ""
+    return (f"is anything here{where}? p = {result.p_map:.2g} "
+            f"(resolution 1/{n_boot + 1})")
+
+
+def with_thresholds(result: AttentionResult, thresholds: dict[str, Any] | None) -> AttentionResult:
+    """A copy of ``result`` whose default thresholds are ``thresholds`` (maps shared).
+
+    A ``z_th`` of ``None`` turns the z mask off, as a front end's "z mask" box does (as it
+    does in ``result.regularized(z_th=None)``).
+    """
+    given = {k: v for k, v in (thresholds or {}).items() if k in result._thresholds()}
+    return replace(result, thresholds={**result._thresholds(), **given})
+
+
+@dataclass(frozen=True)
+class MapDisplay:
+    """How one continuous map is shown.
+
+    Attributes
+    ----------
+    key : str
+        ``attention``, ``pvalue``, ``posterior`` or ``regularized``.
+    colormap : str
+        A colormap name both matplotlib and napari know.
+    """
+
+    key: str
+    colormap: str
+    _values: Callable[[AttentionResult, dict[str, Any]], np.ndarray]
+
+    def title(self, preset: str, thresholds: dict[str, Any] | None = None) -> str:
+        """Short name (layer suffix, panel title)."""
+        up = _directional(preset)
+        if self.key == "attention":
+            return "attention"
+        if self.key == "pvalue":
+            if preset == "stepdown":
+                return "−log10 adjusted p (step-down)"
+            return "−log10 p, above null" if up else "−log10 p (two-sided)"
+        if self.key == "posterior":
+            if preset == "stepdown":
+                return "evidence (1 − adjusted p)"
+            return "P(above null)" if up else "posterior 1 − lfdr (two-sided)"
+        return f"regularized ({rule_text(thresholds)})" if thresholds else "regularized"
+
+    def legend(self, preset: str) -> str:
+        """One sentence that says how to read the colours."""
+        up = _directional(preset)
+        if self.key == "attention":
+            return "CLS attention of each patch (bright = the model looks here)."
+        if self.key == "pvalue" and preset == "stepdown":
+            return ("−log10 of the step-down adjusted p: bright = this patch, and every patch "
+                    "with more attention, draw more of the attention than null images made of "
+                    "the image's own half-patch blocks; 1 = p 0.1, 2 = p 0.01.")
+        if self.key == "posterior" and preset == "stepdown":
+            return ("evidence: 1 − step-down adjusted p. Never lower for a patch with more "
+                    "attention; 0.9 = adjusted p 0.1.")
+        if self.key == "pvalue":
+            return ("−log10 of the one-sided p-value: bright = attention above what noise "
+                    "input gives; 1 = p 0.1, 2 = p 0.01." if up else
+                    "−log10 of the paper's two-sided p-value: bright = far from the null in "
+                    "either direction (also BELOW it).")
+        if self.key == "posterior":
+            return ("Probability that the patch's attention is above the null (1 − local fdr)."
+                    if up else "1 − local fdr on z, two-sided: high also for attention far "
+                    "below the null.")
+        return "Attention kept where the rule calls it significant, zero elsewhere."
+
+    def values(self, result: AttentionResult, thresholds: dict[str, Any] | None = None) -> np.ndarray:
+        """The token map to show."""
+        return self._values(result, thresholds or {})
+
+    def limits(self, result: AttentionResult) -> tuple[float, float]:
+        """Contrast limits that keep the scale stable while thresholds move."""
+        if self.key == "posterior":
+            return (0.0, 1.0)
+        if self.key == "pvalue":
+            return (0.0, max(1.0, float(neg_log10_p(result).max())))
+        return (0.0, max(float(result.attention.max()), 1e-12))
+
+
+CONTINUOUS_MAPS = (
+    MapDisplay("attention", "inferno", lambda r, t: r.attention),
+    MapDisplay("pvalue", "viridis", lambda r, t: neg_log10_p(r)),
+    MapDisplay("posterior", "plasma", lambda r, t: r.posterior),
+    MapDisplay("regularized", "magma", lambda r, t: with_thresholds(r, t).regularized()),
+)
+MAPS_BY_KEY = {m.key: m for m in CONTINUOUS_MAPS}
+
+
+def rule_text(thresholds: dict[str, Any]) -> str:
+    """``"q ≤ 0.1"``, ``"lfdr ≤ 0.3, z ≥ 0"``, ``"soft"``, ... for titles and summaries."""
+    rule = thresholds.get("rule", "?")
+    parts = []
+    if rule == "forwardstop" and thresholds.get("q_th") is not None:
+        parts.append(f"ForwardStop, α = {thresholds['q_th']:g}")
+    elif rule in RULE_THRESHOLD and thresholds.get(RULE_THRESHOLD[rule]) is not None:
+        parts.append(f"{_RULE_SYMBOL[rule]} ≤ {thresholds[RULE_THRESHOLD[rule]]:g}")
+    elif rule == "pi0":
+        parts.append("drop the π0 share with largest p")
+    elif rule == "soft":
+        parts.append("attention × posterior")
+    else:
+        parts.append(str(rule))
+    if thresholds.get("z_th") is not None and rule != "soft":
+        parts.append(f"z ≥ {thresholds['z_th']:g}")
+    return ", ".join(parts)
+
+
+def significance_caption(result: AttentionResult | Sequence[AttentionResult],
+                         thresholds: dict[str, Any] | None = None) -> str:
+    """``"12/256 patches significant (q ≤ 0.1), above the null"`` for status lines.
+
+    A sequence of results (the planes of a stack) is counted together.
+    """
+    results = [result] if isinstance(result, AttentionResult) else list(result)
+    shown = [with_thresholds(r, thresholds) for r in results]
+    masks = [r.significant() for r in shown]
+    kept, total = sum(int(m.sum()) for m in masks), sum(m.size for m in masks)
+    preset = results[0].preset
+    side = ("step-down" if preset == "stepdown" else "above the null" if _directional(preset)
+            else "paper's two-sided test")
+    planes = f" in {len(results)} planes" if len(results) > 1 else ""
+    caption = (f"{kept}/{total} patches significant{planes} "
+               f"({rule_text(shown[0]._thresholds())}), {side}")
+    if len(results) == 1 and results[0].p_map is not None:  # the map-level answer
+        caption += f" · {map_level_text(results[0])}"
+    return caption
+
+
+def diagnostics_lines(result: AttentionResult, *, include_info: bool = True) -> list[str]:
+    """The result's diagnostics as sentences, warnings first (``⚠`` marks a warning)."""
+    return [("⚠ " if d.severity == "warning" else "") + d.message for d in result.diagnostics
+            if include_info or d.severity == "warning"]
+
+
+def model_caption(result: AttentionResult) -> str:
+    """``"demo (fluorescence nuclei)"``: the model and its declared domain, when it has one."""
+    md = result.metadata
+    domain = md.get("model_domain")
+    return f"{md.get('model', '?')}" + (f" ({domain})" if domain else "")
+
+
+def run_caption(result: AttentionResult, *, planes: int = 1) -> str:
+    """``"demo · directional · normal B=200 · grid 28x28 · π0=0.93 · 1.2 s on cpu"``."""
+    md = result.metadata
+    gh, gw = result.grid_shape
+    parts = [model_caption(result), result.preset, f"{md.get('method', '?')} B={md.get('n_boot', '?')}",
+             f"grid {gh}x{gw}"]
+    if md.get("tiled"):
+        parts.append(f"tiled: {md.get('n_tiles', '?')} tiles")
+    if planes > 1:
+        parts.append(f"{planes} planes")
+    else:
+        parts.append(f"p_map={result.p_map:.2g}" if result.p_map is not None
+                     else f"π0={result.pi0:.3f}")
+    total = md.get("timings", {}).get("total_s")
+    if total is not None and planes == 1:
+        parts.append(f"{total:.1f} s on {md.get('device', '?')}")
+    return " · ".join(parts)
+
+
+def unique_diagnostics(results: Sequence[AttentionResult], *, include_info: bool = True) -> list[str]:
+    """:func:`diagnostics_lines` of several results (planes of a stack), each sentence once."""
+    lines = [line for r in results for line in diagnostics_lines(r, include_info=include_info)]
+    return sorted(dict.fromkeys(lines), key=lambda line: not line.startswith("⚠"))
+
+
+#: Column headers of the ROI statistics table (keys of :func:`~.roi.roi_table`), in order.
+ROI_COLUMNS = {
+    "plane": "Plane",
+    "label": "ROI",
+    "area_px": "Area (px)",
+    "n_tokens": "Patches",
+    "mean_attention": "Mean attention",
+    "mean_regularized": "Mean regularized",
+    "mean_posterior": "Mean posterior",
+    "frac_significant": "Significant share",
+    "mean_pct_raw": "Attention percentile",
+    "mean_pct_regularized": "Regularized percentile",
+    "odds_ratio": "Odds ratio",
+    "odds_ratio_low": "OR 95% low",
+    "odds_ratio_high": "OR 95% high",
+    "fisher_p": "Fisher p",
+}
+#: What each ROI column means (header tooltips).
+ROI_COLUMN_HELP = {
+    "n_tokens": "Patches whose footprint lies at least half inside the ROI.",
+    "frac_significant": "Share of the ROI's patches kept by the significance rule.",
+    "mean_pct_raw": "Mean percentile of the ROI's attention among the patches outside it.",
+    "mean_pct_regularized": "The same for the regularized attention.",
+    "odds_ratio": "Odds of a patch being significant inside vs outside the ROI (conditional "
+                  "maximum likelihood; 0 when no patch inside is significant).",
+    "fisher_p": "Two-sided Fisher exact test of significant patches inside vs outside.",
+}
+
+
+def summary_text(results: AttentionResult | Sequence[AttentionResult],
+                 thresholds: Mapping[str, Any] | None = None) -> str:
+    """The one status line of a run: significance count, rule, side, B and time.
+
+    ``"12/256 patches significant (q ≤ 0.1), above the null · B = 200 · 3.1 s on cpu"``
+    """
+    results = [results] if isinstance(results, AttentionResult) else list(results)
+    if not results:
+        return "No result yet."
+    md = results[0].metadata
+    parts = [significance_caption(results, thresholds), f"B = {md.get('n_boot', '?')}"]
+    total = sum(r.metadata.get("timings", {}).get("total_s", 0.0) for r in results)
+    if total:
+        parts.append(f"{total:.1f} s on {md.get('device', '?')}")
+    return " · ".join(parts)
+
+
+def token_at(result: AttentionResult, row: float, col: float) -> tuple[int, int] | None:
+    """The patch (token row, column) under original-image pixel ``(row, col)``, or None."""
+    r, c = round(row), round(col)
+    h0, w0 = result.image_shape
+    if not (0 <= r < h0 and 0 <= c < w0):
+        return None
+    sy, sx = result.token_scale
+    gh, gw = result.grid_shape
+    return min(int((r + 0.5) / sy), gh - 1), min(int((c + 0.5) / sx), gw - 1)
+
+
+def describe_pixel(result: AttentionResult, row: float, col: float) -> str:
+    """``"x=12 y=40 · patch (2,0) attention=0.031 z=2.10 p=0.004 q=0.04 posterior=0.97"``."""
+    token = token_at(result, row, col)
+    if token is None:
+        return ""
+    i, j = token
+    where = f"x={round(col)} y={round(row)} · patch ({i},{j}) attention={result.attention[i, j]:.4g}"
+    if result.preset == "stepdown":
+        return (f"{where} step p={result.p[i, j]:.3g} adjusted p={result.q[i, j]:.3g} "
+                f"evidence={result.posterior[i, j]:.3g}")
+    return (f"{where} z={result.z[i, j]:.2f} p={result.p[i, j]:.3g} q={result.q[i, j]:.3g} "
+            f"posterior={result.posterior[i, j]:.3g}")

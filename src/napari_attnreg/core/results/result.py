@@ -1,0 +1,354 @@
+"""AttentionResult: every map of one run, its geometry, its metadata, save and load.
+
+Maps are kept at token level (``(gh, gw)``); :meth:`AttentionResult.to_pixels` places them
+on the original image grid using the exact per-axis scale of the resize the model needed.
+Thresholds can be changed afterwards without recomputing anything.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from napari_attnreg.core.results.result_file import MAP_NAMES, read_result_file
+from napari_attnreg.core.stats.diagnostics import Diagnostic, from_metadata
+from napari_attnreg.core.stats.presets import THRESHOLD_KEYS, default_thresholds
+from napari_attnreg.core.stats.rules import (
+    RULES,
+    regularized_map,
+    regularized_maps,
+    significance_mask,
+)
+from napari_attnreg.core.stats.stepdown import RULE_LEVEL, STEPDOWN_RULES
+from napari_attnreg.core.stats.stepdown_maps import stepdown_mask
+
+FORMAT_VERSION = 1
+
+
+class _MaskCache:
+    """The significance masks of recently shown results, by their maps and thresholds.
+
+    Entries hold weak references to the maps (a large tiled result is not kept alive by its
+    masks) and are checked by identity, so a result with other maps never gets a stale mask.
+    """
+
+    def __init__(self, size: int = 16) -> None:
+        self._size = size
+        self._entries: OrderedDict[tuple, tuple[list[weakref.ref], np.ndarray]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, result: AttentionResult, t: dict[str, Any],
+            compute: Callable[[], np.ndarray]) -> np.ndarray:
+        arrays = [result.z, result.p, result.lfdr, result.posterior, result.q]
+        key = (*map(id, arrays), float(result.pi0), tuple(sorted(t.items(), key=str)))
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and all(r() is a for r, a in zip(entry[0], arrays)):
+                self._entries.move_to_end(key)
+                return entry[1]
+        mask = compute()
+        mask.setflags(write=False)
+        try:
+            refs = [weakref.ref(a) for a in arrays]
+        except TypeError:  # not weak-referenceable (e.g. a memory-mapped view): no caching
+            return mask
+        with self._lock:
+            self._entries[key] = (refs, mask)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return mask
+
+
+MASK_CACHE = _MaskCache()
+
+
+@dataclass
+class AttentionResult:
+    """Result of :func:`napari_attnreg.regularize` for one 2D image.
+
+    Attributes
+    ----------
+    attention : np.ndarray
+        ``(gh, gw)`` observed CLS attention (raw map).
+    z, p, lfdr, posterior, q : np.ndarray
+        ``(gh, gw)`` token statistics (the paper's z, p, π0 and local fdr; docs/method.md).
+    pi0 : float
+        Estimated proportion of null tokens.
+    thresholds : dict
+        ``rule``, ``z_th``, ``p_th``, ``l_th``, ``q_th`` used by :meth:`regularized` when not
+        overridden (``z_th`` None: no z mask).
+    image_shape : tuple of int
+        ``(H0, W0)`` of the original image.
+    model_shape : tuple of int
+        ``(H, W)`` the model saw.
+    patch_size : tuple of int
+    head_attention : np.ndarray, optional
+        ``(heads, gh, gw)`` per-head raw maps.
+    null_summary : dict
+        ``mu0``, ``sigma0`` and small summaries of the null scores.
+    null_scores : np.ndarray, optional
+        ``(B, gh, gw)`` null attention, only with ``keep_nulls=True``.
+    metadata : dict
+        Model, weights, method, n_boot, seed, device, timings, package version, ...
+    """
+
+    attention: np.ndarray
+    z: np.ndarray
+    p: np.ndarray
+    lfdr: np.ndarray
+    posterior: np.ndarray
+    q: np.ndarray
+    pi0: float
+    thresholds: dict[str, Any]
+    image_shape: tuple[int, int]
+    model_shape: tuple[int, int]
+    patch_size: tuple[int, int]
+    head_attention: np.ndarray | None = None
+    null_summary: dict[str, Any] = field(default_factory=dict)
+    null_scores: np.ndarray | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    # ---- geometry -------------------------------------------------------------------------
+    @property
+    def grid_shape(self) -> tuple[int, int]:
+        return tuple(int(v) for v in self.attention.shape[-2:])  # type: ignore[return-value]
+
+    @property
+    def token_scale(self) -> tuple[float, float]:
+        """Size of one token in original-image pixels (napari ``scale`` of a token-grid layer)."""
+        return (
+            self.patch_size[0] * self.image_shape[0] / self.model_shape[0],
+            self.patch_size[1] * self.image_shape[1] / self.model_shape[1],
+        )
+
+    @property
+    def token_translate(self) -> tuple[float, float]:
+        """Offset of token (0, 0)'s centre from pixel (0, 0)'s centre, in original pixels.
+
+        With pixel centres at integer coordinates, token ``i`` covers
+        ``[i·s − 0.5, (i+1)·s − 0.5)``,
+        so its centre sits at ``(s − 1) / 2 + i·s``.
+        """
+        sy, sx = self.token_scale
+        return ((sy - 1) / 2, (sx - 1) / 2)
+
+    def _pixel_token_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """Token row/column of every original pixel (nearest, by pixel centre)."""
+        gh, gw = self.grid_shape
+        sy, sx = self.token_scale
+        rows = np.minimum(((np.arange(self.image_shape[0]) + 0.5) / sy).astype(np.int64), gh - 1)
+        cols = np.minimum(((np.arange(self.image_shape[1]) + 0.5) / sx).astype(np.int64), gw - 1)
+        return rows, cols
+
+    def to_pixels(self, token_map: np.ndarray) -> np.ndarray:
+        """Nearest-neighbour upsampling of a ``(..., gh, gw)`` map to ``(..., H0, W0)``."""
+        arr = np.asarray(token_map)
+        if arr.shape[-2:] != self.grid_shape:
+            raise ValueError(f"map shape {arr.shape} does not end with the token grid "
+                             f"{self.grid_shape}")
+        rows, cols = self._pixel_token_index()
+        return arr[..., rows[:, None], cols[None, :]]
+
+    def token_coverage(self, mask: np.ndarray) -> np.ndarray:
+        """Fraction of each token's original-pixel footprint that lies inside a boolean mask."""
+        m = np.asarray(mask, dtype=bool)
+        if m.shape != tuple(self.image_shape):
+            raise ValueError(f"mask shape {m.shape} does not match the image shape "
+                             f"{self.image_shape}")
+        rows, cols = self._pixel_token_index()
+        gh, gw = self.grid_shape
+        flat = (rows[:, None] * gw + cols[None, :]).ravel()
+        inside = np.bincount(flat, weights=m.ravel().astype(np.float64), minlength=gh * gw)
+        total = np.bincount(flat, minlength=gh * gw).astype(np.float64)
+        return (inside / np.maximum(total, 1)).reshape(gh, gw)
+
+    # ---- statistics context ---------------------------------------------------------------
+    @property
+    def preset(self) -> str:
+        """``"stepdown"``, ``"directional"`` or ``"paper"``: which procedure made ``p``, ``q``, ..."""
+        return str(self.metadata.get("preset", "paper"))  # files before presets were paper
+
+    @property
+    def p_map(self) -> float | None:
+        """Step-down: the map-level p ("does the attention concentrate on anything more than
+        null images do?"), resolution ``1/(B + 1)``; None under the other presets."""
+        value = self.null_summary.get("p_map")
+        return None if value is None else float(value)
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        """Plain-sentence findings about this run (untrained model, degenerate π0, ...)."""
+        return from_metadata(self.metadata)
+
+    @property
+    def _pixels_per_token(self) -> int:
+        # the paper takes the pi0 rule's percentile on the upsampled pixel grid
+        return int(self.patch_size[0] * self.patch_size[1]) if self.preset == "paper" else 1
+
+    # ---- thresholds -----------------------------------------------------------------------
+    def _thresholds(self, rule: str | None = None, **overrides: float | None) -> dict[str, Any]:
+        unknown = set(overrides) - set(THRESHOLD_KEYS)
+        if unknown:
+            raise ValueError(f"Unknown threshold names: {sorted(unknown)}; use {THRESHOLD_KEYS}.")
+        t = {**default_thresholds(self.preset), **self.thresholds}
+        for key, value in (("rule", rule), *overrides.items()):
+            # an explicit z_th=None turns the z mask off; a None elsewhere keeps the default
+            if value is not None or key == "z_th":
+                t[key] = value
+        if t["rule"] not in RULES:
+            raise ValueError(f"Unknown rule {t['rule']!r}; choose one of {RULES}.")
+        return t
+
+    def _rule_kwargs(self, t: dict[str, Any]) -> dict[str, Any]:
+        return {"z_th": t["z_th"], "p_th": t["p_th"], "l_th": t["l_th"], "q_th": t["q_th"],
+                "q": self.q, "pixels_per_token": self._pixels_per_token}
+
+    def regularized_maps(self, **thresholds: float | None) -> dict[str, np.ndarray]:
+        """The regularized map of every rule (base, q, p, lfdr, pi0, soft)."""
+        t = self._thresholds(None, **thresholds)
+        return regularized_maps(self.attention, self.z, self.p, self.lfdr, self.posterior,
+                                self.pi0, **self._rule_kwargs(t))
+
+    def regularized(self, rule: str | None = None, **thresholds: float | None) -> np.ndarray:
+        """Regularized attention ``(gh, gw)`` by one rule, thresholds re-applied on the fly.
+
+        Examples
+        --------
+        >>> sparse = result.regularized("q", q_th=0.05)   # doctest: +SKIP
+        """
+        t = self._thresholds(rule, **thresholds)
+        if t["rule"] == "soft":
+            return regularized_map("soft", self.attention, self.z, self.p, self.lfdr,
+                                   self.posterior, self.pi0, **self._rule_kwargs(t))
+        return np.where(self._mask(t), self.attention, 0.0)
+
+    def significant(self, rule: str | None = None, **thresholds: float | None) -> np.ndarray:
+        """Boolean ``(gh, gw)`` mask of tokens that the rule keeps."""
+        return self._mask(self._thresholds(rule, **thresholds)).copy()
+
+    def _mask(self, t: dict[str, Any]) -> np.ndarray:
+        # a slider move redraws several maps and a count from one mask: compute it once
+        return MASK_CACHE.get(self, t, lambda: self._compute_mask(t))
+
+    def _compute_mask(self, t: dict[str, Any]) -> np.ndarray:
+        if t["rule"] in STEPDOWN_RULES:
+            keep = stepdown_mask(self.null_summary, t["rule"], t[RULE_LEVEL[t["rule"]]],
+                                 self.grid_shape)
+            return keep & (self.z >= t["z_th"]) if t["z_th"] is not None else keep
+        return significance_mask(t["rule"], self.z, self.p, self.lfdr, self.pi0,
+                                 posterior=self.posterior, **self._rule_kwargs(t))
+
+    def with_thresholds(self, **thresholds: Any) -> AttentionResult:
+        """A copy whose default thresholds are changed (the maps are shared, not recomputed)."""
+        return replace(self, thresholds=self._thresholds(thresholds.pop("rule", None),
+                                                         **thresholds))
+
+    # ---- persistence ----------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write one ``.npz`` file: every array plus the JSON metadata (no pickles).
+
+        Returns the path written (``.npz`` is appended if missing).
+        """
+        path = Path(path)
+        if path.suffix != ".npz":
+            path = path.with_name(path.name + ".npz")
+        arrays: dict[str, np.ndarray] = {name: np.asarray(getattr(self, name))
+                                         for name in MAP_NAMES}
+        for name in ("head_attention", "null_scores"):
+            if getattr(self, name) is not None:
+                arrays[name] = np.asarray(getattr(self, name))
+        summary_json: dict[str, Any] = {}
+        for key, value in self.null_summary.items():
+            if isinstance(value, np.ndarray):
+                arrays[f"null_summary__{key}"] = value
+            else:
+                summary_json[key] = value
+        header = {
+            "format": "napari-attnreg result",
+            "format_version": FORMAT_VERSION,
+            "pi0": float(self.pi0),
+            "thresholds": self.thresholds,
+            "image_shape": list(self.image_shape),
+            "model_shape": list(self.model_shape),
+            "patch_size": list(self.patch_size),
+            "null_summary": summary_json,
+            "metadata": self.metadata,
+        }
+        text = json.dumps(header, default=_json_default)
+        arrays["metadata_json"] = np.frombuffer(text.encode(), dtype=np.uint8)
+        from napari_attnreg.core.files import atomic_write
+
+        with atomic_write(path) as tmp:  # a crash or full disk never leaves a truncated result
+            np.savez_compressed(tmp, **arrays)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> AttentionResult:
+        """Read a file written by :meth:`save`, checking it before trusting it.
+
+        Only the members this class knows are read (an extra member, however large, is never
+        touched); each array's shape is checked from its header before its data is read; the
+        geometry and statistics must be consistent (maps on the ``model_shape // patch_size``
+        token grid, an image of at least one patch, p/q/lfdr/posterior and π0 in [0, 1]).
+
+        Raises
+        ------
+        ValueError
+            The file is missing, not a result file, damaged or inconsistent; the message
+            names the file and the problem.
+        """
+        return cls(**read_result_file(Path(path), format_version=FORMAT_VERSION))
+
+    def summary(self, *, diagnostics: bool = True) -> str:
+        """One line for a status bar or a terminal, then one line per warning diagnostic."""
+        sig = self.significant()
+        md = self.metadata
+        t = self._thresholds()
+        line = (
+            f"{md.get('model', '?')} · {self.preset} · {md.get('method', '?')} · "
+            f"B={md.get('n_boot', '?')} · grid {self.grid_shape[0]}x{self.grid_shape[1]} · "
+            f"{self._map_level_text()} · {int(sig.sum())}/{sig.size} tokens significant "
+            f"({t['rule']}) · "
+            f"{md.get('timings', {}).get('total_s', float('nan')):.2f} s on {md.get('device', '?')}"
+        )
+        if not diagnostics:
+            return line
+        warnings_ = [d.message for d in self.diagnostics if d.severity == "warning"]
+        return "\n".join([line, *(f"⚠ {m}" for m in warnings_)])
+
+    def _map_level_text(self) -> str:
+        if self.p_map is None:
+            return f"π0={self.pi0:.3f}"
+        return f"p_map={self.p_map:.3g} (resolution {self.null_summary.get('p_resolution', 0):.2g})"
+
+    def __eq__(self, other: object) -> bool:  # arrays make the dataclass default ambiguous
+        if not isinstance(other, AttentionResult):
+            return NotImplemented
+        for f in fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+                if a is None or b is None or not np.array_equal(a, b):
+                    return False
+            elif f.name != "null_summary" and a != b:
+                return False
+        return True
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, (tuple, set)):
+        return list(obj)
+    return str(obj)

@@ -1,0 +1,460 @@
+"""Any analyst's array → model-ready tensor, and the exact map back to the original pixels.
+
+Microscopy data is rarely 8-bit RGB: 16-bit and float data get percentile scaling,
+single-channel data is repeated to the model's channels, multichannel data is chosen or
+merged, and the image is resized (keeping its aspect ratio) to multiples of the patch size.
+The per-axis scale factors are kept so every map lands exactly on the original image.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from napari_attnreg.core.run.planes import PlaneStack, as_plain_array
+
+TargetSize = int | tuple[int, int] | Literal["model", "native"] | None
+#: Enlarging an image more than this per side is slow and adds no detail: warn.
+UPSCALE_WARNING = 4.0
+
+
+class ImageSizeWarning(UserWarning):
+    """The model input is much larger than the image (slow, and no finer attention)."""
+
+
+@dataclass(frozen=True)
+class ChannelMap:
+    """How the image's own channels become the model's normalised input channels.
+
+    The bootstrap nulls are drawn in the image's own channels and then pass through the same
+    map as the observed image, so a grey image gets grey nulls (one noise channel, repeated),
+    never independent noise in each model channel.
+
+    Attributes
+    ----------
+    source_channels, model_channels : int
+    mean, std : tuple of float
+        The model's normalisation, one value per model channel.
+    """
+
+    source_channels: int
+    model_channels: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    @property
+    def kind(self) -> str:
+        """``identity``, ``repeat`` (grey → every channel), ``average`` or ``zero-fill``."""
+        if self.source_channels == self.model_channels:
+            return "identity"
+        if self.source_channels == 1:
+            return "repeat"
+        if self.model_channels == 1:
+            return "average"
+        return "zero-fill"
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        """``(N, source_channels, H, W)`` intensities in [0, 1] → normalised model input."""
+        if images.ndim != 4 or images.shape[1] != self.source_channels:
+            raise ValueError(f"expected (N, {self.source_channels}, H, W) images, got "
+                             f"{tuple(images.shape)}")
+        kind = self.kind
+        if kind == "repeat":
+            images = images.expand(-1, self.model_channels, -1, -1)
+        elif kind == "average":
+            images = images.mean(1, keepdim=True)
+        elif kind == "zero-fill":
+            # like a microscope's RGB view: missing model channels stay black, extra ones go
+            pad = images.new_zeros(images.shape[0], max(0, self.model_channels - images.shape[1]),
+                                   *images.shape[2:])
+            images = torch.cat([images, pad], 1)[:, : self.model_channels]
+        m = torch.tensor(self.mean, dtype=torch.float32, device=images.device)[:, None, None]
+        s = torch.tensor(self.std, dtype=torch.float32, device=images.device)[:, None, None]
+        return ((images.float() - m) / s).contiguous()
+
+
+@dataclass(frozen=True)
+class PreparedImage:
+    """A model-ready image and its geometry relative to the original array.
+
+    Attributes
+    ----------
+    tensor : torch.Tensor
+        ``(C, H, W)`` float32, normalised with the model's mean/std.
+    source : torch.Tensor
+        ``(c, H, W)`` float32 in [0, 1]: the image in its *own* ``c`` channels at the model's
+        size, before the channel map; bootstrap nulls are drawn from it.
+    channel_map : ChannelMap
+        ``channel_map(source[None])[0]`` is ``tensor``; nulls go through it too.
+    original : torch.Tensor, optional
+        ``(c, H0, W0)`` float32 in [0, 1]: the image in its own channels before the resize
+        to the model's size (None when no resize was needed). Nulls drawn at the image's
+        own size start from it and go through :func:`resize_to` as the image did.
+    display : np.ndarray
+        ``(H0, W0)`` or ``(H0, W0, 3)`` float32 in [0, 1]: the scaled original, for figures.
+    image_shape : tuple of int
+        ``(H0, W0)`` of the original image.
+    model_shape : tuple of int
+        ``(H, W)`` fed to the model.
+    patch_size : tuple of int
+    """
+
+    tensor: torch.Tensor
+    display: np.ndarray
+    image_shape: tuple[int, int]
+    model_shape: tuple[int, int]
+    patch_size: tuple[int, int]
+    source: torch.Tensor
+    channel_map: ChannelMap
+    original: torch.Tensor | None = None
+
+    @property
+    def grid_shape(self) -> tuple[int, int]:
+        (ph, pw), (h, w) = self.patch_size, self.model_shape
+        return (h // ph, w // pw)
+
+    @property
+    def token_scale(self) -> tuple[float, float]:
+        """Size of one token in original-image pixels, per axis."""
+        return (
+            self.patch_size[0] * self.image_shape[0] / self.model_shape[0],
+            self.patch_size[1] * self.image_shape[1] / self.model_shape[1],
+        )
+
+
+def check_values(arr: np.ndarray) -> None:
+    if arr.size == 0:
+        raise ValueError("The image is empty (it has a zero-length axis); load a non-empty image.")
+    if arr.dtype.kind == "c":
+        raise ValueError("Complex images are not supported; pass the magnitude (np.abs) instead.")
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"Image dtype {arr.dtype} is not numeric; pass a numeric array.")
+    check_finite(arr)
+
+
+def check_finite(arr: np.ndarray) -> None:
+    """Refuse NaN/inf values with a message that says where and what to do (they are not a
+    constant image, and percentiles of them are meaningless)."""
+    if arr.dtype.kind != "f":
+        return
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        pixels = int(np.count_nonzero(bad.any(-1) if bad.ndim == 3 else bad))
+        raise ValueError(f"The image contains NaN/inf values at {pixels} pixels; replace them "
+                         "(e.g. np.nan_to_num(image, nan=np.nanmedian(image))) or crop them away.")
+
+
+def to_channels_last(
+    image: np.ndarray,
+    *,
+    channel_axis: int | None = None,
+    channels: Sequence[int] | None = None,
+    merge: Literal["mean", "max"] | None = None,
+    max_channels: int = 3,
+) -> np.ndarray:
+    """Bring a 2D image to ``(H, W)`` or ``(H, W, C ≤ max_channels)``.
+
+    Parameters
+    ----------
+    image : np.ndarray
+        ``(H, W)``, ``(H, W, 3|4)`` RGB(A), or multichannel with ``channel_axis`` given.
+    channel_axis : int, optional
+        Axis holding channels for multichannel data (e.g. 0 for ``(C, H, W)``).
+    channels : sequence of int, optional
+        Up to three channels to use (mapped to R, G, B).
+    merge : "mean" or "max", optional
+        Merge all (or the chosen) channels into one grayscale image instead.
+    max_channels : int
+        Most channels the model takes (3 for RGB models, 4 for a 4-channel model, ...).
+    """
+    arr = as_plain_array(image)
+    if channel_axis is not None:
+        if arr.ndim != 3:
+            raise ValueError(f"channel_axis needs a 3D (channels + 2D) image, got {arr.ndim}D.")
+        if isinstance(channel_axis, bool) or not isinstance(channel_axis, (int, np.integer)) \
+                or not -3 <= channel_axis < 3:
+            raise ValueError(f"channel_axis={channel_axis!r} does not exist for an image of shape "
+                             f"{arr.shape}; give 0, 1 or 2 (or -1 for the last axis).")
+        arr = np.moveaxis(arr, int(channel_axis), -1)
+    elif arr.ndim == 3 and arr.shape[-1] == 4:
+        arr = arr[..., :3]  # alpha carries no image content
+    elif arr.ndim == 3 and arr.shape[-1] not in (1, 2, 3):  # (H, W, 1|2) are channels, as in
+        raise ValueError(                                     # PlaneStack, never H planes
+            f"A 3D image of shape {arr.shape} is ambiguous: give channel_axis= for multichannel "
+            f"data (e.g. channel_axis=0 for {arr.shape[0]} channels first), or use "
+            "regularize_stack() for a z/t stack."
+        )
+    if arr.ndim not in (2, 3):
+        raise ValueError(
+            "Expected a 2D image (H, W), RGB(A) (H, W, 3|4) or multichannel with channel_axis; got "
+            f"{arr.ndim}D shape {arr.shape}. For stacks use regularize_stack()."
+        )
+    if arr.ndim == 3:
+        n_ch = arr.shape[-1]
+        if channels is not None:
+            channels = list(channels)
+            if not channels or any(not 0 <= c < n_ch for c in channels):
+                raise ValueError(f"channels={channels} invalid for an image with {n_ch} channels.")
+            arr = arr[..., channels]
+        if merge is not None:
+            if merge not in ("mean", "max"):
+                raise ValueError(f"merge must be 'mean' or 'max', got {merge!r}")
+            arr = arr.astype(np.float32).mean(-1) if merge == "mean" else arr.max(-1)
+        elif arr.shape[-1] == 1:
+            arr = arr[..., 0]
+        elif arr.shape[-1] > max_channels:
+            raise ValueError(
+                f"The image has {arr.shape[-1]} channels; choose up to "
+                f"{'three' if max_channels == 3 else max_channels} with channels=[...] "
+                "or merge them with merge='mean' / 'max'."
+            )
+    return arr
+
+
+def scale_intensity(arr: np.ndarray, percentiles: tuple[float, float] = (0.5, 99.8)) -> np.ndarray:
+    """Map intensities to float32 [0, 1]: uint8 by /255, bool as 0/1, else by percentiles.
+
+    16-bit and float microscopy data use a fraction of their range; percentile scaling (per
+    image, all channels together, so colour balance is kept) is what viewers show by default.
+    """
+    check_finite(arr)
+    if arr.dtype == bool:
+        out = arr.astype(np.float32)
+    elif arr.dtype == np.uint8:
+        out = arr.astype(np.float32) / 255.0
+    else:
+        # float64 beyond float32's range (1e300, 1e-300) is scaled in float64, never overflowed
+        wide = arr.dtype.kind == "f" and arr.dtype.itemsize > 4
+        data = arr.astype(np.float64 if wide else np.float32)
+        if wide:
+            peak = float(np.abs(data).max())
+            if peak > 1e30:
+                data = data / peak
+        lo, hi = np.percentile(data, percentiles)
+        if hi <= lo:  # spiky data: fall back to the full range
+            lo, hi = data.min(), data.max()
+        out = np.clip((data - lo) / (hi - lo), 0.0, 1.0).astype(np.float32, copy=False) if hi > lo \
+            else np.zeros(data.shape, np.float32)
+    if float(out.max()) - float(out.min()) <= 0:
+        raise ValueError("The image is constant (every pixel has the same value), so attention "
+                         "on it has nothing to find; check that the right layer/channel was "
+                         "chosen.")
+    return out
+
+
+def check_target_size(target_size: Any, patch_size: tuple[int, int]) -> TargetSize:
+    """``target_size`` as :func:`model_input_shape` takes it, or a ValueError naming the forms.
+
+    A size below one patch (``0``, ``(-16, -16)``, ``4``, ``True``) would give a one-token
+    model input and a meaningless "1/1 tokens significant"; it is refused.
+    """
+    ph, pw = patch_size
+    if target_size is None or (isinstance(target_size, str) and target_size in ("model", "native")):
+        return target_size
+    if isinstance(target_size, (tuple, list)) and len(target_size) == 2:
+        sizes, minimum = tuple(target_size), (ph, pw)
+    else:
+        sizes, minimum = (target_size,), (max(ph, pw),)
+    if all(_is_int(s) and s >= m for s, m in zip(sizes, minimum, strict=True)):
+        return tuple(int(s) for s in sizes) if len(sizes) == 2 else int(sizes[0])
+    raise ValueError(
+        f"target_size={target_size!r} is not a model input size: use 'model' (the model's own "
+        f"size), 'native' (the image's size), a long side in pixels ≥ the patch size "
+        f"({max(ph, pw)}), or (height, width) each ≥ the patch size ({ph}, {pw}).")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def as_rgb(display: np.ndarray) -> np.ndarray:
+    """A grey or RGB image as it is; 2 channels as red/green (like a microscope's view),
+    more than 3 as their first three — so every figure gets ``(H, W)`` or ``(H, W, 3)``."""
+    if display.ndim != 3 or display.shape[-1] == 3:
+        return display
+    if display.shape[-1] < 3:
+        pad = np.zeros((*display.shape[:2], 3 - display.shape[-1]), display.dtype)
+        return np.concatenate([display, pad], axis=-1)
+    return display[..., :3]
+
+
+def model_input_shape(image_shape: tuple[int, int], patch_size: tuple[int, int],
+                      target_size: TargetSize, default_size: tuple[int, int]) -> tuple[int, int]:
+    """H, W fed to the model: aspect ratio kept, each a multiple of the patch size.
+
+    Raises
+    ------
+    ValueError
+        ``target_size`` is not one of the allowed forms (see :func:`check_target_size`).
+    """
+    h0, w0 = image_shape
+    ph, pw = patch_size
+    target_size = check_target_size(target_size, patch_size)
+    if target_size in (None, "native"):
+        scale = 1.0
+    else:
+        if target_size == "model":
+            long_side = max(default_size)
+        elif isinstance(target_size, tuple):
+            th, tw = target_size
+            return (max(ph, round(th / ph) * ph), max(pw, round(tw / pw) * pw))
+        else:
+            long_side = int(target_size)
+        scale = long_side / max(h0, w0)
+    return (max(ph, round(h0 * scale / ph) * ph), max(pw, round(w0 * scale / pw) * pw))
+
+
+def warn_if_upscaled(image_shape: tuple[int, int], model_shape: tuple[int, int],
+                     target_size: TargetSize) -> float:
+    """Warn (:class:`ImageSizeWarning`) when the model input enlarges the image more than
+    :data:`UPSCALE_WARNING` times per side; return the factor.
+
+    A 96x80 image run at 2048 px takes minutes and its attention is no finer than at the
+    model's own size.
+    """
+    factor = max(model_shape[0] / image_shape[0], model_shape[1] / image_shape[1])
+    if factor > UPSCALE_WARNING and target_size != "model":
+        warnings.warn(
+            f"target_size={target_size!r} enlarges this {image_shape[0]}x{image_shape[1]} image "
+            f"{factor:.1f}x per side to {model_shape[0]}x{model_shape[1]} px: the run is about "
+            f"{factor ** 2:.0f}x slower and the attention no finer. Use target_size='model' "
+            "(or 'native') unless you need it.", ImageSizeWarning, stacklevel=3)
+    return factor
+
+
+def prepare_image(
+    image: Any,
+    *,
+    patch_size: tuple[int, int],
+    mean: Sequence[float],
+    std: Sequence[float],
+    default_size: tuple[int, int] = (224, 224),
+    target_size: TargetSize = "model",
+    channel_axis: int | None = None,
+    channels: Sequence[int] | None = None,
+    merge: Literal["mean", "max"] | None = None,
+    percentiles: tuple[float, float] = (0.5, 99.8),
+) -> PreparedImage:
+    """Turn a 2D image of any dtype and channel layout into a model-ready tensor.
+
+    Parameters
+    ----------
+    image : array-like
+        2D grayscale, RGB/RGBA, or multichannel (with ``channel_axis``); uint8/uint16/float/bool.
+    patch_size, mean, std, default_size
+        From the backbone (see :class:`Backbone`).
+    target_size : "model", "native", int or (H, W)
+        ``"model"``: long side = the model's default input size; ``"native"``: keep the image
+        resolution (rounded to the patch size); int: that long side; (H, W): exactly that.
+    channel_axis, channels, merge
+        Multichannel handling, see :func:`to_channels_last`.
+    percentiles : (float, float)
+        Intensity scaling for non-uint8 data.
+
+    Returns
+    -------
+    PreparedImage
+
+    Raises
+    ------
+    ValueError
+        Empty, NaN/Inf, constant, smaller than one patch, or wrong number of dimensions.
+    """
+    target_size = check_target_size(target_size, patch_size)  # before any work on the pixels
+    arr = as_plain_array(image)
+    check_values(arr)
+    arr = to_channels_last(arr, channel_axis=channel_axis, channels=channels, merge=merge,
+                           max_channels=max(3, len(mean)))
+    h0, w0 = arr.shape[:2]
+    ph, pw = patch_size
+    if h0 < ph or w0 < pw:
+        raise ValueError(f"The image ({h0}x{w0} px) is smaller than one {ph}x{pw} patch of this "
+                         "model; use a larger image or a model with smaller patches.")
+    display = scale_intensity(arr, percentiles)
+    chw = torch.from_numpy(np.ascontiguousarray(display))
+    chw = chw[None] if chw.ndim == 2 else chw.permute(2, 0, 1)
+    h, w = model_input_shape((h0, w0), patch_size, target_size, default_size)
+    warn_if_upscaled((h0, w0), (h, w), target_size)
+    original = None
+    if (h, w) != (h0, w0):
+        original = chw.float()
+        chw = resize_to(original[None], (h, w))[0]
+    source = chw.float().contiguous()
+    channel_map = ChannelMap(int(source.shape[0]), len(mean), tuple(float(v) for v in mean),
+                             tuple(float(v) for v in std))
+    if len(mean) not in (1, 3) and channel_map.kind != "identity":
+        # grey-to-RGB repetition and RGB zero-fill are conventions of RGB models; a model
+        # trained on N specific channels (e.g. cell painting) must get exactly those N
+        raise ValueError(
+            f"This model takes {len(mean)} channels but the image gives "
+            f"{channel_map.source_channels}; "
+            f"pass an image with {len(mean)} channels (channel_axis=..., channels=[...] to pick "
+            "them in the model's order).")
+    return PreparedImage(tensor=channel_map(source[None])[0], display=as_rgb(display),
+                         image_shape=(h0, w0), model_shape=(h, w), patch_size=(ph, pw),
+                         source=source, channel_map=channel_map, original=original)
+
+
+def resize_to(images: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    """``(N, c, H0, W0)`` → ``(N, c, *shape)``: the one resize to the model's input size.
+
+    Bilinear, antialiased when shrinking; nulls drawn at the image's own size take the
+    same path, so they are smoothed exactly as the image was.
+    """
+    h0, w0 = images.shape[-2:]
+    h, w = shape
+    return F.interpolate(images.float(), size=(h, w), mode="bilinear",
+                         antialias=h < h0 or w < w0, align_corners=False)
+
+
+def map_over_stack(func: Callable[[np.ndarray], Any], stack: Any, *, spatial_ndim: int = 2,
+                   channel_last: bool = False) -> list[Any]:
+    """Apply ``func`` to every 2D plane of an nD stack, in C order of the leading axes.
+
+    The stack is split by :class:`~napari_attnreg.core.run.planes.PlaneStack` (with ``stack=True``),
+    the same rule the command line and the front ends use; a dask or zarr stack is read one
+    plane at a time.
+
+    Parameters
+    ----------
+    func : callable
+        Called with each ``(H, W)`` plane, or ``(H, W, C)`` for colour/multichannel planes.
+    stack : array-like
+        ``(..., H, W)`` or ``(..., H, W, C)``.
+    spatial_ndim : int
+        Number of trailing image axes (2).
+    channel_last : bool
+        Whether a trailing channel axis follows the image axes. ``(H, W, 3|4)`` and
+        ``(H, W, 1|2)`` are taken as one image with channels even without it.
+
+    Returns
+    -------
+    list
+        Results in the order of ``np.ndindex(leading_shape)``.
+
+    Raises
+    ------
+    ValueError
+        An empty stack, or ``(N, H, W, 3)`` without ``channel_last`` (say what the last axis is).
+    """
+    if spatial_ndim != 2:  # generic splitting for other callers, no channel rules
+        arr = np.asarray(stack)
+        tail = spatial_ndim + (1 if channel_last else 0)
+        if arr.ndim < tail or arr.size == 0:
+            raise ValueError(f"Expected a non-empty array of at least {tail} dimensions, "
+                             f"got shape {arr.shape}.")
+        lead = arr.shape[: arr.ndim - tail]
+        return [func(arr[idx]) for idx in np.ndindex(lead)] if lead else [func(arr)]
+
+    planes = PlaneStack.from_array(stack, channel_last=channel_last, stack=True)
+    results = []
+    for index in planes.planes():
+        plane, _ = planes.read(index)  # channels are last in a plane whenever there are any
+        results.append(func(plane))
+    return results

@@ -1,0 +1,217 @@
+"""Large images read on demand: (OME-/Big)TIFF through tifffile's zarr view, OME-Zarr.
+
+A tiled run (:mod:`.tiled_engine`) of a :class:`LazyImage` never holds the whole image: the
+intensity percentiles and the image-level null statistics come from a strided read of at
+most ~16 M pixels, and every tile is read (and scaled) when its chunk is processed.
+Requires ``zarr`` (the ``scale`` extra).
+
+Example
+-------
+>>> image = open_lazy("slide.ome.tif")                          # doctest: +SKIP
+>>> regularize(image, "demo", tiled=True, n_boot=200)            # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from napari_attnreg.core.files import decoding
+
+SAMPLE_PIXELS = 1 << 24  # the strided read for percentiles and null statistics
+
+
+def _zarr() -> Any:
+    try:
+        import zarr
+    except ImportError as err:
+        raise ValueError("Reading large images lazily needs zarr: pip install "
+                         "'napari-attnreg[scale]'.") from err
+    return zarr
+
+
+def _level0(node: Any) -> Any:
+    """The full-resolution array of a zarr array, an OME-Zarr group or a tifffile pyramid."""
+    if hasattr(node, "shape") and hasattr(node, "dtype"):
+        return node
+    attrs = dict(node.attrs)
+    multiscales = attrs.get("multiscales") or attrs.get("ome", {}).get("multiscales")
+    if multiscales:
+        return node[multiscales[0]["datasets"][0]["path"]]
+    if "0" in node:  # tifffile's view of a pyramidal TIFF: level 0 first
+        return node["0"]
+    raise ValueError("This zarr group has no multiscales metadata and no array '0'; open the "
+                     "image array itself.")
+
+
+@dataclass
+class LazyImage:
+    """A 2D image (grey, RGB(A), or channels first) whose pixels stay on disk.
+
+    Attributes
+    ----------
+    array : zarr-like
+        Indexable ``(H, W)``, ``(H, W, C)`` or ``(C, H, W)``.
+    channel_axis : int or None
+        0 for channels first, -1 for channels last, None for grey.
+    path : str
+    """
+
+    array: Any
+    channel_axis: int | None
+    path: str = ""
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(H, W)``."""
+        s = self.array.shape
+        return (int(s[1]), int(s[2])) if self.channel_axis == 0 else (int(s[0]), int(s[1]))
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.array.dtype)
+
+    def read(self, ys: slice, xs: slice) -> np.ndarray:
+        """Pixels ``[ys, xs]`` as ``(h, w)`` or ``(h, w, C≤3)`` (alpha dropped)."""
+        with decoding(self.path):  # tiles are decoded here, long after the file was opened
+            if self.channel_axis == 0:
+                block = np.moveaxis(np.asarray(self.array[:, ys, xs]), 0, -1)
+            else:
+                block = np.asarray(self.array[ys, xs])
+        if block.ndim == 3:
+            block = block[..., :3] if block.shape[-1] == 4 else block
+            if block.shape[-1] == 1:
+                block = block[..., 0]
+        return block
+
+
+def open_lazy(path: str | Path, *, channel_axis: int | None = None) -> LazyImage:
+    """Open a TIFF/OME-TIFF/BigTIFF or an OME-Zarr without reading its pixels.
+
+    The layout follows :class:`~.planes.PlaneStack` (with the file's own axis names where it
+    has them); singleton stack axes (OME's t, z of length 1) are dropped, a stack with more
+    than one plane must be split first.
+
+    Raises
+    ------
+    ValueError
+        The file is not a readable TIFF/OME-Zarr (the message names it), holds more than one
+        plane, or its layout is ambiguous (give ``channel_axis``).
+    """
+    from napari_attnreg.core.run.planes import PlaneStack
+
+    zarr = _zarr()
+    path = Path(path)
+    if path.suffix.lower() not in (".tif", ".tiff") and not path.is_dir():
+        raise ValueError(f"{path}: lazy reading supports .tif/.tiff files and .zarr folders.")
+    with decoding(path):
+        array, axes = _open_tiff(path, zarr) if not path.is_dir() else _open_zarr(path, zarr)
+    hints = {"channel_axis": channel_axis} if channel_axis is not None else layout_hints(axes)
+    try:
+        stack = PlaneStack.from_array(array, **hints)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+    if stack.n_planes > 1:
+        raise ValueError(f"{path} holds {stack.n_planes} planes (stack shape {stack.stack_shape}): "
+                         "lazy tiling reads one 2D plane; split the stack into planes first.")
+    rows = stack.image_axes[0]
+    squeeze = tuple(0 if a in stack.stack_axes else slice(None) for a in range(rows))
+    if any(s == 0 for s in squeeze):
+        array = _Squeezed(array, squeeze)
+    inner = stack.plane_channel_axis()
+    if stack.n_channels > (4 if stack.rgb else 3):
+        raise ValueError(f"{path} has {stack.n_channels} channels: lazy tiling reads up to 3; "
+                         "choose channels (channels=[...]) on an in-memory image instead.")
+    if stack.rgb or inner == 2:
+        return LazyImage(array, -1, str(path))
+    if inner in (None, 0):
+        return LazyImage(array, inner, str(path))
+    raise ValueError(f"{path}: channels between the image axes (shape {stack.shape}) cannot be "
+                     "read lazily; save the image with channels first or last.")
+
+
+def layout_hints(axes: str) -> dict[str, Any]:
+    """``PlaneStack.from_array`` keywords from axis letters ('' when the file names none)."""
+    from napari_attnreg.core.run.planes import layout_from_axes
+
+    return layout_from_axes(axes) if axes else {}
+
+
+def _open_tiff(path: Path, zarr: Any) -> tuple[Any, str]:
+    import tifffile
+
+    with tifffile.TiffFile(path) as tif:
+        if not tif.series:
+            raise ValueError("the TIFF holds no image")
+        axes = tif.series[0].axes
+    return _level0(zarr.open(tifffile.imread(path, aszarr=True), mode="r")), axes
+
+
+def _open_zarr(path: Path, zarr: Any) -> tuple[Any, str]:
+    node = zarr.open(str(path), mode="r")
+    axes = ""
+    if not (hasattr(node, "shape") and hasattr(node, "dtype")):
+        attrs = dict(node.attrs)
+        multiscales = attrs.get("multiscales") or attrs.get("ome", {}).get("multiscales") or [{}]
+        names = [a.get("name", "") if isinstance(a, dict) else str(a)
+                 for a in multiscales[0].get("axes", [])]
+        axes = "".join(n[:1].upper() for n in names) if all(names) else ""
+    array = _level0(node)
+    return array, axes if len(axes) == len(array.shape) else ""
+
+
+class _Squeezed:
+    """Index view of an array with some leading singleton axes fixed at 0."""
+
+    def __init__(self, array: Any, lead: tuple) -> None:
+        self.array, self.lead = array, lead
+        kept = [n for n, s in zip(array.shape, lead, strict=False) if s != 0]
+        self.shape = (*kept, *array.shape[len(lead):])
+        self.dtype = array.dtype
+
+    def __getitem__(self, key: Any) -> Any:
+        key = key if isinstance(key, tuple) else (key,)
+        full, it = [], iter(key)
+        for s in self.lead:
+            full.append(0 if s == 0 else next(it, slice(None)))
+        return self.array[(*full, *it)]
+
+
+def sample_step(shape: tuple[int, int]) -> int:
+    """Stride of a read of at most about :data:`SAMPLE_PIXELS` pixels."""
+    return max(1, int(np.ceil(np.sqrt(shape[0] * shape[1] / SAMPLE_PIXELS))))
+
+
+def intensity_range(sample: np.ndarray,
+                    percentiles: tuple[float, float] = (0.5, 99.8)) -> tuple[float, float]:
+    """``(lo, hi)``: the scaling of ``scale_intensity`` taken from a strided sample of the
+    image (uint8 → 0..255, bool → 0..1, as for in-memory images)."""
+    if sample.dtype == np.uint8:
+        return 0.0, 255.0
+    if sample.dtype == np.bool_:
+        return 0.0, 1.0
+    from napari_attnreg.core.run.images import check_finite
+
+    check_finite(sample)  # NaN/inf are named as such, not reported as a constant image
+    sample = sample.astype(np.float64 if sample.dtype.itemsize > 4 else np.float32)
+    lo, hi = (float(v) for v in np.percentile(sample, percentiles))
+    if hi <= lo:
+        lo, hi = float(sample.min()), float(sample.max())
+    if hi <= lo:
+        raise ValueError("The image is constant (every pixel has the same value), so attention on "
+                         "it has nothing to find; check that the right file was chosen.")
+    return lo, hi
+
+
+def scaled(block: np.ndarray, lo: float, hi: float) -> torch.Tensor:
+    """``(h, w[, c])`` raw pixels → ``(c, h, w)`` float32 in [0, 1]."""
+    if block.dtype.kind == "f" and block.dtype.itemsize > 4:  # float64 beyond float32's range
+        block = np.clip((block - lo) / (hi - lo), 0.0, 1.0)
+        lo, hi = 0.0, 1.0
+    out = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32))
+    out = ((out - lo) / (hi - lo)).clamp_(0.0, 1.0)
+    return out[None] if out.ndim == 2 else out.permute(2, 0, 1).contiguous()

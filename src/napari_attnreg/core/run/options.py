@@ -1,0 +1,451 @@
+"""Every run option once: label, kind, choices, range, help, group, and its validation.
+
+The napari controls, the notebook controls and the command line's argparse are all built
+from :data:`OPTIONS`, and :func:`validate_options` is the one check every run goes through
+(``RunConfig.validate`` calls it), so a new option or rule is added here and nowhere else.
+This module imports no torch, so ``attnreg --help`` stays fast.
+
+Example
+-------
+>>> option("n_boot").label
+'Bootstrap images (B)'
+>>> validate_options({"n_boot": 50, "p_th": 0.05})
+{'n_boot': 50, 'p_th': 0.05}
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import numbers
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from napari_attnreg.core.stats.choices import (
+    ALTERNATIVES,
+    NULL_MODELS,
+    NULL_POOLS,
+    P_METHODS,
+    PI0_METHODS,
+    RULES,
+    TAILS,
+)
+from napari_attnreg.core.stats.presets import DEFAULT_PRESET, PRESET_DEFAULTS, PRESETS
+
+#: Choice lists of the run options (the statistical ones live in ``core.stats.choices``).
+NULL_METHODS = ("normal", "uniform", "pixel", "patch")
+NULL_SCOPES = ("image", "tile")
+NULL_RESOLUTIONS = ("source", "model")
+PRECISIONS = ("auto", "float32", "bfloat16", "float16")
+MERGES = ("mean", "max")
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+#: Seeds are folded into 64-bit generator states; larger ones would silently alias.
+MAX_SEED = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Option:
+    """Metadata of one run option (a :class:`~napari_attnreg.core.run.engine.RunConfig` field)."""
+
+    name: str
+    label: str
+    kind: str  # "choice" | "int" | "float" | "bool" | "text"
+    default: Any
+    help: str
+    group: str  # "model" | "bootstrap" | "statistics" | "thresholds" | "image" | "tiling" | "compute"
+    advanced: bool = False
+    choices: tuple = ()
+    choice_labels: Mapping[Any, str] = field(default_factory=dict)
+    minimum: float | None = None
+    maximum: float | None = None
+    step: float | None = None
+    decimals: int | None = None
+    allow_none: bool = False
+    preset_dependent: bool = False
+    presets: tuple[str, ...] = PRESETS  # the presets it applies to (others fix or ignore it)
+    methods: tuple[str, ...] | None = None  # the null methods it applies to (None: all)
+    tiled_only: bool = False
+
+    @property
+    def cli_flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def label_of(self, choice: Any) -> str:
+        """The text a front end shows for ``choice``."""
+        return self.choice_labels.get(choice, str(choice))
+
+    def applies(self, *, preset: str, method: str, tiled: bool) -> bool:
+        """Whether this option changes a run with these settings (front ends grey out the rest)."""
+        return (preset in self.presets and (self.methods is None or method in self.methods)
+                and (tiled or not self.tiled_only))
+
+
+def _threshold(name: str, label: str, what: str,
+               presets: tuple[str, ...] = PRESETS) -> Option:
+    return Option(name, label, "float", None, what, "thresholds", minimum=0.0, maximum=1.0,
+                  step=0.01, decimals=3, preset_dependent=True, presets=presets)
+
+
+_POOLED = ("directional", "paper")  # the presets built on the pooled null
+
+
+_OPTIONS: tuple[Option, ...] = (
+    Option("preset", "Statistics", "choice", DEFAULT_PRESET,
+           "stepdown (default): does the attention concentrate on anything more than null "
+           "images made of the image's own half-patch blocks, and on which patches? Step-down "
+           "p-values on re-normalized shares, evidence = 1 − adjusted p, ForwardStop at 0.1. "
+           "directional: is a patch's attention HIGHER than noise input gives? One-sided p, q "
+           "and posterior, significant at q ≤ 0.1. paper: the published two-sided procedure "
+           "(Chung & Laletin), unchanged; it also flags attention far below the null.",
+           "statistics", choices=PRESETS,
+           choice_labels={"stepdown": "step-down (default)", "directional": "directional (above null)",
+                          "paper": "paper (two-sided)"}),
+    Option("method", "Null images", "choice", None,
+           "How the bootstrap null images are drawn from the image itself: patch (its blocks "
+           "shuffled; the step-down default, blocks of half a patch), normal (Gaussian noise "
+           "with the image's mean and std; the other presets' default), uniform (between its "
+           "min and max) or pixel (shuffled pixels).", "bootstrap", choices=NULL_METHODS,
+           preset_dependent=True),
+    Option("null_resolution", "Null resolution", "choice", None,
+           "normal/uniform/pixel nulls: draw them at the image's own size and resize them as "
+           "the image was resized (source, the step-down default: a noise image that the "
+           "preprocessing shrinks is then a true null), or at the model's input size (model, "
+           "the other presets' default).", "bootstrap", advanced=True,
+           choices=NULL_RESOLUTIONS, preset_dependent=True, methods=("normal", "uniform", "pixel")),
+    Option("n_boot", "Bootstrap images (B)", "int", 200,
+           "Number of null images. More gives finer p-values (the smallest is about "
+           "1/(B·patches)) and takes proportionally longer.", "bootstrap", minimum=1,
+           maximum=100_000, step=10),
+    Option("seed", "Seed", "int", 0, "Random seed of the null images: the same seed gives the "
+           "same result.", "bootstrap", advanced=True, minimum=0, maximum=MAX_SEED),
+    Option("std_factor", "Noise std ×", "float", 1.0,
+           "normal nulls only: scale of the noise relative to the image's standard deviation.",
+           "bootstrap", advanced=True, minimum=1e-3, maximum=100.0, step=0.1, decimals=2,
+           methods=("normal",)),
+    Option("per_channel", "Per-channel moments", "bool", True,
+           "normal/uniform nulls: match mean and spread per channel (on) or over the whole "
+           "image (off).", "bootstrap", advanced=True, methods=("normal", "uniform")),
+    Option("block_size", "Block size (px)", "int", None,
+           "patch nulls only: side of the shuffled blocks in model pixels (empty = half the "
+           "patch under step-down, the largest divisor of the patch size up to half of it; the "
+           "patch size under the other presets).", "bootstrap", advanced=True, minimum=1, maximum=4096, allow_none=True,
+           methods=("patch",)),
+    _threshold("q_th", "α / q threshold", "Rule forwardstop: its level α (about this share of "
+               "the kept patches may be noise). Rule q: keep patches with q ≤ this (false "
+               "discovery rate)."),
+    _threshold("p_th", "α FWER / p threshold", "Rule fwer: keep patches whose step-down "
+               "adjusted p ≤ this (chance of any false patch). Rule p: keep patches with p ≤ "
+               "this (no multiple-testing correction)."),
+    _threshold("l_th", "lfdr threshold", "Rule lfdr: keep patches with local fdr ≤ this, i.e. "
+               "posterior ≥ 1 − this.", presets=_POOLED),
+    Option("rule", "Significance rule", "choice", None,
+           "Which statistic decides significance. Step-down: forwardstop (default, ForwardStop "
+           "at α), fwer (adjusted p ≤ α) or soft (attention × evidence). Other presets: q "
+           "(FDR), p, lfdr (posterior), pi0 (drop the π0 share of largest p), soft (attention "
+           "× posterior) or base (z mask only).", "thresholds", choices=RULES,
+           preset_dependent=True,
+           choice_labels={"forwardstop": "ForwardStop at α (step-down)",
+                          "fwer": "adjusted p ≤ α (step-down, FWER)",
+                          "q": "q ≤ threshold (FDR)", "p": "p ≤ threshold",
+                          "lfdr": "lfdr ≤ threshold (posterior)",
+                          "pi0": "drop the π0 share of largest p",
+                          "soft": "soft: attention × posterior (evidence)",
+                          "base": "z ≥ threshold only"}),
+    Option("z_th", "z mask", "float", None,
+           "Also require z ≥ this (standardised attention). Empty = no z mask (the directional "
+           "default); the paper uses 0.", "thresholds", minimum=-10.0, maximum=10.0, step=0.1,
+           decimals=2, allow_none=True, preset_dependent=True),
+    Option("null_pool", "Null pool", "choice", None,
+           "directional only: compare each patch with every null patch (pooled) or only with "
+           "null patches at its own position (position: for models that attend to fixed "
+           "positions whatever the image).", "statistics", advanced=True, choices=NULL_POOLS,
+           preset_dependent=True, presets=("directional",)),
+    Option("pi0_method", "π0 estimate", "choice", None,
+           "Share of patches that are pure noise: bh (π0 = 1, the directional default), "
+           "reference (the paper's), storey, smoother or bootstrap; a number in [0, 1] fixes it.",
+           "statistics", advanced=True, choices=PI0_METHODS, preset_dependent=True,
+           presets=_POOLED),
+    Option("p_method", "p-value", "choice", None,
+           "paper preset only: p-values against the pooled null z (pooled) or the null "
+           "attention itself (null).", "statistics", advanced=True, choices=P_METHODS,
+           preset_dependent=True, presets=("paper",)),
+    Option("alternative", "Alternative", "choice", None,
+           "paper preset only: two-sided (the paper) or greater.", "statistics", advanced=True,
+           choices=ALTERNATIVES, preset_dependent=True, presets=("paper",)),
+    Option("null", "lfdr null", "choice", None,
+           "paper preset only: theoretical N(0, 1) or empirical null of the local fdr.",
+           "statistics", advanced=True, choices=NULL_MODELS, preset_dependent=True,
+           presets=("paper",)),
+    Option("layer", "Block", "int", -1, "Transformer block whose CLS attention is read "
+           "(-1 = the last).", "model", advanced=True, minimum=-1000, maximum=1000),
+    Option("head", "Head", "text", "mean", "Attention head: 'mean' over heads, or a head "
+           "number (0 = first).", "model", advanced=True),
+    Option("target_size", "Model input", "text", "model",
+           "Size the image is resized to: 'model' (the model's input size), 'native' (the "
+           "image's own size, rounded to the patch) or a long side in pixels.", "image",
+           advanced=True),
+    Option("channel_axis", "Channel axis", "int", None, "Axis of channels in a multichannel "
+           "image (empty = none or RGB).", "image", advanced=True, minimum=-32, maximum=32,
+           allow_none=True),
+    Option("channels", "Channels", "text", None, "Channels to use, up to 3 (e.g. 0,2); empty "
+           "= all, or as many as the model takes.", "image", advanced=True, allow_none=True),
+    Option("merge", "Merge channels", "choice", None, "Merge the channels into one grey image "
+           "(mean or max) before the model.", "image", advanced=True, choices=MERGES,
+           allow_none=True),
+    Option("tiled", "Tiled (native resolution)", "bool", False,
+           "For images much larger than the model input: analyse the image at its own pixel "
+           "size in model-sized tiles, with one bootstrap null for the whole image.", "tiling"),
+    Option("tile_scale", "Downsample ×", "float", 1.0, "Tiled runs: divide the image's pixel "
+           "size by this before tiling (1 = native pixels).", "tiling", advanced=True,
+           minimum=1.0, maximum=64.0, step=0.5, decimals=1, tiled_only=True),
+    Option("tile_overlap", "Tile overlap (px)", "int", None, "Tiled runs: pixels shared by "
+           "neighbouring tiles (a multiple of the patch size; empty = a quarter of the tile, "
+           "rounded down to whole patches).", "tiling", advanced=True,
+           minimum=0, maximum=4096, step=8, allow_none=True, tiled_only=True),
+    Option("tail", "Tail approximation", "choice", None, "Step-down: fit a generalized Pareto "
+           "tail to the null where fewer than 10 null images reach a step, so p-values can go "
+           "below 1/(B+1) (gpd), or keep the counts (none). Empty = gpd for tiled runs, none "
+           "otherwise.", "statistics", advanced=True, choices=TAILS, allow_none=True,
+           presets=("stepdown",)),
+    Option("null_scope", "Null scope", "choice", None, "Tiled runs: one null for the whole "
+           "image (image, default) or one per tile (tile).", "tiling", advanced=True,
+           choices=NULL_SCOPES, allow_none=True, tiled_only=True),
+    Option("device", "Device", "text", "auto", "auto (CUDA GPU, then Apple MPS, then CPU), "
+           "cpu, cuda, cuda:N or mps.", "compute"),
+    Option("precision", "Precision", "choice", "auto", "auto: bfloat16 on a GPU that supports "
+           "it, float32 on the CPU.", "compute", advanced=True, choices=PRECISIONS),
+    Option("chunk_size", "Chunk size", "int", None, "Null images per forward pass (empty = "
+           "from free memory; it halves after an out-of-memory error).", "compute",
+           advanced=True, minimum=1, maximum=100_000, allow_none=True),
+    Option("memory_fraction", "Memory fraction", "float", 0.5, "Share of free device memory "
+           "a chunk may use.", "compute", advanced=True, minimum=0.01, maximum=1.0, step=0.05,
+           decimals=2),
+    Option("keep_nulls", "Keep null maps", "bool", False, "Store every null attention map in "
+           "the result (B × patches floats).", "compute", advanced=True),
+)
+OPTIONS: dict[str, Option] = {o.name: o for o in _OPTIONS}
+
+
+def option(name: str) -> Option:
+    """The metadata of option ``name``."""
+    try:
+        return OPTIONS[name]
+    except KeyError:
+        raise ValueError(f"Unknown option {name!r}; known options: {', '.join(OPTIONS)}.") from None
+
+
+def options_in(group: str, *, advanced: bool | None = None) -> list[Option]:
+    """The options of ``group`` in display order (only basic / advanced ones if asked)."""
+    return [o for o in _OPTIONS if o.group == group and (advanced is None or o.advanced == advanced)]
+
+
+def default_for(name: str, preset: str = DEFAULT_PRESET) -> Any:
+    """The default of ``name`` under ``preset`` (preset-dependent options read the preset)."""
+    opt = option(name)
+    if opt.preset_dependent:
+        if preset not in PRESET_DEFAULTS:
+            raise ValueError(f"preset={preset!r} is not supported; use one of {PRESETS}.")
+        return PRESET_DEFAULTS[preset][name]
+    return opt.default
+
+
+def validate_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Check every given option's type, range and choices; return them normalised.
+
+    Parameters
+    ----------
+    options : mapping
+        Option name → value (any subset of :data:`OPTIONS`; ``extra`` passes through).
+
+    Returns
+    -------
+    dict
+        The same options with numpy scalars turned into Python ones, ``head`` and
+        ``target_size`` strings of digits into ints, ``channels`` "0,2" into ``[0, 2]``.
+
+    Raises
+    ------
+    ValueError
+        Naming the option, the value given and what to pass instead.
+    """
+    out: dict[str, Any] = {}
+    for name, value in options.items():
+        if name == "extra":
+            out[name] = value
+            continue
+        out[name] = _check(option(name), value)
+    return out
+
+
+def _check(opt: Option, value: Any) -> Any:
+    if value is None:
+        if opt.allow_none or opt.preset_dependent:
+            return None
+        raise ValueError(f"{opt.name} must be set (got None); its default is {opt.default!r}.")
+    special = _SPECIAL.get(opt.name)
+    if special is not None:
+        return special(opt, value)
+    if opt.kind == "bool":
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{opt.name} must be True or False, got {value!r}.")
+        return bool(value)
+    if opt.kind == "choice":
+        if value not in opt.choices:
+            raise ValueError(f"{opt.name}={value!r} is not supported; use one of "
+                             f"{', '.join(map(repr, opt.choices))}.")
+        return value
+    if opt.kind == "int":
+        return _integer(opt, value)
+    if opt.kind == "float":
+        return _real(opt, value)
+    return value
+
+
+def _range_text(opt: Option) -> str:
+    lo, hi = (None if v is None else (int(v) if opt.kind == "int" else f"{v:g}")
+              for v in (opt.minimum, opt.maximum))
+    if lo is not None and hi is not None:
+        return f"in [{lo}, {hi}]"
+    return f"≥ {lo}" if lo is not None else f"≤ {hi}"
+
+
+def _integer(opt: Option, value: Any) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{opt.name} must be a whole number {_range_text(opt)}, got {value!r}"
+                         f"{' (a bool)' if isinstance(value, (bool, np.bool_)) else ''}.")
+    value = int(value)
+    if (opt.minimum is not None and value < opt.minimum) or (
+            opt.maximum is not None and value > opt.maximum):
+        raise ValueError(f"{opt.name} must be a whole number {_range_text(opt)}, got {value}.")
+    return value
+
+
+def _real(opt: Option, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{opt.name} must be a number {_range_text(opt)}, got {value!r}.")
+    value = float(value)
+    if not math.isfinite(value) or (opt.minimum is not None and value < opt.minimum) or (
+            opt.maximum is not None and value > opt.maximum):
+        raise ValueError(f"{opt.name} must be a finite number {_range_text(opt)}, got {value}.")
+    return value
+
+
+def _pi0(opt: Option, value: Any) -> Any:
+    if isinstance(value, str) and value in opt.choices:
+        return value
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass  # reported below with the list of choices
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
+        raise ValueError(f"pi0_method must be one of {', '.join(opt.choices)} or a number in "
+                         f"[0, 1], got {value!r}.")
+    return float(value)
+
+
+def _head(opt: Option, value: Any) -> Any:
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdecimal():
+        value = int(value)
+    if value == "mean":
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"head must be 'mean' or a head number ≥ 0, got {value!r}.")
+    return int(value)
+
+
+def _target_size(opt: Option, value: Any) -> Any:
+    if isinstance(value, str):
+        if value in ("model", "native"):
+            return value
+        if value.strip().isdigit():
+            value = int(value)
+    sizes = value if isinstance(value, (tuple, list)) else (value,)
+    ok = 1 <= len(sizes) <= 2 and all(
+        isinstance(s, numbers.Integral) and not isinstance(s, bool) and s > 0 for s in sizes)
+    if not ok:
+        raise ValueError(f"target_size must be 'model', 'native', a long side in pixels or "
+                         f"(height, width) in pixels, got {value!r}.")
+    return int(value) if not isinstance(value, (tuple, list)) else tuple(int(s) for s in sizes)
+
+
+def _device(opt: Option, value: Any) -> str:
+    text = str(value)
+    if not _DEVICE.fullmatch(text):  # match() let "cpu\n" through ($ matches before \n)
+        raise ValueError(f"device={value!r} is not a compute device; use 'auto', 'cpu', 'cuda', "
+                         f"'cuda:N' or 'mps'.")
+    return text
+
+
+def _channels(opt: Option, value: Any) -> list[int]:
+    if isinstance(value, str):
+        try:
+            value = [int(c) for c in value.replace(" ", "").split(",") if c]
+        except ValueError:
+            raise ValueError(f"channels must be channel numbers separated by commas (e.g. "
+                             f"'0,2'), got {value!r}.") from None
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = [value]
+    try:
+        chans = list(value)
+    except TypeError:
+        chans = [None]
+    if not chans or not all(isinstance(c, numbers.Integral) and not isinstance(c, bool)
+                            and c >= 0 for c in chans):
+        raise ValueError(f"channels must be a list of channel numbers ≥ 0 (e.g. [0, 2]), got "
+                         f"{value!r}.")
+    return [int(c) for c in chans]
+
+
+_SPECIAL = {"pi0_method": _pi0, "head": _head, "target_size": _target_size, "device": _device,
+            "channels": _channels}
+
+
+def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add a ``--flag`` for every option; values left unset stay out of the run's options."""
+    for opt in _OPTIONS:
+        # SUPPRESS: a flag not given stays out of the namespace, so "--z-th none" (explicitly
+        # no z mask) differs from leaving the preset's z mask in place
+        kwargs: dict[str, Any] = {"default": argparse.SUPPRESS, "help": _cli_help(opt),
+                                  "dest": opt.name}
+        if opt.kind == "bool":
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif opt.kind == "choice" and opt.name != "pi0_method":
+            kwargs["choices"] = opt.choices
+        elif opt.kind == "int":
+            kwargs["type"] = _cli_number(int, opt.allow_none)
+            kwargs["metavar"] = "N"
+        elif opt.kind == "float":
+            kwargs["type"] = _cli_number(float, opt.allow_none)
+            kwargs["metavar"] = "X"
+        parser.add_argument(opt.cli_flag, **kwargs)
+
+
+def _cli_number(kind: type, allow_none: bool) -> Any:
+    def parse(text: str) -> Any:
+        if allow_none and text.lower() == "none":
+            return None
+        return kind(text)
+
+    parse.__name__ = kind.__name__  # argparse names the type in its error message
+    return parse
+
+
+def _cli_help(opt: Option) -> str:
+    if opt.preset_dependent:
+        default = "default: " + ", ".join(f"{PRESET_DEFAULTS[p][opt.name]} ({p})"
+                                          for p in PRESETS if p in opt.presets)
+    else:
+        default = f"default: {opt.default}"
+    none = " ('none' = unset)" if opt.allow_none and opt.kind in ("int", "float") else ""
+    return f"{opt.help} [{default}]{none}".replace("%", "%%")
+
+
+def options_from_cli(namespace: argparse.Namespace) -> dict[str, Any]:
+    """The options given on the command line (validated), as ``regularize`` keywords."""
+    given = {name: value for name, value in vars(namespace).items() if name in OPTIONS}
+    return validate_options(given)

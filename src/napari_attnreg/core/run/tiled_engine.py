@@ -1,0 +1,419 @@
+"""Tiled runs of large images: observed tiles, one null, statistics over all.
+
+:func:`run_tiled` is what :func:`~napari_attnreg.core.run.engine.run_engine` runs for
+``RunConfig(tiled=True)``. Tiles and null images go through the backbone in chunks like
+the untiled nulls: a :class:`~napari_attnreg.core.run.engine.Progress` after each chunk (its
+``done``/``total`` count forward passes), cancellation between chunks and chunk halving on
+out-of-memory. With ``null_scope="image"`` (default) the run costs ``n_tiles + B`` forward
+passes; ``"tile"`` draws ``B`` nulls for every tile, ``n_tiles · (1 + B)``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from napari_attnreg.core.models.attention import cls_attention
+from napari_attnreg.core.models.backbones import Backbone
+from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.run.engine import (
+    CancelToken,
+    Progress,
+    RunConfig,
+    _amp,
+    _is_oom,
+    _run_metadata,
+    _statistics,
+    auto_chunk_size,
+    autocast_dtype,
+    null_config,
+    resolve_device,
+)
+from napari_attnreg.core.run.images import (
+    ChannelMap,
+    PreparedImage,
+    check_values,
+    scale_intensity,
+    to_channels_last,
+)
+from napari_attnreg.core.run.lazy import LazyImage, intensity_range, sample_step, scaled
+from napari_attnreg.core.run.nulls import null_images
+from napari_attnreg.core.run.options import NULL_SCOPES
+from napari_attnreg.core.run.tiling import (
+    ImageNull,
+    TileLayout,
+    make_layout,
+    work_shape,
+)
+
+
+def validate_tiling(config: RunConfig) -> None:
+    """Raise a ValueError that says what to change for an invalid tiling option."""
+    if not isinstance(config.tiled, (bool, np.bool_)):
+        raise ValueError(f"tiled must be True or False, got {config.tiled!r}.")
+    if config.null_scope is not None and config.null_scope not in NULL_SCOPES:
+        raise ValueError(f"null_scope must be one of {NULL_SCOPES}, got {config.null_scope!r}.")
+    if config.null_scope is not None and not config.tiled:
+        raise ValueError("null_scope applies to tiled runs only; pass tiled=True or leave it "
+                         "unset.")
+    work_shape((1, 1), (1, 1), config.tile_scale)  # checks tile_scale
+    if config.tile_overlap is not None and (
+            not isinstance(config.tile_overlap, (int, np.integer)) or config.tile_overlap < 0):
+        raise ValueError(f"tile_overlap must be a non-negative number of pixels (or None: a "
+                         f"quarter of the tile), got {config.tile_overlap!r}.")
+
+
+def tile_overlap(config: RunConfig, backbone: Backbone) -> int:
+    """The overlap of a run in pixels: as given, else a quarter of the tile in whole patches.
+
+    Side by side (0) the seams between tiles showed in the maps: a token at a tile's edge
+    sees only half its neighbourhood.
+    """
+    if config.tile_overlap is not None:
+        return int(config.tile_overlap)
+    patch = min(backbone.patch_size)
+    return min(backbone.input_size[1:]) // 4 // patch * patch
+
+
+@dataclass(frozen=True)
+class TiledImage:
+    """A large image ready for tiling: its intensities in its own channels and the tiles.
+
+    Attributes
+    ----------
+    source : torch.Tensor
+        ``(c, H, W)`` in [0, 1] at the tiled pixel size.
+    channel_map : ChannelMap
+    display : np.ndarray
+        The scaled original, for figures.
+    image_shape : (int, int)
+        ``(H0, W0)`` of the original image.
+    layout : TileLayout
+    reader : callable, optional
+        ``reader(y, x, h, w)`` → ``(c, h, w)`` in [0, 1], for images that stay on disk
+        (:class:`~napari_attnreg.core.run.lazy.LazyImage`); ``source`` is then a strided sample
+        of the image, used for the null's statistics.
+    """
+
+    source: torch.Tensor
+    channel_map: ChannelMap
+    display: np.ndarray
+    image_shape: tuple[int, int]
+    layout: TileLayout
+    reader: Callable[[int, int, int, int], torch.Tensor] | None = None
+
+    def tiles(self, indices: Sequence[int]) -> torch.Tensor:
+        """``(len(indices), c, th, tw)`` crops of the image."""
+        th, tw = self.layout.tile
+        crops = []
+        for i in indices:
+            y, x = self.layout.origin(i)
+            crops.append(self.reader(y, x, th, tw) if self.reader is not None
+                         else self.source[:, y:y + th, x:x + tw])
+        return torch.stack(crops)
+
+
+def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig) -> TiledImage:
+    """Scale intensities over the whole image, resize by ``tile_scale``, lay out the tiles.
+
+    A :class:`PreparedImage` is tiled at the size it was prepared at (``tile_scale`` unused).
+    """
+    if isinstance(image, TiledImage):
+        return image
+    patch = backbone.patch_size
+    if isinstance(image, LazyImage):
+        return _prepare_lazy(image, backbone, config)
+    if isinstance(image, PreparedImage):
+        source, channel_map = image.source, image.channel_map
+        display, image_shape = image.display, image.image_shape
+    else:
+        from napari_attnreg.core.run.planes import as_plain_array  # a masked array is refused (#18)
+
+        arr = as_plain_array(image)
+        check_values(arr)
+        arr = to_channels_last(arr, channel_axis=config.channel_axis, channels=config.channels,
+                               merge=config.merge)
+        h0, w0 = arr.shape[:2]
+        if h0 < patch[0] or w0 < patch[1]:
+            raise ValueError(f"The image ({h0}x{w0} px) is smaller than one {patch[0]}x{patch[1]} "
+                             "patch of this model; use a larger image or a smaller tile_scale.")
+        display = scale_large(arr)
+        chw = torch.from_numpy(np.ascontiguousarray(display))
+        chw = chw[None] if chw.ndim == 2 else chw.permute(2, 0, 1)
+        h, w = work_shape((h0, w0), patch, config.tile_scale)
+        if (h, w) != (h0, w0):
+            chw = F.interpolate(chw[None].float(), size=(h, w), mode="bilinear",
+                                antialias=h < h0 or w < w0, align_corners=False)[0]
+        source = chw.float().contiguous()
+        channel_map = ChannelMap(int(source.shape[0]), len(backbone.mean),
+                                 tuple(float(v) for v in backbone.mean),
+                                 tuple(float(v) for v in backbone.std))
+        image_shape = (h0, w0)
+    layout = make_layout(tuple(source.shape[1:]), tile=tuple(backbone.input_size[1:]),
+                         patch=patch, overlap=tile_overlap(config, backbone))
+    return TiledImage(source=source, channel_map=channel_map, display=display,
+                      image_shape=(int(image_shape[0]), int(image_shape[1])), layout=layout)
+
+
+CPU_FLOPS = 2e10  # a modest CPU's sustained float32 rate; sizes chunks for ~1 s each
+def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> TiledImage:
+    """Tiles read on demand; percentiles and null statistics from a strided sample.
+
+    The image is tiled at its own pixel size, cropped to whole patches (the last few
+    pixels of the far edges, fewer than one patch, are left out so every token is exactly
+    one patch of pixels; ``image_shape`` is the analysed part).
+    """
+    if config.tile_scale != 1 or config.channels is not None or config.merge is not None:
+        raise ValueError("Images read lazily are tiled at their own pixel size with their own "
+                         "channels; for tile_scale, channels or merge read the image into memory.")
+    ph, pw = backbone.patch_size
+    h0, w0 = image.shape
+    if h0 < ph or w0 < pw:
+        raise ValueError(f"The image ({h0}x{w0} px) is smaller than one {ph}x{pw} patch.")
+    h, w = h0 // ph * ph, w0 // pw * pw
+    step = sample_step((h, w))
+    raw = image.read(slice(0, h, step), slice(0, w, step))  # the one read of the whole extent
+    lo, hi = intensity_range(raw)
+    sample = scaled(raw, lo, hi)
+    del raw
+
+    band: dict[str, Any] = {}
+
+    def reader(y: int, x: int, th: int, tw: int) -> torch.Tensor:
+        # tiles come row by row: one read of the row band serves all its tiles (a striped
+        # TIFF would otherwise decode the same full-width strips once per tile)
+        if band.get("rows") != (y, th):
+            band.clear()
+            band.update(rows=(y, th), pixels=image.read(slice(y, y + th), slice(0, w)))
+        return scaled(band["pixels"][:, x:x + tw], lo, hi)
+
+    channel_map = ChannelMap(int(sample.shape[0]), len(backbone.mean),
+                             tuple(float(v) for v in backbone.mean),
+                             tuple(float(v) for v in backbone.std))
+    display = sample[0].numpy() if sample.shape[0] == 1 else sample.permute(1, 2, 0).numpy()
+    layout = make_layout((h, w), tile=tuple(backbone.input_size[1:]), patch=(ph, pw),
+                         overlap=tile_overlap(config, backbone))
+    return TiledImage(source=sample, channel_map=channel_map, display=display,
+                      image_shape=(h, w), layout=layout, reader=reader)
+
+
+EXACT_SCALING_PIXELS = 1 << 24  # up to 4096², percentiles from every pixel, like prepare_image
+
+
+def scale_large(arr: np.ndarray, percentiles: tuple[float, float] = (0.5, 99.8)) -> np.ndarray:
+    """:func:`~napari_attnreg.core.run.images.scale_intensity` in one float32 copy of the image.
+
+    Images up to 4096² pixels are scaled by ``scale_intensity`` itself. Larger ones take
+    their percentiles from a regular grid of about 16 M pixels and are scaled in place:
+    the full-image percentile and out-of-place arithmetic would need several more float32
+    copies (2 GB for a 10000² image).
+    """
+    n_pixels = arr.shape[0] * arr.shape[1]
+    if n_pixels <= EXACT_SCALING_PIXELS or arr.dtype in (np.uint8, np.bool_):
+        return scale_intensity(arr, percentiles)
+    step = int(np.ceil(np.sqrt(n_pixels / EXACT_SCALING_PIXELS)))
+    lo, hi = (float(v) for v in np.percentile(arr[::step, ::step].astype(np.float32), percentiles))
+    out = arr.astype(np.float32)
+    if hi <= lo:  # spiky data: fall back to the full range
+        lo, hi = float(out.min()), float(out.max())
+    if hi > lo:
+        out -= np.float32(lo)
+        out /= np.float32(hi - lo)
+        np.clip(out, 0.0, 1.0, out=out)
+    else:
+        out[...] = 0.0
+    if float(out.max()) - float(out.min()) <= 0:
+        raise ValueError("The image is constant (every pixel has the same value), so attention on "
+                         "it has nothing to find; check that the right layer/channel was chosen.")
+    return out
+
+
+def latency_chunk(backbone: Backbone, tile: tuple[int, int], seconds: float = 1.0) -> int:
+    """Images per chunk so that a CPU chunk takes about ``seconds`` (the cancel latency).
+
+    From the model's arithmetic, not from a clock: a timed size would differ from run to
+    run, and the chunk size changes the last bits of the attention.
+    """
+    tokens = (tile[0] // backbone.patch_size[0]) * (tile[1] // backbone.patch_size[1])
+    tokens += backbone.num_prefix_tokens
+    width = int(backbone.model.patch_embed.proj.out_channels)
+    # per block: qkv, projection and the 4x MLP (12·T·D² MACs) plus the T² attention
+    macs = backbone.depth * (12 * tokens * width**2 + 2 * tokens**2 * width)
+    return max(1, int(seconds * CPU_FLOPS / (2 * macs)))
+
+
+def _chunks(total: int, chunk: int, step: Callable[[int, int], None], *, stage: str,
+            offset: int, grand_total: int, t_start: float, device: torch.device,
+            cancel: CancelToken | None, label: str) -> Generator[Progress, None, int]:
+    """Run ``step(start, size)`` over ``total`` items in chunks; returns the final chunk size."""
+    done = 0
+    while done < total:
+        if cancel is not None:
+            cancel.raise_if_cancelled()
+        size = min(chunk, total - done)
+        try:
+            step(done, size)
+        except Exception as err:
+            if not _is_oom(err):
+                raise
+            oom = True
+        else:
+            oom = False
+        if oom:  # outside the except block, so the failed batch and its traceback are freed
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            if size <= 1:
+                raise MemoryError("Out of memory with a single image per chunk; use a larger "
+                                  "tile_scale, a smaller model, or device='cpu'.")
+            chunk = max(1, size // 2)
+            yield Progress(stage, offset + done, grand_total, chunk, time.perf_counter() - t_start,
+                           f"out of memory: chunk size halved to {chunk}")
+            continue
+        done += size
+        yield Progress(stage, offset + done, grand_total, chunk, time.perf_counter() - t_start,
+                       f"{done}/{total} {label}")
+    return chunk
+
+
+def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
+              cancel: CancelToken | None = None) -> Generator[Progress, None, AttentionResult]:
+    """The tiled pipeline; same contract as :func:`~napari_attnreg.core.run.engine.run_engine`.
+
+    ``config`` must be resolved. The result's token grid covers the whole image: its
+    ``model_shape`` is the tiled pixel size, so ``token_scale`` and ``to_pixels`` are exact.
+    """
+    t_start = time.perf_counter()
+    device = resolve_device(config.device)
+    dtype = autocast_dtype(device, config.precision)
+    tiled = prepare_tiled(image, backbone, config)
+    layout = tiled.layout
+    scope = config.null_scope or "image"
+    backbone = backbone.on(device)  # a copy on another device; the shared one never moves
+    source = tiled.source.to(device)
+    tiled = replace(tiled, source=source)
+    null_cfg = null_config(config, backbone.patch_size[0])
+    head = config.head if config.head == "mean" else int(config.head)
+    n_boot, n_tiles = int(config.n_boot), layout.n_tiles
+    chunk = config.chunk_size or auto_chunk_size(backbone, layout.tile, device, dtype,
+                                                 config.memory_fraction)
+    if config.chunk_size is None and device.type == "cpu":
+        chunk = min(chunk, latency_chunk(backbone, layout.tile))
+    n_null = n_boot * (n_tiles if scope == "tile" else 1)
+    grand_total = n_tiles + n_null
+    tgh, tgw = layout.tile_grid
+    timings: dict[str, float] = {"prepare_s": time.perf_counter() - t_start}
+    clamp = config.preset != "paper"  # the observed tiles went through the [0, 1] clamp
+
+    def forward(batch_source: torch.Tensor, which: str | int) -> torch.Tensor:
+        with _amp(device, dtype):
+            return cls_attention(backbone, tiled.channel_map(batch_source), layer=config.layer,
+                                 head=which).float()
+
+    with torch.inference_mode():
+        heads = torch.empty((n_tiles, backbone.num_heads, tgh, tgw), dtype=torch.float32)
+
+        def observed_step(start: int, size: int) -> None:
+            batch = tiled.tiles(range(start, start + size)).to(device)
+            heads[start:start + size] = forward(batch, "all").cpu()
+
+        t0 = time.perf_counter()
+        first = min(chunk, n_tiles)
+        after = yield from _chunks(n_tiles, first, observed_step, stage="observed", offset=0,
+                                   grand_total=grand_total, t_start=t_start, device=device,
+                                   cancel=cancel, label="tiles")
+        if after < first:  # halved on out-of-memory: the nulls start from there
+            chunk = after
+        timings["observed_s"] = time.perf_counter() - t0
+
+        tile_tokens = tgh * tgw
+        columns = tile_tokens * (n_tiles if scope == "tile" else 1)
+        null_scores = torch.empty((n_boot, columns), dtype=torch.float32, device=device)
+        image_null = (ImageNull(source, null_cfg, layout.tile, backbone.patch_size[0],
+                                reader=tiled.reader, shape=layout.shape)
+                      if scope == "image" else None)
+
+        def null_step(start: int, size: int) -> None:
+            jobs = range(start, start + size)
+            if image_null is not None:
+                own = image_null.draw(jobs, seed=config.seed)
+            else:  # job j is null j % B of tile j // B, seeded by j so tiles differ
+                own = torch.cat([
+                    null_images(tiled.tiles([tile])[0].to(device),
+                                [j for j in jobs if j // n_boot == tile],
+                                null_cfg, seed=config.seed, patch_size=backbone.patch_size[0])
+                    for tile in sorted({j // n_boot for j in jobs})])
+            if clamp:
+                own.clamp_(0.0, 1.0)
+            maps = forward(own, head).reshape(size, -1)
+            if image_null is not None:
+                null_scores[start:start + size] = maps
+                return
+            for k, j in enumerate(jobs):
+                tile = j // n_boot
+                null_scores[j % n_boot, tile * tile_tokens:(tile + 1) * tile_tokens] = maps[k]
+
+        t0 = time.perf_counter()
+        first = min(chunk, n_null)
+        after = yield from _chunks(n_null, first, null_step, stage="nulls", offset=n_tiles,
+                                   grand_total=grand_total, t_start=t_start, device=device,
+                                   cancel=cancel, label="null images")
+        if after < first:
+            chunk = after
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        timings["nulls_s"] = time.perf_counter() - t0
+
+        if cancel is not None:
+            cancel.raise_if_cancelled()
+        heads_obs = layout.assemble(heads)  # (heads, gh, gw)
+        # tile by tile: the untiled engine's reduction, to the last bit
+        tile_maps = (torch.stack([h.mean(0) for h in heads]) if head == "mean"
+                     else heads[:, int(head)])
+        observed = layout.assemble(tile_maps)
+        positions = layout.local_index().ravel()
+        if scope == "tile":
+            positions = layout.tile_index().ravel() * tile_tokens + positions
+        t0 = time.perf_counter()
+        stats, warnings_seen = _statistics(
+            observed.reshape(-1), null_scores, config, positions,
+            families=tile_maps.reshape(n_tiles, -1).to(device),
+            owner=(layout.tile_index().ravel(), layout.local_index().ravel()),
+            family_tokens=layout.tile_tokens())
+        timings["statistics_s"] = time.perf_counter() - t0
+        kept = None
+        if config.keep_nulls:
+            kept = null_scores.reshape(n_boot, -1, tgh, tgw).cpu()
+            # per-tile nulls have a place in the image; image-level null tiles do not
+            kept = (layout.assemble(kept.transpose(0, 1)) if scope == "tile"
+                    else kept[:, 0]).numpy()
+    timings["total_s"] = time.perf_counter() - t_start
+
+    grid = layout.grid_shape
+    summary = dict(stats.null_summary)
+    summary.update(mu0=float(stats.mu0), sigma0=float(stats.sigma0))
+    metadata = _run_metadata(config, backbone, device, dtype, chunk, timings,
+                             tiled.channel_map.kind, stats, warnings_seen, observed.numpy())
+    metadata.update(null_scope=scope, tile_shape=list(layout.tile), n_tiles=n_tiles,
+                    tile_origins_y=list(layout.starts[0]), tile_origins_x=list(layout.starts[1]),
+                    forward_passes=n_tiles + n_null, read_on_demand=tiled.reader is not None)
+    yield Progress("statistics", grand_total, grand_total, chunk, time.perf_counter() - t_start,
+                   "statistics done")
+
+    def grid_map(v: np.ndarray) -> np.ndarray:
+        return np.asarray(v, dtype=np.float64).reshape(grid)
+
+    return AttentionResult(
+        attention=observed.numpy().astype(np.float64),
+        z=grid_map(stats.z), p=grid_map(stats.p), lfdr=grid_map(stats.lfdr),
+        posterior=grid_map(stats.posterior), q=grid_map(stats.q), pi0=float(stats.pi0),
+        thresholds=config.thresholds(), image_shape=tiled.image_shape,
+        model_shape=layout.shape, patch_size=backbone.patch_size,
+        head_attention=heads_obs.numpy().astype(np.float64), null_summary=summary,
+        null_scores=kept, metadata=metadata,
+    )

@@ -1,0 +1,267 @@
+"""Tile layout of a large image and the image-level null (no GUI, no model).
+
+A large image is analysed at its native pixel size (or downsampled by ``tile_scale``)
+instead of being shrunk to the model's input size: it is cut into tiles of that input
+size, every tile's tokens land on one token grid over the whole image, and the bootstrap
+null is drawn once for the whole image (:class:`ImageNull`) rather than once per tile.
+
+Example
+-------
+>>> layout = make_layout((300, 200), tile=(128, 128), patch=(8, 8), overlap=16)
+>>> layout.starts
+((0, 112, 172), (0, 72))
+>>> layout.grid_shape, layout.n_tiles
+((37, 25), 6)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import torch
+
+from napari_attnreg.core.run.nulls import NullConfig, image_seed, null_images
+
+#: ``tile_scale`` range the front ends' controls offer (the engine takes any positive number):
+#: from 4x upsampling (tiny objects) to 64x downsampling (whole-slide overviews).
+TILE_SCALE_RANGE = (0.25, 64.0)
+#: Largest ``tile_overlap`` the controls offer; the engine's own limit is the model input
+#: (the overlap must be smaller than the tile and a multiple of the patch).
+TILE_OVERLAP_MAX = 1024
+
+
+def _axis_starts(length: int, size: int, overlap: int) -> tuple[int, ...]:
+    """Tile origins along one axis: a regular stride, the last tile flush with the end."""
+    if length <= size:
+        return (0,)
+    stride = size - overlap
+    starts = list(range(0, length - size, stride))
+    starts.append(length - size)  # never a partial tile: the last one overlaps more instead
+    return tuple(starts)
+
+
+@dataclass(frozen=True)
+class TileLayout:
+    """Where the tiles of an image lie, and which tile each token of the image comes from.
+
+    Attributes
+    ----------
+    shape : (int, int)
+        ``(H, W)`` of the image that is tiled, multiples of the patch size.
+    tile : (int, int)
+        Tile size ``(th, tw)``; smaller than the model input only when the image is.
+    patch : (int, int)
+    starts : (tuple of int, tuple of int)
+        Tile origins along y and along x; tiles are the product, in C order.
+    """
+
+    shape: tuple[int, int]
+    tile: tuple[int, int]
+    patch: tuple[int, int]
+    starts: tuple[tuple[int, ...], tuple[int, ...]]
+
+    @property
+    def n_tiles(self) -> int:
+        return len(self.starts[0]) * len(self.starts[1])
+
+    @property
+    def grid_shape(self) -> tuple[int, int]:
+        """Token grid over the whole image."""
+        return (self.shape[0] // self.patch[0], self.shape[1] // self.patch[1])
+
+    @property
+    def tile_grid(self) -> tuple[int, int]:
+        """Token grid of one tile."""
+        return (self.tile[0] // self.patch[0], self.tile[1] // self.patch[1])
+
+    def origin(self, index: int) -> tuple[int, int]:
+        """``(y, x)`` pixel origin of tile ``index`` (C order over the starts)."""
+        iy, ix = divmod(int(index), len(self.starts[1]))
+        return (self.starts[0][iy], self.starts[1][ix])
+
+    @cached_property
+    def _owners(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per axis: the tile whose centre is nearest each token's centre, and the local index.
+
+        Tiles are a product of per-axis origins and all have one size, so the nearest centre
+        in 2D is the nearest along each axis; it always contains the token.
+        """
+        out = []
+        for axis in range(2):
+            p, size = self.patch[axis], self.tile[axis]
+            token_centre = (np.arange(self.grid_shape[axis]) + 0.5) * p
+            starts = np.asarray(self.starts[axis])
+            distance = np.abs(token_centre[:, None] - (starts[None, :] + size / 2))
+            owner = np.argmin(distance, axis=1)  # ties: the first tile
+            local = (np.arange(self.grid_shape[axis]) * p - starts[owner]) // p
+            out += [owner, local]
+        return tuple(out)  # type: ignore[return-value]
+
+    def tile_index(self) -> np.ndarray:
+        """``(gh, gw)`` index of the tile each image token is taken from."""
+        oy, _, ox, _ = self._owners
+        return oy[:, None] * len(self.starts[1]) + ox[None, :]
+
+    def local_index(self) -> np.ndarray:
+        """``(gh, gw)`` flat index of each image token inside its tile's token grid."""
+        _, ly, _, lx = self._owners
+        return ly[:, None] * self.tile_grid[1] + lx[None, :]
+
+    def tile_tokens(self) -> np.ndarray:
+        """``(n_tiles, tgh·tgw)`` flat image-grid index of every token of every tile."""
+        tgh, tgw = self.tile_grid
+        gw = self.grid_shape[1]
+        rows = []
+        for index in range(self.n_tiles):
+            y, x = self.origin(index)
+            ty, tx = y // self.patch[0], x // self.patch[1]
+            rows.append(((ty + np.arange(tgh))[:, None] * gw + tx + np.arange(tgw)[None, :]).ravel())
+        return np.stack(rows)
+
+    def assemble(self, tile_maps: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+        """``(n_tiles, ..., tgh, tgw)`` per-tile token maps → ``(..., gh, gw)`` image map."""
+        tgh, tgw = self.tile_grid
+        if tuple(tile_maps.shape[-2:]) != (tgh, tgw) or tile_maps.shape[0] != self.n_tiles:
+            raise ValueError(f"expected ({self.n_tiles}, ..., {tgh}, {tgw}) tile maps, "
+                             f"got {tuple(tile_maps.shape)}")
+        flat = tile_maps.reshape(self.n_tiles, -1, tgh * tgw)
+        tile, local = self.tile_index().ravel(), self.local_index().ravel()
+        if isinstance(flat, torch.Tensor):
+            tile, local = torch.from_numpy(tile), torch.from_numpy(local)
+        picked = flat[tile, :, local]  # (gh·gw, k)
+        if isinstance(picked, np.ndarray):
+            return np.ascontiguousarray(picked.T).reshape(*tile_maps.shape[1:-2], *self.grid_shape)
+        # contiguous: strided inputs take other (scalar) kernels, which round differently
+        return picked.transpose(0, 1).contiguous().reshape(*tile_maps.shape[1:-2], *self.grid_shape)
+
+
+def make_layout(shape: tuple[int, int], *, tile: tuple[int, int], patch: tuple[int, int],
+                overlap: int = 0) -> TileLayout:
+    """Tiles of size ``tile`` covering an image of ``shape`` (multiples of ``patch``).
+
+    Parameters
+    ----------
+    shape : (int, int)
+        Image size in pixels, each a multiple of the patch size.
+    tile : (int, int)
+        Tile size (the model's input size), multiples of the patch size.
+    patch : (int, int)
+    overlap : int
+        Pixels shared by neighbouring tiles, a multiple of the patch size and smaller than
+        the tile; the last tile of a row/column is placed flush with the image edge.
+    """
+    ph, pw = patch
+    if shape[0] % ph or shape[1] % pw or tile[0] % ph or tile[1] % pw:
+        raise ValueError(f"image {shape} and tile {tile} must be multiples of the patch {patch}.")
+    if not isinstance(overlap, (int, np.integer)) or overlap < 0 or overlap % ph or overlap % pw:
+        raise ValueError(f"tile_overlap must be a non-negative multiple of the patch size {patch}, "
+                         f"got {overlap!r}; e.g. tile_overlap={2 * ph}.")
+    size = (min(tile[0], shape[0]), min(tile[1], shape[1]))
+    if overlap >= min(tile):
+        raise ValueError(f"tile_overlap ({overlap}) must be smaller than the tile {tile}.")
+    starts = tuple(_axis_starts(shape[a], size[a], overlap) for a in range(2))
+    return TileLayout(shape=(int(shape[0]), int(shape[1])), tile=size, patch=(ph, pw),
+                      starts=starts)  # type: ignore[arg-type]
+
+
+class ImageNull:
+    """Null tiles whose generator statistics come from the whole image (one null per image).
+
+    ``normal``: per-channel (or global) mean and std of the whole image; ``uniform``: its
+    min and max; ``pixel``: pixel vectors drawn from the whole image; ``patch``: a tile at a
+    random position, its blocks permuted. For an image that is exactly one tile the draws
+    equal :func:`~napari_attnreg.core.run.nulls.null_images` (same seeds, same order).
+
+    Parameters
+    ----------
+    source : torch.Tensor
+        ``(c, H, W)`` image in its own channels, in [0, 1].
+    config : NullConfig
+    tile : (int, int)
+        Size of the null tiles.
+    patch_size : int
+        Default block size of ``patch``.
+    reader, shape : optional
+        For an image that stays on disk: ``source`` is a strided sample of it (for the
+        statistics and the pixel pool), ``reader(y, x, h, w)`` reads the random tiles of
+        ``patch`` from the full image of size ``shape``.
+    """
+
+    def __init__(self, source: torch.Tensor, config: NullConfig, tile: tuple[int, int],
+                 patch_size: int, *, reader: Callable[[int, int, int, int], torch.Tensor] | None = None,
+                 shape: tuple[int, int] | None = None) -> None:
+        self.source = source.float()
+        self.reader = reader
+        self.shape = tuple(shape) if shape is not None else tuple(source.shape[1:])
+        self.config = config
+        self.tile = (int(tile[0]), int(tile[1]))
+        self.patch_size = patch_size
+        x = self.source
+        c = x.shape[0]
+        # the statistics are taken once per run, not once per chunk: a large image is costly
+        if config.method == "normal":
+            dims = (1, 2) if config.per_channel else (0, 1, 2)
+            self.mean = x.mean(dim=dims, keepdim=True)
+            self.std = x.std(dim=dims, keepdim=True, unbiased=False) * config.std_factor
+        elif config.method == "uniform":
+            flat = x.reshape(c, -1) if config.per_channel else x.reshape(1, -1)
+            self.low = flat.min(dim=1).values.view(-1, 1, 1)
+            self.span = flat.max(dim=1).values.view(-1, 1, 1) - self.low
+
+    def draw(self, indices: Sequence[int], *, seed: int) -> torch.Tensor:
+        """Null tiles number ``indices``: ``(len(indices), c, th, tw)``."""
+        x, cfg = self.source, self.config
+        c, h, w = x.shape
+        th, tw = self.tile
+        if cfg.method == "patch":
+            return self._patch_tiles(indices, seed)
+        gen = torch.Generator(device=x.device)
+        out = torch.empty((len(indices), c, th, tw), dtype=x.dtype, device=x.device)
+        pixels = x.reshape(c, h * w)
+        for row, index in enumerate(indices):
+            gen.manual_seed(image_seed(seed, index))
+            if cfg.method == "normal":
+                torch.randn((c, th, tw), generator=gen, dtype=x.dtype, out=out[row])
+            elif cfg.method == "uniform":
+                torch.rand((c, th, tw), generator=gen, dtype=x.dtype, out=out[row])
+            else:
+                pick = torch.randint(0, h * w, (th * tw,), generator=gen, device=x.device)
+                torch.index_select(pixels, 1, pick, out=out[row].view(c, th * tw))
+        if cfg.method == "normal":
+            out.mul_(self.std).add_(self.mean)
+        elif cfg.method == "uniform":
+            out.mul_(self.span).add_(self.low)
+        return out
+
+    def _patch_tiles(self, indices: Sequence[int], seed: int) -> torch.Tensor:
+        x = self.source
+        h, w = self.shape
+        th, tw = self.tile
+        out = []
+        gen = torch.Generator(device="cpu")
+        for index in indices:
+            # the position has its own stream, so the block permutation is null_images' own
+            gen.manual_seed(image_seed(seed, index) ^ 0x5A5A5A5A)
+            y = int(torch.randint(0, h - th + 1, (1,), generator=gen))
+            x0 = int(torch.randint(0, w - tw + 1, (1,), generator=gen))
+            crop = (x[:, y:y + th, x0:x0 + tw] if self.reader is None
+                    else self.reader(y, x0, th, tw).to(x.device))
+            out.append(null_images(crop, [index], self.config, seed=seed,
+                                   patch_size=self.patch_size)[0])
+        return torch.stack(out)
+
+
+def work_shape(image_shape: tuple[int, int], patch: tuple[int, int],
+               tile_scale: float) -> tuple[int, int]:
+    """Pixel size of the tiled image: the original divided by ``tile_scale``, rounded to
+    whole patches (at least one patch per axis)."""
+    if not (isinstance(tile_scale, (int, float)) and math.isfinite(tile_scale) and tile_scale > 0):
+        raise ValueError(f"tile_scale must be a positive number (1 = native pixels, 2 = half "
+                         f"size), got {tile_scale!r}.")
+    ph, pw = patch
+    return (max(ph, round(image_shape[0] / tile_scale / ph) * ph),
+            max(pw, round(image_shape[1] / tile_scale / pw) * pw))
