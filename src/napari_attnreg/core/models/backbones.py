@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from napari_attnreg.core.models.errors import BackboneError
+from napari_attnreg.core.models.hf_attention import is_transformers_module
 from napari_attnreg.core.models.triton_guard import avoid_triton_llvm_clash
 from napari_attnreg.core.models.weights import WEIGHT_SUFFIXES
 
@@ -153,7 +154,7 @@ class Backbone:
 
     def __post_init__(self) -> None:
         if self.adapter is None:
-            from napari_attnreg.core.models.hf_backbones import TRANSFORMERS, is_transformers_module
+            from napari_attnreg.core.models.hf_attention import TRANSFORMERS, is_transformers_module
             from napari_attnreg.core.models.timm_attention import timm_adapter_for
 
             is_hf = is_transformers_module(self.model)
@@ -289,7 +290,7 @@ def load_backbone(
     if isinstance(model, nn.Module):
         # the caller's module keeps its mode, flags and device: wrap a copy sharing its weights
         own = copy_module(model, lambda t: t)
-        if hf_backbones.is_transformers_module(model):
+        if is_transformers_module(model):
             bb = hf_backbones.from_transformers_module(own, name=type(model).__name__,
                                                        weights="given module")
         else:
