@@ -17,6 +17,7 @@ from napari_attnreg.core.models.backbones import Backbone, channel_stats
 from napari_attnreg.core.models.errors import BackboneError
 from napari_attnreg.core.models.hf_attention import TRANSFORMERS, as_pair
 from napari_attnreg.core.models.hub import call_hub
+from napari_attnreg.core.models.weights import WEIGHT_SUFFIXES
 
 SUPPORTED_TYPES = ("vit", "dinov2", "dinov2_with_registers")
 # what each family's image processor uses when a checkpoint ships no preprocessor_config.json
@@ -92,7 +93,7 @@ def load_transformers(source: str, *, pretrained: bool = True) -> Backbone:
     if not source.startswith("hf:"):
         if not (folder / "config.json").is_file():
             files = sorted(p.name for p in folder.iterdir()
-                           if p.suffix.lower() in (".safetensors", ".pth", ".pt", ".ckpt", ".bin"))
+                           if p.suffix.lower() in WEIGHT_SUFFIXES)
             inside = (f" It holds {', '.join(files[:5])}: give that file's path with arch=... "
                       "(CLI: --arch) instead of the folder." if files else "")
             raise BackboneError(f"{folder} has no config.json; give a folder saved with "
