@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import nn
 
-from napari_attnreg.core.models.backbones import Backbone, channel_stats
+from napari_attnreg.core.models.base import Backbone, channel_stats
 from napari_attnreg.core.models.errors import BackboneError
 from napari_attnreg.core.models.hf_attention import TRANSFORMERS, as_pair
 from napari_attnreg.core.models.hub import call_hub
