@@ -11,7 +11,7 @@ from typing import Literal
 
 import torch
 
-from napari_attnreg.core.models.backbones import Backbone
+from napari_attnreg.core.models.base import Backbone
 
 HeadChoice = Literal["mean", "all"] | int
 

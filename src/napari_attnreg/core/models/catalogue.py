@@ -3,6 +3,10 @@
 Architecture facts follow each model's hub config and model card (timm kwargs for timm
 checkpoints, config values for transformers ones). Values such as ``"timm.layers.SwiGLUPacked"``
 name a class and are resolved when the model is built, so this table stays plain data.
+
+Above the loaders (:mod:`timm_backbones`, :mod:`hf_backbones`, :mod:`weights`), below the
+dispatcher (:mod:`backbones`). The loaders are imported inside functions so that front ends
+can list the table without importing torch.
 """
 
 from __future__ import annotations
@@ -203,7 +207,7 @@ def by_domain() -> dict[str, list[CatalogueEntry]]:
 def build_module(entry: CatalogueEntry, **overrides: Any):
     """The entry's architecture with random weights (``overrides`` shrink it for tests)."""
     if entry.loader == "timm":
-        from napari_attnreg.core.models.backbones import create_timm
+        from napari_attnreg.core.models.timm_backbones import create_timm
 
         return create_timm(entry.arch, pretrained=False, **entry.build_kwargs(**overrides))
     if entry.loader == "transformers":
@@ -216,28 +220,37 @@ def build_module(entry: CatalogueEntry, **overrides: Any):
 def load_entry(entry: CatalogueEntry, *, pretrained: bool = True,
                weights: str | Path | None = None):
     """Build a catalogue model with hub weights, a local file, or random weights (tests)."""
-    from napari_attnreg.core.models import backbones
+    from napari_attnreg.core.models import timm_backbones
+
     if entry.loader == "demo":
-        return backbones.load_backbone(entry.id)
-    if entry.loader == "transformers":
+        bb = timm_backbones.load_bundled(entry.id)
+    elif entry.loader == "transformers":
         bb = _load_transformers_entry(entry, pretrained=pretrained, weights=weights)
     elif weights is None and pretrained and entry.hub_id.startswith("timm/"):
-        bb = backbones.load_backbone(entry.hub_id.removeprefix("timm/"))
+        bb = timm_backbones.load_timm(entry.hub_id.removeprefix("timm/"), pretrained=True)
     else:
-        # weights first: a missing download fails before seconds of building a giant ViT
-        if weights is not None:
-            path, source = Path(weights), str(weights)
-            state = backbones.read_state_dict(path)
-        elif pretrained:
-            path, source = download_weights(entry), "pretrained"
-            state = backbones.read_state_dict(path)
-        else:
-            state, source = None, "random-init"
-        module = build_module(entry)
-        if state is not None:
-            backbones.load_timm_state(module, state, Path(source).name, entry.id)
-        bb = backbones._from_module(module, name=entry.id, weights=source, cfg=_cfg(entry))
+        bb = _load_timm_entry(entry, pretrained=pretrained, weights=weights)
     return annotate(bb, entry)
+
+
+def _load_timm_entry(entry: CatalogueEntry, *, pretrained: bool, weights: str | Path | None):
+    """The entry's timm architecture filled from a local file, the hub's file, or nothing."""
+    from napari_attnreg.core.models import timm_backbones
+    from napari_attnreg.core.models.weights import load_timm_state, read_state_dict
+
+    # weights first: a missing download fails before seconds of building a giant ViT
+    if weights is not None:
+        path, source = Path(weights), str(weights)
+        state = read_state_dict(path)
+    elif pretrained:
+        path, source = download_weights(entry), "pretrained"
+        state = read_state_dict(path)
+    else:
+        state, source = None, "random-init"
+    module = build_module(entry)
+    if state is not None:
+        load_timm_state(module, state, Path(source).name, entry.id)
+    return timm_backbones.from_module(module, name=entry.id, weights=source, cfg=_cfg(entry))
 
 
 def _cfg(entry: CatalogueEntry) -> dict[str, Any]:
@@ -254,6 +267,7 @@ def annotate(bb, entry: CatalogueEntry):
 def _load_transformers_entry(entry: CatalogueEntry, *, pretrained: bool,
                              weights: str | Path | None):
     from napari_attnreg.core.models import hf_backbones
+
     if weights is not None:
         folder = Path(weights)
         folder = folder.parent if folder.is_file() else folder

@@ -26,3 +26,17 @@ class BackboneError(ValueError):
             return str(self)
         first = str(self).split(". ")[0].rstrip(".")
         return f"{first}. {self.gui_hint}"
+
+
+class UnknownModelError(BackboneError):
+    """timm knows no model called ``name``.
+
+    Raised by the timm loaders; :func:`~napari_attnreg.core.models.backbones.load_backbone`,
+    which knows every other way a name can be meant (catalogue ids, files, folders), replaces
+    it with an error that suggests close names.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"timm does not know the model '{name}'; timm names: "
+                         "timm.list_models('vit*').")
+        self.name = name

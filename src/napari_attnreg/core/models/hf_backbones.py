@@ -1,24 +1,23 @@
 """Hugging Face transformers ViTs (ViTModel, Dinov2Model, Dinov2WithRegistersModel).
 
 Patch size, prefix tokens (CLS + registers), channels and input size come from the model's
-config; mean/std from its image processor config when there is one. The CLS row runs the
-model's own forward (its embeddings, position-embedding interpolation and SDPA layers) up
-to the chosen layer, then forms only the CLS query's attention row.
+config; mean/std from its image processor config when there is one. The CLS row is computed
+by the adapter in :mod:`~napari_attnreg.core.models.hf_attention`.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
-import torch
-import torch.nn.functional as F
 from torch import nn
 
-from napari_attnreg.core.models.backbones import Backbone, channel_stats
+from napari_attnreg.core.models.base import Backbone, channel_stats
 from napari_attnreg.core.models.errors import BackboneError
+from napari_attnreg.core.models.hf_attention import TRANSFORMERS, as_pair
+from napari_attnreg.core.models.hub import call_hub
+from napari_attnreg.core.models.weights import WEIGHT_SUFFIXES
 
 SUPPORTED_TYPES = ("vit", "dinov2", "dinov2_with_registers")
 # what each family's image processor uses when a checkpoint ships no preprocessor_config.json
@@ -40,11 +39,6 @@ def require_transformers() -> None:
             "(or pip install transformers).") from err
 
 
-def is_transformers_module(module: nn.Module) -> bool:
-    """A transformers ``PreTrainedModel`` (checked without importing transformers)."""
-    return any(c.__module__.startswith("transformers.") for c in type(module).__mro__)
-
-
 def from_transformers_module(module: nn.Module, *, name: str, weights: str,
                              preprocessor: dict | None = None) -> Backbone:
     """Wrap a transformers ViT-family model (a task model is reduced to its base model)."""
@@ -56,8 +50,8 @@ def from_transformers_module(module: nn.Module, *, name: str, weights: str,
             f"{type(module).__name__} (model_type {model_type!r}) is not supported; use a "
             f"transformers model of type {', '.join(SUPPORTED_TYPES)} (ViTModel, Dinov2Model, "
             "Dinov2WithRegistersModel) or a timm ViT.")
-    patch = _pair(config.patch_size)
-    image = _pair(config.image_size)
+    patch = as_pair(config.patch_size)
+    image = as_pair(config.image_size)
     in_chans = int(config.num_channels)
     registers = int(getattr(config, "num_register_tokens", 0) or 0)
     pre = preprocessor or {}
@@ -76,12 +70,6 @@ def from_transformers_module(module: nn.Module, *, name: str, weights: str,
         input_size=(in_chans, size[0], size[1]),
         adapter=TRANSFORMERS,
     )
-
-
-def _pair(value: Any) -> tuple[int, int]:
-    if isinstance(value, (tuple, list)):
-        return int(value[0]), int(value[1])
-    return int(value), int(value)
 
 
 def _processor_size(pre: dict) -> tuple[int, int] | None:
@@ -105,7 +93,7 @@ def load_transformers(source: str, *, pretrained: bool = True) -> Backbone:
     if not source.startswith("hf:"):
         if not (folder / "config.json").is_file():
             files = sorted(p.name for p in folder.iterdir()
-                           if p.suffix.lower() in (".safetensors", ".pth", ".pt", ".ckpt", ".bin"))
+                           if p.suffix.lower() in WEIGHT_SUFFIXES)
             inside = (f" It holds {', '.join(files[:5])}: give that file's path with arch=... "
                       "(CLI: --arch) instead of the folder." if files else "")
             raise BackboneError(f"{folder} has no config.json; give a folder saved with "
@@ -131,8 +119,6 @@ def _load_folder(folder: Path, *, name: str | None = None) -> Backbone:
 
 def load_hub(repo: str, *, name: str) -> Backbone:
     """Download (or take from the cache) a transformers model and its image processor config."""
-    from napari_attnreg.core.models.hub import call_hub
-
     require_transformers()
     alternative = (f"load_backbone('path/to/{repo.split('/')[-1]}') with the folder holding "
                    "config.json and model.safetensors")
@@ -161,8 +147,6 @@ def _hub_preprocessor(repo: str, local_only: bool) -> dict | None:
 
 def _hub_config(repo: str):
     from transformers import AutoConfig
-
-    from napari_attnreg.core.models.hub import call_hub
 
     return call_hub(repo,
                     lambda local_only: AutoConfig.from_pretrained(repo,
@@ -196,83 +180,3 @@ def _random_init(config: Any) -> nn.Module:
 def random_init(model_type: str, **config_kwargs: Any) -> nn.Module:
     """A random-init transformers model of ``model_type`` built offline from config values."""
     return _random_init(config_for(model_type, **config_kwargs))
-
-
-# ---------------------------------------------------------------- the CLS row
-class _Stop(Exception):
-    """Raised from a pre-hook to end the forward once the chosen layer's input is known."""
-
-
-def _layers(model: nn.Module) -> nn.ModuleList:
-    """The transformer layers, wherever this transformers version keeps them."""
-    for path in ("encoder.layer", "layers", "encoder.layers"):
-        obj: Any = model
-        for part in path.split("."):
-            obj = getattr(obj, part, None)
-        if isinstance(obj, nn.ModuleList):
-            return obj
-    raise BackboneError(f"Cannot find the transformer layers of {type(model).__name__}.")
-
-
-def _norm_and_projections(layer: nn.Module) -> tuple[nn.Module, nn.Linear, nn.Linear]:
-    """Pre-attention layernorm and query/key projections (transformers 5 and 4 layouts)."""
-    norm = getattr(layer, "norm1", None) or getattr(layer, "layernorm_before", None)
-    attn = layer.attention
-    if hasattr(attn, "q_proj"):
-        return norm, attn.q_proj, attn.k_proj
-    return norm, attn.attention.query, attn.attention.key
-
-
-class TransformersAdapter:
-    """How a :class:`Backbone` reads a transformers ViT."""
-
-    family = "transformers"
-
-    def depth(self, model: nn.Module) -> int:
-        return len(_layers(model))
-
-    def num_heads(self, model: nn.Module) -> int:
-        return int(model.config.num_attention_heads)
-
-    def embed_dim(self, model: nn.Module) -> int:
-        return int(model.config.hidden_size)
-
-    def cls_row(self, model: nn.Module, x: torch.Tensor, idx: int,
-                num_prefix: int) -> tuple[torch.Tensor, tuple[int, int]]:
-        layer = _layers(model)[idx]
-        captured: dict[str, torch.Tensor] = {}
-        owner = threading.get_ident()
-
-        def grab(_module, args, kwargs):
-            if threading.get_ident() != owner:  # another run's forward on this shared model
-                return None
-            captured["hidden"] = args[0] if args else kwargs["hidden_states"]
-            raise _Stop
-
-        handle = layer.register_forward_pre_hook(grab, with_kwargs=True)
-        # ViTModel resamples its position embedding only when asked; DINOv2 always does
-        extra = {"interpolate_pos_encoding": True} if model.config.model_type == "vit" else {}
-        try:
-            model(pixel_values=x, **extra)
-        except _Stop:
-            pass
-        finally:
-            handle.remove()
-        norm, q_proj, k_proj = _norm_and_projections(layer)
-        hidden = norm(captured["hidden"])
-        heads = int(model.config.num_attention_heads)
-        n, length, _ = hidden.shape
-        q = q_proj(hidden[:, :1]).view(n, 1, heads, -1).transpose(1, 2)
-        k = k_proj(hidden).view(n, length, heads, -1).transpose(1, 2)
-        # float32 here even under bf16 autocast: low-precision logits tie ranks
-        with torch.autocast(device_type=x.device.type, enabled=False):
-            logits = (q.float() * q.shape[-1] ** -0.5) @ k.float().transpose(-1, -2)
-            row = F.softmax(logits, dim=-1)[:, :, 0, num_prefix:]
-        ph, pw = _pair(model.config.patch_size)
-        return row, (x.shape[-2] // ph, x.shape[-1] // pw)
-
-    def __repr__(self) -> str:
-        return "TransformersAdapter()"
-
-
-TRANSFORMERS = TransformersAdapter()
