@@ -13,15 +13,14 @@ from typing import Any
 from napari_attnreg.core.models.backbones import Backbone, load_backbone
 from napari_attnreg.core.models.catalogue import find
 from napari_attnreg.core.run.engine import RunConfig
-from napari_attnreg.core.run.options import validate_options
+from napari_attnreg.core.run.options import options_in, reset_inapplicable, validate_options
 from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
 from napari_attnreg.core.run.service import Job, ModelSpec
-from napari_attnreg.core.stats.presets import THRESHOLD_KEYS
-from napari_attnreg.notebook.state import RUN_DEFAULTS, ExplorerState
+from napari_attnreg.notebook.advanced_panel import ELSEWHERE, STATE_OPTIONS
+from napari_attnreg.notebook.state import ExplorerState
 
-#: Options of :class:`RunConfig` the explorer's own controls set.
-CONTROLLED = {"preset", "method", "n_boot", "seed", "device", "tiled", "tile_scale",
-              "tile_overlap", *THRESHOLD_KEYS, "extra", "channel_axis"}
+#: Options of :class:`RunConfig` the explorer's own arguments and controls set.
+CONTROLLED = {*STATE_OPTIONS, *ELSEWHERE, *(o.name for o in options_in("thresholds")), "extra"}
 #: File endings of weights files (a name ending so is a file, not a hub or timm name).
 WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".ckpt", ".bin")
 
@@ -56,13 +55,9 @@ def model_spec(name: str, *, arch: str | None, given: Backbone | None) -> ModelS
 
 def run_config(state: ExplorerState, options: dict[str, Any]) -> RunConfig:
     """The validated RunConfig of the current controls (ValueError says what is wrong)."""
-    # untiled runs keep the engine's tiling defaults, so their metadata says nothing stale
-    tiling = {"tiled": state.tiled,
-              "tile_overlap": state.tile_overlap if state.tiled else RUN_DEFAULTS.tile_overlap,
-              "tile_scale": state.tile_scale if state.tiled else RUN_DEFAULTS.tile_scale}
-    config = RunConfig(preset=state.preset, method=state.method, n_boot=state.n_boot,
-                       seed=state.seed, device=state.device, **tiling,
-                       **state.thresholds().as_dict(), **options)
+    own = {name: getattr(state, name) for name in STATE_OPTIONS}
+    # options the run does not read go back to unset: an untiled run records no tiling
+    config = RunConfig(**reset_inapplicable({**own, **options}), **state.thresholds().as_dict())
     config.validate()
     return config
 
