@@ -7,6 +7,7 @@ arguments go through the core's one validator.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ import pytest
 pytest.importorskip("ipywidgets")
 
 from napari_attnreg.core.run import options as opts
-from napari_attnreg.core.run.options import OPTIONS, option, options_in
+from napari_attnreg.core.run.options import OPTIONS, option, options_in, validate_options
 from napari_attnreg.core.stats.presets import rules_for
 from napari_attnreg.notebook import AttentionExplorer
 from napari_attnreg.notebook.advanced_panel import (
@@ -168,6 +169,31 @@ def test_advanced_options_a_preset_ignores_are_greyed_and_not_sent(tiny_backbone
     advanced.controls["std_factor"].value = 3.0  # changed, but a patch null ignores it
     assert "std_factor" not in advanced.values()
     explorer.close()
+
+
+@pytest.mark.parametrize(("argument", "value"), [("n_boot", 1.5), ("n_boot", True),
+                                                 ("seed", 2.0), ("tiled", 1),
+                                                 ("tile_scale", 0.0), ("p_th", 2)])
+def test_explorer_arguments_are_refused_with_the_cores_words(blob_image, argument, value):
+    with pytest.raises(ValueError) as core:
+        validate_options({argument: value})
+    with pytest.raises(ValueError) as err:
+        AttentionExplorer(blob_image, "demo", view="image", **{argument: value})
+    assert str(err.value) == str(core.value)  # never rounded (1.5 -> 1) or cast (True -> 1)
+
+
+@pytest.mark.parametrize("opacity", [5, -0.1, math.nan, True, "0.5"])
+def test_a_bad_opacity_names_the_allowed_range(blob_image, opacity):
+    with pytest.raises(ValueError, match=r"opacity must be a number in \[0, 1\]"):
+        AttentionExplorer(blob_image, "demo", view="image", opacity=opacity)
+
+
+def test_explorer_arguments_are_normalised(blob_image):
+    ex = AttentionExplorer(blob_image, "demo", view="image", n_boot=np.int64(12),
+                           seed=np.int32(3), tiled=np.bool_(False), opacity=np.float32(0.5))
+    assert (ex.n_boot, ex.seed, ex.tiled, ex.opacity) == (12, 3, False, 0.5)
+    assert type(ex.n_boot) is int and type(ex.seed) is int
+    ex.close()
 
 
 def test_an_untiled_run_records_no_tiling_and_a_tiled_one_no_input_size(blob_image):

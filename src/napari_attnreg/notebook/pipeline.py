@@ -7,6 +7,7 @@ and which options the controls describe.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from napari_attnreg.core.run.options import options_in, reset_inapplicable, vali
 from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
 from napari_attnreg.core.run.service import Job, ModelSpec
 from napari_attnreg.notebook.advanced_panel import ELSEWHERE, STATE_OPTIONS
+from napari_attnreg.notebook.option_controls import check_opacity
 from napari_attnreg.notebook.state import ExplorerState
 
 #: Options of :class:`RunConfig` the explorer's own arguments and controls set.
@@ -32,6 +34,29 @@ def check_run_options(options: dict[str, Any]) -> dict[str, Any]:
         raise TypeError(f"AttentionExplorer got unknown options {sorted(unknown)}; the run "
                         "options are the RunConfig fields.")
     return validate_options(options)  # bad values fail now, with the core's words
+
+
+def check_arguments(named: Mapping[str, Any], *, opacity: Any) -> dict[str, Any]:
+    """The explorer's named arguments, checked as ``regularize()`` and the CLI check them.
+
+    Parameters
+    ----------
+    named : mapping
+        Run options given by name (``n_boot``, ``tiled``, thresholds ...).
+    opacity : float
+        The overlay's opacity, in [0, 1].
+
+    Returns
+    -------
+    dict
+        The options normalised by the core's validator, and ``opacity`` as a float.
+
+    Raises
+    ------
+    ValueError
+        With the core's words, e.g. ``n_boot=1.5`` is not rounded but refused.
+    """
+    return {**validate_options(named), "opacity": check_opacity(opacity)}
 
 
 def given_model(model: Any) -> Backbone:
