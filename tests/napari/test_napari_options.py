@@ -83,3 +83,9 @@ def test_options_a_run_does_not_read_are_greyed_and_unset(panel, preset, method,
     for name in greyed:  # nothing stale in the run's metadata
         assert kwargs[name] == opts.option(name).unset, name
 
+
+def test_the_weights_dialog_lists_every_weight_file_ending():
+    from napari_attnreg._napari.model_picker import WEIGHT_FILTER
+    from napari_attnreg.core.models.weights import WEIGHT_SUFFIXES
+
+    assert all(f"*{suffix}" in WEIGHT_FILTER for suffix in WEIGHT_SUFFIXES)

@@ -13,6 +13,7 @@ from typing import Any
 
 from napari_attnreg.core.models.backbones import Backbone, load_backbone
 from napari_attnreg.core.models.catalogue import find
+from napari_attnreg.core.models.weights import WEIGHT_SUFFIXES
 from napari_attnreg.core.run.engine import RunConfig
 from napari_attnreg.core.run.options import options_in, reset_inapplicable, validate_options
 from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
@@ -23,8 +24,6 @@ from napari_attnreg.notebook.state import ExplorerState
 
 #: Options of :class:`RunConfig` the explorer's own arguments and controls set.
 CONTROLLED = {*STATE_OPTIONS, *ELSEWHERE, *(o.name for o in options_in("thresholds")), "extra"}
-#: File endings of weights files (a name ending so is a file, not a hub or timm name).
-WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".ckpt", ".bin")
 
 
 def check_run_options(options: dict[str, Any]) -> dict[str, Any]:
