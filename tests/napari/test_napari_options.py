@@ -89,3 +89,11 @@ def test_the_weights_dialog_lists_every_weight_file_ending():
     from napari_attnreg.core.models.weights import WEIGHT_SUFFIXES
 
     assert all(f"*{suffix}" in WEIGHT_FILTER for suffix in WEIGHT_SUFFIXES)
+
+
+def test_unset_reads_auto_and_never_repeats_a_real_choice(panel):
+    tail = panel.controls["tail"]  # None: gpd for tiled runs, none otherwise
+    texts = [tail.itemText(i) for i in range(tail.count())]
+    assert len(texts) == len(set(texts)) and texts[0] == "auto"
+    assert panel.controls["tile_overlap"].specialValueText() == "auto"  # a quarter tile
+    assert panel.controls["block_size"].specialValueText() == "auto"  # half a patch, or one
