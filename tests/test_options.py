@@ -143,3 +143,55 @@ def test_which_options_apply_to_which_runs():
     assert not applies(opts.option("std_factor"), preset="paper", method="pixel", tiled=False)
     assert not applies(opts.option("tile_overlap"), preset="paper", method="normal", tiled=False)
     assert applies(opts.option("tile_overlap"), preset="paper", method="normal", tiled=True)
+
+
+def test_applicable_options_reads_preset_method_and_tiling():
+    names = set(opts.OPTIONS)
+    default = opts.applicable_options({})  # step-down, its patch nulls, untiled
+    assert default == opts.applicable_options({"preset": "stepdown", "method": None,
+                                               "tiled": False, "n_boot": 9})
+    assert {"block_size", "tail", "target_size"} <= default
+    assert default.isdisjoint({"std_factor", "null_resolution", "alternative", "null_pool",
+                               "pi0_method", "l_th", "tile_overlap", "tile_scale", "null_scope"})
+    paper = opts.applicable_options({"preset": "paper", "method": "normal"})
+    assert {"alternative", "p_method", "null", "pi0_method", "l_th", "std_factor",
+            "per_channel", "null_resolution"} <= paper
+    assert paper.isdisjoint({"null_pool", "tail", "block_size"})
+    assert "null_pool" in opts.applicable_options({"preset": "directional"})  # its normal nulls
+    tiled = opts.applicable_options({"tiled": True})
+    assert {"tile_overlap", "tile_scale", "null_scope"} <= tiled and "target_size" not in tiled
+    # the run-wide ones always apply
+    always = {"preset", "method", "n_boot", "seed", "device", "tiled", "q_th", "p_th", "rule"}
+    for preset in PRESET_DEFAULTS:
+        for method in opts.NULL_METHODS:
+            for tiled in (False, True):
+                got = opts.applicable_options({"preset": preset, "method": method,
+                                               "tiled": tiled})
+                assert always <= got <= names
+                assert got == {n for n, o in opts.OPTIONS.items()
+                               if o.applies(preset=preset, method=method, tiled=tiled)}
+
+
+def test_reset_inapplicable_unsets_what_the_run_does_not_read():
+    values = {"preset": "directional", "method": "patch", "tiled": False, "std_factor": 3.0,
+              "block_size": 8, "tile_scale": 2.0, "tile_overlap": 16, "p_method": "null",
+              "null_pool": "position", "tail": "gpd", "extra": {"a": 1}}
+    assert opts.reset_inapplicable(values) == {
+        **values, "std_factor": 1.0, "tile_scale": 1.0, "tile_overlap": None,
+        "p_method": None, "tail": None}  # the preset's (None) or the engine's default
+    tiled = opts.reset_inapplicable({"tiled": True, "target_size": 64, "tile_scale": 2.0})
+    assert tiled == {"tiled": True, "target_size": "model", "tile_scale": 2.0}
+
+
+def test_cli_help_groups_advanced_options_and_lists_every_flag():
+    parser = argparse.ArgumentParser()
+    opts.add_cli_arguments(parser)
+    sections = {g.title: {a.dest for a in g._group_actions} for g in parser._action_groups}
+    assert sections["run options"] == {o.name for o in opts.OPTIONS.values()
+                                       if not o.advanced and o.group != "thresholds"}
+    advanced = {name for title, names in sections.items() if title.startswith("advanced")
+                for name in names}
+    assert advanced == {o.name for o in opts.OPTIONS.values() if o.advanced}
+    help_text = parser.format_help()
+    assert all(o.cli_flag in help_text for o in opts.OPTIONS.values())
+    assert help_text.index("run options:") < help_text.index("advanced: null images:")

@@ -76,3 +76,13 @@ def test_hiding_the_text_box_keeps_the_dropdown_visible():
     assert picker.dropdown.layout.display != "none"  # was hidden with the text box
     assert picker.other.layout is not picker.dropdown.layout
     assert picker.other.layout.width == picker.dropdown.layout.width == "360px"
+
+
+def test_weight_file_endings_come_from_the_core():
+    from napari_attnreg.core.models.weights import WEIGHT_SUFFIXES
+    from napari_attnreg.notebook.model_picker import ModelPicker
+    from napari_attnreg.notebook.pipeline import model_spec
+
+    assert all(suffix in ModelPicker().other.tooltip for suffix in WEIGHT_SUFFIXES)
+    for suffix in WEIGHT_SUFFIXES:  # a name ending so is a file, even one not there yet
+        assert model_spec(f"missing{suffix}", arch=None, given=None).source == "file"

@@ -1,18 +1,34 @@
-"""The explorer's run controls are built from the core's option metadata, advanced ones too."""
+"""The explorer's run controls are built from the core's option metadata, advanced ones too.
+
+The metadata also places them (``Option.advanced``), says which apply, and the explorer's
+arguments go through the core's one validator.
+"""
 
 from __future__ import annotations
+
+import dataclasses
+import math
 
 import numpy as np
 import pytest
 
 pytest.importorskip("ipywidgets")
 
-from napari_attnreg.core.run.options import OPTIONS, option
+from napari_attnreg.core.run import options as opts
+from napari_attnreg.core.run.options import OPTIONS, option, options_in, validate_options
 from napari_attnreg.core.stats.presets import rules_for
 from napari_attnreg.notebook import AttentionExplorer
-from napari_attnreg.notebook.advanced_panel import AdvancedPanel, advanced_options
+from napari_attnreg.notebook.advanced_panel import (
+    ELSEWHERE,
+    STATE_OPTIONS,
+    AdvancedPanel,
+    read_back_options,
+)
 from napari_attnreg.notebook.option_controls import UNSET, build_control, control_value
-from napari_attnreg.notebook.options_panel import MAIN_OPTIONS
+from napari_attnreg.notebook.options_panel import OptionsPanel
+from napari_attnreg.notebook.state import ExplorerState
+
+THRESHOLDS = {o.name for o in options_in("thresholds")}
 
 
 @pytest.fixture
@@ -25,7 +41,7 @@ def explorer(blob_image, tiny_backbone):
 
 
 def test_main_controls_show_the_cores_labels_choices_ranges_and_help(explorer):
-    for name in (*MAIN_OPTIONS, "rule", "q_th", "p_th", "l_th", "z_th"):
+    for name in (*STATE_OPTIONS, "rule", "q_th", "p_th", "l_th", "z_th"):
         opt, control = option(name), explorer.controls[name]
         assert control.description == opt.label and control.tooltip == opt.help, name
         if name == "rule":  # the rules of the state's preset
@@ -43,11 +59,47 @@ def test_main_controls_show_the_cores_labels_choices_ranges_and_help(explorer):
 def test_every_other_option_is_an_advanced_control():
     panel = AdvancedPanel()
     shown = set(panel.controls)
-    assert shown == {o.name for o in advanced_options()}
-    assert shown | set(MAIN_OPTIONS) | {"rule", "q_th", "p_th", "l_th", "z_th",
-                                        "channel_axis"} == set(OPTIONS)
+    assert shown == {o.name for o in read_back_options()}
+    assert shown | set(STATE_OPTIONS) | THRESHOLDS | set(ELSEWHERE) == set(OPTIONS)
+    assert STATE_OPTIONS == ("preset", "method", "n_boot", "seed", "tiled", "tile_scale",
+                             "tile_overlap", "device")  # the explorer's traits, in core order
     assert panel.selected_index is None  # collapsed until opened
     assert panel.values() == {}  # nothing set: the engine's and the preset's defaults
+
+
+def _placement(panel: OptionsPanel) -> tuple[list[str], list[str]]:
+    """Names of the option controls above Advanced, and of those inside it."""
+    names = {id(c): n for n, c in {**panel.controls, **panel.advanced.controls}.items()}
+    main = [names[id(c)] for c in panel.children if id(c) in names and names[id(c)] != "model"]
+    inside = [names[id(c)] for c in panel.advanced.children[0].children if id(c) in names]
+    return main, inside
+
+
+def test_the_metadata_places_each_option_above_or_under_advanced():
+    panel = OptionsPanel(ExplorerState(), {})
+    main, inside = _placement(panel)
+    assert main == [o.name for o in opts.panel_options(advanced=False, skip=ELSEWHERE)]
+    assert main == ["preset", "method", "n_boot", "tiled", "device"]
+    assert inside == [o.name for g in opts.GROUP_TITLES
+                      for o in opts.panel_options(advanced=True, skip=ELSEWHERE) if o.group == g]
+    assert {"seed", "tile_overlap", "tile_scale", "chunk_size"} <= set(inside)
+    assert panel.children[-1] is panel.advanced
+
+
+def _flip_advanced(monkeypatch, names: tuple[str, ...]) -> None:
+    """Swap basic and advanced for ``names`` in the core's option table."""
+    table = tuple(dataclasses.replace(o, advanced=not o.advanced) if o.name in names else o
+                  for o in opts._OPTIONS)
+    monkeypatch.setattr(opts, "_OPTIONS", table)
+    monkeypatch.setattr(opts, "OPTIONS", {o.name: o for o in table})
+
+
+def test_flipping_advanced_in_the_metadata_moves_the_control(monkeypatch):
+    # a trait (seed), a read-back option (precision), a tiling trait and a basic one
+    _flip_advanced(monkeypatch, ("seed", "precision", "tile_scale", "n_boot"))
+    main, inside = _placement(OptionsPanel(ExplorerState(), {}))
+    assert {"seed", "precision", "tile_scale"} <= set(main) and "n_boot" in inside
+    assert set(main).isdisjoint(inside)
 
 
 def test_constructor_options_start_in_the_advanced_controls_and_reach_the_run(explorer):
@@ -117,3 +169,41 @@ def test_advanced_options_a_preset_ignores_are_greyed_and_not_sent(tiny_backbone
     advanced.controls["std_factor"].value = 3.0  # changed, but a patch null ignores it
     assert "std_factor" not in advanced.values()
     explorer.close()
+
+
+@pytest.mark.parametrize(("argument", "value"), [("n_boot", 1.5), ("n_boot", True),
+                                                 ("seed", 2.0), ("tiled", 1),
+                                                 ("tile_scale", 0.0), ("p_th", 2)])
+def test_explorer_arguments_are_refused_with_the_cores_words(blob_image, argument, value):
+    with pytest.raises(ValueError) as core:
+        validate_options({argument: value})
+    with pytest.raises(ValueError) as err:
+        AttentionExplorer(blob_image, "demo", view="image", **{argument: value})
+    assert str(err.value) == str(core.value)  # never rounded (1.5 -> 1) or cast (True -> 1)
+
+
+@pytest.mark.parametrize("opacity", [5, -0.1, math.nan, True, "0.5"])
+def test_a_bad_opacity_names_the_allowed_range(blob_image, opacity):
+    with pytest.raises(ValueError, match=r"opacity must be a number in \[0, 1\]"):
+        AttentionExplorer(blob_image, "demo", view="image", opacity=opacity)
+
+
+def test_explorer_arguments_are_normalised(blob_image):
+    ex = AttentionExplorer(blob_image, "demo", view="image", n_boot=np.int64(12),
+                           seed=np.int32(3), tiled=np.bool_(False), opacity=np.float32(0.5))
+    assert (ex.n_boot, ex.seed, ex.tiled, ex.opacity) == (12, 3, False, 0.5)
+    assert type(ex.n_boot) is int and type(ex.seed) is int
+    ex.close()
+
+
+def test_an_untiled_run_records_no_tiling_and_a_tiled_one_no_input_size(blob_image):
+    from napari_attnreg.notebook.pipeline import run_config
+
+    ex = AttentionExplorer(blob_image, "demo", view="image", target_size=64, tile_scale=2.0)
+    options = ex.options_panel.advanced.values()
+    assert run_config(ex, options).tile_scale == 1.0 and run_config(ex, options).target_size == 64
+    ex.tiled = True
+    assert ex.options_panel.advanced.controls["target_size"].disabled
+    config = run_config(ex, ex.options_panel.advanced.values())
+    assert config.tile_scale == 2.0 and config.target_size == "model"
+    ex.close()

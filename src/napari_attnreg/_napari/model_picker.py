@@ -21,9 +21,11 @@ from qtpy.QtWidgets import (
 )
 
 from napari_attnreg.core.models.catalogue import CatalogueEntry, by_domain, find
+from napari_attnreg.core.models.weights import WEIGHT_SUFFIXES
 from napari_attnreg.core.run.service import MODEL_SOURCE_LABELS, ModelSpec
 
-WEIGHT_FILTER = "Weights (*.safetensors *.pth *.pt *.ckpt *.bin);;All (*)"
+#: The file dialog's filter: the weight-file endings the loader reads, then anything.
+WEIGHT_FILTER = f"Weights ({' '.join('*' + s for s in WEIGHT_SUFFIXES)});;All (*)"
 
 
 class CataloguePicker(QWidget):
@@ -111,8 +113,8 @@ class ModelPanel(QWidget):
         _fit_text(self.timm_edit, self.timm_edit.placeholderText())
         self.weights_edit = QLineEdit()
         self.weights_edit.setPlaceholderText("weights file")
-        self.weights_edit.setToolTip("Local weights: .safetensors, .pth or Lightning .ckpt "
-                                     "(works offline).")
+        self.weights_edit.setToolTip(f"Local weights file ({', '.join(WEIGHT_SUFFIXES)}); "
+                                     "works offline.")
         _fit_text(self.weights_edit, "/path/to/weights.safetensors")
         self.browse_button = QPushButton("…")
         self.browse_button.setToolTip("Choose a weights file.")

@@ -14,8 +14,9 @@ from napari_attnreg.core.run.options import Option
 
 #: Qt spin boxes hold 32-bit integers; larger maxima (e.g. the seed's) are capped here.
 QT_INT_MAX = 2**31 - 1
-#: What an empty value means, shown at the bottom of a spin box whose option allows None.
-EMPTY_TEXT = {"chunk_size": "auto", "block_size": "patch size"}
+#: What an empty value (None) shows as, where it is not "auto" (chosen by the engine or the
+#: preset, as each option's help says): here it means none at all.
+EMPTY_TEXT = {"merge": "none", "channel_axis": "none"}
 
 
 def make_control(opt: Option, value: Any = None, choices: tuple | None = None) -> QWidget:
@@ -23,8 +24,8 @@ def make_control(opt: Option, value: Any = None, choices: tuple | None = None) -
     value = opt.default if value is None else value
     if opt.kind == "choice" or choices is not None:
         control: QWidget = QComboBox()
-        if opt.allow_none:
-            control.addItem("none", None)
+        if opt.allow_none:  # "none" would read as the tail's real choice "none"
+            control.addItem(EMPTY_TEXT.get(opt.name, "auto"), None)
         for choice in choices if choices is not None else opt.choices:
             control.addItem(opt.label_of(choice), choice)
     elif opt.kind == "bool":
@@ -35,7 +36,7 @@ def make_control(opt: Option, value: Any = None, choices: tuple | None = None) -
         high = int(min(opt.maximum if opt.maximum is not None else QT_INT_MAX, QT_INT_MAX))
         if opt.allow_none:  # one step below the minimum stands for "empty"
             low -= 1
-            control.setSpecialValueText(EMPTY_TEXT.get(opt.name, "none"))
+            control.setSpecialValueText(EMPTY_TEXT.get(opt.name, "auto"))
         control.setRange(low, high)
         control.setSingleStep(int(opt.step or 1))
     elif opt.kind == "float":

@@ -1,7 +1,9 @@
 """Run options: statistics preset, null images, device, tiling, and the advanced ones.
 
-Every control is built from the core's option metadata (:mod:`.option_controls`); this
-panel only decides where each goes and which apply to the current preset or null method.
+Every control is built from the core's option metadata (:mod:`.option_controls`), and the
+metadata places it: ``Option.advanced`` puts it under *Advanced* (by group), and
+:func:`~napari_attnreg.core.run.options.applicable_options` greys out what the current
+preset, null method and tiling do not read.
 """
 
 from __future__ import annotations
@@ -15,13 +17,21 @@ from superqt import QCollapsible
 from napari_attnreg._napari.option_controls import make_control, set_value, value_of
 from napari_attnreg.core.results.display import PRESET_HELP
 from napari_attnreg.core.run.engine import resolve_device
-from napari_attnreg.core.run.options import OPTIONS, default_for, option
+from napari_attnreg.core.run.options import (
+    GROUP_TITLES,
+    OPTIONS,
+    applicable_options,
+    default_for,
+    option,
+    panel_options,
+    reset_inapplicable,
+)
 from napari_attnreg.core.stats.presets import DEFAULT_PRESET
 
-#: Shown above Advanced, in this order.
-BASIC = ("preset", "method", "n_boot", "device", "tiled")
-#: Set elsewhere in the dock: the thresholds panel and the image/channels rows.
-ELSEWHERE = ("rule", "q_th", "p_th", "l_th", "z_th", "channel_axis", "channels", "merge")
+#: Set elsewhere in the dock, with the image's channels (the thresholds have their own panel).
+ELSEWHERE = ("channel_axis", "channels", "merge")
+#: Run settings that decide which other options apply.
+DECIDING = ("preset", "method", "tiled")
 
 
 class OptionsPanel(QWidget):
@@ -34,11 +44,10 @@ class OptionsPanel(QWidget):
 
         super().__init__(parent)
         self.controls: dict[str, QWidget] = {}
-        for name, opt in OPTIONS.items():
-            if name in ELSEWHERE:
-                continue
-            choices = tuple(available_devices()) if name == "device" else None
-            self.controls[name] = make_control(opt, default_for(name, DEFAULT_PRESET), choices)
+        for opt in panel_options(skip=ELSEWHERE):
+            choices = tuple(available_devices()) if opt.name == "device" else None
+            self.controls[opt.name] = make_control(opt, default_for(opt.name, DEFAULT_PRESET),
+                                                   choices)
         presets = self.controls["preset"]
         for i in range(presets.count()):  # each preset's own explanation on its item
             presets.setItemData(i, PRESET_HELP.get(presets.itemData(i), ""),
@@ -47,36 +56,42 @@ class OptionsPanel(QWidget):
         self.device_label.setToolTip("The device 'auto' resolves to on this machine.")
         self.form = QFormLayout()
         self.form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
-        for name in BASIC:
-            self._add_row(self.form, name)
-            if name == "device":
-                self.form.addRow("", self.device_label)
+        for opt in panel_options(advanced=False, skip=ELSEWHERE):
+            self._add_row(self.form, opt.name)
         self.advanced_form = QFormLayout()
-        for name in self.controls:
-            if name not in BASIC:
-                self._add_row(self.advanced_form, name)
-        box = QWidget()
-        box.setLayout(self.advanced_form)
-        self.advanced = QCollapsible("Advanced")
-        tip = "Seed, null-image details, statistics details, model block/head, input size, " \
-              "tiling and compute options."
-        self.advanced.setToolTip(tip)
-        for button in self.advanced.findChildren(QPushButton):  # the expand/collapse toggle
-            button.setToolTip(tip)
-        self.advanced.addWidget(box)
+        for group, title in GROUP_TITLES.items():
+            members = [o for o in panel_options(advanced=True, skip=ELSEWHERE) if o.group == group]
+            if members:
+                self.advanced_form.addRow(QLabel(f"<i>{title}</i>"))
+            for opt in members:
+                self._add_row(self.advanced_form, opt.name)
+        self.advanced = self._collapsible(self.advanced_form)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(self.form)
         layout.addWidget(self.advanced)
 
         self.controls["device"].currentIndexChanged.connect(self._on_device_changed)
-        self.controls["method"].currentIndexChanged.connect(self._on_method_changed)
-        self.controls["tiled"].toggled.connect(self._on_tiled_toggled)
+        self.controls["method"].currentIndexChanged.connect(self._update_applicable)
+        self.controls["tiled"].toggled.connect(self._update_applicable)
         self.controls["preset"].currentIndexChanged.connect(self._on_preset_changed)
         self._on_device_changed()
-        self._on_method_changed()
-        self._on_tiled_toggled(self.value("tiled"))
         self._apply_preset_options()
+
+    @staticmethod
+    def _collapsible(form: QFormLayout) -> QCollapsible:
+        """The collapsed *Advanced* section holding ``form``."""
+        box = QWidget()
+        box.setLayout(form)
+        advanced = QCollapsible("Advanced")
+        groups = [t.lower() for g, t in GROUP_TITLES.items()
+                  if any(o.group == g for o in panel_options(advanced=True, skip=ELSEWHERE))]
+        tip = "Options an analyst seldom changes: " + ", ".join(groups) + "."
+        advanced.setToolTip(tip)
+        for button in advanced.findChildren(QPushButton):  # the expand/collapse toggle
+            button.setToolTip(tip)
+        advanced.addWidget(box)
+        return advanced
 
     def _add_row(self, form: QFormLayout, name: str) -> None:
         control = self.controls[name]
@@ -86,26 +101,23 @@ class OptionsPanel(QWidget):
         row_label = form.labelForField(control)
         if row_label is not None:
             row_label.setToolTip(opt.help)
+        if name == "device":
+            form.addRow("", self.device_label)
 
     # ---- values ----------------------------------------------------------------------------
     def value(self, name: str) -> Any:
+        """The value control ``name`` shows."""
         return value_of(self.controls[name], option(name))
 
     def set(self, name: str, value: Any) -> None:
+        """Show ``value`` in control ``name``."""
         set_value(self.controls[name], option(name), value)
 
     def preset(self) -> str:
+        """The statistics preset chosen."""
         return self.value("preset")
 
     # ---- reactions -----------------------------------------------------------------------
-    def _set_row_visible(self, name: str, visible: bool) -> None:
-        control = self.controls[name]
-        control.setVisible(visible)
-        for form in (self.form, self.advanced_form):
-            label = form.labelForField(control)
-            if label is not None:
-                label.setVisible(visible)
-
     def _on_device_changed(self, *_: Any) -> None:
         try:
             dev = resolve_device(self.value("device"))
@@ -119,20 +131,15 @@ class OptionsPanel(QWidget):
             text += f" ({torch.cuda.get_device_name(dev)})"
         self.device_label.setText(text)
 
-    def _applies(self, name: str) -> bool:
-        return option(name).applies(preset=self.preset(), method=self.value("method"),
-                                    tiled=self.value("tiled"))
-
-    def _on_method_changed(self, *_: Any) -> None:
-        for name, opt in OPTIONS.items():
-            if opt.methods is not None and name in self.controls:
-                self._set_row_visible(name, self._applies(name))
-
-    def _on_tiled_toggled(self, tiled: bool) -> None:
-        for name, opt in OPTIONS.items():
-            if opt.tiled_only and name in self.controls:
-                self.controls[name].setEnabled(tiled)
-        self.controls["target_size"].setEnabled(not tiled)  # tiles are the model's input size
+    def _update_applicable(self, *_: Any) -> None:
+        """Grey out the options the preset, null method and tiling leave unread."""
+        applicable = applicable_options({name: self.value(name) for name in DECIDING})
+        for name, control in self.controls.items():
+            control.setEnabled(name in applicable)
+            for form in (self.form, self.advanced_form):
+                label = form.labelForField(control)
+                if label is not None:
+                    label.setEnabled(name in applicable)
 
     def apply_settings(self, defaults: Any) -> None:
         """Start from the user's plugin settings (preset, B, device; napari Preferences)."""
@@ -147,9 +154,7 @@ class OptionsPanel(QWidget):
         for name, opt in OPTIONS.items():
             if opt.preset_dependent and name in self.controls:
                 self.set(name, default_for(name, preset))
-        for name, opt in OPTIONS.items():  # e.g. the paper's two-sided options under directional
-            if opt.presets != OPTIONS["preset"].choices and name in self.controls:
-                self.controls[name].setEnabled(preset in opt.presets)
+        self._update_applicable()
 
     def _on_preset_changed(self, *_: Any) -> None:
         self._apply_preset_options()
@@ -157,12 +162,9 @@ class OptionsPanel(QWidget):
 
     # ---- read back -----------------------------------------------------------------------
     def config_kwargs(self) -> dict[str, Any]:
-        """:class:`RunConfig` keyword arguments of these controls."""
-        values = {name: self.value(name) for name in self.controls}
-        for name in self.controls:
-            opt = option(name)
-            if values["preset"] not in opt.presets:  # fixed by this preset: "from the preset"
-                values[name] = None
-            elif opt.tiled_only and not values["tiled"]:  # untiled: no stale tiling metadata
-                values[name] = opt.default
-        return values
+        """:class:`RunConfig` keyword arguments of these controls.
+
+        Options the run does not read go back to unset (None: the preset's; else the
+        default), so its metadata records nothing stale (e.g. an untiled run's tile overlap).
+        """
+        return reset_inapplicable({name: self.value(name) for name in self.controls})

@@ -1,36 +1,50 @@
-"""Advanced run options, collapsed by default: every core option without a control of its own.
+"""Advanced run options, collapsed by default: every option the metadata marks ``advanced``.
 
+The core's ``Option.advanced`` decides what sits here, grouped as in napari and ``--help``.
+Options the explorer holds as traits (the tiling ones) are linked to them by the options
+panel and only placed here; every other option's control is read back by :meth:`values`.
 The explorer's keyword arguments (``chunk_size=4``, ``target_size="native"`` ...) start here,
 and Run reads them back; the core validates them at the start of the run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import ipywidgets as W
 from traitlets import TraitError
 
-from napari_attnreg.core.run.options import OPTIONS, Option
+from napari_attnreg.core.run.options import GROUP_TITLES, Option, panel_options
 from napari_attnreg.notebook.option_controls import build_control, control_value, show_value
+from napari_attnreg.notebook.state import ExplorerState
 
-#: Options with a control of their own elsewhere (traits of the explorer), or set with the image.
-ELSEWHERE = {"preset", "method", "n_boot", "seed", "device", "tiled", "tile_scale",
-             "tile_overlap", "rule", "q_th", "p_th", "l_th", "z_th", "channel_axis"}
-GROUP_TITLES = {"bootstrap": "Null images", "statistics": "Statistics", "model": "Model",
-                "image": "Image", "tiling": "Tiling", "compute": "Compute"}
+#: Set with the image (the explorer's ``channel_axis`` argument); thresholds have their own panel.
+ELSEWHERE = ("channel_axis",)
+#: Run options the explorer holds as traits of the same name (``explorer.n_boot = 500``).
+STATE_OPTIONS = tuple(o.name for o in panel_options(skip=ELSEWHERE)
+                      if o.name in ExplorerState.class_own_traits())
 
 
-def advanced_options() -> list[Option]:
-    """The options this panel shows, in the core's order."""
-    return [o for o in OPTIONS.values() if o.name not in ELSEWHERE]
+def read_back_options() -> list[Option]:
+    """The options whose controls :meth:`AdvancedPanel.values` reads, in the core's order."""
+    return panel_options(skip=(*ELSEWHERE, *STATE_OPTIONS))
 
 
 class AdvancedPanel(W.Accordion):
-    """One collapsed section; ``values()`` gives the options that are set."""
+    """One collapsed section; ``values()`` gives the options that are set.
 
-    def __init__(self, initial: dict[str, Any] | None = None) -> None:
-        self.options = {o.name: o for o in advanced_options()}
+    Parameters
+    ----------
+    initial : dict, optional
+        Option values given in code (the explorer's ``**run_options``).
+    bound : mapping, optional
+        Controls linked to explorer traits; the advanced ones among them are placed here too.
+    """
+
+    def __init__(self, initial: dict[str, Any] | None = None,
+                 bound: Mapping[str, W.Widget] | None = None) -> None:
+        self.options = {o.name: o for o in read_back_options()}
         self.controls: dict[str, W.Widget] = {name: build_control(o)
                                               for name, o in self.options.items()}
         self._initial: dict[str, tuple[Any, Any]] = {}  # name -> (value, control value)
@@ -39,9 +53,13 @@ class AdvancedPanel(W.Accordion):
         for name, value in (initial or {}).items():
             if name in self.controls:
                 self._show_initial(name, value)
+        #: read-back controls of options the metadata places above Advanced (none today)
+        self.main_controls = {n: c for n, c in self.controls.items() if not self.options[n].advanced}
+        placed = {**self.controls, **(bound or {})}
         rows: list[W.Widget] = []
         for group, title in GROUP_TITLES.items():
-            members = [c for n, c in self.controls.items() if self.options[n].group == group]
+            members = [placed[o.name] for o in panel_options(advanced=True)
+                       if o.group == group and o.name in placed]
             if members:
                 rows += [W.HTML(f"<i>{title}</i>"), *members]
         super().__init__(children=[W.VBox(rows)], selected_index=None,
@@ -80,6 +98,7 @@ class AdvancedPanel(W.Accordion):
 
     @property
     def disabled(self) -> bool:
+        """Whether every read-back control is locked (during a run)."""
         return all(c.disabled for c in self.controls.values())
 
     @disabled.setter
@@ -87,3 +106,4 @@ class AdvancedPanel(W.Accordion):
         for name, control in self.controls.items():
             fixed = name in self._initial and control.tooltip.startswith("Set in code")
             control.disabled = value or fixed or not self.applicable.get(name, True)
+

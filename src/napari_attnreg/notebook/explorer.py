@@ -32,7 +32,13 @@ from napari_attnreg.notebook.canvas import OverlayCanvas, make_view
 from napari_attnreg.notebook.display_panel import DisplayPanel
 from napari_attnreg.notebook.image_panel import ImagePanel, check_max_display
 from napari_attnreg.notebook.options_panel import OptionsPanel
-from napari_attnreg.notebook.pipeline import check_run_options, given_model, make_job, model_spec
+from napari_attnreg.notebook.pipeline import (
+    check_arguments,
+    check_run_options,
+    given_model,
+    make_job,
+    model_spec,
+)
 from napari_attnreg.notebook.roi_panel import RoiPanel
 from napari_attnreg.notebook.run_panel import RunPanel
 from napari_attnreg.notebook.state import RUN_DEFAULTS
@@ -120,6 +126,13 @@ class AttentionExplorer(ExplorerApi):
         super().__init__()
         self._parts: list[Any] = []  # closed by close(), also after a failed construction
         self._run_options = check_run_options(run_options)
+        given = {"rule": rule, "q_th": q_th, "p_th": p_th, "l_th": l_th, "z_th": z_th}
+        named = check_arguments({  # refused with the core's words, never rounded
+            "preset": preset, "method": method, "n_boot": n_boot, "seed": seed,
+            "device": device, "tiled": tiled, "tile_overlap": tile_overlap,
+            "tile_scale": tile_scale, **{key: value for key, value in given.items()
+                                         if not (isinstance(value, str) and value == FROM_PRESET)}},
+            opacity=opacity)
         check_max_display(max_display)
         if colormap != "auto":
             render.colormap_lut(colormap)  # unknown names fail here, not at the first render
@@ -133,19 +146,15 @@ class AttentionExplorer(ExplorerApi):
         self._generation = 0
         self.last_error: BaseException | None = None
 
-        self.preset = preset  # first: its observer resets the thresholds given below
-        given = {"rule": rule, "q_th": q_th, "p_th": p_th, "l_th": l_th, "z_th": z_th}
+        self.preset = named.pop("preset")  # first: its observer resets the given thresholds
         with self.hold_trait_notifications():
             self.model_name = model_name
-            if method is not None:  # None: the preset's null method
-                self.method = method
-            self.n_boot, self.seed, self.device = int(n_boot), int(seed), device
-            self.tiled, self.tile_overlap, self.tile_scale = bool(tiled), tile_overlap, tile_scale
-            for key, value in given.items():
-                if not (isinstance(value, str) and value == FROM_PRESET):
-                    setattr(self, key, value)
+            if named["method"] is None:  # None: the preset's null method
+                del named["method"]
+            for key, value in named.items():
+                setattr(self, key, value)
             self.overlay, self.colormap = overlay, colormap
-            self.opacity, self.outline = float(opacity), bool(outline)
+            self.outline = bool(outline)
 
         self._build(make_view(view, width), max_display, width)
         if self._load_image(image, channel_axis=channel_axis, rgb=rgb) and roi is not None:

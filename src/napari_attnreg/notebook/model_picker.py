@@ -8,6 +8,7 @@ import ipywidgets as W
 import traitlets as t
 
 from napari_attnreg.core.models.catalogue import by_domain, find
+from napari_attnreg.core.models.weights import WEIGHT_SUFFIXES
 
 OTHER = "__other__"
 
@@ -42,7 +43,7 @@ class ModelPicker(W.VBox):
                             style=style or {},
                             description=" ", continuous_update=False,
                             tooltip="A timm model name, a Hugging Face id (hf:org/name) or the "
-                                    "path of a weights file (.safetensors, .pth, .ckpt).")
+                                    f"path of a weights file ({', '.join(WEIGHT_SUFFIXES)}).")
         self.access = W.HTML().add_class("attnreg-model-access")
         self._typed = False  # the value came from the text box: keep it open
         self.dropdown.observe(self._from_controls, "value")

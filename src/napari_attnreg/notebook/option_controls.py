@@ -6,6 +6,7 @@ notebook shows what napari and ``attnreg --help`` show; nothing is copied here.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import ipywidgets as W
@@ -18,6 +19,20 @@ LABEL_WIDTH = "140px"
 #: Shown for an option left to the preset or to the engine (``None``).
 UNSET = ""
 UNSET_LABELS = {"preset": "(from preset)", "none": "(auto)"}
+
+
+def check_opacity(value: Any) -> float:
+    """``value`` as the overlay's opacity (a display setting, not a run option).
+
+    Raises
+    ------
+    ValueError
+        Unless ``value`` is a number in [0, 1] (NaN and bools are refused).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
+        raise ValueError(f"opacity must be a number in [0, 1] (0: image only, 1: overlay "
+                         f"opaque), got {value!r}.")
+    return float(value)
 
 
 def _style(label_width: str = LABEL_WIDTH) -> dict[str, str]:

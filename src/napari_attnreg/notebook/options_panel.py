@@ -1,26 +1,27 @@
-"""Run options: model, statistics preset, null method, B, seed, device, tiling, advanced.
+"""Run options: model, statistics preset, null method, B, device, tiling; the advanced ones.
 
-Every control except the model picker is built from the core's option metadata.
-Changing these takes effect at the next Run.
+Every control except the model picker is built from the core's option metadata, which also
+places it (``Option.advanced``: in the collapsed *Advanced options*) and greys out what the
+preset, null method and tiling leave unread (:func:`~napari_attnreg.core.run.options.
+applicable_options`). Options the explorer holds as traits are linked to them wherever they
+sit. Changing these takes effect at the next Run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as W
 
-from napari_attnreg.core.run.options import OPTIONS, option
-from napari_attnreg.notebook.advanced_panel import AdvancedPanel
+from napari_attnreg.core.run.options import OPTIONS, applicable_options, option, panel_options
+from napari_attnreg.notebook.advanced_panel import ELSEWHERE, STATE_OPTIONS, AdvancedPanel
 from napari_attnreg.notebook.model_picker import ModelPicker
 from napari_attnreg.notebook.option_controls import CONTROL_WIDTH, LABEL_WIDTH, build_control
 from napari_attnreg.notebook.state import ExplorerState, available_devices
 
-#: Options with a control here; each is a trait of the same name on the explorer.
-MAIN_OPTIONS = ("preset", "method", "n_boot", "seed", "device", "tiled", "tile_overlap",
-                "tile_scale")
-#: Controls locked while a run computes (the run uses the values it started with).
-RUN_INPUTS = ("model", "preset", "method", "n_boot", "seed", "device", "tiled")
+#: Run settings that decide which other options apply.
+DECIDING = ("preset", "method", "tiled")
 
 
 #: Main controls whose state always holds a value (the preset fills it): no "unset" entry.
@@ -47,7 +48,7 @@ def _number_text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _text_number(state: ExplorerState, trait: str, kind: str):
+def _text_number(state: ExplorerState, trait: str, kind: str) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         text = text.strip()
         if not text:
@@ -68,7 +69,11 @@ def device_control() -> W.Dropdown:
 
 
 class OptionsPanel(W.VBox):
-    """What to compute: the main options, then the advanced ones (collapsed)."""
+    """What to compute: the basic options, then the advanced ones (collapsed).
+
+    ``controls`` holds the model picker and every control linked to an explorer trait
+    (basic or advanced); ``advanced.controls`` the ones read back at Run.
+    """
 
     def __init__(self, state: ExplorerState, run_options: dict[str, Any]) -> None:
         super().__init__()
@@ -76,25 +81,25 @@ class OptionsPanel(W.VBox):
         self.controls: dict[str, W.Widget] = {
             "model": ModelPicker(description="model", layout=W.Layout(width=CONTROL_WIDTH),
                                  style={"description_width": LABEL_WIDTH})}
-        for name in MAIN_OPTIONS:
+        for name in STATE_OPTIONS:
             self.controls[name] = device_control() if name == "device" else build_control(
                 name, **_STATE_CHOICES.get(name, {}))
         link_all(state, self.controls, {"model": "model_name",
-                                        **{name: name for name in MAIN_OPTIONS}})
-        self.advanced = AdvancedPanel(run_options)
-        state.observe(lambda _c: self.sync(), names=["running", "tiled", "preset", "method"])
-        self.children = (*self.controls.values(), self.advanced)
+                                        **{name: name for name in STATE_OPTIONS}})
+        self.advanced = AdvancedPanel(run_options, bound={n: self.controls[n]
+                                                          for n in STATE_OPTIONS})
+        main = {**self.controls, **self.advanced.main_controls}
+        basic = [main[o.name] for o in panel_options(advanced=False, skip=ELSEWHERE)
+                 if o.name in main]
+        state.observe(lambda _c: self.sync(), names=["running", *DECIDING])
+        self.children = (self.controls["model"], *basic, self.advanced)
         self.sync()
 
     def sync(self) -> None:
         """Lock the inputs during a run; grey out options this preset / method / tiling ignores."""
         busy = self.state.running
-        for name in RUN_INPUTS:
-            self.controls[name].disabled = busy
-        for name in ("tile_overlap", "tile_scale"):
-            self.controls[name].disabled = busy or not self.state.tiled
-        self.advanced.applicable = {
-            name: opt.applies(preset=self.state.preset, method=self.state.method,
-                              tiled=self.state.tiled)
-            for name, opt in self.advanced.options.items()}
+        applicable = applicable_options({name: getattr(self.state, name) for name in DECIDING})
+        for name, control in self.controls.items():
+            control.disabled = busy or (name in OPTIONS and name not in applicable)
+        self.advanced.applicable = {name: name in applicable for name in self.advanced.options}
         self.advanced.disabled = busy

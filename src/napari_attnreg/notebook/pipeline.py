@@ -7,23 +7,23 @@ and which options the controls describe.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from napari_attnreg.core.models.backbones import Backbone, load_backbone
 from napari_attnreg.core.models.catalogue import find
+from napari_attnreg.core.models.weights import WEIGHT_SUFFIXES
 from napari_attnreg.core.run.engine import RunConfig
-from napari_attnreg.core.run.options import validate_options
+from napari_attnreg.core.run.options import options_in, reset_inapplicable, validate_options
 from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
 from napari_attnreg.core.run.service import Job, ModelSpec
-from napari_attnreg.core.stats.presets import THRESHOLD_KEYS
-from napari_attnreg.notebook.state import RUN_DEFAULTS, ExplorerState
+from napari_attnreg.notebook.advanced_panel import ELSEWHERE, STATE_OPTIONS
+from napari_attnreg.notebook.option_controls import check_opacity
+from napari_attnreg.notebook.state import ExplorerState
 
-#: Options of :class:`RunConfig` the explorer's own controls set.
-CONTROLLED = {"preset", "method", "n_boot", "seed", "device", "tiled", "tile_scale",
-              "tile_overlap", *THRESHOLD_KEYS, "extra", "channel_axis"}
-#: File endings of weights files (a name ending so is a file, not a hub or timm name).
-WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".ckpt", ".bin")
+#: Options of :class:`RunConfig` the explorer's own arguments and controls set.
+CONTROLLED = {*STATE_OPTIONS, *ELSEWHERE, *(o.name for o in options_in("thresholds")), "extra"}
 
 
 def check_run_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -33,6 +33,29 @@ def check_run_options(options: dict[str, Any]) -> dict[str, Any]:
         raise TypeError(f"AttentionExplorer got unknown options {sorted(unknown)}; the run "
                         "options are the RunConfig fields.")
     return validate_options(options)  # bad values fail now, with the core's words
+
+
+def check_arguments(named: Mapping[str, Any], *, opacity: Any) -> dict[str, Any]:
+    """The explorer's named arguments, checked as ``regularize()`` and the CLI check them.
+
+    Parameters
+    ----------
+    named : mapping
+        Run options given by name (``n_boot``, ``tiled``, thresholds ...).
+    opacity : float
+        The overlay's opacity, in [0, 1].
+
+    Returns
+    -------
+    dict
+        The options normalised by the core's validator, and ``opacity`` as a float.
+
+    Raises
+    ------
+    ValueError
+        With the core's words, e.g. ``n_boot=1.5`` is not rounded but refused.
+    """
+    return {**validate_options(named), "opacity": check_opacity(opacity)}
 
 
 def given_model(model: Any) -> Backbone:
@@ -56,13 +79,9 @@ def model_spec(name: str, *, arch: str | None, given: Backbone | None) -> ModelS
 
 def run_config(state: ExplorerState, options: dict[str, Any]) -> RunConfig:
     """The validated RunConfig of the current controls (ValueError says what is wrong)."""
-    # untiled runs keep the engine's tiling defaults, so their metadata says nothing stale
-    tiling = {"tiled": state.tiled,
-              "tile_overlap": state.tile_overlap if state.tiled else RUN_DEFAULTS.tile_overlap,
-              "tile_scale": state.tile_scale if state.tiled else RUN_DEFAULTS.tile_scale}
-    config = RunConfig(preset=state.preset, method=state.method, n_boot=state.n_boot,
-                       seed=state.seed, device=state.device, **tiling,
-                       **state.thresholds().as_dict(), **options)
+    own = {name: getattr(state, name) for name in STATE_OPTIONS}
+    # options the run does not read go back to unset: an untiled run records no tiling
+    config = RunConfig(**reset_inapplicable({**own, **options}), **state.thresholds().as_dict())
     config.validate()
     return config
 

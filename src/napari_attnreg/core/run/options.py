@@ -1,9 +1,12 @@
-"""Every run option once: label, kind, choices, range, help, group, and its validation.
+"""Every run option once: label, kind, choices, range, help, group, placement, and its validation.
 
 The napari controls, the notebook controls and the command line's argparse are all built
-from :data:`OPTIONS`, and :func:`validate_options` is the one check every run goes through
-(``RunConfig.validate`` calls it), so a new option or rule is added here and nowhere else.
-This module imports no torch, so ``attnreg --help`` stays fast.
+from :data:`OPTIONS`: ``Option.advanced`` puts an option under *Advanced* in both GUIs (and
+in an "advanced" section of ``--help``), :func:`applicable_options` says which options a run
+with a given preset, null method and tiling reads (the GUIs grey out the rest), and
+:func:`validate_options` is the one check every run goes through (``RunConfig.validate``
+calls it), so a new option or rule is added here and nowhere else. This module imports no
+torch, so ``attnreg --help`` stays fast.
 
 Example
 -------
@@ -11,6 +14,8 @@ Example
 'Bootstrap images (B)'
 >>> validate_options({"n_boot": 50, "p_th": 0.05})
 {'n_boot': 50, 'p_th': 0.05}
+>>> "std_factor" in applicable_options({"preset": "paper", "method": "patch"})
+False
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import argparse
 import math
 import numbers
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,18 +50,26 @@ MERGES = ("mean", "max")
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 #: Seeds are folded into 64-bit generator states; larger ones would silently alias.
 MAX_SEED = 2**63 - 1
+#: Section titles of the option groups, in the order the GUIs and ``--help`` show them.
+GROUP_TITLES = {"bootstrap": "Null images", "statistics": "Statistics",
+                "thresholds": "Thresholds", "model": "Model", "image": "Image",
+                "tiling": "Tiling", "compute": "Compute"}
 
 
 @dataclass(frozen=True)
 class Option:
-    """Metadata of one run option (a :class:`~napari_attnreg.core.run.engine.RunConfig` field)."""
+    """Metadata of one run option (a :class:`~napari_attnreg.core.run.engine.RunConfig` field).
+
+    ``advanced`` places it under *Advanced* in every front end (what an analyst seldom
+    changes); ``presets``, ``methods`` and ``when_tiled`` say which runs read it.
+    """
 
     name: str
     label: str
     kind: str  # "choice" | "int" | "float" | "bool" | "text"
     default: Any
     help: str
-    group: str  # "model" | "bootstrap" | "statistics" | "thresholds" | "image" | "tiling" | "compute"
+    group: str  # a key of GROUP_TITLES
     advanced: bool = False
     choices: tuple = ()
     choice_labels: Mapping[Any, str] = field(default_factory=dict)
@@ -68,10 +81,11 @@ class Option:
     preset_dependent: bool = False
     presets: tuple[str, ...] = PRESETS  # the presets it applies to (others fix or ignore it)
     methods: tuple[str, ...] | None = None  # the null methods it applies to (None: all)
-    tiled_only: bool = False
+    when_tiled: bool | None = None  # True: tiled runs only; False: untiled runs only
 
     @property
     def cli_flag(self) -> str:
+        """The command-line flag, e.g. ``--n-boot``."""
         return "--" + self.name.replace("_", "-")
 
     def label_of(self, choice: Any) -> str:
@@ -81,7 +95,12 @@ class Option:
     def applies(self, *, preset: str, method: str, tiled: bool) -> bool:
         """Whether this option changes a run with these settings (front ends grey out the rest)."""
         return (preset in self.presets and (self.methods is None or method in self.methods)
-                and (tiled or not self.tiled_only))
+                and (self.when_tiled is None or self.when_tiled == bool(tiled)))
+
+    @property
+    def unset(self) -> Any:
+        """What a run is given when this option does not apply: None (the preset's) or the default."""
+        return None if self.preset_dependent else self.default
 
 
 def _threshold(name: str, label: str, what: str,
@@ -186,8 +205,8 @@ _OPTIONS: tuple[Option, ...] = (
            "number (0 = first).", "model", advanced=True),
     Option("target_size", "Model input", "text", "model",
            "Size the image is resized to: 'model' (the model's input size), 'native' (the "
-           "image's own size, rounded to the patch) or a long side in pixels.", "image",
-           advanced=True),
+           "image's own size, rounded to the patch) or a long side in pixels. Untiled runs "
+           "only (tiles are the model's input size).", "image", advanced=True, when_tiled=False),
     Option("channel_axis", "Channel axis", "int", None, "Axis of channels in a multichannel "
            "image (empty = none or RGB).", "image", advanced=True, minimum=-32, maximum=32,
            allow_none=True),
@@ -201,11 +220,11 @@ _OPTIONS: tuple[Option, ...] = (
            "size in model-sized tiles, with one bootstrap null for the whole image.", "tiling"),
     Option("tile_scale", "Downsample ×", "float", 1.0, "Tiled runs: divide the image's pixel "
            "size by this before tiling (1 = native pixels).", "tiling", advanced=True,
-           minimum=1.0, maximum=64.0, step=0.5, decimals=1, tiled_only=True),
+           minimum=1.0, maximum=64.0, step=0.5, decimals=1, when_tiled=True),
     Option("tile_overlap", "Tile overlap (px)", "int", None, "Tiled runs: pixels shared by "
            "neighbouring tiles (a multiple of the patch size; empty = a quarter of the tile, "
            "rounded down to whole patches).", "tiling", advanced=True,
-           minimum=0, maximum=4096, step=8, allow_none=True, tiled_only=True),
+           minimum=0, maximum=4096, step=8, allow_none=True, when_tiled=True),
     Option("tail", "Tail approximation", "choice", None, "Step-down: fit a generalized Pareto "
            "tail to the null where fewer than 10 null images reach a step, so p-values can go "
            "below 1/(B+1) (gpd), or keep the counts (none). Empty = gpd for tiled runs, none "
@@ -213,7 +232,7 @@ _OPTIONS: tuple[Option, ...] = (
            presets=("stepdown",)),
     Option("null_scope", "Null scope", "choice", None, "Tiled runs: one null for the whole "
            "image (image, default) or one per tile (tile).", "tiling", advanced=True,
-           choices=NULL_SCOPES, allow_none=True, tiled_only=True),
+           choices=NULL_SCOPES, allow_none=True, when_tiled=True),
     Option("device", "Device", "text", "auto", "auto (CUDA GPU, then Apple MPS, then CPU), "
            "cpu, cuda, cuda:N or mps.", "compute"),
     Option("precision", "Precision", "choice", "auto", "auto: bfloat16 on a GPU that supports "
@@ -241,6 +260,68 @@ def option(name: str) -> Option:
 def options_in(group: str, *, advanced: bool | None = None) -> list[Option]:
     """The options of ``group`` in display order (only basic / advanced ones if asked)."""
     return [o for o in _OPTIONS if o.group == group and (advanced is None or o.advanced == advanced)]
+
+
+def panel_options(*, advanced: bool | None = None, skip: Collection[str] = ()) -> list[Option]:
+    """The options of a GUI's run panel, basic or advanced ones if asked, in display order.
+
+    Parameters
+    ----------
+    advanced : bool, optional
+        Only the options placed under *Advanced* (True) or above it (False).
+    skip : collection of str
+        Options the front end sets elsewhere (e.g. with the image's channels).
+
+    Returns
+    -------
+    list of Option
+        The thresholds group is left out: every front end sets it live in a panel of its own.
+    """
+    return [o for o in _OPTIONS if o.group != "thresholds" and o.name not in skip
+            and (advanced is None or o.advanced == advanced)]
+
+
+def _run_settings(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Preset, null method and tiling of ``values`` (missing or None: the defaults)."""
+    preset = values.get("preset") or DEFAULT_PRESET
+    method = values.get("method") or default_for("method", preset)
+    return {"preset": preset, "method": method, "tiled": bool(values.get("tiled", False))}
+
+
+def applicable_options(values: Mapping[str, Any]) -> set[str]:
+    """Names of the options a run with these settings reads; the others change nothing.
+
+    Parameters
+    ----------
+    values : mapping
+        The run's ``preset``, ``method`` and ``tiled`` (missing or None: the default preset,
+        that preset's null method, untiled); other keys are ignored.
+
+    Returns
+    -------
+    set of str
+        E.g. the paper's two-sided options only under ``preset="paper"``, ``std_factor`` only
+        for normal nulls, ``tile_overlap`` only for tiled runs, ``target_size`` only untiled.
+
+    Examples
+    --------
+    >>> sorted(applicable_options({"preset": "paper", "method": "patch"}) - applicable_options({}))
+    ['alternative', 'l_th', 'null', 'p_method', 'pi0_method']
+    """
+    settings = _run_settings(values)
+    return {o.name for o in _OPTIONS if o.applies(**settings)}
+
+
+def reset_inapplicable(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with each option that does not apply to their run put back to unset.
+
+    An option the preset fixes becomes None ("from the preset"), others their default, so a
+    run's metadata never records a value nothing read (e.g. a tile overlap of an untiled run).
+    Keys that are not options (``extra``) pass through.
+    """
+    applicable = applicable_options(values)
+    return {name: value if name not in OPTIONS or name in applicable else OPTIONS[name].unset
+            for name, value in values.items()}
 
 
 def default_for(name: str, preset: str = DEFAULT_PRESET) -> Any:
@@ -406,8 +487,19 @@ _SPECIAL = {"pi0_method": _pi0, "head": _head, "target_size": _target_size, "dev
 
 
 def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add a ``--flag`` for every option; values left unset stay out of the run's options."""
+    """Add a ``--flag`` for every option; values left unset stay out of the run's options.
+
+    ``--help`` lists them in sections: the run options an analyst changes often, the
+    thresholds, then the advanced ones by group (as the GUIs place them).
+    """
+    sections = {"basic": parser.add_argument_group("run options")}
+    for group, title in GROUP_TITLES.items():
+        if group == "thresholds":
+            sections[group] = parser.add_argument_group("thresholds (the preset's if not given)")
+        elif options_in(group, advanced=True):
+            sections[group] = parser.add_argument_group(f"advanced: {title.lower()}")
     for opt in _OPTIONS:
+        section = opt.group if opt.advanced or opt.group == "thresholds" else "basic"
         # SUPPRESS: a flag not given stays out of the namespace, so "--z-th none" (explicitly
         # no z mask) differs from leaving the preset's z mask in place
         kwargs: dict[str, Any] = {"default": argparse.SUPPRESS, "help": _cli_help(opt),
@@ -422,7 +514,7 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         elif opt.kind == "float":
             kwargs["type"] = _cli_number(float, opt.allow_none)
             kwargs["metavar"] = "X"
-        parser.add_argument(opt.cli_flag, **kwargs)
+        sections[section].add_argument(opt.cli_flag, **kwargs)
 
 
 def _cli_number(kind: type, allow_none: bool) -> Any:
