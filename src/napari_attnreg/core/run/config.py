@@ -139,6 +139,11 @@ def null_config(config: RunConfig, patch: int | None) -> NullConfig:
     return NullConfig(config.method, config.std_factor, config.per_channel, block)
 
 
+def tested_head(config: RunConfig) -> str | int:
+    """The head whose map is tested: ``"mean"`` (of all heads) or a head number."""
+    return config.head if config.head == "mean" else int(config.head)  # numpy ints too
+
+
 def autocast_dtype(device: torch.device, precision: Precision) -> torch.dtype | None:
     """Low-precision type for the backbone, or None for float32."""
     if precision == "float32":

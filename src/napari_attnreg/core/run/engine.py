@@ -47,6 +47,7 @@ from napari_attnreg.core.run.config import (
     auto_chunk_size,
     autocast_dtype,
     null_config,
+    tested_head,
 )
 from napari_attnreg.core.run.images import ImageSizeWarning, PreparedImage, prepare_image
 from napari_attnreg.core.run.nulls import prepared_nulls
@@ -164,10 +165,6 @@ def _prepare(image: Any, backbone: Backbone, config: RunConfig, run: Run) -> Pre
     return prepared
 
 
-def _head(config: RunConfig) -> str | int:
-    return config.head if config.head == "mean" else int(config.head)  # numpy ints too
-
-
 def _observed(backbone: Backbone, prepared: PreparedImage, config: RunConfig,
               run: Run) -> tuple[torch.Tensor, torch.Tensor]:
     """``(heads, map)``: every head's CLS attention on the image, and the tested map.
@@ -177,7 +174,7 @@ def _observed(backbone: Backbone, prepared: PreparedImage, config: RunConfig,
     x = prepared.tensor.to(run.device)
     with run.amp():
         heads = cls_attention(backbone, x[None], layer=config.layer, head="all")[0].float()
-    head = _head(config)
+    head = tested_head(config)
     return heads, (heads.mean(0) if head == "mean" else heads[int(head)])
 
 
@@ -194,7 +191,7 @@ class _NullChunks:
         self.prepared, self.backbone, self.config, self.run = prepared, backbone, config, run
         self.source = prepared.source.to(run.device)
         self.null_config = null_config(config, backbone.patch_size[0])
-        self.head = _head(config)
+        self.head = tested_head(config)
         self.scores = torch.empty((int(config.n_boot), tokens), dtype=torch.float32,
                                   device=run.device)
         self.timings = {"null_generation_s": 0.0, "null_forward_s": 0.0}

@@ -243,11 +243,14 @@ class Run:
         return max(1, size // 2)
 
     def statistics(self, config: RunConfig, observed: torch.Tensor, null_scores: torch.Tensor,
-                   positions: np.ndarray | None = None, **families: Any) -> Any:
+                   positions: np.ndarray | None = None, *, families: torch.Tensor | None = None,
+                   owner: tuple[np.ndarray, np.ndarray] | None = None,
+                   family_tokens: np.ndarray | None = None) -> Any:
         """:func:`statistics` after a last cancellation point; timed, its warnings kept."""
         self.check_cancel()
         t0 = time.perf_counter()
-        stats, seen = statistics(observed, null_scores, config, positions, **families)
+        stats, seen = statistics(observed, null_scores, config, positions, families=families,
+                                 owner=owner, family_tokens=family_tokens)
         self.warnings_seen.extend(seen)
         self.lap("statistics_s", t0)
         return stats

@@ -24,7 +24,12 @@ import torch.nn.functional as F
 from napari_attnreg.core.models.attention import cls_attention
 from napari_attnreg.core.models.backbones import Backbone
 from napari_attnreg.core.results.result import AttentionResult
-from napari_attnreg.core.run.config import RunConfig, auto_chunk_size, null_config
+from napari_attnreg.core.run.config import (
+    RunConfig,
+    auto_chunk_size,
+    null_config,
+    tested_head,
+)
 from napari_attnreg.core.run.images import (
     ChannelMap,
     PreparedImage,
@@ -240,34 +245,34 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
     layout = tiled.layout
     scope = config.null_scope or "image"
     n_tiles, n_null = layout.n_tiles, int(config.n_boot) * (layout.n_tiles if scope == "tile" else 1)
-    count = dict(grand_total=n_tiles + n_null, oom_message=TILE_OOM)
+    total = n_tiles + n_null  # progress counts forward passes: the tiles, then the nulls
     chunk = _chunk_size(config, backbone, layout.tile, run)
     run.lap("prepare_s", run.t_start)
 
     with torch.inference_mode():
         t0 = time.perf_counter()
         tiles = _ObservedTiles(tiled, backbone, config, run)
+        # a chunk halved here stays halved for the nulls: they are images of the same size
         chunk = yield from run.chunks(tiles, n_tiles, chunk, stage="observed", label="tiles",
-                                      **count)
+                                      grand_total=total, oom_message=TILE_OOM)
         run.lap("observed_s", t0)
 
         t0 = time.perf_counter()
         nulls = _NullTiles(tiled, backbone, config, run, scope)
         chunk = yield from run.chunks(nulls, n_null, chunk, stage="nulls", label="null images",
-                                      offset=n_tiles, **count)
+                                      offset=n_tiles, grand_total=total, oom_message=TILE_OOM)
         run.synchronize()
         run.lap("nulls_s", t0)
 
-        observed, stats = _tile_statistics(tiled.layout, tiles.heads, nulls.scores, config, run,
-                                           scope)
+        observed, stats = _tile_statistics(layout, tiles.heads, nulls.scores, config, run, scope)
         maps = TokenMaps(observed, layout.assemble(tiles.heads), tiled.image_shape, layout.shape,
                          backbone.patch_size, tiled.channel_map.kind)
         kept = _kept_nulls(layout, nulls.scores, scope) if config.keep_nulls else None
     extra = dict(null_scope=scope, tile_shape=list(layout.tile), n_tiles=n_tiles,
                  tile_origins_y=list(layout.starts[0]), tile_origins_x=list(layout.starts[1]),
-                 forward_passes=n_tiles + n_null, read_on_demand=tiled.reader is not None)
+                 forward_passes=total, read_on_demand=tiled.reader is not None)
     result = run.result(config, backbone, stats, maps, chunk=chunk, kept=kept, extra=extra)
-    yield run.progress("statistics", n_tiles + n_null, n_tiles + n_null, chunk, "statistics done")
+    yield run.progress("statistics", total, total, chunk, "statistics done")
     return result
 
 
@@ -278,10 +283,6 @@ def _chunk_size(config: RunConfig, backbone: Backbone, tile: tuple[int, int], ru
     if config.chunk_size is None and run.device.type == "cpu":
         chunk = min(chunk, latency_chunk(backbone, tile))
     return chunk
-
-
-def _head(config: RunConfig) -> str | int:
-    return config.head if config.head == "mean" else int(config.head)  # numpy ints too
 
 
 def _forward(tiled: TiledImage, backbone: Backbone, config: RunConfig, run: Run,
@@ -326,7 +327,7 @@ class _NullTiles:
         self.n_boot = int(config.n_boot)
         self.tile_tokens = layout.tile_grid[0] * layout.tile_grid[1]
         self.null_config = null_config(config, backbone.patch_size[0])
-        self.head = _head(config)
+        self.head = tested_head(config)
         columns = self.tile_tokens * (layout.n_tiles if scope == "tile" else 1)
         self.scores = torch.empty((self.n_boot, columns), dtype=torch.float32,
                                   device=run.device)
@@ -367,7 +368,7 @@ def _tile_statistics(layout: TileLayout, heads: torch.Tensor, null_scores: torch
 
     Under the step-down preset every tile is a family of its own.
     """
-    head = _head(config)
+    head = tested_head(config)
     # tile by tile: the untiled engine's reduction, to the last bit
     tile_maps = torch.stack([h.mean(0) for h in heads]) if head == "mean" else heads[:, int(head)]
     observed = layout.assemble(tile_maps)
