@@ -97,13 +97,13 @@ def test_every_run_config_field_has_metadata_and_back():
 
 
 def test_core_modules_use_the_one_choice_list():
-    from napari_attnreg.core.run import nulls, tiled_engine
+    from napari_attnreg.core.run import config, nulls
     from napari_attnreg.core.stats import directional
     from napari_attnreg.core.stats import paper as stats
     from napari_attnreg.core.stats import rules as reg
     assert reg.RULES is opts.RULES and stats.PI0_METHODS is opts.PI0_METHODS
     assert directional.NULL_POOLS is opts.NULL_POOLS and nulls.NULL_METHODS is opts.NULL_METHODS
-    assert tiled_engine.NULL_SCOPES is opts.NULL_SCOPES
+    assert config.NULL_SCOPES is opts.NULL_SCOPES
 
 
 def test_cli_arguments_come_from_the_metadata():

@@ -2,7 +2,7 @@
 
 Submodules are imported on first use of a public name. Subpackages, lowest first: ``models`` (backbones,
 attention), ``stats`` (the statistics and rules), ``results`` (a run's maps and files), ``run``
-(options, images, nulls, the engines and the pipeline service). The pipeline function is
+(options, images, nulls, the chunk loop, the engines and the pipeline service). The pipeline function is
 ``napari_attnreg.regularize`` (``core.run.engine``).
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 _PUBLIC = {
     "Backbone": "models.backbones", "BackboneError": "models.backbones", "load_backbone": "models.backbones",
-    "CancelToken": "run.engine", "Progress": "run.engine", "RunCancelled": "run.engine", "RunConfig": "run.engine",
+    "CancelToken": "run.passes", "Progress": "run.passes", "RunCancelled": "run.passes", "RunConfig": "run.config",
     "drain": "run.engine", "regularize_stack": "run.api", "StackResults": "run.api",
     "PartialStackWarning": "run.api", "Thresholds": "run.thresholds", "OPTIONS": "run.options",
     "validate_options": "run.options", "PlaneStack": "run.planes", "ModelSpec": "run.service",

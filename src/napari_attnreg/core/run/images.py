@@ -173,7 +173,19 @@ def to_channels_last(
     max_channels : int
         Most channels the model takes (3 for RGB models, 4 for a 4-channel model, ...).
     """
-    arr = as_plain_array(image)
+    arr = _channels_last_axis(as_plain_array(image), channel_axis)
+    if arr.ndim not in (2, 3):
+        raise ValueError(
+            "Expected a 2D image (H, W), RGB(A) (H, W, 3|4) or multichannel with channel_axis; got "
+            f"{arr.ndim}D shape {arr.shape}. For stacks use regularize_stack()."
+        )
+    if arr.ndim == 3:
+        arr = _choose_channels(arr, channels, merge, max_channels)
+    return arr
+
+
+def _channels_last_axis(arr: np.ndarray, channel_axis: int | None) -> np.ndarray:
+    """Move ``channel_axis`` last; without it drop RGBA's alpha and refuse an ambiguous 3D."""
     if channel_axis is not None:
         if arr.ndim != 3:
             raise ValueError(f"channel_axis needs a 3D (channels + 2D) image, got {arr.ndim}D.")
@@ -181,39 +193,39 @@ def to_channels_last(
                 or not -3 <= channel_axis < 3:
             raise ValueError(f"channel_axis={channel_axis!r} does not exist for an image of shape "
                              f"{arr.shape}; give 0, 1 or 2 (or -1 for the last axis).")
-        arr = np.moveaxis(arr, int(channel_axis), -1)
-    elif arr.ndim == 3 and arr.shape[-1] == 4:
-        arr = arr[..., :3]  # alpha carries no image content
-    elif arr.ndim == 3 and arr.shape[-1] not in (1, 2, 3):  # (H, W, 1|2) are channels, as in
-        raise ValueError(                                     # PlaneStack, never H planes
+        return np.moveaxis(arr, int(channel_axis), -1)
+    if arr.ndim == 3 and arr.shape[-1] == 4:
+        return arr[..., :3]  # alpha carries no image content
+    if arr.ndim == 3 and arr.shape[-1] not in (1, 2, 3):  # (H, W, 1|2) are channels, as in
+        raise ValueError(                                  # PlaneStack, never H planes
             f"A 3D image of shape {arr.shape} is ambiguous: give channel_axis= for multichannel "
             f"data (e.g. channel_axis=0 for {arr.shape[0]} channels first), or use "
             "regularize_stack() for a z/t stack."
         )
-    if arr.ndim not in (2, 3):
+    return arr
+
+
+def _choose_channels(arr: np.ndarray, channels: Sequence[int] | None,
+                     merge: Literal["mean", "max"] | None, max_channels: int) -> np.ndarray:
+    """``(H, W, C)`` → the chosen channels, merged to grey, or a single channel's ``(H, W)``."""
+    n_ch = arr.shape[-1]
+    if channels is not None:
+        channels = list(channels)
+        if not channels or any(not 0 <= c < n_ch for c in channels):
+            raise ValueError(f"channels={channels} invalid for an image with {n_ch} channels.")
+        arr = arr[..., channels]
+    if merge is not None:
+        if merge not in ("mean", "max"):
+            raise ValueError(f"merge must be 'mean' or 'max', got {merge!r}")
+        return arr.astype(np.float32).mean(-1) if merge == "mean" else arr.max(-1)
+    if arr.shape[-1] == 1:
+        return arr[..., 0]
+    if arr.shape[-1] > max_channels:
         raise ValueError(
-            "Expected a 2D image (H, W), RGB(A) (H, W, 3|4) or multichannel with channel_axis; got "
-            f"{arr.ndim}D shape {arr.shape}. For stacks use regularize_stack()."
+            f"The image has {arr.shape[-1]} channels; choose up to "
+            f"{'three' if max_channels == 3 else max_channels} with channels=[...] "
+            "or merge them with merge='mean' / 'max'."
         )
-    if arr.ndim == 3:
-        n_ch = arr.shape[-1]
-        if channels is not None:
-            channels = list(channels)
-            if not channels or any(not 0 <= c < n_ch for c in channels):
-                raise ValueError(f"channels={channels} invalid for an image with {n_ch} channels.")
-            arr = arr[..., channels]
-        if merge is not None:
-            if merge not in ("mean", "max"):
-                raise ValueError(f"merge must be 'mean' or 'max', got {merge!r}")
-            arr = arr.astype(np.float32).mean(-1) if merge == "mean" else arr.max(-1)
-        elif arr.shape[-1] == 1:
-            arr = arr[..., 0]
-        elif arr.shape[-1] > max_channels:
-            raise ValueError(
-                f"The image has {arr.shape[-1]} channels; choose up to "
-                f"{'three' if max_channels == 3 else max_channels} with channels=[...] "
-                "or merge them with merge='mean' / 'max'."
-            )
     return arr
 
 

@@ -102,23 +102,91 @@ def null_images(
     """
     if image.ndim != 3:
         raise ValueError(f"image must be (C, H, W), got {tuple(image.shape)}")
-    c, h, w = image.shape
-    x = image.float()
+    sampler = _SAMPLERS[config.method](image.float(), config, len(indices), patch_size)
     gen = torch.Generator(device=image.device)
-    out = torch.empty((len(indices), c, h, w), dtype=x.dtype, device=image.device) if (
-        config.method != "patch") else None
-    method = config.method
-    if method == "normal":
+    for row, index in enumerate(indices):
+        gen.manual_seed(image_seed(seed, index))
+        sampler.draw(row, gen)
+    return sampler.finish().to(image.dtype)
+
+
+class _Sampler:
+    """One null method: the image's statistics once, then one draw per null image.
+
+    ``draw(row, gen)`` fills null ``row`` from its own generator; ``finish()`` returns the
+    chunk, with what can be done for the whole chunk at once done there (one scale, one
+    copy), since a per-image step would cost a kernel launch per null on a GPU.
+    """
+
+    def __init__(self, x: torch.Tensor, config: NullConfig, n: int,
+                 patch_size: int | None) -> None:
+        self.x = x
+        self.out = torch.empty((n, *x.shape), dtype=x.dtype, device=x.device)
+
+    def draw(self, row: int, gen: torch.Generator) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> torch.Tensor:
+        return self.out
+
+
+class _NormalSampler(_Sampler):
+    """Gaussian noise with the image's mean and ``std_factor`` times its std."""
+
+    def __init__(self, x: torch.Tensor, config: NullConfig, n: int,
+                 patch_size: int | None) -> None:
+        super().__init__(x, config, n, patch_size)
         dims = (1, 2) if config.per_channel else (0, 1, 2)
-        mean = x.mean(dim=dims, keepdim=True)
-        std = x.std(dim=dims, keepdim=True, unbiased=False) * config.std_factor
-    elif method == "uniform":
+        self.mean = x.mean(dim=dims, keepdim=True)
+        self.std = x.std(dim=dims, keepdim=True, unbiased=False) * config.std_factor
+
+    def draw(self, row: int, gen: torch.Generator) -> None:
+        # straight into the output; the whole chunk is scaled once in finish()
+        torch.randn(tuple(self.x.shape), generator=gen, dtype=self.x.dtype, out=self.out[row])
+
+    def finish(self) -> torch.Tensor:
+        return self.out.mul_(self.std).add_(self.mean)
+
+
+class _UniformSampler(_Sampler):
+    """Uniform noise between the image's minimum and maximum."""
+
+    def __init__(self, x: torch.Tensor, config: NullConfig, n: int,
+                 patch_size: int | None) -> None:
+        super().__init__(x, config, n, patch_size)
+        c = x.shape[0]
         flat = x.reshape(c, -1) if config.per_channel else x.reshape(1, -1)
-        low = flat.min(dim=1).values.view(-1, 1, 1)
-        span = (flat.max(dim=1).values.view(-1, 1, 1) - low)
-    elif method == "pixel":
-        pixels = x.reshape(c, h * w)
-    else:
+        self.low = flat.min(dim=1).values.view(-1, 1, 1)
+        self.span = (flat.max(dim=1).values.view(-1, 1, 1) - self.low)
+
+    def draw(self, row: int, gen: torch.Generator) -> None:
+        torch.rand(tuple(self.x.shape), generator=gen, dtype=self.x.dtype, out=self.out[row])
+
+    def finish(self) -> torch.Tensor:
+        return self.out.mul_(self.span).add_(self.low)
+
+
+class _PixelSampler(_Sampler):
+    """The image's pixel vectors drawn with replacement (all channels of a pixel together)."""
+
+    def __init__(self, x: torch.Tensor, config: NullConfig, n: int,
+                 patch_size: int | None) -> None:
+        super().__init__(x, config, n, patch_size)
+        c, h, w = x.shape
+        self.pixels = x.reshape(c, h * w)
+
+    def draw(self, row: int, gen: torch.Generator) -> None:
+        c, hw = self.pixels.shape
+        pick = torch.randint(0, hw, (hw,), generator=gen, device=self.x.device)
+        torch.index_select(self.pixels, 1, pick, out=self.out[row].view(c, hw))
+
+
+class _PatchSampler(_Sampler):
+    """The image's blocks of ``block_size`` (default the patch size) in a random order."""
+
+    def __init__(self, x: torch.Tensor, config: NullConfig, n: int,
+                 patch_size: int | None) -> None:
+        c, h, w = x.shape
         block = config.block_size or patch_size
         if block is None:
             raise ValueError("The patch bootstrap needs a block size (or the model's patch size).")
@@ -126,34 +194,30 @@ def null_images(
             raise ValueError(f"The patch bootstrap needs H, W ({h}, {w}) to be multiples of the "
                              "block "
                              f"size {block}; choose a block size that divides both.")
-        nby, nbx = h // block, w // block
+        self.x, self.block, self.grid = x, block, (h // block, w // block)
+        nby, nbx = self.grid
         # (C, nby, nbx, block, block): one row per block, so a permutation shuffles whole blocks
-        blocks = (x.reshape(c, nby, block, nbx, block).permute(0, 1, 3, 2, 4)
-                  .reshape(c, nby * nbx, block, block))
-        shuffled = torch.empty((len(indices), c, nby * nbx, block, block), dtype=x.dtype,
-                               device=image.device)
+        self.blocks = (x.reshape(c, nby, block, nbx, block).permute(0, 1, 3, 2, 4)
+                       .reshape(c, nby * nbx, block, block))
+        self.shuffled = torch.empty((n, c, nby * nbx, block, block), dtype=x.dtype,
+                                    device=x.device)
 
-    for row, index in enumerate(indices):
-        gen.manual_seed(image_seed(seed, index))
-        if method == "normal":  # draw straight into the output; scale the whole chunk once below
-            torch.randn((c, h, w), generator=gen, dtype=x.dtype, out=out[row])
-        elif method == "uniform":
-            torch.rand((c, h, w), generator=gen, dtype=x.dtype, out=out[row])
-        elif method == "pixel":
-            pick = torch.randint(0, h * w, (h * w,), generator=gen, device=image.device)
-            torch.index_select(pixels, 1, pick, out=out[row].view(c, h * w))
-        else:
-            perm = torch.randperm(nby * nbx, generator=gen, device=image.device)
-            torch.index_select(blocks, 1, perm, out=shuffled[row])
-    if method == "patch":  # blocks back to image layout, one copy for the whole chunk
-        n = len(indices)
-        out = (shuffled.view(n, c, nby, nbx, block, block).permute(0, 1, 2, 4, 3, 5)
-               .reshape(n, c, h, w))
-    elif method == "normal":
-        out.mul_(std).add_(mean)
-    elif method == "uniform":
-        out.mul_(span).add_(low)
-    return out.to(image.dtype)
+    def draw(self, row: int, gen: torch.Generator) -> None:
+        perm = torch.randperm(self.blocks.shape[1], generator=gen, device=self.x.device)
+        torch.index_select(self.blocks, 1, perm, out=self.shuffled[row])
+
+    def finish(self) -> torch.Tensor:
+        # blocks back to image layout, one copy for the whole chunk
+        (c, h, w), (nby, nbx), block = self.x.shape, self.grid, self.block
+        n = self.shuffled.shape[0]
+        return (self.shuffled.view(n, c, nby, nbx, block, block).permute(0, 1, 2, 4, 3, 5)
+                .reshape(n, c, h, w))
+
+
+_SAMPLERS: dict[str, type[_Sampler]] = {
+    "normal": _NormalSampler, "uniform": _UniformSampler, "pixel": _PixelSampler,
+    "patch": _PatchSampler,
+}
 
 
 def half_patch_block(patch: int) -> int:

@@ -1,11 +1,13 @@
 """Tiled runs of large images: observed tiles, one null, statistics over all.
 
 :func:`run_tiled` is what :func:`~napari_attnreg.core.run.engine.run_engine` runs for
-``RunConfig(tiled=True)``. Tiles and null images go through the backbone in chunks like
-the untiled nulls: a :class:`~napari_attnreg.core.run.engine.Progress` after each chunk (its
-``done``/``total`` count forward passes), cancellation between chunks and chunk halving on
-out-of-memory. With ``null_scope="image"`` (default) the run costs ``n_tiles + B`` forward
-passes; ``"tile"`` draws ``B`` nulls for every tile, ``n_tiles · (1 + B)``.
+``RunConfig(tiled=True)``. Tiles and null images go through the backbone in the chunk loop
+of the untiled nulls (:meth:`~napari_attnreg.core.run.passes.Run.chunks`): a
+:class:`~napari_attnreg.core.run.passes.Progress` after each chunk (its ``done``/``total``
+count forward passes), cancellation between chunks and chunk halving on out-of-memory.
+With ``null_scope="image"`` (default) the run costs ``n_tiles + B`` forward passes;
+``"tile"`` draws ``B`` nulls for every tile, ``n_tiles · (1 + B)``. This module imports the
+loop and the options (:mod:`.config`), never the untiled engine.
 """
 
 from __future__ import annotations
@@ -22,18 +24,11 @@ import torch.nn.functional as F
 from napari_attnreg.core.models.attention import cls_attention
 from napari_attnreg.core.models.backbones import Backbone
 from napari_attnreg.core.results.result import AttentionResult
-from napari_attnreg.core.run.engine import (
-    CancelToken,
-    Progress,
+from napari_attnreg.core.run.config import (
     RunConfig,
-    _amp,
-    _is_oom,
-    _run_metadata,
-    _statistics,
     auto_chunk_size,
-    autocast_dtype,
     null_config,
-    resolve_device,
+    tested_head,
 )
 from napari_attnreg.core.run.images import (
     ChannelMap,
@@ -44,29 +39,13 @@ from napari_attnreg.core.run.images import (
 )
 from napari_attnreg.core.run.lazy import LazyImage, intensity_range, sample_step, scaled
 from napari_attnreg.core.run.nulls import null_images
-from napari_attnreg.core.run.options import NULL_SCOPES
+from napari_attnreg.core.run.passes import CancelToken, Progress, Run, TokenMaps
 from napari_attnreg.core.run.tiling import (
     ImageNull,
     TileLayout,
     make_layout,
     work_shape,
 )
-
-
-def validate_tiling(config: RunConfig) -> None:
-    """Raise a ValueError that says what to change for an invalid tiling option."""
-    if not isinstance(config.tiled, (bool, np.bool_)):
-        raise ValueError(f"tiled must be True or False, got {config.tiled!r}.")
-    if config.null_scope is not None and config.null_scope not in NULL_SCOPES:
-        raise ValueError(f"null_scope must be one of {NULL_SCOPES}, got {config.null_scope!r}.")
-    if config.null_scope is not None and not config.tiled:
-        raise ValueError("null_scope applies to tiled runs only; pass tiled=True or leave it "
-                         "unset.")
-    work_shape((1, 1), (1, 1), config.tile_scale)  # checks tile_scale
-    if config.tile_overlap is not None and (
-            not isinstance(config.tile_overlap, (int, np.integer)) or config.tile_overlap < 0):
-        raise ValueError(f"tile_overlap must be a non-negative number of pixels (or None: a "
-                         f"quarter of the tile), got {config.tile_overlap!r}.")
 
 
 def tile_overlap(config: RunConfig, backbone: Backbone) -> int:
@@ -248,37 +227,8 @@ def latency_chunk(backbone: Backbone, tile: tuple[int, int], seconds: float = 1.
     return max(1, int(seconds * CPU_FLOPS / (2 * macs)))
 
 
-def _chunks(total: int, chunk: int, step: Callable[[int, int], None], *, stage: str,
-            offset: int, grand_total: int, t_start: float, device: torch.device,
-            cancel: CancelToken | None, label: str) -> Generator[Progress, None, int]:
-    """Run ``step(start, size)`` over ``total`` items in chunks; returns the final chunk size."""
-    done = 0
-    while done < total:
-        if cancel is not None:
-            cancel.raise_if_cancelled()
-        size = min(chunk, total - done)
-        try:
-            step(done, size)
-        except Exception as err:
-            if not _is_oom(err):
-                raise
-            oom = True
-        else:
-            oom = False
-        if oom:  # outside the except block, so the failed batch and its traceback are freed
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-            if size <= 1:
-                raise MemoryError("Out of memory with a single image per chunk; use a larger "
-                                  "tile_scale, a smaller model, or device='cpu'.")
-            chunk = max(1, size // 2)
-            yield Progress(stage, offset + done, grand_total, chunk, time.perf_counter() - t_start,
-                           f"out of memory: chunk size halved to {chunk}")
-            continue
-        done += size
-        yield Progress(stage, offset + done, grand_total, chunk, time.perf_counter() - t_start,
-                       f"{done}/{total} {label}")
-    return chunk
+TILE_OOM = ("Out of memory with a single image per chunk; use a larger tile_scale, a smaller "
+            "model, or device='cpu'.")
 
 
 def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
@@ -288,132 +238,154 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
     ``config`` must be resolved. The result's token grid covers the whole image: its
     ``model_shape`` is the tiled pixel size, so ``token_scale`` and ``to_pixels`` are exact.
     """
-    t_start = time.perf_counter()
-    device = resolve_device(config.device)
-    dtype = autocast_dtype(device, config.precision)
+    run = Run.start(config, cancel)
     tiled = prepare_tiled(image, backbone, config)
+    backbone = backbone.on(run.device)  # a copy on another device; the shared one never moves
+    tiled = replace(tiled, source=tiled.source.to(run.device))
     layout = tiled.layout
     scope = config.null_scope or "image"
-    backbone = backbone.on(device)  # a copy on another device; the shared one never moves
-    source = tiled.source.to(device)
-    tiled = replace(tiled, source=source)
-    null_cfg = null_config(config, backbone.patch_size[0])
-    head = config.head if config.head == "mean" else int(config.head)
-    n_boot, n_tiles = int(config.n_boot), layout.n_tiles
-    chunk = config.chunk_size or auto_chunk_size(backbone, layout.tile, device, dtype,
-                                                 config.memory_fraction)
-    if config.chunk_size is None and device.type == "cpu":
-        chunk = min(chunk, latency_chunk(backbone, layout.tile))
-    n_null = n_boot * (n_tiles if scope == "tile" else 1)
-    grand_total = n_tiles + n_null
-    tgh, tgw = layout.tile_grid
-    timings: dict[str, float] = {"prepare_s": time.perf_counter() - t_start}
-    clamp = config.preset != "paper"  # the observed tiles went through the [0, 1] clamp
-
-    def forward(batch_source: torch.Tensor, which: str | int) -> torch.Tensor:
-        with _amp(device, dtype):
-            return cls_attention(backbone, tiled.channel_map(batch_source), layer=config.layer,
-                                 head=which).float()
+    n_tiles, n_null = layout.n_tiles, int(config.n_boot) * (layout.n_tiles if scope == "tile" else 1)
+    total = n_tiles + n_null  # progress counts forward passes: the tiles, then the nulls
+    chunk = _chunk_size(config, backbone, layout.tile, run)
+    run.lap("prepare_s", run.t_start)
 
     with torch.inference_mode():
-        heads = torch.empty((n_tiles, backbone.num_heads, tgh, tgw), dtype=torch.float32)
-
-        def observed_step(start: int, size: int) -> None:
-            batch = tiled.tiles(range(start, start + size)).to(device)
-            heads[start:start + size] = forward(batch, "all").cpu()
+        t0 = time.perf_counter()
+        tiles = _ObservedTiles(tiled, backbone, config, run)
+        # a chunk halved here stays halved for the nulls: they are images of the same size
+        chunk = yield from run.chunks(tiles, n_tiles, chunk, stage="observed", label="tiles",
+                                      grand_total=total, oom_message=TILE_OOM)
+        run.lap("observed_s", t0)
 
         t0 = time.perf_counter()
-        first = min(chunk, n_tiles)
-        after = yield from _chunks(n_tiles, first, observed_step, stage="observed", offset=0,
-                                   grand_total=grand_total, t_start=t_start, device=device,
-                                   cancel=cancel, label="tiles")
-        if after < first:  # halved on out-of-memory: the nulls start from there
-            chunk = after
-        timings["observed_s"] = time.perf_counter() - t0
+        nulls = _NullTiles(tiled, backbone, config, run, scope)
+        chunk = yield from run.chunks(nulls, n_null, chunk, stage="nulls", label="null images",
+                                      offset=n_tiles, grand_total=total, oom_message=TILE_OOM)
+        run.synchronize()
+        run.lap("nulls_s", t0)
 
-        tile_tokens = tgh * tgw
-        columns = tile_tokens * (n_tiles if scope == "tile" else 1)
-        null_scores = torch.empty((n_boot, columns), dtype=torch.float32, device=device)
-        image_null = (ImageNull(source, null_cfg, layout.tile, backbone.patch_size[0],
-                                reader=tiled.reader, shape=layout.shape)
-                      if scope == "image" else None)
+        observed, stats = _tile_statistics(layout, tiles.heads, nulls.scores, config, run, scope)
+        maps = TokenMaps(observed, layout.assemble(tiles.heads), tiled.image_shape, layout.shape,
+                         backbone.patch_size, tiled.channel_map.kind)
+        kept = _kept_nulls(layout, nulls.scores, scope) if config.keep_nulls else None
+    extra = dict(null_scope=scope, tile_shape=list(layout.tile), n_tiles=n_tiles,
+                 tile_origins_y=list(layout.starts[0]), tile_origins_x=list(layout.starts[1]),
+                 forward_passes=total, read_on_demand=tiled.reader is not None)
+    result = run.result(config, backbone, stats, maps, chunk=chunk, kept=kept, extra=extra)
+    yield run.progress("statistics", total, total, chunk, "statistics done")
+    return result
 
-        def null_step(start: int, size: int) -> None:
-            jobs = range(start, start + size)
-            if image_null is not None:
-                own = image_null.draw(jobs, seed=config.seed)
-            else:  # job j is null j % B of tile j // B, seeded by j so tiles differ
-                own = torch.cat([
-                    null_images(tiled.tiles([tile])[0].to(device),
-                                [j for j in jobs if j // n_boot == tile],
-                                null_cfg, seed=config.seed, patch_size=backbone.patch_size[0])
-                    for tile in sorted({j // n_boot for j in jobs})])
-            if clamp:
-                own.clamp_(0.0, 1.0)
-            maps = forward(own, head).reshape(size, -1)
-            if image_null is not None:
-                null_scores[start:start + size] = maps
-                return
-            for k, j in enumerate(jobs):
-                tile = j // n_boot
-                null_scores[j % n_boot, tile * tile_tokens:(tile + 1) * tile_tokens] = maps[k]
 
-        t0 = time.perf_counter()
-        first = min(chunk, n_null)
-        after = yield from _chunks(n_null, first, null_step, stage="nulls", offset=n_tiles,
-                                   grand_total=grand_total, t_start=t_start, device=device,
-                                   cancel=cancel, label="null images")
-        if after < first:
-            chunk = after
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        timings["nulls_s"] = time.perf_counter() - t0
+def _chunk_size(config: RunConfig, backbone: Backbone, tile: tuple[int, int], run: Run) -> int:
+    """As given, else from the memory budget; on a CPU also at most about a second a chunk."""
+    chunk = config.chunk_size or auto_chunk_size(backbone, tile, run.device, run.dtype,
+                                                 config.memory_fraction)
+    if config.chunk_size is None and run.device.type == "cpu":
+        chunk = min(chunk, latency_chunk(backbone, tile))
+    return chunk
 
-        if cancel is not None:
-            cancel.raise_if_cancelled()
-        heads_obs = layout.assemble(heads)  # (heads, gh, gw)
-        # tile by tile: the untiled engine's reduction, to the last bit
-        tile_maps = (torch.stack([h.mean(0) for h in heads]) if head == "mean"
-                     else heads[:, int(head)])
-        observed = layout.assemble(tile_maps)
-        positions = layout.local_index().ravel()
-        if scope == "tile":
-            positions = layout.tile_index().ravel() * tile_tokens + positions
-        t0 = time.perf_counter()
-        stats, warnings_seen = _statistics(
-            observed.reshape(-1), null_scores, config, positions,
-            families=tile_maps.reshape(n_tiles, -1).to(device),
-            owner=(layout.tile_index().ravel(), layout.local_index().ravel()),
-            family_tokens=layout.tile_tokens())
-        timings["statistics_s"] = time.perf_counter() - t0
-        kept = None
-        if config.keep_nulls:
-            kept = null_scores.reshape(n_boot, -1, tgh, tgw).cpu()
-            # per-tile nulls have a place in the image; image-level null tiles do not
-            kept = (layout.assemble(kept.transpose(0, 1)) if scope == "tile"
-                    else kept[:, 0]).numpy()
-    timings["total_s"] = time.perf_counter() - t_start
 
-    grid = layout.grid_shape
-    summary = dict(stats.null_summary)
-    summary.update(mu0=float(stats.mu0), sigma0=float(stats.sigma0))
-    metadata = _run_metadata(config, backbone, device, dtype, chunk, timings,
-                             tiled.channel_map.kind, stats, warnings_seen, observed.numpy())
-    metadata.update(null_scope=scope, tile_shape=list(layout.tile), n_tiles=n_tiles,
-                    tile_origins_y=list(layout.starts[0]), tile_origins_x=list(layout.starts[1]),
-                    forward_passes=n_tiles + n_null, read_on_demand=tiled.reader is not None)
-    yield Progress("statistics", grand_total, grand_total, chunk, time.perf_counter() - t_start,
-                   "statistics done")
+def _forward(tiled: TiledImage, backbone: Backbone, config: RunConfig, run: Run,
+             images: torch.Tensor, head: str | int) -> torch.Tensor:
+    """CLS attention of ``(n, c, th, tw)`` tiles in the image's own channels."""
+    with run.amp():
+        return cls_attention(backbone, tiled.channel_map(images), layer=config.layer,
+                             head=head).float()
 
-    def grid_map(v: np.ndarray) -> np.ndarray:
-        return np.asarray(v, dtype=np.float64).reshape(grid)
 
-    return AttentionResult(
-        attention=observed.numpy().astype(np.float64),
-        z=grid_map(stats.z), p=grid_map(stats.p), lfdr=grid_map(stats.lfdr),
-        posterior=grid_map(stats.posterior), q=grid_map(stats.q), pi0=float(stats.pi0),
-        thresholds=config.thresholds(), image_shape=tiled.image_shape,
-        model_shape=layout.shape, patch_size=backbone.patch_size,
-        head_attention=heads_obs.numpy().astype(np.float64), null_summary=summary,
-        null_scores=kept, metadata=metadata,
-    )
+class _ObservedTiles:
+    """The step of the observed pass: every head's attention on tiles ``start .. + size``.
+
+    ``heads`` is ``(n_tiles, n_heads, tgh, tgw)`` on the CPU (a large image has many tiles).
+    """
+
+    def __init__(self, tiled: TiledImage, backbone: Backbone, config: RunConfig,
+                 run: Run) -> None:
+        self.tiled, self.backbone, self.config, self.run = tiled, backbone, config, run
+        self.heads = torch.empty((tiled.layout.n_tiles, backbone.num_heads,
+                                  *tiled.layout.tile_grid), dtype=torch.float32)
+
+    def __call__(self, start: int, size: int) -> None:
+        batch = self.tiled.tiles(range(start, start + size)).to(self.run.device)
+        self.heads[start:start + size] = _forward(self.tiled, self.backbone, self.config,
+                                                  self.run, batch, "all").cpu()
+
+
+class _NullTiles:
+    """The step of the null pass: null tiles ``start .. start + size``, scored.
+
+    ``null_scope="image"``: job ``j`` is null image ``j``, a tile-sized draw from the whole
+    image's statistics; ``scores`` is ``(B, tile tokens)``. ``"tile"``: job ``j`` is null
+    ``j % B`` of tile ``j // B``, seeded by ``j`` so tiles differ; ``scores`` is
+    ``(B, n_tiles · tile tokens)``, tile after tile.
+    """
+
+    def __init__(self, tiled: TiledImage, backbone: Backbone, config: RunConfig, run: Run,
+                 scope: str) -> None:
+        self.tiled, self.backbone, self.config, self.run = tiled, backbone, config, run
+        layout = tiled.layout
+        self.n_boot = int(config.n_boot)
+        self.tile_tokens = layout.tile_grid[0] * layout.tile_grid[1]
+        self.null_config = null_config(config, backbone.patch_size[0])
+        self.head = tested_head(config)
+        columns = self.tile_tokens * (layout.n_tiles if scope == "tile" else 1)
+        self.scores = torch.empty((self.n_boot, columns), dtype=torch.float32,
+                                  device=run.device)
+        self.image_null = (ImageNull(tiled.source, self.null_config, layout.tile,
+                                     backbone.patch_size[0], reader=tiled.reader,
+                                     shape=layout.shape)
+                           if scope == "image" else None)
+
+    def __call__(self, start: int, size: int) -> None:
+        jobs = range(start, start + size)
+        own = self._draw(jobs)
+        if self.config.preset != "paper":  # the observed tiles went through the [0, 1] clamp
+            own.clamp_(0.0, 1.0)
+        maps = _forward(self.tiled, self.backbone, self.config, self.run, own,
+                        self.head).reshape(size, -1)
+        if self.image_null is not None:
+            self.scores[start:start + size] = maps
+            return
+        for k, j in enumerate(jobs):
+            tile = j // self.n_boot
+            cols = slice(tile * self.tile_tokens, (tile + 1) * self.tile_tokens)
+            self.scores[j % self.n_boot, cols] = maps[k]
+
+    def _draw(self, jobs: range) -> torch.Tensor:
+        if self.image_null is not None:
+            return self.image_null.draw(jobs, seed=self.config.seed)
+        n_boot, device = self.n_boot, self.run.device
+        return torch.cat([
+            null_images(self.tiled.tiles([tile])[0].to(device),
+                        [j for j in jobs if j // n_boot == tile], self.null_config,
+                        seed=self.config.seed, patch_size=self.backbone.patch_size[0])
+            for tile in sorted({j // n_boot for j in jobs})])
+
+
+def _tile_statistics(layout: TileLayout, heads: torch.Tensor, null_scores: torch.Tensor,
+                     config: RunConfig, run: Run, scope: str) -> tuple[torch.Tensor, Any]:
+    """The tested map of the whole image from its tiles, and the preset's statistics on it.
+
+    Under the step-down preset every tile is a family of its own.
+    """
+    head = tested_head(config)
+    # tile by tile: the untiled engine's reduction, to the last bit
+    tile_maps = torch.stack([h.mean(0) for h in heads]) if head == "mean" else heads[:, int(head)]
+    observed = layout.assemble(tile_maps)
+    positions = layout.local_index().ravel()
+    if scope == "tile":  # each tile's null is its own: positions run over all tiles' tokens
+        positions = layout.tile_index().ravel() * (layout.tile_grid[0] * layout.tile_grid[1]) \
+            + positions
+    stats = run.statistics(
+        config, observed.reshape(-1), null_scores, positions,
+        families=tile_maps.reshape(layout.n_tiles, -1).to(run.device),
+        owner=(layout.tile_index().ravel(), layout.local_index().ravel()),
+        family_tokens=layout.tile_tokens())
+    return observed, stats
+
+
+def _kept_nulls(layout: TileLayout, null_scores: torch.Tensor, scope: str) -> np.ndarray:
+    """The null maps to keep: per-tile nulls have a place in the image, image-level ones not."""
+    n_boot = null_scores.shape[0]
+    kept = null_scores.reshape(n_boot, -1, *layout.tile_grid).cpu()
+    return (layout.assemble(kept.transpose(0, 1)) if scope == "tile" else kept[:, 0]).numpy()
