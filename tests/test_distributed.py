@@ -14,7 +14,8 @@ import torch
 pytest.importorskip("dask.distributed")
 
 from napari_attnreg import AttentionResult
-from napari_attnreg.batch.run import collect_inputs, run_batch
+from napari_attnreg.batch.items import collect_inputs
+from napari_attnreg.batch.run import run_batch
 from napari_attnreg.cli import main
 
 OPTS = {"n_boot": 6, "device": "cpu", "seed": 3}
@@ -88,7 +89,7 @@ def test_workers_option_of_the_command_line(tmp_path, capsys):
 def test_batches_sharing_a_scheduler_never_swap_results(tmp_path, monkeypatch):
     from dask.distributed import Client, LocalCluster
 
-    from napari_attnreg.batch.run import SUMMARY_COLUMNS
+    from napari_attnreg.batch.summary import SUMMARY_COLUMNS
 
     _images(tmp_path / "in", n=1)
     monkeypatch.chdir(tmp_path)
