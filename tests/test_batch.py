@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tifffile
 
-from napari_attnreg import AttentionResult
+from napari_attnreg import AttentionResult, regularize
 from napari_attnreg.batch.figure import figure_view
 from napari_attnreg.batch.items import BatchItem, collect_inputs, output_path
 from napari_attnreg.cli import main
@@ -460,3 +460,53 @@ def test_decoder_failures_name_the_file_and_bugs_outside_decoding_still_surface(
     with pytest.raises(KeyboardInterrupt):  # not an Exception: a Ctrl-C is never a file error
         with decoding(path):
             raise KeyboardInterrupt
+
+
+# ---- issue #16: one run path ------------------------------------------------------------------
+def _spy_on_the_service(monkeypatch) -> tuple[list, list]:
+    """Every Job the pipeline service runs, and every engine run it starts, as they happen."""
+    from napari_attnreg.core.run import service
+
+    jobs, engine_runs = [], []
+    real_job, real_engine = service.run_job, service.run_engine
+
+    def counting_job(job, cancel=None):
+        jobs.append(job)
+        return real_job(job, cancel)
+
+    def counting_engine(*args, **kwargs):
+        engine_runs.append(args[2].extra)
+        return real_engine(*args, **kwargs)
+
+    monkeypatch.setattr(service, "run_job", counting_job)
+    monkeypatch.setattr(service, "run_engine", counting_engine)
+    return jobs, engine_runs
+
+
+def test_the_serial_batch_runs_every_plane_through_the_pipeline_service(tmp_path, monkeypatch,
+                                                                          capsys):
+    from napari_attnreg.core.run.service import user_message
+
+    jobs, engine_runs = _spy_on_the_service(monkeypatch)
+    tifffile.imwrite(tmp_path / "one.tif", _img(1))
+    tifffile.imwrite(tmp_path / "two.tif", np.stack([_img(2), _img(3)]))
+    tifffile.imwrite(tmp_path / "flat.tif", np.full((64, 64), 7, np.uint16))
+    out = tmp_path / "out"
+    args = ["run", str(tmp_path / "*.tif"), "--out", str(out), *FAST]
+    assert main(args) == 1
+    ran = sorted((Path(job.config.extra["source"]).name, job.planes) for job in jobs)
+    assert ran == [("flat.tif", [()]), ("one.tif", [()]), ("two.tif", [(0,)]), ("two.tif", [(1,)])]
+    assert all(job.keep_display for job in jobs)  # the figure's image comes back from the service
+    # the engine ran inside those jobs, once per result (the flat image fails when prepared)
+    assert sorted((Path(extra["source"]).name, extra["plane"]) for extra in engine_runs) == [
+        ("one.tif", ""), ("two.tif", "0"), ("two.tif", "1")]
+    rows = {(Path(r["source"]).name, r["plane"]): r["status"] for r in _summary(out)}
+    assert rows[("two.tif", "1")] == "done" and (out / "two.tif" / "plane_0001.attnreg.png").is_file()
+    jobs.clear()
+    capsys.readouterr()
+    assert main(args) == 1  # resumed: the kept outputs start no job, the failed file is retried
+    assert [Path(job.config.extra["source"]).name for job in jobs] == ["flat.tif"]
+    assert "0 done, 3 skipped, 1 failed" in capsys.readouterr().err
+    with pytest.raises(ValueError) as constant:  # the batch's reason is the service's message
+        regularize(np.full((64, 64), 7, np.uint16), "demo", n_boot=4, device="cpu")
+    assert rows[("flat.tif", "")] == f"failed: {user_message(constant.value)}"
