@@ -106,7 +106,7 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
     backbone = load_model(spec)  # its weights identify the run, on any worker
     stamp = input_stamp(item.source)  # before reading: a file changed meanwhile is redone later
     ctx = _ItemContext(item, Path(out_dir), spec, dict(opts), figure, stamp,
-                 run_signature(backbone, opts), overwrite, quiet)
+                       run_signature(backbone, opts), overwrite, quiet)
     whole, _ = _resume(ctx, None)
     if whole is not None:
         return [whole]
