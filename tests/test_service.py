@@ -117,6 +117,25 @@ def test_user_messages():
     assert "Unexpected KeyError" in user_message(KeyError("k"))
 
 
+def test_a_cached_module_stays_alive_so_its_id_names_no_other_model():
+    """A given module is cached by id(); were it freed, a new module could get its id and
+    the cache would hand back the old model (regularize(image, module) uses the cache)."""
+    import gc
+    import weakref
+
+    import timm
+
+    module = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1)
+    alive = weakref.ref(module)
+    service.load_model(ModelSpec.from_model(module))
+    del module
+    gc.collect()
+    assert alive() is not None  # held by the cache entry keyed by its id
+    service.clear_model_cache()
+    gc.collect()
+    assert alive() is None
+
+
 def test_devices_start_with_auto_and_cpu():
     assert service.available_devices()[:2] == ["auto", "cpu"]
 

@@ -110,7 +110,9 @@ class _ModelCache:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._models: dict[tuple, Backbone] = {}
+        # the spec is kept with its backbone: a given module is keyed by its id, which must
+        # not be reused by another module while the entry lives
+        self._models: dict[tuple, tuple[ModelSpec, Backbone]] = {}
 
     def get(self, spec: ModelSpec) -> Backbone:
         with self._lock:  # two docks / two explorers must not load the same model twice
@@ -118,8 +120,8 @@ class _ModelCache:
             if key not in self._models:
                 backbone = _load(spec)
                 self._models.clear()
-                self._models[key] = backbone
-            return self._models[key]
+                self._models[key] = (spec, backbone)
+            return self._models[key][1]
 
     def clear(self) -> None:
         with self._lock:
