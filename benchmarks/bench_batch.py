@@ -19,7 +19,8 @@ from pathlib import Path
 
 import tifffile
 
-from napari_attnreg.batch.run import collect_inputs, run_batch
+from napari_attnreg.batch.items import collect_inputs
+from napari_attnreg.batch.run import run_batch
 from napari_attnreg.testing.synthetic import make_cell_image
 
 

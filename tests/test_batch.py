@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import tifffile
 
-from napari_attnreg import AttentionResult
-from napari_attnreg.batch.run import BatchItem, collect_inputs, figure_view, output_path
+from napari_attnreg import AttentionResult, regularize
+from napari_attnreg.batch.figure import figure_view
+from napari_attnreg.batch.items import BatchItem, collect_inputs, output_path
 from napari_attnreg.cli import main
 
 FAST = ["--model", "demo", "--n-boot", "4", "--device", "cpu", "--quiet"]
@@ -176,7 +177,7 @@ def test_figure_view_keeps_maps_on_the_display():
 
 # ---- reading files: one layout rule, file-naming errors (issue #12) ---------------------------
 def test_a_text_file_named_png_is_not_a_readable_image(tmp_path):
-    from napari_attnreg.batch.run import read_image, read_stack
+    from napari_attnreg.io.readers import read_image, read_stack
 
     fake = tmp_path / "notes.png"
     fake.write_text("hello, not an image")
@@ -199,7 +200,7 @@ def test_a_text_file_named_png_is_not_a_readable_image(tmp_path):
     ((4, 64, 64, 3), {"photometric": "rgb"}, ((0,), 3, True)),    # a stack of colour images
 ])
 def test_tiff_layouts_follow_the_file_and_the_plane_rules(tmp_path, shape, kw, layout):
-    from napari_attnreg.batch.run import read_stack
+    from napari_attnreg.io.readers import read_stack
 
     tifffile.imwrite(tmp_path / "x.tif", np.ones(shape, np.uint8), **kw)
     stack = read_stack(tmp_path / "x.tif")
@@ -207,8 +208,8 @@ def test_tiff_layouts_follow_the_file_and_the_plane_rules(tmp_path, shape, kw, l
 
 
 def test_an_unlabelled_three_by_h_by_w_tiff_is_ambiguous_as_in_regularize(tmp_path):
-    from napari_attnreg.batch.run import read_stack
     from napari_attnreg.core.run.images import prepare_image
+    from napari_attnreg.io.readers import read_stack
 
     data = np.random.default_rng(0).integers(0, 255, (3, 96, 80)).astype(np.uint8)
     tifffile.imwrite(tmp_path / "x.tif", data)  # tifffile stores it as planar samples ('SYX')
@@ -223,7 +224,7 @@ def test_an_unlabelled_three_by_h_by_w_tiff_is_ambiguous_as_in_regularize(tmp_pa
 def test_an_animated_gif_is_a_stack_of_frames(tmp_path):
     import imageio.v3 as iio
 
-    from napari_attnreg.batch.run import read_stack
+    from napari_attnreg.io.readers import read_stack
 
     frames = np.random.default_rng(0).integers(0, 255, (4, 32, 40, 3)).astype(np.uint8)
     iio.imwrite(tmp_path / "a.gif", frames)
@@ -234,7 +235,7 @@ def test_an_animated_gif_is_a_stack_of_frames(tmp_path):
 
 
 def test_output_folder_problems_are_found_before_any_work(tmp_path):
-    from napari_attnreg.batch.run import prepare_output_dir
+    from napari_attnreg.batch.items import prepare_output_dir
 
     a_file = tmp_path / "taken"
     a_file.write_text("x")
@@ -248,7 +249,7 @@ def test_output_folder_problems_are_found_before_any_work(tmp_path):
 def test_an_unwritable_output_folder_is_refused(tmp_path, monkeypatch):
     import tempfile
 
-    from napari_attnreg.batch.run import prepare_output_dir
+    from napari_attnreg.batch.items import prepare_output_dir
 
     def denied(*args, **kwargs):  # what a read-only folder gives a normal user
         raise PermissionError(13, "Permission denied")
@@ -343,7 +344,7 @@ def test_resume_redoes_what_is_incomplete_or_different_and_says_why(tmp_path, ca
 def test_a_full_disk_during_the_summary_or_a_result_leaves_no_partial_file(tmp_path, monkeypatch):
     import errno
 
-    from napari_attnreg.batch.run import write_summary
+    from napari_attnreg.batch.summary import write_summary
 
     summary = tmp_path / "summary.csv"
     write_summary([{"source": "a.tif", "status": "done"}], summary)
@@ -459,3 +460,53 @@ def test_decoder_failures_name_the_file_and_bugs_outside_decoding_still_surface(
     with pytest.raises(KeyboardInterrupt):  # not an Exception: a Ctrl-C is never a file error
         with decoding(path):
             raise KeyboardInterrupt
+
+
+# ---- issue #16: one run path ------------------------------------------------------------------
+def _spy_on_the_service(monkeypatch) -> tuple[list, list]:
+    """Every Job the pipeline service runs, and every engine run it starts, as they happen."""
+    from napari_attnreg.core.run import service
+
+    jobs, engine_runs = [], []
+    real_job, real_engine = service.run_job, service.run_engine
+
+    def counting_job(job, cancel=None):
+        jobs.append(job)
+        return real_job(job, cancel)
+
+    def counting_engine(*args, **kwargs):
+        engine_runs.append(args[2].extra)
+        return real_engine(*args, **kwargs)
+
+    monkeypatch.setattr(service, "run_job", counting_job)
+    monkeypatch.setattr(service, "run_engine", counting_engine)
+    return jobs, engine_runs
+
+
+def test_the_serial_batch_runs_every_plane_through_the_pipeline_service(tmp_path, monkeypatch,
+                                                                          capsys):
+    from napari_attnreg.core.run.service import user_message
+
+    jobs, engine_runs = _spy_on_the_service(monkeypatch)
+    tifffile.imwrite(tmp_path / "one.tif", _img(1))
+    tifffile.imwrite(tmp_path / "two.tif", np.stack([_img(2), _img(3)]))
+    tifffile.imwrite(tmp_path / "flat.tif", np.full((64, 64), 7, np.uint16))
+    out = tmp_path / "out"
+    args = ["run", str(tmp_path / "*.tif"), "--out", str(out), *FAST]
+    assert main(args) == 1
+    ran = sorted((Path(job.config.extra["source"]).name, job.planes) for job in jobs)
+    assert ran == [("flat.tif", [()]), ("one.tif", [()]), ("two.tif", [(0,)]), ("two.tif", [(1,)])]
+    assert all(job.keep_display for job in jobs)  # the figure's image comes back from the service
+    # the engine ran inside those jobs, once per result (the flat image fails when prepared)
+    assert sorted((Path(extra["source"]).name, extra["plane"]) for extra in engine_runs) == [
+        ("one.tif", ""), ("two.tif", "0"), ("two.tif", "1")]
+    rows = {(Path(r["source"]).name, r["plane"]): r["status"] for r in _summary(out)}
+    assert rows[("two.tif", "1")] == "done" and (out / "two.tif" / "plane_0001.attnreg.png").is_file()
+    jobs.clear()
+    capsys.readouterr()
+    assert main(args) == 1  # resumed: the kept outputs start no job, the failed file is retried
+    assert [Path(job.config.extra["source"]).name for job in jobs] == ["flat.tif"]
+    assert "0 done, 3 skipped, 1 failed" in capsys.readouterr().err
+    with pytest.raises(ValueError) as constant:  # the batch's reason is the service's message
+        regularize(np.full((64, 64), 7, np.uint16), "demo", n_boot=4, device="cpu")
+    assert rows[("flat.tif", "")] == f"failed: {user_message(constant.value)}"

@@ -14,7 +14,8 @@ import torch
 pytest.importorskip("dask.distributed")
 
 from napari_attnreg import AttentionResult
-from napari_attnreg.batch.run import collect_inputs, run_batch
+from napari_attnreg.batch.items import collect_inputs
+from napari_attnreg.batch.run import run_batch
 from napari_attnreg.cli import main
 
 OPTS = {"n_boot": 6, "device": "cpu", "seed": 3}
@@ -88,7 +89,7 @@ def test_workers_option_of_the_command_line(tmp_path, capsys):
 def test_batches_sharing_a_scheduler_never_swap_results(tmp_path, monkeypatch):
     from dask.distributed import Client, LocalCluster
 
-    from napari_attnreg.batch.run import SUMMARY_COLUMNS
+    from napari_attnreg.batch.summary import SUMMARY_COLUMNS
 
     _images(tmp_path / "in", n=1)
     monkeypatch.chdir(tmp_path)
@@ -120,3 +121,33 @@ def test_an_unreachable_scheduler_or_zero_workers_is_a_clear_error(tmp_path, mon
         run_batch(items, tmp_path / "out", "demo", None, OPTS, scheduler=f"tcp://127.0.0.1:{port}")
     with pytest.raises(ValueError, match="--workers must be a positive number"):
         run_batch(items, tmp_path / "out", "demo", None, OPTS, workers=0)
+
+
+def test_dask_tasks_run_each_image_through_the_pipeline_service(tmp_path, monkeypatch):
+    """In-process workers (processes=False) share this module's service, so a spy sees them."""
+    from dask.distributed import Client, LocalCluster, get_worker
+
+    from napari_attnreg.core.run import service
+
+    ran = []
+    real = service.run_job
+
+    def counting_job(job, cancel=None):
+        try:
+            where = get_worker().address
+        except ValueError:  # not inside a Dask task
+            where = None
+        ran.append((Path(job.config.extra["source"]).name, job.planes, where))
+        return real(job, cancel)
+
+    monkeypatch.setattr(service, "run_job", counting_job)
+    _images(tmp_path / "in", n=2)
+    items = collect_inputs([tmp_path / "in"])
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster):
+        report = run_batch(items, tmp_path / "out", "demo", None, OPTS, quiet=True,
+                           scheduler=cluster.scheduler_address)
+        worker = next(iter(cluster.workers.values())).address
+    assert sorted(ran) == [("img0.tif", [()], worker), ("img1.tif", [()], worker)]
+    assert sorted(r["status"].split(":")[0] for r in report.rows) == ["done", "done", "failed"]
+    assert "broken.tif" in report.failed[0]["source"]  # unreadable: failed before any job

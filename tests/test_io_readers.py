@@ -296,3 +296,46 @@ def test_dicom_layers_keep_the_uids_and_files_of_their_slices(ct_folder):
     uids = meta["dicom"]["sop_instance_uids"]
     assert uids == [str(pydicom.dcmread(f).SOPInstanceUID) for f in files] and len(set(uids)) == 4
     assert "Doe" not in str(meta)  # no patient identifiers
+
+
+# ---- DICOM files in a batch: read as napari reads them (issue #16) ----------------------------
+def test_read_stack_reads_a_dicom_file_as_the_napari_reader_does(tmp_path, monkeypatch):
+    import sys
+
+    from napari_attnreg.io.readers import read_stack
+
+    frames = np.stack([np.full((4, 5), 100 * k, np.uint16) for k in range(3)])
+    frames[:, 0, 0] = 7
+    _multi_frame(tmp_path / "mf.dcm", frames)
+    stack = read_stack(tmp_path / "mf.dcm")
+    (volume, _), = read_dicom(tmp_path / "mf.dcm")
+    assert stack.planes() == [(0,), (1,), (2,)] and stack.channel_axis is None
+    np.testing.assert_array_equal(stack.read((2,))[0], volume[2])
+    write_ct_slice(tmp_path / "one.dcm", 0.0, 1, np.arange(30).reshape(6, 5))
+    single = read_stack(tmp_path / "one.dcm")
+    assert single.planes() == [()]
+    assert single.read(())[0].min() == -1024  # rescaled, as napari shows it
+    monkeypatch.setitem(sys.modules, "pydicom", None)
+    with pytest.raises(ValueError, match=r"one\.dcm.*napari-attnreg\[dicom\]"):
+        read_stack(tmp_path / "one.dcm")  # the file's failure, not the end of a batch
+
+
+def test_a_folder_of_dicom_files_is_a_batch_of_inputs(tmp_path):
+    import csv
+
+    from napari_attnreg.cli import main
+
+    rng = np.random.default_rng(0)
+    (tmp_path / "ct").mkdir()
+    for k in range(2):
+        pixels = (1000 + 200 * rng.random((64, 64))).astype(np.uint16)
+        pixels[20:30, 20:30] += 800
+        write_ct_slice(tmp_path / "ct" / f"s{k}.dcm", 2.5 * k, k + 1, pixels)
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "ct"), "--out", str(out), "--model", "demo",
+                 "--n-boot", "4", "--device", "cpu", "--quiet"]) == 0
+    with open(out / "summary.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert sorted(r["output"].rsplit("/", 1)[-1] for r in rows) == [
+        "s0.dcm.attnreg.npz", "s1.dcm.attnreg.npz"]
+    assert {r["status"] for r in rows} == {"done"} and (out / "s1.dcm.attnreg.png").is_file()

@@ -117,6 +117,25 @@ def test_user_messages():
     assert "Unexpected KeyError" in user_message(KeyError("k"))
 
 
+def test_a_cached_module_stays_alive_so_its_id_names_no_other_model():
+    """A given module is cached by id(); were it freed, a new module could get its id and
+    the cache would hand back the old model (regularize(image, module) uses the cache)."""
+    import gc
+    import weakref
+
+    import timm
+
+    module = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1)
+    alive = weakref.ref(module)
+    service.load_model(ModelSpec.from_model(module))
+    del module
+    gc.collect()
+    assert alive() is not None  # held by the cache entry keyed by its id
+    service.clear_model_cache()
+    gc.collect()
+    assert alive() is None
+
+
 def test_devices_start_with_auto_and_cpu():
     assert service.available_devices()[:2] == ["auto", "cpu"]
 
@@ -192,3 +211,58 @@ def test_masks_are_computed_once_per_maps_and_thresholds(spec, rng, monkeypatch)
     other = replace(result, p=result.p.copy())  # other maps: computed anew, never stale
     other.significant(q_th=0.5)
     assert calls == ["q", "q"]
+
+
+# ---- issue #16: one run path ------------------------------------------------------------------
+def test_regularize_and_regularize_stack_run_through_the_service(monkeypatch, tiny_backbone, rng):
+    import warnings
+
+    from napari_attnreg import regularize, regularize_stack
+    from napari_attnreg.core.run.api import PartialStackWarning
+
+    jobs = []
+    real = service.run_job
+    monkeypatch.setattr(service, "run_job",
+                        lambda job, cancel=None: jobs.append(job) or real(job, cancel))
+    options = dict(n_boot=4, device="cpu", target_size=32, chunk_size=2)
+    data = rng.random((3, 40, 48)).astype(np.float32)
+    data[1] = 0.5
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = regularize_stack(data, tiny_backbone, **options)
+    assert [job.planes for job in jobs] == [[(0,), (1,), (2,)]]
+    assert results.finished == [0, 2] and "constant" in results.errors[1]
+    assert any(issubclass(w.category, PartialStackWarning) for w in caught)
+    one = regularize(data[2], tiny_backbone, **options)
+    assert len(jobs) == 2 and jobs[1].planes == [()]
+    np.testing.assert_array_equal(one.attention, results[2].attention)
+    with pytest.raises(ValueError, match="constant"):  # the plane's own error, raised again
+        regularize(data[1], tiny_backbone, **options)
+    assert len(jobs) == 3
+
+
+def test_a_lazy_image_runs_tiled_and_hands_back_its_display(spec, tmp_path, rng):
+    import tifffile
+
+    from napari_attnreg.core.run.lazy import open_lazy
+
+    pixels = (rng.random((240, 272)) * 4000).astype(np.uint16)
+    tifffile.imwrite(tmp_path / "big.tif", pixels, tile=(64, 64))
+    lazy = open_lazy(tmp_path / "big.tif")
+    config = RunConfig(n_boot=4, device="cpu", chunk_size=2, tiled=True, tile_overlap=16)
+    outcome = run_job_sync(Job(spec, lazy, [()], config, keep_display=True))
+    assert outcome.ok, outcome.message
+    result = outcome.results[()]
+    assert result.metadata["read_on_demand"] and result.image_shape == (240, 272)
+    assert outcome.displays[()].shape[:2] == result.image_shape
+    assert not outcome.fingerprints  # its pixels were never all in memory to hash
+    plain = run_job_sync(Job(spec, _stack(rng, n=1), [(0,)], CONFIG))
+    assert not plain.displays and (0,) in plain.fingerprints  # displays only when asked
+
+
+def test_user_messages_for_files_name_the_file_and_promise_no_log():
+    assert user_message(PermissionError(13, "Permission denied", "/out/a.npz")) == (
+        "Cannot write or read a file (Permission denied: /out/a.npz)")
+    assert user_message(OSError(28, "No space left on device")) == (
+        "Cannot write or read a file (No space left on device)")
+    assert "Unexpected ConnectionError" in user_message(ConnectionError("reset by peer"))

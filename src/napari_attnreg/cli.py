@@ -2,15 +2,16 @@
 
 One ``.npz`` result file, one PNG figure and one ``.json`` resume record per image (per plane
 for stacks), named by the input's path relative to the common parent of the inputs, and
-``DIR/summary.csv``; the batch logic is :mod:`napari_attnreg.batch.run`, resuming
-:mod:`napari_attnreg.batch.resume`.
+``DIR/summary.csv``. Each image runs through the pipeline service that napari and the
+notebook use (:mod:`napari_attnreg.batch.run`); inputs and output names are
+:mod:`napari_attnreg.batch.items`, resuming :mod:`napari_attnreg.batch.resume`, the figure
+:mod:`napari_attnreg.batch.figure`.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -22,52 +23,16 @@ from napari_attnreg.core.run.options import add_cli_arguments, options_from_cli
 
 
 def __getattr__(name: str) -> Any:
-    if name == "read_image":  # kept importable from here
-        from napari_attnreg.batch.run import read_image
+    """``read_image`` and ``save_figure`` stay importable from here (they live in io / batch)."""
+    if name == "read_image":
+        from napari_attnreg.io.readers import read_image
 
         return read_image
+    if name == "save_figure":
+        from napari_attnreg.batch.figure import save_figure
+
+        return save_figure
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def save_figure(result: Any, display: Any, path: Path, title: str) -> Path:
-    """PNG: the image, then every continuous map of the result's preset, each with a legend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from napari_attnreg.core.files import atomic_write
-    from napari_attnreg.core.results.display import (
-        CONTINUOUS_MAPS,
-        SIGNIFICANT_COLOR,
-        diagnostics_lines,
-    )
-
-    thresholds = result._thresholds()
-    fig, axes = plt.subplots(1, 1 + len(CONTINUOUS_MAPS), figsize=(20, 5.6), constrained_layout=True)
-    axes[0].imshow(display, cmap="gray" if display.ndim == 2 else None)
-    axes[0].set_title("image")
-    sig = result.to_pixels(result.significant().astype(float))
-    for ax, view in zip(axes[1:], CONTINUOUS_MAPS):
-        ax.imshow(display, cmap="gray" if display.ndim == 2 else None)
-        vmin, vmax = view.limits(result)
-        im = ax.imshow(result.to_pixels(view.values(result, thresholds)), cmap=view.colormap,
-                       alpha=0.6, vmin=vmin, vmax=vmax)
-        ax.set_title(view.title(result.preset, thresholds), fontsize=10)
-        bar = fig.colorbar(im, ax=ax, fraction=0.046, orientation="horizontal", pad=0.02)
-        # wrapped by hand: matplotlib's wrap=True ignores the neighbouring panels
-        bar.set_label(textwrap.fill(view.legend(result.preset), 48), fontsize=7)
-    axes[-1].contour(sig, levels=[0.5], colors=SIGNIFICANT_COLOR, linewidths=0.9)
-    for ax in axes:
-        ax.set_axis_off()
-    notes = diagnostics_lines(result)
-    fig.suptitle("\n".join([title, *notes]), fontsize=9)
-    try:
-        with atomic_write(path) as tmp:  # a kill or a full disk never leaves half a PNG
-            fig.savefig(tmp, dpi=90, format="png")
-    finally:
-        plt.close(fig)
-    return path
 
 
 def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
@@ -79,26 +44,26 @@ def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
     Files inside ``out_dir`` are not inputs (a run must not analyse its own figures) unless
     ``inputs_in_out`` (the demo's fallback image lives there).
 
-    Returns the :class:`~napari_attnreg.batch.run.BatchReport` (rows of ``summary.csv``).
+    Returns
+    -------
+    BatchReport
+        The rows of ``summary.csv`` (:class:`~napari_attnreg.batch.summary.BatchReport`).
     """
-    from napari_attnreg.batch.run import (
-        cached_backbone,
-        collect_inputs,
-        prepare_output_dir,
-        run_batch,
-    )
+    from napari_attnreg.batch.figure import save_figure
+    from napari_attnreg.batch.items import collect_inputs, prepare_output_dir
+    from napari_attnreg.batch.run import run_batch
+    from napari_attnreg.core.run.service import ModelSpec, load_model
 
     prepare_output_dir(out_dir)  # a wrong --out fails before the model loads
     items = collect_inputs(paths, recursive=recursive,
                            exclude=None if inputs_in_out else out_dir)
     if not (workers or scheduler):  # on a cluster the workers load it; here it is checked now
-        backbone = cached_backbone(model, arch)
+        backbone = load_model(ModelSpec.from_model(model, arch))
         if backbone.is_random_init:
             print("WARNING: the model has RANDOM weights (no pretrained weights loaded): its "
                   "attention is not meaningful. Use --model demo, a timm name with internet, or "
                   "a weights file.", file=sys.stderr)
-        print(f"model: {backbone.describe()}", file=sys.stderr)
-        model = backbone
+        print(f"model: {backbone.describe()}", file=sys.stderr)  # kept in the service's cache
     report = run_batch(items, out_dir, model, arch, opts, overwrite=overwrite, quiet=quiet,
                        figure=save_figure, workers=workers, scheduler=scheduler)
     done = sum(r["status"] == "done" for r in report.rows)

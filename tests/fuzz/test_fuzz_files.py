@@ -19,9 +19,11 @@ import numpy as np
 import pytest
 import tifffile
 
-from napari_attnreg.batch.run import collect_inputs, read_stack, run_batch
+from napari_attnreg.batch.items import collect_inputs
+from napari_attnreg.batch.run import run_batch
 from napari_attnreg.io.dicom import read_dicom
 from napari_attnreg.io.ometiff import read_ome_tiff
+from napari_attnreg.io.readers import read_stack
 
 SEED = 2026
 MUTANTS_PER_FILE = 150  # 7 seed files: 1,050 mutated files

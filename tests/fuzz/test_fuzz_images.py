@@ -148,8 +148,8 @@ def test_the_in_memory_and_the_lazy_tiff_readers_agree(tmp_path_factory, layout,
     import tifffile
 
     pytest.importorskip("zarr")
-    from napari_attnreg.batch.run import read_stack
     from napari_attnreg.core.run.lazy import open_lazy
+    from napari_attnreg.io.readers import read_stack
 
     shape, axes = layout
     path = tmp_path_factory.mktemp("tif") / ("x.ome.tif" if axes else "x.tif")

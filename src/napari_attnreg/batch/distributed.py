@@ -2,10 +2,11 @@
 
 Needs the ``scale`` extra (``pip install "napari-attnreg[scale]"``). A local cluster of
 ``workers`` processes, or any running scheduler (``scheduler="tcp://host:8786"``, e.g. one
-started by dask-jobqueue on SLURM; see ``docs/scale-out.md``). Every task runs
-:func:`~napari_attnreg.batch.run.process_item`, which writes that image's result files itself
-and loads the model through :func:`~napari_attnreg.batch.run.cached_backbone`, so a worker loads
-each model once however many images it is given. Results equal a serial run bit for bit
+started by dask-jobqueue on SLURM; see ``docs/scale-out.md``). Every task runs the batch's
+per-image function (:func:`~napari_attnreg.batch.run.process_item`, handed in by
+:func:`~napari_attnreg.batch.run.run_batch`), which runs the image through the pipeline
+service like a serial batch and writes that image's result files itself; the service's
+model cache keeps a worker's model for its next image. Results equal a serial run bit for bit
 when both use the same number of torch threads per process (one, on a local cluster): each
 image's nulls are seeded from the run's seed and the null index only, while CPU matrix
 products block their sums by thread count.
@@ -19,7 +20,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from napari_attnreg.batch.run import BatchItem, _failed_row, process_item
+from napari_attnreg.batch.items import BatchItem
+from napari_attnreg.batch.summary import Row, failed_row
 
 #: Seconds to wait for a scheduler to answer before saying it cannot be reached.
 SCHEDULER_TIMEOUT_S = 20
@@ -53,11 +55,25 @@ def _client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
     return Client(cluster), cluster
 
 
-def run_on_dask(items: Sequence[BatchItem], out_dir: Path, model: Any, arch: str | None,
-                opts: dict[str, Any], *, overwrite: bool = False, quiet: bool = False,
-                figure: Callable[..., Any] | None = None, workers: int | None = None,
-                scheduler: str | None = None) -> Iterator[list[dict[str, Any]]]:
+def run_on_dask(task: Callable[..., list[Row]], items: Sequence[BatchItem], out_dir: Path,
+                model: Any, arch: str | None, opts: dict[str, Any], *, overwrite: bool = False,
+                quiet: bool = False, figure: Callable[..., Any] | None = None,
+                workers: int | None = None, scheduler: str | None = None,
+                ) -> Iterator[list[Row]]:
     """Submit one task per item; yield each item's summary rows as its task finishes.
+
+    Parameters
+    ----------
+    task : callable
+        ``task(item, out_dir, model, arch, opts, overwrite=, quiet=, figure=)`` → the item's
+        rows; :func:`~napari_attnreg.batch.run.process_item`, importable on every worker.
+    items, out_dir, model, arch, opts, overwrite, figure
+        As for :func:`~napari_attnreg.batch.run.run_batch`; ``model`` must be a name or a
+        file every worker can load, not a loaded model.
+    quiet : bool
+        No progress bar over the images.
+    workers, scheduler
+        A local cluster of ``workers`` processes, or the address of a running scheduler.
 
     A task that raises (a worker died, the model failed to load there) becomes a
     ``failed`` row for its image; the other tasks go on.
@@ -77,7 +93,7 @@ def run_on_dask(items: Sequence[BatchItem], out_dir: Path, model: Any, arch: str
     batch = uuid.uuid4().hex  # keys unique per batch: a shared scheduler reuses equal keys
     try:
         futures = {
-            client.submit(process_item, item, out_dir, model, arch, opts, overwrite=overwrite,
+            client.submit(task, item, out_dir, model, arch, opts, overwrite=overwrite,
                           quiet=True, figure=figure, pure=False,
                           key=f"attnreg-{batch}-{i}-{tokenize(str(item.source))}"): item
             for i, item in enumerate(items)
@@ -89,7 +105,7 @@ def run_on_dask(items: Sequence[BatchItem], out_dir: Path, model: Any, arch: str
                 try:
                     rows = future.result()
                 except Exception as err:  # noqa: BLE001  one task's failure must not end the batch
-                    rows = [_failed_row(item, None, f"task failed on its worker: {err}")]
+                    rows = [failed_row(item, None, f"task failed on its worker: {err}")]
                 bar.update(1)
                 yield rows
     finally:

@@ -1,5 +1,8 @@
 """Reading microscopy/radiology files and saving results, without any GUI toolkit.
 
+- :func:`read_stack`, :func:`read_image`: any image file (TIFF, OME-Zarr, DICOM, PNG, ...)
+  as a :class:`~napari_attnreg.core.run.planes.PlaneStack` or its pixels, with the layout
+  the file states; what the batch and the command line read.
 - :func:`read_dicom`: a DICOM series (folder, file or multi-frame) as one volume with its
   spacing and stored window/level; needs the ``[dicom]`` extra (pydicom, imported on use).
 - :func:`read_ome_tiff`: an OME-TIFF with its physical pixel size and channel axis.
@@ -15,6 +18,7 @@ Example
 from napari_attnreg.io.dicom import read_dicom
 from napari_attnreg.io.export import provenance, save_layer, save_outputs, write_table_csv
 from napari_attnreg.io.ometiff import read_ome_tiff
+from napari_attnreg.io.readers import read_image, read_stack
 
-__all__ = ["provenance", "read_dicom", "read_ome_tiff", "save_layer", "save_outputs",
-           "write_table_csv"]
+__all__ = ["provenance", "read_dicom", "read_image", "read_ome_tiff", "read_stack", "save_layer",
+           "save_outputs", "write_table_csv"]

@@ -1,19 +1,21 @@
 """The Python entry points: :func:`regularize` for one image, :func:`regularize_stack` for a stack.
 
-Both check keyword options once (unknown names are a TypeError) and run the engine; the
-front ends reach the same engine through :mod:`.service`.
+Both are thin adapters over the pipeline service (:func:`.service.run_job_sync`), the one
+run path that napari, the notebook and the batch take too: they check keyword options once
+(unknown names are a TypeError), load the model and check it can take them before any
+work, run a :class:`~.service.Job`, and turn its :class:`~.service.Outcome` into what a
+script expects: a result, a :class:`StackResults`, or the error itself.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 import torch
 
-from napari_attnreg.core.models.backbones import Backbone, load_backbone, resolve_device
+from napari_attnreg.core.models.backbones import Backbone
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.engine import (
     CancelToken,
@@ -21,8 +23,16 @@ from napari_attnreg.core.run.engine import (
     RunCancelled,
     RunConfig,
     check_model_options,
-    drain,
-    run_engine,
+    resolve_device,
+)
+from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack, as_plain_array
+from napari_attnreg.core.run.service import (
+    Job,
+    JobProgress,
+    ModelSpec,
+    Outcome,
+    load_model,
+    run_job_sync,
 )
 
 
@@ -58,6 +68,18 @@ def regularize(
     -------
     AttentionResult
 
+    Raises
+    ------
+    ValueError
+        An option, or an image that cannot be analysed (the message says why).
+    RunCancelled
+        ``cancel`` was set before the result was complete.
+
+    Notes
+    -----
+    Runs through the pipeline service, like napari and the batch; the model stays in its
+    one-model cache for the next call.
+
     Examples
     --------
     >>> from napari_attnreg import regularize
@@ -66,8 +88,19 @@ def regularize(
     >>> result.posterior.shape, result.regularized("p", p_th=0.05).max()  # doctest: +SKIP
     """
     config = _config_from(options, "regularize")
-    backbone = model if isinstance(model, Backbone) else load_backbone(model, arch=arch)
-    return drain(run_engine(image, backbone, config, cancel), progress)
+    spec = _checked_model(model, arch, config)
+    job = Job(spec, _single_image(image, config.channel_axis), [()], config)
+
+    def events(step: JobProgress) -> None:
+        if progress is not None and step.event is not None:  # not the model-loading step
+            progress(step.event)
+
+    outcome = run_job_sync(job, cancel=cancel, on_progress=events)
+    if () in outcome.results:
+        return outcome.results[()]
+    if outcome.status == "cancelled":
+        raise RunCancelled("The run was cancelled.")
+    raise outcome.exceptions.get(()) or outcome.error or ValueError(outcome.message)
 
 
 def _config_from(options: dict[str, Any], caller: str) -> RunConfig:
@@ -77,6 +110,24 @@ def _config_from(options: dict[str, Any], caller: str) -> RunConfig:
     if unknown:
         raise TypeError(f"{caller}() got unknown options {sorted(unknown)}; valid: {sorted(known)}")
     return RunConfig(**options).validate()
+
+
+def _checked_model(model: Any, arch: str | None, config: RunConfig) -> ModelSpec:
+    """The service's spec of ``model``, loaded (into the service's model cache) and checked
+    now: a missing model, or a head, layer or device it cannot take, fails before any work."""
+    spec = ModelSpec.from_model(model, arch)
+    check_model_options(config, load_model(spec))
+    resolve_device(config.device)
+    return spec
+
+
+def _single_image(image: Any, channel_axis: int | None) -> Any:
+    """One image as the service reads it: an array as a one-plane stack whose layout is left
+    to the engine (as for any 2D image), a lazy or prepared image as it is."""
+    if isinstance(image, (list, tuple)) or any(
+            hasattr(image, name) for name in ("__array__", "__array_interface__")):
+        return PlaneStack(as_plain_array(image), (), channel_axis)
+    return image
 
 
 class PartialStackWarning(UserWarning):
@@ -165,41 +216,49 @@ def regularize_stack(
     >>> results.complete, results.errors                           # doctest: +SKIP
     (False, {3: 'The image is constant ...'})
     """
-    from napari_attnreg.core.run.planes import PlaneStack
-
     arch = options.pop("arch", None)
     config = _config_from(options, "regularize_stack")
     planes_of = PlaneStack.from_array(stack, channel_axis=config.channel_axis,
                                       channel_last=channel_last, stack=True)
-    backbone = model if isinstance(model, Backbone) else load_backbone(model, arch=arch)
-    check_model_options(config, backbone)
-    resolve_device(config.device)
+    spec = _checked_model(model, arch, config)
     planes = planes_of.planes()
-    results = StackResults([None] * len(planes))
-    for index, where in enumerate(planes):
-        if cancel is not None and cancel.cancelled:
-            results.cancelled = True
-            break
-        cb = (lambda ev, i=index: progress(i, len(planes), ev)) if progress else None
-        try:
-            plane, channel_axis = planes_of.read(where)
-            plane_config = replace(config, channel_axis=channel_axis)
-            results[index] = drain(run_engine(plane, backbone, plane_config, cancel), cb)
-        except RunCancelled:
-            results.cancelled = True
-            break
-        except ValueError as err:  # this plane's data (constant, NaN, too small): go on
-            results.errors[index] = str(err)
-        except Exception as err:
-            err.partial = results  # type: ignore[attr-defined]
-            err.add_note(f"regularize_stack: {results.summary()} They are in this error's "
-                         "'partial' attribute.")
-            raise
-    if not results.finished and results.errors and not results.cancelled:
-        err = ValueError(results.errors[0] if len(planes) == 1 else
-                         f"No plane of the stack could be analysed: {results.summary()}")
-        err.partial = results  # type: ignore[attr-defined]
-        raise err
+
+    def events(step: JobProgress) -> None:
+        if progress is not None and step.event is not None:  # not the model-loading step
+            progress(step.plane_number, len(planes), step.event)
+
+    outcome = run_job_sync(Job(spec, planes_of, planes, config), cancel=cancel,
+                           on_progress=events)
+    results = _stack_results(outcome, planes)
+    failure = _stack_failure(outcome, results, planes)
+    if failure is not None:
+        failure.partial = results  # type: ignore[attr-defined]
+        raise failure
     if not results.complete:
         warnings.warn(f"regularize_stack: {results.summary()}", PartialStackWarning, stacklevel=2)
     return results
+
+
+def _stack_results(outcome: Outcome, planes: list[PlaneIndex]) -> StackResults:
+    """The outcome by plane number: results (None where missing), errors, cancelled."""
+    number = {plane: i for i, plane in enumerate(planes)}
+    results = StackResults([outcome.results.get(plane) for plane in planes],
+                           errors={number[p]: text for p, text in outcome.errors.items()})
+    # a cancel that came after the last plane finished cancelled nothing
+    results.cancelled = outcome.status == "cancelled" and not results.complete
+    return results
+
+
+def _stack_failure(outcome: Outcome, results: StackResults,
+                   planes: list[PlaneIndex]) -> BaseException | None:
+    """The error :func:`regularize_stack` raises, if any: one that ended the run, or the
+    ValueError when no plane at all could be analysed."""
+    if outcome.error is not None:
+        outcome.error.add_note(f"regularize_stack: {results.summary()} They are in this "
+                               "error's 'partial' attribute.")
+        return outcome.error
+    if results.finished or not results.errors or results.cancelled:
+        return None
+    if len(planes) == 1:
+        return outcome.exceptions.get(planes[0]) or ValueError(results.errors[0])
+    return ValueError(f"No plane of the stack could be analysed: {results.summary()}")

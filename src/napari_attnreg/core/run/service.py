@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,6 +39,9 @@ from napari_attnreg.core.run.engine import (
     run_engine,
 )
 from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
+
+if TYPE_CHECKING:
+    from napari_attnreg.core.run.lazy import LazyImage
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +110,9 @@ class _ModelCache:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._models: dict[tuple, Backbone] = {}
+        # the spec is kept with its backbone: a given module is keyed by its id, which must
+        # not be reused by another module while the entry lives
+        self._models: dict[tuple, tuple[ModelSpec, Backbone]] = {}
 
     def get(self, spec: ModelSpec) -> Backbone:
         with self._lock:  # two docks / two explorers must not load the same model twice
@@ -115,8 +120,8 @@ class _ModelCache:
             if key not in self._models:
                 backbone = _load(spec)
                 self._models.clear()
-                self._models[key] = backbone
-            return self._models[key]
+                self._models[key] = (spec, backbone)
+            return self._models[key][1]
 
     def clear(self) -> None:
         with self._lock:
@@ -187,7 +192,12 @@ def available_devices() -> list[str]:
 
 
 def user_message(err: BaseException) -> str:
-    """The one line a front end shows for ``err``: the core's advice, or a short report."""
+    """The one line every front end (napari, notebook, command line) shows for ``err``.
+
+    The core's advice for a model or option error, the OS's own words for a file that cannot
+    be read or written, a hint for running out of memory, else a short report that points at
+    the log (where :func:`run_job` wrote the traceback).
+    """
     if isinstance(err, BackboneError):  # its advice in the words of the controls, not a call
         return err.for_gui()
     text = str(err)
@@ -197,6 +207,10 @@ def user_message(err: BaseException) -> str:
                 f"device 'cpu'. ({first})")
     if isinstance(err, ValueError):
         return text
+    if isinstance(err, OSError) and not isinstance(err, (ConnectionError, TimeoutError)):
+        # a full disk, a read-only folder: the OS says what is wrong, no traceback needed
+        where = f": {err.filename}" if err.filename else ""
+        return f"Cannot write or read a file ({err.strerror or err}{where})"
     return f"Unexpected {type(err).__name__}: {text} (details in the log)"
 
 
@@ -217,20 +231,26 @@ class Job:
     Attributes
     ----------
     model : ModelSpec
-    stack : PlaneStack
-        The image (numpy, dask or zarr data; planes are read inside the run).
+    stack : PlaneStack or LazyImage
+        The image (numpy, dask or zarr data; planes are read inside the run), or one 2D image
+        that stays on disk (:class:`~napari_attnreg.core.run.lazy.LazyImage`, read tile by
+        tile by a tiled run; planes ``[()]``).
     planes : list of tuple of int
         Planes to run (``[()]`` for a single image).
     config : RunConfig
     task_id : int
         Tags progress and outcome, so a front end drops those of an older run.
+    keep_display : bool
+        Hand back each plane's display image (the scaled pixels a figure shows under the
+        maps) in :attr:`Outcome.displays`.
     """
 
     model: ModelSpec
-    stack: PlaneStack
+    stack: PlaneStack | LazyImage
     planes: list[PlaneIndex]
     config: RunConfig
     task_id: int = 0
+    keep_display: bool = False
 
 
 @dataclass(frozen=True)
@@ -265,7 +285,13 @@ class Outcome:
     message : str
         One line for a status bar or notification.
     fingerprints : dict
-        Plane index → :func:`plane_fingerprint` of the pixels the result was computed from.
+        Plane index → :func:`plane_fingerprint` of the pixels the result was computed from
+        (none for an image read lazily, whose pixels were never all in memory).
+    displays : dict
+        Plane index → display image, when the job asked for them (``keep_display``).
+    exceptions : dict
+        Plane index → the error behind ``errors[plane]`` (without its traceback, which would
+        keep the plane's pixels alive), for scripts that raise it again.
     """
 
     task_id: int
@@ -277,6 +303,8 @@ class Outcome:
     model_description: str = ""
     elapsed_s: float = 0.0
     fingerprints: dict[PlaneIndex, str] = field(default_factory=dict)
+    displays: dict[PlaneIndex, np.ndarray] = field(default_factory=dict)
+    exceptions: dict[PlaneIndex, BaseException] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -327,6 +355,7 @@ def run_job(job: Job, cancel: CancelToken | None = None,
                 outcome.errors[plane] = user_message(err)
                 if isinstance(err, MemoryError):
                     raise
+                outcome.exceptions[plane] = err.with_traceback(None)
     except RunCancelled:
         outcome.status = "cancelled"
     except Exception as err:
@@ -348,13 +377,17 @@ def run_job(job: Job, cancel: CancelToken | None = None,
 def _run_plane(job: Job, config: RunConfig, backbone: Backbone, number: int, plane: PlaneIndex,
                load_s: float, cancel: CancelToken, outcome: Outcome,
                ) -> Generator[JobProgress, None, None]:
-    image, channel_axis = job.stack.read(plane)
+    image, channel_axis = _read_plane(job.stack, plane, config)
     # now, not after the run: a numpy plane is a view, and would show a later in-place edit
-    fingerprint = plane_fingerprint(np.asarray(image))
+    fingerprint = plane_fingerprint(image) if isinstance(image, np.ndarray) else None
     extra = {**config.extra, "model_load_s": load_s if number == 0 else 0.0}
-    if plane:
-        extra["plane"] = list(plane)
+    if plane:  # unless the caller names planes its own way (the batch: "0-3")
+        extra.setdefault("plane", list(plane))
     plane_config = replace(config, channel_axis=channel_axis, extra=extra)
+    display = None
+    if job.keep_display:  # prepared here, as the engine would, to keep the display image;
+        image = _prepared(image, backbone, plane_config)  # the raw pixels are freed
+        display = image.display
     where = f"plane {plane} ({number + 1}/{len(job.planes)}): " if plane else ""
     engine = run_engine(image, backbone, plane_config, cancel)
     while True:
@@ -362,10 +395,39 @@ def _run_plane(job: Job, config: RunConfig, backbone: Backbone, number: int, pla
             event = next(engine)
         except StopIteration as stop:
             outcome.results[plane] = stop.value
-            outcome.fingerprints[plane] = fingerprint
+            if fingerprint is not None:
+                outcome.fingerprints[plane] = fingerprint
+            if display is not None:
+                outcome.displays[plane] = display
             return
         yield JobProgress(job.task_id, number, len(job.planes), plane, event,
                           where + event.message)
+
+
+def _read_plane(stack: PlaneStack | LazyImage, plane: PlaneIndex,
+                config: RunConfig) -> tuple[Any, int | None]:
+    """A plane's pixels and channel axis; a lazy image is handed on whole, unread."""
+    if isinstance(stack, PlaneStack):
+        return stack.read(plane)
+    return stack, config.channel_axis
+
+
+def _prepared(image: Any, backbone: Backbone, config: RunConfig) -> Any:
+    """``image`` prepared for ``backbone`` as :func:`run_engine` prepares it.
+
+    An :class:`~napari_attnreg.core.run.images.ImageSizeWarning` then reaches the caller as a
+    warning but not the result's diagnostics, which the engine fills only when it prepares.
+    """
+    if config.tiled:
+        from napari_attnreg.core.run.tiled_engine import prepare_tiled
+
+        return prepare_tiled(image, backbone, config)
+    from napari_attnreg.core.run.images import prepare_image
+
+    return prepare_image(image, patch_size=backbone.patch_size, mean=backbone.mean,
+                         std=backbone.std, default_size=backbone.input_size[1:],
+                         target_size=config.target_size, channel_axis=config.channel_axis,
+                         channels=config.channels, merge=config.merge)
 
 
 def _message(outcome: Outcome, job: Job) -> str:

@@ -1,0 +1,170 @@
+"""A batch's inputs and the names of its outputs.
+
+:func:`collect_inputs` turns files, folders and glob patterns into :class:`BatchItem` s whose
+``relative`` path (to the common parent of all inputs) names their outputs, so two inputs
+never write the same file: :func:`output_path` keeps the input's whole file name and puts a
+stack's planes in a folder of their own. :func:`prepare_output_dir` checks the output
+folder before any image is read.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from napari_attnreg.core.files import PARTIAL_MARK
+from napari_attnreg.io.readers import IMAGE_SUFFIXES, is_zarr
+
+RESULT_SUFFIX = ".attnreg.npz"
+FIGURE_SUFFIX = ".attnreg.png"
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One input file: where it is and the path its outputs are named after."""
+
+    source: Path
+    relative: Path
+
+
+def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
+                   exclude: str | Path | None = None) -> list[BatchItem]:
+    """Files, folders (their image files; ``recursive`` descends) and glob patterns → items.
+
+    A path that does not exist is kept, so that it is reported as a failed input. Outputs
+    are named by the path relative to the common parent folder of all inputs. Files that a
+    folder or a pattern finds inside ``exclude`` (the output folder) are left out: a batch
+    never analyses its own figures. A file named explicitly is always an input.
+
+    Raises
+    ------
+    ValueError
+        When nothing at all was found.
+    """
+    found: list[Path] = []
+    named: set[Path] = set()
+    for entry in inputs:
+        text = str(entry)
+        if _is_glob(text) and not Path(text).exists():
+            found += [p for p in _glob(text, recursive) if p.is_file() or is_zarr(p)]
+        elif Path(text).is_dir() and not is_zarr(text):
+            walk = _walk(Path(text)) if recursive else Path(text).iterdir()
+            found += sorted(p for p in walk if _is_image(p))
+        else:
+            found.append(Path(text))
+            named.add(Path(text).resolve())
+    unique = list(dict.fromkeys(p.resolve() for p in found))
+    if exclude is not None:
+        skip = Path(exclude).resolve()
+        unique = [p for p in unique if p in named or (skip != p and skip not in p.parents)]
+    if not unique:
+        raise ValueError(f"No image files found in {', '.join(map(str, inputs))}; give files, "
+                         "folders (with --recursive for subfolders) or glob patterns (files in "
+                         "the output folder are not inputs).")
+    parent = Path(os.path.commonpath([str(p.parent) for p in unique]))
+    return [BatchItem(p, p.relative_to(parent)) for p in unique]
+
+
+def _is_image(path: Path) -> bool:
+    """What a folder scan takes: OME-Zarr folders and image files, not killed writes."""
+    if is_zarr(path):
+        return True
+    return (path.is_file() and path.name.lower().endswith(IMAGE_SUFFIXES)
+            and not (path.name.startswith(".") and PARTIAL_MARK in path.name))
+
+
+def _is_glob(text: str) -> bool:
+    return any(ch in text for ch in "*?[")
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    """Every file and ``.zarr`` folder below ``root``, following links to folders but entering
+    each real folder once: a symlink loop (``sub/up -> ..``) ends instead of recursing until
+    the path is too long, and a folder linked twice is listed once."""
+    seen: set[tuple[int, int]] = set()
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        st = os.stat(folder)
+        if (st.st_dev, st.st_ino) in seen:
+            dirs[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        here = Path(folder)
+        zarrs = [d for d in dirs if d.lower().endswith(".zarr")]
+        dirs[:] = sorted(d for d in dirs if d not in zarrs)  # an OME-Zarr is one image
+        yield from (here / name for name in [*zarrs, *files])
+
+
+def _glob(pattern: str, recursive: bool) -> list[Path]:
+    """Paths matching ``pattern``; ``**`` (with ``recursive``) walks by :func:`_walk`, since
+    :func:`glob.glob` follows symlink loops into an exponential number of paths."""
+    parts = Path(pattern).parts
+    if not (recursive and "**" in parts):
+        return [Path(m) for m in sorted(glob.glob(pattern))]
+    fixed = next(i for i, part in enumerate(parts) if _is_glob(part))
+    root = Path(*parts[:fixed]) if fixed else Path(".")
+    wanted = parts[fixed:]
+    return sorted(p for p in _walk(root) if _matches(wanted, p.relative_to(root).parts))
+
+
+def _matches(pattern: Sequence[str], parts: Sequence[str]) -> bool:
+    """Glob match by path components: ``**`` is any number of folders; like glob, wildcards
+    do not match names starting with a dot."""
+    if not pattern:
+        return not parts
+    head, rest = pattern[0], pattern[1:]
+    if head == "**":
+        return any(_matches(rest, parts[i:]) for i in range(len(parts) + 1)
+                   if not any(p.startswith(".") for p in parts[:i]))
+    if not parts or (parts[0].startswith(".") and not head.startswith(".")):
+        return False
+    return fnmatch.fnmatchcase(parts[0], head) and _matches(rest, parts[1:])
+
+
+def output_path(out_dir: Path, item: BatchItem, plane: tuple[int, ...] | None) -> Path:
+    """The result file of an image or of one plane of a stack.
+
+    ``OUT/rel/name.ext.attnreg.npz`` for an image; ``OUT/rel/name.ext/plane_0003.attnreg.npz``
+    for plane 3 of a stack. File names keep their extension and plane outputs live in a
+    folder named after the whole file name, so no two inputs or planes share an output.
+    """
+    if plane is None:
+        return out_dir / item.relative.parent / (item.relative.name + RESULT_SUFFIX)
+    name = "plane_" + "_".join(f"{i:04d}" for i in plane)
+    return out_dir / item.relative / (name + RESULT_SUFFIX)
+
+
+def output_artefacts(result: Path, figure: bool) -> dict[str, Path]:
+    """Every file of one output, by kind: the result and, when figures are made, its PNG."""
+    found = {"result": result}
+    if figure:
+        found["figure"] = result.with_name(result.name[: -len(RESULT_SUFFIX)] + FIGURE_SUFFIX)
+    return found
+
+
+def prepare_output_dir(out_dir: str | Path) -> Path:
+    """Create the output folder (and parents) and check that files can be written in it.
+
+    Called before any image is read, so a wrong ``--out`` fails at once.
+
+    Raises
+    ------
+    ValueError
+        ``out_dir`` is an existing file, cannot be created, or is not writable.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"The output folder {out_dir} is an existing file; give --out a folder "
+                         "path (it is created if missing).")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):  # permissions, read-only mounts, quotas
+            pass
+    except OSError as err:
+        raise ValueError(f"Cannot write results into {out_dir} ({err.strerror or err}); give "
+                         "--out a folder you can write to.") from None
+    return out_dir

@@ -1,0 +1,143 @@
+"""``summary.csv``: one row per image or plane, saying what was done, kept or why it failed.
+
+Rows come from results (:func:`result_row`, :func:`kept_row`) or from failures
+(:func:`failed_row`, whose reason is :func:`~napari_attnreg.core.run.service.user_message`'s
+line). :class:`SummaryFile` rewrites the file whole and atomically after every input,
+merged with the rows of earlier runs into the same folder, so a killed batch leaves a
+summary of everything finished so far.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from napari_attnreg.batch.items import BatchItem
+from napari_attnreg.core.files import atomic_write
+
+SUMMARY_COLUMNS = ("source", "plane", "output", "model", "preset", "B", "seed", "grid", "pi0",
+                   "tokens_significant", "fraction_significant", "seconds", "status",
+                   # how each result was made (io.export.provenance), after the summary
+                   "weights", "weights_sha256", "rule", "q_th", "p_th", "l_th", "z_th",
+                   "method", "null_pool", "pi0_method", "device", "package_version",
+                   "note")  # why an existing output was redone
+Row = dict[str, Any]
+
+
+def _plane_text(plane: tuple[int, ...] | None) -> str:
+    return "" if plane is None else "-".join(map(str, plane))
+
+
+def result_row(item: BatchItem, plane: tuple[int, ...] | None, out: Path, result: Any,
+               seconds: float, status: str) -> Row:
+    """The row of a result: what it found and how it was made (its provenance)."""
+    from napari_attnreg.io.export import provenance
+
+    sig = result.significant()
+    md = result.metadata
+    made = provenance(md, source=str(item.source), thresholds=result.thresholds)
+    return {**{k: made.get(k) for k in SUMMARY_COLUMNS if k in made}, **{
+        "source": str(item.source), "plane": _plane_text(plane),
+        "output": str(out), "model": md.get("model", ""), "preset": result.preset,
+        "B": md.get("n_boot", ""), "seed": md.get("seed", ""),
+        "grid": f"{result.grid_shape[0]}x{result.grid_shape[1]}", "pi0": f"{result.pi0:.10g}",
+        "tokens_significant": int(sig.sum()), "fraction_significant": f"{sig.mean():.10g}",
+        "seconds": f"{seconds:.3f}", "status": status,
+    }}
+
+
+def kept_row(item: BatchItem, plane: tuple[int, ...] | None, out: Path) -> Row | None:
+    """The row of a kept result, or None when its file cannot be read (then it is redone)."""
+    from napari_attnreg.core.results.result import AttentionResult
+
+    try:
+        result = AttentionResult.load(out)
+    except (ValueError, OSError):
+        return None
+    timings = result.metadata.get("timings")
+    seconds = timings.get("total_s", float("nan")) if isinstance(timings, dict) else float("nan")
+    return result_row(item, plane, out, result, seconds, "skipped (exists)")
+
+
+def failed_row(item: BatchItem, plane: tuple[int, ...] | None, reason: str) -> Row:
+    """The row of an input or plane without a result: ``failed: reason``."""
+    row = dict.fromkeys(SUMMARY_COLUMNS, "")
+    row.update(source=str(item.source), status=f"failed: {reason}", plane=_plane_text(plane))
+    return row
+
+
+def write_summary(rows: Iterable[Row], path: Path) -> Path:
+    """``summary.csv``: one row per image/plane, written whole (atomically) each time.
+
+    Raises
+    ------
+    ValueError
+        The file cannot be written (a full disk, say); no partial file is left behind.
+    """
+    try:
+        with atomic_write(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=SUMMARY_COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+    except OSError as err:
+        raise ValueError(f"Cannot write {path} ({err.strerror or err}); the results written so "
+                         "far are kept, and a rerun after freeing space skips them.") from None
+    return path
+
+
+def earlier_rows(path: Path) -> list[Row]:
+    """The rows of an existing ``summary.csv`` (earlier runs into the same folder), if any."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            return [{k: row.get(k) or "" for k in SUMMARY_COLUMNS} for row in csv.DictReader(fh)
+                    if row.get("source")]
+    except (OSError, UnicodeDecodeError, csv.Error):  # none, or not ours: start afresh
+        return []
+
+
+def report_failures(rows: Iterable[Row]) -> None:
+    """One ``attnreg: error:`` line on stderr per failed image or plane."""
+    for row in rows:
+        if str(row["status"]).startswith("failed"):
+            plane = f" (plane {row['plane']})" if row["plane"] else ""
+            print(f"attnreg: error: {row['source']}{plane}: {row['status'][len('failed: '):]}",
+                  file=sys.stderr)
+
+
+class SummaryFile:
+    """``summary.csv`` of this run merged with the rows of earlier runs into the same folder.
+
+    An earlier row is dropped only once this run has reported the same input or output, so
+    a batch killed halfway still lists what earlier runs finished.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.earlier = earlier_rows(path)
+        self.rows: list[Row] = []
+
+    def add(self, rows: list[Row]) -> None:
+        """Report one input's rows and rewrite the file."""
+        self.rows += rows
+        report_failures(rows)
+        sources = {r["source"] for r in self.rows}
+        outputs = {r["output"] for r in self.rows if r.get("output")}
+        kept = [r for r in self.earlier
+                if r["source"] not in sources and (not r["output"] or r["output"] not in outputs)]
+        write_summary(kept + self.rows, self.path)
+
+
+@dataclass
+class BatchReport:
+    """Rows of ``summary.csv`` and the number of failed images/planes."""
+
+    rows: list[Row]
+    summary: Path
+
+    @property
+    def failed(self) -> list[Row]:
+        return [r for r in self.rows if str(r["status"]).startswith("failed")]
