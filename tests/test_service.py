@@ -266,3 +266,16 @@ def test_user_messages_for_files_name_the_file_and_promise_no_log():
     assert user_message(OSError(28, "No space left on device")) == (
         "Cannot write or read a file (No space left on device)")
     assert "Unexpected ConnectionError" in user_message(ConnectionError("reset by peer"))
+
+
+def test_a_job_that_keeps_the_display_keeps_the_size_warning_among_diagnostics(spec, rng):
+    """Preparing early for the figure must not lose what the engine would have noted."""
+    small = PlaneStack.from_array(rng.random((16, 16)).astype(np.float32))
+    config = replace(CONFIG, target_size=96)  # enlarges the 16 px image 6x per side
+    texts = {}
+    for keep in (False, True):
+        with pytest.warns(UserWarning, match="enlarg|larger"):
+            outcome = run_job_sync(Job(spec, small, small.planes(), config, keep_display=keep))
+        texts[keep] = " ".join(d.message for d in outcome.results[()].diagnostics)
+    assert texts[True] == texts[False] and texts[True]
+    assert outcome.displays[()].shape == (16, 16)

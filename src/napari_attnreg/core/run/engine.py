@@ -32,6 +32,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Generator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -59,11 +60,11 @@ from napari_attnreg.core.run.passes import (
     TokenMaps,
     rewarn,
 )
-from napari_attnreg.core.run.tiled_engine import run_tiled
+from napari_attnreg.core.run.tiled_engine import prepare_tiled, run_tiled
 
 __all__ = [
     "CPU_MAX_CHUNK", "CancelToken", "Precision", "Progress", "RunCancelled", "RunConfig",
-    "auto_chunk_size", "autocast_dtype", "check_model_options", "drain", "null_config",
+    "auto_chunk_size", "autocast_dtype", "check_model_options", "drain", "null_config", "prepare_for",
     "resolve_device", "run_engine",
 ]
 
@@ -149,8 +150,16 @@ def run_engine(
     return result
 
 
-def _prepare(image: Any, backbone: Backbone, config: RunConfig, run: Run) -> PreparedImage:
-    """The model-ready image; its size warnings are kept as diagnostics of the run."""
+def prepare_for(image: Any, backbone: Backbone, config: RunConfig) -> Any:
+    """The image as :func:`run_engine` analyses it: laid out in tiles, or model-ready.
+
+    Callers that need the display image before the run (the batch's figure) prepare with
+    this and hand the result to :func:`run_engine`, which then does not prepare again. Size
+    warnings are shown to the caller and kept on the image (``PreparedImage.notes``), so the
+    result lists them among its diagnostics either way.
+    """
+    if config.tiled:
+        return prepare_tiled(image, backbone, config)
     if isinstance(image, PreparedImage):
         return image
     with warnings.catch_warnings(record=True) as caught:
@@ -160,8 +169,13 @@ def _prepare(image: Any, backbone: Backbone, config: RunConfig, run: Run) -> Pre
             default_size=backbone.input_size[1:], target_size=config.target_size,
             channel_axis=config.channel_axis, channels=config.channels, merge=config.merge,
         )
-    # shown again to Python users; kept as a diagnostic for the GUIs
-    run.warnings_seen.extend(rewarn(caught, ImageSizeWarning))
+    return replace(prepared, notes=tuple(rewarn(caught, ImageSizeWarning)))
+
+
+def _prepare(image: Any, backbone: Backbone, config: RunConfig, run: Run) -> PreparedImage:
+    """The model-ready image; its size warnings become diagnostics of the run."""
+    prepared = prepare_for(image, backbone, config)
+    run.warnings_seen.extend(prepared.notes)
     return prepared
 
 

@@ -103,6 +103,9 @@ class PreparedImage:
     model_shape : tuple of int
         ``(H, W)`` fed to the model.
     patch_size : tuple of int
+    notes : tuple of str
+        Warnings about the image's size given while it was prepared; a result made from it
+        lists them among its diagnostics, whoever prepared it.
     """
 
     tensor: torch.Tensor
@@ -113,6 +116,7 @@ class PreparedImage:
     source: torch.Tensor
     channel_map: ChannelMap
     original: torch.Tensor | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def grid_shape(self) -> tuple[int, int]:

@@ -36,6 +36,7 @@ from napari_attnreg.core.run.engine import (
     RunCancelled,
     RunConfig,
     drain,
+    prepare_for,
     run_engine,
 )
 from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
@@ -386,7 +387,7 @@ def _run_plane(job: Job, config: RunConfig, backbone: Backbone, number: int, pla
     plane_config = replace(config, channel_axis=channel_axis, extra=extra)
     display = None
     if job.keep_display:  # prepared here, as the engine would, to keep the display image;
-        image = _prepared(image, backbone, plane_config)  # the raw pixels are freed
+        image = prepare_for(image, backbone, plane_config)  # the raw pixels are freed
         display = image.display
     where = f"plane {plane} ({number + 1}/{len(job.planes)}): " if plane else ""
     engine = run_engine(image, backbone, plane_config, cancel)
@@ -410,24 +411,6 @@ def _read_plane(stack: PlaneStack | LazyImage, plane: PlaneIndex,
     if isinstance(stack, PlaneStack):
         return stack.read(plane)
     return stack, config.channel_axis
-
-
-def _prepared(image: Any, backbone: Backbone, config: RunConfig) -> Any:
-    """``image`` prepared for ``backbone`` as :func:`run_engine` prepares it.
-
-    An :class:`~napari_attnreg.core.run.images.ImageSizeWarning` then reaches the caller as a
-    warning but not the result's diagnostics, which the engine fills only when it prepares.
-    """
-    if config.tiled:
-        from napari_attnreg.core.run.tiled_engine import prepare_tiled
-
-        return prepare_tiled(image, backbone, config)
-    from napari_attnreg.core.run.images import prepare_image
-
-    return prepare_image(image, patch_size=backbone.patch_size, mean=backbone.mean,
-                         std=backbone.std, default_size=backbone.input_size[1:],
-                         target_size=config.target_size, channel_axis=config.channel_axis,
-                         channels=config.channels, merge=config.merge)
 
 
 def _message(outcome: Outcome, job: Job) -> str:
