@@ -277,5 +277,5 @@ def test_a_job_that_keeps_the_display_keeps_the_size_warning_among_diagnostics(s
         with pytest.warns(UserWarning, match="enlarg|larger"):
             outcome = run_job_sync(Job(spec, small, small.planes(), config, keep_display=keep))
         texts[keep] = " ".join(d.message for d in outcome.results[()].diagnostics)
-    assert texts[True] == texts[False] and texts[True]
+    assert texts[True] == texts[False] and "enlarges this 16x16 image" in texts[True]
     assert outcome.displays[()].shape == (16, 16)
