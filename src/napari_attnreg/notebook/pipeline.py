@@ -7,6 +7,7 @@ and which options the controls describe.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,23 +55,28 @@ def model_spec(name: str, *, arch: str | None, given: Backbone | None) -> ModelS
     return ModelSpec("timm", name)
 
 
-def run_config(state: ExplorerState, options: dict[str, Any]) -> RunConfig:
-    """The validated RunConfig of the current controls (ValueError says what is wrong)."""
+def run_config(state: ExplorerState, options: dict[str, Any],
+               thresholds: Mapping[str, Any] | None = None) -> RunConfig:
+    """The validated RunConfig of the current controls (ValueError says what is wrong).
+
+    ``thresholds``: those the run starts with (default: the controls').
+    """
     # untiled runs keep the engine's tiling defaults, so their metadata says nothing stale
     tiling = {"tiled": state.tiled,
               "tile_overlap": state.tile_overlap if state.tiled else RUN_DEFAULTS.tile_overlap,
               "tile_scale": state.tile_scale if state.tiled else RUN_DEFAULTS.tile_scale}
     config = RunConfig(preset=state.preset, method=state.method, n_boot=state.n_boot,
                        seed=state.seed, device=state.device, **tiling,
-                       **state.thresholds().as_dict(), **options)
+                       **dict(thresholds or state.thresholds()), **options)
     config.validate()
     return config
 
 
 def make_job(state: ExplorerState, spec: ModelSpec, stack: PlaneStack, plane: PlaneIndex,
-             options: dict[str, Any], task_id: int) -> Job:
+             options: dict[str, Any], task_id: int,
+             thresholds: Mapping[str, Any] | None = None) -> Job:
     """One plane of ``stack`` with the controls' options, tagged with ``task_id``."""
-    config = run_config(state, options)
+    config = run_config(state, options, thresholds)
     if plane:  # the result says which plane it is (as napari's and the CLI's do)
         config.extra = {**config.extra, "slice": list(plane)}
     return Job(spec, stack, [tuple(plane)], config, task_id=task_id)
