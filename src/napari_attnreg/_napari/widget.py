@@ -271,6 +271,7 @@ class AttentionWidget(QWidget):
                                       description=f"Attention regularization: {name}")
         self.run_panel.show_status(f"Running on {name!r}" + (f" ({n} planes)" if n > 1 else "")
                                    + "…")
+        self._summary_shown = False  # the status line now follows the run
         return worker
 
     def cancel(self) -> None:

@@ -30,6 +30,7 @@ import numpy as np
 
 from napari_attnreg.core.models.backbones import Backbone
 from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.run.thresholds import Thresholds
 from napari_attnreg.core.stats.presets import DEFAULT_PRESET
 from napari_attnreg.io.export import provenance, write_table_csv
 from napari_attnreg.notebook import render
@@ -250,7 +251,7 @@ class AttentionExplorer(W.VBox):
         """The ``(h, w, 3)`` uint8 image the view shows (image, overlay and outlines)."""
         return self.canvas.rendered if self._parts else None
 
-    def thresholds(self) -> Any:
+    def thresholds(self) -> Thresholds:
         """The thresholds shown: the result on screen's, else those the next run starts with."""
         return self.session.thresholds()
 
