@@ -30,9 +30,10 @@ class RunRecord:
     #: The output layers of this run, by kind (object identity, not names or metadata).
     outputs: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    # ---- read from the session ------------------------------------------------------------
+    # ---- read from the session (results, params, run id, thresholds) -----------------------
     @property
     def entry(self) -> ResultEntry:
+        """This image's entry in the session (KeyError once the session forgot it)."""
         return self.session[self.source_id]
 
     @property

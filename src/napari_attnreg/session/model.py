@@ -56,10 +56,12 @@ class ResultEntry:
 
     @property
     def any_result(self) -> AttentionResult:
+        """The first plane's result (the only one of a 2D image)."""
         return next(iter(self.results.values()))
 
     @property
     def preset(self) -> str:
+        """The statistics preset that made the result (its planes share it)."""
         return self.any_result.preset
 
     def shown(self, plane: PlaneIndex | None = None) -> AttentionResult:
@@ -192,6 +194,7 @@ class Session:
             self.remove(key)
 
     def get(self, key: Hashable) -> ResultEntry | None:
+        """The result of image ``key``, or None."""
         return self._entries.get(key)
 
     def __getitem__(self, key: Hashable) -> ResultEntry:
@@ -218,6 +221,7 @@ class Session:
     # ---- selection ----------------------------------------------------------------------
     @property
     def selected_key(self) -> Hashable | None:
+        """The image whose result is selected (None: none)."""
         return self._selected
 
     @property
