@@ -115,7 +115,7 @@ def test_directional_run_with_outline_and_colorbars(
 
 
 def test_preset_switch_resets_thresholds_and_renames_layers(
-    viewer_widget, run_and_wait, cells_image
+    viewer_widget, run_and_wait, cells_image, qtbot
 ):
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
@@ -128,9 +128,13 @@ def test_preset_switch_resets_thresholds_and_renames_layers(
         widget.options.controls["preset"].findData("paper")
     )
     paper = PRESET_DEFAULTS["paper"]
-    t = widget.thresholds()
-    assert t["rule"] == paper["rule"] == "lfdr" and widget.thresholds_panel.z_mask_check.isChecked()
-    assert (t["z_th"], t["l_th"], t["q_th"]) == pytest.approx((paper["z_th"], paper["l_th"], 0.1))
+    # the panel keeps showing the directional result's own thresholds (the move went to it) …
+    qtbot.waitUntil(lambda: widget.thresholds()["q_th"] == pytest.approx(0.3), timeout=5000)
+    assert widget.thresholds()["rule"] == "q" and not widget.thresholds_panel.z_mask_check.isChecked()
+    # … while the next run starts from the paper's
+    t = widget.run_config()
+    assert t.rule == paper["rule"] == "lfdr"
+    assert (t.z_th, t.l_th, t.q_th) == pytest.approx((paper["z_th"], paper["l_th"], 0.1))
     assert widget.options.controls["p_method"].isEnabled()  # the paper's options are editable
     assert _statistics_options(widget) == _preset_options("paper")
     assert widget.options.controls["preset"].toolTip() and "BELOW" in widget.options.controls[
@@ -145,13 +149,16 @@ def test_preset_switch_resets_thresholds_and_renames_layers(
     assert all(second[k] is first[k] for k in KINDS) and len(viewer.layers) == n_layers
     assert "cells · −log10 p, above null" not in viewer.layers
     assert "two-sided" in widget.run_panel.status_label.text()
+    # the paper's result shows the paper's thresholds
+    assert widget.thresholds()["rule"] == "lfdr" and widget.thresholds_panel.z_mask_check.isChecked()
     # and back: the directional preset fixes the one-sided options again
     widget.options.controls["preset"].setCurrentIndex(
         widget.options.controls["preset"].findData("directional")
     )
     assert (
-        not widget.options.controls["p_method"].isEnabled() and widget.thresholds()["rule"] == "q"
+        not widget.options.controls["p_method"].isEnabled() and widget.run_config().rule == "q"
     )
+    assert widget.thresholds()["rule"] == "lfdr"  # still the paper result's
     assert _statistics_options(widget) == _preset_options("directional")
     assert widget.run_config().resolved().alternative == "greater"
 

@@ -216,8 +216,9 @@ def test_an_outcome_of_an_older_task_is_dropped(explorer):
     second = explorer.run(wait=True)
     assert explorer.run_panel.task_id == 2 and explorer.result.metadata["n_boot"] == 9
     # a late outcome of task 1 (e.g. a worker that finished after a newer run began)
-    explorer._pending = ((), explorer._generation, explorer._fingerprint(()))
-    explorer._on_finish(Outcome(task_id=1, results={(): first}))
+    runs = explorer.runs
+    runs.pending = ((), runs.generation, runs.fingerprint(()))
+    runs.finish(Outcome(task_id=1, results={(): first}))
     assert explorer.result.metadata["n_boot"] == 9 and explorer._current_result() is second
 
 

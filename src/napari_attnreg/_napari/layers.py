@@ -16,11 +16,7 @@ import numpy as np
 
 from napari_attnreg._napari.geometry import token_transform
 from napari_attnreg._napari.run_record import RunRecord
-from napari_attnreg.core.results.display import (
-    MAPS_BY_KEY,
-    SIGNIFICANT_COLOR,
-    with_thresholds,
-)
+from napari_attnreg.core.results.display import MAPS_BY_KEY, SIGNIFICANT_COLOR
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.stats.presets import DEFAULT_PRESET
 
@@ -56,9 +52,11 @@ def legend(kind: str, preset: str) -> str:
 
 
 # ---- map values ------------------------------------------------------------------------------
-def plane_maps(result: AttentionResult, thresholds: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Every output map of one plane on its token grid, as core.display defines them."""
-    shown = with_thresholds(result, thresholds)  # z_th None = no z mask, whatever the preset
+def plane_maps(shown: AttentionResult) -> dict[str, np.ndarray]:
+    """Every output map of one plane on its token grid, as core.display defines them.
+
+    ``shown`` applies the thresholds chosen for its image (``RunRecord.shown``).
+    """
     maps = {kind: MAPS_BY_KEY[kind].values(shown, shown.thresholds) for kind in CONTINUOUS_KINDS}
     maps["significant"] = shown.significant()
     return maps
@@ -74,7 +72,7 @@ def stacked_maps(record: RunRecord, kinds: tuple[str, ...] = KINDS) -> dict[str,
     out = {k: np.zeros(record.output_shape(_supersample(k)), dtype=np.int32) if k == "significant"
            else np.full(record.output_shape(), np.nan, dtype=np.float32) for k in kinds}
     for plane in sorted(record.results):
-        maps = plane_maps(record.results[plane], record.thresholds)
+        maps = plane_maps(record.shown(plane))
         slot = record.plane_slot(plane)
         for kind in kinds:
             k = _supersample(kind)

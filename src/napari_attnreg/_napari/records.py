@@ -1,7 +1,9 @@
 """One dock's runs: a :class:`RunRecord` per source layer and the output layers it owns.
 
-GUI thread only. A record's output layers are tracked by object identity, so a copy the
-analyst makes, or the layers of another dock, are never updated, renamed or moved here.
+GUI thread only. The results and their thresholds go into the dock's session (keyed by the
+source layer's ``unique_id``); a record keeps what only napari has: the source's geometry and
+the output layers, tracked by object identity, so a copy the analyst makes, or the layers of
+another dock, are never updated, renamed or moved here.
 """
 
 from __future__ import annotations
@@ -16,19 +18,47 @@ from napari_attnreg._napari.pending import PendingRun
 from napari_attnreg._napari.run_record import RunRecord
 from napari_attnreg._napari.status import TRANSFORM_EVENTS
 from napari_attnreg.core.run.service import Outcome
+from napari_attnreg.session import Session
+
+
+def run_params(outcome: Outcome, pending: PendingRun) -> dict[str, Any]:
+    """The run's options and provenance, as its output layers' metadata carries them."""
+    source, job = pending.layer, pending.job
+    params = {k: v for k, v in asdict(job.config).items() if k != "extra"}
+    planes_run = [p for p in job.planes if p in outcome.results]
+    made = next(iter(outcome.results.values())).metadata  # provenance of saved layers
+    params.update(model=job.model.label(), model_description=outcome.model_description,
+                  source=source.name, planes_run=[list(p) for p in planes_run],
+                  elapsed_s=round(outcome.elapsed_s, 3), device_used=made.get("device"),
+                  source_path=source.metadata.get("source_path"),
+                  **{k: made.get(k) for k in ("weights", "weights_sha256", "model_domain",
+                                              "package_version")})
+    return params
 
 
 class RunRecords:
-    """The records of one dock, keyed by the source layer's ``unique_id``."""
+    """The records of one dock, keyed by the source layer's ``unique_id`` (as the session)."""
 
-    def __init__(self, viewer: Any, on_source_moved: Callable[[RunRecord], None]) -> None:
+    def __init__(self, viewer: Any, session: Session,
+                 on_source_moved: Callable[[RunRecord], None]) -> None:
         self.viewer = viewer
+        self.session = session
         self._records: dict[Any, RunRecord] = {}
         self._on_source_moved = on_source_moved
         self._followed: list[Any] = []
+        session.events.result_removed.connect(self._forget)
+
+    def _forget(self, key: Any) -> None:
+        # a result removed from the session (its source was deleted, or by a script) has
+        # nothing left for its record to show
+        self._records.pop(key, None)
 
     def get(self, layer: Any) -> RunRecord | None:
         return None if layer is None else self._records.get(layer.unique_id)
+
+    def by_key(self, key: Any) -> RunRecord | None:
+        """The record of the session result ``key`` (a source layer's ``unique_id``)."""
+        return self._records.get(key)
 
     def values(self) -> list[RunRecord]:
         return list(self._records.values())
@@ -37,30 +67,23 @@ class RunRecords:
         return next((lay for lay in self.viewer.layers if lay.unique_id == record.source_id),
                     None)
 
-    def attach(self, outcome: Outcome, pending: PendingRun, thresholds: Any) -> RunRecord:
-        """Record the outcome's finished planes and add or update this dock's output layers."""
-        source, job = pending.layer, pending.job
+    def attach(self, outcome: Outcome, pending: PendingRun) -> RunRecord:
+        """Put the outcome's finished planes into the session and add or update this dock's
+        output layers."""
+        source = pending.layer
         geometry = SourceGeometry.from_layer(source, pending.geometry.channel_axis)  # moved?
-        params = {k: v for k, v in asdict(job.config).items() if k != "extra"}
-        planes_run = [p for p in job.planes if p in outcome.results]
-        made = next(iter(outcome.results.values())).metadata  # provenance of saved layers
-        params.update(model=job.model.label(), model_description=outcome.model_description,
-                      source=source.name, planes_run=[list(p) for p in planes_run],
-                      elapsed_s=round(outcome.elapsed_s, 3), device_used=made.get("device"),
-                      source_path=source.metadata.get("source_path"),
-                      **{k: made.get(k) for k in ("weights", "weights_sha256", "model_domain",
-                                                  "package_version")})
-        record = RunRecord(source.unique_id, source.name, geometry, dict(outcome.results), params,
-                           thresholds)
+        params = run_params(outcome, pending)
+        results = dict(outcome.results)
         old = self._records.get(source.unique_id)
-        if old is not None:
-            if geometry.stack_axes and len(planes_run) < len(geometry.planes()) \
-                    and old.merge(record):
-                record = old  # another slice of the same stack: keep the planes computed before
-            else:
-                record.outputs = old.outputs  # a re-run updates this dock's layers in place
-        record.thresholds = thresholds
+        if old is not None and geometry.stack_axes and \
+                len(results) < len(geometry.planes()) and old.takes_planes_of(geometry, results,
+                                                                                  params):
+            results = {**old.results, **results}  # another slice: keep the planes computed before
+        # a re-run updates this dock's layers in place
+        record = RunRecord(self.session, source.unique_id, source.name, geometry,
+                           outputs=old.outputs if old is not None else {})
         self._records[source.unique_id] = record
+        self.session.add(source.unique_id, results, params=params)
         upsert_outputs(self.viewer, record)
         self._follow(source)
         return record
@@ -69,7 +92,7 @@ class RunRecords:
         """Forget records of removed sources; outputs follow a renamed source."""
         alive = {layer.unique_id: layer for layer in self.viewer.layers}
         for key in [k for k in self._records if k not in alive]:
-            del self._records[key]
+            self.session.remove(key)  # the record goes with it (_forget)
         for key, record in self._records.items():
             if record.source_name != alive[key].name:
                 self._rename_outputs(record, alive[key].name)

@@ -12,7 +12,6 @@ import numpy as np
 
 from napari_attnreg._napari.geometry import SourceGeometry
 from napari_attnreg._napari.run_record import RunRecord
-from napari_attnreg.core.results.display import with_thresholds
 from napari_attnreg.core.stats.roi import roi_table
 
 PlaneIndex = tuple[int, ...]
@@ -135,8 +134,8 @@ def record_roi_rows(record: RunRecord, layer: Any) -> list[dict]:
     rows: list[dict] = []
     for plane in sorted(record.results):
         labels = roi_labels(layer, record.geometry, plane)
-        # the thresholds travel as the result's own (q_th and "no z mask" included)
-        shown = with_thresholds(record.results[plane], record.thresholds)
-        for row in roi_table(shown, labels):
+        # the thresholds chosen for this image travel as the result's own (q_th and "no z
+        # mask" included): the table of the selected image uses its thresholds, not another's
+        for row in roi_table(record.shown(plane), labels):
             rows.append({"plane": list(plane), **row} if plane else row)
     return rows

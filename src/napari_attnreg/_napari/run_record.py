@@ -1,42 +1,74 @@
-"""What one dock knows about the runs on one input layer: results, parameters, outputs."""
+"""What one dock shows of the result on one input layer: its source, geometry and output layers.
+
+The results, the run's parameters and the thresholds live in the dock's
+:class:`~napari_attnreg.session.Session` (keyed by the source layer's ``unique_id``); a record
+reads them from there, so a threshold set anywhere is the one its layers, status line and ROI
+table use.
+"""
 
 from __future__ import annotations
 
-import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from napari_attnreg._napari.geometry import SourceGeometry
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.planes import PlaneIndex
+from napari_attnreg.core.run.thresholds import Thresholds
+from napari_attnreg.session import ResultEntry, Session
 
 
 @dataclass
 class RunRecord:
-    """Results of the runs on one input layer, and the parameters that made them."""
+    """The napari side of the session result of one input layer."""
 
-    source_id: Any
+    session: Session = field(repr=False)
+    source_id: Any  # the layer's unique_id, the session key of its result
     source_name: str
     geometry: SourceGeometry
-    results: dict[PlaneIndex, AttentionResult]
-    params: dict[str, Any]
-    thresholds: dict[str, Any]
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     #: The output layers of this run, by kind (object identity, not names or metadata).
     outputs: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    # ---- read from the session (results, params, run id, thresholds) -----------------------
     @property
-    def grid_shape(self) -> tuple[int, int]:
-        return next(iter(self.results.values())).grid_shape
+    def entry(self) -> ResultEntry:
+        """This image's entry in the session (KeyError once the session forgot it)."""
+        return self.session[self.source_id]
+
+    @property
+    def results(self) -> Mapping[PlaneIndex, AttentionResult]:
+        return self.entry.results
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        return self.entry.run.params
+
+    @property
+    def run_id(self) -> str:
+        return self.entry.run.run_id
+
+    @property
+    def thresholds(self) -> Thresholds:
+        return self.entry.thresholds
 
     @property
     def any_result(self) -> AttentionResult:
-        return next(iter(self.results.values()))
+        return self.entry.any_result
 
     @property
     def preset(self) -> str:
-        return self.any_result.preset
+        return self.entry.preset
 
+    @property
+    def grid_shape(self) -> tuple[int, int]:
+        return self.any_result.grid_shape
+
+    def shown(self, plane: PlaneIndex) -> AttentionResult:
+        """The result of ``plane`` applying the thresholds chosen for this image."""
+        return self.entry.shown(plane)
+
+    # ---- geometry of the output layers ------------------------------------------------------
     def output_shape(self, supersample: int = 1) -> tuple[int, ...]:
         shape = list(self.geometry.shape[:-2]) + [n * supersample for n in self.grid_shape]
         if self.geometry.channel_axis is not None:
@@ -52,13 +84,12 @@ class RunRecord:
             slot[self.geometry.channel_axis] = 0
         return tuple(slot)
 
-    def merge(self, other: RunRecord) -> bool:
-        """Add another run's planes when it fits the same stack and token grid."""
-        if not (self.geometry.same_grid(other.geometry) and self.grid_shape == other.grid_shape
-                and self.params.get("model") == other.params.get("model")
-                and self.preset == other.preset):
-            return False
-        self.results.update(other.results)
-        self.params = other.params
-        self.source_name = other.source_name
-        return True
+    def takes_planes_of(self, geometry: SourceGeometry,
+                        results: Mapping[PlaneIndex, AttentionResult],
+                        params: Mapping[str, Any]) -> bool:
+        """Whether another run's planes belong with this result (same stack, grid, model,
+        preset): a run on one more slice then adds its plane instead of replacing the rest."""
+        first = next(iter(results.values()))
+        return (self.geometry.same_grid(geometry) and self.grid_shape == first.grid_shape
+                and self.params.get("model") == params.get("model")
+                and self.preset == first.preset)

@@ -6,6 +6,7 @@ back is the core's :class:`~napari_attnreg.core.run.thresholds.Thresholds`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from qtpy.QtCore import Qt, Signal
@@ -41,7 +42,9 @@ def _slider(name: str, value: float) -> QLabeledDoubleSlider:
 class ThresholdsPanel(QGroupBox):
     """Rule, q/p/lfdr thresholds and the optional z mask.
 
-    ``changed`` fires once per pause of the controls (debounced), with the thresholds dict.
+    ``changed`` fires once per pause of the analyst's moves (debounced), with the
+    :class:`Thresholds` they set; showing thresholds with :meth:`set_thresholds` fires nothing
+    (the dock shows what its session already holds).
     """
 
     changed = Signal(object)  # Thresholds
@@ -99,8 +102,8 @@ class ThresholdsPanel(QGroupBox):
                           l_th=float(self.l_th_slider.value()),
                           q_th=float(self.q_th_slider.value()))
 
-    def set_thresholds(self, thresholds: Any) -> None:
-        """Show ``thresholds`` (e.g. a preset's defaults); one ``changed`` follows."""
+    def set_thresholds(self, thresholds: Mapping[str, Any]) -> None:
+        """Show ``thresholds`` (e.g. the selected result's); no ``changed`` follows."""
         controls = (self.rule_combo, self.z_mask_check, *self._sliders())
         for control in controls:
             control.blockSignals(True)
@@ -114,7 +117,6 @@ class ThresholdsPanel(QGroupBox):
         self.z_th_slider.setEnabled(z_on)
         for control in controls:
             control.blockSignals(False)
-        self.schedule()
 
     def _on_z_mask_toggled(self, on: bool) -> None:
         self.z_th_slider.setEnabled(on)
@@ -124,3 +126,8 @@ class ThresholdsPanel(QGroupBox):
     def schedule(self, *_: Any) -> None:
         """Emit ``changed`` once the controls have been still for ``SETTLE_MS``."""
         self.changed.emit(self.thresholds())
+
+    def flush(self) -> None:
+        """Emit a pending ``changed`` now (before the dock selects another result, so a move
+        made just before goes to the result it was made on)."""
+        self.schedule.flush()

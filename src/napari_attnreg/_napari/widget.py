@@ -7,7 +7,13 @@
 - :class:`.run_panel.RunPanel`: Run/Cancel, progress, task ids, one worker at a time
 - :class:`.roi_panel.RoiPanel`: per-ROI statistics and CSV export
 
-This module builds the job from the panels and applies its outcome to the viewer: output
+The state lives in a Qt-free :class:`~napari_attnreg.session.Session` (``widget.session``):
+the run settings the options push, one result per image with the thresholds chosen for it,
+and the selected result (the image chosen under 'Image'). The panels only show it and send
+the analyst's moves to it; a threshold move changes the selected result alone, and choosing
+another image shows that image's own thresholds and count.
+
+This module builds the job from the session and applies its outcome to the viewer: output
 layers are tracked per run by object identity (:class:`.run_record.RunRecord`), so copies the
 analyst makes and the layers of another dock are never overwritten.
 """
@@ -15,6 +21,7 @@ analyst makes and the layers of another dock are never overwritten.
 # ruff: noqa: E402  (the Triton guard must run before the imports that load timm)
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from qtpy.QtCore import QEvent, Signal
@@ -47,6 +54,9 @@ from napari_attnreg._napari.thresholds_panel import ThresholdsPanel
 from napari_attnreg.core.run.engine import RunConfig
 from napari_attnreg.core.run.planes import PlaneStack
 from napari_attnreg.core.run.service import Job, ModelSpec, Outcome, run_job
+from napari_attnreg.core.run.thresholds import Thresholds
+from napari_attnreg.core.stats.presets import THRESHOLD_KEYS
+from napari_attnreg.session import Session
 
 
 class AttentionWidget(QWidget):
@@ -69,10 +79,14 @@ class AttentionWidget(QWidget):
     def __init__(self, napari_viewer: Any, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.viewer = napari_viewer
-        self._records = RunRecords(self.viewer, on_source_moved=self.outputs_updated.emit)
+        self.session = Session()
+        self._records = RunRecords(self.viewer, self.session,
+                                   on_source_moved=self.outputs_updated.emit)
         self._pending: PendingRun | None = None
         self._docked = False
         self._detached = False
+        self._summary_shown = False  # the status line shows a result's count (not an error)
+        self._pushing_settings = False
         self.last_outcome: Outcome | None = None
 
         self.title = help_link()
@@ -100,6 +114,11 @@ class AttentionWidget(QWidget):
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(VerticalScroll(content))  # a short window scrolls the dock
 
+        events = self.session.events
+        events.result_added.connect(self._on_result_added)
+        events.selection_changed.connect(self._show_selected)
+        events.thresholds_changed.connect(self._on_thresholds_changed)
+        events.settings_changed.connect(self._on_settings_changed)
         self.source.layer_changed.connect(self._on_layer_changed)
         self.options.preset_changed.connect(self._on_preset_changed)
         self.thresholds_panel.changed.connect(self.apply_thresholds)
@@ -107,7 +126,7 @@ class AttentionWidget(QWidget):
         self.run_panel.returned.connect(self._on_returned)
         self.run_panel.finished.connect(self._on_finished)
         self.run_panel.bind_shortcut(self.viewer, self._on_run_shortcut)
-        self._on_preset_changed(self.options.preset())
+        self._push_settings()  # the preset brings its thresholds: the panel shows them
         self._on_layer_changed()
 
     # ---- small accessors used by scripts and tests ---------------------------------------
@@ -127,8 +146,9 @@ class AttentionWidget(QWidget):
     def preset(self) -> str:
         return self.options.preset()
 
-    def thresholds(self) -> dict[str, Any]:
-        return self.thresholds_panel.thresholds()
+    def thresholds(self) -> Thresholds:
+        """The selected result's thresholds (nothing selected: those the next run starts with)."""
+        return self.session.thresholds()
 
     @property
     def busy(self) -> bool:
@@ -139,25 +159,67 @@ class AttentionWidget(QWidget):
         return self.run_panel.worker
 
     def current_record(self) -> RunRecord | None:
-        return self._records.get(self.current_layer())
+        """The record of the selected result (that of the chosen image), if it has one."""
+        return self._records.by_key(self.session.selected_key)
 
     def records(self) -> list[RunRecord]:
         return self._records.values()
 
-    # ---- reactions -------------------------------------------------------------------------
+    # ---- settings: the options panel pushes, the session holds --------------------------------
+    def _push_settings(self, with_source: bool = False) -> None:
+        values = dict(self.options.config_kwargs())
+        if with_source:  # may raise ValueError (e.g. channels that are no numbers)
+            values.update(self.source.channel_options(), channel_axis=self.source.channel_axis())
+        self._pushing_settings = True
+        try:
+            self.session.update_settings(values)
+        finally:
+            self._pushing_settings = False
+
     def _on_preset_changed(self, preset: str) -> None:
-        from napari_attnreg.core.stats.presets import default_thresholds
+        self._push_settings()  # the session gives the next run the preset's thresholds
 
-        self.thresholds_panel.offer_rules(preset)
-        self.thresholds_panel.set_thresholds(default_thresholds(preset))
+    def _on_settings_changed(self, changes: dict[str, Any]) -> None:
+        if not self._pushing_settings:  # set in code (session.update_settings): show it
+            for name, value in changes.items():
+                if name in self.options.controls and value is not None \
+                        and self.options.value(name) != value:
+                    self.options.set(name, value)
+        if self.session.selected is None and changes.keys() & {"preset", *THRESHOLD_KEYS}:
+            self._show_selected()  # the panel shows the next run's thresholds
 
+    # ---- selection: the chosen image's result ------------------------------------------------
     def _on_layer_changed(self) -> None:
+        self.thresholds_panel.flush()  # a move made just before belongs to the result shown
         self._records.tidy()
+        self._select_current()
         has_image = self.current_layer() is not None
         self.run_panel.set_can_run(has_image, "" if has_image else
                                    f"Add an image layer first ({sample_menu_hint()}).")
-        self.save_button.setEnabled(self.current_record() is not None)
+
+    def _select_current(self) -> None:
+        layer = self.current_layer()
+        key = None if layer is None else layer.unique_id
+        self.session.select(key if key in self.session else None)
+
+    def _show_selected(self, *_: Any) -> None:
+        """Show the selected result: its thresholds, count, diagnostics and ROI table."""
+        record = self.current_record()
+        self.thresholds_panel.offer_rules(record.preset if record else self.session.preset)
+        shown = self.session.thresholds()
+        if self.thresholds_panel.thresholds() != shown:
+            self.thresholds_panel.set_thresholds(shown)
+        self.save_button.setEnabled(record is not None)
+        if record is not None:
+            self._show_summary(record)
+        elif self._summary_shown:  # another image's count must not stay on screen
+            self._summary_shown = False
+            self.run_panel.show_status("No result for this image yet: press Run.")
         self.roi_panel.update_table()
+
+    def _on_result_added(self, key: Any) -> None:
+        if key == self.session.selected_key:  # a re-run of the image shown
+            self._show_selected()
 
     def _on_run_shortcut(self, viewer: Any = None) -> None:
         if not self.run_panel.busy:
@@ -166,8 +228,9 @@ class AttentionWidget(QWidget):
     # ---- run -----------------------------------------------------------------------------
     def run_config(self) -> RunConfig:
         """The :class:`RunConfig` the controls describe (raises ValueError when invalid)."""
-        config = RunConfig(**self.options.config_kwargs(), **self.source.channel_options(),
-                           channel_axis=self.source.channel_axis(), **self.thresholds())
+        self._push_settings(with_source=True)
+        # a re-run keeps the thresholds chosen for its image (Session.run_thresholds)
+        config = RunConfig(**{**self.session.settings, **self.session.run_thresholds()})
         config.validate()
         return config
 
@@ -208,6 +271,7 @@ class AttentionWidget(QWidget):
                                       description=f"Attention regularization: {name}")
         self.run_panel.show_status(f"Running on {name!r}" + (f" ({n} planes)" if n > 1 else "")
                                    + "…")
+        self._summary_shown = False  # the status line now follows the run
         return worker
 
     def cancel(self) -> None:
@@ -230,11 +294,12 @@ class AttentionWidget(QWidget):
             outcome.results, outcome.status, outcome.message = {}, "failed", problem
             self.run_panel.show_error(problem)
             return
-        record = self._records.attach(outcome, pending, self.thresholds())
-        self._show_summary(record)
+        record = self._records.attach(outcome, pending)
+        self._select_current()  # the run's image, when it is still the one chosen
+        if record.source_id != self.session.selected_key:
+            self.run_panel.show_status(f"Finished {record.source_name!r}; choose it under "
+                                       "Image to see its result.")
         notify_diagnostics(record)
-        self.save_button.setEnabled(True)
-        self.roi_panel.update_table()
         self.outputs_updated.emit(record)
         if not outcome.ok:  # cancelled or partly failed: the finished planes, and what is missing
             text = warn_missing_planes(outcome, pending.job.planes)
@@ -251,18 +316,25 @@ class AttentionWidget(QWidget):
         html, status = summary_html(record)
         self.run_panel.show_status(html)
         self.viewer.status = status
+        self._summary_shown = True
 
-    # ---- thresholds and source transform -------------------------------------------------
-    def apply_thresholds(self, *_: Any) -> None:
-        """Re-threshold the selected image's results into its regularized and Labels layers."""
-        record = self.current_record()
+    # ---- thresholds ----------------------------------------------------------------------------
+    def apply_thresholds(self, thresholds: Mapping[str, Any]) -> None:
+        """Give the selected result the emitted ``thresholds`` (none selected: the next run).
+
+        The session's ``thresholds_changed`` then redraws that result's layers alone.
+        """
+        if not self._detached:
+            self.session.set_thresholds(thresholds)
+
+    def _on_thresholds_changed(self, key: Any, thresholds: Thresholds) -> None:
+        record = self._records.by_key(key)
         if record is None or self._detached:
             return
-        record.thresholds = self.thresholds()
         self._records.sync_geometry(record)
         refresh_thresholds(self.viewer, record)
-        self._show_summary(record)  # the count follows the thresholds
-        self.roi_panel.update_table()
+        if key == self.session.selected_key:
+            self._show_selected()  # its count, its ROI table (and the panel, if set in code)
         self.outputs_updated.emit(record)
 
     # ---- closing the dock ------------------------------------------------------------------

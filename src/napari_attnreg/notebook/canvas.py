@@ -1,7 +1,9 @@
 """The view: the plane on screen with the chosen map, significant outlines and ROI edges.
 
 Everything is composited into one uint8 array (:attr:`OverlayCanvas.rendered`) and sent to
-the view as is, so what a user sees can be checked on pixels.
+the view as is, so what a user sees can be checked on pixels. The result it is given applies
+its own thresholds (the session's ``shown()``), so the overlay and outline never mix one
+result with another's thresholds.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from napari_attnreg.core.results.display import MAPS_BY_KEY, with_thresholds
+from napari_attnreg.core.results.display import MAPS_BY_KEY, describe_pixel
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.notebook import render
 from napari_attnreg.notebook.display_panel import DisplayPanel
@@ -42,7 +44,8 @@ class OverlayCanvas:
         view.describe = self.describe_pixel
 
     def set_result(self, result: AttentionResult | None) -> None:
-        """The result for the plane on screen (None: image only), then redraw."""
+        """The result for the plane on screen, applying its thresholds (None: image only),
+        then redraw."""
         self.result = result
         self.token_index = None
         if result is not None:
@@ -60,7 +63,7 @@ class OverlayCanvas:
         if self.state.overlay == "none":
             return None, 0.0, 1.0
         view = MAPS_BY_KEY[self.state.overlay]
-        values = view.values(result, self.state.thresholds())
+        values = view.values(result, result.thresholds)
         vmin, vmax = view.limits(result)
         if self.state.overlay == "regularized":
             # removed tokens are transparent, so the image shows where attention was not real
@@ -78,7 +81,7 @@ class OverlayCanvas:
             if token_values is not None:
                 values = np.asarray(token_values, dtype=np.float64).ravel()[self.token_index]
             if self.state.outline:
-                sig = with_thresholds(result, self.state.thresholds()).significant()
+                sig = result.significant()
                 outline = render.boundary(sig.ravel()[self.token_index], self.line_width())
         labels = self.roi_labels()
         roi_edges = None
@@ -91,18 +94,10 @@ class OverlayCanvas:
         self.display.show_scale(lut, vmin, vmax, result if values is not None else None)
 
     def describe_pixel(self, row: float, col: float) -> str:
-        """Cursor readout: pixel, and the statistics of the patch under it."""
+        """Cursor readout: pixel, and the statistics of the patch under it (core.display's
+        lookup, as napari and the tests read it)."""
+        if self.result is not None:
+            return describe_pixel(self.result, row, col)
         r, c = round(row), round(col)
         h0, w0 = self.image.plane_shape
-        if not (0 <= r < h0 and 0 <= c < w0):
-            return ""
-        text = f"x={c} y={r}"
-        result = self.result
-        if result is not None:
-            sy, sx = result.token_scale
-            gh, gw = result.grid_shape
-            i, j = min(int((r + 0.5) / sy), gh - 1), min(int((c + 0.5) / sx), gw - 1)
-            text += (f" · token ({i},{j}) attention={result.attention[i, j]:.4g} "
-                     f"z={result.z[i, j]:.2f} p={result.p[i, j]:.3g} q={result.q[i, j]:.3g} "
-                     f"posterior={result.posterior[i, j]:.3g}")
-        return text
+        return f"x={c} y={r}" if 0 <= r < h0 and 0 <= c < w0 else ""

@@ -54,7 +54,8 @@ class DisplayPanel(W.VBox):
 
     def show_scale(self, lut: np.ndarray, vmin: float, vmax: float,
                    result: AttentionResult | None) -> None:
-        """Colour scale, the map's title and its one-sentence legend (core.display)."""
+        """Colour scale, the map's title and its one-sentence legend (core.display); the
+        title names the thresholds ``result`` applies."""
         shown = result is not None
         self.colorbar_box.layout.display = "flex" if shown else "none"
         self.legend.layout.display = "block" if shown else "none"
@@ -64,7 +65,7 @@ class DisplayPanel(W.VBox):
         self.colorbar.value = render.to_png(render.colorbar(lut))
         self.colorbar_lo.value = f"{vmin:.3g}"
         self.colorbar_hi.value = f"{vmax:.3g}"
-        self.colorbar_label.value = view.title(result.preset, self.state.thresholds())
+        self.colorbar_label.value = view.title(result.preset, result.thresholds_used)
         outline = (f" <span style='color:{render.hex_color(render.SIGNIFICANT_COLOR)}'>■</span> "
                    "outline: significant patches." if self.state.outline else "")
         legend = html.escape(view.legend(result.preset), quote=False)

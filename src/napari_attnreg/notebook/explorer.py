@@ -1,10 +1,13 @@
-"""AttentionExplorer: the notebook twin of the napari widget, assembled from small panels.
+"""AttentionExplorer: the notebook twin of the napari widget, assembled from small parts.
 
-The explorer's state lives in traitlets (:class:`~.state.ExplorerState`); each panel links
-its controls to them, so a slider move and ``explorer.p_th = 0.05`` do the same thing.
-Thresholds only re-render: nothing is recomputed. Runs go through the run panel (engine
-steps in a worker thread, widget updates on the kernel's event loop); results are kept per
-plane, under the plane they were computed for.
+The explorer holds, rather than is, its parts: the controls' traits
+(:class:`~.state.ExplorerState`, also readable and settable as ``explorer.q_th``), the
+session model (:class:`~napari_attnreg.session.Session`: settings, the result of each plane
+with the thresholds chosen for it, the selected one), the panels, and
+:class:`~.result_display.ResultDisplay`, which shows the selected result. A slider move and
+``explorer.p_th = 0.05`` do the same thing: they change the thresholds of the result on
+screen, and only re-render. Runs go through the run panel (engine steps in a worker thread,
+widget updates on the kernel's event loop); results are kept per plane.
 
 Example
 -------
@@ -17,6 +20,9 @@ Example
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import ipywidgets as W
@@ -24,10 +30,10 @@ import numpy as np
 
 from napari_attnreg.core.models.backbones import Backbone
 from napari_attnreg.core.results.result import AttentionResult
-from napari_attnreg.core.run.service import Outcome, user_message
+from napari_attnreg.core.run.thresholds import Thresholds
 from napari_attnreg.core.stats.presets import DEFAULT_PRESET
+from napari_attnreg.io.export import provenance, write_table_csv
 from napari_attnreg.notebook import render
-from napari_attnreg.notebook.api import ExplorerApi
 from napari_attnreg.notebook.canvas import OverlayCanvas, make_view
 from napari_attnreg.notebook.display_panel import DisplayPanel
 from napari_attnreg.notebook.image_panel import ImagePanel, check_max_display
@@ -36,14 +42,18 @@ from napari_attnreg.notebook.pipeline import (
     check_arguments,
     check_run_options,
     given_model,
-    make_job,
     model_spec,
 )
+from napari_attnreg.notebook.plane_runs import PlaneRuns
+from napari_attnreg.notebook.regions import region_mask
+from napari_attnreg.notebook.result_display import ResultDisplay
 from napari_attnreg.notebook.roi_panel import RoiPanel
 from napari_attnreg.notebook.run_panel import RunPanel
-from napari_attnreg.notebook.state import RUN_DEFAULTS
-from napari_attnreg.notebook.summary_panel import SummaryPanel, done_text
+from napari_attnreg.notebook.session_link import SessionLink
+from napari_attnreg.notebook.state import RUN_DEFAULTS, ExplorerState, StateTrait
+from napari_attnreg.notebook.summary_panel import SummaryPanel
 from napari_attnreg.notebook.thresholds_panel import ThresholdsPanel
+from napari_attnreg.session import Session
 
 #: Default of the threshold arguments: take the preset's value (``z_th=None`` is "no z mask").
 FROM_PRESET = "from preset"
@@ -53,7 +63,7 @@ def _section(title: str) -> W.HTML:
     return W.HTML(f"<b>{title}</b>")
 
 
-class AttentionExplorer(ExplorerApi):
+class AttentionExplorer(W.VBox):
     """Interactive attention regularization for one image in Jupyter.
 
     Parameters
@@ -108,8 +118,39 @@ class AttentionExplorer(ExplorerApi):
     Attributes
     ----------
     result : AttentionResult or None
-        The latest finished run, carrying the thresholds currently set in the widget.
+        The latest finished run, carrying the thresholds chosen for it.
+    state : ExplorerState
+        The controls' traits; each is also an attribute of the explorer
+        (``explorer.q_th = 0.05`` moves the slider).
+    session : Session
+        Run settings, the result of each plane with its own thresholds, and the selected
+        one (the plane on screen); see :mod:`napari_attnreg.session`.
     """
+
+
+    # the state's traits under their public names (explorer.preset = "paper", ...)
+    model_name = StateTrait()
+    method = StateTrait()
+    n_boot = StateTrait()
+    seed = StateTrait()
+    device = StateTrait()
+    tiled = StateTrait()
+    tile_overlap = StateTrait()
+    tile_scale = StateTrait()
+    preset = StateTrait()
+    rule = StateTrait()
+    q_th = StateTrait()
+    p_th = StateTrait()
+    l_th = StateTrait()
+    z_th = StateTrait()
+    overlay = StateTrait()
+    colormap = StateTrait()
+    opacity = StateTrait()
+    outline = StateTrait()
+    draw_mode = StateTrait()
+    slice_index = StateTrait()
+    running = StateTrait()
+    status = StateTrait()
 
     def __init__(self, image: Any, model: str | Backbone | Any = "demo", *,
                  arch: str | None = None, preset: str = DEFAULT_PRESET, method: str | None = None,
@@ -138,40 +179,53 @@ class AttentionExplorer(ExplorerApi):
             render.colormap_lut(colormap)  # unknown names fail here, not at the first render
         self._arch = arch
         self._given = None if isinstance(model, str) else given_model(model)
-        model_name = model if self._given is None else self._given.name
         self._image_name = name
-        self._results: dict[tuple[int, ...], AttentionResult] = {}
-        self._latest: tuple[int, ...] | None = None
-        self._pending: tuple | None = None  # (plane, image generation, pixel fingerprint)
-        self._generation = 0
-        self.last_error: BaseException | None = None
-
-        self.preset = named.pop("preset")  # first: its observer resets the given thresholds
-        with self.hold_trait_notifications():
-            self.model_name = model_name
-            if named["method"] is None:  # None: the preset's null method
-                del named["method"]
-            for key, value in named.items():
-                setattr(self, key, value)
-            self.overlay, self.colormap = overlay, colormap
-            self.outline = bool(outline)
-
+        self.state = ExplorerState()
+        self.session = Session()
+        self.link = SessionLink(self.state, self.session)
+        thresholds = {key: named.pop(key) for key in given if key in named}
+        self._set_traits(model if self._given is None else self._given.name,
+                         named.pop("preset"), named.pop("method"),
+                         {**named, "overlay": overlay, "colormap": colormap,
+                          "opacity": opacity, "outline": bool(outline)}, thresholds)
         self._build(make_view(view, width), max_display, width)
+        self.state.observe(self._slice_changed, names=["slice_index"])
+        self.state.observe(self._draw_mode_changed, names=["draw_mode"])
         if self._load_image(image, channel_axis=channel_axis, rgb=rgb) and roi is not None:
             self.set_roi(roi)
-        self._show_result()
+        self.display.show()
+
+    def _set_traits(self, model_name: str, preset: str, method: str | None,
+                    values: dict[str, Any], thresholds: dict[str, Any]) -> None:
+        self.state.preset = preset  # first: a new preset brings its thresholds and null method
+        with self.state.hold_trait_notifications():
+            self.state.model_name = model_name
+            if method is not None:  # None: the preset's null method
+                self.state.method = method
+            for key, value in values.items():
+                setattr(self.state, key, value)
+            for key, value in thresholds.items():
+                if not (isinstance(value, str) and value == FROM_PRESET):
+                    setattr(self.state, key, value)
 
     def _build(self, view: Any, max_display: int, width: int) -> None:
-        self.image_panel = ImagePanel(self, max_display=max_display,
+        state = self.state
+        self.image_panel = ImagePanel(state, max_display=max_display,
                                       run_options=self._run_options)
-        self.options_panel = OptionsPanel(self, self._run_options)
-        self.thresholds_panel = ThresholdsPanel(self)
-        self.display_panel = DisplayPanel(self)
-        self.run_panel = RunPanel(self, self.run, self._on_finish)
-        self.roi_panel = RoiPanel(self, self._rois_changed, self._export_from_button)
+        self.options_panel = OptionsPanel(state, self._run_options)
+        self.thresholds_panel = ThresholdsPanel(state)
+        self.display_panel = DisplayPanel(state)
+        self.run_panel = RunPanel(state, self.run, lambda outcome: self.runs.finish(outcome))
+        self.roi_panel = RoiPanel(state, self._rois_changed, self._export_from_button)
         self.summary_panel = SummaryPanel()
-        self.canvas = OverlayCanvas(self, view, self.image_panel, self.display_panel)
+        self.canvas = OverlayCanvas(state, view, self.image_panel, self.display_panel)
         self.canvas.roi_labels = lambda: self.roi_panel.labels
+        self.display = ResultDisplay(self.session, state, self.canvas, self.summary_panel,
+                                     self.roi_panel)
+        self.runs = PlaneRuns(state, self.session, self.image_panel, self.run_panel,
+                              self.options_panel.advanced.values,
+                              lambda: model_spec(state.model_name, arch=self._arch,
+                                                 given=self._given))
         view.on_region = self._on_drawn_region
         self._parts = [self.run_panel, view]
         self.controls: dict[str, W.Widget] = {
@@ -196,6 +250,34 @@ class AttentionExplorer(ExplorerApi):
         self.children = (top, self.run_panel.status, self.summary_panel,
                          self.roi_panel.table)
 
+    # ---- results ----------------------------------------------------------------------------
+    @property
+    def result(self) -> AttentionResult | None:
+        """The latest result, applying the thresholds chosen for it."""
+        latest = self.session.latest
+        return None if latest is None else latest.shown()
+
+    @property
+    def rendered(self) -> np.ndarray | None:
+        """The ``(h, w, 3)`` uint8 image the view shows (image, overlay and outlines)."""
+        return self.canvas.rendered if self._parts else None
+
+    def thresholds(self) -> Thresholds:
+        """The thresholds shown: the result on screen's, else those the next run starts with."""
+        return self.session.thresholds()
+
+    def _current_result(self) -> AttentionResult | None:
+        """The result computed for the plane on screen, if any (as the run returned it)."""
+        entry = self.session.selected
+        return None if entry is None else entry.any_result
+
+    def save(self, path: str | Path) -> Path:
+        """Save :attr:`result` (with its thresholds) as ``.npz``; returns the path."""
+        result = self.result
+        if result is None:
+            raise ValueError("Nothing to save yet: press Run (or call run()) first.")
+        return result.save(path)
+
     # ---- runs ---------------------------------------------------------------------------
     def run(self, *, wait: bool = False) -> AttentionResult | None:
         """Start a run with the current settings (what the Run button does).
@@ -207,57 +289,159 @@ class AttentionExplorer(ExplorerApi):
             cancelled; the status line says why). Without ``wait``, inside a kernel the
             run continues in the background and :attr:`result` is set when it finishes.
         """
-        if self.run_panel.busy:
-            self._set_status("A run is already in progress; cancel it first.", "warning")
-            return None
-        if self.image_panel.stack is None:
-            self._set_status("No usable image: give the explorer a 2D image first "
-                             "(explorer.set_image(...)).", "error")
-            return None
-        plane_key = tuple(self.slice_index)
-        model = model_spec(self.model_name, arch=self._arch, given=self._given)
-        try:
-            job = make_job(self, model, self.image_panel.stack, plane_key,
-                           self.options_panel.advanced.values(), self.run_panel.next_task_id())
-        except ValueError as err:
-            self._fail(err)
-            return None
-        self._pending = (plane_key, self._generation, self._fingerprint(plane_key))
-        where = f" on plane {plane_key}" if plane_key else ""
-        tiled = ", tiled" if self.tiled else ""
-        outcome = self.run_panel.start(job, wait=wait, message=(
-            f"Starting{where}: {model.label()}, {self.preset}, {self.method}, "
-            f"B={self.n_boot}{tiled} …"))
-        if outcome is None:  # continues on the event loop
-            return None
-        kept = self._results.get(plane_key)  # None when dropped (e.g. pixels edited meanwhile)
-        return kept if outcome.ok and kept is outcome.results.get(plane_key) else None
+        return self.runs.start(wait=wait)
 
-    def _on_finish(self, outcome: Outcome) -> None:
-        pending, self._pending = self._pending, None
-        if pending is None or outcome.task_id != self.run_panel.task_id:
-            return  # a stale task: its result belongs to nothing on screen
-        plane_key, generation, fingerprint = pending
-        result = outcome.results.get(plane_key)
-        if outcome.status == "cancelled":
-            kept = " The previous result is still shown." if self._latest is not None else ""
-            self._set_status(outcome.message + kept, "warning")
-        elif result is None:
-            self._fail(outcome.error, outcome.message)
-        elif generation != self._generation or fingerprint != self._fingerprint(plane_key):
-            self._set_status("The image changed during the run; its result was dropped. "
-                             "Press Run again.", "warning")
-        else:
-            self._results[plane_key], self._latest = result, plane_key
-            self.last_error = None
-            self._set_status(*done_text(result, plane_key, tuple(self.slice_index)))
-            self._show_result()
+    @property
+    def last_error(self) -> BaseException | None:
+        """Why the last run (or the last image) failed; None after a successful run."""
+        return self.runs.last_error
 
-    def _fail(self, err: BaseException | None, message: str | None = None) -> None:
-        self.last_error = err
-        message = message or (user_message(err) if err is not None else "The run failed.")
-        kept = " The previous result is kept." if self._latest is not None else ""
-        self._set_status(message + kept, "error")
+    def cancel(self) -> None:
+        """Stop the current run after the chunk being computed (what Cancel does)."""
+        self.run_panel.cancel()
+
+    async def wait(self) -> AttentionResult | None:
+        """Await the background run (``await explorer.wait()`` in a notebook cell)."""
+        task: asyncio.Task | None = self.run_panel.runner.task
+        if task is not None and not task.done():
+            await task
+        return self.result
 
     def _set_status(self, message: str, level: str = "info") -> None:
         self.run_panel.set_status(message, level)
+
+    # ---- the image and the plane on screen ------------------------------------------------
+    def set_image(self, image: Any, *, channel_axis: int | None = None,
+                  rgb: bool | None = None) -> None:
+        """Show another image. A bad one keeps the current image and says why in the status."""
+        if self.run_panel.busy:
+            self._set_status("Cannot change the image during a run; cancel it first.", "warning")
+            return
+        if self._load_image(image, channel_axis=channel_axis, rgb=rgb):
+            self.display.show()
+
+    def _load_image(self, image: Any, *, channel_axis: int | None, rgb: bool | None) -> bool:
+        try:
+            lead = self.image_panel.load(image, channel_axis=channel_axis, rgb=rgb)
+        except ValueError as err:
+            self.runs.last_error = err
+            self._set_status(str(err), "error")
+            self.run_panel.set_ready(self.image_panel.stack is not None)  # a previous one stays
+            return False
+        self.runs.generation += 1  # a result of the previous image is dropped
+        self.run_panel.set_ready(True)
+        self.session.clear()  # results of the previous image belong to its pixels only
+        self.roi_panel.labels = None
+        self._set_status("nD image: choose the plane to analyse with the slider(s), then Run."
+                         if lead else "Ready: press Run.", "info")
+        return True
+
+    def _plane_shape(self) -> tuple[int, int]:
+        if self.image_panel.stack is None:
+            raise ValueError("There is no usable image to draw regions on; give the explorer "
+                             "an image first (explorer.set_image(...)).")
+        return self.image_panel.plane_shape
+
+    def _select_plane_on_screen(self) -> None:
+        plane = tuple(self.state.slice_index)
+        self.session.select(plane if plane in self.session else None)
+
+    def _slice_changed(self, _change: dict) -> None:
+        if not self._parts or self.image_panel.stack is None:
+            return
+        try:
+            self.image_panel.show_plane()
+        except ValueError as err:  # e.g. an empty (constant) plane: say so, keep the last view
+            self._set_status(f"Plane {tuple(self.state.slice_index)}: {err}", "error")
+            return
+        latest = self.session.latest
+        if latest is not None and tuple(self.state.slice_index) not in self.session:
+            self._set_status(f"The result is for plane {latest.key}; press Run to analyse "
+                             f"plane {tuple(self.state.slice_index)}.", "info")
+        self._select_plane_on_screen()
+        self.display.show()  # the new plane's pixels, even when the selection stays
+
+    def _draw_mode_changed(self, change: dict) -> None:
+        try:
+            self.canvas.view.set_draw_mode(change["new"])
+        except ValueError as err:
+            self._set_status(str(err), "warning")
+
+    # ---- regions of interest --------------------------------------------------------------
+    @property
+    def roi_labels(self) -> np.ndarray | None:
+        """Integer ROI labels on the current plane (0 = background), or None."""
+        labels = self.roi_panel.labels
+        return None if labels is None else labels.copy()
+
+    def set_roi(self, roi: np.ndarray | None) -> None:
+        """Replace the ROIs by a boolean mask or integer labels on the image plane (None clears)."""
+        self.roi_panel.set_labels(roi, None if roi is None else self._plane_shape())
+
+    def add_roi(self, *, rectangle: Sequence[float] | None = None,
+                polygon: Sequence[Sequence[float]] | None = None,
+                mask: np.ndarray | None = None) -> int:
+        """Add one ROI and return its label (see :func:`~.regions.region_mask`).
+
+        Parameters
+        ----------
+        rectangle : (row0, col0, row1, col1), optional
+            Two opposite corners in pixel coordinates.
+        polygon : sequence of (row, col), optional
+        mask : (H, W) bool, optional
+        """
+        region = region_mask(self._plane_shape(), rectangle=rectangle, polygon=polygon,
+                             mask=mask)
+        return self.roi_panel.add(region)
+
+    def clear_rois(self) -> None:
+        self.set_roi(None)
+
+    def roi_table(self) -> list[dict]:
+        """Per-ROI statistics (``core.roi.roi_table``) of the result on screen, at its
+        thresholds."""
+        return self.roi_panel.rows(self.session.shown())
+
+    def provenance(self) -> dict[str, Any]:
+        """How the result on screen was made (:func:`napari_attnreg.io.export.provenance`):
+        image, model and weights hash, preset, its thresholds now, B, seed, version."""
+        entry = self.session.selected
+        if entry is None:
+            raise ValueError("No result on this plane yet: run the analysis first.")
+        data = self.image_panel.stack.data
+        source = self._image_name or f"array {tuple(data.shape)} {data.dtype}"
+        plane = f" plane {entry.key}" if entry.key else ""
+        return provenance(entry.any_result.metadata, source=source + plane,
+                          thresholds=entry.thresholds)
+
+    def export_roi_csv(self, path: str | Path) -> Path:
+        """Write :meth:`roi_table` to a CSV file, each row with the run's provenance."""
+        rows = self.roi_table()
+        if not rows:
+            raise ValueError("No ROI statistics to export: run the analysis and draw or pass "
+                             "ROIs.")
+        return write_table_csv(path, rows, self.provenance())
+
+    def _export_from_button(self, path: str) -> None:
+        try:
+            written = self.export_roi_csv(path)
+        except (ValueError, OSError) as err:
+            self._set_status(f"CSV not written: {err}", "error")
+            return
+        self._set_status(f"ROI table written to {written}", "success")
+
+    def _on_drawn_region(self, vertices: np.ndarray) -> None:
+        try:
+            self.add_roi(polygon=vertices)
+        except ValueError as err:
+            self._set_status(str(err), "warning")
+
+    def _rois_changed(self) -> None:
+        self.canvas.redraw()
+        self.display.update_roi_table()
+
+    def close(self) -> None:
+        for part in getattr(self, "_parts", ()):  # a failed construction has none yet
+            part.close()
+        self._parts = []
+        super().close()

@@ -77,19 +77,25 @@ def model_spec(name: str, *, arch: str | None, given: Backbone | None) -> ModelS
     return ModelSpec("timm", name)
 
 
-def run_config(state: ExplorerState, options: dict[str, Any]) -> RunConfig:
-    """The validated RunConfig of the current controls (ValueError says what is wrong)."""
+def run_config(state: ExplorerState, options: dict[str, Any],
+               thresholds: Mapping[str, Any] | None = None) -> RunConfig:
+    """The validated RunConfig of the current controls (ValueError says what is wrong).
+
+    ``thresholds``: those the run starts with (default: the controls').
+    """
     own = {name: getattr(state, name) for name in STATE_OPTIONS}
     # options the run does not read go back to unset: an untiled run records no tiling
-    config = RunConfig(**reset_inapplicable({**own, **options}), **state.thresholds().as_dict())
+    config = RunConfig(**reset_inapplicable({**own, **options}),
+                       **dict(thresholds or state.thresholds()))
     config.validate()
     return config
 
 
 def make_job(state: ExplorerState, spec: ModelSpec, stack: PlaneStack, plane: PlaneIndex,
-             options: dict[str, Any], task_id: int) -> Job:
+             options: dict[str, Any], task_id: int,
+             thresholds: Mapping[str, Any] | None = None) -> Job:
     """One plane of ``stack`` with the controls' options, tagged with ``task_id``."""
-    config = run_config(state, options)
+    config = run_config(state, options, thresholds)
     if plane:  # the result says which plane it is (as napari's and the CLI's do)
         config.extra = {**config.extra, "slice": list(plane)}
     return Job(spec, stack, [tuple(plane)], config, task_id=task_id)

@@ -69,3 +69,31 @@ def as_labels(roi: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     if arr.size and arr.min() < 0:
         raise ValueError("ROI labels must be >= 0 (0 is background).")
     return arr.astype(np.int32)
+
+
+def region_mask(shape: tuple[int, int], *, rectangle: Sequence[float] | None = None,
+                polygon: Sequence[Sequence[float]] | None = None,
+                mask: np.ndarray | None = None) -> np.ndarray:
+    """One region given as exactly one of a rectangle, a polygon or a mask, as a boolean mask.
+
+    Parameters
+    ----------
+    shape : (H, W)
+        The image plane.
+    rectangle : (row0, col0, row1, col1), optional
+        Two opposite corners in pixel coordinates.
+    polygon : sequence of (row, col), optional
+    mask : (H, W) bool, optional
+
+    Raises
+    ------
+    ValueError
+        Not exactly one of them, or a region that covers no pixel.
+    """
+    if sum(v is not None for v in (rectangle, polygon, mask)) != 1:
+        raise ValueError("Give exactly one of rectangle=, polygon= or mask=.")
+    if rectangle is not None:
+        return polygon_mask(rectangle_vertices(*rectangle), shape)
+    if polygon is not None:
+        return polygon_mask(polygon, shape)
+    return as_labels(mask, shape) > 0

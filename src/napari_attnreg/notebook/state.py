@@ -1,16 +1,17 @@
-"""The explorer's state: plain traitlets that every panel links its controls to.
+"""The explorer's view state: plain traitlets that every panel links its controls to.
 
-Panels never talk to each other; they read and write these traits, and the explorer
-observes them (the anywidget / ipympl manner: a small model with synced traits). A value
-that fails validation raises ``TraitError`` and leaves both the trait and its control as
-they were.
+Panels never talk to each other; they read and write these traits (the anywidget / ipympl
+manner: a small model with synced traits). The run settings and the thresholds traits are
+kept in step with the explorer's :class:`~napari_attnreg.session.Session` by
+:class:`~.session_link.SessionLink`: the thresholds traits show the selected result's
+thresholds. A value that fails validation raises ``TraitError`` and leaves both the trait and
+its control as they were.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import ipywidgets as widgets
 import traitlets as t
 
 from napari_attnreg.core.run.engine import RunConfig
@@ -39,7 +40,7 @@ RUN_DEFAULTS = RunConfig()
 _PRESET = default_thresholds(DEFAULT_PRESET)
 
 
-class ExplorerState(widgets.VBox):
+class ExplorerState(t.HasTraits):
     """Traits shared by the explorer's panels (each control is linked to one of them)."""
 
     model_name = t.Unicode("demo")
@@ -51,6 +52,9 @@ class ExplorerState(widgets.VBox):
     tile_overlap = t.Int(RUN_DEFAULTS.tile_overlap, allow_none=True)  # None: a quarter tile
     tile_scale = t.Float(RUN_DEFAULTS.tile_scale)
     preset = t.Enum(PRESETS, default_value=DEFAULT_PRESET)
+    #: The preset of what the thresholds show (the selected result's, else ``preset``): its
+    #: rules are the ones offered.
+    shown_preset = t.Enum(PRESETS, default_value=DEFAULT_PRESET)
     rule = t.Enum(RULES, default_value=_PRESET["rule"])
     q_th = t.Float(_PRESET["q_th"])
     p_th = t.Float(_PRESET["p_th"])
@@ -71,11 +75,9 @@ class ExplorerState(widgets.VBox):
 
     @t.observe("preset")
     def _preset_changed(self, change: dict) -> None:
-        """The thresholds and null method take the new preset's defaults (one re-render)."""
-        with self.hold_trait_notifications():
-            for key, value in default_thresholds(change["new"]).items():
-                setattr(self, key, value)
-            self.method = default_for("method", change["new"])
+        # the null method follows the preset; its thresholds come through the session (which
+        # leaves a selected result's own alone)
+        self.method = default_for("method", change["new"])
 
     @t.validate("device")
     def _valid_device(self, proposal: dict) -> str:
@@ -105,3 +107,21 @@ class ExplorerState(widgets.VBox):
         if proposal["value"] != "auto":
             render.colormap_lut(proposal["value"])
         return proposal["value"]
+
+
+class StateTrait:
+    """``explorer.q_th`` reads and sets ``explorer.state.q_th`` (the explorer's public names).
+
+    The explorer holds its state instead of being it; this keeps ``explorer.preset = "paper"``
+    and friends working.
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.__doc__ = f"The state's ``{name}`` trait."
+
+    def __get__(self, explorer: Any, owner: type | None = None) -> Any:
+        return self if explorer is None else getattr(explorer.state, self.name)
+
+    def __set__(self, explorer: Any, value: Any) -> None:
+        setattr(explorer.state, self.name, value)

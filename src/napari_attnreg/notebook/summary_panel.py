@@ -7,12 +7,7 @@ import math
 
 import ipywidgets as W
 
-from napari_attnreg.core.results.display import (
-    diagnostics_lines,
-    run_caption,
-    summary_text,
-    with_thresholds,
-)
+from napari_attnreg.core.results.display import diagnostics_lines, run_caption, summary_text
 from napari_attnreg.core.results.result import AttentionResult
 
 WARNING_COLOR = "#b26a00"
@@ -52,14 +47,15 @@ class SummaryPanel(W.VBox):
         self.diagnostics = W.HTML().add_class("attnreg-diagnostics")
         super().__init__([self.summary, self.diagnostics])
 
-    def show(self, result: AttentionResult | None, thresholds: dict) -> None:
+    def show(self, result: AttentionResult | None) -> None:
+        """The count and words of ``result``, at the thresholds it applies (None: nothing)."""
         if result is None:
             self.summary.value = self.diagnostics.value = ""
             return
-        reg = with_thresholds(result, thresholds).regularized()
+        reg = result.regularized()
         total = result.attention.sum()
         kept = float(reg.sum() / total) if total > 0 else math.nan
-        caption = html.escape(summary_text(result, thresholds), quote=False)
+        caption = html.escape(summary_text(result, result.thresholds), quote=False)
         self.summary.value = (f"<b>{caption}</b> · π0 = {result.pi0:.3f} · regularized map keeps "
                               f"{100 * kept:.1f}% of the attention")
         lines = [html.escape(run_caption(result), quote=False)]

@@ -37,7 +37,11 @@ def threshold_slider(name: str) -> W.FloatSlider:
 
 
 class ThresholdsPanel(W.VBox):
-    """The rule and its thresholds, linked to the state's ``rule`` and ``*_th`` traits."""
+    """The rule and its thresholds, linked to the state's ``rule`` and ``*_th`` traits.
+
+    Those traits show the selected result's thresholds (:class:`~.session_link.SessionLink`);
+    the rules offered are those of its preset (``state.shown_preset``).
+    """
 
     def __init__(self, state: ExplorerState) -> None:
         super().__init__()
@@ -45,7 +49,7 @@ class ThresholdsPanel(W.VBox):
         rule = option("rule")
         self.controls: dict[str, W.Widget] = {
             # the state always holds a rule (the preset's until changed): no "unset" entry
-            "rule": build_control(rule, options=self._rule_options(state.preset)),
+            "rule": build_control(rule, options=self._rule_options(state.shown_preset)),
             **{name: threshold_slider(name) for name in ("q_th", "p_th", "l_th")},
             # z_th may be None (no z mask): a checkbox and a slider, kept in step by hand
             "z_mask": W.Checkbox(description="", indent=False, layout=W.Layout(width="28px"),
@@ -58,7 +62,7 @@ class ThresholdsPanel(W.VBox):
         # the rule list depends on the preset: a plain link would push a paper rule into the
         # step-down list (the state changes its rule before anyone sees the new preset)
         self.controls["rule"].observe(self._from_rule_control, "value")
-        state.observe(lambda _c: self.sync_rule(), names=["rule", "preset"])
+        state.observe(lambda _c: self.sync_rule(), names=["rule", "shown_preset"])
         self.sync_rule()
         self.controls["z_th"].value = Z_TH_WHEN_ON if state.z_th is None else state.z_th
         self.controls["z_mask"].observe(self._from_z_controls, "value")
@@ -75,11 +79,11 @@ class ThresholdsPanel(W.VBox):
         return [(rule.label_of(r), r) for r in rules_for(preset)]
 
     def sync_rule(self) -> None:
-        """Show the state's rule among the rules of the state's preset."""
+        """Show the state's rule among the rules of the preset of what it shows."""
         dropdown = self.controls["rule"]
         self._syncing = True
         try:
-            options = self._rule_options(self.state.preset)
+            options = self._rule_options(self.state.shown_preset)
             if self.state.rule not in [v for _, v in options]:  # mid-change: the preset's rules
                 options = self._rule_options_all()
             if list(dropdown.options) != options:

@@ -36,18 +36,7 @@ PRESET_HELP = {
              "local fdr on z; significant at lfdr ≤ 0.3 with z ≥ 0. Also flags attention far "
              "BELOW the null.",
 }
-#: Rule choices as front ends list them (short, for a drop-down) ...
-RULE_LABELS = {
-    "forwardstop": "ForwardStop at α (step-down)",
-    "fwer": "adjusted p ≤ α (step-down, FWER)",
-    "q": "q ≤ threshold (FDR)",
-    "p": "p ≤ threshold",
-    "lfdr": "lfdr ≤ threshold (posterior)",
-    "pi0": "drop the π0 share of largest p",
-    "soft": "soft: attention × posterior",
-    "base": "z ≥ threshold only",
-}
-#: ... and what each means (their tooltips).
+#: What each rule means (tooltips of the rule choices; their labels are the option metadata's).
 RULE_HELP = {
     "forwardstop": "ForwardStop at α: the patches of largest attention, in order, as long as "
                    "their step p-values stay small on average (about α of them may be noise)",
@@ -61,21 +50,6 @@ RULE_HELP = {
 }
 RULE_THRESHOLD = {"q": "q_th", "p": "p_th", "lfdr": "l_th", "forwardstop": "q_th",
                   "fwer": "p_th"}
-#: Labels and tooltips of the tiling controls (RunConfig ``tiled``, ``tile_overlap``,
-#: ``tile_scale``; docs/scale-out.md).
-TILED_LABEL = "Tiled (native resolution)"
-TILING_HELP = {
-    "tiled": "For images much larger than the model input: the image is analysed at its own "
-             "pixel size (divided by the downsampling factor) in model-sized tiles instead of "
-             "being shrunk to the model input, with one bootstrap null for the whole image. "
-             "Costs n_tiles + B forward passes; the maps cover the whole image at one token "
-             "per patch of pixels.",
-    "tile_overlap": "Pixels shared by neighbouring tiles (tiled runs): a multiple of the "
-                    "model's patch size, smaller than the model input; each token is taken "
-                    "from the tile whose centre is nearest. 0 = tiles side by side.",
-    "tile_scale": "Downsampling factor before tiling (tiled runs): 1 = native pixels, 2 = half "
-                  "size (a quarter of the tiles).",
-}
 _RULE_SYMBOL = {"q": "q", "p": "p", "lfdr": "lfdr", "fwer": "adjusted p"}
 
 
@@ -113,8 +87,9 @@ def with_thresholds(result: AttentionResult, thresholds: dict[str, Any] | None) 
     A ``z_th`` of ``None`` turns the z mask off, as a front end's "z mask" box does (as it
     does in ``result.regularized(z_th=None)``).
     """
-    given = {k: v for k, v in (thresholds or {}).items() if k in result._thresholds()}
-    return replace(result, thresholds={**result._thresholds(), **given})
+    used = result.thresholds_used
+    given = {k: v for k, v in (thresholds or {}).items() if k in used}
+    return replace(result, thresholds={**used, **given})
 
 
 @dataclass(frozen=True)
@@ -227,7 +202,7 @@ def significance_caption(result: AttentionResult | Sequence[AttentionResult],
             else "paper's two-sided test")
     planes = f" in {len(results)} planes" if len(results) > 1 else ""
     caption = (f"{kept}/{total} patches significant{planes} "
-               f"({rule_text(shown[0]._thresholds())}), {side}")
+               f"({rule_text(shown[0].thresholds_used)}), {side}")
     if len(results) == 1 and results[0].p_map is not None:  # the map-level answer
         caption += f" · {map_level_text(results[0])}"
     return caption

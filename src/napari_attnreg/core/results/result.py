@@ -194,6 +194,20 @@ class AttentionResult:
         return int(self.patch_size[0] * self.patch_size[1]) if self.preset == "paper" else 1
 
     # ---- thresholds -----------------------------------------------------------------------
+    @property
+    def thresholds_used(self) -> dict[str, Any]:
+        """Every threshold :meth:`regularized` and :meth:`significant` apply when not overridden.
+
+        ``thresholds`` may hold only some keys (a file from an older version, a partial
+        override); this completes them with the preset's defaults. ``z_th`` None: no z mask.
+
+        Examples
+        --------
+        >>> result.thresholds_used["rule"]             # doctest: +SKIP
+        'forwardstop'
+        """
+        return self._thresholds()
+
     def _thresholds(self, rule: str | None = None, **overrides: float | None) -> dict[str, Any]:
         unknown = set(overrides) - set(THRESHOLD_KEYS)
         if unknown:
@@ -312,10 +326,11 @@ class AttentionResult:
         sig = self.significant()
         md = self.metadata
         t = self._thresholds()
+        # "patches", as every front end says (core.results.display.significance_caption)
         line = (
             f"{md.get('model', '?')} · {self.preset} · {md.get('method', '?')} · "
             f"B={md.get('n_boot', '?')} · grid {self.grid_shape[0]}x{self.grid_shape[1]} · "
-            f"{self._map_level_text()} · {int(sig.sum())}/{sig.size} tokens significant "
+            f"{self._map_level_text()} · {int(sig.sum())}/{sig.size} patches significant "
             f"({t['rule']}) · "
             f"{md.get('timings', {}).get('total_s', float('nan')):.2f} s on {md.get('device', '?')}"
         )

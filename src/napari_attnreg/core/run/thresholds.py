@@ -11,6 +11,8 @@ Example
 ('q', 0.1)
 >>> t.replace(q_th=0.05)["q_th"]
 0.05
+
+``Thresholds.of(result)`` reads the thresholds a result applies.
 """
 
 from __future__ import annotations
@@ -54,15 +56,24 @@ class Thresholds(Mapping):
         return cls(**{**default_thresholds(preset), **given})
 
     @classmethod
-    def from_result(cls, result: Any) -> Thresholds:
-        """The thresholds ``result`` applies by default (those of its run)."""
-        return cls.from_mapping(result._thresholds(), result.preset)
+    def of(cls, result: Any) -> Thresholds:
+        """The thresholds ``result`` applies by default (its ``thresholds_used``).
+
+        Examples
+        --------
+        >>> Thresholds.of(result).rule                 # doctest: +SKIP
+        'forwardstop'
+        """
+        return cls.from_mapping(result.thresholds_used, result.preset)
+
+    from_result = of  # the name of 0.1
 
     def replace(self, **changes: Any) -> Thresholds:
         """A copy with ``changes`` applied (and checked)."""
         return _replace(self, **changes)
 
     def as_dict(self) -> dict[str, Any]:
+        """A plain ``dict`` of the five keys (for JSON and ``**`` into a RunConfig)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def __getitem__(self, key: str) -> Any:
