@@ -187,7 +187,7 @@ class AttentionExplorer(W.VBox):
         self._set_traits(model if self._given is None else self._given.name,
                          named.pop("preset"), named.pop("method"),
                          {**named, "overlay": overlay, "colormap": colormap,
-                          "opacity": opacity, "outline": bool(outline)}, thresholds)
+                          "opacity": float(opacity), "outline": bool(outline)}, thresholds)
         self._build(make_view(view, width), max_display, width)
         self.state.observe(self._slice_changed, names=["slice_index"])
         self.state.observe(self._draw_mode_changed, names=["draw_mode"])
