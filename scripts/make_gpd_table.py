@@ -1,6 +1,6 @@
 """Tabulate the Anderson–Darling 5 % critical values of the GPD fit the tail approximation uses.
 
-The step-down tail approximation (``core/tail.py``) fits a generalized Pareto distribution
+The step-down tail approximation (``core/stats/tail.py``) fits a generalized Pareto distribution
 to the exceedances of the null step statistics with scipy's maximum likelihood (location
 fixed at the threshold) and keeps the counting p-value where an Anderson–Darling test
 rejects that fit at 0.05. With both parameters estimated, the statistic's null
@@ -10,7 +10,7 @@ would cost about a second each; this table is made once, with the same estimator
 
     python scripts/make_gpd_table.py          # ~6 min on one core
 
-and written to ``src/napari_attnreg/core/gpd_ad_critical.json``.
+and written to ``src/napari_attnreg/core/stats/gpd_ad_critical.json``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from scipy import stats
 SHAPES = [round(v, 2) for v in np.arange(-0.5, 0.51, 0.1)]
 SIZES = [10, 15, 20, 30, 50, 100, 200, 500, 1000]
 REPLICATES = 400
-OUT = Path(__file__).resolve().parents[1] / "src" / "napari_attnreg" / "core" / "gpd_ad_critical.json"
+OUT = Path(__file__).resolve().parents[1] / "src" / "napari_attnreg" / "core" / "stats" / "gpd_ad_critical.json"
 
 
 def ad_statistic(sample: np.ndarray) -> float:
