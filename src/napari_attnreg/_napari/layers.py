@@ -210,6 +210,10 @@ def place_outputs(viewer: Any, record: RunRecord) -> None:
 def _set_transform(layer: Any, transform: dict[str, Any]) -> None:
     # only what changed: each assignment re-slices the layer and re-checks the dims
     for key, value in transform.items():
+        if key == "units":
+            if tuple(str(u) for u in layer.units) != tuple(value):
+                layer.units = value
+            continue
         current = getattr(layer, key)
         current = current.affine_matrix if key == "affine" else current
         if np.shape(current) != np.shape(value) or not np.allclose(current, value):
