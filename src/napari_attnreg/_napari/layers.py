@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from napari_attnreg._napari.geometry import token_transform
+from napari_attnreg._napari.roi_export import run_provenance
 from napari_attnreg._napari.run_record import RunRecord
 from napari_attnreg.core.results.display import MAPS_BY_KEY, SIGNIFICANT_COLOR
 from napari_attnreg.core.results.result import AttentionResult
@@ -142,8 +143,11 @@ def is_user_copy(layer: Any, records: Any) -> bool:
 
 
 def _metadata(record: RunRecord, kind: str) -> dict[str, Any]:
+    """The layer's ``metadata``; ``provenance`` is the run's resolved record (what it used, the
+    thresholds in force), the one every saved file and table of this run states."""
     result = record.any_result
     return {META_KEY: {
+        "provenance": run_provenance(record),
         "kind": kind,
         "run_id": record.run_id,
         "preset": record.preset,

@@ -97,7 +97,9 @@ def _flatten(metadata: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(meta, Mapping):
         raise ValueError("provenance() needs a result's or an output layer's metadata dict, "
                          f"got {type(meta).__name__} under {META_KEY!r}.")
-    if "run" not in meta:
+    if isinstance(meta.get("provenance"), Mapping):  # the run's resolved record (napari layers)
+        flat = dict(meta["provenance"])
+    elif "run" not in meta:
         flat = dict(meta)
     else:
         flat = {**meta.get("run", {}), **meta.get("thresholds", {})}
@@ -242,6 +244,13 @@ def write_table_csv(path: str | Path, rows: Sequence[Mapping[str, Any]],
     return path
 
 
+def saved_provenance(layer_data: Sequence[LayerData]) -> dict[str, Any] | None:
+    """The run's provenance as :func:`save_outputs` states it in ``provenance.json`` for these
+    layers (None when none is an output layer): a table saved beside them (the ROI table)
+    takes this record, so the two files never disagree."""
+    return _run([_layer_entry("", data, attrs, kind) for data, attrs, kind in layer_data])
+
+
 def _run(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The run's provenance: from a threshold-dependent layer when there is one.
 
@@ -302,9 +311,17 @@ def _layer_entry(file: str, data: Any, attrs: Mapping[str, Any],
         "scale": [float(v) for v in attrs.get("scale") or [1.0] * len(shape)],
         "translate": [float(v) for v in attrs.get("translate") or [0.0] * len(shape)],
         "units": [str(u) for u in attrs.get("units") or []] or None,
-        "provenance": provenance(metadata) if ours else None,
+        "provenance": _layer_provenance(metadata[META_KEY]) if ours else None,
         "metadata": metadata[META_KEY] if ours else None,
     }
+
+
+def _layer_provenance(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`provenance` of an output layer, and its run id (the ROI table's last column)."""
+    record = provenance(meta)
+    if meta.get("run_id") is not None:
+        record["run_id"] = str(meta["run_id"])
+    return record
 
 
 def _json_default(obj: Any) -> Any:
