@@ -146,6 +146,21 @@ def test_writing_one_layer_into_a_missing_folder_creates_it(tmp_path):
     assert layer_type == "labels" and kwargs["scale"] == [2.5, 1.05, 0.75]
 
 
+def test_a_result_records_where_its_image_lay(tiny_backbone):
+    from napari_attnreg import regularize
+
+    result = regularize(np.random.default_rng(0).random((64, 48)), tiny_backbone, n_boot=3,
+                        device="cpu")
+    assert result.spatial == {"scale": (1.0, 1.0), "translate": (0.0, 0.0),
+                              "units": ("pixel", "pixel")}  # a plain array: pixels
+    result.metadata["spatial"] = {"scale": [0.7, 0.5], "translate": [-120, -100],
+                                  "units": ["mm", "mm"]}
+    assert result.spatial == {"scale": (0.7, 0.5), "translate": (-120.0, -100.0),
+                              "units": ("mm", "mm")}
+    result.metadata["spatial"] = {"scale": [0.0, float("nan")], "translate": "x", "units": [1]}
+    assert result.spatial["scale"] == (1.0, 1.0) and result.spatial["units"] == ("pixel",) * 2
+
+
 def test_a_saved_folder_opens_as_its_layers_and_nothing_outside_it(tmp_path):
     from napari_attnreg._napari.io import get_reader
 

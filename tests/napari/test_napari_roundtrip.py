@@ -4,13 +4,14 @@ the name they were; result files open as the dock's layers; one provenance per s
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from napari_attnreg._napari.layers import KINDS, META_KEY
+from napari_attnreg._napari.layers import KINDS, META_KEY, layer_name
 
 pytestmark = pytest.mark.gui
 
@@ -147,3 +148,63 @@ def test_saved_roi_table_and_provenance_state_one_resolved_record(
     assert saved["precision"] == "float32" and saved["device"] == "cpu"
     assert saved["q_th"] == pytest.approx(0.3) and saved["run_id"] == record.run_id
     assert saved["source_image"] == "/data/cells.tif"
+
+
+def test_a_result_file_opens_as_the_layers_the_dock_makes(
+        viewer_widget, make_napari_viewer, run_and_wait, cells_image, tmp_path, notifications):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells.tif")
+    run_and_wait(widget)
+    record = widget.current_record()
+    result = record.results[()]
+    # as the command line writes it: NAME.attnreg.npz, the source path in the metadata
+    result = dataclasses.replace(result, metadata={**result.metadata,
+                                                   "source": "/data/cells.tif"})
+    path = result.save(tmp_path / "cells.tif.attnreg.npz")
+
+    other = make_napari_viewer()
+    layers = other.open(str(path), plugin="napari-attnreg")
+    assert [layer.name for layer in layers] == [layer_name("cells.tif", k, record.preset)
+                                                for k in KINDS]
+    for kind, layer in zip(KINDS, layers):
+        made = record.outputs[kind]
+        assert type(layer) is type(made), kind
+        np.testing.assert_array_equal(layer.data, made.data)
+        np.testing.assert_allclose(layer.scale, made.scale, err_msg=kind)
+        np.testing.assert_allclose(layer.translate, made.translate, err_msg=kind)
+        assert layer.units == made.units and str(layer.units[0]) == "pixel"  # a plain array
+        assert layer.visible == made.visible
+        assert layer.metadata[META_KEY]["kind"] == kind
+        if kind != "significant":
+            np.testing.assert_allclose(layer.contrast_limits, made.contrast_limits)
+            assert layer.colormap.name == made.colormap.name
+    assert layers[-1].metadata[META_KEY]["provenance"]["source_image"] == "/data/cells.tif"
+
+
+def test_a_result_file_that_records_its_spacing_opens_in_mm(make_napari_viewer, tiny_backbone,
+                                                            tmp_path):
+    from napari_attnreg import regularize
+    from napari_attnreg._napari.io import get_reader
+
+    image = np.random.default_rng(2).random((96, 80)).astype(np.float32)
+    spatial = {"scale": [0.7, 0.5], "translate": [-120.0, -100.0], "units": ["mm", "mm"]}
+    result = regularize(image, tiny_backbone, n_boot=4, device="cpu")
+    result.metadata["spatial"] = spatial  # what a run on a DICOM records
+    path = result.save(tmp_path / "ct.dcm.attnreg.npz")
+    assert get_reader(str(tmp_path / "other.npz")) is None  # other .npz files are not ours
+    viewer = make_napari_viewer()
+    source = viewer.add_image(image, scale=spatial["scale"], translate=spatial["translate"],
+                              units=spatial["units"])
+    layers = viewer.open(str(path), plugin="napari-attnreg")
+    sy, sx = result.token_scale
+    rows, cols = result.grid_shape
+    for layer in layers:
+        assert layer.units == source.units
+        lo, hi = _corners(layer)
+        np.testing.assert_allclose(lo, source.data_to_world((-0.5, -0.5)), err_msg=layer.name)
+        np.testing.assert_allclose(hi, source.data_to_world((rows * sy - 0.5, cols * sx - 0.5)),
+                                   err_msg=layer.name)
+    broken = tmp_path / "broken.attnreg.npz"
+    broken.write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="broken.attnreg.npz"):
+        get_reader(str(broken))(str(broken))

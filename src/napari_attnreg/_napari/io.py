@@ -1,8 +1,9 @@
 """npe2 reader and writer adapters over :mod:`napari_attnreg.io` (no Qt here).
 
-The reader takes DICOM (a folder of ``.dcm`` files, one file, a multi-frame file), OME-TIFF
-and a folder the writer saved (its ``provenance.json`` lists the layers), and declines
-everything else (returns None) so napari's other readers get it. The writer saves image/labels layers as
+The reader takes DICOM (a folder of ``.dcm`` files, one file, a multi-frame file), OME-TIFF,
+a folder the writer saved (its ``provenance.json`` lists the layers) and result files
+(``*.attnreg.npz``, :meth:`AttentionResult.save`), and declines everything else (returns None)
+so napari's other readers get it. The writer saves image/labels layers as
 OME-TIFF with their placement (scale, translate, units, ...) plus ``provenance.json``; the
 reader puts such layers back where they were, as the layer type and under the name they had.
 """
@@ -19,6 +20,8 @@ from napari_attnreg.io.export import OME_SUFFIXES, PROVENANCE_FILE, save_layer, 
 from napari_attnreg.io.ometiff import is_ome_tiff
 
 LayerData = tuple[Any, dict[str, Any], str]
+#: Result files of the command line and the notebook (``AttentionResult.save``).
+RESULT_SUFFIX = ".attnreg.npz"
 ReaderFunction = Callable[[Any], list[LayerData]]
 
 
@@ -32,6 +35,8 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
         return read_ome_tiff_layers
     if (Path(path) / PROVENANCE_FILE).is_file():
         return read_saved_folder
+    if str(path).lower().endswith(RESULT_SUFFIX) and Path(path).is_file():
+        return read_result_layers
     if _is_dicom(path):
         return read_dicom_layers
     return None
@@ -91,6 +96,23 @@ def read_saved_folder(path: str | list[str]) -> list[LayerData]:
     if not found:
         raise ValueError(f"None of the layers {folder / PROVENANCE_FILE} lists is in {folder}.")
     return [layer for file in found for layer in read_ome_tiff_layers(str(file))]
+
+
+def read_result_layers(path: str | list[str]) -> list[LayerData]:
+    """A result file (``*.attnreg.npz``) as the output layers the dock makes of it, placed on
+    its source image by the spacing the result records (pixels when it records none)."""
+    from napari_attnreg._napari.geometry import SourceGeometry
+    from napari_attnreg._napari.layers import result_layers
+    from napari_attnreg.core.results.result import AttentionResult
+
+    path = Path(path[0] if isinstance(path, list) else path)
+    result = AttentionResult.load(path)  # a ValueError that names the file and the problem
+    source = result.metadata.get("source")
+    name = Path(str(source)).name if source else path.name[: -len(RESULT_SUFFIX)]
+    geometry = SourceGeometry.of_image(result.image_shape, **result.spatial)
+    params = {**result.metadata, "source": name, "source_path": str(source or path),
+              "result_file": str(path)}
+    return result_layers({(): result}, name, geometry, params)
 
 
 def write_outputs(path: str, layer_data: list[LayerData]) -> list[str]:

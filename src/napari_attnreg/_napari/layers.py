@@ -15,12 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from napari_attnreg._napari.geometry import token_transform
+from napari_attnreg._napari.geometry import SourceGeometry, token_transform
 from napari_attnreg._napari.roi_export import run_provenance
 from napari_attnreg._napari.run_record import RunRecord
 from napari_attnreg.core.results.display import MAPS_BY_KEY, SIGNIFICANT_COLOR
 from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.run.planes import PlaneIndex
 from napari_attnreg.core.stats.presets import DEFAULT_PRESET
+from napari_attnreg.session import Session
 
 #: Output kinds in the order they are stacked above the image (last = top).
 KINDS = ("attention", "pvalue", "posterior", "regularized", "significant")
@@ -257,13 +259,27 @@ def output_layer_data(record: RunRecord, kind: str, data: np.ndarray,
                       ) -> LayerData:
     """One output layer of ``record`` as napari layer data: the map on the token grid, placed
     on the source (scale, translate, units, rotate, shear, affine), its name, metadata
-    (``made``: the run's provenance) and style, as the dock adds them."""
+    (``made``: the run's provenance) and style. The dock adds these layers; the result-file
+    reader returns them (:func:`result_layers`)."""
     limits = None if kind == "significant" else contrast_limits(record, kind)
     kwargs = {"name": layer_name(record.source_name, kind, record.preset),
               "metadata": _metadata(record, kind, made),
               **token_transform(record.geometry, record.any_result, _supersample(kind)),
               **output_style(kind, limits, outlined)}
     return data, kwargs, "labels" if kind == "significant" else "image"
+
+
+def result_layers(results: Mapping[PlaneIndex, AttentionResult], source_name: str,
+                  geometry: SourceGeometry,
+                  params: Mapping[str, Any] | None = None) -> list[LayerData]:
+    """The output layers of saved ``results`` (by plane) over a source at ``geometry``, as
+    the dock makes them (:func:`output_layer_data`), with no viewer and no dock."""
+    session = Session()
+    session.add(source_name, results, params=params)
+    record = RunRecord(session, source_name, source_name, geometry)
+    maps = stacked_maps(record)
+    made = run_provenance(record)
+    return [output_layer_data(record, kind, maps[kind], made, outlined=False) for kind in KINDS]
 
 
 def _add_output(viewer: Any, kind: str, data: np.ndarray, kwargs: dict[str, Any]) -> Any:
