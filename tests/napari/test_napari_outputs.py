@@ -210,3 +210,45 @@ def test_output_layers_carry_the_provenance_of_their_run(viewer_widget, run_and_
     assert made["weights"] == record.any_result.metadata["weights"]
     assert made["n_boot"] == record.any_result.metadata["n_boot"] and made["seed"] is not None
     assert made["q_th"] == widget.thresholds()["q_th"]
+
+
+UNITS_WARNING = "Inconsistent units across layers"
+
+
+def _drawn(viewer, qtbot):
+    """Let the canvas draw (napari checks the layers' units on a draw)."""
+    viewer.window.show()
+    qtbot.wait(150)
+
+
+def test_outputs_take_the_units_of_the_source_and_warn_of_nothing(
+        viewer_widget, run_and_wait, cells_image, notifications, qtbot):
+    viewer, widget = viewer_widget
+    image = viewer.add_image(cells_image, name="cells", scale=(0.25, 0.5), units=("µm", "µm"))
+    _drawn(viewer, qtbot)
+    run_and_wait(widget)
+    _drawn(viewer, qtbot)
+    record = widget.current_record()
+    for kind in KINDS:
+        assert record.outputs[kind].units == image.units, kind
+    assert not [n for n in notifications if UNITS_WARNING in n.message]
+    image.units = ("mm", "mm")  # the outputs follow the source's unit
+    _drawn(viewer, qtbot)
+    assert all(record.outputs[k].units == image.units for k in KINDS)
+    assert str(record.outputs["regularized"].units[0]) == "millimeter"
+    assert not [n for n in notifications if UNITS_WARNING in n.message]
+    # the warning this test looks for is real: a layer in pixels beside them brings it
+    viewer.add_image(cells_image, name="in pixels")
+    _drawn(viewer, qtbot)
+    assert [n for n in notifications if UNITS_WARNING in n.message]
+
+
+def test_outputs_of_a_plain_array_stay_in_pixels(viewer_widget, run_and_wait, cells_image,
+                                                 notifications, qtbot):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    _drawn(viewer, qtbot)
+    outputs = widget.current_record().outputs
+    assert {str(u) for k in KINDS for u in outputs[k].units} == {"pixel"}
+    assert not [n for n in notifications if UNITS_WARNING in n.message]

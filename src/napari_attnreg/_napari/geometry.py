@@ -31,6 +31,9 @@ class SourceGeometry:
         As napari stores them; kept so output layers follow a rotated image too.
     affine : np.ndarray
         The layer's extra ``affine`` (physical → world).
+    units : tuple of str
+        The layer's ``units`` (``"millimeter"``, ``"pixel"``, ...), one per axis; output
+        layers take them, so the viewer's axes and scale bar stay in the source's unit.
     """
 
     shape: tuple[int, ...]
@@ -41,6 +44,7 @@ class SourceGeometry:
     rotate: np.ndarray = field(compare=False)
     shear: np.ndarray = field(compare=False)
     affine: np.ndarray = field(compare=False)
+    units: tuple[str, ...] = ()
 
     @classmethod
     def from_layer(cls, layer: Any, channel_axis: int | None = None) -> SourceGeometry:
@@ -56,7 +60,19 @@ class SourceGeometry:
             rotate=np.asarray(layer.rotate, dtype=float),
             shear=np.asarray(layer.shear, dtype=float),
             affine=np.asarray(layer.affine.affine_matrix, dtype=float),
+            units=tuple(str(u) for u in layer.units),
         )
+
+    @classmethod
+    def of_image(cls, shape: tuple[int, int], scale: tuple[float, float] = (1.0, 1.0),
+                 translate: tuple[float, float] = (0.0, 0.0),
+                 units: tuple[str, str] = ("pixel", "pixel")) -> SourceGeometry:
+        """A 2D image placed by ``scale``/``translate`` alone (no layer: a saved result)."""
+        return cls(shape=tuple(int(n) for n in shape), rgb=False, channel_axis=None,
+                   scale=tuple(float(v) for v in scale),
+                   translate=tuple(float(v) for v in translate),
+                   rotate=np.eye(2), shear=np.zeros(1), affine=np.eye(3),
+                   units=tuple(str(u) for u in units))
 
     @property
     def ndim(self) -> int:
@@ -97,8 +113,9 @@ def token_transform(geometry: SourceGeometry, result: AttentionResult,
     (``d = token_scale``, ``e = token_translate = (d − 1)/2`` on the image axes; ``d = C`` and
     ``e = (C − 1)/2`` on a channel axis, so one output plane spans every channel). napari
     applies ``rotate·shear·scale`` then ``translate``, hence ``scale' = scale·d`` and
-    ``translate' = translate + (rotate·shear·scale)·e``; rotate, shear and affine carry over.
-    With ``supersample = k`` each token is k×k cells: ``d = token_scale / k``, same rule for e.
+    ``translate' = translate + (rotate·shear·scale)·e``; rotate, shear, affine and units carry
+    over. With ``supersample = k`` each token is k×k cells: ``d = token_scale / k``, same
+    rule for e.
     """
     d = np.ones(geometry.ndim)
     e = np.zeros(geometry.ndim)
@@ -110,5 +127,8 @@ def token_transform(geometry: SourceGeometry, result: AttentionResult,
         e[geometry.channel_axis] = (n_ch - 1) / 2
     scale = np.asarray(geometry.scale) * d
     translate = np.asarray(geometry.translate) + geometry.linear_matrix() @ e
-    return {"scale": tuple(scale), "translate": tuple(translate), "rotate": geometry.rotate,
-            "shear": geometry.shear, "affine": geometry.affine}
+    transform = {"scale": tuple(scale), "translate": tuple(translate),
+                 "rotate": geometry.rotate, "shear": geometry.shear, "affine": geometry.affine}
+    if geometry.units:
+        transform["units"] = geometry.units
+    return transform

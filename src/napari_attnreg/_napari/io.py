@@ -1,21 +1,27 @@
 """npe2 reader and writer adapters over :mod:`napari_attnreg.io` (no Qt here).
 
-The reader takes DICOM (a folder of ``.dcm`` files, one file, a multi-frame file) and
-OME-TIFF, and declines everything else (returns None) so napari's other readers get it. The
-writer saves image/labels layers as OME-TIFF with their scale plus ``provenance.json``.
+The reader takes DICOM (a folder of ``.dcm`` files, one file, a multi-frame file), OME-TIFF,
+a folder the writer saved (its ``provenance.json`` lists the layers) and result files
+(``*.attnreg.npz``, :meth:`AttentionResult.save`), and declines everything else (returns None)
+so napari's other readers get it. The writer saves image/labels layers as
+OME-TIFF with their placement (scale, translate, units, ...) plus ``provenance.json``; the
+reader puts such layers back where they were, as the layer type and under the name they had.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from napari_attnreg.io.dicom import looks_like_dicom
-from napari_attnreg.io.export import OME_SUFFIXES, save_layer, save_outputs
+from napari_attnreg.io.export import OME_SUFFIXES, PROVENANCE_FILE, save_layer, save_outputs
 from napari_attnreg.io.ometiff import is_ome_tiff
 
 LayerData = tuple[Any, dict[str, Any], str]
+#: Result files of the command line and the notebook (``AttentionResult.save``).
+RESULT_SUFFIX = ".attnreg.npz"
 ReaderFunction = Callable[[Any], list[LayerData]]
 
 
@@ -27,6 +33,10 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
         path = path[0]
     if is_ome_tiff(path):
         return read_ome_tiff_layers
+    if (Path(path) / PROVENANCE_FILE).is_file():
+        return read_saved_folder
+    if str(path).lower().endswith(RESULT_SUFFIX) and Path(path).is_file():
+        return read_result_layers
     if _is_dicom(path):
         return read_dicom_layers
     return None
@@ -53,11 +63,56 @@ def read_dicom_files(paths: list[str]) -> list[LayerData]:
 
 
 def read_ome_tiff_layers(path: str | list[str]) -> list[LayerData]:
-    """Read an OME-TIFF with its physical scale and channels."""
-    from napari_attnreg.io.ometiff import read_ome_tiff
+    """Read an OME-TIFF with its physical scale and channels; an output layer saved by the
+    dock comes back placed, typed, named and drawn as the dock made it."""
+    from napari_attnreg._napari.layers import KINDS, META_KEY, output_style
+    from napari_attnreg.io.ometiff import read_ome_tiff_layers as read
 
     path = path[0] if isinstance(path, list) else path
-    return [(data, kwargs, "image") for data, kwargs in read_ome_tiff(path)]
+    layers = []
+    for data, kwargs, layer_type in read(path):
+        ours = kwargs.get("metadata", {}).get(META_KEY)
+        kind = ours.get("kind") if isinstance(ours, dict) else None
+        if kind in KINDS and (kind == "significant") == (layer_type == "labels"):
+            kwargs = {**output_style(kind, kwargs.get("contrast_limits"), outlined=False),
+                      **kwargs}
+        layers.append((data, kwargs, layer_type))
+    return layers
+
+
+def read_saved_folder(path: str | list[str]) -> list[LayerData]:
+    """A folder the writer made: the OME-TIFF files its ``provenance.json`` lists, in the
+    order they were saved (stacking order), each as :func:`read_ome_tiff_layers` reads it."""
+    folder = Path(path[0] if isinstance(path, list) else path)
+    try:
+        entries = json.loads((folder / PROVENANCE_FILE).read_text(encoding="utf-8"))["layers"]
+        files = [e["file"] for e in entries]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{folder / PROVENANCE_FILE} does not list saved layers ({err}).") \
+            from None
+    # only files inside the folder: a name such as "../x" in an edited record is skipped
+    found = [folder / f for f in files if isinstance(f, str) and Path(f).name == f
+             and is_ome_tiff(folder / f)]
+    if not found:
+        raise ValueError(f"None of the layers {folder / PROVENANCE_FILE} lists is in {folder}.")
+    return [layer for file in found for layer in read_ome_tiff_layers(str(file))]
+
+
+def read_result_layers(path: str | list[str]) -> list[LayerData]:
+    """A result file (``*.attnreg.npz``) as the output layers the dock makes of it, placed on
+    its source image by the spacing the result records (pixels when it records none)."""
+    from napari_attnreg._napari.geometry import SourceGeometry
+    from napari_attnreg._napari.layers import result_layers
+    from napari_attnreg.core.results.result import AttentionResult
+
+    path = Path(path[0] if isinstance(path, list) else path)
+    result = AttentionResult.load(path)  # a ValueError that names the file and the problem
+    source = result.metadata.get("source")
+    name = Path(str(source)).name if source else path.name[: -len(RESULT_SUFFIX)]
+    geometry = SourceGeometry.of_image(result.image_shape, **result.spatial)
+    params = {**result.metadata, "source": name, "source_path": str(source or path),
+              "result_file": str(path)}
+    return result_layers({(): result}, name, geometry, params)
 
 
 def write_outputs(path: str, layer_data: list[LayerData]) -> list[str]:

@@ -10,15 +10,19 @@ the GUI thread.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from napari_attnreg._napari.geometry import token_transform
+from napari_attnreg._napari.geometry import SourceGeometry, token_transform
+from napari_attnreg._napari.roi_export import run_provenance
 from napari_attnreg._napari.run_record import RunRecord
 from napari_attnreg.core.results.display import MAPS_BY_KEY, SIGNIFICANT_COLOR
 from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.run.planes import PlaneIndex
 from napari_attnreg.core.stats.presets import DEFAULT_PRESET
+from napari_attnreg.session import Session
 
 #: Output kinds in the order they are stacked above the image (last = top).
 KINDS = ("attention", "pvalue", "posterior", "regularized", "significant")
@@ -31,6 +35,10 @@ OUTLINE_SUPERSAMPLE = 4
 VISIBLE = {"attention": False, "pvalue": False, "posterior": False, "regularized": True,
            "significant": True}
 META_KEY = "attnreg"
+#: ``(data, layer keyword arguments, layer type)``, as napari readers return layers.
+LayerData = tuple[Any, dict[str, Any], str]
+#: Layer attributes that place an output layer on its source (:func:`.geometry.token_transform`).
+TRANSFORM_KEYS = ("scale", "translate", "rotate", "shear", "affine", "units")
 
 
 def layer_name(source_name: str, kind: str, preset: str = DEFAULT_PRESET) -> str:
@@ -141,9 +149,13 @@ def is_user_copy(layer: Any, records: Any) -> bool:
                    if record.run_id == meta.get("run_id"))
 
 
-def _metadata(record: RunRecord, kind: str) -> dict[str, Any]:
+def _metadata(record: RunRecord, kind: str, made: Mapping[str, Any] | None = None
+              ) -> dict[str, Any]:
+    """The layer's ``metadata``; ``provenance`` is the run's resolved record (what it used, the
+    thresholds in force), the one every saved file and table of this run states."""
     result = record.any_result
     return {META_KEY: {
+        "provenance": dict(made if made is not None else run_provenance(record)),
         "kind": kind,
         "run_id": record.run_id,
         "preset": record.preset,
@@ -168,11 +180,12 @@ def upsert_outputs(viewer: Any, record: RunRecord,
     or copied); an existing layer keeps its place, visibility, opacity and colormap.
     """
     maps = stacked_maps(record, kinds)
+    made = run_provenance(record)
     layers: dict[str, Any] = {}
     for kind in kinds:
-        transform = token_transform(record.geometry, record.any_result, _supersample(kind))
-        name = layer_name(record.source_name, kind, record.preset)
-        meta = _metadata(record, kind)
+        data, kwargs, _ = output_layer_data(record, kind, maps[kind], made)
+        transform = {k: kwargs[k] for k in TRANSFORM_KEYS if k in kwargs}
+        name, meta = kwargs["name"], kwargs["metadata"]
         layer = find_output(viewer, record, kind)
         if layer is not None and layer.ndim != maps[kind].ndim:
             index = viewer.layers.index(layer)
@@ -181,7 +194,7 @@ def upsert_outputs(viewer: Any, record: RunRecord,
         else:
             index = None
         if layer is None:
-            layer = _add_output(viewer, record, kind, maps[kind], name, meta, transform)
+            layer = _add_output(viewer, kind, data, kwargs)
             if index is not None:
                 viewer.layers.move(viewer.layers.index(layer), index)
         else:
@@ -191,7 +204,7 @@ def upsert_outputs(viewer: Any, record: RunRecord,
             layer.metadata = meta
             layer.name = name
             if kind != "significant":
-                layer.contrast_limits = contrast_limits(record, kind)
+                layer.contrast_limits = kwargs["contrast_limits"]
         layers[kind] = layer
         record.outputs[kind] = layer
     return layers
@@ -210,28 +223,72 @@ def place_outputs(viewer: Any, record: RunRecord) -> None:
 def _set_transform(layer: Any, transform: dict[str, Any]) -> None:
     # only what changed: each assignment re-slices the layer and re-checks the dims
     for key, value in transform.items():
+        if key == "units":
+            if tuple(str(u) for u in layer.units) != tuple(value):
+                layer.units = value
+            continue
         current = getattr(layer, key)
         current = current.affine_matrix if key == "affine" else current
         if np.shape(current) != np.shape(value) or not np.allclose(current, value):
             setattr(layer, key, value)
 
 
-def _add_output(viewer: Any, record: RunRecord, kind: str, data: np.ndarray, name: str,
-                meta: dict[str, Any], transform: dict[str, Any]) -> Any:
+def output_style(kind: str, limits: tuple[float, float] | None = None,
+                 outlined: bool = True) -> dict[str, Any]:
+    """How an output layer of ``kind`` is drawn (colormap, blending, opacity, visibility):
+    the dock's new layers and the layers the readers reopen look alike.
+
+    ``outlined``: the significant layer will be drawn as an outline (the dock sets
+    ``contour``); a reader cannot set it, so its filled patches are half transparent.
+    """
     if kind == "significant":
         # a one-colour outline (one cell = a quarter token wide) keeps the maps beneath readable,
         # where random colours per region suggested classes that do not exist
-        layer = viewer.add_labels(data, name=name, metadata=meta, opacity=1.0,
-                                  colormap=significant_colormap(), visible=VISIBLE[kind],
-                                  **transform)
+        return {"opacity": 1.0 if outlined else 0.5, "colormap": significant_colormap(),
+                "visible": VISIBLE[kind]}
+    style = {"colormap": overlay_colormap(kind), "blending": "translucent",
+             "opacity": 0.85 if kind != "attention" else 0.75, "visible": VISIBLE[kind],
+             "interpolation2d": "nearest"}
+    if limits is not None:
+        style["contrast_limits"] = tuple(limits)
+    return style
+
+
+def output_layer_data(record: RunRecord, kind: str, data: np.ndarray,
+                      made: Mapping[str, Any] | None = None, outlined: bool = True
+                      ) -> LayerData:
+    """One output layer of ``record`` as napari layer data: the map on the token grid, placed
+    on the source (scale, translate, units, rotate, shear, affine), its name, metadata
+    (``made``: the run's provenance) and style. The dock adds these layers; the result-file
+    reader returns them (:func:`result_layers`)."""
+    limits = None if kind == "significant" else contrast_limits(record, kind)
+    kwargs = {"name": layer_name(record.source_name, kind, record.preset),
+              "metadata": _metadata(record, kind, made),
+              **token_transform(record.geometry, record.any_result, _supersample(kind)),
+              **output_style(kind, limits, outlined)}
+    return data, kwargs, "labels" if kind == "significant" else "image"
+
+
+def result_layers(results: Mapping[PlaneIndex, AttentionResult], source_name: str,
+                  geometry: SourceGeometry,
+                  params: Mapping[str, Any] | None = None) -> list[LayerData]:
+    """The output layers of saved ``results`` (by plane) over a source at ``geometry``, as
+    the dock makes them (:func:`output_layer_data`), with no viewer and no dock."""
+    session = Session()
+    session.add(source_name, results, params=params)
+    record = RunRecord(session, source_name, source_name, geometry)
+    maps = stacked_maps(record)
+    made = run_provenance(record)
+    return [output_layer_data(record, kind, maps[kind], made, outlined=False) for kind in KINDS]
+
+
+def _add_output(viewer: Any, kind: str, data: np.ndarray, kwargs: dict[str, Any]) -> Any:
+    if kind == "significant":
+        layer = viewer.add_labels(data, **kwargs)
         layer.contour = 1
         layer.selected_label = 1  # painting adds to the significant class
         return layer
-    layer = viewer.add_image(
-        data, name=name, metadata=meta, colormap=overlay_colormap(kind),
-        contrast_limits=contrast_limits(record, kind), blending="translucent",
-        opacity=0.85 if kind != "attention" else 0.75, visible=VISIBLE[kind],
-        interpolation2d="nearest", **transform)
+    layer = viewer.add_image(data, **kwargs)
     layer.colorbar.visible = True  # drawn only while the layer itself is visible
     return layer
 

@@ -9,7 +9,6 @@ from typing import Any
 
 from qtpy.QtWidgets import QFileDialog, QPushButton, QWidget
 
-from napari_attnreg._napari.roi_export import write_roi_csv
 from napari_attnreg._napari.run_record import RunRecord
 
 
@@ -32,8 +31,14 @@ def sample_menu_hint() -> str:
 
 def save_results(viewer: Any, record: RunRecord, roi_rows: list[dict], path: str | Path
                  ) -> list[str]:
-    """Write the run's output layers (OME-TIFF with scale, via the plugin's writer) and the
-    ROI table (CSV with provenance) next to them; returns the paths written."""
+    """Write the run's output layers (OME-TIFF with their placement, via the plugin's writer)
+    and the ROI table (CSV) next to them; returns the paths written.
+
+    The table states the provenance ``provenance.json`` states for the same layers (one
+    record: what the run resolved and used, the thresholds in force, the run id).
+    """
+    from napari_attnreg.io.export import ROI_TABLE_FILE, saved_provenance, write_table_csv
+
     try:
         from napari_attnreg._napari.io import write_outputs
     except ImportError as err:
@@ -43,10 +48,11 @@ def save_results(viewer: Any, record: RunRecord, roi_rows: list[dict], path: str
     layers = [layer for layer in record.outputs.values() if layer in viewer.layers]
     if not layers:
         raise ValueError("The output layers of this run were removed; run it again to save.")
-    written = list(write_outputs(str(path), [layer.as_layer_data_tuple() for layer in layers]))
+    layer_data = [layer.as_layer_data_tuple() for layer in layers]
+    written = list(write_outputs(str(path), layer_data))
     if roi_rows:  # beside the layers (the writer makes a folder for several layers)
-        csv_path = Path(written[0]).parent / "roi_table.csv"
-        written.append(str(write_roi_csv(roi_rows, csv_path, record)))
+        csv_path = Path(written[0]).parent / ROI_TABLE_FILE
+        written.append(str(write_table_csv(csv_path, roi_rows, saved_provenance(layer_data))))
     return written
 
 

@@ -14,11 +14,14 @@ def small_rois(rows: list[dict], record: RunRecord) -> list[str]:
 
 
 def run_provenance(record: RunRecord) -> dict:
-    """What made the table: :func:`napari_attnreg.io.export.provenance` of the run, with the
-    thresholds in force now (they move live after the run) and the run id."""
+    """What made the table: :func:`napari_attnreg.io.export.provenance` of the run (the
+    values it resolved and used), with the thresholds in force now (they move live after the
+    run) and the run id. The output layers carry the same record, so every file saved from
+    the run states one provenance."""
     from napari_attnreg.io.export import provenance
 
-    prov = provenance(record.any_result.metadata, source=record.source_name,
+    source = record.params.get("source_path") or record.source_name
+    prov = provenance(record.any_result.metadata, source=source,
                       thresholds=dict(record.thresholds))
     return {**prov, "run_id": record.run_id}
 

@@ -17,7 +17,7 @@ from napari_attnreg.core.results.display import (
 
 WARNING_COLOR = "#e0a030"
 #: Source-layer events after which the output layers are moved onto the source again.
-TRANSFORM_EVENTS = ("scale", "translate", "rotate", "shear", "affine")
+TRANSFORM_EVENTS = ("scale", "translate", "rotate", "shear", "affine", "units")
 
 
 def planes_line(record: RunRecord) -> str | None:

@@ -20,9 +20,8 @@ import numpy as np
 from napari_attnreg.core.files import atomic_write, write_text_atomic
 from napari_attnreg.core.models.weights_hash import bundled_weights, file_sha256
 from napari_attnreg.core.stats.presets import THRESHOLD_KEYS
+from napari_attnreg.io.ometiff import LAYER_NAMESPACE, META_KEY
 
-#: Key of our metadata on napari output layers (the layer's ``metadata[META_KEY]``).
-META_KEY = "attnreg"
 #: Columns of :func:`provenance`, in order (CSV headers use these names).
 PROVENANCE_FIELDS = (
     "source_image", "model", "model_domain", "weights", "weights_sha256", "preset",
@@ -97,7 +96,9 @@ def _flatten(metadata: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(meta, Mapping):
         raise ValueError("provenance() needs a result's or an output layer's metadata dict, "
                          f"got {type(meta).__name__} under {META_KEY!r}.")
-    if "run" not in meta:
+    if isinstance(meta.get("provenance"), Mapping):  # the run's resolved record (napari layers)
+        flat = dict(meta["provenance"])
+    elif "run" not in meta:
         flat = dict(meta)
     else:
         flat = {**meta.get("run", {}), **meta.get("thresholds", {})}
@@ -172,13 +173,15 @@ def save_outputs(folder: str | Path, layer_data: Sequence[LayerData],
 
 
 def save_layer(path: str | Path, layer: LayerData) -> list[Path]:
-    """One layer as ``<name>.ome.tif`` plus ``<name>.provenance.json`` beside it."""
+    """One layer as ``<name>.ome.tif`` plus ``<name>.provenance.json`` beside it (the folder
+    is created if needed)."""
     data, attrs, layer_type = layer
     path = Path(path)
     lower = path.name.lower()
     suffix = next((s for s in OME_SUFFIXES if lower.endswith(s)), None)
     if suffix is None:
         raise ValueError(f"Save one layer under an OME-TIFF name (*.ome.tif), not {path.name}.")
+    path.parent.mkdir(parents=True, exist_ok=True)
     tiff = write_ome_tiff(path, data, attrs, layer_type)
     sidecar = path.with_name(path.name[: -len(suffix)] + ".provenance.json")
     return [tiff, _write_record(sidecar, [_layer_entry(path.name, data, attrs, layer_type)])]
@@ -195,7 +198,11 @@ def _write_record(path: Path, entries: list[dict[str, Any]], roi_table: str | No
 
 def write_ome_tiff(path: str | Path, data: Any, attrs: Mapping[str, Any],
                    layer_type: str) -> Path:
-    """One layer as OME-TIFF: float32 maps or unsigned labels, ``scale`` as PhysicalSize."""
+    """One layer as OME-TIFF: float32 maps or unsigned labels, ``scale`` as PhysicalSize (in
+    the layer's unit), and the whole napari placement in a MapAnnotation (namespace
+    :data:`LAYER_NAMESPACE`: name, layer type, shape, scale, translate, units, rotate,
+    shear, affine, our metadata) that :func:`~napari_attnreg.io.ometiff.read_ome_tiff_layers`
+    puts back, so a reopened layer lies exactly where it was."""
     import tifffile
 
     if layer_type not in ("image", "labels"):
@@ -216,11 +223,35 @@ def write_ome_tiff(path: str | Path, data: Any, attrs: Mapping[str, Any],
             metadata[f"PhysicalSize{axis}"] = float(size)
             if unit:
                 metadata[f"PhysicalSize{axis}Unit"] = unit
+    metadata["MapAnnotation"] = {"Namespace": LAYER_NAMESPACE,
+                                 "Value": _placement(array.shape, attrs, layer_type)}
     path = Path(path)
     with atomic_write(path) as tmp:  # a full disk must not destroy the file being replaced
         tifffile.imwrite(tmp, array, ome=True, metadata=metadata,
                          photometric="rgb" if rgb else None, compression="zlib")
     return path
+
+
+def _placement(shape: tuple[int, ...], attrs: Mapping[str, Any],
+               layer_type: str) -> dict[str, str]:
+    """The MapAnnotation of one layer: each value JSON (read back by ``io.ometiff``)."""
+    metadata = attrs.get("metadata") or {}
+    ours = metadata.get(META_KEY) if isinstance(metadata, Mapping) else None
+    affine = attrs.get("affine")
+    values = {
+        "layer_type": layer_type, "name": str(attrs.get("name", "")),
+        "shape": [int(n) for n in shape], "rgb": bool(attrs.get("rgb")),
+        **{key: np.asarray(attrs[key], dtype=float).tolist()
+           for key in ("scale", "translate", "rotate", "shear") if attrs.get(key) is not None},
+        "affine": np.asarray(getattr(affine, "affine_matrix", affine), dtype=float).tolist()
+        if affine is not None else None,
+        "units": [str(u) for u in attrs["units"]] if attrs.get("units") else None,
+        "contrast_limits": [float(v) for v in attrs["contrast_limits"]]
+        if layer_type == "image" and attrs.get("contrast_limits") is not None else None,
+        "metadata": {META_KEY: ours} if isinstance(ours, Mapping) else None,
+    }
+    return {key: json.dumps(value, default=_json_default) for key, value in values.items()
+            if value is not None}
 
 
 def write_table_csv(path: str | Path, rows: Sequence[Mapping[str, Any]],
@@ -240,6 +271,13 @@ def write_table_csv(path: str | Path, rows: Sequence[Mapping[str, Any]],
         for row in rows:
             writer.writerow({**{k: _plain(v) for k, v in row.items()}, **extra})
     return path
+
+
+def saved_provenance(layer_data: Sequence[LayerData]) -> dict[str, Any] | None:
+    """The run's provenance as :func:`save_outputs` states it in ``provenance.json`` for these
+    layers (None when none is an output layer): a table saved beside them (the ROI table)
+    takes this record, so the two files never disagree."""
+    return _run([_layer_entry("", data, attrs, kind) for data, attrs, kind in layer_data])
 
 
 def _run(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -302,9 +340,17 @@ def _layer_entry(file: str, data: Any, attrs: Mapping[str, Any],
         "scale": [float(v) for v in attrs.get("scale") or [1.0] * len(shape)],
         "translate": [float(v) for v in attrs.get("translate") or [0.0] * len(shape)],
         "units": [str(u) for u in attrs.get("units") or []] or None,
-        "provenance": provenance(metadata) if ours else None,
+        "provenance": _layer_provenance(metadata[META_KEY]) if ours else None,
         "metadata": metadata[META_KEY] if ours else None,
     }
+
+
+def _layer_provenance(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`provenance` of an output layer, and its run id (the ROI table's last column)."""
+    record = provenance(meta)
+    if meta.get("run_id") is not None:
+        record["run_id"] = str(meta["run_id"])
+    return record
 
 
 def _json_default(obj: Any) -> Any:

@@ -5,6 +5,12 @@ image, the axes from tifffile's series axes (``"TZCYX"``, ``"YXS"``, ...): a ``C
 becomes napari's ``channel_axis`` (one layer per channel, named from the OME channel names), a
 trailing ``S`` axis of 3 or 4 samples an RGB(A) image.
 
+A layer this package saved (:func:`napari_attnreg.io.export.write_ome_tiff`) comes back as the
+layer it was: its type (a Labels layer stays Labels), name, shape, scale, translate, units,
+rotate, shear, affine and our metadata, from the MapAnnotation in namespace
+:data:`LAYER_NAMESPACE` (or, for files saved before it, from the ``provenance.json`` beside
+them); see :func:`read_ome_tiff_layers`.
+
 Example
 -------
 >>> (data, kwargs), = read_ome_tiff("cells.ome.tif")               # doctest: +SKIP
@@ -14,10 +20,12 @@ Example
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import numpy as np
 
@@ -33,6 +41,13 @@ _PHYSICAL = {"X": ("PhysicalSizeX", "PhysicalSizeXUnit", "µm"),
 _UNITS = {"nm": "nm", "µm": "µm", "um": "µm", "mm": "mm", "cm": "cm", "m": "m", "s": "s",
           "ms": "ms", "min": "min", "h": "h"}
 LayerKwargs = dict[str, Any]
+#: Namespace of the OME MapAnnotation holding a saved layer's napari placement.
+LAYER_NAMESPACE = "napari-attnreg/layer"
+#: Key of our metadata on napari layers (``layer.metadata[META_KEY]``), kept through a save.
+META_KEY = "attnreg"
+#: napari (pint) unit names a saved placement may state; anything else is read as pixels.
+_LAYER_UNITS = frozenset({*_UNITS, "pixel", "nanometer", "micrometer", "micron", "millimeter",
+                          "centimeter", "meter", "second", "millisecond", "minute", "hour"})
 
 
 def is_ome_tiff(path: str | Path) -> bool:
@@ -43,6 +58,38 @@ def is_ome_tiff(path: str | Path) -> bool:
 #: Images larger than this are read on demand (dask over tifffile's zarr view) when
 #: dask and zarr are installed (the ``[scale]`` extra), so a whole-slide image opens at once.
 LAZY_BYTES = 1 << 30
+
+
+def read_ome_tiff_layers(path: str | Path, lazy_bytes: int = LAZY_BYTES
+                         ) -> list[tuple[np.ndarray, LayerKwargs, str]]:
+    """Read an OME-TIFF as napari layer data ``[(data, layer kwargs, layer type)]``.
+
+    A layer saved by this package comes back as it was saved: its type (``"labels"`` or
+    ``"image"``), name, shape and placement (``scale``, ``translate``, ``units``, ``rotate``,
+    ``shear``, ``affine``), its contrast limits and our metadata; a placement that cannot be
+    used (edited, damaged) is set aside with a warning. Any other OME-TIFF is an image (or
+    one image per channel) as :func:`read_ome_tiff` describes.
+    """
+    import tifffile
+
+    with decoding(path), tifffile.TiffFile(path, _multifile=False) as tif:
+        # _multifile=False: a TiffData FileName="../x" must not pull pixels from another file
+        ome = tif.is_ome
+        if ome:
+            series = tif.series[0]
+            axes = series.axes.upper()
+            nbytes = int(np.prod(series.shape)) * np.dtype(series.dtype).itemsize
+            data = _lazy(path) if nbytes > lazy_bytes else None
+            data = series.asarray() if data is None else data
+            xml = tif.ome_metadata
+            pixels = _pixels(tifffile.xml2dict(xml))
+    if not ome:
+        raise ValueError(f"{path} has no OME-XML metadata; open it with napari's TIFF "
+                         "reader instead.")
+    saved = _saved_layer(path, data, xml)
+    if saved is not None:
+        return [saved]
+    return [(d, kwargs, "image") for d, kwargs in _image_layers(path, data, axes, pixels)]
 
 
 def read_ome_tiff(path: str | Path, lazy_bytes: int = LAZY_BYTES
@@ -61,23 +108,16 @@ def read_ome_tiff(path: str | Path, lazy_bytes: int = LAZY_BYTES
         The full-resolution array of the first series and ``name``, ``scale``, ``units``,
         ``axis_labels``, ``rgb``, ``channel_axis`` (when there are channels) and
         ``metadata`` (``{"ome": {...}, "source_path": ...}``). Scale and labels cover the
-        axes of one channel layer, i.e. without ``C``.
+        axes of one channel layer, i.e. without ``C``. A layer this package saved has the
+        keyword arguments it was saved with instead (see :func:`read_ome_tiff_layers`,
+        which also says its layer type).
     """
-    import tifffile
+    return [(data, kwargs) for data, kwargs, _ in read_ome_tiff_layers(path, lazy_bytes)]
 
-    with decoding(path), tifffile.TiffFile(path, _multifile=False) as tif:
-        # _multifile=False: a TiffData FileName="../x" must not pull pixels from another file
-        ome = tif.is_ome
-        if ome:
-            series = tif.series[0]
-            axes = series.axes.upper()
-            nbytes = int(np.prod(series.shape)) * np.dtype(series.dtype).itemsize
-            data = _lazy(path) if nbytes > lazy_bytes else None
-            data = series.asarray() if data is None else data
-            pixels = _pixels(tifffile.xml2dict(tif.ome_metadata))
-    if not ome:
-        raise ValueError(f"{path} has no OME-XML metadata; open it with napari's TIFF "
-                         "reader instead.")
+
+def _image_layers(path: str | Path, data: Any, axes: str, pixels: dict[str, Any]
+                  ) -> list[tuple[np.ndarray, LayerKwargs]]:
+    """An OME-TIFF not saved by us: its physical sizes, axes and channels."""
     rgb = axes.endswith("S") and data.shape[-1] in (3, 4)
     if "S" in axes and not rgb:  # samples that are not colour are channels
         if "C" in axes:
@@ -173,3 +213,128 @@ def _stem(path: str | Path) -> str:
         if lower.endswith(suffix):
             return name[: -len(suffix)]
     return Path(path).stem
+
+
+# ---- layers this package saved -------------------------------------------------------------
+#: A saved placement or provenance file larger than this is not ours (ours are a few kB).
+_MAX_RECORD_BYTES = 16 << 20
+
+
+def _saved_layer(path: str | Path, data: Any, xml: str
+                 ) -> tuple[Any, LayerKwargs, str] | None:
+    """The layer as saved, from its MapAnnotation or the provenance beside it; None when the
+    file states no placement or an unusable one (then with a warning)."""
+    try:
+        placement = _annotation(xml)
+        if placement is None:
+            placement = _provenance_entry(Path(path))
+        return None if placement is None else _placed(path, data, placement)
+    except ValueError as err:
+        warnings.warn(f"{path}: the saved napari placement is not usable ({err}); the layer is "
+                      "read from its OME metadata alone.", stacklevel=3)
+        return None
+
+
+def _annotation(xml: str) -> dict[str, Any] | None:
+    """Our MapAnnotation's values (each JSON), or None when the file has none."""
+    try:
+        root = ElementTree.fromstring(xml)
+    except ElementTree.ParseError as err:
+        raise ValueError(f"its OME-XML does not parse: {err}") from None
+    for element in root.iter():
+        if element.tag.rpartition("}")[2] == "MapAnnotation" and \
+                element.get("Namespace") == LAYER_NAMESPACE:
+            values = {}
+            for item in element.iter():
+                if item.tag.rpartition("}")[2] == "M" and item.get("K"):
+                    try:
+                        values[item.get("K")] = json.loads(item.text or "null")
+                    except json.JSONDecodeError:
+                        raise ValueError(f"its value {item.get('K')!r} is not JSON") from None
+            return values
+    return None
+
+
+def _provenance_entry(path: Path) -> dict[str, Any] | None:
+    """This file's entry in ``<stem>.provenance.json`` or the folder's ``provenance.json``
+    (files saved before the placement was written into the OME-XML)."""
+    for record in (path.with_name(_stem(path) + ".provenance.json"),
+                   path.with_name("provenance.json")):
+        if not record.is_file() or record.stat().st_size > _MAX_RECORD_BYTES:
+            continue
+        try:
+            layers = json.loads(record.read_text(encoding="utf-8")).get("layers")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            continue
+        for entry in layers if isinstance(layers, list) else []:
+            if isinstance(entry, dict) and entry.get("file") == path.name:
+                ours = entry.get("metadata")
+                return {**{k: entry.get(k) for k in ("layer_type", "name", "shape", "scale",
+                                                      "translate", "units")},
+                        "metadata": {META_KEY: ours} if isinstance(ours, dict) else None}
+    return None
+
+
+def _placed(path: str | Path, data: Any, saved: dict[str, Any]
+            ) -> tuple[Any, LayerKwargs, str]:
+    """``(data, kwargs, layer type)`` from a saved placement, every value checked."""
+    layer_type = saved.get("layer_type") or "image"
+    if layer_type not in ("image", "labels"):
+        raise ValueError(f"layer type {layer_type!r} is neither image nor labels")
+    shape = _numbers(saved.get("shape"), "shape", None, integer=True)
+    if shape is None or math.prod(shape) != math.prod(data.shape) or min(shape) < 1:
+        raise ValueError(f"its shape {saved.get('shape')!r} does not match the {data.shape} "
+                         "pixels of the file")
+    data = data.reshape(tuple(int(n) for n in shape))  # OME drops axes of length 1
+    rgb = layer_type == "image" and saved.get("rgb") is True
+    n = len(shape) - (1 if rgb else 0)
+    name = saved.get("name")
+    kwargs: LayerKwargs = {"name": name if isinstance(name, str) and 0 < len(name) <= 1000
+                           else _stem(path)}
+    for key, shapes in (("scale", [(n,)]), ("translate", [(n,)]), ("rotate", [(n, n)]),
+                        ("shear", [(n * (n - 1) // 2,), (n, n)]), ("affine", [(n + 1, n + 1)])):
+        value = _numbers(saved.get(key), key, shapes)
+        if value is not None:
+            kwargs[key] = value
+    if "scale" in kwargs and not np.all(np.asarray(kwargs["scale"]) > 0):
+        raise ValueError(f"its scale {kwargs['scale']} is not positive")
+    units = _layer_units(saved.get("units"), n)
+    if units is not None:
+        kwargs["units"] = units
+    if layer_type == "image":
+        kwargs["rgb"] = rgb
+        limits = _numbers(saved.get("contrast_limits"), "contrast_limits", [(2,)])
+        if limits is not None and limits[0] < limits[1]:
+            kwargs["contrast_limits"] = tuple(limits)
+    metadata = saved.get("metadata")
+    kwargs["metadata"] = {**(metadata if isinstance(metadata, dict) else {}),
+                          "source_path": str(path),
+                          "ome": {"path": str(path), "layer_type": layer_type}}
+    return data, kwargs, layer_type
+
+
+def _numbers(value: Any, key: str, shapes: list[tuple[int, ...]] | None,
+             integer: bool = False) -> Any:
+    """Finite numbers of one of ``shapes`` (any 1D length when None) as nested lists, or None
+    when absent; a value that is there but wrong raises ValueError."""
+    if value is None:
+        return None
+    try:
+        array = np.asarray(value, dtype=np.int64 if integer else np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"its {key} {value!r} is not numbers") from None
+    ok = array.ndim == 1 if shapes is None else array.shape in shapes
+    if not ok or not np.all(np.isfinite(array)):
+        raise ValueError(f"its {key} {value!r} does not fit the layer")
+    return array.tolist()
+
+
+def _layer_units(value: Any, ndim: int) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, list) and len(value) == ndim and \
+            all(isinstance(u, str) and u in _LAYER_UNITS for u in value):
+        return tuple(_UNITS.get(u, u) for u in value)
+    warnings.warn(f"saved units {value!r} are not lengths or times napari knows; the layer is "
+                  "read in pixels.", stacklevel=4)
+    return None

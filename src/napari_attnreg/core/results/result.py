@@ -8,6 +8,7 @@ Thresholds can be changed afterwards without recomputing anything.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import weakref
 from collections import OrderedDict
@@ -31,6 +32,8 @@ from napari_attnreg.core.stats.stepdown import RULE_LEVEL, STEPDOWN_RULES
 from napari_attnreg.core.stats.stepdown_maps import stepdown_mask
 
 FORMAT_VERSION = 1
+#: ``metadata`` key of the source image's pixel spacing, origin and units (:attr:`spatial`).
+SPATIAL_KEY = "spatial"
 
 
 class _MaskCache:
@@ -139,6 +142,26 @@ class AttentionResult:
         """
         sy, sx = self.token_scale
         return ((sy - 1) / 2, (sx - 1) / 2)
+
+    @property
+    def spatial(self) -> dict[str, tuple]:
+        """Where the source image lay: its pixel ``scale``, the ``translate`` of pixel (0, 0)'s
+        centre and the ``units`` of its two image axes.
+
+        Read from ``metadata["spatial"]`` (``{"scale": [0.7, 0.5], "translate": [-120, -100],
+        "units": ["mm", "mm"]}``, e.g. a DICOM's PixelSpacing), which a run records through
+        ``RunConfig.extra``; pixels at the origin when it is absent or not usable, as for a
+        plain array.
+        """
+        given = self.metadata.get(SPATIAL_KEY)
+        given = given if isinstance(given, dict) else {}
+        scale, translate, units = (given.get(k) for k in ("scale", "translate", "units"))
+        if not (_pair_of(scale, float) and all(v > 0 for v in scale)):
+            scale = (1.0, 1.0)
+        translate = translate if _pair_of(translate, float) else (0.0, 0.0)
+        units = units if _pair_of(units, str) else ("pixel", "pixel")
+        return {"scale": tuple(float(v) for v in scale),
+                "translate": tuple(float(v) for v in translate), "units": tuple(units)}
 
     def _pixel_token_index(self) -> tuple[np.ndarray, np.ndarray]:
         """Token row/column of every original pixel (nearest, by pixel centre)."""
@@ -355,6 +378,16 @@ class AttentionResult:
             elif f.name != "null_summary" and a != b:
                 return False
         return True
+
+
+def _pair_of(value: Any, kind: type) -> bool:
+    """Two finite numbers (``kind`` float) or two short strings (``kind`` str)."""
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        return False
+    if kind is str:
+        return all(isinstance(v, str) and 0 < len(v) <= 32 for v in value)
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+               for v in value)
 
 
 def _json_default(obj: Any) -> Any:
