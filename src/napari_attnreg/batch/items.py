@@ -3,8 +3,10 @@
 :func:`collect_inputs` turns files, folders and glob patterns into :class:`BatchItem` s whose
 ``relative`` path (to the common parent of all inputs) names their outputs, so two inputs
 never write the same file: :func:`output_path` keeps the input's whole file name and puts a
-stack's planes in a folder of their own. :func:`prepare_output_dir` checks the output
-folder before any image is read.
+stack's planes in a folder of their own. The DICOM files a folder scan or a glob finds in
+one folder are one input, that folder's series (its slices are the planes, in position
+order, so their outputs ``plane_0000``, ``plane_0001``, ... sort as the slices lie).
+:func:`prepare_output_dir` checks the output folder before any image is read.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from napari_attnreg.core.files import PARTIAL_MARK
+from napari_attnreg.io.dicom import DICOM_SUFFIXES, is_dicom_file
 from napari_attnreg.io.readers import IMAGE_SUFFIXES, is_zarr
 
 RESULT_SUFFIX = ".attnreg.npz"
@@ -26,10 +29,15 @@ FIGURE_SUFFIX = ".attnreg.png"
 
 @dataclass(frozen=True)
 class BatchItem:
-    """One input file: where it is and the path its outputs are named after."""
+    """One input: where it is and the path its outputs are named after.
+
+    A DICOM series is its folder (``source``) and the DICOM ``files`` found there, read
+    together once; any other input is one file (or OME-Zarr folder) and ``files`` is empty.
+    """
 
     source: Path
     relative: Path
+    files: tuple[Path, ...] = ()
 
 
 def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
@@ -39,7 +47,10 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
     A path that does not exist is kept, so that it is reported as a failed input. Outputs
     are named by the path relative to the common parent folder of all inputs. Files that a
     folder or a pattern finds inside ``exclude`` (the output folder) are left out: a batch
-    never analyses its own figures. A file named explicitly is always an input.
+    never analyses its own figures. A file named explicitly is always an input, a DICOM
+    file too (alone); the DICOM files a folder or a pattern finds in one folder are one
+    input, the series of that folder (``.dcm``/``.dicom`` files and files with the DICOM
+    marker and no other image ending).
 
     Raises
     ------
@@ -66,16 +77,37 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
         raise ValueError(f"No image files found in {', '.join(map(str, inputs))}; give files, "
                          "folders (with --recursive for subfolders) or glob patterns (files in "
                          "the output folder are not inputs).")
-    parent = Path(os.path.commonpath([str(p.parent) for p in unique]))
-    return [BatchItem(p, p.relative_to(parent)) for p in unique]
+    sources = _series_by_folder(unique, named)
+    parent = Path(os.path.commonpath([str(p.parent) for p in sources]))
+    return [BatchItem(p, p.relative_to(parent), files) for p, files in sources.items()]
+
+
+def _series_by_folder(paths: list[Path], named: set[Path]) -> dict[Path, tuple[Path, ...]]:
+    """Each input path → its files: found DICOM files become their folder's series (at the
+    place of its first file), everything else stays itself with no files."""
+    sources: dict[Path, list[Path]] = {}
+    for p in paths:
+        if p not in named and _is_dicom(p):
+            sources.setdefault(p.parent, []).append(p)
+        else:
+            sources.setdefault(p, [])
+    return {p: tuple(sorted(files)) for p, files in sources.items()}
+
+
+def _is_dicom(path: Path) -> bool:
+    name = path.name.lower()
+    return name.endswith(DICOM_SUFFIXES) or (not name.endswith(IMAGE_SUFFIXES)
+                                             and is_dicom_file(path))
 
 
 def _is_image(path: Path) -> bool:
-    """What a folder scan takes: OME-Zarr folders and image files, not killed writes."""
+    """What a folder scan takes: OME-Zarr folders, image files (DICOM files also without
+    an ending, by their marker), not killed writes."""
     if is_zarr(path):
         return True
-    return (path.is_file() and path.name.lower().endswith(IMAGE_SUFFIXES)
-            and not (path.name.startswith(".") and PARTIAL_MARK in path.name))
+    if not path.is_file() or (path.name.startswith(".") and PARTIAL_MARK in path.name):
+        return False
+    return path.name.lower().endswith(IMAGE_SUFFIXES) or _is_dicom(path)
 
 
 def _is_glob(text: str) -> bool:
