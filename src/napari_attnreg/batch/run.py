@@ -209,7 +209,8 @@ def _plane_row(ctx: _ItemContext, source: PlaneStack | LazyImage, index: PlaneIn
     kept, why = _resume(ctx, plane)
     if kept is not None:
         return kept
-    label = str(ctx.item.relative) + ("" if plane is None else f" plane {plane}")
+    label = str(ctx.item.relative) + ("" if plane is None else
+                                      f" plane {'-'.join(map(str, plane))}")
     if why:
         print(f"{label}: redoing it: {why}", file=sys.stderr)
     if ctx.before_run is not None:

@@ -171,7 +171,7 @@ def diagnose(
     for message in dict.fromkeys(warnings_seen):  # unique, in order
         found.append(Diagnostic("statistics_warning", "warning", message))
     if domain:
-        note = f" ({domain_note})" if domain_note else ""
+        note = f" ({domain_note.rstrip('.')})" if domain_note else ""
         found.append(Diagnostic("model_domain", "info", f"Model domain: {domain}{note}."))
     return sorted(found, key=lambda d: d.severity != "warning")
 
