@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -357,11 +359,18 @@ def test_a_folder_of_dicom_slices_is_one_series_read_once(tmp_path, monkeypatch)
 
     reads = []
     real = pydicom.dcmread
-    monkeypatch.setattr(pydicom, "dcmread", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
+
+    def counting(path, *args, **kwargs):
+        reads.append((Path(path).name, bool(kwargs.get("stop_before_pixels"))))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(pydicom, "dcmread", counting)
     out = tmp_path / "out"
     assert main(["run", str(folder), "--out", str(out), "--model", "demo",
                  "--n-boot", "4", "--device", "cpu", "--quiet"]) == 0
-    assert len(reads) == 3  # once per file
+    # per file: its header once to find the series, then header and pixels once
+    names = sorted(p.name for p in folder.glob("*.dcm"))
+    assert sorted(reads) == sorted([(n, True) for n in names] + [(n, False) for n in names])
     with open(out / "summary.csv", newline="") as fh:
         summary = list(csv.DictReader(fh))
     assert [(r["plane"], r["status"]) for r in summary] == [("0", "done"), ("1", "done"),
@@ -384,6 +393,36 @@ def test_dicom_files_without_an_ending_are_found_by_their_marker(tmp_path):
     # a DICOM file named on its own is an input of its own, as it always was
     (alone,) = collect_inputs([folder / "IM0002"])
     assert alone.files == () and alone.source.name == "IM0002"
+
+
+def test_a_folder_of_x_rays_and_a_ct_with_a_localizer_give_one_input_per_volume(tmp_path):
+    """Grouped by their headers: a folder of single-image series (chest X-rays) is one input
+    per file, as it always was; a localizer beside the axial slices is an input of its own;
+    two slice series in one folder are folder/series_N."""
+    from napari_attnreg.batch.items import collect_inputs
+
+    xrays = tmp_path / "xrays"
+    xrays.mkdir()
+    for k, shape in enumerate([(40, 30), (50, 40), (40, 30)]):
+        write_ct_slice(xrays / f"cxr{k}.dcm", 0.0, 1, np.ones(shape), series_uid=f"1.{k}",
+                       modality="DX")
+    items = collect_inputs([xrays])
+    assert [(str(i.relative), i.files) for i in items] == [
+        ("cxr0.dcm", ()), ("cxr1.dcm", ()), ("cxr2.dcm", ())]
+    ct = _ct_series(tmp_path / "ct", n=3)
+    write_ct_slice(ct / "scout.dcm", 0.0, 9, np.ones((64, 64)))
+    from pydicom import dcmread
+
+    scout = dcmread(ct / "scout.dcm")
+    scout.ImageOrientationPatient = [0, 1, 0, 0, 0, -1]  # sagittal: not one of the slices
+    scout.save_as(ct / "scout.dcm")
+    items = {str(i.relative): len(i.files) for i in collect_inputs([ct])}
+    assert items == {"ct": 3, "ct/scout.dcm": 0}  # outputs ct/plane_000k and ct/scout.dcm.*
+    for k in range(2):  # a second series of slices in the same folder
+        write_ct_slice(ct / f"b{k}.dcm", 5.0 * k, k + 1, np.ones((64, 64)), series_uid="7.7")
+    items = {str(i.relative): len(i.files) for i in collect_inputs([ct])}
+    # inputs of one folder are named within it, as files are
+    assert items == {"series_2_axial_64x64": 3, "series_2": 2, "scout.dcm": 0}
 
 
 def test_a_folder_of_several_series_says_so(tmp_path):

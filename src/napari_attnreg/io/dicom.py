@@ -17,6 +17,7 @@ Example
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -81,6 +82,61 @@ def dicom_files(path: str | Path) -> list[Path]:
     if p.is_dir():
         return sorted(f for f in p.iterdir() if is_dicom_file(f))
     return [p] if is_dicom_file(p) else []
+
+
+#: Header elements :func:`group_series` reads (the rest of a header, and the pixels, stay unread).
+_GROUPING_TAGS = ("SeriesNumber", "SeriesInstanceUID", "NumberOfFrames",
+                  "ImageOrientationPatient", "Rows", "Columns")
+
+
+def group_series(files: Sequence[str | Path]) -> list[tuple[str, tuple[Path, ...]]]:
+    """DICOM files → the volumes :func:`read_dicom` would make of them, from headers only.
+
+    A batch's inputs: a folder of chest X-rays (one series per file) gives one group per
+    file, a CT folder one group of slices (and its localizer another), so no input ever
+    holds more than one volume, and no pixels are read here.
+
+    Parameters
+    ----------
+    files : sequence of path
+
+    Returns
+    -------
+    list of (str, tuple of Path)
+        ``(label, files)`` in the order :func:`read_dicom` returns volumes; the label is
+        ``series_<SeriesNumber>``, with the orientation (``_axial``, ``_sagittal_64x64``)
+        when one series gives several volumes and ``_2``, ``_3``, ... when labels still
+        repeat. Files without an image (DICOMDIR, reports) are left out; a file whose
+        header cannot be read is a group of its own (reading it reports why).
+    """
+    pydicom = _pydicom()
+    groups: dict[tuple[Any, ...], list[Path]] = defaultdict(list)
+    first: dict[tuple[Any, ...], Any] = {}
+    for f in map(Path, files):
+        try:
+            with decoding(f, "DICOM file"):
+                ds = pydicom.dcmread(f, stop_before_pixels=True,
+                                     specific_tags=list(_GROUPING_TAGS))
+        except ValueError:  # damaged: its own input, whose reading then says why
+            groups[(math.inf, "", "unreadable", str(f))].append(f)
+            continue
+        if "Rows" not in ds:  # no image: a DICOMDIR, a structured report, ...
+            continue
+        key = _volume_key(ds)
+        groups[key].append(f)
+        first.setdefault(key, ds)
+    keys = sorted(groups, key=lambda k: (k[0], k[1], str(k[2:])))
+    uids = [k[1] for k in keys]
+    taken: dict[str, int] = {}
+    found = []
+    for key in keys:
+        label = f"series_{key[0] if key[0] != math.inf else 'unreadable'}"
+        if key in first and uids.count(key[1]) > 1:  # one series, several volumes: which
+            label += "_" + _part_name(first[key], key).replace(" ", "_")
+        taken[label] = taken.get(label, 0) + 1
+        found.append((label if taken[label] == 1 else f"{label}_{taken[label]}",
+                      tuple(sorted(groups[key]))))
+    return found
 
 
 def read_dicom(path: str | Path, files: Sequence[str | Path] | None = None,
