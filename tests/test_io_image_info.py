@@ -71,3 +71,27 @@ def test_the_manifest_offers_our_reader_for_dicom_files_and_folders():
     manager.register(manifest)
     for path in ("/data/ct/IM0001.dcm", "/data/ct/IM0001.DCM", "/data/x.dicom"):
         assert [r.command for r in manager.iter_compatible_readers([path])] == [reader.command]
+
+
+def test_a_napari_layer_from_our_reader_states_what_the_command_line_reads(tmp_path):
+    """The hook for napari/notebook: the layer's metadata gives the same ImageInfo."""
+    from napari_attnreg.io.ometiff import read_ome_tiff
+
+    path = tmp_path / "cells.ome.tif"
+    tifffile.imwrite(path, np.zeros((16, 20), np.uint16), ome=True,
+                     metadata={"axes": "YX", "PhysicalSizeX": 0.25, "PhysicalSizeY": 0.5})
+    (_, kwargs), = read_ome_tiff(path)
+    assert ImageInfo.from_layer_metadata(kwargs["metadata"]) == read_source(path)[1]
+    assert ImageInfo.from_layer_metadata({}) == ImageInfo()
+    pytest.importorskip("pydicom")
+    from test_io_readers import write_ct_slice
+
+    from napari_attnreg.io.dicom import read_dicom
+
+    (tmp_path / "ct").mkdir()
+    for k in range(2):
+        write_ct_slice(tmp_path / "ct" / f"s{k}.dcm", 2.5 * k, k + 1, np.ones((8, 6)))
+    (_, kwargs), = read_dicom(tmp_path / "ct")
+    info = ImageInfo.from_layer_metadata(kwargs["metadata"])
+    assert info == read_source(tmp_path / "ct")[1]
+    assert info == ImageInfo((0.7, 0.5), "mm", "radiology", "DICOM Modality CT")

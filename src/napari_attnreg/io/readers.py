@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,6 +73,34 @@ class ImageInfo:
     unit: str | None = None
     kind: str | None = None
     kind_source: str = ""
+
+    @classmethod
+    def from_layer_metadata(cls, metadata: Mapping[str, Any]) -> ImageInfo:
+        """The same facts from the metadata our napari reader gives a layer (``"dicom"`` or
+        ``"ome"``), so a front end running on a layer records what the command line does.
+
+        Example
+        -------
+        >>> extra = ImageInfo.from_layer_metadata(layer.metadata).run_extra()  # doctest: +SKIP
+        >>> RunConfig(..., extra={**extra, ...})                                # doctest: +SKIP
+        """
+        dicom, ome = metadata.get("dicom"), metadata.get("ome")
+        if isinstance(dicom, Mapping):
+            spacing = dicom.get("pixel_spacing")
+            size = (float(spacing[0]), float(spacing[1])) if spacing and len(spacing) == 2 \
+                else None
+            modality = str(dicom.get("modality") or "")
+            kind = kind_of_modality(modality)
+            return cls(size, "mm" if size else None, kind,
+                       f"DICOM Modality {modality}" if kind else "")
+        if isinstance(ome, Mapping):
+            physical = ome.get("physical_size") or {}
+            sizes = [physical.get(a) for a in "YX"]
+            units = {_UNITS.get(str(s[1])) for s in sizes if s}
+            known = all(sizes) and len(units) == 1 and None not in units
+            return cls((float(sizes[0][0]), float(sizes[1][0])) if known else None,
+                       units.pop() if known else None, "microscopy", "OME metadata")
+        return cls()
 
     def run_extra(self) -> dict[str, Any]:
         """What a run records of this (``RunConfig.extra``): ``pixel_size`` and
