@@ -97,3 +97,55 @@ def test_stepdown_findings_by_hand():
         "p_resolution"].message
     assert "p_resolution" not in {d.code for d in diagnose(peaked, step_level=(0.005, 0.09, 1),
                                                            **common)}
+
+
+# ---- issue #17: the model's domain against the image's kind ------------------------------------
+def test_off_domain_rule_by_hand():
+    from napari_attnreg.core.stats.diagnostics import kind_of_modality, off_domain
+
+    assert kind_of_modality("CT") == kind_of_modality(" mr ") == kind_of_modality("DX") == "radiology"
+    assert kind_of_modality("SM") == "pathology" and kind_of_modality("XYZ") is None
+    assert kind_of_modality(None) is None
+    uni_on_ct = off_domain("radiology", "pathology", model_name="uni", source="DICOM Modality CT")
+    assert uni_on_ct.code == "off_domain" and uni_on_ct.severity == "warning"
+    assert "uni is a pathology model" in uni_on_ct.message and "(DICOM Modality CT)" in \
+        uni_on_ct.message
+    demo_on_ct = off_domain("radiology", "demo", model_name="demo")
+    assert demo_on_ct.severity == "warning" and "test article" in demo_on_ct.message
+    assert off_domain("radiology", "natural").severity == "info"  # general-purpose: a word only
+    assert off_domain("radiology", "radiology") is None
+    assert off_domain("pathology", "microscopy") is None and off_domain("microscopy", "pathology") is None
+    for unknown in ((None, "pathology"), ("radiology", None), ("ultrasound?", "pathology"),
+                    ("radiology", ""), (3, "pathology")):
+        assert off_domain(*unknown) is None
+
+
+def test_a_result_that_states_its_image_kind_carries_the_off_domain_warning(tiny_backbone,
+                                                                            blob_image, tmp_path):
+    """What napari and the notebook pass to the service (``RunConfig.extra``) is all it takes;
+    the finding survives a reload."""
+    from napari_attnreg.core.run.config import RunConfig
+    from napari_attnreg.core.run.planes import PlaneStack
+    from napari_attnreg.core.run.service import Job, ModelSpec, run_job_sync
+    from napari_attnreg.core.stats.diagnostics import from_metadata
+
+    def run(extra):
+        job = Job(ModelSpec.from_model(tiny_backbone), PlaneStack.from_array(blob_image), [()],
+                  RunConfig(n_boot=8, device="cpu", extra=extra))
+        return run_job_sync(job).results[()]
+
+    tiny_backbone.domain = "pathology"
+    try:
+        res = run({"image_kind": "radiology", "image_kind_source": "--image-kind"})
+        plain = run({})
+    finally:
+        tiny_backbone.domain = None
+    assert "off_domain" in codes(res.diagnostics) and "off_domain" not in codes(plain.diagnostics)
+    assert "is a pathology model" in res.summary()  # a warning: in every summary line
+    back = AttentionResult.load(res.save(tmp_path / "r.npz"))
+    assert codes(back.diagnostics).count("off_domain") == 1
+    stored = {"diagnostics": [{"code": "off_domain", "severity": "warning", "message": "x"}],
+              "image_kind": "radiology", "model_domain": "pathology"}
+    assert codes(from_metadata(stored)) == ["off_domain"]  # stored once, never twice
+    odd = {"image_kind": ["radiology"], "model_domain": 7, "image_kind_source": 3}
+    assert from_metadata(odd) == []  # a file's odd values are not findings

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -320,22 +322,113 @@ def test_read_stack_reads_a_dicom_file_as_the_napari_reader_does(tmp_path, monke
         read_stack(tmp_path / "one.dcm")  # the file's failure, not the end of a batch
 
 
-def test_a_folder_of_dicom_files_is_a_batch_of_inputs(tmp_path):
+def _ct_series(folder, n=3, names=None, size=64):
+    """``n`` CT slices 2.5 mm apart under shuffled names; slice k has a bright square at row
+    8 + 12 k, so the order of the planes shows."""
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    names = names or [f"{name}.dcm" for name in rng.permutation([f"x{k:02d}" for k in range(n)])]
+    for k, name in enumerate(names):
+        pixels = (1000 + 200 * rng.random((size, size))).astype(np.uint16)
+        pixels[8 + 12 * k:16 + 12 * k, 20:30] += 800
+        write_ct_slice(folder / name, z_mm=-40.0 + 2.5 * k, instance=k + 1, pixels=pixels)
+    return folder
+
+
+def test_a_folder_of_dicom_slices_is_one_series_read_once(tmp_path, monkeypatch):
+    """Issue #17: one input, slices in position order with the mm spacing and HU, every file
+    read once (not the folder once per file), outputs that sort as the slices lie."""
     import csv
 
+    from napari_attnreg.batch.items import collect_inputs
     from napari_attnreg.cli import main
+    from napari_attnreg.core.results.result import AttentionResult
+    from napari_attnreg.io.readers import read_source
 
-    rng = np.random.default_rng(0)
-    (tmp_path / "ct").mkdir()
-    for k in range(2):
-        pixels = (1000 + 200 * rng.random((64, 64))).astype(np.uint16)
-        pixels[20:30, 20:30] += 800
-        write_ct_slice(tmp_path / "ct" / f"s{k}.dcm", 2.5 * k, k + 1, pixels)
+    folder = _ct_series(tmp_path / "ct", n=3)
+    (folder / "notes.txt").write_text("not DICOM")
+    (item,) = collect_inputs([folder])
+    assert item.source == folder.resolve() and len(item.files) == 3
+    stack, info = read_source(item.source, files=item.files)
+    assert stack.planes() == [(0,), (1,), (2,)]
+    rows = [int(np.flatnonzero(stack.read((k,))[0][:, 25] > 500)[0]) for k in range(3)]
+    assert rows == [8, 20, 32]  # by ImagePositionPatient, whatever the file names
+    assert stack.read((0,))[0].min() < 0  # Hounsfield units: stored − 1024
+    assert info.pixel_size == (0.7, 0.5) and info.unit == "mm"
+    assert info.kind == "radiology" and info.kind_source == "DICOM Modality CT"
+
+    reads = []
+    real = pydicom.dcmread
+
+    def counting(path, *args, **kwargs):
+        reads.append((Path(path).name, bool(kwargs.get("stop_before_pixels"))))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(pydicom, "dcmread", counting)
     out = tmp_path / "out"
-    assert main(["run", str(tmp_path / "ct"), "--out", str(out), "--model", "demo",
+    assert main(["run", str(folder), "--out", str(out), "--model", "demo",
                  "--n-boot", "4", "--device", "cpu", "--quiet"]) == 0
+    # per file: its header once to find the series, then header and pixels once
+    names = sorted(p.name for p in folder.glob("*.dcm"))
+    assert sorted(reads) == sorted([(n, True) for n in names] + [(n, False) for n in names])
     with open(out / "summary.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    assert sorted(r["output"].rsplit("/", 1)[-1] for r in rows) == [
-        "s0.dcm.attnreg.npz", "s1.dcm.attnreg.npz"]
-    assert {r["status"] for r in rows} == {"done"} and (out / "s1.dcm.attnreg.png").is_file()
+        summary = list(csv.DictReader(fh))
+    assert [(r["plane"], r["status"]) for r in summary] == [("0", "done"), ("1", "done"),
+                                                           ("2", "done")]
+    assert sorted(p.name for p in (out / "ct").glob("*.npz")) == [
+        "plane_0000.attnreg.npz", "plane_0001.attnreg.npz", "plane_0002.attnreg.npz"]
+    result = AttentionResult.load(out / "ct" / "plane_0002.attnreg.npz")
+    assert result.metadata["pixel_size"] == [0.7, 0.5] and result.metadata["pixel_unit"] == "mm"
+    assert result.metadata["image_kind"] == "radiology"
+    assert "off_domain" in [d.code for d in result.diagnostics]  # the demo model is no CT model
+
+
+def test_dicom_files_without_an_ending_are_found_by_their_marker(tmp_path):
+    from napari_attnreg.batch.items import collect_inputs
+
+    folder = _ct_series(tmp_path / "ct", n=2, names=["IM0002", "1.2.840.99.7"])
+    (folder / "README").write_text("not DICOM")
+    (item,) = collect_inputs([folder])
+    assert sorted(p.name for p in item.files) == ["1.2.840.99.7", "IM0002"]
+    # a DICOM file named on its own is an input of its own, as it always was
+    (alone,) = collect_inputs([folder / "IM0002"])
+    assert alone.files == () and alone.source.name == "IM0002"
+
+
+def test_a_folder_of_x_rays_and_a_ct_with_a_localizer_give_one_input_per_volume(tmp_path):
+    """Grouped by their headers: a folder of single-image series (chest X-rays) is one input
+    per file, as it always was; a localizer beside the axial slices is an input of its own;
+    two slice series in one folder are folder/series_N."""
+    from napari_attnreg.batch.items import collect_inputs
+
+    xrays = tmp_path / "xrays"
+    xrays.mkdir()
+    for k, shape in enumerate([(40, 30), (50, 40), (40, 30)]):
+        write_ct_slice(xrays / f"cxr{k}.dcm", 0.0, 1, np.ones(shape), series_uid=f"1.{k}",
+                       modality="DX")
+    items = collect_inputs([xrays])
+    assert [(str(i.relative), i.files) for i in items] == [
+        ("cxr0.dcm", ()), ("cxr1.dcm", ()), ("cxr2.dcm", ())]
+    ct = _ct_series(tmp_path / "ct", n=3)
+    write_ct_slice(ct / "scout.dcm", 0.0, 9, np.ones((64, 64)))
+    from pydicom import dcmread
+
+    scout = dcmread(ct / "scout.dcm")
+    scout.ImageOrientationPatient = [0, 1, 0, 0, 0, -1]  # sagittal: not one of the slices
+    scout.save_as(ct / "scout.dcm")
+    items = {str(i.relative): len(i.files) for i in collect_inputs([ct])}
+    assert items == {"ct": 3, "ct/scout.dcm": 0}  # outputs ct/plane_000k and ct/scout.dcm.*
+    for k in range(2):  # a second series of slices in the same folder
+        write_ct_slice(ct / f"b{k}.dcm", 5.0 * k, k + 1, np.ones((64, 64)), series_uid="7.7")
+    items = {str(i.relative): len(i.files) for i in collect_inputs([ct])}
+    # inputs of one folder are named within it, as files are
+    assert items == {"series_2_axial_64x64": 3, "series_2": 2, "scout.dcm": 0}
+
+
+def test_a_folder_of_several_series_says_so(tmp_path):
+    from napari_attnreg.io.readers import read_source
+
+    folder = _ct_series(tmp_path / "ct", n=2)
+    write_ct_slice(folder / "other.dcm", 0.0, 1, np.ones((64, 64)), series_uid="9.9")
+    with pytest.raises(ValueError, match="holds 2 DICOM series.*folder of its own"):
+        read_source(folder)

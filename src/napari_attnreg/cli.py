@@ -38,11 +38,14 @@ def __getattr__(name: str) -> Any:
 def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
               opts: dict[str, Any], quiet: bool = False, *, recursive: bool = False,
               overwrite: bool = False, workers: int | None = None,
-              scheduler: str | None = None, inputs_in_out: bool = False) -> Any:
+              scheduler: str | None = None, inputs_in_out: bool = False,
+              image_kind: str | None = None) -> Any:
     """Process image files, folders and globs (see :mod:`napari_attnreg.batch.run`).
 
-    Files inside ``out_dir`` are not inputs (a run must not analyse its own figures) unless
-    ``inputs_in_out`` (the demo's fallback image lives there).
+    Options and (for a run on this machine) the device are checked first, once; the model
+    is loaded only when some output needs computing. Files inside ``out_dir`` are not inputs
+    (a run must not analyse its own figures) unless ``inputs_in_out`` (the demo's fallback
+    image lives there).
 
     Returns
     -------
@@ -51,36 +54,42 @@ def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
     """
     from napari_attnreg.batch.figure import save_figure
     from napari_attnreg.batch.items import collect_inputs, prepare_output_dir
-    from napari_attnreg.batch.run import run_batch
-    from napari_attnreg.core.run.service import ModelSpec, load_model
+    from napari_attnreg.batch.run import check_run, run_batch
 
-    prepare_output_dir(out_dir)  # a wrong --out fails before the model loads
+    check_run(opts, device=not (workers or scheduler))  # one message, before anything loads
+    prepare_output_dir(out_dir)  # a wrong --out fails before any image is read
     items = collect_inputs(paths, recursive=recursive,
                            exclude=None if inputs_in_out else out_dir)
-    if not (workers or scheduler):  # on a cluster the workers load it; here it is checked now
-        backbone = load_model(ModelSpec.from_model(model, arch))
-        if backbone.is_random_init:
-            print("WARNING: the model has RANDOM weights (no pretrained weights loaded): its "
-                  "attention is not meaningful. Use --model demo, a timm name with internet, or "
-                  "a weights file.", file=sys.stderr)
-        print(f"model: {backbone.describe()}", file=sys.stderr)  # kept in the service's cache
     report = run_batch(items, out_dir, model, arch, opts, overwrite=overwrite, quiet=quiet,
-                       figure=save_figure, workers=workers, scheduler=scheduler)
+                       figure=save_figure, workers=workers, scheduler=scheduler,
+                       image_kind=image_kind, on_model=_announce_model)
     done = sum(r["status"] == "done" for r in report.rows)
     print(f"{done} done, {len(report.rows) - done - len(report.failed)} skipped, "
           f"{len(report.failed)} failed; summary: {report.summary}", file=sys.stderr)
     return report
 
 
-def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False) -> Any:
+def _announce_model(backbone: Any) -> None:
+    """Name the model when the batch loads it, and say so loudly when its weights are random."""
+    if backbone.is_random_init:
+        print("WARNING: the model has RANDOM weights (no pretrained weights loaded): its "
+              "attention is not meaningful. Use --model demo, a timm name with internet, or "
+              "a weights file.", file=sys.stderr)
+    print(f"model: {backbone.describe()}", file=sys.stderr)
+
+
+def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False,
+             image_kind: str | None = None) -> Any:
     """The bundled demo model on the bundled sample image.
 
     A source checkout without the trained demo files falls back, loudly, to a random-init
     ViT on scikit-image's ``cell`` so the pipeline can still be exercised offline.
     """
+    from napari_attnreg.batch.run import check_run
     from napari_attnreg.core.models.backbones import DEMO_DIR
     from napari_attnreg.samples import DATA_DIR, DEMO_IMAGE, skimage_sample
 
+    check_run(opts)  # before the fallback below builds a model
     image = DATA_DIR / DEMO_IMAGE
     if not image.is_file():
         import tifffile
@@ -91,18 +100,28 @@ def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False) -> Any:
         print("NOTE: the bundled synthetic sample is missing; using scikit-image's 'cell'.", file=sys.stderr)
     fallback = image.parent == out_dir
     if (DEMO_DIR / "demo_vit.safetensors").is_file():
-        return run_files([image], out_dir, "demo", None, opts, quiet, inputs_in_out=fallback)
+        return run_files([image], out_dir, "demo", None, opts, quiet, inputs_in_out=fallback,
+                         image_kind=image_kind)
     from napari_attnreg.core.models.backbones import load_backbone
 
     print("NOTE: the bundled demo model is missing from this install; falling back to a "
           "random-init vit_small_patch16_224.", file=sys.stderr)
     return run_files([image], out_dir, load_backbone("vit_small_patch16_224", pretrained=False),
-                     None, opts, quiet, inputs_in_out=fallback)
+                     None, opts, quiet, inputs_in_out=fallback, image_kind=image_kind)
+
+
+#: ``--image-kind`` choices: "auto" reads the file (DICOM Modality, OME metadata).
+IMAGE_KIND_CHOICES = ("auto", "radiology", "pathology", "microscopy", "natural")
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("attnreg_out"), help="output folder")
     add_cli_arguments(p)  # every run option, from the one option table in core.options
+    p.add_argument("--image-kind", choices=IMAGE_KIND_CHOICES, default="auto",
+                   help="what the images are, to warn when the model's domain does not suit "
+                        "them: auto (default) reads DICOM Modality (CT, MR, CR, DX, ... = "
+                        "radiology; SM = pathology) and OME metadata (microscopy); a kind "
+                        "given here wins over the file's")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -146,14 +165,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "run" and args.weights is not None:  # --model names what the file holds
         args.model, args.arch = str(args.weights), args.model
+    kind = None if args.image_kind == "auto" else args.image_kind
     try:
         opts = options_from_cli(args)
         if args.command == "demo":
-            report = run_demo(args.out, opts, args.quiet)
+            report = run_demo(args.out, opts, args.quiet, image_kind=kind)
         else:
             report = run_files(args.images, args.out, args.model, args.arch, opts, args.quiet,
                                recursive=args.recursive, overwrite=args.overwrite,
-                               workers=args.workers, scheduler=args.scheduler)
+                               workers=args.workers, scheduler=args.scheduler,
+                               image_kind=kind)
     except (ValueError, BackboneError, MemoryError) as err:
         print(f"attnreg: error: {err}", file=sys.stderr)
         return 2

@@ -2,11 +2,16 @@
 
 Figures are for looking at: :func:`figure_view` brings a result and its display image down
 to at most :data:`FIGURE_MAX_SIDE` pixels (the result file keeps full resolution), and
-:func:`save_figure` draws them with matplotlib and writes the PNG atomically.
+:func:`save_figure` draws them with matplotlib and writes the PNG atomically. Every panel
+has the same size (a colour-bar row sits under all of them), each colour bar is titled with
+what it measures, a significant region of one or two patches gets a ring as well as its
+outline (a lone patch is otherwise a few pixels of outline), and a scale bar is drawn where
+the result records its pixel size (DICOM spacing, OME physical size).
 """
 
 from __future__ import annotations
 
+import math
 import textwrap
 from dataclasses import replace
 from pathlib import Path
@@ -15,25 +20,82 @@ from typing import Any
 import numpy as np
 
 FIGURE_MAX_SIDE = 1024  # figures are for looking at; the result files keep full resolution
+#: Regions of at most this many patches get a ring around them besides their outline.
+SMALL_REGION_PATCHES = 2
+#: Length units a scale bar may be labelled in, with their size in metres.
+_METRES = {"nm": 1e-9, "µm": 1e-6, "mm": 1e-3, "cm": 1e-2, "m": 1.0}
 
 
 def figure_view(result: Any, display: np.ndarray,
                 max_side: int = FIGURE_MAX_SIDE) -> tuple[Any, np.ndarray]:
     """A result and display image at figure resolution (long side ≤ ``max_side``).
 
-    The result keeps its token maps; only ``image_shape`` shrinks, so ``to_pixels`` gives
-    maps at the display's size, aligned with it exactly. A 10000² input then never needs
+    The result keeps its token maps; only ``image_shape`` becomes the display's, so
+    ``to_pixels`` gives maps at the display's size, aligned with it exactly, and a recorded
+    ``pixel_size`` becomes that of a display pixel. A 10000² input then never needs
     full-size float64 maps for a PNG.
     """
     h0, w0 = display.shape[:2]
     factor = max(h0, w0) / max_side
-    if factor <= 1:
+    if factor > 1:
+        h, w = max(1, round(h0 / factor)), max(1, round(w0 / factor))
+        # pixel-centre sampling over the whole extent, so the geometry stays exact
+        rows = ((np.arange(h) + 0.5) * h0 / h).astype(np.int64)
+        cols = ((np.arange(w) + 0.5) * w0 / w).astype(np.int64)
+        display = display[rows][:, cols]
+    shape = tuple(display.shape[:2])
+    if shape == tuple(result.image_shape):
         return result, display
-    h, w = max(1, round(h0 / factor)), max(1, round(w0 / factor))
-    # pixel-centre sampling over the whole extent, so the geometry stays exact
-    rows = ((np.arange(h) + 0.5) * h0 / h).astype(np.int64)
-    cols = ((np.arange(w) + 0.5) * w0 / w).astype(np.int64)
-    return replace(result, image_shape=(h, w)), display[rows][:, cols]
+    metadata = dict(result.metadata)
+    size = _pixel_size(metadata)
+    if size is not None:  # the same extent in fewer pixels: each pixel covers more
+        ih, iw = result.image_shape
+        metadata["pixel_size"] = [size[0] * ih / shape[0], size[1] * iw / shape[1]]
+    return replace(result, image_shape=shape, metadata=metadata), display
+
+
+def _pixel_size(metadata: dict[str, Any]) -> tuple[float, float] | None:
+    """The (row, column) pixel size a result records, when it is a usable one."""
+    size, unit = metadata.get("pixel_size"), metadata.get("pixel_unit")
+    try:
+        dy, dx = (float(v) for v in size)
+    except (TypeError, ValueError):
+        return None
+    ok = unit in _METRES and all(math.isfinite(v) and v > 0 for v in (dy, dx))
+    return (dy, dx) if ok else None
+
+
+def scale_bar(width_px: int, pixel_size: float, unit: str,
+              fraction: float = 0.2) -> tuple[float, str]:
+    """A round scale-bar length near ``fraction`` of the image width: (pixels, label).
+
+    The label is in the unit that keeps its number between 1 and 1000 (``500 µm``, not
+    ``0.5 mm``).
+
+    Examples
+    --------
+    >>> length, label = scale_bar(512, 0.7, "mm")
+    >>> round(length, 1), label
+    (71.4, '50 mm')
+    >>> [scale_bar(1000, 0.25, "µm")[1], scale_bar(2000, 0.0005, "mm")[1]]
+    ['50 µm', '200 µm']
+    """
+    target = fraction * width_px * pixel_size * _METRES[unit]  # metres
+    step = 10 ** math.floor(math.log10(target))
+    length = max(m * step for m in (1, 2, 5) if m * step <= target * (1 + 1e-9))
+    label_unit = next(u for u in ("m", "mm", "µm", "nm") if length >= _METRES[u] * 0.999
+                      ) if length >= 1e-9 else "nm"
+    value = length / _METRES[label_unit]
+    return length / (pixel_size * _METRES[unit]), f"{value:.3g} {label_unit}"
+
+
+def _colorbar_title(key: str, preset: str) -> str:
+    """What a colour bar measures (the panel title says which map it is)."""
+    stepdown = preset == "stepdown"
+    return {"attention": "share of CLS attention",
+            "pvalue": "−log10 adjusted p" if stepdown else "−log10 p",
+            "posterior": "evidence, 0–1" if stepdown else "probability, 0–1",
+            "regularized": "attention kept"}.get(key, key)
 
 
 def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Path:
@@ -42,12 +104,15 @@ def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Pat
     Parameters
     ----------
     result : AttentionResult
+        At figure resolution (:func:`figure_view`); its ``pixel_size`` and ``pixel_unit``
+        metadata, when recorded, give the scale bar.
     display : np.ndarray
         The scaled image the maps lie on, at ``result.image_shape``.
     path : Path
         Written atomically: a kill or a full disk never leaves half a PNG.
     title : str
-        The first line above the panels; the result's diagnostics follow it.
+        The first line above the panels; the result's diagnostics follow it, each once (so
+        ``title`` should not repeat them: use ``result.summary(diagnostics=False)``).
     """
     import matplotlib
 
@@ -57,34 +122,93 @@ def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Pat
     from napari_attnreg.core.files import atomic_write
     from napari_attnreg.core.results.display import (
         CONTINUOUS_MAPS,
-        SIGNIFICANT_COLOR,
         diagnostics_lines,
         with_thresholds,
     )
 
     thresholds = with_thresholds(result, None).thresholds  # the preset's, where not set
     cmap = "gray" if display.ndim == 2 else None
-    fig, axes = plt.subplots(1, 1 + len(CONTINUOUS_MAPS), figsize=(20, 5.6),
-                             constrained_layout=True)
-    axes[0].imshow(display, cmap=cmap)
+    size = _pixel_size(result.metadata)
+    aspect = size[0] / size[1] if size else 1.0  # square on the sample, not on the screen
+    n = 1 + len(CONTINUOUS_MAPS)
+    fig = plt.figure(figsize=(20, 6.2), layout="constrained")
+    # one colour-bar row under every panel (empty under the image): equal panels
+    grid = fig.add_gridspec(2, n, height_ratios=(1, 0.04))
+    axes = [fig.add_subplot(grid[0, i]) for i in range(n)]
+    axes[0].imshow(display, cmap=cmap, aspect=aspect)
     axes[0].set_title("image")
-    sig = result.to_pixels(result.significant().astype(float))
-    for ax, view in zip(axes[1:], CONTINUOUS_MAPS):
-        ax.imshow(display, cmap=cmap)
+    fig.add_subplot(grid[1, 0]).set_axis_off()
+    for i, (ax, view) in enumerate(zip(axes[1:], CONTINUOUS_MAPS), start=1):
+        ax.imshow(display, cmap=cmap, aspect=aspect)
         vmin, vmax = view.limits(result)
         im = ax.imshow(result.to_pixels(view.values(result, thresholds)), cmap=view.colormap,
-                       alpha=0.6, vmin=vmin, vmax=vmax)
+                       alpha=0.6, vmin=vmin, vmax=vmax, aspect=aspect)
         ax.set_title(view.title(result.preset, thresholds), fontsize=10)
-        bar = fig.colorbar(im, ax=ax, fraction=0.046, orientation="horizontal", pad=0.02)
+        bar = fig.colorbar(im, cax=fig.add_subplot(grid[1, i]), orientation="horizontal")
+        bar.ax.set_title(_colorbar_title(view.key, result.preset), fontsize=8)
         # wrapped by hand: matplotlib's wrap=True ignores the neighbouring panels
         bar.set_label(textwrap.fill(view.legend(result.preset), 48), fontsize=7)
-    axes[-1].contour(sig, levels=[0.5], colors=SIGNIFICANT_COLOR, linewidths=0.9)
+    _outline_significant(axes[-1], result)
+    if size is not None:
+        _draw_scale_bar(axes[0], display.shape, size[1], result.metadata["pixel_unit"])
     for ax in axes:
         ax.set_axis_off()
-    fig.suptitle("\n".join([title, *diagnostics_lines(result)]), fontsize=9)
+    fig.suptitle("\n".join(dict.fromkeys([title, *diagnostics_lines(result)])), fontsize=9)
     try:
         with atomic_write(path) as tmp:
             fig.savefig(tmp, dpi=90, format="png")
     finally:
         plt.close(fig)
     return path
+
+
+def _outline_significant(ax: Any, result: Any) -> None:
+    """The significant regions' outline, drawn thick over a dark edge so it shows on any
+    colour; regions of one or two patches also get a ring, which a lone patch needs."""
+    import matplotlib.patheffects as effects
+    from scipy import ndimage
+
+    from napari_attnreg.core.results.display import SIGNIFICANT_COLOR
+
+    sig = result.to_pixels(result.significant().astype(float))
+    if not sig.any():
+        return
+    halo = [effects.withStroke(linewidth=4.0, foreground="black")]
+    h, w = sig.shape
+    # padded with "not significant" so a region that reaches the border is closed there too
+    ax.contour(np.arange(-1, w + 1), np.arange(-1, h + 1), np.pad(sig, 1), levels=[0.5],
+               colors=SIGNIFICANT_COLOR, linewidths=2.0).set(path_effects=halo)
+    labels, n = ndimage.label(sig > 0.5)
+    areas = ndimage.sum_labels(np.ones_like(sig), labels, index=np.arange(1, n + 1))
+    patch_area = sig.size / max(result.significant().size, 1)
+    small = [i + 1 for i, area in enumerate(areas) if area <= SMALL_REGION_PATCHES * patch_area]
+    if not small:
+        return
+    centres = np.asarray(ndimage.center_of_mass(sig, labels, small)).reshape(-1, 2)
+    # a ring a little wider than a patch, and never smaller than ~3 % of the panel
+    radius = max(1.2 * math.sqrt(patch_area), 0.03 * max(sig.shape))
+    for y, x in centres:
+        ax.add_patch(_ring((x, y), radius, SIGNIFICANT_COLOR, halo))
+
+
+def _ring(centre: tuple[float, float], radius: float, color: str, halo: list) -> Any:
+    from matplotlib.patches import Circle
+
+    return Circle(centre, radius, fill=False, edgecolor=color, linewidth=2.0,
+                  path_effects=halo, label="small significant region")
+
+
+def _draw_scale_bar(ax: Any, shape: tuple[int, ...], pixel_size: float, unit: str) -> None:
+    """A labelled white bar over a dark edge in the lower left corner of the image panel."""
+    import matplotlib.patheffects as effects
+    from matplotlib.patches import Rectangle
+
+    h, w = shape[:2]
+    length, label = scale_bar(w, pixel_size, unit)
+    thick = max(1.5, h / 100)
+    x0, y0 = 0.04 * w, 0.95 * h - thick
+    halo = [effects.withStroke(linewidth=3.0, foreground="black")]
+    ax.add_patch(Rectangle((x0, y0), length, thick, facecolor="white", edgecolor="black",
+                           linewidth=0.8, label="scale bar"))
+    ax.text(x0 + length / 2, y0 - 0.01 * h, label, color="white", fontsize=9, ha="center",
+            va="bottom", path_effects=halo)

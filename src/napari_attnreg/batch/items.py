@@ -3,8 +3,12 @@
 :func:`collect_inputs` turns files, folders and glob patterns into :class:`BatchItem` s whose
 ``relative`` path (to the common parent of all inputs) names their outputs, so two inputs
 never write the same file: :func:`output_path` keeps the input's whole file name and puts a
-stack's planes in a folder of their own. :func:`prepare_output_dir` checks the output
-folder before any image is read.
+stack's planes in a folder of their own. The DICOM files a folder scan or a glob finds in
+one folder are grouped by their headers into the volumes they make: a series of slices is one
+input named after the folder (its slices are the planes, in position order, so the outputs
+``plane_0000``, ``plane_0001``, ... sort as the slices lie), a one-file image (an X-ray, a
+multi-frame file) is an input of its own.
+:func:`prepare_output_dir` checks the output folder before any image is read.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from napari_attnreg.core.files import PARTIAL_MARK
+from napari_attnreg.io.dicom import DICOM_SUFFIXES, group_series, is_dicom_file
 from napari_attnreg.io.readers import IMAGE_SUFFIXES, is_zarr
 
 RESULT_SUFFIX = ".attnreg.npz"
@@ -26,10 +31,15 @@ FIGURE_SUFFIX = ".attnreg.png"
 
 @dataclass(frozen=True)
 class BatchItem:
-    """One input file: where it is and the path its outputs are named after."""
+    """One input: where it is and the path its outputs are named after.
+
+    A DICOM series is its folder (``source``) and the DICOM ``files`` found there, read
+    together once; any other input is one file (or OME-Zarr folder) and ``files`` is empty.
+    """
 
     source: Path
     relative: Path
+    files: tuple[Path, ...] = ()
 
 
 def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
@@ -39,7 +49,11 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
     A path that does not exist is kept, so that it is reported as a failed input. Outputs
     are named by the path relative to the common parent folder of all inputs. Files that a
     folder or a pattern finds inside ``exclude`` (the output folder) are left out: a batch
-    never analyses its own figures. A file named explicitly is always an input.
+    never analyses its own figures. A file named explicitly is always an input, a DICOM
+    file too (alone). The DICOM files a folder or a pattern finds in one folder
+    (``.dcm``/``.dicom`` files, and files with the DICOM marker and no other image ending)
+    are grouped into volumes by their headers: a series of slices is one input named after
+    the folder (``folder/series_N`` when it holds several), a one-file image its own input.
 
     Raises
     ------
@@ -66,16 +80,60 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
         raise ValueError(f"No image files found in {', '.join(map(str, inputs))}; give files, "
                          "folders (with --recursive for subfolders) or glob patterns (files in "
                          "the output folder are not inputs).")
-    parent = Path(os.path.commonpath([str(p.parent) for p in unique]))
-    return [BatchItem(p, p.relative_to(parent)) for p in unique]
+    inputs_found = _with_series(unique, named)
+    parent = Path(os.path.commonpath([str(name.parent) for name, _, _ in inputs_found]))
+    return [BatchItem(source, name.relative_to(parent), files)
+            for name, source, files in inputs_found]
+
+
+def _with_series(paths: list[Path], named: set[Path],
+                 ) -> list[tuple[Path, Path, tuple[Path, ...]]]:
+    """``(name, source, files)`` per input, ``name`` being the path its outputs are named
+    after: the DICOM files found in one folder become the volumes their headers make
+    (:func:`~napari_attnreg.io.dicom.group_series`), in place of the folder's first file."""
+    folders: dict[Path, list[Path]] = {}
+    order: list[tuple[Path, bool]] = []  # (path, whether it is a folder of DICOM files)
+    for p in paths:
+        if p not in named and _is_dicom(p):
+            if p.parent not in folders:
+                order.append((p.parent, True))
+            folders.setdefault(p.parent, []).append(p)
+        else:
+            order.append((p, False))
+    result: list[tuple[Path, Path, tuple[Path, ...]]] = []
+    for p, is_folder in order:
+        result += _series_of(p, folders[p]) if is_folder else [(p, p, ())]
+    return result
+
+
+def _series_of(folder: Path, files: list[Path]) -> list[tuple[Path, Path, tuple[Path, ...]]]:
+    """A folder's DICOM files as inputs: a volume of one file (an X-ray, a multi-frame file)
+    is that file; a volume of slices is the folder, or ``folder/series_N`` when the folder
+    holds several such volumes."""
+    try:
+        volumes = group_series(files)
+    except ImportError:  # no pydicom: one input, whose reading says what to install
+        return [(folder, folder, tuple(sorted(files)))]
+    stacks = sum(len(group) > 1 for _, group in volumes)
+    return [(group[0], group[0], ()) if len(group) == 1 else
+            (folder if stacks == 1 else folder / label, folder, group)
+            for label, group in volumes]
+
+
+def _is_dicom(path: Path) -> bool:
+    name = path.name.lower()
+    return name.endswith(DICOM_SUFFIXES) or (not name.endswith(IMAGE_SUFFIXES)
+                                             and is_dicom_file(path))
 
 
 def _is_image(path: Path) -> bool:
-    """What a folder scan takes: OME-Zarr folders and image files, not killed writes."""
+    """What a folder scan takes: OME-Zarr folders, image files (DICOM files also without
+    an ending, by their marker), not killed writes."""
     if is_zarr(path):
         return True
-    return (path.is_file() and path.name.lower().endswith(IMAGE_SUFFIXES)
-            and not (path.name.startswith(".") and PARTIAL_MARK in path.name))
+    if not path.is_file() or (path.name.startswith(".") and PARTIAL_MARK in path.name):
+        return False
+    return path.name.lower().endswith(IMAGE_SUFFIXES) or _is_dicom(path)
 
 
 def _is_glob(text: str) -> bool:

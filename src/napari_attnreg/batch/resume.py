@@ -2,23 +2,34 @@
 
 Beside every result ``NAME.attnreg.npz`` a batch writes ``NAME.attnreg.json`` *last*, once
 the result and its figure are complete. It records the input (resolved path, size,
-modification time), the run (model and every option) and the size of every artefact. A
-resumed batch skips an output only when all of that still matches; otherwise it redoes the
-output and says why, or refuses when the output belongs to another input of the same name.
+modification time; for a DICOM series, of all its files), the run (the model, the SHA-256 of
+its weights, and every option as the run resolves it: the preset's defaults filled in) and
+the size of every artefact. A resumed batch skips an output only when all of that still
+matches; otherwise it redoes the output and says why, or refuses when the output belongs to
+another input of the same name.
+
+Everything here is known without loading the model (its identity comes from the name and
+the weights file), so a batch whose outputs are all complete never loads it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from napari_attnreg.core.files import write_text_atomic
+from napari_attnreg.core.run.config import RunConfig
+from napari_attnreg.core.run.service import ModelSpec
 
 RECORD_FORMAT = "napari-attnreg resume record"
-RECORD_VERSION = 1
+#: 2: the run is the resolved options and the model's identity before loading it.
+RECORD_VERSION = 2
+#: Options that change only how the work is cut up (the null images do not depend on the
+#: chunking; the scores agree to float32 rounding): a resume keeps outputs made with others.
+ROUNDING_ONLY = ("chunk_size", "memory_fraction")
 MAX_RECORD_BYTES = 1 << 20  # a record is a few hundred bytes; a larger one is not ours
 
 
@@ -30,25 +41,71 @@ class Decision:
     reason: str = ""
 
 
-def input_stamp(path: Path) -> dict[str, Any]:
-    """The input as a resume record identifies it: resolved path, size, modification time."""
+def input_stamp(path: Path, files: Sequence[Path] = ()) -> dict[str, Any]:
+    """The input as a resume record identifies it: resolved path, size, modification time;
+    for a DICOM series (``files``), their number, total size and latest modification."""
     try:
+        if files:
+            stats = [Path(f).stat() for f in files]
+            return {"source": str(path), "files": len(stats),
+                    "size": sum(st.st_size for st in stats),
+                    "mtime_ns": max(st.st_mtime_ns for st in stats)}
         st = Path(path).stat()
     except OSError:  # missing: reading it fails and reports it; nothing can match
         return {"source": str(path), "size": None, "mtime_ns": None}
     return {"source": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def run_signature(backbone: Any, opts: Mapping[str, Any]) -> dict[str, Any]:
-    """The model (name, weights and their SHA-256) and every option, as plain JSON values
-    (compared field by field on resume). Taken from the loaded backbone, so a serial run and
-    a Dask run of the same weights agree."""
-    from napari_attnreg.core.models.weights_hash import weights_sha256
+def model_identity(spec: ModelSpec) -> dict[str, Any]:
+    """Which model a run uses, without loading it: its name, and the SHA-256 of its weights
+    where they are a local file (a weights file, the bundled models, a given backbone's
+    file). Hub weights are named, not hashed (hashing would need the download)."""
+    from napari_attnreg.core.models.backbones import DEMO_DIR
+    from napari_attnreg.core.models.catalogue import is_bundled
+    from napari_attnreg.core.models.weights_hash import file_sha256, weights_sha256
 
-    ident = {"model": backbone.name, "weights": backbone.weights,
-             "weights_sha256": weights_sha256(backbone.weights, backbone.name)}
+    name = spec.name.strip()
+    if spec.source == "module":
+        weights = str(getattr(spec.module, "weights", "given module"))
+        return {"model": name, "weights": weights, "weights_sha256": weights_sha256(weights, name)}
+    if spec.source == "file":
+        path = Path(name).expanduser().resolve()
+        sha = file_sha256(path) if path.is_file() else None  # a transformers folder: its path
+        return {"model": str(path), "arch": spec.arch, "weights_sha256": sha}
+    bundled = DEMO_DIR / f"{name}_vit.safetensors"
+    if spec.source == "demo" or is_bundled(name):
+        return {"model": name, "weights_sha256": file_sha256(bundled) if bundled.is_file() else None}
+    return {"model": name, "weights": "pretrained"}
+
+
+def run_signature(spec: ModelSpec, opts: Mapping[str, Any], *,
+                  image_kind: str | None = None) -> dict[str, Any]:
+    """The model (:func:`model_identity`) and every option as the run resolves it, as plain
+    JSON values (compared field by field on resume).
+
+    The options are validated and the preset's defaults filled in (``RunConfig.validate``),
+    so ``--preset paper`` differs from the default preset in every option it changes, while
+    stating a default (``--q-th 0.1`` under step-down) is no change. :data:`ROUNDING_ONLY`
+    options are left out; the device is the one ``auto`` picks here. ``image_kind``
+    (``--image-kind``) is recorded when given: it decides the off-domain warning of the
+    result and its figure.
+
+    Raises
+    ------
+    ValueError
+        An option is invalid or the device is missing here (a serial batch checks both before
+        any image; a Dask worker without the device reports it for each of its images).
+    """
+    from napari_attnreg.core.models.base import resolve_device
+
+    config = RunConfig(**dict(opts)).validate()
+    options = {k: v for k, v in asdict(config).items() if k not in ("extra", *ROUNDING_ONLY)}
+    options["device"] = str(resolve_device(config.device))  # "auto" is the CPU on a CPU node
+    run = {**model_identity(spec), **options}
+    if image_kind:
+        run["image_kind"] = image_kind
     # through JSON so that tuples and lists, paths and strings compare equal after a reload
-    return json.loads(json.dumps({**ident, **dict(opts)}, sort_keys=True, default=str))
+    return json.loads(json.dumps(run, sort_keys=True, default=str))
 
 
 def record_path(result: Path) -> Path:
@@ -106,10 +163,12 @@ def decide(result: Path, artefacts: Mapping[str, Path], stamp: Mapping[str, Any]
     owner = record["input"].get("source")
     if owner != stamp["source"]:
         return _refusal(result, str(owner))
+    if record.get("version") != RECORD_VERSION:
+        return Decision("redo", "its resume record is from another version of napari-attnreg, "
+                                "which recorded the run differently")
     if record["input"] != dict(stamp):
         return Decision("redo", "the input changed since (size or modification time)")
-    changed = sorted(k for k in set(record["run"]) | set(run)
-                     if record["run"].get(k) != run.get(k))
+    changed = _changed(record["run"], run)
     if changed:
         return Decision("redo", f"the options changed ({', '.join(changed)})")
     for kind, path in artefacts.items():
@@ -119,6 +178,18 @@ def decide(result: Path, artefacts: Mapping[str, Path], stamp: Mapping[str, Any]
         if not path.is_file() or path.stat().st_size != entry.get("size"):
             return Decision("redo", f"its {kind} {path.name} is missing or incomplete")
     return Decision("skip")
+
+
+def _changed(recorded: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
+    """The options that differ, named as the analyst changed them: a changed preset stands
+    for the defaults it fills in (``preset``, not a dozen thresholds)."""
+    from napari_attnreg.core.run.options import OPTIONS
+
+    changed = sorted(k for k in set(recorded) | set(run) if recorded.get(k) != run.get(k))
+    if "preset" in changed:
+        from_preset = {o.name for o in OPTIONS.values() if o.preset_dependent} | {"tail"}
+        changed = [k for k in changed if k not in from_preset]
+    return changed
 
 
 def _refusal(result: Path, owner: str) -> Decision:

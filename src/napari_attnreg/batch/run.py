@@ -11,7 +11,9 @@ date. A file that fails, including any file a decoder cannot read, is reported w
 reason (:func:`~napari_attnreg.core.run.service.user_message`) and the batch goes on. Every
 output is written atomically and recorded last in a resume record (:mod:`.resume`), so a
 rerun skips exactly the complete outputs of unchanged inputs and options and redoes the
-rest, saying why.
+rest, saying why. Options (and, for a serial run, the device) are checked once before any
+image, and the model is loaded only when the first output needs computing: a batch whose
+outputs are all complete never loads it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +39,7 @@ from napari_attnreg.batch.summary import (
     kept_row,
     result_row,
 )
+from napari_attnreg.core.models.backbones import Backbone
 from napari_attnreg.core.run.engine import RunConfig
 from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
 from napari_attnreg.core.run.service import (
@@ -48,7 +51,7 @@ from napari_attnreg.core.run.service import (
     run_job_sync,
     user_message,
 )
-from napari_attnreg.io.readers import read_lazy, read_stack
+from napari_attnreg.io.readers import ImageInfo, image_info, read_lazy, read_source
 
 if TYPE_CHECKING:
     from napari_attnreg.core.run.lazy import LazyImage
@@ -69,11 +72,70 @@ class _ItemContext:
     run: dict[str, Any]
     overwrite: bool
     quiet: bool
+    extra: dict[str, Any]  # what the file says (pixel size, kind), for the result's metadata
+    before_run: Callable[[], Any] | None
+
+
+def check_run(opts: dict[str, Any], *, device: bool = True) -> RunConfig:
+    """Every option, and the device where the batch runs here, checked once before any image.
+
+    Parameters
+    ----------
+    opts : dict
+        :class:`RunConfig` options.
+    device : bool
+        Also check that the device exists on this machine (``--device cuda`` on a machine
+        without a GPU); a Dask batch checks it on its workers instead.
+
+    Returns
+    -------
+    RunConfig
+        Resolved (the preset's defaults filled in).
+
+    Raises
+    ------
+    ValueError
+        One message that says what to change; nothing has been loaded or read yet.
+    """
+    config = RunConfig(**opts).validate()
+    if device:
+        from napari_attnreg.core.models.base import resolve_device
+
+        resolve_device(config.device)
+    return config
+
+
+class ModelOnFirstUse:
+    """Loads the batch's model when the first output needs it, once, and checks it then.
+
+    Called before each run of a serial batch; the first call loads the model (the service's
+    cache keeps it for the runs), checks that the target size holds a patch of it and hands
+    it to ``on_load`` (the command line names it and warns about random weights). A batch
+    whose outputs are all complete never calls it, so never loads the model.
+    """
+
+    def __init__(self, spec: ModelSpec, opts: dict[str, Any],
+                 on_load: Callable[[Backbone], Any] | None = None) -> None:
+        self.spec, self.opts, self.on_load = spec, opts, on_load
+        self.backbone: Backbone | None = None
+
+    def __call__(self) -> Backbone:
+        if self.backbone is None:
+            from napari_attnreg.core.run.images import check_target_size
+
+            backbone = load_model(self.spec)
+            # a size below one patch is wrong for every image: the batch stops here
+            check_target_size(self.opts.get("target_size", "model"), backbone.patch_size)
+            self.backbone = backbone
+            if self.on_load is not None:
+                self.on_load(backbone)
+        return self.backbone
 
 
 def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
                  opts: dict[str, Any], *, overwrite: bool = False, quiet: bool = True,
-                 figure: Figure | None = None) -> list[Row]:
+                 figure: Figure | None = None, image_kind: str | None = None,
+                 before_run: Callable[[], Any] | None = None) -> list[Row]:
     """Run every plane of one file through the pipeline service and write its results.
 
     Parameters
@@ -93,6 +155,13 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
         No progress bar.
     figure : callable, optional
         ``figure(result, display, path, title)`` writes a PNG beside each result.
+    image_kind : str, optional
+        The kind of image (``--image-kind``: radiology, pathology, microscopy, natural); wins
+        over what the file says (DICOM Modality, OME metadata). Results record it, and a
+        model whose domain does not suit it gets the off-domain warning.
+    before_run : callable, optional
+        Called before each plane that is computed (a serial batch's :class:`ModelOnFirstUse`);
+        what it raises ends the batch.
 
     Returns
     -------
@@ -103,27 +172,35 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
         constant, too small, a write error) is a ``failed: reason`` row, not an exception.
     """
     spec = ModelSpec.from_model(model, arch)
-    backbone = load_model(spec)  # its weights identify the run, on any worker
-    stamp = input_stamp(item.source)  # before reading: a file changed meanwhile is redone later
+    # before reading: a file changed meanwhile is redone later
+    stamp = input_stamp(item.source, item.files)
     ctx = _ItemContext(item, Path(out_dir), spec, dict(opts), figure, stamp,
-                       run_signature(backbone, opts), overwrite, quiet)
+                       run_signature(spec, opts, image_kind=image_kind), overwrite, quiet, {},
+                       before_run)  # extra: once the file is read
     whole, _ = _resume(ctx, None)
     if whole is not None:
         return [whole]
     try:
-        source = _open(item.source, opts)
+        source, info = _open(item, opts)
     except (ValueError, OSError) as err:
         return [failed_row(item, None, user_message(err))]
+    extra = info.run_extra()
+    if image_kind:  # the analyst's word wins over the file's
+        extra.update(image_kind=image_kind, image_kind_source="stated")
+    ctx = replace(ctx, extra=extra)
     planes = source.planes() if isinstance(source, PlaneStack) else [()]
     return [_plane_row(ctx, source, index) for index in planes]
 
 
-def _open(path: Path, opts: dict[str, Any]) -> PlaneStack | LazyImage:
-    """The input read on demand when a tiled run can take it that way, else into memory."""
+def _open(item: BatchItem, opts: dict[str, Any]) -> tuple[PlaneStack | LazyImage, ImageInfo]:
+    """The input read on demand when a tiled run can take it that way, else into memory (a
+    DICOM series: its files, once), with what the file says about its pixels."""
     lazy_ok = opts.get("tiled") and opts.get("tile_scale", 1.0) == 1 and all(
         opts.get(k) is None for k in ("channels", "merge", "channel_axis"))
-    lazy = read_lazy(path) if lazy_ok else None
-    return lazy if lazy is not None else read_stack(path, opts.get("channel_axis"))
+    lazy = read_lazy(item.source) if lazy_ok and not item.files else None
+    if lazy is not None:
+        return lazy, image_info(item.source)
+    return read_source(item.source, opts.get("channel_axis"), item.files or None)
 
 
 def _plane_row(ctx: _ItemContext, source: PlaneStack | LazyImage, index: PlaneIndex) -> Row:
@@ -132,17 +209,19 @@ def _plane_row(ctx: _ItemContext, source: PlaneStack | LazyImage, index: PlaneIn
     kept, why = _resume(ctx, plane)
     if kept is not None:
         return kept
-    label = str(ctx.item.relative) + ("" if plane is None else f" plane {plane}")
+    label = str(ctx.item.relative) + ("" if plane is None else
+                                      f" plane {'-'.join(map(str, plane))}")
     if why:
         print(f"{label}: redoing it: {why}", file=sys.stderr)
+    if ctx.before_run is not None:
+        ctx.before_run()
     t0 = time.perf_counter()
     outcome = _run(ctx, source, index, label)
     if index not in outcome.results:
         return failed_row(ctx.item, plane, outcome.errors.get(index) or outcome.message)
     result, out = outcome.results[index], output_path(ctx.out_dir, ctx.item, plane)
     try:
-        artefacts = _write_outputs(out, result, outcome.displays[index], ctx.figure,
-                                   f"{label} — ")
+        artefacts = _write_outputs(out, result, outcome.displays[index], ctx.figure, label)
     except (ValueError, MemoryError, OSError) as err:  # this image's outputs: report, go on
         return failed_row(ctx.item, plane, user_message(err))
     _write_record(out, ctx.stamp, ctx.run, artefacts)
@@ -155,7 +234,8 @@ def _run(ctx: _ItemContext, source: PlaneStack | LazyImage, index: PlaneIndex,
          label: str) -> Outcome:
     """One plane through the pipeline service, with its display image for the figure."""
     plane = "-".join(map(str, index))  # "0-3", as summary.csv names planes
-    config = RunConfig(**ctx.opts, extra={"source": str(ctx.item.source), "plane": plane})
+    config = RunConfig(**ctx.opts, extra={**ctx.extra, "source": str(ctx.item.source),
+                                          "plane": plane})
     with _ProgressBar(label, config.n_boot, ctx.quiet) as bar:
         return run_job_sync(Job(ctx.model, source, [index], config, keep_display=True),
                             on_progress=bar.update)
@@ -177,13 +257,17 @@ def _resume(ctx: _ItemContext, plane: tuple[int, ...] | None) -> tuple[Row | Non
 
 
 def _write_outputs(out: Path, result: Any, display: np.ndarray, figure: Figure | None,
-                   title: str) -> dict[str, Path]:
-    """The result file, then its figure (each written atomically); returns the artefacts."""
+                   label: str) -> dict[str, Path]:
+    """The result file, then its figure (each written atomically); returns the artefacts.
+
+    The figure's title is the label and the summary line; the figure itself lists the
+    result's diagnostics below it (once: the summary is taken without them)."""
     artefacts = output_artefacts(out, figure is not None)
     result.save(out)
     if figure is not None:
         small, shown = figure_view(result, display)
-        figure(small, shown, artefacts["figure"], title + result.summary())
+        figure(small, shown, artefacts["figure"],
+               f"{label} — {result.summary(diagnostics=False)}")
     return artefacts
 
 
@@ -228,11 +312,13 @@ class _ProgressBar:
 def run_batch(items: Sequence[BatchItem], out_dir: str | Path, model: Any, arch: str | None,
               opts: dict[str, Any], *, overwrite: bool = False, quiet: bool = False,
               figure: Figure | None = None, workers: int | None = None,
-              scheduler: str | None = None) -> BatchReport:
+              scheduler: str | None = None, image_kind: str | None = None,
+              on_model: Callable[[Backbone], Any] | None = None) -> BatchReport:
     """Process every item, serially or on Dask (``workers`` local processes or ``scheduler``).
 
-    Parameters are those of :func:`process_item`, and ``workers`` / ``scheduler`` for a
-    Dask run (:func:`~napari_attnreg.batch.distributed.run_on_dask`).
+    Parameters are those of :func:`process_item`, ``workers`` / ``scheduler`` for a Dask run
+    (:func:`~napari_attnreg.batch.distributed.run_on_dask`), and ``on_model``, called with
+    the model when a serial batch loads it (only when some output needs computing).
 
     Returns
     -------
@@ -243,24 +329,27 @@ def run_batch(items: Sequence[BatchItem], out_dir: str | Path, model: Any, arch:
     Raises
     ------
     ValueError
-        An option, the output folder or the Dask setup is wrong; checked before any image.
+        An option, the device (serial runs), the output folder or the Dask setup is wrong,
+        checked before any image; or the model's patch does not fit the target size,
+        found when the model loads.
+    BackboneError
+        The model cannot be loaded (serial runs; a Dask worker reports it per image).
     """
-    RunConfig(**opts).validate()  # an option error is everyone's error: fail before any work
+    distributed = bool(workers or scheduler)
+    check_run(opts, device=not distributed)  # everyone's error: say it once, before any work
     check_workers(workers)
     out_dir = prepare_output_dir(out_dir).resolve()
-    if not (workers or scheduler):  # a size below one patch is wrong for every image too
-        from napari_attnreg.core.run.images import check_target_size
-
-        patch = load_model(ModelSpec.from_model(model, arch)).patch_size
-        check_target_size(opts.get("target_size", "model"), patch)
     summary = SummaryFile(out_dir / "summary.csv")
-    settings = {"overwrite": overwrite, "quiet": quiet, "figure": figure}
+    settings = {"overwrite": overwrite, "quiet": quiet, "figure": figure,
+                "image_kind": image_kind}
     per_item: Iterable[list[Row]]
-    if workers or scheduler:
+    if distributed:
         per_item = run_on_dask(process_item, items, out_dir, model, arch, opts, **settings,
                                workers=workers, scheduler=scheduler)
     else:
-        per_item = (process_item(item, out_dir, model, arch, opts, **settings) for item in items)
+        first_use = ModelOnFirstUse(ModelSpec.from_model(model, arch), opts, on_model)
+        per_item = (process_item(item, out_dir, model, arch, opts, **settings,
+                                 before_run=first_use) for item in items)
     for rows in per_item:
         summary.add(rows)
     return BatchReport(summary.rows, summary.path)

@@ -24,6 +24,7 @@ SUMMARY_COLUMNS = ("source", "plane", "output", "model", "preset", "B", "seed", 
                    # how each result was made (io.export.provenance), after the summary
                    "weights", "weights_sha256", "rule", "q_th", "p_th", "l_th", "z_th",
                    "method", "null_pool", "pi0_method", "device", "package_version",
+                   "warnings",  # codes of the result's warning diagnostics, e.g. off_domain
                    "note")  # why an existing output was redone
 Row = dict[str, Any]
 
@@ -47,6 +48,8 @@ def result_row(item: BatchItem, plane: tuple[int, ...] | None, out: Path, result
         "grid": f"{result.grid_shape[0]}x{result.grid_shape[1]}", "pi0": f"{result.pi0:.10g}",
         "tokens_significant": int(sig.sum()), "fraction_significant": f"{sig.mean():.10g}",
         "seconds": f"{seconds:.3f}", "status": status,
+        "warnings": ";".join(dict.fromkeys(d.code for d in result.diagnostics
+                                           if d.severity == "warning")),
     }}
 
 

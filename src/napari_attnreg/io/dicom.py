@@ -17,6 +17,7 @@ Example
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -83,13 +84,75 @@ def dicom_files(path: str | Path) -> list[Path]:
     return [p] if is_dicom_file(p) else []
 
 
-def read_dicom(path: str | Path) -> list[tuple[np.ndarray, LayerKwargs]]:
+#: Header elements :func:`group_series` reads (the rest of a header, and the pixels, stay unread).
+_GROUPING_TAGS = ("SeriesNumber", "SeriesInstanceUID", "NumberOfFrames",
+                  "ImageOrientationPatient", "Rows", "Columns")
+
+
+def group_series(files: Sequence[str | Path]) -> list[tuple[str, tuple[Path, ...]]]:
+    """DICOM files → the volumes :func:`read_dicom` would make of them, from headers only.
+
+    A batch's inputs: a folder of chest X-rays (one series per file) gives one group per
+    file, a CT folder one group of slices (and its localizer another), so no input ever
+    holds more than one volume, and no pixels are read here.
+
+    Parameters
+    ----------
+    files : sequence of path
+
+    Returns
+    -------
+    list of (str, tuple of Path)
+        ``(label, files)`` in the order :func:`read_dicom` returns volumes; the label is
+        ``series_<SeriesNumber>``, with the orientation (``_axial``, ``_sagittal_64x64``)
+        when one series gives several volumes and ``_2``, ``_3``, ... when labels still
+        repeat. Files without an image (DICOMDIR, reports) are left out; a file whose
+        header cannot be read is a group of its own (reading it reports why).
+    """
+    pydicom = _pydicom()
+    groups: dict[tuple[Any, ...], list[Path]] = defaultdict(list)
+    first: dict[tuple[Any, ...], Any] = {}
+    for f in map(Path, files):
+        try:
+            with decoding(f, "DICOM file"):
+                ds = pydicom.dcmread(f, stop_before_pixels=True,
+                                     specific_tags=list(_GROUPING_TAGS))
+        except ValueError:  # damaged: its own input, whose reading then says why
+            groups[(math.inf, "", "unreadable", str(f))].append(f)
+            continue
+        if "Rows" not in ds:  # no image: a DICOMDIR, a structured report, ...
+            continue
+        key = _volume_key(ds)
+        groups[key].append(f)
+        first.setdefault(key, ds)
+    keys = sorted(groups, key=lambda k: (k[0], k[1], str(k[2:])))
+    uids = [k[1] for k in keys]
+    taken: dict[str, int] = {}
+    found = []
+    for key in keys:
+        label = f"series_{key[0] if key[0] != math.inf else 'unreadable'}"
+        if key in first and uids.count(key[1]) > 1:  # one series, several volumes: which
+            label += "_" + _part_name(first[key], key).replace(" ", "_")
+        taken[label] = taken.get(label, 0) + 1
+        found.append((label if taken[label] == 1 else f"{label}_{taken[label]}",
+                      tuple(sorted(groups[key]))))
+    return found
+
+
+def read_dicom(path: str | Path, files: Sequence[str | Path] | None = None,
+               ) -> list[tuple[np.ndarray, LayerKwargs]]:
     """Read the DICOM series in ``path``: one ``(data, layer kwargs)`` pair per series.
+
+    Every file is read once (header and pixels together), so a series of N slices costs N
+    reads, whoever calls: napari's reader hook and the command line both come here.
 
     Parameters
     ----------
     path : str or Path
         A folder of DICOM files, one file, or a multi-frame file.
+    files : sequence of path, optional
+        The files of the series when the caller has already found them (a batch's folder
+        scan); ``path`` then only names the series.
 
     Returns
     -------
@@ -100,7 +163,7 @@ def read_dicom(path: str | Path) -> list[tuple[np.ndarray, LayerKwargs]]:
         (from the stored window when there is one), ``colormap``, ``rgb`` and ``metadata``
         (``{"dicom": {...}, "source_path": ...}``).
     """
-    files = dicom_files(path)
+    files = [Path(f) for f in files] if files else dicom_files(path)
     if not files:
         raise ValueError(f"No DICOM files (.dcm, or files with the DICM marker) in {path}.")
     pydicom = _pydicom()
@@ -185,22 +248,24 @@ def _series_layer(datasets: list[Any], path: Path) -> tuple[np.ndarray, LayerKwa
 
 
 def _sort_slices(datasets: list[Any]) -> tuple[list[Any], float]:
-    """Order along the slice normal; spacing from the positions when every slice has one."""
+    """Order along the slice normal (``ImagePositionPatient``), ties and slices without a
+    position by ``InstanceNumber``; spacing from the positions when every slice has one."""
     fallback = float(datasets[0].get("SpacingBetweenSlices", 0) or
                      datasets[0].get("SliceThickness", 0) or 1.0)
     if len(datasets) == 1:
         return datasets, fallback
+    instance = [_int(ds.get("InstanceNumber", 0)) for ds in datasets]
     if all("ImagePositionPatient" in ds for ds in datasets):
         normal = _slice_normal(datasets[0])
         depth = [float(np.dot(normal, np.asarray(ds.ImagePositionPatient, dtype=float)))
                  for ds in datasets]
-        order = np.argsort(depth, kind="stable")
+        order = np.lexsort((instance, depth))  # position along the normal, then InstanceNumber
         steps = np.diff(np.asarray(depth)[order])
         if np.any(np.isclose(steps, 0.0)):
             raise ValueError("Two slices of one DICOM series share a position; the folder may "
                              "mix acquisitions. Put each series in its own folder.")
         return [datasets[i] for i in order], float(np.median(steps))
-    order = np.argsort([int(ds.get("InstanceNumber", 0) or 0) for ds in datasets], kind="stable")
+    order = np.argsort(instance, kind="stable")
     return [datasets[i] for i in order], fallback
 
 
@@ -233,11 +298,20 @@ def _pixels(ds: Any) -> np.ndarray:
 
 
 def _pixel_spacing(ds: Any) -> tuple[float, float]:
+    return _stated_spacing(ds) or (1.0, 1.0)
+
+
+def _stated_spacing(ds: Any) -> tuple[float, float] | None:
+    """(row, column) spacing in mm as the file states it, or None when it states none."""
     spacing = ds.get("PixelSpacing") or _functional(ds, "PixelMeasuresSequence", "PixelSpacing") \
         or ds.get("ImagerPixelSpacing")
     if spacing is None or len(spacing) != 2:
-        return 1.0, 1.0
-    return float(spacing[0]), float(spacing[1])
+        return None
+    try:
+        row, col = float(spacing[0]), float(spacing[1])
+    except (TypeError, ValueError):
+        return None
+    return (row, col) if row > 0 and col > 0 and np.isfinite([row, col]).all() else None
 
 
 def _frame_spacing(ds: Any) -> float:
@@ -283,6 +357,7 @@ def _summary(ds: Any, path: Path, datasets: list[Any]) -> dict[str, Any]:
         "sop_instance_uids": [str(d.get("SOPInstanceUID", "")) for d in datasets],
         "frame_of_reference_uid": str(ds.get("FrameOfReferenceUID", "")),
         "modality": str(ds.get("Modality", "")),
+        "pixel_spacing": _stated_spacing(ds),  # None: the file states none (scale 1 shown)
         "series_instance_uid": str(ds.get("SeriesInstanceUID", "")),
         "series_description": str(ds.get("SeriesDescription", "")),
         "study_instance_uid": str(ds.get("StudyInstanceUID", "")),

@@ -5,8 +5,14 @@ axes, an animated GIF's frames, a DICOM's frames and samples) they decide which 
 planes and which are channels; otherwise the shape does, by the
 :class:`~napari_attnreg.core.run.planes.PlaneStack` rules that :func:`regularize` follows
 too. DICOM files are read by :func:`~napari_attnreg.io.dicom.read_dicom`, as napari reads
-them (rescaled values, frames in position order). Whatever a decoder raises on damaged
-bytes becomes one ValueError that names the file.
+them (rescaled values, slices and frames in position order); a folder of DICOM slices is
+one series, read once. Whatever a decoder raises on damaged bytes becomes one ValueError
+that names the file.
+
+:func:`read_source` also returns what the file says beyond its pixel values
+(:class:`ImageInfo`): the physical pixel size (DICOM ``PixelSpacing``, OME
+``PhysicalSizeX/Y``) and the kind of image (DICOM ``Modality``; an OME file is microscopy),
+which a run records and its figure and off-domain check read.
 
 Example
 -------
@@ -17,13 +23,18 @@ Example
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from napari_attnreg.core.files import decoding
-from napari_attnreg.io.dicom import DICOM_SUFFIXES
+from napari_attnreg.core.stats.diagnostics import kind_of_modality
+from napari_attnreg.io.dicom import DICOM_SUFFIXES, is_dicom_file
 
 if TYPE_CHECKING:
     from napari_attnreg.core.run.lazy import LazyImage
@@ -33,6 +44,74 @@ TIFF_SUFFIXES = (".tif", ".tiff")
 #: File name endings a folder scan takes as images (an OME-Zarr is a ``*.zarr`` folder).
 IMAGE_SUFFIXES = (*TIFF_SUFFIXES, ".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp",
                   *DICOM_SUFFIXES)
+
+
+#: OME length units as figures and records write them.
+_UNITS = {"nm": "nm", "µm": "µm", "um": "µm", "micrometer": "µm", "micron": "µm", "mm": "mm",
+          "millimeter": "mm", "cm": "cm", "m": "m", "nanometer": "nm"}
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What an image file says beyond its pixel values.
+
+    Attributes
+    ----------
+    pixel_size : (float, float) or None
+        Size of one pixel of a plane, (rows, columns), in ``unit``; None when unknown.
+    unit : str or None
+        ``"mm"`` (DICOM), ``"µm"`` (OME's default), ...
+    kind : str or None
+        The kind of image (``radiology``, ``pathology``, ``microscopy``: see
+        :data:`~napari_attnreg.core.stats.diagnostics.IMAGE_KINDS`), None when the file
+        does not say.
+    kind_source : str
+        Where ``kind`` came from (``"DICOM Modality CT"``, ``"OME metadata"``).
+    """
+
+    pixel_size: tuple[float, float] | None = None
+    unit: str | None = None
+    kind: str | None = None
+    kind_source: str = ""
+
+    @classmethod
+    def from_layer_metadata(cls, metadata: Mapping[str, Any]) -> ImageInfo:
+        """The same facts from the metadata our napari reader gives a layer (``"dicom"`` or
+        ``"ome"``), so a front end running on a layer records what the command line does.
+
+        Example
+        -------
+        >>> extra = ImageInfo.from_layer_metadata(layer.metadata).run_extra()  # doctest: +SKIP
+        >>> RunConfig(..., extra={**extra, ...})                                # doctest: +SKIP
+        """
+        dicom, ome = metadata.get("dicom"), metadata.get("ome")
+        if isinstance(dicom, Mapping):
+            spacing = dicom.get("pixel_spacing")
+            size = (float(spacing[0]), float(spacing[1])) if spacing and len(spacing) == 2 \
+                else None
+            modality = str(dicom.get("modality") or "")
+            kind = kind_of_modality(modality)
+            return cls(size, "mm" if size else None, kind,
+                       f"DICOM Modality {modality}" if kind else "")
+        if isinstance(ome, Mapping):
+            physical = ome.get("physical_size") or {}
+            sizes = [physical.get(a) for a in "YX"]
+            units = {_UNITS.get(str(s[1])) for s in sizes if s}
+            known = all(sizes) and len(units) == 1 and None not in units
+            return cls((float(sizes[0][0]), float(sizes[1][0])) if known else None,
+                       units.pop() if known else None, "microscopy", "OME metadata")
+        return cls()
+
+    def run_extra(self) -> dict[str, Any]:
+        """What a run records of this (``RunConfig.extra``): ``pixel_size`` and
+        ``pixel_unit`` for the figure's scale bar, ``image_kind`` and ``image_kind_source``
+        for the off-domain check. Unknown values are left out."""
+        extra: dict[str, Any] = {}
+        if self.pixel_size is not None and self.unit:
+            extra.update(pixel_size=[float(v) for v in self.pixel_size], pixel_unit=self.unit)
+        if self.kind:
+            extra.update(image_kind=self.kind, image_kind_source=self.kind_source)
+        return extra
 
 
 def is_zarr(path: str | Path) -> bool:
@@ -57,16 +136,60 @@ def read_stack(path: str | Path, channel_axis: int | None = None) -> PlaneStack:
         The file is missing or not a readable image (the message names it), or its layout is
         ambiguous (the message says how to choose).
     """
+    return read_source(path, channel_axis)[0]
+
+
+def read_source(path: str | Path, channel_axis: int | None = None,
+                files: Sequence[str | Path] | None = None) -> tuple[PlaneStack, ImageInfo]:
+    """An image file, or a folder of DICOM slices, with what the file says about it.
+
+    Parameters
+    ----------
+    path : str or Path
+        As for :func:`read_stack`, or a folder holding one DICOM series (its slices are the
+        planes, in position order).
+    channel_axis : int, optional
+        Overrides the layout the file states.
+    files : sequence of path, optional
+        The DICOM files of the series in the folder ``path`` (read once, not searched for
+        again).
+
+    Returns
+    -------
+    (PlaneStack, ImageInfo)
+
+    Raises
+    ------
+    ValueError
+        As :func:`read_stack`; a DICOM folder holding several series names them.
+    """
     from napari_attnreg.core.run.planes import PlaneStack
 
     path = Path(path)
-    data, hints = _read_with_layout(path)
+    data, hints, info = _read_with_layout(path, files)
     if channel_axis is not None:
         hints = {"channel_axis": channel_axis}
     try:
-        return PlaneStack.from_array(data, **hints)
+        return PlaneStack.from_array(data, **hints), info
     except ValueError as err:  # an empty or odd layout: say which file has it
         raise ValueError(f"{path}: {err}") from None
+
+
+def image_info(path: str | Path) -> ImageInfo:
+    """What a TIFF's OME-XML or an OME-Zarr's attributes say, without reading pixels (for
+    images a tiled run reads on demand); an empty :class:`ImageInfo` for anything else."""
+    path = Path(path)
+    try:
+        if is_zarr(path):
+            return _zarr_info(path)
+        if path.is_file() and path.suffix.lower() in TIFF_SUFFIXES:
+            import tifffile
+
+            with decoding(path), tifffile.TiffFile(path, _multifile=False) as tif:
+                return _tiff_info(tif)
+    except ValueError:  # unreadable here: reading its pixels reports it
+        pass
+    return ImageInfo()
 
 
 def read_image(path: str | Path) -> np.ndarray:
@@ -100,19 +223,21 @@ def read_lazy(path: str | Path) -> LazyImage | None:
         return None
 
 
-def _read_with_layout(path: Path) -> tuple[Any, dict[str, Any]]:
-    """The pixels and the layout the file itself states (``PlaneStack.from_array`` keywords)."""
+def _read_with_layout(path: Path, files: Sequence[str | Path] | None = None,
+                      ) -> tuple[Any, dict[str, Any], ImageInfo]:
+    """The pixels, the layout the file itself states (``PlaneStack.from_array`` keywords)
+    and what it says about them."""
     if is_zarr(path):
         from napari_attnreg.core.run.lazy import open_lazy
 
-        return open_lazy(path).read(slice(None), slice(None)), {}
+        return open_lazy(path).read(slice(None), slice(None)), {}, _zarr_info(path)
+    if path.is_dir() or (path.is_file() and (path.suffix.lower() in DICOM_SUFFIXES
+                                             or _is_extensionless_dicom(path))):
+        return _read_dicom(path, files)
     if not path.is_file():
         raise ValueError(f"No such image file: {path}")
-    suffix = path.suffix.lower()
-    if suffix in TIFF_SUFFIXES:
+    if path.suffix.lower() in TIFF_SUFFIXES:
         return _read_tiff(path)
-    if suffix in DICOM_SUFFIXES:
-        return _read_dicom(path)
     import imageio.v3 as iio
 
     with decoding(path):  # whatever Pillow/imageio raise on these bytes is this file's error
@@ -120,12 +245,18 @@ def _read_with_layout(path: Path) -> tuple[Any, dict[str, Any]]:
         data = iio.imread(path)
     if frames and data.ndim >= 3:  # an animated GIF/WebP: frames are planes, colours stay whole
         if data.shape[0] == 1:
-            return data[0], {}
-        return data, {"channel_last": True} if data.ndim == 4 else {"rgb": False}
-    return data, {}
+            return data[0], {}, ImageInfo()
+        return data, {"channel_last": True} if data.ndim == 4 else {"rgb": False}, ImageInfo()
+    return data, {}, ImageInfo()
 
 
-def _read_tiff(path: Path) -> tuple[np.ndarray, dict[str, Any]]:
+def _is_extensionless_dicom(path: Path) -> bool:
+    """A DICOM file without a DICOM ending (``IM0001``, ``1.2.840.1234``): the DICM marker,
+    looked for only where no other image format claims the name."""
+    return not path.name.lower().endswith(IMAGE_SUFFIXES) and is_dicom_file(path)
+
+
+def _read_tiff(path: Path) -> tuple[np.ndarray, dict[str, Any], ImageInfo]:
     import tifffile
 
     from napari_attnreg.core.run.planes import layout_from_axes
@@ -135,18 +266,86 @@ def _read_tiff(path: Path) -> tuple[np.ndarray, dict[str, Any]]:
             raise ValueError("the TIFF holds no image")
         series = tif.series[0]
         data, axes = series.asarray(), series.axes
-    return data, layout_from_axes(axes)  # ours: outside the decoding boundary
+        info = _tiff_info(tif)
+    return data, layout_from_axes(axes), info  # ours: outside the decoding boundary
 
 
-def _read_dicom(path: Path) -> tuple[np.ndarray, dict[str, Any]]:
-    """One DICOM file as napari's reader gives it: frames are planes, samples are colours."""
+def _tiff_info(tif: Any) -> ImageInfo:
+    """The OME pixel size of the first image (OME's default unit is µm); a microscope's file."""
+    if not tif.is_ome or not tif.ome_metadata:
+        return ImageInfo()
+    import tifffile
+
+    ome = tifffile.xml2dict(tif.ome_metadata).get("OME", {})
+    image = ome.get("Image", {}) if isinstance(ome, dict) else {}
+    image = (image[0] if image else {}) if isinstance(image, list) else image
+    pixels = image.get("Pixels", {}) if isinstance(image, dict) else {}
+    pixels = pixels if isinstance(pixels, dict) else {}
+    size = [_length(pixels.get(f"PhysicalSize{a}")) for a in "YX"]
+    units = {_UNITS.get(str(pixels.get(f"PhysicalSize{a}Unit", "µm"))) for a in "YX"}
+    known = None not in size and len(units) == 1 and None not in units
+    return ImageInfo((size[0], size[1]) if known else None, units.pop() if known else None,
+                     "microscopy", "OME metadata")
+
+
+def _zarr_info(path: Path) -> ImageInfo:
+    """An OME-Zarr's pixel size from its first multiscale's axes units and level-0 scale."""
+    attrs: Any = {}
+    for name, key in ((".zattrs", None), ("zarr.json", "attributes")):
+        try:
+            attrs = json.loads((path / name).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        attrs = attrs.get(key, {}) if key and isinstance(attrs, dict) else attrs
+        break
+    attrs = attrs if isinstance(attrs, dict) else {}
+    multiscales = attrs.get("multiscales") or (attrs.get("ome") or {}).get("multiscales")
+    if not (isinstance(multiscales, list) and multiscales and isinstance(multiscales[0], dict)):
+        return ImageInfo()
+    return ImageInfo(*_zarr_scale(multiscales[0]), "microscopy", "OME metadata")
+
+
+def _zarr_scale(multiscale: dict[str, Any]) -> tuple[tuple[float, float] | None, str | None]:
+    axes = multiscale.get("axes") or []
+    try:
+        scale = next(t["scale"] for t in multiscale["datasets"][0]["coordinateTransformations"]
+                     if t.get("type") == "scale")
+        units = [_UNITS.get(str(a.get("unit"))) for a in axes[-2:]]
+        size = [_length(v) for v in scale[-2:]]
+    except (KeyError, IndexError, TypeError, AttributeError, StopIteration):
+        return None, None
+    if len(axes) != len(scale) or None in size or None in units or units[0] != units[1]:
+        return None, None
+    return (size[0], size[1]), units[0]
+
+
+def _length(value: Any) -> float | None:
+    """A physical size that can be one (finite, positive), else None."""
+    try:
+        size = float(value)
+    except (TypeError, ValueError):
+        return None
+    return size if math.isfinite(size) and 1e-12 <= size <= 1e12 else None
+
+
+def _read_dicom(path: Path, files: Sequence[str | Path] | None = None,
+                ) -> tuple[np.ndarray, dict[str, Any], ImageInfo]:
+    """A DICOM series (a folder of slices, or one file) as napari's reader gives it: slices
+    and frames are planes, samples are colours; spacing in mm, Modality the kind."""
     from napari_attnreg.io.dicom import read_dicom
 
     try:
-        (data, kwargs), *others = read_dicom(path)
+        (data, kwargs), *others = read_dicom(path, files)
     except ImportError as err:  # this file's problem here, not the end of a batch
         raise ValueError(f"{path}: {err}") from None
     if others:
-        raise ValueError(f"{path} holds {1 + len(others)} images; open it in napari to "
+        names = "; ".join(f"{kw['name']} ({kw['metadata']['dicom']['files']} files)"
+                          for _, kw in [(data, kwargs), *others])
+        raise ValueError(f"{path} holds {1 + len(others)} DICOM series or volumes ({names}); "
+                         "put each series in a folder of its own, or open it in napari to "
                          "choose one.")
-    return data, {"rgb": bool(kwargs.get("rgb"))}
+    dicom = kwargs["metadata"]["dicom"]
+    kind = kind_of_modality(dicom["modality"])
+    info = ImageInfo(dicom["pixel_spacing"], "mm" if dicom["pixel_spacing"] else None, kind,
+                     f"DICOM Modality {dicom['modality']}" if kind else "")
+    return data, {"rgb": bool(kwargs.get("rgb"))}, info

@@ -3,6 +3,12 @@
 A significance map from an untrained model, an off-domain model or a degenerate fit looks
 as confident as a good one; these checks say so in words (status line, notification, figure
 title, result summary), not only as a Python warning.
+
+The off-domain rule (:func:`off_domain`) compares the model's declared domain with the kind
+of image it ran on. A run states the image's kind in its metadata (``RunConfig.extra``:
+``{"image_kind": "radiology", "image_kind_source": "DICOM Modality CT"}``), and
+:func:`from_metadata` adds the finding to every result whose metadata says so, so each front
+end only has to pass the kind.
 """
 
 from __future__ import annotations
@@ -33,8 +39,8 @@ class Diagnostic:
     ----------
     code : str
         Stable identifier (``uniform_attention``, ``random_init``, ``model_domain``,
-        ``pi0_zero``, ``pi0_one``, ``fit_fallback``, ``few_tokens``, ``broad_posterior``, ``p_resolution``,
-        ``statistics_warning``).
+        ``off_domain``, ``pi0_zero``, ``pi0_one``, ``fit_fallback``, ``few_tokens``,
+        ``broad_posterior``, ``p_resolution``, ``statistics_warning``).
     severity : {"warning", "info"}
     message : str
         One sentence for the analyst.
@@ -165,7 +171,7 @@ def diagnose(
     for message in dict.fromkeys(warnings_seen):  # unique, in order
         found.append(Diagnostic("statistics_warning", "warning", message))
     if domain:
-        note = f" ({domain_note})" if domain_note else ""
+        note = f" ({domain_note.rstrip('.')})" if domain_note else ""
         found.append(Diagnostic("model_domain", "info", f"Model domain: {domain}{note}."))
     return sorted(found, key=lambda d: d.severity != "warning")
 
@@ -194,6 +200,94 @@ def _stepdown_findings(concentration: float | None,
     return found
 
 
+#: Kinds of image a run can state (``--image-kind``, DICOM Modality, OME metadata).
+IMAGE_KINDS = ("radiology", "pathology", "microscopy", "natural")
+#: Model domains (``Backbone.domain``, the catalogue's) that suit each kind of image: a
+#: pathology slide is microscopy too, so those two domains suit each other's images.
+SUITED_DOMAINS = {"radiology": ("radiology",), "pathology": ("pathology", "microscopy"),
+                  "microscopy": ("microscopy", "pathology"), "natural": ("natural",)}
+#: DICOM Modality (0008,0060) → image kind. SM is slide microscopy (whole-slide pathology),
+#: GM general microscopy; the rest are radiology and nuclear medicine.
+MODALITY_KINDS = {
+    **dict.fromkeys(("CT", "MR", "CR", "DX", "MG", "PT", "NM", "US", "XA", "RF", "IO", "PX",
+                     "RG", "DR"), "radiology"),
+    "SM": "pathology", "GM": "microscopy",
+}
+
+
+def kind_of_modality(modality: Any) -> str | None:
+    """The image kind of a DICOM Modality (``"CT"`` → ``"radiology"``), None when unknown."""
+    return MODALITY_KINDS.get(str(modality or "").strip().upper())
+
+
+def off_domain(image_kind: Any, model_domain: Any, *, model_name: str = "the model",
+               source: str | None = None) -> Diagnostic | None:
+    """Whether a model's declared domain suits the kind of image it ran on.
+
+    Parameters
+    ----------
+    image_kind : str or None
+        One of :data:`IMAGE_KINDS`; anything else (unknown) gives None.
+    model_domain : str or None
+        The model's declared domain (catalogue ``domain``: pathology, radiology, microscopy,
+        natural, demo); None (a timm name, a weights file) gives None.
+    model_name : str
+        Named in the message.
+    source : str, optional
+        Where the kind came from (``"DICOM Modality CT"``, ``"--image-kind"``), named too.
+
+    Returns
+    -------
+    Diagnostic or None
+        ``off_domain``: a warning for a bundled test article (domain ``demo``) or another
+        specialist domain on this image, an info for a general-purpose (``natural``) model
+        on a specialist image; None when the domain suits the image or either is unknown.
+
+    Examples
+    --------
+    >>> off_domain("radiology", "pathology", model_name="uni").severity
+    'warning'
+    >>> off_domain("pathology", "microscopy") is None
+    True
+    """
+    if not isinstance(image_kind, str) or image_kind not in SUITED_DOMAINS \
+            or not isinstance(model_domain, str) or not model_domain:
+        return None
+    if model_domain in SUITED_DOMAINS[image_kind]:
+        return None
+    seen = f"a {image_kind} image" + (f" ({source})" if source else "")
+    if model_domain == "demo":
+        return Diagnostic(
+            "off_domain", "warning",
+            f"{model_name} is a bundled test article trained on synthetic images, not a "
+            f"{image_kind} model: its attention on {seen} says nothing about real "
+            f"{image_kind} images; choose a {image_kind} model.")
+    if model_domain == "natural":
+        return Diagnostic(
+            "off_domain", "info",
+            f"{model_name} is a general-purpose model trained on natural photographs; on "
+            f"{seen} its attention follows generic structure (edges, contrast), not "
+            f"{image_kind} features.")
+    return Diagnostic(
+        "off_domain", "warning",
+        f"{model_name} is a {model_domain} model, but this is {seen}: off its domain, its "
+        f"attention may follow artefacts rather than {image_kind} features; choose a "
+        f"{image_kind} model, or state the image's kind if it is wrong.")
+
+
 def from_metadata(metadata: dict[str, Any]) -> list[Diagnostic]:
-    """The diagnostics stored in a result's metadata."""
-    return [Diagnostic(**d) for d in metadata.get("diagnostics", [])]
+    """The diagnostics stored in a result's metadata, warnings first.
+
+    Where the metadata states the image's kind (``image_kind``, from the run's ``extra``)
+    and no off-domain finding was stored, :func:`off_domain` of that kind and the stored
+    ``model_domain`` is added: a front end only passes the kind to get the warning.
+    """
+    found = [Diagnostic(**d) for d in metadata.get("diagnostics", [])]
+    if not any(d.code == "off_domain" for d in found):
+        source = metadata.get("image_kind_source")
+        extra = off_domain(metadata.get("image_kind"), metadata.get("model_domain"),
+                           model_name=str(metadata.get("model") or "the model"),
+                           source=source if isinstance(source, str) and source else None)
+        if extra is not None:
+            found = sorted([*found, extra], key=lambda d: d.severity != "warning")
+    return found

@@ -1,0 +1,144 @@
+"""Issue #17 on the command line: a resume redoes what other options would change, options and
+the device are checked once before anything loads, a finished batch never loads the model,
+and the image's kind is weighed against the model's domain."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+import tifffile
+
+from napari_attnreg import AttentionResult
+from napari_attnreg.cli import main
+
+FAST = ["--n-boot", "4", "--quiet"]
+
+
+def _img(seed: int = 1, shape=(64, 64)) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    img = 300 + 40 * rng.standard_normal(shape)
+    img[20:30, 20:30] += 2000
+    return img.astype(np.uint16)
+
+
+def _statuses(out) -> list[str]:
+    with open(out / "summary.csv", newline="") as fh:
+        return [row["status"] for row in csv.DictReader(fh)]
+
+
+@pytest.fixture
+def model_loads(monkeypatch):
+    """Every request for a model in this process (cached or not): the service's cache is the
+    one door to a model, for the batch and for the jobs it runs."""
+    from napari_attnreg.core.run import service
+
+    asked = []
+    real = service._CACHE.get
+
+    def spy(spec):
+        asked.append(spec)
+        return real(spec)
+
+    monkeypatch.setattr(service._CACHE, "get", spy)
+    return asked
+
+
+def _again(capsys, argv) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(argv)
+    return code, capsys.readouterr().err
+
+
+def test_demo_resume_redoes_the_output_when_the_preset_changes(tmp_path, capsys):
+    out = tmp_path / "out"
+    demo = ["demo", "--out", str(out), *FAST]
+    assert main(demo) == 0
+    figure = next(out.glob("*.attnreg.png"))
+    before = figure.read_bytes()
+    code, err = _again(capsys, [*demo, "--preset", "paper"])
+    assert code == 0 and "0 skipped" in err
+    assert "redoing it: the options changed (preset)" in err  # the cause, not a dozen defaults
+    assert figure.read_bytes() != before  # the old figure is not left behind
+    assert AttentionResult.load(next(out.glob("*.attnreg.npz"))).preset == "paper"
+    # stating the preset's own default is no change; nor is how the work is cut up
+    code, err = _again(capsys, [*demo, "--preset", "paper", "--p-th", "0.3", "--chunk-size", "3"])
+    assert code == 0 and "0 done, 1 skipped" in err
+    code, err = _again(capsys, [*demo, "--preset", "paper", "--head", "1"])
+    assert "the options changed (head)" in err and "1 done" in err
+
+
+def test_run_resume_covers_every_option_the_model_and_the_stated_kind(tmp_path, capsys):
+    import imageio.v3 as iio
+
+    iio.imwrite(tmp_path / "a.png", (_img() // 256).astype(np.uint8))
+    out = tmp_path / "out"
+    run = ["run", str(tmp_path / "a.png"), "--out", str(out), "--model", "demo", *FAST]
+    assert main(run) == 0
+    for extra, changed in ((["--target-size", "native"], "target_size"),
+                           (["--target-size", "native", "--merge", "max"], "merge"),
+                           (["--target-size", "native", "--merge", "max", "--model", "phantom"],
+                            "model, weights_sha256"),
+                           (["--target-size", "native", "--merge", "max", "--model", "phantom",
+                             "--image-kind", "radiology"], "image_kind")):
+        code, err = _again(capsys, [*run, *extra])
+        assert code == 0 and f"the options changed ({changed})" in err, err
+        code, err = _again(capsys, [*run, *extra])
+        assert "0 done, 1 skipped" in err  # and now it is kept
+    record = (out / "a.png.attnreg.json").read_text()
+    assert '"weights_sha256": "' in record and '"q_th": 0.1' in record  # resolved, hashed
+
+
+def test_a_bad_device_or_option_is_one_error_before_any_model_or_image(tmp_path, capsys,
+                                                                        model_loads):
+    import torch
+
+    for k in range(3):
+        tifffile.imwrite(tmp_path / f"img{k}.tif", _img(k))
+    out = tmp_path / "out"
+    run = ["run", str(tmp_path), "--out", str(out), "--model", "demo", *FAST]
+    bad = [["--device", "cuda:7"], ["--preset", "paper", "--null-pool", "position"]]
+    if not torch.cuda.is_available():
+        bad.append(["--device", "cuda"])  # a CPU-only machine: the issue's case
+    for argv in bad:
+        code, err = _again(capsys, [*run, *argv])
+        assert code == 2, argv
+        assert err.count("attnreg: error:") == 1 and "Traceback" not in err
+        assert model_loads == [] and not (out / "summary.csv").exists()
+    code, err = _again(capsys, ["demo", "--out", str(out), "--device", "cuda:7"])
+    assert code == 2 and "cuda:7" in err and model_loads == []
+
+
+def test_a_batch_whose_outputs_are_all_complete_never_loads_the_model(tmp_path, capsys,
+                                                                       model_loads):
+    tifffile.imwrite(tmp_path / "one.tif", _img(1))
+    tifffile.imwrite(tmp_path / "stack.tif", np.stack([_img(2), _img(3)]))
+    out = tmp_path / "out"
+    run = ["run", str(tmp_path / "*.tif"), "--out", str(out), "--model", "demo", *FAST]
+    assert main(run) == 0 and model_loads  # the first run needs it
+    model_loads.clear()
+    code, err = _again(capsys, run)
+    assert code == 0 and "0 done, 3 skipped, 0 failed" in err
+    assert model_loads == [] and "model:" not in err
+    assert _statuses(out) == ["skipped (exists)"] * 3
+
+
+def test_the_images_kind_against_the_models_domain(tmp_path, capsys):
+    """A stated kind is recorded and warned about once in the summary, once in the figure
+    title; without one a plain PNG says nothing about its kind."""
+    import imageio.v3 as iio
+
+    iio.imwrite(tmp_path / "a.png", (_img() // 256).astype(np.uint8))
+    run = ["run", str(tmp_path / "a.png"), "--model", "demo", *FAST]
+    assert main([*run, "--out", str(tmp_path / "auto")]) == 0
+    plain = AttentionResult.load(tmp_path / "auto" / "a.png.attnreg.npz")
+    assert "image_kind" not in plain.metadata
+    assert "off_domain" not in [d.code for d in plain.diagnostics]
+    assert main([*run, "--out", str(tmp_path / "ct"), "--image-kind", "radiology"]) == 0
+    stated = AttentionResult.load(tmp_path / "ct" / "a.png.attnreg.npz")
+    assert stated.metadata["image_kind"] == "radiology"
+    assert stated.metadata["image_kind_source"] == "stated"
+    (finding,) = [d for d in stated.diagnostics if d.code == "off_domain"]
+    assert finding.severity == "warning" and "test article" in finding.message
+    assert capsys.readouterr().out.count("test article") == 1

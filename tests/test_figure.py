@@ -1,0 +1,107 @@
+"""The batch figure (issue #17): warnings once, equal panels, titled colour bars, a lone
+significant patch that shows, and a scale bar where the pixel size is known."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+from matplotlib.patches import Circle, Rectangle
+
+from napari_attnreg import regularize
+from napari_attnreg.batch.figure import figure_view, save_figure, scale_bar
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The matplotlib figures saved meanwhile (kept for a look after they are closed)."""
+    figures = []
+    real = Figure.savefig
+
+    def keep(self, *args, **kwargs):
+        figures.append(self)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return figures
+
+
+def _image_axes(fig):
+    return [ax for ax in fig.axes if ax.images]
+
+
+def test_a_lone_significant_patch_gets_a_ring_and_the_panels_are_equal(tiny_backbone,
+                                                                      blob_image, tmp_path,
+                                                                      drawn):
+    result = regularize(blob_image, tiny_backbone, n_boot=8, device="cpu")
+    result.metadata.update(pixel_size=[0.25, 0.25], pixel_unit="µm")
+    small, shown = figure_view(result, result.attention.repeat(16, 0).repeat(16, 1)[
+        :blob_image.shape[0], :blob_image.shape[1]])
+    lone = np.zeros(small.grid_shape, bool)
+    lone[2, 3] = True
+    small.significant = lambda *a, **k: lone.copy()
+    save_figure(small, shown, tmp_path / "f.png", "title")
+    (fig,) = drawn
+    fig.canvas.draw()
+    panels = _image_axes(fig)
+    assert len(panels) == 5  # the image and four maps
+    sizes = {tuple(np.round(ax.get_position().size, 3)) for ax in panels}
+    assert len(sizes) == 1, sizes  # the image panel is as large as the map panels
+    rings = [p for p in panels[-1].patches if isinstance(p, Circle)]
+    assert len(rings) == 1
+    ring_y, ring_x = rings[0].center[1], rings[0].center[0]
+    rows, cols = np.nonzero(small.to_pixels(lone.astype(float)))
+    assert rows.min() <= ring_y <= rows.max() and cols.min() <= ring_x <= cols.max()
+    assert rings[0].radius >= 0.03 * max(shown.shape) and rings[0].get_linewidth() >= 2
+    bars = [ax for ax in fig.axes if not ax.images and ax.collections]
+    assert len(bars) == 4 and all(ax.get_title() for ax in bars)  # titled colour bars
+    (scale,) = [p for p in panels[0].patches if isinstance(p, Rectangle)]
+    length, label = scale_bar(shown.shape[1], 0.25, "µm")
+    assert scale.get_width() == pytest.approx(length) and label == "2 µm"  # 80 px of 0.25 µm: a fifth is 4 µm
+    assert label in [t.get_text() for t in panels[0].texts]
+
+
+def test_no_scale_bar_without_a_pixel_size_and_none_for_no_significance(tiny_backbone,
+                                                                        blob_image, tmp_path,
+                                                                        drawn):
+    result = regularize(blob_image, tiny_backbone, n_boot=8, device="cpu")
+    display = np.zeros(blob_image.shape, np.float32)
+    result.significant = lambda *a, **k: np.zeros(result.grid_shape, bool)
+    save_figure(result, display, tmp_path / "g.png", "title")
+    panels = _image_axes(drawn[0])
+    assert len(panels[0].patches) == 0 and len(panels[0].texts) == 0
+    assert not any(isinstance(p, Circle) for p in panels[-1].patches)
+
+
+def test_figure_view_scales_the_pixel_size_with_the_display():
+    from napari_attnreg.core.results.result import AttentionResult as R
+
+    grid = np.ones((40, 30))
+    result = R(attention=grid, z=grid, p=grid, lfdr=grid, posterior=grid, q=grid, pi0=1.0,
+               thresholds={}, image_shape=(3000, 2250), model_shape=(320, 240),
+               patch_size=(8, 8), metadata={"pixel_size": [0.5, 0.5], "pixel_unit": "mm"})
+    small, shown = figure_view(result, np.zeros((3000, 2250), np.float32), max_side=600)
+    assert small.metadata["pixel_size"] == pytest.approx([2.5, 2.5])  # 3000 px → 600 px
+    assert result.metadata["pixel_size"] == [0.5, 0.5]  # the result file keeps its own
+
+
+def test_the_batch_figure_names_each_warning_once(tmp_path, drawn):
+    import imageio.v3 as iio
+
+    from napari_attnreg.cli import main
+
+    rng = np.random.default_rng(0)
+    img = (60 + 20 * rng.standard_normal((96, 96))).clip(0, 255).astype(np.uint8)
+    iio.imwrite(tmp_path / "a.png", img)
+    assert main(["run", str(tmp_path / "a.png"), "--out", str(tmp_path / "out"), "--model",
+                 "demo", "--n-boot", "4", "--quiet", "--image-kind", "radiology"]) == 0
+    (fig,) = drawn
+    title = fig.get_suptitle()
+    warnings = [line for line in title.splitlines() if line.startswith("⚠")]
+    assert any("test article" in line for line in warnings)  # the stated kind's warning
+    for line in warnings:
+        assert title.count(line[2:]) == 1, line
