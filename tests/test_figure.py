@@ -38,7 +38,7 @@ def test_a_lone_significant_patch_gets_a_ring_and_the_panels_are_equal(tiny_back
                                                                       blob_image, tmp_path,
                                                                       drawn):
     result = regularize(blob_image, tiny_backbone, n_boot=8, device="cpu")
-    result.metadata.update(pixel_size=[0.25, 0.25], pixel_unit="µm")
+    result.metadata["spatial"] = {"scale": [0.25, 0.25], "units": ["µm", "µm"]}
     small, shown = figure_view(result, result.attention.repeat(16, 0).repeat(16, 1)[
         :blob_image.shape[0], :blob_image.shape[1]])
     lone = np.zeros(small.grid_shape, bool)
@@ -83,10 +83,11 @@ def test_figure_view_scales_the_pixel_size_with_the_display():
     grid = np.ones((40, 30))
     result = R(attention=grid, z=grid, p=grid, lfdr=grid, posterior=grid, q=grid, pi0=1.0,
                thresholds={}, image_shape=(3000, 2250), model_shape=(320, 240),
-               patch_size=(8, 8), metadata={"pixel_size": [0.5, 0.5], "pixel_unit": "mm"})
+               patch_size=(8, 8), metadata={"spatial": {"scale": [0.5, 0.5], "units": ["mm", "mm"]}})
     small, shown = figure_view(result, np.zeros((3000, 2250), np.float32), max_side=600)
-    assert small.metadata["pixel_size"] == pytest.approx([2.5, 2.5])  # 3000 px → 600 px
-    assert result.metadata["pixel_size"] == [0.5, 0.5]  # the result file keeps its own
+    assert small.spatial["scale"] == pytest.approx((2.5, 2.5))  # 3000 px → 600 px
+    assert small.spatial["units"] == ("mm", "mm")
+    assert result.spatial["scale"] == (0.5, 0.5)  # the result file keeps its own
 
 
 def test_the_batch_figure_names_each_warning_once(tmp_path, drawn):

@@ -22,7 +22,8 @@ def test_an_ome_tiff_gives_its_pixel_size_and_is_microscopy(tmp_path):
     assert stack.planes() == [(0,), (1,)]
     assert info == ImageInfo((0.5, 0.25), "µm", "microscopy", "OME metadata")
     assert image_info(path) == info  # the header alone, for images read on demand
-    assert info.run_extra() == {"pixel_size": [0.5, 0.25], "pixel_unit": "µm",
+    assert info.run_extra() == {"spatial": {"scale": [0.5, 0.25], "translate": [0.0, 0.0],
+                                            "units": ["µm", "µm"]},
                                 "image_kind": "microscopy", "image_kind_source": "OME metadata"}
     nm = tmp_path / "nm.ome.tif"
     tifffile.imwrite(nm, np.zeros((16, 20), np.uint16), ome=True,

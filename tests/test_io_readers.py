@@ -378,9 +378,17 @@ def test_a_folder_of_dicom_slices_is_one_series_read_once(tmp_path, monkeypatch)
     assert sorted(p.name for p in (out / "ct").glob("*.npz")) == [
         "plane_0000.attnreg.npz", "plane_0001.attnreg.npz", "plane_0002.attnreg.npz"]
     result = AttentionResult.load(out / "ct" / "plane_0002.attnreg.npz")
-    assert result.metadata["pixel_size"] == [0.7, 0.5] and result.metadata["pixel_unit"] == "mm"
+    assert result.spatial == {"scale": (0.7, 0.5), "translate": (0.0, 0.0), "units": ("mm", "mm")}
     assert result.metadata["image_kind"] == "radiology"
     assert "off_domain" in [d.code for d in result.diagnostics]  # the demo model is no CT model
+    # the command line's result opens in napari in millimetres, over the slice's extent
+    from napari_attnreg._napari.io import read_result_layers
+
+    extent = (result.image_shape[0] * 0.7, result.image_shape[1] * 0.5)
+    for data, attrs, _kind in read_result_layers(str(out / "ct" / "plane_0002.attnreg.npz")):
+        assert tuple(attrs["units"])[-2:] == ("mm", "mm")
+        shown = np.multiply(np.shape(data)[-2:], tuple(attrs["scale"])[-2:])
+        assert tuple(shown) == pytest.approx(extent)
 
 
 def test_dicom_files_without_an_ending_are_found_by_their_marker(tmp_path):

@@ -32,7 +32,7 @@ def figure_view(result: Any, display: np.ndarray,
 
     The result keeps its token maps; only ``image_shape`` becomes the display's, so
     ``to_pixels`` gives maps at the display's size, aligned with it exactly, and a recorded
-    ``pixel_size`` becomes that of a display pixel. A 10000² input then never needs
+    pixel size becomes that of a display pixel. A 10000² input then never needs
     full-size float64 maps for a PNG.
     """
     h0, w0 = display.shape[:2]
@@ -47,22 +47,28 @@ def figure_view(result: Any, display: np.ndarray,
     if shape == tuple(result.image_shape):
         return result, display
     metadata = dict(result.metadata)
-    size = _pixel_size(metadata)
+    size = pixel_size(result)
     if size is not None:  # the same extent in fewer pixels: each pixel covers more
         ih, iw = result.image_shape
-        metadata["pixel_size"] = [size[0] * ih / shape[0], size[1] * iw / shape[1]]
+        metadata["spatial"] = {**result.spatial,  # AttentionResult.spatial's record
+                                 "scale": [size[0] * ih / shape[0], size[1] * iw / shape[1]]}
     return replace(result, image_shape=shape, metadata=metadata), display
 
 
-def _pixel_size(metadata: dict[str, Any]) -> tuple[float, float] | None:
-    """The (row, column) pixel size a result records, when it is a usable one."""
-    size, unit = metadata.get("pixel_size"), metadata.get("pixel_unit")
-    try:
-        dy, dx = (float(v) for v in size)
-    except (TypeError, ValueError):
-        return None
-    ok = unit in _METRES and all(math.isfinite(v) and v > 0 for v in (dy, dx))
+def pixel_size(result: Any) -> tuple[float, float] | None:
+    """The (row, column) physical size of a pixel a result records (its :attr:`spatial`),
+    when it is in one known length unit; None for pixels or anything unusable."""
+    spatial = result.spatial
+    units = set(spatial["units"])
+    dy, dx = spatial["scale"]
+    ok = len(units) == 1 and units <= set(_METRES) and all(
+        math.isfinite(v) and v > 0 for v in (dy, dx))
     return (dy, dx) if ok else None
+
+
+def pixel_unit(result: Any) -> str:
+    """The length unit of :func:`pixel_size`."""
+    return result.spatial["units"][0]
 
 
 def scale_bar(width_px: int, pixel_size: float, unit: str,
@@ -104,8 +110,8 @@ def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Pat
     Parameters
     ----------
     result : AttentionResult
-        At figure resolution (:func:`figure_view`); its ``pixel_size`` and ``pixel_unit``
-        metadata, when recorded, give the scale bar.
+        At figure resolution (:func:`figure_view`); the pixel size it records
+        (:attr:`~napari_attnreg.core.results.result.AttentionResult.spatial`) gives the scale bar.
     display : np.ndarray
         The scaled image the maps lie on, at ``result.image_shape``.
     path : Path
@@ -128,7 +134,7 @@ def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Pat
 
     thresholds = with_thresholds(result, None).thresholds  # the preset's, where not set
     cmap = "gray" if display.ndim == 2 else None
-    size = _pixel_size(result.metadata)
+    size = pixel_size(result)
     aspect = size[0] / size[1] if size else 1.0  # square on the sample, not on the screen
     n = 1 + len(CONTINUOUS_MAPS)
     fig = plt.figure(figsize=(20, 6.2), layout="constrained")
@@ -150,7 +156,7 @@ def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Pat
         bar.set_label(textwrap.fill(view.legend(result.preset), 48), fontsize=7)
     _outline_significant(axes[-1], result)
     if size is not None:
-        _draw_scale_bar(axes[0], display.shape, size[1], result.metadata["pixel_unit"])
+        _draw_scale_bar(axes[0], display.shape, size[1], pixel_unit(result))
     for ax in axes:
         ax.set_axis_off()
     fig.suptitle("\n".join(dict.fromkeys([title, *diagnostics_lines(result)])), fontsize=9)

@@ -37,8 +37,8 @@ from napari_attnreg.core.stats.diagnostics import kind_of_modality
 from napari_attnreg.io.dicom import DICOM_SUFFIXES, is_dicom_file
 
 if TYPE_CHECKING:
-    from napari_attnreg.core.run.lazy import LazyImage
-    from napari_attnreg.core.run.planes import PlaneStack
+        from napari_attnreg.core.run.lazy import LazyImage
+from napari_attnreg.core.run.planes import PlaneStack
 
 TIFF_SUFFIXES = (".tif", ".tiff")
 #: File name endings a folder scan takes as images (an OME-Zarr is a ``*.zarr`` folder).
@@ -103,12 +103,15 @@ class ImageInfo:
         return cls()
 
     def run_extra(self) -> dict[str, Any]:
-        """What a run records of this (``RunConfig.extra``): ``pixel_size`` and
-        ``pixel_unit`` for the figure's scale bar, ``image_kind`` and ``image_kind_source``
-        for the off-domain check. Unknown values are left out."""
+        """What a run records of this (``RunConfig.extra``): ``spatial`` (the pixel size and
+        its unit, read back by :attr:`AttentionResult.spatial` for the figure's scale bar and
+        for reopening the result in napari in the same units), ``image_kind`` and
+        ``image_kind_source`` for the off-domain check. Unknown values are left out."""
         extra: dict[str, Any] = {}
         if self.pixel_size is not None and self.unit:
-            extra.update(pixel_size=[float(v) for v in self.pixel_size], pixel_unit=self.unit)
+            extra["spatial"] = {  # AttentionResult.spatial reads it back
+                "scale": [float(v) for v in self.pixel_size], "translate": [0.0, 0.0],
+                "units": [self.unit, self.unit]}
         if self.kind:
             extra.update(image_kind=self.kind, image_kind_source=self.kind_source)
         return extra
