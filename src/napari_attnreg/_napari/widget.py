@@ -5,6 +5,7 @@
 - :class:`.options_panel.OptionsPanel`: device, bootstrap, preset, tiling, advanced
 - :class:`.thresholds_panel.ThresholdsPanel`: live thresholds (no recomputation)
 - :class:`.run_panel.RunPanel`: Run/Cancel, progress, task ids, one worker at a time
+- :class:`.inspector.PatchInspector`: the patch under the mouse and the null it was compared with
 - :class:`.roi_panel.RoiPanel`: per-ROI statistics and CSV export
 
 The state lives in a Qt-free :class:`~napari_attnreg.session.Session` (``widget.session``):
@@ -32,6 +33,7 @@ from napari_attnreg._napari._compat import avoid_triton_llvm_clash
 avoid_triton_llvm_clash()  # before anything below can import timm (see core.triton_guard)
 
 from napari_attnreg._napari.dock_scroll import VerticalScroll
+from napari_attnreg._napari.inspector import PatchInspector
 from napari_attnreg._napari.layers import refresh_thresholds
 from napari_attnreg._napari.model_picker import ModelPanel
 from napari_attnreg._napari.options_panel import OptionsPanel
@@ -101,13 +103,14 @@ class AttentionWidget(QWidget):
         self.thresholds_panel = ThresholdsPanel()
         self.run_panel = RunPanel()
         self.save_button = SaveButton(self)
+        self.inspector = PatchInspector(self.viewer, self.current_record, self._records.source_of)
         self.roi_panel = RoiPanel(self.viewer, self.current_record)
         roi_group = QGroupBox("ROI statistics vs significant attention")
         QVBoxLayout(roi_group).addWidget(self.roi_panel)
         content = QWidget()
         layout = QVBoxLayout(content)
         for part in (self.title, self.source, model_form, self.options, self.thresholds_panel,
-                     self.run_panel, self.save_button, roi_group):
+                     self.run_panel, self.save_button, self.inspector, roi_group):
             (layout.addLayout if isinstance(part, QFormLayout) else layout.addWidget)(part)
         layout.addStretch(1)
         outer = QVBoxLayout(self)
@@ -216,6 +219,7 @@ class AttentionWidget(QWidget):
             self._summary_shown = False
             self.run_panel.show_status("No result for this image yet: press Run.")
         self.roi_panel.update_table()
+        self.inspector.refresh()
 
     def _on_result_added(self, key: Any) -> None:
         if key == self.session.selected_key:  # a re-run of the image shown
@@ -359,5 +363,6 @@ class AttentionWidget(QWidget):
         self.run_panel.cancel()
         self.source.disconnect_viewer()
         self.roi_panel.disconnect_viewer()
+        self.inspector.disconnect_viewer()
         self._records.stop_following()
         self.run_panel.unbind_shortcut(self.viewer, self._on_run_shortcut)
