@@ -98,3 +98,91 @@ def test_inspector_says_when_the_slice_has_no_result(viewer_widget, run_and_wait
     assert report is not None
     assert widget.inspector.inspect_world((2.0, 30.0, 30.0)) is None
     assert "no result yet" in widget.inspector.label.text()
+
+
+# ---- 2. ROI features and linked selection -----------------------------------------------------
+def test_new_shapes_layer_becomes_the_roi_layer_and_gets_features(viewer_widget, run_and_wait,
+                                                                  cells_image, qtbot):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    panel = widget.roi_panel
+    assert panel.current_layer() is None  # the significant Labels output is never picked
+    shapes = viewer.add_shapes(name="drawn")  # what the 'new shapes layer' button does
+    assert panel.current_layer() is shapes  # no reopening of the dock
+    shapes.add_rectangles(np.array([[15, 10], [50, 45]]))
+    shapes.add_ellipses(np.array([[80, 70], [15, 15]]))
+    qtbot.waitUntil(lambda: len(panel.rows) == 2, timeout=5000)
+    features = shapes.features
+    assert list(features["label"]) == [1, 2]
+    for row, (_, feature) in zip(panel.rows, features.iterrows()):
+        assert feature["mean_attention"] == pytest.approx(row["mean_attention"])
+        assert feature["fisher_p"] == pytest.approx(row["fisher_p"])
+
+    # a row chosen in our table selects that shape; a shape selected in the layer, its row
+    panel.table.selectRow(1)
+    assert shapes.selected_data == {1}
+    shapes.selected_data = {0}
+    shapes.events.highlight()  # what napari emits when the selection changes
+    assert [i.row() for i in panel.table.selectionModel().selectedRows()] == [0]
+
+
+def test_labels_features_follow_napari_label_rows_and_selection(viewer_widget, run_and_wait,
+                                                                cells_image, qtbot):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    objects = np.zeros(cells_image.shape, dtype=np.int32)
+    objects[20:40, 15:35] = 2
+    objects[70:90, 60:80] = 5
+    labels = viewer.add_labels(objects, name="nuclei")
+    panel = widget.roi_panel
+    assert panel.current_layer() is labels
+    qtbot.waitUntil(lambda: len(panel.rows) == 2, timeout=5000)
+    features = labels.features
+    # napari's features table and status line: row i is label i
+    assert list(features["index"]) == list(range(6))
+    assert np.isnan(features.loc[1, "mean_attention"])
+    assert features.loc[5, "mean_attention"] == pytest.approx(panel.rows[1]["mean_attention"])
+    # labels.get_status reads the features of the label under the cursor
+    status = labels.get_status((80.0, 70.0), world=True)
+    assert "mean_attention" in str(status)
+    panel.table.selectRow(1)
+    assert labels.selected_label == 5
+    labels.selected_label = 2
+    assert [i.row() for i in panel.table.selectionModel().selectedRows()] == [0]
+
+
+# ---- 3. object size guidance ------------------------------------------------------------------
+def test_many_small_objects_are_counted_with_the_run_that_resolves_them(viewer_widget,
+                                                                         run_and_wait,
+                                                                         cells_image, qtbot):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    result = widget.current_record().any_result
+    sy, sx = result.token_scale
+    assert sy > 3 and sx > 3  # 224-px model input over a 120×100 image: ~7-px patches
+    objects = np.zeros(cells_image.shape, dtype=np.int32)
+    for k, (r, c) in enumerate((r, c) for r in range(2, 118, 6) for c in range(2, 98, 6)):
+        objects[r:r + 2, c:c + 2] = k + 1  # 2×2-pixel "nuclei", far below one patch
+    n = int(objects.max())
+    assert n > 100
+    viewer.add_labels(objects, name="tiny nuclei")
+    qtbot.waitUntil(lambda: len(widget.roi_panel.rows) == n, timeout=20_000)
+    status = widget.roi_panel.status.text()
+    assert f"{n} of {n} ROIs smaller than one patch" in status
+    assert "ROI 1," not in status  # counted, not listed
+    assert "upsample the image" in status  # 2-px objects are below even native patches
+
+
+def test_size_advice_names_tiled_mode_and_tile_scale():
+    from napari_attnreg.core.stats.roi import object_size_advice
+
+    areas = {k: 600.0 for k in range(1, 111)}  # ~28-px objects under 36-px patches
+    untiled = object_size_advice(areas, (36.5, 36.5), (16, 16))
+    assert untiled.startswith("110 of 110 ROIs smaller than one patch")
+    assert "Run 'Tiled (native resolution)'" in untiled and "'Downsample ×' 1.5" in untiled
+    tiled = object_size_advice(areas, (64.0, 64.0), (16, 16), tiled=True, tile_scale=4.0)
+    assert "Lower 'Downsample ×' (now 4) to 1.5" in tiled
+    assert object_size_advice({1: 5000.0}, (36.5, 36.5), (16, 16)) is None
