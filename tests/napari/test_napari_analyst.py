@@ -186,3 +186,52 @@ def test_size_advice_names_tiled_mode_and_tile_scale():
     tiled = object_size_advice(areas, (64.0, 64.0), (16, 16), tiled=True, tile_scale=4.0)
     assert "Lower 'Downsample ×' (now 4) to 1.5" in tiled
     assert object_size_advice({1: 5000.0}, (36.5, 36.5), (16, 16)) is None
+
+
+# ---- 4. the remaining slices of a stack ----------------------------------------------------------
+def test_remaining_slices_button_and_the_cue_on_slices_without_a_result(viewer_widget,
+                                                                         run_and_wait, qtbot):
+    viewer, widget = viewer_widget
+    rng = np.random.default_rng(0)
+    viewer.add_image(rng.random((3, 64, 64)).astype(np.float32), name="stack")
+    viewer.dims.set_current_step(0, 1)
+    run_and_wait(widget)  # Planes: the current slice
+    record = widget.current_record()
+    assert sorted(record.results) == [(1,)]
+    button = widget.run_panel.remaining_button
+    assert button.isVisibleTo(widget) and "(2)" in button.text()
+    attention = viewer.layers["stack · attention"]
+    assert np.isnan(attention.data[0]).all() and np.isfinite(attention.data[1]).all()
+    first = np.array(attention.data[1])
+
+    # the slice in view has a result: no cue; a slice without one: the canvas says so
+    from napari_attnreg._napari.slice_cue import text_overlay
+
+    overlay = text_overlay(viewer)
+    assert not overlay.visible
+    viewer.dims.set_current_step(0, 2)
+    assert overlay.visible
+    assert "slice 1 only" in overlay.text and "slice 2 has no result" in overlay.text
+
+    with qtbot.waitSignal(widget.run_finished, timeout=60_000) as blocker:
+        button.click()
+    outcome = blocker.args[0]
+    assert outcome.ok and sorted(outcome.results) == [(0,), (2,)]  # only the missing slices
+    record = widget.current_record()
+    assert sorted(record.results) == [(0,), (1,), (2,)]
+    assert np.isfinite(attention.data).all()  # the same layer, now complete
+    np.testing.assert_array_equal(attention.data[1], first)  # slice 1 kept, not recomputed
+    assert not button.isVisibleTo(widget)
+    assert not overlay.visible  # slice 2 has its result now
+
+
+def test_remaining_slices_refuse_another_model(viewer_widget, run_and_wait, qtbot,
+                                               fresh_tiny_backbone):
+    viewer, widget = viewer_widget
+    rng = np.random.default_rng(0)
+    viewer.add_image(rng.random((2, 64, 64)).astype(np.float32), name="stack")
+    run_and_wait(widget)
+    widget.set_model(fresh_tiny_backbone, name="another")
+    assert widget.run_remaining() is None
+    assert "choose those again" in widget.run_panel.status_label.text()
+    assert sorted(widget.current_record().results) == [(0,)]

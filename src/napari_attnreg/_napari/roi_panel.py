@@ -37,6 +37,7 @@ from napari_attnreg._napari.option_controls import choose_item
 from napari_attnreg._napari.roi_export import roi_features, size_advice, write_roi_csv
 from napari_attnreg._napari.roi_geometry import record_roi_rows
 from napari_attnreg._napari.run_record import RunRecord
+from napari_attnreg._napari.slice_cue import shown_plane
 from napari_attnreg._napari.source_panel import is_output
 from napari_attnreg._napari.status import WARNING_COLOR
 from napari_attnreg.core.results.display import ROI_COLUMN_HELP, ROI_COLUMNS, rule_text
@@ -243,12 +244,8 @@ class RoiPanel(QWidget):
     def _shown_plane(self) -> list[int] | None:
         """The plane of the selected result the viewer shows (None: a 2D image)."""
         record = self._record
-        if record is None or not record.geometry.stack_axes:
-            return None
-        geometry, point = record.geometry, self._viewer.dims.point
-        offset = len(point) - geometry.ndim
-        return [int(round((point[a + offset] - geometry.translate[a]) / geometry.scale[a]))
-                for a in geometry.stack_axes]
+        plane = None if record is None else shown_plane(record.geometry, self._viewer.dims.point)
+        return None if plane is None else list(plane)
 
     def _on_step(self, event: Any = None) -> None:
         if self._record is not None and len(self._record.results) > 1:

@@ -52,11 +52,13 @@ class RunPanel(QWidget):
     Signals
     -------
     run_requested : Run was pressed.
+    remaining_requested : 'Compute remaining slices' was pressed.
     returned(outcome) : the latest task returned (done, partial, cancelled or failed).
     finished(outcome) : the worker ended (after ``returned``, if any).
     """
 
     run_requested = Signal()
+    remaining_requested = Signal()
     returned = Signal(object)
     finished = Signal(object)
 
@@ -79,6 +81,11 @@ class RunPanel(QWidget):
         self.cancel_button.setToolTip("Stop the run at its next chunk of null images; nothing "
                                       "it computed is added.")
         self.cancel_button.setEnabled(False)
+        self.remaining_button = QPushButton("Compute remaining slices")
+        self.remaining_button.setToolTip("Run the slices of this stack that have no result yet, "
+                                         "with the same model and preset; their maps join the "
+                                         "ones computed before.")
+        self.remaining_button.setVisible(False)
         self.progress_bar = QProgressBar()
         self.progress_bar.setRange(0, 1000)
         self.progress_bar.setTextVisible(False)
@@ -94,10 +101,12 @@ class RunPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(buttons)
+        layout.addWidget(self.remaining_button)
         layout.addWidget(self.progress_bar)
         layout.addWidget(self.status_label)
         self.run_button.clicked.connect(self.run_requested)
         self.cancel_button.clicked.connect(self.cancel)
+        self.remaining_button.clicked.connect(self.remaining_requested)
 
     # ---- state -------------------------------------------------------------------------
     @property
@@ -115,6 +124,12 @@ class RunPanel(QWidget):
         tip = f"Compute the maps for the chosen image ({_shortcut_text()})."
         self.run_button.setToolTip(tip if ok else f"{reason} {tip}")
         self.cancel_button.setEnabled(self.busy and not (self._cancel and self._cancel.cancelled))
+        self.remaining_button.setEnabled(ok and not self.busy)
+
+    def offer_remaining(self, missing: int) -> None:
+        """Show 'Compute remaining slices' while the selected stack lacks ``missing`` slices."""
+        self.remaining_button.setVisible(missing > 0)
+        self.remaining_button.setText(f"Compute remaining slices ({missing})")
 
     def show_status(self, html_text: str) -> None:
         self.status_label.setText(html_text)
