@@ -235,3 +235,47 @@ def test_remaining_slices_refuse_another_model(viewer_widget, run_and_wait, qtbo
     assert widget.run_remaining() is None
     assert "choose those again" in widget.run_panel.status_label.text()
     assert sorted(widget.current_record().results) == [(0,)]
+
+
+# ---- 5. small items ------------------------------------------------------------------------------
+def test_outline_closes_at_the_image_edge_when_everything_is_significant(viewer_widget,
+                                                                         run_and_wait,
+                                                                         cells_image, qtbot):
+    from napari_attnreg.core.results.display import SIGNIFICANT_RGB
+
+    viewer, widget = viewer_widget
+    viewer.window.show()
+    image = viewer.add_image(cells_image, name="cells")
+    presets = widget.options.controls["preset"]
+    presets.setCurrentIndex(presets.findData("directional"))
+    run_and_wait(widget)
+    with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
+        widget.thresholds_panel.q_th_slider.setValue(1.0)  # every patch significant
+    record = widget.current_record()
+    assert record.shown(()).significant().all()
+    image.visible = False
+    for kind, layer in record.outputs.items():
+        layer.visible = kind == "significant"
+    viewer.reset_view()
+    shot = viewer.screenshot(canvas_only=True, flash=False)[..., :3].astype(int)
+    outline = np.all(np.abs(shot - np.array(SIGNIFICANT_RGB)) < 40, axis=-1)
+    # before: nothing was drawn at all (no boundary inside a fully significant map)
+    assert outline.any()
+    rows, cols = np.nonzero(outline)
+    # a frame around the image: drawn near all four edges, and not in the middle
+    h, w = rows.max() - rows.min(), cols.max() - cols.min()
+    assert h > 0.5 * shot.shape[0] or w > 0.5 * shot.shape[1]
+    middle = outline[rows.min() + h // 4: rows.max() - h // 4, cols.min() + w // 4:
+                     cols.max() - w // 4]
+    assert not middle.any()
+
+
+def test_colorbars_are_titled_with_their_map(viewer_widget, run_and_wait, cells_image):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    for kind in ("attention", "pvalue", "posterior", "regularized"):
+        layer = widget.current_record().outputs[kind]
+        assert layer.colorbar.visible
+        assert layer.name_overlay.visible and layer.name_overlay.position == \
+            layer.colorbar.position  # tiled beside its own bar, saying which map it is
