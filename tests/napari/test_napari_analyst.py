@@ -279,3 +279,55 @@ def test_colorbars_are_titled_with_their_map(viewer_widget, run_and_wait, cells_
         assert layer.colorbar.visible
         assert layer.name_overlay.visible and layer.name_overlay.position == \
             layer.colorbar.position  # tiled beside its own bar, saying which map it is
+
+
+def test_preferences_name_each_setting_as_the_dock_does():
+    from napari_attnreg._napari.settings import _schema
+    from napari_attnreg.core.run.options import option
+
+    schema = _schema()
+    for key in ("n_boot", "device", "preset"):
+        assert option(key).label in schema[key].title, key
+    # "Null images" is the dock's null-generator choice, never the number B
+    assert option("method").label not in schema["n_boot"].title
+
+
+def test_catalogue_access_link_is_readable_on_every_napari_theme(qtbot):
+    import re
+
+    from napari.utils.theme import available_themes, get_theme
+
+    from napari_attnreg._napari.model_picker import CataloguePicker
+    from napari_attnreg._napari.status import contrast, link_color
+
+    for theme in available_themes():
+        background = get_theme(theme).background.as_hex()
+        assert contrast(link_color(background), background) >= 4.5, theme
+    picker = CataloguePicker()
+    qtbot.addWidget(picker)
+    picker.set_model_id("uni")  # gated: the label links to the access request page
+    color = re.search(r"<a style='color:(#[0-9a-fA-F]{6})'", picker.access_label.text())
+    assert color is not None  # Qt's default link blue is unreadable on the dark theme
+    assert contrast(color.group(1), get_theme("dark").background.as_hex()) >= 4.5
+
+
+def test_help_link_opens_the_method_page_rendered_not_raw_markdown(qtbot, monkeypatch):
+    from pathlib import Path
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    from qtpy.QtGui import QDesktopServices
+
+    from napari_attnreg._napari import status
+    from napari_attnreg.core.docs import docs_markdown
+
+    opened = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url.toString()))
+    label = status.help_link()
+    qtbot.addWidget(label)
+    assert not label.openExternalLinks()  # the link is ours to handle
+    label.linkActivated.emit(status.HELP_HREF)
+    assert len(opened) == 1 and opened[0].endswith("method.html")
+    html = Path(url2pathname(urlparse(opened[0]).path)).read_text(encoding="utf-8")
+    title = docs_markdown("method").read_text(encoding="utf-8").splitlines()[0].lstrip("# ")
+    assert "<html" in html and title in html and "\n# " not in html
