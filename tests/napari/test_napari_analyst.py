@@ -331,3 +331,42 @@ def test_help_link_opens_the_method_page_rendered_not_raw_markdown(qtbot, monkey
     html = Path(url2pathname(urlparse(opened[0]).path)).read_text(encoding="utf-8")
     title = docs_markdown("method").read_text(encoding="utf-8").splitlines()[0].lstrip("# ")
     assert "<html" in html and title in html and "\n# " not in html
+
+
+def test_run_shortcut_is_listed_in_preferences_shortcuts(viewer_widget, qtbot):
+    from napari._qt.widgets.qt_keyboard_settings import ShortcutEditor
+    from napari.utils.interactions import Shortcut
+
+    from napari_attnreg._napari.run_panel import RUN_SHORTCUT
+
+    editor = ShortcutEditor()
+    qtbot.addWidget(editor)
+    editor.layer_combo_box.setCurrentText(ShortcutEditor.VIEWER_KEYBINDINGS)
+    table = editor._table
+    rows = {table.item(r, editor._action_name_col).text(): table.item(r, editor._shortcut_col)
+            .text() for r in range(table.rowCount())}
+    ours = [name for name in rows if name.startswith("Attention Regularization: Run")]
+    assert ours, "the run action is not in Preferences ▸ Shortcuts"
+    assert rows[ours[0]] == Shortcut(RUN_SHORTCUT).platform
+
+
+def test_a_rebound_run_shortcut_runs_and_the_old_one_does_not(viewer_widget, cells_image,
+                                                               qtbot):
+    from napari.components import ViewerModel
+    from napari.utils.action_manager import action_manager
+    from napari.utils.key_bindings import KeyBinding
+
+    from napari_attnreg._napari.run_panel import RUN_ACTION, RUN_SHORTCUT
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    action_manager.unbind_shortcut(RUN_ACTION)  # what Preferences ▸ Shortcuts does
+    action_manager.bind_shortcut(RUN_ACTION, "Control-Alt-R")
+    try:
+        assert KeyBinding.from_str(RUN_SHORTCUT) not in ViewerModel.class_keymap
+        action = ViewerModel.class_keymap[KeyBinding.from_str("Control-Alt-R")]
+        with qtbot.waitSignal(widget.run_finished, timeout=60_000):
+            action(viewer)
+    finally:
+        action_manager.unbind_shortcut(RUN_ACTION)
+        action_manager.bind_shortcut(RUN_ACTION, RUN_SHORTCUT)

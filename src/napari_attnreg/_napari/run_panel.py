@@ -8,6 +8,7 @@ fires, once the worker has ended, with the outcome as applied (or dropped).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -20,8 +21,14 @@ from napari_attnreg.core.run.engine import CancelToken
 #: Shortest interval between progress-display refreshes (ms): every repaint recomposites the
 #: window through OpenGL, which with software GL (Mesa llvmpipe) costs CPU the run would use.
 UI_UPDATE_MS = 500
-#: The keyboard shortcut that presses Run (napari key-binding syntax).
+#: The keyboard shortcut that presses Run (napari key-binding syntax); the analyst can change
+#: it under Preferences ▸ Shortcuts, where :data:`RUN_ACTION` is listed.
 RUN_SHORTCUT = "Control-Shift-R"
+#: napari action-manager name of 'press Run in the Attention Regularization dock'.
+RUN_ACTION = "napari-attnreg:run"
+#: The open docks' run callbacks by viewer, the latest last (the last dock opened owns the key);
+#: both held weakly, so a closed viewer or dock is never kept alive by the shortcut.
+_RUN_CALLBACKS: list[tuple[weakref.ref, weakref.ref]] = []
 ERROR_COLOR = "#e55"
 
 
@@ -142,15 +149,20 @@ class RunPanel(QWidget):
 
     @staticmethod
     def bind_shortcut(viewer: Any, callback: Any) -> None:
-        """Bind :data:`RUN_SHORTCUT` in ``viewer`` (the last dock opened owns it)."""
-        viewer.bind_key(RUN_SHORTCUT, callback, overwrite=True)
+        """Let :data:`RUN_ACTION` (and its shortcut) call ``callback`` (a bound method) in
+        ``viewer``.
+
+        The action is napari's (action manager), so Preferences ▸ Shortcuts lists it and the
+        analyst can rebind it; the last dock opened in a viewer owns it.
+        """
+        register_run_action()
+        _RUN_CALLBACKS.append((weakref.ref(viewer), weakref.WeakMethod(callback)))
 
     @staticmethod
     def unbind_shortcut(viewer: Any, callback: Any) -> None:
-        from napari.utils.key_bindings import KeyBinding
-
-        if viewer.keymap.get(KeyBinding.from_str(RUN_SHORTCUT)) == callback:  # still ours
-            viewer.bind_key(RUN_SHORTCUT, None)
+        _RUN_CALLBACKS[:] = [(ref, cb) for ref, cb in _RUN_CALLBACKS
+                             if ref() is not None and cb() is not None
+                             and not (ref() is viewer and cb() == callback)]
 
     # ---- run / cancel ------------------------------------------------------------------
     def next_task_id(self) -> int:
@@ -238,6 +250,33 @@ class RunPanel(QWidget):
 
             outcome = Outcome(self.task_id, status="failed", message="The run ended unexpectedly.")
         self.finished.emit(outcome)
+
+
+def _run_in_viewer(viewer: Any) -> None:
+    """The action: press Run in the dock last opened in ``viewer`` (none open: nothing)."""
+    for ref, method in reversed(_RUN_CALLBACKS):
+        callback = method()
+        if ref() is viewer and callback is not None:
+            callback(viewer)
+            return
+
+
+def register_run_action() -> None:
+    """Register :data:`RUN_ACTION` with napari's action manager, with its default shortcut.
+
+    The default is bound only when the analyst's shortcut settings do not name the action
+    (napari binds a stored choice itself, also an empty one).
+    """
+    from napari.components import ViewerModel
+    from napari.settings import get_settings
+    from napari.utils.action_manager import action_manager
+
+    action_manager.register_action(
+        RUN_ACTION, _run_in_viewer,
+        "Attention Regularization: Run on the chosen image (the dock must be open)",
+        ViewerModel)
+    if RUN_ACTION not in get_settings().shortcuts.shortcuts:
+        action_manager.bind_shortcut(RUN_ACTION, RUN_SHORTCUT)
 
 
 def _shortcut_text() -> str:
