@@ -370,3 +370,31 @@ def test_a_rebound_run_shortcut_runs_and_the_old_one_does_not(viewer_widget, cel
     finally:
         action_manager.unbind_shortcut(RUN_ACTION)
         action_manager.bind_shortcut(RUN_ACTION, RUN_SHORTCUT)
+
+
+# ---- 6. figure export -------------------------------------------------------------------------------
+def test_export_figure_has_a_scale_bar_and_leaves_the_viewer_as_it_was(viewer_widget,
+                                                                       run_and_wait,
+                                                                       cells_image, tmp_path):
+    import imageio.v3 as iio
+
+    from napari_attnreg._napari.figure import export_figure
+    from napari_attnreg._napari.slice_cue import canvas_overlay
+
+    viewer, widget = viewer_widget
+    viewer.window.show()
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    viewer.reset_view()
+    bar = canvas_overlay(viewer, "scale_bar")
+    assert not bar.visible
+    plain = viewer.screenshot(canvas_only=True, scale=2.0, flash=False)
+    path = export_figure(viewer, tmp_path / "figure")
+    assert path.suffix == ".png" and not bar.visible  # on for the shot only
+    figure = iio.imread(path)
+    assert figure.shape == plain.shape and figure.shape[0] > 200  # twice the canvas
+    changed = np.any(figure != plain, axis=-1)
+    rows, cols = np.nonzero(changed)
+    # only the scale bar was added: in the bottom-right corner
+    assert changed.any() and rows.min() > figure.shape[0] / 2 and cols.min() > figure.shape[1] / 2
+    assert widget.figure_button.toolTip()

@@ -51,13 +51,19 @@ def missing_slice_text(record: RunRecord, point: Sequence[float]) -> str | None:
             f"{plane_text(plane)} has no result ('Compute remaining slices' in the dock).")
 
 
-def text_overlay(viewer: Any) -> Any:
-    """napari's canvas text overlay (``viewer.canvas.overlays.text`` since 0.9)."""
+def canvas_overlay(viewer: Any, name: str) -> Any:
+    """napari's canvas overlay ``name`` (``"text"``, ``"scale_bar"``): ``viewer.canvas.overlays``
+    since 0.9, ``viewer.text_overlay`` / ``viewer.scale_bar`` before."""
     canvas = getattr(viewer, "canvas", None)
     overlays = getattr(canvas, "overlays", None)
-    if overlays is not None and "text" in overlays:
-        return overlays["text"]
-    return viewer.text_overlay  # napari < 0.9
+    if overlays is not None and name in overlays:
+        return overlays[name]
+    return getattr(viewer, "text_overlay" if name == "text" else name)  # napari < 0.9
+
+
+def text_overlay(viewer: Any) -> Any:
+    """napari's canvas text overlay."""
+    return canvas_overlay(viewer, "text")
 
 
 class SliceCue:
