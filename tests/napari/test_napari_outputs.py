@@ -172,6 +172,7 @@ def test_planes_not_computed_are_drawn_transparent(viewer_widget, run_and_wait, 
         record.outputs[kind].visible = True
         record.outputs[kind].opacity = 1.0
         record.outputs[kind].colorbar.visible = False  # the colorbar is drawn on every plane
+        record.outputs[kind].name_overlay.visible = False  # and so is its title
     with_maps = viewer.screenshot(canvas_only=True, flash=False)
     np.testing.assert_array_equal(with_maps, without)
     viewer.dims.set_point(0, 1)  # the computed plane does draw

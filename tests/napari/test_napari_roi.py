@@ -114,9 +114,10 @@ def test_odds_ratio_without_significant_tokens_and_small_roi_warning(
     path = widget.roi_panel.export_csv(tmp_path / "rois.csv")
     with open(path, newline="", encoding="utf-8") as fh:
         assert all(np.isnan(float(r["odds_ratio"])) for r in csv.DictReader(fh))
-    # the 3×3-pixel ROI is smaller than one token: said so
+    # the 3×3-pixel ROI is smaller than one patch: said so, with the run that resolves it
     status = widget.roi_panel.status.text()
-    assert "⚠ ROI 2 smaller than one token" in status and "ROI 1" not in status
+    assert "⚠ 1 of 2 ROIs (ROI 2) smaller than one patch" in status and "ROI 1" not in status
+    assert "native-resolution tiles" in status
 
     with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
         widget.thresholds_panel.p_th_slider.setValue(1.0)  # every token significant

@@ -85,8 +85,8 @@ def test_every_control_has_a_tooltip_and_there_is_a_help_link(viewer_widget):
     missing = [f"{type(w).__name__} {w.objectName() or getattr(w, 'text', lambda: '')()!r}"
                for w in controls if not w.toolTip().strip()]
     assert not missing, "\n".join(missing)
-    assert " href=" in widget.title.text() and "method.md" in widget.title.text()
-    assert widget.title.openExternalLinks()
+    # the method page, rendered by the dock (test_napari_analyst), never raw Markdown
+    assert " href='attnreg-help:method'" in widget.title.text()
 
 
 def _needed(widget):
@@ -144,7 +144,10 @@ def test_keyboard_shortcut_runs(viewer_widget, qtbot, cells_image):
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
     assert "Ctrl+Shift+R" in widget.run_panel.run_button.toolTip()
-    action = viewer.keymap[KeyBinding.from_str(RUN_SHORTCUT)]
+    from napari.components import ViewerModel
+
+    # napari's action manager binds the shortcut for every viewer (Preferences ▸ Shortcuts)
+    action = ViewerModel.class_keymap[KeyBinding.from_str(RUN_SHORTCUT)]
     with qtbot.waitSignal(widget.run_finished, timeout=60_000) as blocker:
         action(viewer)
         assert widget.busy

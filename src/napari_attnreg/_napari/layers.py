@@ -86,7 +86,23 @@ def stacked_maps(record: RunRecord, kinds: tuple[str, ...] = KINDS) -> dict[str,
             k = _supersample(kind)
             out[kind][slot] = np.kron(maps[kind], np.ones((k, k), dtype=np.int32)) if k > 1 \
                 else maps[kind]
+    if "significant" in out:
+        close_outline(out["significant"])
     return out
+
+
+def close_outline(labels: np.ndarray) -> np.ndarray:
+    """Clear the outermost ring of cells of every plane (in place), so the outline closes.
+
+    napari's contour is drawn where a label meets another value, and the image edge is not
+    one: with most patches significant, only the holes were outlined, which read as the
+    significant regions. With the ring at 0 the regions touching the edge are outlined there
+    too. The ring is a quarter token wide; token values are read at token centres
+    (:func:`token_grid`), which it never touches.
+    """
+    for edge in (np.s_[..., 0, :], np.s_[..., -1, :], np.s_[..., :, 0], np.s_[..., :, -1]):
+        labels[edge] = 0
+    return labels
 
 
 def _supersample(kind: str) -> int:
@@ -290,7 +306,22 @@ def _add_output(viewer: Any, kind: str, data: np.ndarray, kwargs: dict[str, Any]
         return layer
     layer = viewer.add_image(data, **kwargs)
     layer.colorbar.visible = True  # drawn only while the layer itself is visible
+    title_colorbar(layer)
     return layer
+
+
+def title_colorbar(layer: Any) -> None:
+    """Name the layer's colorbar: napari's per-layer name overlay, tiled beside the bar.
+
+    Without it two visible maps showed two anonymous bars. napari < 0.9 has no per-layer
+    name overlay: the bar stays untitled there.
+    """
+    overlay = getattr(layer, "name_overlay", None)
+    if overlay is None:
+        return
+    overlay.position = layer.colorbar.position
+    overlay.font_size = layer.colorbar.font_size
+    overlay.visible = True
 
 
 def refresh_thresholds(viewer: Any, record: RunRecord) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from qtpy.QtWidgets import (
     QWidget,
 )
 
+from napari_attnreg._napari.status import link_color
 from napari_attnreg.core.models.catalogue import CatalogueEntry, by_domain, find
 from napari_attnreg.core.models.weights import WEIGHT_SUFFIXES
 from napari_attnreg.core.run.service import MODEL_SOURCE_LABELS, ModelSpec
@@ -85,7 +86,8 @@ class CataloguePicker(QWidget):
         self.combo.setToolTip(entry.description)
         self.access_label.setText(
             f"<small><b>{entry.domain}</b> · {entry.description}<br>{entry.licence} · "
-            + (f"gated: <a href='{entry.page}'>request access</a>, then log in or set HF_TOKEN"
+            + (f"gated: <a style='color:{link_color()}' href='{entry.page}'>request access</a>, "
+               "then log in or set HF_TOKEN"
                if entry.gated else "open download")
             + " · offline: choose 'weights file' with this id as arch</small>")
 

@@ -1,16 +1,69 @@
-"""ROI table export: the core's rows as CSV, each row stating what made it."""
+"""ROI table export: the core's rows as CSV (each row stating what made it) and as the ROI
+layer's ``features`` (napari's features table, the layer's status line)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from napari_attnreg._napari.run_record import RunRecord
+from napari_attnreg.core.stats.roi import ROI_COLUMNS, object_size_advice
+
+#: A Labels layer's features get one row per label value 0…max (napari's features table maps
+#: row i to label i) unless the largest id is far beyond the number of ROIs.
+DENSE_LABEL_ROWS = 10_000
 
 
-def small_rois(rows: list[dict], record: RunRecord) -> list[str]:
-    """ROIs smaller than one token's footprint: their statistics rest on one coarse token."""
-    sy, sx = record.any_result.token_scale
-    return [str(r["label"]) for r in rows if r["area_px"] < sy * sx]
+def size_advice(rows: list[dict], record: RunRecord) -> str | None:
+    """The core's object-size warning for the ROIs of one plane (the table's first)."""
+    if not rows:
+        return None
+    plane = rows[0].get("plane")
+    areas = {int(r["label"]): float(r["area_px"]) for r in rows if r.get("plane") == plane}
+    result = record.any_result
+    return object_size_advice(areas, result.token_scale, result.patch_size,
+                              tiled=bool(result.metadata.get("tiled")),
+                              tile_scale=float(record.params.get("tile_scale") or 1.0))
+
+
+def roi_features(layer: Any, rows: list[dict], plane: list[int] | None = None) -> Any:
+    """``layer.features`` with the ROI statistics of ``plane`` (default: the first) merged in.
+
+    Shapes: row i is shape i (ROI id i + 1). Labels: row i is label i with an ``index`` column
+    (napari's convention), or only the labels present when the ids are sparse. Columns the
+    analyst or another plugin put there are kept; ROIs without a row get NaN.
+    """
+    import pandas as pd
+    from napari.layers import Labels
+
+    planes = [r.get("plane") for r in rows]
+    chosen = plane if plane in planes else (planes[0] if planes else None)
+    by_label = {int(r["label"]): r for r in rows if r.get("plane") == chosen}
+    if isinstance(layer, Labels):
+        top = max(by_label, default=0)
+        ids = np.arange(top + 1) if top <= max(DENSE_LABEL_ROWS, 10 * len(by_label)) \
+            else np.array(sorted(by_label))
+    else:
+        ids = np.arange(1, len(layer.data) + 1)
+    keys = (["plane"] if chosen is not None else []) + list(ROI_COLUMNS)
+    ours = pd.DataFrame({key: [_cell(by_label.get(int(i)), key) for i in ids] for key in keys})
+    ours["label"] = ids  # every row names its ROI, measured or not
+    if isinstance(layer, Labels):
+        ours.insert(0, "index", ids)
+    kept = layer.features
+    if len(kept) == len(ours):
+        kept = kept.drop(columns=[c for c in kept.columns if c in ours.columns])
+        return pd.concat([kept.reset_index(drop=True), ours], axis=1)
+    return ours
+
+
+def _cell(row: dict | None, key: str) -> Any:
+    if row is None:
+        return np.nan
+    value = row.get(key)
+    return str(value) if isinstance(value, list) else value
 
 
 def run_provenance(record: RunRecord) -> dict:

@@ -1,7 +1,13 @@
 """The ROI panel: ROI layer chooser, per-ROI statistics table and CSV export with provenance.
 
 The rows are the core's :func:`~napari_attnreg.core.stats.roi.roi_table` (see :mod:`.roi_geometry`);
-this panel only shows them, flags what a reader could misread, and writes them.
+this panel only shows them, flags what a reader could misread (ROIs smaller than a patch, with
+the run that would resolve them), and writes them: as CSV, and into the ROI layer's
+``features`` (napari's features table and status line show them there).
+
+Selection is linked: choosing rows here selects those shapes / that label in the layer (and
+moves to the row's slice); selecting shapes or a label in the layer selects their rows. A
+Shapes or Labels layer added while no ROI layer is chosen becomes the ROI layer.
 """
 
 from __future__ import annotations
@@ -11,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from qtpy.QtCore import Signal
+from qtpy.QtCore import QItemSelection, QItemSelectionModel, Signal
 from qtpy.QtWidgets import (
+    QAbstractItemView,
     QComboBox,
     QFileDialog,
     QHBoxLayout,
@@ -27,9 +34,12 @@ from qtpy.QtWidgets import (
 from superqt.utils import qdebounced
 
 from napari_attnreg._napari.option_controls import choose_item
-from napari_attnreg._napari.roi_export import small_rois, write_roi_csv
+from napari_attnreg._napari.roi_export import roi_features, size_advice, write_roi_csv
 from napari_attnreg._napari.roi_geometry import record_roi_rows
 from napari_attnreg._napari.run_record import RunRecord
+from napari_attnreg._napari.slice_cue import shown_plane
+from napari_attnreg._napari.source_panel import is_output
+from napari_attnreg._napari.status import WARNING_COLOR
 from napari_attnreg.core.results.display import ROI_COLUMN_HELP, ROI_COLUMNS, rule_text
 from napari_attnreg.core.stats.roi import ROI_COLUMNS as ROW_KEYS
 
@@ -65,6 +75,7 @@ class RoiPanel(QWidget):
         self._current_record = current_record
         self._watched: Any = None
         self._record: RunRecord | None = None
+        self._syncing = False  # a selection set from the other side: do not echo it back
         self.rows: list[dict] = []
 
         self.layer_combo = QComboBox()
@@ -78,10 +89,13 @@ class RoiPanel(QWidget):
         self.table = QTableWidget(0, 0)
         self.table.setEditTriggers(QTableWidget.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)  # the ROI id column names each row
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
         self.table.setMinimumHeight(110)
         self.table.setToolTip("One row per ROI: per-region statistics against the significant "
-                              "patches (hover a column header for its meaning).")
+                              "patches (hover a column header for its meaning). Choosing "
+                              "rows selects those ROIs in the layer.")
 
         top = QHBoxLayout()
         top.addWidget(QLabel("ROI layer"))
@@ -95,16 +109,23 @@ class RoiPanel(QWidget):
 
         self.layer_combo.currentIndexChanged.connect(self._on_layer_chosen)
         self.export_button.clicked.connect(self._on_export_clicked)
-        for ev in (viewer.layers.events.inserted, viewer.layers.events.removed,
-                   viewer.layers.events.renamed):
+        self.table.itemSelectionChanged.connect(self._on_rows_selected)
+        for ev in self._layer_list_events():
             ev.connect(self._refresh_choices)
+        viewer.layers.events.inserted.connect(self._on_inserted)
+        viewer.dims.events.current_step.connect(self._on_step)
         self._refresh_choices()
+
+    def _layer_list_events(self) -> tuple[Any, ...]:
+        ev = self._viewer.layers.events
+        return (ev.inserted, ev.removed, ev.renamed)
 
     def disconnect_viewer(self) -> None:
         """Stop following the viewer (the dock was removed)."""
-        for ev in (self._viewer.layers.events.inserted, self._viewer.layers.events.removed,
-                   self._viewer.layers.events.renamed):
+        for ev in self._layer_list_events():
             ev.disconnect(self._refresh_choices)
+        self._viewer.layers.events.inserted.disconnect(self._on_inserted)
+        self._viewer.dims.events.current_step.disconnect(self._on_step)
         self._watch(None)
 
     # ---- ROI layer list ---------------------------------------------------------------
@@ -127,11 +148,21 @@ class RoiPanel(QWidget):
         if self.current_layer() is not current:
             self._on_layer_chosen()
 
+    def _on_inserted(self, event: Any) -> None:
+        # a layer the analyst just added to draw or paint ROIs in (never our own outputs)
+        layer = event.value
+        if self.current_layer() is None and layer in self.roi_layers() and not is_output(layer):
+            self.set_layer(layer)
+
     def current_layer(self) -> Any | None:
         return self.layer_combo.currentData() if self.layer_combo.count() else None
 
     def set_layer(self, layer: Any) -> None:
-        """Choose the ROI layer programmatically."""
+        """Choose the ROI layer programmatically (the table is recomputed, also when it was
+        the chosen layer already, e.g. picked up when it was added)."""
+        if layer is self.current_layer() and layer is not None:
+            self.update_table()
+            return
         if choose_item(self.layer_combo, layer):
             return
         raise ValueError(f"{getattr(layer, 'name', layer)!r} is not a Shapes/Labels layer of the "
@@ -142,17 +173,16 @@ class RoiPanel(QWidget):
         self.update_table()
 
     def _watch(self, layer: Any) -> None:
-        if self._watched is not None:
-            for name in ("data", "paint"):
-                emitter = getattr(self._watched.events, name, None)
+        for watched, action in ((self._watched, "disconnect"), (layer, "connect")):
+            if watched is None:
+                continue
+            for name, slot in (("data", self._schedule), ("paint", self._schedule),
+                               ("highlight", self._on_layer_selection),
+                               ("selected_label", self._on_layer_selection)):
+                emitter = getattr(watched.events, name, None)
                 if emitter is not None:
-                    emitter.disconnect(self._schedule)
+                    getattr(emitter, action)(slot)
         self._watched = layer
-        if layer is not None:
-            for name in ("data", "paint"):
-                emitter = getattr(layer.events, name, None)
-                if emitter is not None:
-                    emitter.connect(self._schedule)
 
     @qdebounced(timeout=150)
     def _schedule(self, event: Any = None) -> None:
@@ -177,14 +207,13 @@ class RoiPanel(QWidget):
             else:
                 text = (f"{len(rows)} ROI row(s) · significant: {rule_text(record.thresholds)} · "
                         "token in ROI when ≥50% covered")
-                small = small_rois(rows, record)
-                if small:
-                    sy, sx = record.any_result.token_scale
-                    text += (f"<br><span style='color:#e0a030'>⚠ ROI {', '.join(small)} "
-                             f"smaller than one token ({sy:.3g}×{sx:.3g} px): its statistics "
-                             "rest on the single token it overlaps most.</span>")
+                advice = size_advice(rows, record)
+                if advice:
+                    text += f"<br><span style='color:{WARNING_COLOR}'>⚠ {advice}</span>"
                 self.status.setText(text)
         self._show(rows)
+        self._write_features()
+        self._on_layer_selection()  # the new rows keep the layer's selection
 
     def _show(self, rows: list[dict]) -> None:
         self.rows = rows
@@ -201,6 +230,75 @@ class RoiPanel(QWidget):
                 self.table.setItem(r, c, QTableWidgetItem(_fmt(row.get(key))))
         self.export_button.setEnabled(bool(rows))
         self.rows_changed.emit(rows)
+
+    # ---- the layer's features and linked selection ---------------------------------------
+    def _write_features(self) -> None:
+        layer = self.current_layer()
+        if layer is None or not self.rows:
+            return
+        try:
+            layer.features = roi_features(layer, self.rows, self._shown_plane())
+        except ValueError as err:  # e.g. shapes added since the rows were made: next update
+            self.status.setText(f"{self.status.text()}<br>Layer features not updated: {err}")
+
+    def _shown_plane(self) -> list[int] | None:
+        """The plane of the selected result the viewer shows (None: a 2D image)."""
+        record = self._record
+        plane = None if record is None else shown_plane(record.geometry, self._viewer.dims.point)
+        return None if plane is None else list(plane)
+
+    def _on_step(self, event: Any = None) -> None:
+        if self._record is not None and len(self._record.results) > 1:
+            self._write_features()  # the features show the slice in view
+
+    def _on_rows_selected(self) -> None:
+        layer = self.current_layer()
+        rows = sorted({index.row() for index in self.table.selectedIndexes()})
+        if self._syncing or layer is None or not rows:
+            return
+        chosen = [self.rows[r] for r in rows if r < len(self.rows)]
+        self._syncing = True
+        try:
+            if chosen and chosen[-1].get("plane") not in (None, self._shown_plane()):
+                self._go_to_plane(chosen[-1]["plane"])
+            labels = [int(row["label"]) for row in chosen]
+            if hasattr(layer, "selected_label"):
+                layer.selected_label = labels[-1]
+            else:
+                layer.selected_data = {label - 1 for label in labels if label <= len(layer.data)}
+        finally:
+            self._syncing = False
+
+    def _go_to_plane(self, plane: list[int]) -> None:
+        geometry = self._record.geometry  # type: ignore[union-attr]
+        offset = self._viewer.dims.ndim - geometry.ndim
+        for axis, index in zip(geometry.stack_axes, plane):
+            world = geometry.translate[axis] + geometry.scale[axis] * index
+            self._viewer.dims.set_point(axis + offset, world)
+
+    def _on_layer_selection(self, event: Any = None) -> None:
+        layer = self.current_layer()
+        if self._syncing or layer is None:
+            return
+        labels = ({int(layer.selected_label)} if hasattr(layer, "selected_label")
+                  else {i + 1 for i in layer.selected_data})
+        plane = self._shown_plane()
+        wanted = [r for r, row in enumerate(self.rows)
+                  if row["label"] in labels and row.get("plane", plane) == plane]
+        if wanted == sorted({index.row() for index in self.table.selectedIndexes()}):
+            return  # highlight also fires on hover: nothing changed
+        selection = QItemSelection()
+        last = self.table.columnCount() - 1
+        for r in wanted:
+            selection.select(self.table.model().index(r, 0), self.table.model().index(r, last))
+        self._syncing = True
+        try:
+            self.table.selectionModel().select(
+                selection, QItemSelectionModel.SelectionFlag.ClearAndSelect)
+            if wanted:
+                self.table.scrollToItem(self.table.item(wanted[0], 0))
+        finally:
+            self._syncing = False
 
     def export_csv(self, path: str | Path) -> Path:
         """Write the current rows, with what made them (``#`` lines) on top."""

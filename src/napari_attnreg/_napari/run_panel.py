@@ -8,6 +8,7 @@ fires, once the worker has ended, with the outcome as applied (or dropped).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -20,8 +21,14 @@ from napari_attnreg.core.run.engine import CancelToken
 #: Shortest interval between progress-display refreshes (ms): every repaint recomposites the
 #: window through OpenGL, which with software GL (Mesa llvmpipe) costs CPU the run would use.
 UI_UPDATE_MS = 500
-#: The keyboard shortcut that presses Run (napari key-binding syntax).
+#: The keyboard shortcut that presses Run (napari key-binding syntax); the analyst can change
+#: it under Preferences ▸ Shortcuts, where :data:`RUN_ACTION` is listed.
 RUN_SHORTCUT = "Control-Shift-R"
+#: napari action-manager name of 'press Run in the Attention Regularization dock'.
+RUN_ACTION = "napari-attnreg:run"
+#: The open docks' run callbacks by viewer, the latest last (the last dock opened owns the key);
+#: both held weakly, so a closed viewer or dock is never kept alive by the shortcut.
+_RUN_CALLBACKS: list[tuple[weakref.ref, weakref.ref]] = []
 ERROR_COLOR = "#e55"
 
 
@@ -52,11 +59,13 @@ class RunPanel(QWidget):
     Signals
     -------
     run_requested : Run was pressed.
+    remaining_requested : 'Compute remaining slices' was pressed.
     returned(outcome) : the latest task returned (done, partial, cancelled or failed).
     finished(outcome) : the worker ended (after ``returned``, if any).
     """
 
     run_requested = Signal()
+    remaining_requested = Signal()
     returned = Signal(object)
     finished = Signal(object)
 
@@ -79,6 +88,11 @@ class RunPanel(QWidget):
         self.cancel_button.setToolTip("Stop the run at its next chunk of null images; nothing "
                                       "it computed is added.")
         self.cancel_button.setEnabled(False)
+        self.remaining_button = QPushButton("Compute remaining slices")
+        self.remaining_button.setToolTip("Run the slices of this stack that have no result yet, "
+                                         "with the same model and preset; their maps join the "
+                                         "ones computed before.")
+        self.remaining_button.setVisible(False)
         self.progress_bar = QProgressBar()
         self.progress_bar.setRange(0, 1000)
         self.progress_bar.setTextVisible(False)
@@ -94,10 +108,12 @@ class RunPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(buttons)
+        layout.addWidget(self.remaining_button)
         layout.addWidget(self.progress_bar)
         layout.addWidget(self.status_label)
         self.run_button.clicked.connect(self.run_requested)
         self.cancel_button.clicked.connect(self.cancel)
+        self.remaining_button.clicked.connect(self.remaining_requested)
 
     # ---- state -------------------------------------------------------------------------
     @property
@@ -115,6 +131,12 @@ class RunPanel(QWidget):
         tip = f"Compute the maps for the chosen image ({_shortcut_text()})."
         self.run_button.setToolTip(tip if ok else f"{reason} {tip}")
         self.cancel_button.setEnabled(self.busy and not (self._cancel and self._cancel.cancelled))
+        self.remaining_button.setEnabled(ok and not self.busy)
+
+    def offer_remaining(self, missing: int) -> None:
+        """Show 'Compute remaining slices' while the selected stack lacks ``missing`` slices."""
+        self.remaining_button.setVisible(missing > 0)
+        self.remaining_button.setText(f"Compute remaining slices ({missing})")
 
     def show_status(self, html_text: str) -> None:
         self.status_label.setText(html_text)
@@ -127,15 +149,20 @@ class RunPanel(QWidget):
 
     @staticmethod
     def bind_shortcut(viewer: Any, callback: Any) -> None:
-        """Bind :data:`RUN_SHORTCUT` in ``viewer`` (the last dock opened owns it)."""
-        viewer.bind_key(RUN_SHORTCUT, callback, overwrite=True)
+        """Let :data:`RUN_ACTION` (and its shortcut) call ``callback`` (a bound method) in
+        ``viewer``.
+
+        The action is napari's (action manager), so Preferences ▸ Shortcuts lists it and the
+        analyst can rebind it; the last dock opened in a viewer owns it.
+        """
+        register_run_action()
+        _RUN_CALLBACKS.append((weakref.ref(viewer), weakref.WeakMethod(callback)))
 
     @staticmethod
     def unbind_shortcut(viewer: Any, callback: Any) -> None:
-        from napari.utils.key_bindings import KeyBinding
-
-        if viewer.keymap.get(KeyBinding.from_str(RUN_SHORTCUT)) == callback:  # still ours
-            viewer.bind_key(RUN_SHORTCUT, None)
+        _RUN_CALLBACKS[:] = [(ref, cb) for ref, cb in _RUN_CALLBACKS
+                             if ref() is not None and cb() is not None
+                             and not (ref() is viewer and cb() == callback)]
 
     # ---- run / cancel ------------------------------------------------------------------
     def next_task_id(self) -> int:
@@ -223,6 +250,33 @@ class RunPanel(QWidget):
 
             outcome = Outcome(self.task_id, status="failed", message="The run ended unexpectedly.")
         self.finished.emit(outcome)
+
+
+def _run_in_viewer(viewer: Any) -> None:
+    """The action: press Run in the dock last opened in ``viewer`` (none open: nothing)."""
+    for ref, method in reversed(_RUN_CALLBACKS):
+        callback = method()
+        if ref() is viewer and callback is not None:
+            callback(viewer)
+            return
+
+
+def register_run_action() -> None:
+    """Register :data:`RUN_ACTION` with napari's action manager, with its default shortcut.
+
+    The default is bound only when the analyst's shortcut settings do not name the action
+    (napari binds a stored choice itself, also an empty one).
+    """
+    from napari.components import ViewerModel
+    from napari.settings import get_settings
+    from napari.utils.action_manager import action_manager
+
+    action_manager.register_action(
+        RUN_ACTION, _run_in_viewer,
+        "Attention Regularization: Run on the chosen image (the dock must be open)",
+        ViewerModel)
+    if RUN_ACTION not in get_settings().shortcuts.shortcuts:
+        action_manager.bind_shortcut(RUN_ACTION, RUN_SHORTCUT)
 
 
 def _shortcut_text() -> str:

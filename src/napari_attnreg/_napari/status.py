@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import html
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from qtpy.QtWidgets import QLabel
@@ -73,20 +75,103 @@ def warn_missing_planes(outcome: Any, planes: list[tuple[int, ...]]) -> str:
     return text
 
 
-#: Readable on napari's dark and light themes alike.
-LINK_COLOR = "#5aa9ff"
+#: Link colours readable on a dark and on a light background (WCAG contrast ≥ 4.5).
+LINK_ON_DARK = "#5aa9ff"
+LINK_ON_LIGHT = "#0b57a4"
+
+
+def _luminance(hex_color: str) -> float:
+    """WCAG relative luminance of ``#rrggbb``."""
+    channels = [int(hex_color.lstrip("#")[i:i + 2], 16) / 255 for i in (0, 2, 4)]
+    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG contrast ratio of two ``#rrggbb`` colours (1 to 21)."""
+    hi, lo = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def theme_background() -> str:
+    """The background colour of napari's current theme (dark when it cannot be read)."""
+    try:
+        from napari.settings import get_settings
+        from napari.utils.theme import get_theme
+
+        return get_theme(get_settings().appearance.theme).background.as_hex()
+    except (ImportError, ValueError, KeyError):
+        return "#23242b"
+
+
+def link_color(background: str | None = None) -> str:
+    """A link colour readable on ``background`` (default: napari's current theme).
+
+    Qt's own link colour is a dark blue that napari's dark theme leaves unreadable.
+    """
+    background = background or theme_background()
+    return max((LINK_ON_DARK, LINK_ON_LIGHT), key=lambda c: contrast(c, background))
+
+
+#: The help label's link target: handled here (rendered Markdown), never opened as it is.
+HELP_HREF = "attnreg-help:method"
 
 
 def help_link() -> QLabel:
-    """'Help: how to read the maps': the project's docs/method.md (core.docs finds it)."""
-    from napari_attnreg.core.docs import docs_url
+    """'Help: how to read the maps': the project's method page, readable without internet.
 
-    url = docs_url("method")
-    if url is None:  # no declared documentation URL and no docs folder: say where it lives
-        label = QLabel("Help: docs/method.md of napari-attnreg")
+    A declared documentation URL opens in the browser; otherwise the page's Markdown (package
+    data or a source checkout, :mod:`napari_attnreg.core.docs`) is rendered to HTML first, so
+    the browser never shows raw Markdown.
+    """
+    from napari_attnreg.core.docs import declared_docs_url, docs_markdown
+
+    if declared_docs_url() is None and docs_markdown("method") is None:
+        label = QLabel("Help: docs/method.md of napari-attnreg")  # nothing to open: say where
         label.setToolTip("How to read the maps and choose the options.")
         return label
-    label = QLabel(f"<a style='color:{LINK_COLOR}' href='{url}'>Help: how to read the maps</a>")
-    label.setOpenExternalLinks(True)
-    label.setToolTip(f"How to read the maps and choose the options: {url}")
+    label = QLabel(f"<a style='color:{link_color()}' href='{HELP_HREF}'>Help: how to read the "
+                   "maps</a>")
+    label.setToolTip("How to read the maps and choose the options (opens in the browser).")
+    label.linkActivated.connect(open_help)
     return label
+
+
+def open_help(href: str = HELP_HREF) -> str | None:
+    """Open documentation page ``attnreg-help:<page>``; returns the URL opened (None: none)."""
+    from qtpy.QtCore import QUrl
+    from qtpy.QtGui import QDesktopServices
+
+    from napari_attnreg.core.docs import docs_url
+
+    page = href.partition(":")[2] or "method"
+    url = docs_url(page)
+    if url is None:
+        return None
+    if url.startswith("file:"):
+        url = rendered_docs(page).as_uri()
+    QDesktopServices.openUrl(QUrl(url))
+    return url
+
+
+def rendered_docs(page: str) -> Path:
+    """Documentation page ``page`` rendered from Markdown to HTML in a temporary folder.
+
+    Relative links and images resolve against the Markdown's own folder (an HTML ``base``).
+    """
+    from qtpy.QtGui import QTextDocument
+
+    from napari_attnreg.core.docs import docs_markdown
+
+    source = docs_markdown(page)
+    if source is None:
+        raise FileNotFoundError(f"No documentation page {page!r} in this installation.")
+    document = QTextDocument()
+    document.setMarkdown(source.read_text(encoding="utf-8"))
+    body = document.toHtml()
+    base = f"<base href='{source.parent.as_uri()}/'><title>napari-attnreg: {page}</title>"
+    body = body.replace("<head>", f"<head>{base}", 1)
+    out = Path(tempfile.gettempdir()) / "napari-attnreg-docs" / f"{page}.html"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(body, encoding="utf-8")
+    return out

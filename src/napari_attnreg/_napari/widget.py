@@ -5,6 +5,7 @@
 - :class:`.options_panel.OptionsPanel`: device, bootstrap, preset, tiling, advanced
 - :class:`.thresholds_panel.ThresholdsPanel`: live thresholds (no recomputation)
 - :class:`.run_panel.RunPanel`: Run/Cancel, progress, task ids, one worker at a time
+- :class:`.inspector.PatchInspector`: the patch under the mouse and the null it was compared with
 - :class:`.roi_panel.RoiPanel`: per-ROI statistics and CSV export
 
 The state lives in a Qt-free :class:`~napari_attnreg.session.Session` (``widget.session``):
@@ -32,6 +33,8 @@ from napari_attnreg._napari._compat import avoid_triton_llvm_clash
 avoid_triton_llvm_clash()  # before anything below can import timm (see core.triton_guard)
 
 from napari_attnreg._napari.dock_scroll import VerticalScroll
+from napari_attnreg._napari.figure import FigureButton
+from napari_attnreg._napari.inspector import PatchInspector
 from napari_attnreg._napari.layers import refresh_thresholds
 from napari_attnreg._napari.model_picker import ModelPanel
 from napari_attnreg._napari.options_panel import OptionsPanel
@@ -42,6 +45,7 @@ from napari_attnreg._napari.roi_panel import RoiPanel
 from napari_attnreg._napari.run_panel import RunPanel
 from napari_attnreg._napari.run_record import RunRecord
 from napari_attnreg._napari.settings import run_defaults
+from napari_attnreg._napari.slice_cue import SliceCue
 from napari_attnreg._napari.source_panel import SourcePanel
 from napari_attnreg._napari.status import (
     WARNING_COLOR,
@@ -101,13 +105,17 @@ class AttentionWidget(QWidget):
         self.thresholds_panel = ThresholdsPanel()
         self.run_panel = RunPanel()
         self.save_button = SaveButton(self)
+        self.figure_button = FigureButton(self.viewer)
+        self.inspector = PatchInspector(self.viewer, self.current_record, self._records.source_of)
+        self.slice_cue = SliceCue(self.viewer, self.current_record)
         self.roi_panel = RoiPanel(self.viewer, self.current_record)
         roi_group = QGroupBox("ROI statistics vs significant attention")
         QVBoxLayout(roi_group).addWidget(self.roi_panel)
         content = QWidget()
         layout = QVBoxLayout(content)
         for part in (self.title, self.source, model_form, self.options, self.thresholds_panel,
-                     self.run_panel, self.save_button, roi_group):
+                     self.run_panel, self.save_button, self.figure_button, self.inspector,
+                     roi_group):
             (layout.addLayout if isinstance(part, QFormLayout) else layout.addWidget)(part)
         layout.addStretch(1)
         outer = QVBoxLayout(self)
@@ -123,6 +131,7 @@ class AttentionWidget(QWidget):
         self.options.preset_changed.connect(self._on_preset_changed)
         self.thresholds_panel.changed.connect(self.apply_thresholds)
         self.run_panel.run_requested.connect(self.run)
+        self.run_panel.remaining_requested.connect(self.run_remaining)
         self.run_panel.returned.connect(self._on_returned)
         self.run_panel.finished.connect(self._on_finished)
         self.run_panel.bind_shortcut(self.viewer, self._on_run_shortcut)
@@ -216,6 +225,9 @@ class AttentionWidget(QWidget):
             self._summary_shown = False
             self.run_panel.show_status("No result for this image yet: press Run.")
         self.roi_panel.update_table()
+        self.inspector.refresh()
+        self.run_panel.offer_remaining(len(self.missing_planes()))
+        self.slice_cue.update()
 
     def _on_result_added(self, key: Any) -> None:
         if key == self.session.selected_key:  # a re-run of the image shown
@@ -234,7 +246,30 @@ class AttentionWidget(QWidget):
         config.validate()
         return config
 
-    def _build_job(self) -> PendingRun:
+    def missing_planes(self) -> list[tuple[int, ...]]:
+        """The planes of the selected stack that have no result (empty: none selected or all
+        computed)."""
+        record = self.current_record()
+        if record is None:
+            return []
+        return [p for p in record.geometry.planes() if p not in record.results]
+
+    def run_remaining(self) -> Any:
+        """Run the slices of the selected stack without a result (see :meth:`run`)."""
+        record, missing = self.current_record(), self.missing_planes()
+        if record is None or not missing:
+            self.run_panel.show_error("Every slice of this image has a result already.")
+            return None
+        spec = self.model_spec()
+        if spec.label() != record.params.get("model") or self.session.preset != record.preset:
+            self.run_panel.show_error(
+                f"The computed slices were made with {record.params.get('model')!r} and the "
+                f"{record.preset} preset; choose those again to add the remaining slices, or "
+                "set Planes to 'all slices' and Run to recompute every slice.")
+            return None
+        return self.run(planes=missing)
+
+    def _build_job(self, planes: list[tuple[int, ...]] | None = None) -> PendingRun:
         from napari_attnreg._napari.geometry import SourceGeometry
 
         layer = self.current_layer()
@@ -250,17 +285,21 @@ class AttentionWidget(QWidget):
         # napari's image axes are the last two (three with RGB): no layout guessing here
         stack = PlaneStack(layer.data, geometry.stack_axes,
                            layer.data.ndim - 1 if layer.rgb else axis, bool(layer.rgb))
-        job = Job(self.model_spec(), stack, self.source.planes(layer, geometry), config,
+        job = Job(self.model_spec(), stack,
+                  self.source.planes(layer, geometry) if planes is None else planes, config,
                   task_id=self.run_panel.next_task_id())
         return PendingRun(job, layer, geometry)
 
-    def run(self) -> Any:
-        """Start a run on the chosen layer; returns the worker (None if it could not start)."""
+    def run(self, planes: list[tuple[int, ...]] | None = None) -> Any:
+        """Start a run on the chosen layer; returns the worker (None if it could not start).
+
+        ``planes``: the planes to run (default: those the Planes control says).
+        """
         if self.run_panel.busy:
             self.run_panel.show_error("A run is already in progress; cancel it first.")
             return None
         try:
-            pending = self._build_job()
+            pending = self._build_job(planes)
         except ValueError as err:
             self.run_panel.show_error(str(err))
             return None
@@ -359,5 +398,7 @@ class AttentionWidget(QWidget):
         self.run_panel.cancel()
         self.source.disconnect_viewer()
         self.roi_panel.disconnect_viewer()
+        self.inspector.disconnect_viewer()
+        self.slice_cue.disconnect_viewer()
         self._records.stop_following()
         self.run_panel.unbind_shortcut(self.viewer, self._on_run_shortcut)

@@ -314,3 +314,80 @@ def roi_table_to_csv(rows: list[dict], path: str | Path) -> None:
         writer = csv.DictWriter(handle, fieldnames=fieldnames)
         writer.writeheader()
         writer.writerows(rows)
+
+
+#: ROI ids named in a size warning; more are counted, not listed.
+LISTED_IDS = 5
+
+
+def small_objects(areas_px: dict[int, float], token_scale: tuple[float, float]) -> list[int]:
+    """Ids of the objects (ROIs, labels) whose area is below one token's footprint."""
+    token_area = float(token_scale[0]) * float(token_scale[1])
+    return [label for label, area in areas_px.items() if area < token_area]
+
+
+def object_size_advice(areas_px: dict[int, float], token_scale: tuple[float, float],
+                       patch_size: tuple[int, int], *, tiled: bool = False,
+                       tile_scale: float = 1.0, noun: str = "ROI") -> str | None:
+    """A warning when objects are smaller than one token, and what run would resolve them.
+
+    Like cellpose's object diameter: a token (``patch × image/model`` pixels untiled, ``patch ×
+    tile_scale`` tiled) larger than the objects asked about leaves each object's statistics
+    resting on the single token it overlaps most.
+
+    Parameters
+    ----------
+    areas_px : dict
+        Object id → area in image pixels.
+    token_scale : (float, float)
+        One token's size in image pixels (``result.token_scale``).
+    patch_size : (int, int)
+        The model's patch in model pixels.
+    tiled, tile_scale
+        How the result was made.
+    noun : str
+        What the objects are called in the text.
+
+    Returns
+    -------
+    str or None (no object is smaller than a token).
+
+    Example
+    -------
+    >>> print(object_size_advice({1: 9.0, 2: 400.0}, (16.0, 16.0), (16, 16), tiled=True))
+    1 of 2 ROIs (ROI 1) smaller than one patch (16×16 px; median diameter of those 3.4 px): \
+their statistics rest on the single patch each overlaps most. Objects this size need finer \
+patches than the model has: even native-resolution tiles have 16×16-px patches, so upsample \
+the image before the run or choose a model with a smaller patch.
+    """
+    small = small_objects(areas_px, token_scale)
+    if not small:
+        return None
+    sy, sx = token_scale
+    area = float(np.median([areas_px[k] for k in small]))
+    names = (f" ({noun} {', '.join(str(k) for k in small)})" if len(small) <= LISTED_IDS
+             else "")
+    text = (f"{len(small)} of {len(areas_px)} {noun}s{names} smaller than one patch "
+            f"({sy:.3g}×{sx:.3g} px; median diameter of those "
+            f"{2.0 * math.sqrt(area / math.pi):.2g} px): their statistics rest on the single "
+            "patch each overlaps most.")
+    return f"{text} {_finer_patches(math.sqrt(area), patch_size, tiled, tile_scale)}"
+
+
+def _finer_patches(side: float, patch_size: tuple[int, int], tiled: bool,
+                   tile_scale: float) -> str:
+    """Which run gives patches no larger in area than an object of ``side``² pixels."""
+    ph, pw = patch_size
+    scale = math.floor(2.0 * side / max(ph, pw)) / 2.0  # largest tile_scale, in 0.5 steps
+    if scale < 1.0:
+        return ("Objects this size need finer patches than the model has: even "
+                f"native-resolution tiles have {ph}×{pw}-px patches, so upsample the image "
+                "before the run or choose a model with a smaller patch.")
+    if not tiled:
+        return (f"Run 'Tiled (native resolution)': a patch then covers {ph}×{pw} image pixels"
+                + (f" ({ph * scale:g}×{pw * scale:g} with 'Downsample ×' {scale:g})."
+                   if scale > 1.0 else "."))
+    if tile_scale > scale:
+        return (f"Lower 'Downsample ×' (now {tile_scale:g}) to {scale:g}: a patch then covers "
+                f"{ph * scale:g}×{pw * scale:g} image pixels.")
+    return "Choose a model with a smaller patch for objects this size."
