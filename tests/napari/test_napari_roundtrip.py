@@ -208,3 +208,18 @@ def test_a_result_file_that_records_its_spacing_opens_in_mm(make_napari_viewer, 
     broken.write_bytes(b"not a zip")
     with pytest.raises(ValueError, match="broken.attnreg.npz"):
         get_reader(str(broken))(str(broken))
+
+
+def test_a_ct_run_in_the_dock_warns_off_domain_and_records_where_it_lay(
+        demo_dock, run_and_wait, ct_series):
+    """The dock passes what the DICOM says as the command line does: the demo model on a CT
+    is off-domain, and the result keeps the slice's placement in millimetres."""
+    viewer, widget = demo_dock
+    ct, = viewer.open(str(ct_series), plugin="napari-attnreg")
+    widget.set_layer(ct)
+    run_and_wait(widget, timeout=120_000)
+    result = next(iter(widget.current_record().results.values()))
+    assert result.metadata["image_kind"] == "radiology"
+    assert "off_domain" in [d.code for d in result.diagnostics]
+    assert result.spatial == {"scale": (0.7, 0.5), "translate": tuple(ct.translate[-2:]),
+                              "units": ("millimeter", "millimeter")}

@@ -63,6 +63,13 @@ class SourceGeometry:
             units=tuple(str(u) for u in layer.units),
         )
 
+    def spatial(self) -> dict[str, list]:
+        """Where the image plane lies (its last two axes): the record a result keeps as
+        ``metadata["spatial"]``, so a result file reopens in the same units and place."""
+        units = list(self.units[-2:]) if len(self.units) >= 2 else ["pixel", "pixel"]
+        return {"scale": list(self.scale[-2:]), "translate": list(self.translate[-2:]),
+                "units": units}
+
     @classmethod
     def of_image(cls, shape: tuple[int, int], scale: tuple[float, float] = (1.0, 1.0),
                  translate: tuple[float, float] = (0.0, 0.0),

@@ -23,6 +23,7 @@ analyst makes and the layers of another dock are never overwritten.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from qtpy.QtCore import QEvent, Signal
@@ -60,6 +61,7 @@ from napari_attnreg.core.run.planes import PlaneStack
 from napari_attnreg.core.run.service import Job, ModelSpec, Outcome, run_job
 from napari_attnreg.core.run.thresholds import Thresholds
 from napari_attnreg.core.stats.presets import THRESHOLD_KEYS
+from napari_attnreg.io.readers import ImageInfo
 from napari_attnreg.session import Session
 
 
@@ -282,6 +284,9 @@ class AttentionWidget(QWidget):
         axis = self.source.channel_axis()
         geometry = SourceGeometry.from_layer(layer, axis)
         config = self.run_config()
+        # what the file says (DICOM Modality → the off-domain check) and where the layer lies
+        found = ImageInfo.from_layer_metadata(layer.metadata).run_extra()
+        config = replace(config, extra={**config.extra, **found, "spatial": geometry.spatial()})
         # napari's image axes are the last two (three with RGB): no layout guessing here
         stack = PlaneStack(layer.data, geometry.stack_axes,
                            layer.data.ndim - 1 if layer.rgb else axis, bool(layer.rgb))
