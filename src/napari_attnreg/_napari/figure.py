@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from qtpy.QtWidgets import QFileDialog, QPushButton, QWidget
+from qtpy.QtWidgets import QPushButton, QWidget
 
+from napari_attnreg._napari.dialogs import save_through_dialog
 from napari_attnreg._napari.slice_cue import canvas_overlay
 
 #: Resolution factor of the figure over the canvas on screen.
@@ -51,13 +52,6 @@ class FigureButton(QPushButton):
         self.clicked.connect(self._on_clicked)
 
     def _on_clicked(self) -> None:
-        from napari.utils.notifications import show_error, show_info
-
-        path, _ = QFileDialog.getSaveFileName(self, "Export figure", "attention_figure.png",
-                                              "PNG (*.png)")
-        if not path:
-            return
-        try:
-            show_info(f"Figure written to {export_figure(self._viewer, path)}")
-        except (OSError, ValueError) as err:
-            show_error(str(err))
+        save_through_dialog(self, "Export figure", "attention_figure.png", "PNG (*.png)",
+                            lambda path: export_figure(self._viewer, path),
+                            lambda written: f"Figure written to {written}")

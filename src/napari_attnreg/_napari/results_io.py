@@ -7,8 +7,9 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from qtpy.QtWidgets import QFileDialog, QPushButton, QWidget
+from qtpy.QtWidgets import QPushButton, QWidget
 
+from napari_attnreg._napari.dialogs import save_through_dialog
 from napari_attnreg._napari.run_record import RunRecord
 
 
@@ -69,20 +70,14 @@ class SaveButton(QPushButton):
         self.clicked.connect(self._on_clicked)
 
     def _on_clicked(self) -> None:
-        from napari.utils.notifications import show_error, show_info
+        from napari.utils.notifications import show_error
 
         record = self._widget.current_record()
         if record is None:
             show_error("Run the analysis on the image first.")
             return
-        path, _ = QFileDialog.getSaveFileName(self, "Save results",
-                                              f"{record.source_name}_attnreg.ome.tif",
-                                              "OME-TIFF (*.ome.tif)")
-        if not path:
-            return
-        try:
-            written = save_results(self._widget.viewer, record, self._widget.roi_panel.rows, path)
-        except (OSError, ValueError, RuntimeError) as err:
-            show_error(str(err))
-            return
-        show_info("Saved: " + ", ".join(written))
+        save_through_dialog(
+            self, "Save results", f"{record.source_name}_attnreg.ome.tif", "OME-TIFF (*.ome.tif)",
+            lambda path: save_results(self._widget.viewer, record, self._widget.roi_panel.rows,
+                                      path),
+            lambda written: "Saved: " + ", ".join(written))

@@ -21,7 +21,6 @@ from qtpy.QtCore import QItemSelection, QItemSelectionModel, Signal
 from qtpy.QtWidgets import (
     QAbstractItemView,
     QComboBox,
-    QFileDialog,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -33,6 +32,7 @@ from qtpy.QtWidgets import (
 )
 from superqt.utils import qdebounced
 
+from napari_attnreg._napari.dialogs import save_through_dialog
 from napari_attnreg._napari.option_controls import choose_item
 from napari_attnreg._napari.roi_export import roi_features, size_advice, write_roi_csv
 from napari_attnreg._napari.roi_geometry import record_roi_rows
@@ -307,13 +307,5 @@ class RoiPanel(QWidget):
         return write_roi_csv(self.rows, path, self._record)
 
     def _on_export_clicked(self) -> None:
-        from napari.utils.notifications import show_error, show_info
-
-        path, _ = QFileDialog.getSaveFileName(self, "Export ROI table", "roi_statistics.csv",
-                                              "CSV (*.csv)")
-        if not path:
-            return
-        try:
-            show_info(f"ROI table written to {self.export_csv(path)}")
-        except (OSError, ValueError) as err:
-            show_error(str(err))
+        save_through_dialog(self, "Export ROI table", "roi_statistics.csv", "CSV (*.csv)",
+                            self.export_csv, lambda written: f"ROI table written to {written}")
