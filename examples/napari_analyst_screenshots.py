@@ -13,20 +13,10 @@ to the dock's ROI table, one ROI selected in both. Without a display it re-runs 
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _ensure_display() -> None:
-    if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") \
-            and not os.environ.get("WAYLAND_DISPLAY") and shutil.which("xvfb-run"):
-        os.execvp("xvfb-run", ["xvfb-run", "-a", "-s", "-screen 0 1400x900x24",
-                               sys.executable, *sys.argv])
+from screenshot_common import ROOT, ensure_display, run_and_wait
 
 
 def _settle(app, rounds: int = 40) -> None:
@@ -49,7 +39,7 @@ def main() -> None:
     parser.add_argument("--out-dir", default=str(ROOT / "docs" / "images"))
     parser.add_argument("--n-boot", type=int, default=200)
     args = parser.parse_args()
-    _ensure_display()
+    ensure_display("1400x900")
 
     import numpy as np
     import torch
@@ -60,7 +50,7 @@ def main() -> None:
     load_backbone("demo")  # before the viewer's OpenGL context (see _napari/_compat.py)
 
     import napari
-    from qtpy.QtCore import QEventLoop, Qt, QTimer
+    from qtpy.QtCore import Qt
     from qtpy.QtWidgets import QApplication, QScrollArea
 
     viewer = napari.Viewer(title="napari-attnreg")
@@ -71,13 +61,7 @@ def main() -> None:
     viewer.window._qt_window.resizeDocks([dock], [480], Qt.Orientation.Horizontal)
     widget.options.controls["n_boot"].setValue(args.n_boot)
     widget.set_layer(image)
-    loop = QEventLoop()
-    widget.run_finished.connect(lambda _outcome: loop.quit())
-    QTimer.singleShot(600_000, loop.quit)
-    widget.run()
-    loop.exec_()
-    if widget.last_outcome is None or not widget.last_outcome.ok:
-        raise SystemExit(f"run failed: {widget.last_outcome and widget.last_outcome.message}")
+    run_and_wait(widget)
     from napari._qt.dialogs.qt_notification import NapariQtNotification
 
     app = QApplication.instance()

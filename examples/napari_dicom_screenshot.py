@@ -14,22 +14,14 @@ under ``xvfb-run``.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from screenshot_common import ROOT, ensure_display, run_and_wait
+
 PIXEL_MM, SLICE_MM, SLICES = 0.78, 2.5, 5
-
-
-def _ensure_display() -> None:
-    if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") \
-            and not os.environ.get("WAYLAND_DISPLAY") and shutil.which("xvfb-run"):
-        os.execvp("xvfb-run", ["xvfb-run", "-a", "-s", "-screen 0 1280x800x24",
-                               sys.executable, *sys.argv])
 
 
 def write_ct_series(folder: Path) -> Path:
@@ -88,7 +80,7 @@ def main() -> None:
                         choices=("stepdown", "directional", "paper"), help="statistics preset")
     parser.add_argument("--size", default="1280x800", help="window size WxH")
     args = parser.parse_args()
-    _ensure_display()
+    ensure_display("1280x800")
 
     import numpy as np
     import torch
@@ -99,7 +91,7 @@ def main() -> None:
     backbone = load_backbone(args.model)  # before the viewer's OpenGL context (_napari/_compat)
 
     import napari
-    from qtpy.QtCore import QEventLoop, Qt, QTimer
+    from qtpy.QtCore import Qt
     from qtpy.QtWidgets import QApplication
 
     from napari_attnreg._napari.layers import KINDS, layer_name
@@ -121,14 +113,7 @@ def main() -> None:
     widget.set_layer(ct)
     viewer.dims.set_point(0, ct.data_to_world((SLICES // 2, 0, 0))[0])
 
-    loop = QEventLoop()
-    widget.run_finished.connect(lambda _outcome: loop.quit())
-    QTimer.singleShot(600_000, loop.quit)
-    widget.run()
-    loop.exec_()
-    outcome = widget.last_outcome
-    if outcome is None or not outcome.ok:
-        raise SystemExit(f"run failed: {outcome and outcome.message}")
+    run_and_wait(widget)
     record = widget.current_record()
     names = {kind: layer_name(ct.name, kind, record.preset) for kind in KINDS}
 

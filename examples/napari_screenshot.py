@@ -12,20 +12,11 @@ Without a display it re-runs itself under ``xvfb-run``.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _ensure_display() -> None:
-    if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") \
-            and not os.environ.get("WAYLAND_DISPLAY") and shutil.which("xvfb-run"):
-        os.execvp("xvfb-run", ["xvfb-run", "-a", "-s", "-screen 0 1280x800x24",
-                               sys.executable, *sys.argv])
+from screenshot_common import ROOT, ensure_display, run_and_wait
 
 
 def main() -> None:
@@ -34,7 +25,7 @@ def main() -> None:
     parser.add_argument("--n-boot", type=int, default=None, help="default: the widget's default")
     parser.add_argument("--size", default="1280x800", help="window size WxH")
     args = parser.parse_args()
-    _ensure_display()
+    ensure_display()
 
     import numpy as np
     import torch
@@ -56,7 +47,7 @@ def main() -> None:
         demo = False
 
     import napari
-    from qtpy.QtCore import QEventLoop, Qt, QTimer
+    from qtpy.QtCore import Qt
     from qtpy.QtWidgets import QApplication
 
     viewer = napari.Viewer(title="napari-attnreg")
@@ -82,14 +73,7 @@ def main() -> None:
         widget.options.controls["n_boot"].setValue(args.n_boot)
     widget.set_layer(image)
 
-    loop = QEventLoop()
-    widget.run_finished.connect(lambda _outcome: loop.quit())
-    QTimer.singleShot(600_000, loop.quit)
-    widget.run()
-    loop.exec_()
-    outcome = widget.last_outcome
-    if outcome is None or not outcome.ok:
-        raise SystemExit(f"run failed: {outcome and outcome.message}")
+    run_and_wait(widget)
     from napari_attnreg._napari.layers import layer_name
 
     name, preset = image.name, widget.current_record().preset
