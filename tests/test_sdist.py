@@ -68,3 +68,18 @@ def test_tests_run_from_the_unpacked_sdist(unpacked_sdist):
         cwd=unpacked_sdist, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     assert "1 passed" in out.stdout
+
+
+def test_a_wheel_built_from_the_sdist_ships_the_documentation_pages(unpacked_sdist, tmp_path):
+    """The dock's Help link reads the pages from the installed package (core.docs)."""
+    import zipfile
+
+    out = subprocess.run(
+        [sys.executable, "-c",
+         "import sys; from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[1]))",
+         str(tmp_path)], cwd=unpacked_sdist, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    wheel = tmp_path / out.stdout.strip().splitlines()[-1]
+    shipped = {n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("napari_attnreg/docs/")}
+    pages = {f"napari_attnreg/docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
+    assert pages and shipped == pages
