@@ -133,7 +133,7 @@ def test_the_images_kind_against_the_models_domain(tmp_path, capsys):
     run = ["run", str(tmp_path / "a.png"), "--model", "demo", *FAST]
     assert main([*run, "--out", str(tmp_path / "auto")]) == 0
     plain = AttentionResult.load(tmp_path / "auto" / "a.png.attnreg.npz")
-    assert "image_kind" not in plain.metadata
+    assert plain.metadata.get("image_kind") is None
     assert "off_domain" not in [d.code for d in plain.diagnostics]
     assert main([*run, "--out", str(tmp_path / "ct"), "--image-kind", "radiology"]) == 0
     stated = AttentionResult.load(tmp_path / "ct" / "a.png.attnreg.npz")

@@ -149,3 +149,33 @@ def test_a_result_that_states_its_image_kind_carries_the_off_domain_warning(tiny
     assert codes(from_metadata(stored)) == ["off_domain"]  # stored once, never twice
     odd = {"image_kind": ["radiology"], "model_domain": 7, "image_kind_source": 3}
     assert from_metadata(odd) == []  # a file's odd values are not findings
+
+
+def test_the_image_kind_option_is_stated_in_every_route_and_wins_over_the_file(
+        tiny_backbone, blob_image):
+    """``image_kind=`` (API, notebook run option, napari's advanced control, ``--image-kind``)
+    is recorded as stated and wins over what a file said (``RunConfig.extra``)."""
+    from napari_attnreg import regularize
+    from napari_attnreg.core.run.config import RunConfig
+    from napari_attnreg.core.run.options import validate_options
+    from napari_attnreg.core.run.planes import PlaneStack
+    from napari_attnreg.core.run.service import Job, ModelSpec, run_job_sync
+
+    tiny_backbone.domain = "pathology"
+    try:
+        api = regularize(blob_image, tiny_backbone, n_boot=8, device="cpu",
+                         image_kind="radiology")
+        from_file = {"image_kind": "radiology", "image_kind_source": "DICOM Modality CT"}
+        job = Job(ModelSpec.from_model(tiny_backbone), PlaneStack.from_array(blob_image), [()],
+                  RunConfig(n_boot=8, device="cpu", image_kind="pathology", extra=from_file))
+        stated = run_job_sync(job).results[()]
+    finally:
+        tiny_backbone.domain = None
+    assert (api.metadata["image_kind"], api.metadata["image_kind_source"]) == ("radiology",
+                                                                               "stated")
+    assert "off_domain" in codes(api.diagnostics)
+    assert (stated.metadata["image_kind"], stated.metadata["image_kind_source"]) == (
+        "pathology", "stated")
+    assert "off_domain" not in codes(stated.diagnostics)  # a pathology model on pathology
+    with pytest.raises(ValueError, match="image_kind"):
+        validate_options({"image_kind": "x-ray"})

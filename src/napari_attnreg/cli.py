@@ -38,8 +38,7 @@ def __getattr__(name: str) -> Any:
 def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
               opts: dict[str, Any], quiet: bool = False, *, recursive: bool = False,
               overwrite: bool = False, workers: int | None = None,
-              scheduler: str | None = None, inputs_in_out: bool = False,
-              image_kind: str | None = None) -> Any:
+              scheduler: str | None = None, inputs_in_out: bool = False) -> Any:
     """Process image files, folders and globs (see :mod:`napari_attnreg.batch.run`).
 
     Options and (for a run on this machine) the device are checked first, once; the model
@@ -61,8 +60,7 @@ def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
     items = collect_inputs(paths, recursive=recursive,
                            exclude=None if inputs_in_out else out_dir)
     report = run_batch(items, out_dir, model, arch, opts, overwrite=overwrite, quiet=quiet,
-                       figure=save_figure, workers=workers, scheduler=scheduler,
-                       image_kind=image_kind, on_model=_announce_model)
+                       figure=save_figure, workers=workers, scheduler=scheduler, on_model=_announce_model)
     done = sum(r["status"] == "done" for r in report.rows)
     print(f"{done} done, {len(report.rows) - done - len(report.failed)} skipped, "
           f"{len(report.failed)} failed; summary: {report.summary}", file=sys.stderr)
@@ -78,8 +76,7 @@ def _announce_model(backbone: Any) -> None:
     print(f"model: {backbone.describe()}", file=sys.stderr)
 
 
-def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False,
-             image_kind: str | None = None) -> Any:
+def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False) -> Any:
     """The bundled demo model on the bundled sample image.
 
     A source checkout without the trained demo files falls back, loudly, to a random-init
@@ -100,28 +97,18 @@ def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False,
         print("NOTE: the bundled synthetic sample is missing; using scikit-image's 'cell'.", file=sys.stderr)
     fallback = image.parent == out_dir
     if (DEMO_DIR / "demo_vit.safetensors").is_file():
-        return run_files([image], out_dir, "demo", None, opts, quiet, inputs_in_out=fallback,
-                         image_kind=image_kind)
+        return run_files([image], out_dir, "demo", None, opts, quiet, inputs_in_out=fallback)
     from napari_attnreg.core.models.backbones import load_backbone
 
     print("NOTE: the bundled demo model is missing from this install; falling back to a "
           "random-init vit_small_patch16_224.", file=sys.stderr)
     return run_files([image], out_dir, load_backbone("vit_small_patch16_224", pretrained=False),
-                     None, opts, quiet, inputs_in_out=fallback, image_kind=image_kind)
-
-
-#: ``--image-kind`` choices: "auto" reads the file (DICOM Modality, OME metadata).
-IMAGE_KIND_CHOICES = ("auto", "radiology", "pathology", "microscopy", "natural")
+                     None, opts, quiet, inputs_in_out=fallback)
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("attnreg_out"), help="output folder")
     add_cli_arguments(p)  # every run option, from the one option table in core.options
-    p.add_argument("--image-kind", choices=IMAGE_KIND_CHOICES, default="auto",
-                   help="what the images are, to warn when the model's domain does not suit "
-                        "them: auto (default) reads DICOM Modality (CT, MR, CR, DX, ... = "
-                        "radiology; SM = pathology) and OME metadata (microscopy); a kind "
-                        "given here wins over the file's")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -165,16 +152,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "run" and args.weights is not None:  # --model names what the file holds
         args.model, args.arch = str(args.weights), args.model
-    kind = None if args.image_kind == "auto" else args.image_kind
     try:
         opts = options_from_cli(args)
         if args.command == "demo":
-            report = run_demo(args.out, opts, args.quiet, image_kind=kind)
+            report = run_demo(args.out, opts, args.quiet)
         else:
             report = run_files(args.images, args.out, args.model, args.arch, opts, args.quiet,
                                recursive=args.recursive, overwrite=args.overwrite,
-                               workers=args.workers, scheduler=args.scheduler,
-                               image_kind=kind)
+                               workers=args.workers, scheduler=args.scheduler)
     except (ValueError, BackboneError, MemoryError) as err:
         print(f"attnreg: error: {err}", file=sys.stderr)
         return 2

@@ -223,3 +223,15 @@ def test_a_ct_run_in_the_dock_warns_off_domain_and_records_where_it_lay(
     assert "off_domain" in [d.code for d in result.diagnostics]
     assert result.spatial == {"scale": (0.7, 0.5), "translate": tuple(ct.translate[-2:]),
                               "units": ("millimeter", "millimeter")}
+
+
+def test_the_kind_chosen_in_the_dock_wins_over_the_dicom_modality(demo_dock, run_and_wait,
+                                                                   ct_series):
+    viewer, widget = demo_dock
+    ct, = viewer.open(str(ct_series), plugin="napari-attnreg")
+    widget.set_layer(ct)
+    widget.options.set("image_kind", "microscopy")  # an advanced control, from the metadata
+    run_and_wait(widget, timeout=120_000)
+    result = next(iter(widget.current_record().results.values()))
+    assert (result.metadata["image_kind"], result.metadata["image_kind_source"]) == (
+        "microscopy", "stated")

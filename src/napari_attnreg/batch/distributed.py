@@ -58,17 +58,17 @@ def _client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
 def run_on_dask(task: Callable[..., list[Row]], items: Sequence[BatchItem], out_dir: Path,
                 model: Any, arch: str | None, opts: dict[str, Any], *, overwrite: bool = False,
                 quiet: bool = False, figure: Callable[..., Any] | None = None,
-                image_kind: str | None = None, workers: int | None = None,
+                workers: int | None = None,
                 scheduler: str | None = None) -> Iterator[list[Row]]:
     """Submit one task per item; yield each item's summary rows as its task finishes.
 
     Parameters
     ----------
     task : callable
-        ``task(item, out_dir, model, arch, opts, overwrite=, quiet=, figure=, image_kind=)``
+        ``task(item, out_dir, model, arch, opts, overwrite=, quiet=, figure=)``
         → the item's rows; :func:`~napari_attnreg.batch.run.process_item`, importable on
         every worker.
-    items, out_dir, model, arch, opts, overwrite, figure, image_kind
+    items, out_dir, model, arch, opts, overwrite, figure
         As for :func:`~napari_attnreg.batch.run.run_batch`; ``model`` must be a name or a
         file every worker can load, not a loaded model.
     quiet : bool
@@ -95,7 +95,7 @@ def run_on_dask(task: Callable[..., list[Row]], items: Sequence[BatchItem], out_
     try:
         futures = {
             client.submit(task, item, out_dir, model, arch, opts, overwrite=overwrite,
-                          quiet=True, figure=figure, image_kind=image_kind, pure=False,
+                          quiet=True, figure=figure, pure=False,
                           key=f"attnreg-{batch}-{i}-{tokenize(str(item.source))}"): item
             for i, item in enumerate(items)
         }

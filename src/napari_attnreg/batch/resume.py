@@ -78,17 +78,14 @@ def model_identity(spec: ModelSpec) -> dict[str, Any]:
     return {"model": name, "weights": "pretrained"}
 
 
-def run_signature(spec: ModelSpec, opts: Mapping[str, Any], *,
-                  image_kind: str | None = None) -> dict[str, Any]:
+def run_signature(spec: ModelSpec, opts: Mapping[str, Any]) -> dict[str, Any]:
     """The model (:func:`model_identity`) and every option as the run resolves it, as plain
     JSON values (compared field by field on resume).
 
     The options are validated and the preset's defaults filled in (``RunConfig.validate``),
     so ``--preset paper`` differs from the default preset in every option it changes, while
     stating a default (``--q-th 0.1`` under step-down) is no change. :data:`ROUNDING_ONLY`
-    options are left out; the device is the one ``auto`` picks here. ``image_kind``
-    (``--image-kind``) is recorded when given: it decides the off-domain warning of the
-    result and its figure.
+    options are left out; the device is the one ``auto`` picks here.
 
     Raises
     ------
@@ -102,8 +99,6 @@ def run_signature(spec: ModelSpec, opts: Mapping[str, Any], *,
     options = {k: v for k, v in asdict(config).items() if k not in ("extra", *ROUNDING_ONLY)}
     options["device"] = str(resolve_device(config.device))  # "auto" is the CPU on a CPU node
     run = {**model_identity(spec), **options}
-    if image_kind:
-        run["image_kind"] = image_kind
     # through JSON so that tuples and lists, paths and strings compare equal after a reload
     return json.loads(json.dumps(run, sort_keys=True, default=str))
 

@@ -134,7 +134,7 @@ class ModelOnFirstUse:
 
 def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
                  opts: dict[str, Any], *, overwrite: bool = False, quiet: bool = True,
-                 figure: Figure | None = None, image_kind: str | None = None,
+                 figure: Figure | None = None,
                  before_run: Callable[[], Any] | None = None) -> list[Row]:
     """Run every plane of one file through the pipeline service and write its results.
 
@@ -155,10 +155,6 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
         No progress bar.
     figure : callable, optional
         ``figure(result, display, path, title)`` writes a PNG beside each result.
-    image_kind : str, optional
-        The kind of image (``--image-kind``: radiology, pathology, microscopy, natural); wins
-        over what the file says (DICOM Modality, OME metadata). Results record it, and a
-        model whose domain does not suit it gets the off-domain warning.
     before_run : callable, optional
         Called before each plane that is computed (a serial batch's :class:`ModelOnFirstUse`);
         what it raises ends the batch.
@@ -175,7 +171,7 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
     # before reading: a file changed meanwhile is redone later
     stamp = input_stamp(item.source, item.files)
     ctx = _ItemContext(item, Path(out_dir), spec, dict(opts), figure, stamp,
-                       run_signature(spec, opts, image_kind=image_kind), overwrite, quiet, {},
+                       run_signature(spec, opts), overwrite, quiet, {},
                        before_run)  # extra: once the file is read
     whole, _ = _resume(ctx, None)
     if whole is not None:
@@ -184,10 +180,8 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
         source, info = _open(item, opts)
     except (ValueError, OSError) as err:
         return [failed_row(item, None, user_message(err))]
-    extra = info.run_extra()
-    if image_kind:  # the analyst's word wins over the file's
-        extra.update(image_kind=image_kind, image_kind_source="stated")
-    ctx = replace(ctx, extra=extra)
+    # the file's kind (the image_kind option, when given, wins in the result's metadata)
+    ctx = replace(ctx, extra=info.run_extra())
     planes = source.planes() if isinstance(source, PlaneStack) else [()]
     return [_plane_row(ctx, source, index) for index in planes]
 
@@ -312,7 +306,7 @@ class _ProgressBar:
 def run_batch(items: Sequence[BatchItem], out_dir: str | Path, model: Any, arch: str | None,
               opts: dict[str, Any], *, overwrite: bool = False, quiet: bool = False,
               figure: Figure | None = None, workers: int | None = None,
-              scheduler: str | None = None, image_kind: str | None = None,
+              scheduler: str | None = None,
               on_model: Callable[[Backbone], Any] | None = None) -> BatchReport:
     """Process every item, serially or on Dask (``workers`` local processes or ``scheduler``).
 
@@ -340,8 +334,7 @@ def run_batch(items: Sequence[BatchItem], out_dir: str | Path, model: Any, arch:
     check_workers(workers)
     out_dir = prepare_output_dir(out_dir).resolve()
     summary = SummaryFile(out_dir / "summary.csv")
-    settings = {"overwrite": overwrite, "quiet": quiet, "figure": figure,
-                "image_kind": image_kind}
+    settings = {"overwrite": overwrite, "quiet": quiet, "figure": figure}
     per_item: Iterable[list[Row]]
     if distributed:
         per_item = run_on_dask(process_item, items, out_dir, model, arch, opts, **settings,

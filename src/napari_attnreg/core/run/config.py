@@ -67,6 +67,7 @@ class RunConfig:
     channel_axis: int | None = None
     channels: Sequence[int] | None = None
     merge: str | None = None
+    image_kind: str | None = None
     tiled: bool = False
     tile_scale: float = 1.0
     tile_overlap: int | None = None

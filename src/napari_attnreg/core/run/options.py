@@ -39,6 +39,7 @@ from napari_attnreg.core.stats.choices import (
     RULES,
     TAILS,
 )
+from napari_attnreg.core.stats.diagnostics import IMAGE_KINDS
 from napari_attnreg.core.stats.presets import DEFAULT_PRESET, PRESET_DEFAULTS, PRESETS
 
 #: Choice lists of the run options (the statistical ones live in ``core.stats.choices``).
@@ -215,6 +216,10 @@ _OPTIONS: tuple[Option, ...] = (
     Option("merge", "Merge channels", "choice", None, "Merge the channels into one grey image "
            "(mean or max) before the model.", "image", advanced=True, choices=MERGES,
            allow_none=True),
+    Option("image_kind", "Image kind", "choice", None, "What the image is, to warn when the "
+           "model's domain does not suit it (e.g. a microscopy model on a CT). Empty = read it "
+           "from the file (DICOM Modality, OME metadata); a kind given here wins.", "image",
+           advanced=True, choices=IMAGE_KINDS, allow_none=True),
     Option("tiled", "Tiled (native resolution)", "bool", False,
            "For images much larger than the model input: analyse the image at its own pixel "
            "size in model-sized tiles, with one bootstrap null for the whole image.", "tiling"),

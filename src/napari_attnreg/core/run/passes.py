@@ -344,6 +344,8 @@ def run_metadata(config: RunConfig, backbone: Backbone, run: Run, chunk: int,
         "lfdr_fit": stats.null_summary.get("lfdr_fit"),
         **config.extra,
     }
+    if config.image_kind is not None:  # the analyst's word wins over what the file says
+        metadata.update(image_kind=config.image_kind, image_kind_source="stated")
     stepdown = config.preset == "stepdown"
     if stepdown:
         summary = stats.null_summary
