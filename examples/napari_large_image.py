@@ -15,9 +15,7 @@ import argparse
 import time
 from pathlib import Path
 
-from napari_screenshot import _ensure_display  # same folder: re-run under xvfb-run if needed
-
-ROOT = Path(__file__).resolve().parents[1]
+from screenshot_common import ROOT, ensure_display  # same folder: xvfb-run if needed
 
 
 def mosaic(size: int):
@@ -42,7 +40,7 @@ def main() -> None:
     parser.add_argument("--n-boot", type=int, default=100)
     parser.add_argument("--out", default=str(ROOT / "docs" / "images" / "napari_tiled.png"))
     args = parser.parse_args()
-    _ensure_display()
+    ensure_display()
 
     import napari
     import numpy as np

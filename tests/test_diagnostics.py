@@ -95,6 +95,9 @@ def test_stepdown_findings_by_hand():
     tiles = {d.code: d for d in diagnose(peaked, step_level=(0.005, 0.0002, 400), **common)}
     assert "over 400 tiles" in tiles["p_resolution"].message and "tail='gpd'" in tiles[
         "p_resolution"].message
+    with_tail = {d.code: d for d in diagnose(peaked, step_level=(0.0002, 1.4e-5, 7225, True),
+                                             **common)}["p_resolution"].message
+    assert "raise the number" in with_tail and "tail='gpd'" not in with_tail  # it is on
     assert "p_resolution" not in {d.code for d in diagnose(peaked, step_level=(0.005, 0.09, 1),
                                                            **common)}
 

@@ -374,8 +374,9 @@ def _package_version() -> str:
         return "unknown"
 
 
-def _step_level(config: RunConfig, stats: Any) -> tuple[float, float, int] | None:
-    """(smallest step p, the largest first-step p the default rule can reject, families)."""
+def _step_level(config: RunConfig, stats: Any) -> tuple[float, float, int, bool] | None:
+    """(smallest step p, the largest first-step p the default rule can reject, families,
+    whether the tail fit is on)."""
     summary = stats.null_summary
     n_fam = int(summary.get("n_families", 1))
     tail_on = config.tail == "gpd"
@@ -387,7 +388,7 @@ def _step_level(config: RunConfig, stats: Any) -> tuple[float, float, int] | Non
     needed = alpha / n_fam
     if config.rule == "forwardstop":
         needed = -np.expm1(-needed)
-    return smallest, float(needed), n_fam
+    return smallest, float(needed), n_fam, tail_on
 
 
 def _smallest_p(config: RunConfig, stats: Any) -> float | None:

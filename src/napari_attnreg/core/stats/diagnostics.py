@@ -75,7 +75,7 @@ def diagnose(
     smallest_p: float | None = None,
     q_th: float | None = None,
     concentration: float | None = None,
-    step_level: tuple[float, float, int] | None = None,
+    step_level: tuple[float, ...] | None = None,
     random_init: bool,
     model_name: str,
     domain: str | None = None,
@@ -102,10 +102,10 @@ def diagnose(
     concentration : float, optional
         sd of log attention, observed over null (step-down); outside
         :data:`CONCENTRATION_RANGE` it is worth a word.
-    step_level : (float, float, int), optional
+    step_level : (float, float, int[, bool]), optional
         Step-down: the smallest step p the run can give, the largest first-step p its rule
-        can reject, and the number of families (tiles); when the first is larger, nothing
-        can ever be significant.
+        can reject, the number of families (tiles) and whether the tail fit is on; when the
+        first is larger, nothing can ever be significant.
     random_init : bool
         The backbone has no trained weights.
     model_name, domain, domain_note : str
@@ -177,7 +177,7 @@ def diagnose(
 
 
 def _stepdown_findings(concentration: float | None,
-                       step_level: tuple[float, float, int] | None) -> list[Diagnostic]:
+                       step_level: tuple[float, ...] | None) -> list[Diagnostic]:
     found = []
     low, high = CONCENTRATION_RANGE
     if concentration is not None and not low <= concentration <= high:
@@ -190,13 +190,16 @@ def _stepdown_findings(concentration: float | None,
             f"attention {concentration:.2f}× theirs; noise inputs give {low}–{high}). If the "
             "result looks wrong, another null method or block size may suit this image better."))
     if step_level is not None and step_level[0] > step_level[1]:
-        smallest, needed, n_fam = step_level
+        smallest, needed, n_fam, *tail = step_level
+        n_fam = int(n_fam)
         where = f" over {n_fam} tiles" if n_fam > 1 else ""
+        # with the tail fit on, its floor 1/(100(B+1)) is the limit: only B helps
+        advice = " or use tail='gpd'." if n_fam > 1 and not (tail and tail[0]) else "."
         found.append(Diagnostic(
             "p_resolution", "warning",
             f"The smallest p this run can give ({smallest:.2g}) is above what the rule needs "
             f"to call anything significant{where} ({needed:.2g}): raise the number of null "
-            "images (B)" + (" or use tail='gpd'." if n_fam > 1 else ".")))
+            "images (B)" + advice))
     return found
 
 
