@@ -7,17 +7,29 @@ about one to two 16 px patches across, among bright round structures (aorta, kid
 ones (bowel gas) present in both classes. A small timm VisionTransformer (class token, patch 16,
 224x224 input, 4 blocks) is trained on CPU with the same recipe as the demo model
 (``training_common``): cross-entropy plus attention guidance on the lesion masks (``--aux``),
-plus the spread term (``--spread``) that keeps the attention flat on normal and null images
-(block-shuffled slices, noise), so that it is peaked *only* where a lesion is. Normal and
-abnormal training slices come in pairs of one seed (see :func:`draw_slice`).
+plus the spread term (``--spread``) that keeps the attention flat where no lesion is, so that it
+is peaked *only* where a lesion is. Normal and abnormal training slices come in pairs of one
+seed (see :func:`draw_slice`).
+
+The bundled weights come from four runs, each but the first starting from the weights of the
+one before (``--init``); ``models/phantom_vit.json`` lists them under ``stages``. Stages 1–3
+spread the attention of normal *and* null images (entropy). That taught the model to give
+block-shuffled slices, the step-down's own null images, flatter attention than any real slice,
+so the step-down found every patch of every slice. Stage 4 spreads the attention on normal
+slices and outside the lesions of abnormal ones only (``--spread-kind logsd --spread-outside
+--spread-nulls off``, random zoom crops ``--zoom 0.6``), and leaves null images alone.
 
 This is the second test article of the package, from another domain than the fluorescence
 demo: its attention was encouraged to look at the lesions, so the bootstrap statistics have a
 known answer to find on radiology-like grey images. It is not a radiology model.
 
-Run from the repository root (about 15 minutes on 2 CPU cores)::
+Run from the repository root (stage 1, about 20 minutes on 2 CPU cores; the later stages take
+2–3 minutes each)::
 
     python examples/train_phantom_model.py --seed 0
+    python examples/train_phantom_model.py --seed 0 --epochs 6 --lr 3e-4 --guidance 1.0 \
+        --spread 1.0 --spread-kind logsd --spread-outside --spread-nulls off --zoom 0.6 \
+        --init <stage-3 weights>
 
 Writes ``models/phantom_vit.{safetensors,json}``, ``models/PHANTOM_MODEL_CARD.md`` and the
 sample slice ``data/phantom_slice.tif`` (+ mask).
@@ -97,9 +109,10 @@ slice (HU + {HU_OFFSET}) with two lesions, seed {PHANTOM_SEED}, outside both str
 pathology. The model answers "is there a planted lesion in this phantom?" and nothing else; its
 attention was trained to land on the lesions and to stay spread out where there is none, which
 is what makes it a test article: a bootstrap against null images (the slice's blocks shuffled)
-has something to find on an abnormal slice and nothing on a normal one. The spread term saw
-block-shuffled slices and noise in training, so the null images of the bootstrap are not
-entirely new to it; that is part of the article's design, not a property of real models.
+has something to find on an abnormal slice and nothing on a normal one. The first three stages
+saw block-shuffled slices and noise in training (the last did not), so the null images of the
+bootstrap are not entirely new to it; that is part of the article's history, not a property of
+real models.
 
 **Intended use.** Offline demos, tests and validation of napari-attnreg on radiology-like grey
 images. Not for any clinical decision.

@@ -12,10 +12,16 @@ recipe is this one, so both articles are made the same way:
   ``tokens``, a linear head on the final patch tokens (discarded after training) that predicts
   the decisive tokens, so the CLS attention itself is never supervised; or ``none``;
 - optionally (``--spread``) a term that keeps the CLS attention *spread out* where there is
-  nothing decisive: 1 − normalised entropy of the attention on normal images and on null
-  images made in each batch (the abnormal images with their 4 or 8 px blocks shuffled, and
-  Gaussian noise), which carry no label loss. Guidance alone makes the attention peak on some
-  token of every input, lesion or not, and then a bootstrap against null images finds nothing;
+  nothing decisive, on normal images, on null images made in each batch (the abnormal images
+  with their 4 or 8 px blocks shuffled, and Gaussian noise; no label loss; ``--spread-nulls
+  off`` leaves them out) and, with ``--spread-outside``, on the tokens of abnormal images that
+  no decisive object touches. ``--spread-kind`` says how spread is measured: ``entropy`` (1 −
+  normalised entropy), ``peak`` (the largest share) or ``logsd`` (the sd of log attention).
+  Guidance alone makes the attention peak on some token of every input, lesion or not, and
+  then a bootstrap against null images finds nothing; spreading the null images' attention
+  teaches the model to tell them from real images, and then it finds everything;
+- optionally (``--zoom``) random zoom crops, so that the model behaves alike at the scales an
+  analyst crops to;
 - held-out metrics: accuracy, the share of CLS attention on the decisive tokens against
   their share of the area (enrichment), and the median largest token share (top-1) of the
   attention on abnormal, normal, block-shuffled (8 px) and Gaussian-noise images.
@@ -43,6 +49,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "napari_attnreg"
 TRAIN_STREAM, TEST_STREAM = 0, 2
 AUX_MODES = ("attention", "tokens", "none")
+SPREAD_KINDS = ("entropy", "peak", "logsd", "peak+logsd")
+PEAK_POWER = 8.0  # the smooth maximum is the L8 norm of the shares: near the largest share
 COVER_MIN = 0.25  # a token is decisive when a decisive object covers at least this share of it
 
 # draw(seed, size, abnormal) -> (image, label, decisive mask)
@@ -99,6 +107,23 @@ def augment(x: torch.Tensor, cover: torch.Tensor, gen: torch.Generator):
         x, cover = x.flip(-1), cover.flip(-1)
     gain = 1 + 0.2 * (torch.rand(x.shape[0], 1, 1, 1, generator=gen) - 0.5)
     return x * gain, cover
+
+
+def zoom(x: torch.Tensor, cover: torch.Tensor, smallest: float, gen: torch.Generator):
+    """A random square crop of ``smallest``–1 of the side, resized back (images and coverage).
+
+    Analysts crop and zoom; without this the model only knows the one scale of its training
+    images. The coverage of the tokens is carried along at pixel resolution.
+    """
+    if smallest >= 1:
+        return x, cover
+    n, _, h, w = x.shape
+    side = int(h * (smallest + (1 - smallest) * float(torch.rand((), generator=gen))))
+    y0, x0 = (int(torch.randint(0, h - side + 1, (1,), generator=gen)) for _ in range(2))
+    x = F.interpolate(x[..., y0:y0 + side, x0:x0 + side], size=(h, w), mode="bilinear",
+                      antialias=True, align_corners=False)
+    px = F.interpolate(cover[:, None], size=(h, w), mode="nearest")[..., y0:y0 + side, x0:x0 + side]
+    return x, F.adaptive_avg_pool2d(px, cover.shape[-2:])[:, 0]
 
 
 def shuffle_blocks(x: torch.Tensor, block: int, gen: torch.Generator) -> torch.Tensor:
@@ -173,8 +198,20 @@ def build_parser(description: str, **defaults: Any) -> argparse.ArgumentParser:
                     help="auxiliary loss on the planted masks: CLS-attention guidance, a per-token "
                          "head on the patch features, or none")
     ap.add_argument("--spread", type=float, default=0.0,
-                    help="weight of the attention-spreading term on normal and null images "
-                         "(1 − normalised entropy of the CLS attention); 0 = off")
+                    help="weight of the attention-spreading term on normal and null images; 0 = off")
+    ap.add_argument("--spread-kind", choices=SPREAD_KINDS, default="entropy",
+                    help="entropy: 1 − normalised entropy of the CLS attention; peak: log of its "
+                         "largest share (a smooth maximum) against a uniform map's")
+    ap.add_argument("--spread-nulls", choices=("on", "off"), default="on",
+                    help="also spread the attention of null images made in each batch (block "
+                         "shuffles, noise); off: the model never sees a null image in training")
+    ap.add_argument("--spread-from", type=int, default=0,
+                    help="first epoch of the spread term (earlier epochs learn the task alone)")
+    ap.add_argument("--spread-outside", action="store_true",
+                    help="also spread the attention of abnormal images over their tokens outside "
+                         "the decisive objects (re-normalised there)")
+    ap.add_argument("--zoom", type=float, default=1.0,
+                    help="smallest side of a random zoom crop, as a share of the image (1: off)")
     ap.add_argument("--img-size", type=int)
     ap.add_argument("--patch", type=int)
     ap.add_argument("--embed-dim", type=int)
@@ -205,13 +242,44 @@ def _aux_loss(args, model, token_head, features, att, y, cover) -> torch.Tensor:
     return torch.zeros(())
 
 
-def _spread_loss(att: torch.Tensor) -> torch.Tensor:
-    """1 − normalised entropy of each attention row, averaged: 0 when uniform, 1 on one token."""
+def _spread_loss(att: torch.Tensor, kind: str = "entropy", keep: torch.Tensor | None = None
+                 ) -> torch.Tensor:
+    """How far each attention row is from uniform over its ``keep`` tokens, averaged (0: uniform).
+
+    ``entropy``: 1 − normalised entropy (1 on one token). ``peak``: log of the L8 norm of the
+    shares over a uniform map's, i.e. about log(T · largest share); the step-down's first step
+    compares exactly that largest share with the null maps', which an entropy barely sees.
+    """
     if not len(att):
         return torch.zeros(())
-    p = att / att.sum(1, keepdim=True)
+    keep = torch.ones_like(att, dtype=torch.bool) if keep is None else keep
+    n = keep.sum(1).clamp_min(1).float()
+    p = torch.where(keep, att, torch.zeros_like(att))
+    p = p / p.sum(1, keepdim=True).clamp_min(1e-12)
+    if kind == "peak+logsd":
+        return _spread_loss(att, "peak", keep) + _spread_loss(att, "logsd", keep)
+    if kind == "peak":
+        logp = torch.log(p.clamp_min(1e-12)).masked_fill(~keep, float("-inf"))
+        norm = torch.logsumexp(PEAK_POWER * logp, dim=1) / PEAK_POWER
+        return (norm + torch.log(n) * (1 - 1 / PEAK_POWER)).mean()
+    if kind == "logsd":
+        logp = torch.log(p.clamp_min(1e-12))
+        mean = (logp * keep).sum(1) / n
+        var = (((logp - mean[:, None]) ** 2) * keep).sum(1) / n
+        return torch.sqrt(var + 1e-8).mean()
     entropy = -(p * torch.log(p.clamp_min(1e-12))).sum(1)
-    return (1 - entropy / np.log(att.shape[1])).mean()
+    return (1 - entropy / torch.log(n.clamp_min(2))).mean()
+
+
+def _spread_term(args, att: torch.Tensor, y: torch.Tensor, cover: torch.Tensor, n: int) -> torch.Tensor:
+    """The spread loss of a batch: normal images, null images and (``--spread-outside``) the
+    tokens of abnormal images that no decisive object touches."""
+    rows = torch.cat([att[:n][y == 0], att[n:]])
+    loss = _spread_loss(rows, args.spread_kind)
+    if args.spread_outside and bool((y == 1).any()):
+        outside = cover.flatten(1)[y == 1] == 0
+        loss = loss + _spread_loss(att[:n][y == 1], args.spread_kind, keep=outside)
+    return loss
 
 
 def fit(args: argparse.Namespace, train: tuple[np.ndarray, ...], test: tuple[np.ndarray, ...]
@@ -252,18 +320,19 @@ def fit(args: argparse.Namespace, train: tuple[np.ndarray, ...], test: tuple[np.
             idx = order[b * args.batch_size:(b + 1) * args.batch_size].numpy()
             x = torch.from_numpy(tr_x[idx])[:, None]
             cover = torch.from_numpy(tr_c[idx])
-            x, cover = augment(x, cover, gen)
+            x, cover = augment(*zoom(x, cover, args.zoom, gen), gen)
             y = torch.from_numpy(tr_y[idx])
             n = len(y)
-            if args.spread > 0:  # null images ride along, with no label loss
+            spread = args.spread if epoch >= args.spread_from else 0.0
+            if spread > 0 and args.spread_nulls == "on":  # null images ride along, no label loss
                 x = torch.cat([x, make_nulls(x[y == 1][: n // 4], gen, n // 16)])
             x = (x.expand(-1, 3, -1, -1) - mean) / std
             logits, att = forward_with_attention(model, x)
             loss_cls = F.cross_entropy(logits[:n], y)
             loss_att = _aux_loss(args, model, token_head, features, att[:n], y, cover)
             loss = loss_cls + args.guidance * loss_att
-            if args.spread > 0:
-                loss = loss + args.spread * _spread_loss(torch.cat([att[:n][y == 0], att[n:]]))
+            if spread > 0:
+                loss = loss + spread * _spread_term(args, att, y, cover, n)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -278,6 +347,17 @@ def fit(args: argparse.Namespace, train: tuple[np.ndarray, ...], test: tuple[np.
     final = evaluate(model, te_x, te_y, te_c, mean, std)
     print("held-out:", json.dumps(final), flush=True)
     return model, kwargs, mean, std, final, t_train
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The options of this run as they are typed (flags without a value; outputs left out)."""
+    words = []
+    for key, value in vars(args).items():
+        if key in ("out", "data_out") or value is False or value is None:
+            continue
+        flag = f"--{key.replace('_', '-')}"
+        words.append(flag if value is True else f"{flag} {value}")
+    return " ".join(words)
 
 
 def train_and_export(args: argparse.Namespace, draw: Draw, *, script: str, stem: str,
@@ -307,8 +387,7 @@ def train_and_export(args: argparse.Namespace, draw: Draw, *, script: str, stem:
     config = {
         "timm_kwargs": kwargs, "mean": [mean] * 3, "std": [std] * 3, "classes": classes,
         "input_size": [3, args.img_size, args.img_size], "sample_image": sample_image,
-        "trained_with": f"python examples/{script} " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out", "data_out")),
+        "trained_with": f"python examples/{script} " + _command_line(args),
         "held_out": final, "training_seconds": t_train, "data_seconds": t_data,
     }
     (args.out / f"{stem}.json").write_text(json.dumps(config, indent=2))
@@ -365,14 +444,29 @@ batch {args.batch_size}, {args.epochs} epochs, flips/rot90 and gain augmentation
 {_LOSS_TEXT[args.aux].format(w=args.guidance, obj=obj, model=model, topic=topic)}{_spread_text(args)}"""
 
 
+_SPREAD_MEASURE = {"entropy": "1 − normalised entropy", "peak": "the log of the largest share (a smooth maximum)",
+                   "logsd": "the standard deviation of log attention",
+                   "peak+logsd": "the log of the largest share plus the sd of log attention"}
+
+
 def _spread_text(args: argparse.Namespace) -> str:
     if not args.spread:
         return ""
+    where = ["normal images"]
+    if getattr(args, "spread_nulls", "on") == "on":
+        where.append("null images made in each batch (a quarter batch of its abnormal images with "
+                     "their 4 or 8 px blocks shuffled, and a sixteenth of Gaussian noise; no label "
+                     "loss on those)")
+    if getattr(args, "spread_outside", False):
+        where.append("the tokens of abnormal images that no decisive object touches (re-normalised "
+                     "there)")
+    zoom = getattr(args, "zoom", 1.0)
+    zoom_text = (f" Random zoom crops of {zoom:g}–1 of the side, resized back, join the augmentation."
+                 if zoom < 1 else "")
     return f"""
-Plus {args.spread} x spread term: 1 − normalised entropy of the CLS attention on normal images
-and on null images made in each batch (a quarter batch of its abnormal images with their 4 or
-8 px blocks shuffled, and a sixteenth of Gaussian noise; no label loss on those), so that the
-attention peaks only where there is a decisive object."""
+Plus {args.spread} x spread term, {_SPREAD_MEASURE[getattr(args, "spread_kind", "entropy")]}, on
+the CLS attention of {"; and of ".join(where)}, so that the attention peaks only where there is a
+decisive object.{zoom_text}"""
 
 
 def held_out_text(cfg: dict, args: argparse.Namespace, tokens: str) -> str:
