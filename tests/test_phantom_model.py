@@ -91,9 +91,11 @@ def test_attention_mass_concentrates_on_held_out_lesions():
 
 
 def test_classifier_and_attention_peak_only_on_lesions():
-    """The article's point: accurate, and CLS attention peaked on lesions but flat elsewhere.
+    """The article's point: a working classifier whose CLS attention peaks on lesions, and on a
+    normal slice peaks no more than on the slice's own shuffled half-patch blocks (the
+    step-down's null images), so the step-down has something to find only where a lesion is.
 
-    Normal and abnormal slices of one seed differ only at the lesions; 8 pairs of held-out
+    Normal and abnormal slices of one seed differ only at the lesions; 20 pairs of held-out
     seeds, plus the normal slices with their 8 px blocks shuffled and Gaussian noise.
     """
     bb = load_backbone("phantom")
@@ -105,7 +107,7 @@ def test_classifier_and_attention_peak_only_on_lesions():
             att = cls_attention(bb, x)[0].numpy()
         return att.max() / att.sum()
 
-    for i in range(8):
+    for i in range(20):
         for abnormal in (True, False):
             s, x = _held_out(bb, i, abnormal)
             with torch.inference_mode():
@@ -119,13 +121,27 @@ def test_classifier_and_attention_peak_only_on_lesions():
                 noise = prepare_image(rng.normal(size=(224, 224)), patch_size=bb.patch_size,
                                       mean=bb.mean, std=bb.std, default_size=bb.input_size[1:])
                 top1["noise"].append(share(noise.tensor[None]))
-    assert correct >= 12, correct  # of 16
+    # held-out stream 2 (400 slices): accuracy 0.825; largest share abnormal 0.221, normal
+    # 0.101, shuffled 0.127, noise 0.031 (uniform 1/196 = 0.0051)
+    assert correct >= 28, correct  # of 40
     med = {k: float(np.median(v)) for k, v in top1.items()}
-    # measured on these 8 pairs: abnormal 0.14, normal 0.073, shuffled and noise 0.005 (uniform
-    # 1/196 = 0.0051); held-out stream 2 (400 slices): 0.168, 0.055, 0.0055, 0.0057
     assert med["abnormal"] > 1.5 * med["normal"], med
-    for key in ("shuffled", "noise"):
-        assert med["abnormal"] > 10 * med[key], med
+    assert med["abnormal"] > 3 * med["noise"], med
+    # the previous weights gave shuffled slices 0.0055 against 0.055 for normal ones, and the
+    # step-down then marked every patch of every slice
+    assert med["normal"] < 1.25 * med["shuffled"], med
+
+
+def test_stepdown_default_is_quiet_on_normal_slices():
+    """Under the default preset a normal held-out slice gets (almost) no significant patch."""
+    from napari_attnreg import regularize
+
+    fractions = []
+    for i in range(3):
+        s = make_phantom_image([123, HELD_OUT_STREAM, 100 + i], size=448, abnormal=False)
+        r = regularize(s.image, "phantom", n_boot=50, seed=i, device="cpu")
+        fractions.append(float(r.significant().mean()))
+    assert max(fractions) <= 0.05, fractions
 
 
 def test_bundled_sample_slice_is_the_documented_phantom():
