@@ -74,7 +74,7 @@ def test_requirements_and_report_from_results(tmp_path):
              "worst_evidence_half": 0.02}
     loc = {"n": 48, "precision": 0.5, "recall": 0.3, "f1": 0.37, "delta_f1": 0.07,
            "delta_ci": [0.02, 0.12]}
-    planted = {"objects": 4, "found": 3, "n_tiles": 441, "sig_tokens": 9, "seconds": 3.0,
+    planted = {"objects": 4, "found": 4, "n_tiles": 441, "sig_tokens": 9, "seconds": 3.0,
                "object_tiles": 18, "object_tiles_sig": 4, "empty_tiles": 423,
                "empty_tiles_sig": 2, "p_map": 0.001}
     tnoise = {"n": 10, "any_sig": 0.0, "tile_p_ks": 0.3, "n_tile_p": 4410, "tile_p_min": 0.004}
@@ -96,6 +96,10 @@ def test_requirements_and_report_from_results(tmp_path):
     worse["crops"]["stepdown"]["worst_sig"] = 0.2
     failed = [what for what, ok, _ in report.requirements(worse) if not ok]
     assert failed == ["empty crops: ≤ 5 % in the worst crop"]
+    missed = json.loads(json.dumps(result))
+    missed["tiled"]["planted|stepdown"]["found"] = 3  # one of four planted objects missed
+    failed = [what for what, ok, _ in report.requirements(missed) if not ok]
+    assert failed == ["tiled mosaic: every planted object found"]
     (tmp_path / "validation_demo.json").write_text(json.dumps(result))
     text = report.write_report(tmp_path, tmp_path / "v.md", explanations="Why: because.")
     for heading in ("## Summary", "Why: because.", "### Step-down requirements",
