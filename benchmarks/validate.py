@@ -15,7 +15,9 @@ drawn from generator streams nothing else used (validation_articles.HELD_OUT):
 3. Crops without decisive objects: share of patches significant, and of evidence ≥ 0.5.
 4. Planted objects: F1 of each preset's default rule against raw attention > Otsu, with a
    95 % bootstrap CI of the paired difference.
-5. Tiled mosaics (≥ 2048²): objects planted in a few fields of a mosaic, and pure noise.
+5. Tiled mosaics (≥ 2048²): objects planted in a few fields of several mosaics (recall
+   with its 95 % CI, and how many objects the model's own attention puts first in a tile),
+   and pure noise.
 6. The paper's noise-ROI simulation: D for a square of noise pasted into a field.
 """
 
@@ -97,8 +99,8 @@ def noise_inputs(art, bb, args) -> dict:
         for c, (case, (rgb, size)) in enumerate(cases.items()):
             rows = []
             for i in range(_n(args, preset, args.n_noise)):
-                reference = art.field(HELD_OUT["noise"], i, False).image
-                rng = np.random.default_rng([HELD_OUT["noise"], c, i])
+                reference = art.field(args.noise_stream, i, False).image
+                rng = np.random.default_rng([args.noise_stream, c, i])
                 r = run(bb, noise_image(reference, rng, size, rgb), preset, args, seed=i)
                 rows.append((_map_p(r), bool(r.significant().any()), float(r.significant().mean()),
                              r.p.ravel()))
@@ -210,26 +212,66 @@ def _tiles_with_objects(r, decisive: np.ndarray) -> np.ndarray:
                      for y in ys for x in xs])
 
 
+def _under_top_patch(r, labels: np.ndarray, n_objects: int) -> int | None:
+    """How many objects lie under the most attended patch of some tile that holds them.
+
+    The model's own ceiling for a tiled run: a step-down can only reach an object after
+    every patch its tile attends to more. ``None`` for presets without tile families.
+    """
+    steps = r.null_summary.get("stepdown_step_token")
+    if steps is None:
+        return None
+    top = np.zeros(r.significant().size, bool)
+    top[np.asarray(steps)[:, 0]] = True
+    top_px = r.to_pixels(top.reshape(r.significant().shape))
+    return int(sum(top_px[labels == k].any() for k in range(1, n_objects + 1)))
+
+
+def _planted_mosaic(art, args, index: int):
+    # the first mosaic keeps the stream of the single-mosaic validation it replaced
+    key = [HELD_OUT["mosaic"], 1] if index == 0 else [HELD_OUT["mosaic"], 1, index]
+    return mosaic(art, index, args.mosaic, args.mosaic_objects, np.random.default_rng(key))
+
+
+def _planted_row(r, planted) -> dict:
+    """Objects found, and significant tiles with and without objects, in one planted mosaic."""
+    labels, n_objects = ndimage.label(planted.decisive)
+    sig_px = r.to_pixels(r.significant())
+    row = {"objects": n_objects,
+           "found": int(sum(sig_px[labels == k].any() for k in range(1, n_objects + 1))),
+           "n_tiles": r.metadata["n_tiles"], "sig_tokens": int(r.significant().sum()),
+           "seconds": r.metadata["timings"]["total_s"]}
+    family = r.null_summary.get("stepdown_family")
+    if family is not None:
+        has_obj = _tiles_with_objects(r, planted.decisive)
+        tile_sig = np.zeros(r.metadata["n_tiles"], bool)
+        tile_sig[np.unique(np.asarray(family).reshape(-1)[r.significant().reshape(-1)])] = True
+        row.update(object_tiles=int(has_obj.sum()), object_tiles_sig=int((tile_sig & has_obj).sum()),
+                   empty_tiles=int((~has_obj).sum()), empty_tiles_sig=int((tile_sig & ~has_obj).sum()),
+                   under_top_patch=_under_top_patch(r, labels, n_objects))
+    return row
+
+
+def _sum_rows(rows: list[dict]) -> dict:
+    """Totals over the planted mosaics, the per-mosaic rows kept, and the recall's 95 % CI."""
+    total = {k: sum(row[k] for row in rows) for k in rows[0]
+             if k != "n_tiles" and all(isinstance(row.get(k), (int, float)) for row in rows)}
+    total.update(mosaics=len(rows), n_tiles=rows[0]["n_tiles"], per_mosaic=rows)
+    if total["objects"]:
+        ci = stats.binomtest(total["found"], total["objects"]).proportion_ci(0.95, "exact")
+        total["recall"], total["recall_ci"] = total["found"] / total["objects"], [ci.low, ci.high]
+    return total
+
+
 def tiled(art, bb, args) -> dict:
     out = {}
-    rng = np.random.default_rng([HELD_OUT["mosaic"], 1])
-    planted = mosaic(art, 0, args.mosaic, args.mosaic_objects, rng)
-    labels, n_objects = ndimage.label(planted.decisive)
+    planted = [_planted_mosaic(art, args, i) for i in range(args.n_mosaics)]
     for preset in PRESETS:
-        r = run(bb, planted.image, preset, args, seed=0, tiled=True, n_boot=args.n_boot_tiled)
-        sig_px = r.to_pixels(r.significant())
-        found = [bool(sig_px[labels == k].any()) for k in range(1, n_objects + 1)]
-        family = r.null_summary.get("stepdown_family")
-        row = {"objects": n_objects, "found": int(sum(found)), "n_tiles": r.metadata["n_tiles"],
-               "sig_tokens": int(r.significant().sum()), "seconds": r.metadata["timings"]["total_s"]}
-        if family is not None:
-            has_obj = _tiles_with_objects(r, planted.decisive)
-            tile_sig = np.zeros(r.metadata["n_tiles"], bool)
-            tile_sig[np.unique(np.asarray(family).reshape(-1)[r.significant().reshape(-1)])] = True
-            row.update(object_tiles=int(has_obj.sum()), object_tiles_sig=int((tile_sig & has_obj).sum()),
-                       empty_tiles=int((~has_obj).sum()), empty_tiles_sig=int((tile_sig & ~has_obj).sum()),
-                       p_map=r.p_map)
-        out[f"planted|{preset}"] = row
+        rows = []
+        for i, image in enumerate(planted[:_n(args, preset, args.n_mosaics)]):
+            r = run(bb, image.image, preset, args, seed=i, tiled=True, n_boot=args.n_boot_tiled)
+            rows.append(_planted_row(r, image))
+        out[f"planted|{preset}"] = _sum_rows(rows)
         tile_p, any_sig = [], []
         for m in range(_n(args, preset, args.n_noise_mosaics)):
             ref = art.field(HELD_OUT["mosaic"], 90_000 + m, False).image
@@ -283,12 +325,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--n-boot", type=int, default=100)
     ap.add_argument("--n-boot-tiled", type=int, default=200)
     ap.add_argument("--n-noise", type=int, default=20, help="noise inputs per case (stepdown)")
+    ap.add_argument("--noise-stream", type=int, default=HELD_OUT["noise"],
+                    help="generator stream of the noise inputs (another stream re-measures "
+                         "with fresh images; write it elsewhere with --json)")
     ap.add_argument("--n-texture", type=int, default=15)
     ap.add_argument("--n-crop", type=int, default=20)
     ap.add_argument("--n-loc", type=int, default=48)
     ap.add_argument("--n-sim", type=int, default=8)
     ap.add_argument("--mosaic", type=int, default=2048)
-    ap.add_argument("--mosaic-objects", type=int, default=3)
+    ap.add_argument("--mosaic-objects", type=int, default=3,
+                    help="fields with decisive objects in each planted mosaic")
+    ap.add_argument("--n-mosaics", type=int, default=12,
+                    help="planted mosaics (stepdown; the other presets a third, at least 2)")
     ap.add_argument("--n-noise-mosaics", type=int, default=10)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--quick", action="store_true", help="a smoke run (B = 20, few images)")
@@ -302,6 +350,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.n_boot, args.n_boot_tiled, args.n_noise, args.n_texture = 20, 20, 3, 3
         args.n_crop, args.n_loc, args.n_sim, args.mosaic, args.n_noise_mosaics = 3, 3, 3, 1024, 3
+        args.n_mosaics = 2
     if not args.report and not args.article:
         ap.error("give --article NAME (or --report)")
     return args

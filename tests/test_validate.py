@@ -76,7 +76,8 @@ def test_requirements_and_report_from_results(tmp_path):
            "delta_ci": [0.02, 0.12]}
     planted = {"objects": 4, "found": 4, "n_tiles": 441, "sig_tokens": 9, "seconds": 3.0,
                "object_tiles": 18, "object_tiles_sig": 4, "empty_tiles": 423,
-               "empty_tiles_sig": 2, "p_map": 0.001}
+               "empty_tiles_sig": 2, "under_top_patch": 4, "mosaics": 1, "recall": 1.0,
+               "recall_ci": [0.4, 1.0]}
     tnoise = {"n": 10, "any_sig": 0.0, "tile_p_ks": 0.3, "n_tile_p": 4410, "tile_p_min": 0.004}
     presets = ("stepdown", "directional", "paper")
     result = {
@@ -98,8 +99,10 @@ def test_requirements_and_report_from_results(tmp_path):
     assert failed == ["empty crops: ≤ 5 % in the worst crop"]
     missed = json.loads(json.dumps(result))
     missed["tiled"]["planted|stepdown"]["found"] = 3  # one of four planted objects missed
-    failed = [what for what, ok, _ in report.requirements(missed) if not ok]
-    assert failed == ["tiled mosaic: every planted object found"]
+    failed = [(what, numbers) for what, ok, numbers in report.requirements(missed) if not ok]
+    assert failed == [("tiled mosaics: every planted object found",
+                       "3/4 objects in 1 mosaic (recall 100.0 %, 95 % CI 40.0 %–100.0 %); 4 lie "
+                       "under the most attended patch of one of their tiles")]
     (tmp_path / "validation_demo.json").write_text(json.dumps(result))
     text = report.write_report(tmp_path, tmp_path / "v.md", explanations="Why: because.")
     for heading in ("## Summary", "Why: because.", "### Step-down requirements",
@@ -108,3 +111,43 @@ def test_requirements_and_report_from_results(tmp_path):
                     "### Tiled mosaics", "### The paper's noise-ROI simulation"):
         assert heading in text, heading
     assert "**not met**" not in text
+
+
+class _TiledResult:
+    """What the tiled section reads of a result: a 4 × 4 patch grid of 2 px patches, 2 tiles."""
+
+    def __init__(self, step_tokens, significant):
+        self.null_summary = {"stepdown_step_token": np.asarray(step_tokens)}
+        self._sig = np.asarray(significant, bool).reshape(4, 4)
+
+    def significant(self):
+        return self._sig
+
+    def to_pixels(self, grid):
+        return np.kron(np.asarray(grid), np.ones((2, 2), int)).astype(bool)
+
+
+def test_objects_under_a_tiles_most_attended_patch_are_counted(validate):
+    labels = np.zeros((8, 8), int)
+    labels[0:2, 0:2] = 1  # under patch 0
+    labels[6:8, 6:8] = 2  # under patch 15
+    labels[4:6, 0:2] = 3  # under patch 8
+    # tile 0 attends most to patch 0, tile 1 to patch 9: objects 2 and 3 are never first
+    r = _TiledResult([[0, 15, 1], [9, 8, 10]], np.zeros(16))
+    assert validate._under_top_patch(r, labels, 3) == 1
+    r = _TiledResult([[0, 15, 1], [8, 9, 10]], np.zeros(16))
+    assert validate._under_top_patch(r, labels, 3) == 2
+
+
+def test_planted_mosaic_totals_carry_the_recall_interval(validate):
+    rows = [{"objects": 4, "found": 1, "n_tiles": 441, "sig_tokens": 30, "seconds": 5.0,
+             "under_top_patch": 3},
+            {"objects": 5, "found": 4, "n_tiles": 441, "sig_tokens": 40, "seconds": 6.0,
+             "under_top_patch": 5}]
+    total = validate._sum_rows(rows)
+    assert (total["objects"], total["found"], total["under_top_patch"]) == (9, 5, 8)
+    assert total["mosaics"] == 2 and total["n_tiles"] == 441 and total["per_mosaic"] == rows
+    lo, hi = total["recall_ci"]
+    assert total["recall"] == 5 / 9 and lo < 5 / 9 < hi
+    # Clopper–Pearson for 5 of 9
+    assert abs(lo - 0.2120) < 1e-3 and abs(hi - 0.8630) < 1e-3
