@@ -26,13 +26,6 @@ import torch
 
 from napari_attnreg.core.run.nulls import NullConfig, image_seed, null_images
 
-#: ``tile_scale`` range the front ends' controls offer (the engine takes any positive number):
-#: from 4x upsampling (tiny objects) to 64x downsampling (whole-slide overviews).
-TILE_SCALE_RANGE = (0.25, 64.0)
-#: Largest ``tile_overlap`` the controls offer; the engine's own limit is the model input
-#: (the overlap must be smaller than the tile and a multiple of the patch).
-TILE_OVERLAP_MAX = 1024
-
 
 def _axis_starts(length: int, size: int, overlap: int) -> tuple[int, ...]:
     """Tile origins along one axis: a regular stride, the last tile flush with the end."""
