@@ -95,7 +95,7 @@ def noise_inputs(art, bb, args) -> dict:
     cases = {"grey, native": (False, side), "grey, resized": (False, int(2.5 * side)),
              "RGB, native": (True, side), "RGB, resized": (True, int(2.5 * side))}
     out = {}
-    for preset in PRESETS:
+    for preset in args.presets:
         for c, (case, (rgb, size)) in enumerate(cases.items()):
             rows = []
             for i in range(_n(args, preset, args.n_noise)):
@@ -106,7 +106,7 @@ def noise_inputs(art, bb, args) -> dict:
                              r.p.ravel()))
             out[f"{case}|{preset}"] = null_summary(rows, preset, args.n_boot)
         progress(f"{art.name}: noise inputs under {preset}")
-    for preset in PRESETS:  # pooled over the four cases
+    for preset in args.presets:  # pooled over the four cases
         parts = [out[f"{case}|{preset}"] for case in cases]
         out[f"all noise inputs|{preset}"] = {
             "n": sum(p["n"] for p in parts), "map_p": sum((p["map_p"] for p in parts), []),
@@ -131,7 +131,7 @@ def null_summary(rows, preset: str, n_boot: int) -> dict:
 
 def structured_noise(art, bb, args) -> dict:
     out = {}
-    for preset in PRESETS:
+    for preset in args.presets:
         rows = []
         for i in range(_n(args, preset, args.n_texture)):
             field = art.field(HELD_OUT["texture"], i, False).image
@@ -147,18 +147,32 @@ def structured_noise(art, bb, args) -> dict:
 # ---------------------------------------------------------------- 3. empty crops
 
 
+def patch_kinds(art, result, labels: np.ndarray) -> np.ndarray:
+    """What lies under each patch of an empty crop (the article's kinds of region)."""
+    coverage = {int(v): result.token_coverage(labels == v) for v in np.unique(labels)}
+    return art.kinds(coverage)
+
+
 def empty_crops(art, bb, args) -> dict:
     out = {}
     side = int(0.6 * art.field_size)
-    for preset in PRESETS:
+    for preset in args.presets:
         sig, evidence = [], []
+        kinds_all, kinds_sig = defaultdict(int), defaultdict(int)
         for i in range(_n(args, preset, args.n_crop)):
             r = run(bb, art.empty_crop(i, side), preset, args, seed=i)
-            sig.append(float(r.significant().mean()))
+            mask = r.significant()
+            sig.append(float(mask.mean()))
             evidence.append(float((r.posterior >= 0.5).mean()))
+            kinds = patch_kinds(art, r, art.empty_crop_regions(i, side))
+            for kind, n in zip(*np.unique(kinds, return_counts=True)):
+                kinds_all[str(kind)] += int(n)
+            for kind in kinds[mask]:
+                kinds_sig[str(kind)] += 1
         out[preset] = {"n": len(sig), "mean_sig": float(np.mean(sig)), "worst_sig": float(np.max(sig)),
                        "evidence_half": float(np.mean(evidence)),
-                       "worst_evidence_half": float(np.max(evidence))}
+                       "worst_evidence_half": float(np.max(evidence)),
+                       "patch_kinds": dict(kinds_all), "significant_kinds": dict(kinds_sig)}
     progress(f"{art.name}: crops without decisive objects ({side} px)")
     return out
 
@@ -175,13 +189,13 @@ def bootstrap_ci(values: np.ndarray, rng: np.random.Generator, n: int = 4000) ->
 def localization(art, bb, args) -> dict:
     fields = [art.field(HELD_OUT["fields"], i, True) for i in range(args.n_loc)]
     otsu, out = [], {}
-    for preset in PRESETS:
+    for preset in args.presets:
         scores, deltas = [], []
         for i, f in enumerate(fields):
             r = run(bb, f.image, preset, args, seed=i)
             truth = r.token_coverage(f.decisive) >= 0.25
             mine = overlap(r.significant(), truth)
-            if preset == PRESETS[0]:
+            if preset == args.presets[0]:
                 att = r.attention
                 otsu.append(overlap(att > threshold_otsu(att), truth))
             scores.append(mine)
@@ -266,7 +280,7 @@ def _sum_rows(rows: list[dict]) -> dict:
 def tiled(art, bb, args) -> dict:
     out = {}
     planted = [_planted_mosaic(art, args, i) for i in range(args.n_mosaics)]
-    for preset in PRESETS:
+    for preset in args.presets:
         rows = []
         for i, image in enumerate(planted[:_n(args, preset, args.n_mosaics)]):
             r = run(bb, image.image, preset, args, seed=i, tiled=True, n_boot=args.n_boot_tiled)
@@ -302,7 +316,7 @@ def simulation(art, bb, args) -> dict:
         roi[y:y + k, x:x + k] = True
         noisy = image.copy()
         noisy[roi] = rng.normal(image.mean(), image.std(), size=int(roi.sum()))
-        for preset in PRESETS:
+        for preset in args.presets:
             r = run(bb, np.clip(noisy, 0, None).astype(np.float32), preset, args, seed=i)
             roi_tok = r.token_coverage(roi) >= 0.5
             raw = roi_percentiles(r.attention, r.attention, roi_tok).mean()
@@ -338,6 +352,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--n-mosaics", type=int, default=12,
                     help="planted mosaics (stepdown; the other presets a third, at least 2)")
     ap.add_argument("--n-noise-mosaics", type=int, default=10)
+    ap.add_argument("--presets", default=",".join(PRESETS),
+                    help="presets to run (comma-separated; a subset is for re-measures "
+                         "written elsewhere with --json: the report needs all three)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--quick", action="store_true", help="a smoke run (B = 20, few images)")
     ap.add_argument("--json", type=Path, help="where the article's results go")
@@ -351,6 +368,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.n_boot, args.n_boot_tiled, args.n_noise, args.n_texture = 20, 20, 3, 3
         args.n_crop, args.n_loc, args.n_sim, args.mosaic, args.n_noise_mosaics = 3, 3, 3, 1024, 3
         args.n_mosaics = 2
+    args.presets = tuple(p for p in args.presets.split(",") if p)
+    if not args.presets or set(args.presets) - set(PRESETS):
+        ap.error(f"--presets takes names from {', '.join(PRESETS)}")
     if not args.report and not args.article:
         ap.error("give --article NAME (or --report)")
     return args

@@ -43,6 +43,13 @@ class Article:
         Like ``field``, but with objects at the size the model learnt them at its input size:
         what a tiled run at native resolution sees (mosaics are made of these).
     native_size : int
+    regions : callable
+        ``regions(stream, i)`` → ``(H, W)`` int labels of what lies under each pixel of the
+        object-free field ``field(stream, i, False)`` (anatomy, nuclei), for :attr:`kinds`.
+    kinds : callable
+        ``kinds(coverage)`` → one kind name per patch, from ``coverage[label]``: the fraction
+        of each patch ``(gh, gw)`` that the region label covers. Says where significant patches
+        of empty fields lie.
     """
 
     name: str
@@ -52,13 +59,26 @@ class Article:
     field_size: int
     native_field: Callable[[int, int, bool], Field]
     native_size: int
+    regions: Callable[[int, int], np.ndarray]
+    kinds: Callable[[dict[int, np.ndarray]], np.ndarray]
+
+    @staticmethod
+    def _crop_origin(shape: tuple[int, ...], i: int, side: int) -> tuple[int, int]:
+        y, x = np.random.default_rng([HELD_OUT["crops"], i, side]).integers(
+            0, [shape[0] - side + 1, shape[1] - side + 1])
+        return int(y), int(x)
 
     def empty_crop(self, i: int, side: int) -> np.ndarray:
         """A ``side``² crop, at a random place, of a held-out field without decisive objects."""
         image = self.field(HELD_OUT["crops"], i, False).image
-        y, x = np.random.default_rng([HELD_OUT["crops"], i, side]).integers(
-            0, [image.shape[0] - side + 1, image.shape[1] - side + 1])
+        y, x = self._crop_origin(image.shape, i, side)
         return image[y:y + side, x:x + side]
+
+    def empty_crop_regions(self, i: int, side: int) -> np.ndarray:
+        """The :attr:`regions` labels of :meth:`empty_crop` ``(i, side)``."""
+        labels = self.regions(HELD_OUT["crops"], i)
+        y, x = self._crop_origin(labels.shape, i, side)
+        return labels[y:y + side, x:x + side]
 
 
 def _demo_field(stream: int, i: int, abnormal: bool) -> Field:
@@ -91,12 +111,48 @@ def _phantom_native(stream: int, i: int, abnormal: bool) -> Field:
     return _phantom_field(stream, i, abnormal, size=224)
 
 
+#: a label must cover this much of a patch to count as under it (not a resampling sliver)
+_PRESENT = 0.02
+
+
+def _demo_regions(stream: int, i: int) -> np.ndarray:
+    from napari_attnreg.testing.synthetic import TRAINING_SCALE, make_cell_image
+
+    sample = make_cell_image([0, stream, i], size=512, scale=4 * TRAINING_SCALE,
+                             abnormal=False, hard_negatives=True)
+    return (sample.nuclei_labels > 0).astype(np.int32)
+
+
+def _demo_kinds(coverage: dict[int, np.ndarray]) -> np.ndarray:
+    nucleus = coverage.get(1, np.zeros_like(next(iter(coverage.values()))))
+    return np.where(nucleus >= 0.25, "on a nucleus",
+                    np.where(nucleus >= _PRESENT, "edge of a nucleus", "no nucleus"))
+
+
+def _phantom_regions(stream: int, i: int) -> np.ndarray:
+    from napari_attnreg.testing.phantoms import make_phantom_image
+
+    return make_phantom_image([0, stream, i], size=448, abnormal=False).structures.astype(np.int32)
+
+
+def _phantom_kinds(coverage: dict[int, np.ndarray]) -> np.ndarray:
+    # label 0 is air (testing.phantoms.STRUCTURES)
+    present = {label: c >= _PRESENT for label, c in coverage.items()}
+    shape = next(iter(coverage.values())).shape
+    air = present.get(0, np.zeros(shape, bool))
+    tissues = sum((p.astype(int) for label, p in present.items() if label != 0),
+                  np.zeros(shape, int))
+    return np.select([air & (tissues == 0), air, tissues >= 2],
+                     ["air", "body outline", "boundary of two tissues"], "inside one tissue")
+
+
 ARTICLES = {
     "demo": Article("demo", "demo", "synthetic fluorescence nuclei; decisive objects: mitotic "
-                    "figures; ViT patch 8, 128 px input", _demo_field, 512, _demo_native, 512),
+                    "figures; ViT patch 8, 128 px input", _demo_field, 512, _demo_native, 512,
+                    _demo_regions, _demo_kinds),
     "phantom": Article("phantom", "phantom", "synthetic CT-like slices; decisive objects: small "
                        "lesions; ViT patch 16, 224 px input", _phantom_field, 448,
-                       _phantom_native, 224),
+                       _phantom_native, 224, _phantom_regions, _phantom_kinds),
 }
 
 

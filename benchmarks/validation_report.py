@@ -59,6 +59,21 @@ def _found(planted: dict) -> str:
     return text
 
 
+def _kinds(crops: dict) -> str | None:
+    """Where the significant patches of the empty crops lie, against all their patches."""
+    every, sig = crops.get("patch_kinds"), crops.get("significant_kinds")
+    if not every:
+        return None
+    total, n_sig = sum(every.values()), sum(sig.values())
+    if not n_sig:
+        return "Step-down: no significant patch on any empty crop."
+    parts = [f"{kind} {sig.get(kind, 0)} ({_pct(sig.get(kind, 0) / n_sig)}; "
+             f"{_pct(every[kind] / total)} of all patches)"
+             for kind in sorted(every, key=lambda k: (-sig.get(k, 0), -every[k]))]
+    return (f"Where the step-down's {n_sig} significant patches of the empty crops lie: "
+            + ", ".join(parts) + ".")
+
+
 def requirements(r: dict) -> list[tuple[str, bool, str]]:
     """The §16 requirements for the step-down default on one article: (what, met, numbers)."""
     noise = r["noise"]["all noise inputs|stepdown"]
@@ -128,6 +143,9 @@ def _article_section(r: dict) -> list[str]:
         c = r["crops"][preset]
         lines.append(f"| {preset} | {c['n']} | {_pct(c['mean_sig'])} | {_pct(c['worst_sig'])} | "
                      f"{_pct(c['evidence_half'])} | {_pct(c['worst_evidence_half'])} |")
+    kinds = _kinds(r["crops"]["stepdown"])
+    if kinds:
+        lines += ["", kinds]
     loc = r["localization"]
     lines += ["", "### Planted objects: localization", "",
               "Truth: patches at least a quarter covered by a decisive object. ΔF1: paired "

@@ -151,3 +151,34 @@ def test_planted_mosaic_totals_carry_the_recall_interval(validate):
     assert total["recall"] == 5 / 9 and lo < 5 / 9 < hi
     # Clopper–Pearson for 5 of 9
     assert abs(lo - 0.2120) < 1e-3 and abs(hi - 0.8630) < 1e-3
+
+
+def test_phantom_patch_kinds_tell_anatomy_edges_from_organ_interiors(articles):
+    # labels: 0 air, 2 abdomen, 3 liver; four patches side by side
+    coverage = {0: np.array([[1.0, 0.5, 0.0, 0.01]]),
+                2: np.array([[0.0, 0.5, 0.6, 0.99]]),
+                3: np.array([[0.0, 0.0, 0.4, 0.0]])}
+    kinds = articles.ARTICLES["phantom"].kinds(coverage)
+    # a 1 % sliver of air is resampling, not the body outline
+    assert kinds.tolist() == [["air", "body outline", "boundary of two tissues",
+                               "inside one tissue"]]
+
+
+def test_empty_crop_regions_match_the_crop(articles):
+    art = articles.ARTICLES["phantom"]
+    crop, labels = art.empty_crop(3, 200), art.empty_crop_regions(3, 200)
+    assert crop.shape == labels.shape == (200, 200)
+    assert np.all(crop[labels == 0] < -500)  # air is air in Hounsfield units
+
+
+def test_report_says_where_significant_crop_patches_lie():
+    report = _load("validation_report")
+    crops = {"patch_kinds": {"air": 50, "inside one tissue": 30, "boundary of two tissues": 20},
+             "significant_kinds": {"boundary of two tissues": 3, "inside one tissue": 1}}
+    line = report._kinds(crops)
+    assert line.startswith("Where the step-down's 4 significant patches")
+    assert line.index("boundary of two tissues 3 (75.0 %; 20.0 % of all patches)") < line.index(
+        "inside one tissue 1") < line.index("air 0 (0.0 %; 50.0 % of all patches)")
+    assert report._kinds({**crops, "significant_kinds": {}}).endswith("no significant patch "
+                                                                      "on any empty crop.")
+    assert report._kinds({}) is None  # results from before the kinds were recorded
