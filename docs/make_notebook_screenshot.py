@@ -48,8 +48,9 @@ except (BackboneError, ValueError):
     torch.manual_seed(0)
     model = load_backbone(timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=4))
     image, source = data.cell(), "skimage cell + random-init vit_tiny"
-# the evidence map (−log10 p, above the null) with the significant patches outlined
-explorer = AttentionExplorer(image, model, n_boot=200, seed=0, device="auto", overlay="pvalue")
+# the default (step-down): its evidence map, 1 − adjusted p, with the significant patches
+# outlined and the map-level p in the caption
+explorer = AttentionExplorer(image, model, n_boot=200, seed=0, device="auto", overlay="posterior")
 h, w = image.shape[:2]
 explorer.run(wait=True)
 explorer.add_roi(rectangle=(h // 2, w // 2, h - 1, w - 1))

@@ -98,6 +98,9 @@ def test_paper_run_uses_the_papers_names(explorer):
     assert explorer.display_panel.colorbar_label.value == "−log10 p (two-sided)"
     assert "BELOW" in explorer.display_panel.legend.value
     assert "paper's two-sided test" in explorer.summary_panel.summary.value
+    assert "π0 = " in explorer.summary_panel.summary.value
+    dropdown = explorer.display_panel.controls["overlay"]
+    assert dict((v, k) for k, v in dropdown.options)["posterior"] == "posterior 1 − lfdr (two-sided)"
 
 
 def test_outline_is_drawn_in_the_significant_colour(explorer):
@@ -143,6 +146,16 @@ def test_stepdown_run_shows_evidence_and_the_map_level_p(explorer):
     assert explorer.display_panel.colorbar_label.value == "−log10 adjusted p (step-down)"
     summary = explorer.summary_panel.summary.value
     assert "is anything here?" in summary and "resolution 1/13" in summary
+    assert "π0" not in summary  # a pooled-null quantity, not part of the step-down
+    # the overlay choices carry the step-down's names; the chosen map stays chosen
+    labels = dict((v, k) for k, v in explorer.display_panel.controls["overlay"].options)
+    assert labels["posterior"] == "evidence (1 − adjusted p)"
+    assert labels["pvalue"] == "−log10 adjusted p (step-down)"
     explorer.rule = "fwer"  # re-applied from the stored steps, nothing recomputed
     np.testing.assert_array_equal(explorer.result.significant(),
                                   result.significant("fwer", p_th=explorer.p_th))
+    explorer.preset = "directional"
+    explorer.run(wait=True)  # the shown preset changes: choices renamed, the choice kept
+    dropdown = explorer.display_panel.controls["overlay"]
+    assert dropdown.value == explorer.overlay == "pvalue"
+    assert dict((v, k) for k, v in dropdown.options)["posterior"] == "P(above null)"

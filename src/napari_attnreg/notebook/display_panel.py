@@ -12,7 +12,7 @@ from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.notebook import render
 from napari_attnreg.notebook.option_controls import labelled
 from napari_attnreg.notebook.options_panel import link_all
-from napari_attnreg.notebook.state import OVERLAYS, ExplorerState
+from napari_attnreg.notebook.state import ExplorerState, overlay_options
 
 #: "auto": each map in its own colormap (core.display), as napari and the CLI show it.
 COLORMAPS = ("auto", "magma", "inferno", "viridis", "turbo", "hot", "gray", "magma_r", "viridis_r")
@@ -26,7 +26,7 @@ class DisplayPanel(W.VBox):
         self.state = state
         self.controls: dict[str, W.Widget] = {
             "overlay": labelled(W.Dropdown, "overlay", "Which map is drawn over the image.",
-                                options=list(OVERLAYS)),
+                                options=overlay_options(state.shown_preset)),
             "colormap": labelled(W.Dropdown, "colormap",
                                  "auto: each map in its own colormap, as napari shows it.",
                                  options=[*COLORMAPS, *{state.colormap} - set(COLORMAPS)]),
@@ -36,6 +36,7 @@ class DisplayPanel(W.VBox):
                                   tooltip="Outline the patches kept by the rule."),
         }
         link_all(state, self.controls, {k: k for k in self.controls})
+        state.observe(lambda _c: self._name_overlays(), names=["shown_preset"])
         self.children = tuple(self.controls.values())
         self.colorbar = W.Image(format="png", layout=W.Layout(width="200px", height="12px"))
         self.colorbar_lo, self.colorbar_hi, self.colorbar_label = W.Label(), W.Label(), W.Label()
@@ -43,6 +44,14 @@ class DisplayPanel(W.VBox):
                                     self.colorbar_label], layout=W.Layout(align_items="center"))
         self.legend = W.HTML(layout=W.Layout(max_width="560px")).add_class("attnreg-legend")
         self.under_image = W.VBox([self.colorbar_box, self.legend])
+
+    def _name_overlays(self) -> None:
+        """Name the overlay choices as the shown result's preset computes them."""
+        dropdown, value = self.controls["overlay"], self.state.overlay
+        options = overlay_options(self.state.shown_preset)
+        if list(dropdown.options) != options:
+            dropdown.options = options
+            dropdown.value = value  # new options reset the selection; the state's choice stays
 
     def lut(self) -> np.ndarray:
         """The colormap lookup table of the chosen overlay."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import traitlets as t
 
+from napari_attnreg.core.results.display import MAPS_BY_KEY
 from napari_attnreg.core.run.engine import RunConfig
 from napari_attnreg.core.run.options import NULL_METHODS, RULES, default_for, validate_options
 from napari_attnreg.core.run.service import available_devices
@@ -28,6 +29,7 @@ from napari_attnreg.notebook import render
 from napari_attnreg.notebook.views import DRAW_MODES
 
 #: Overlay choices: (label shown, state value); the value is a core.display map key.
+#: The soft map and the p map are named per preset (:func:`overlay_options`).
 OVERLAYS = (
     ("regularized attention", "regularized"),
     ("raw attention", "attention"),
@@ -35,6 +37,13 @@ OVERLAYS = (
     ("−log10 p", "pvalue"),
     ("none (image only)", "none"),
 )
+
+
+def overlay_options(preset: str) -> list[tuple[str, str]]:
+    """:data:`OVERLAYS` with the soft map and the p map named as ``preset`` computes them
+    (step-down: "evidence (1 − adjusted p)", its adjusted p), as napari names their layers."""
+    return [(MAPS_BY_KEY[value].title(preset) if value in ("posterior", "pvalue") else label,
+             value) for label, value in OVERLAYS]
 #: The engine's defaults (the tiling options' among them).
 RUN_DEFAULTS = RunConfig()
 _PRESET = default_thresholds(DEFAULT_PRESET)

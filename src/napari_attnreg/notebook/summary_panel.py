@@ -1,4 +1,5 @@
-"""What a result says in words: the significance count, π0, the run and its diagnostics."""
+"""What a result says in words: the significance count, the map-level p or π0, the run and its
+diagnostics."""
 
 from __future__ import annotations
 
@@ -56,7 +57,9 @@ class SummaryPanel(W.VBox):
         total = result.attention.sum()
         kept = float(reg.sum() / total) if total > 0 else math.nan
         caption = html.escape(summary_text(result, result.thresholds), quote=False)
-        self.summary.value = (f"<b>{caption}</b> · π0 = {result.pi0:.3f} · regularized map keeps "
+        # the step-down caption carries its map-level p; π0 belongs to the pooled presets
+        pi0 = "" if result.p_map is not None else f" · π0 = {result.pi0:.3f}"
+        self.summary.value = (f"<b>{caption}</b>{pi0} · regularized map keeps "
                               f"{100 * kept:.1f}% of the attention")
         lines = [html.escape(run_caption(result), quote=False)]
         for line in diagnostics_lines(result):
