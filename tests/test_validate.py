@@ -182,3 +182,11 @@ def test_report_says_where_significant_crop_patches_lie():
     assert report._kinds({**crops, "significant_kinds": {}}).endswith("no significant patch "
                                                                       "on any empty crop.")
     assert report._kinds({}) is None  # results from before the kinds were recorded
+
+
+def test_first_step_ranks_count_every_input_once():
+    ranks = _load("noise_ranks").first_step_ranks("demo", "grey", n=3, n_boot=4, stream=999)
+    assert sum(ranks["rank_counts"]) == 3 and len(ranks["rank_counts"]) == 5
+    # at B = 4 no counting p reaches 1 - e^-0.1: nothing can be significant at step one
+    assert ranks["first_step_expected"] == 0.0 and ranks["first_step_rate"] == 0.0
+    assert 0.0 <= ranks["chi2_p"] <= 1.0
