@@ -108,6 +108,8 @@ def test_odds_ratio_without_significant_tokens_and_small_roi_warning(
     table = widget.roi_panel.table
     assert table.horizontalHeaderItem(column).text() == HEADERS["odds_ratio"]
     assert "0 when no patch inside" in table.horizontalHeaderItem(column).toolTip()
+    soft = list(ROI_COLUMNS).index("mean_posterior")  # the directional soft map's own name
+    assert table.horizontalHeaderItem(soft).text() == "Mean P(above null)"
     # nothing significant anywhere: the odds ratio is undefined, shown as such (never 33.8)
     assert all(np.isnan(r["odds_ratio"]) for r in rows)
     assert [table.item(r, column).text() for r in range(2)] == ["–", "–"]

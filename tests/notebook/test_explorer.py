@@ -176,6 +176,7 @@ def test_roi_mask_table_and_csv(blob_image, tiny_backbone, tmp_path):
     rows = ex.roi_table()
     assert [r["label"] for r in rows] == [1, 2] and rows[0]["area_px"] == 900
     assert ex.roi_panel.table.value.count("<tr>") == 3  # header + 2 ROIs
+    assert "Mean evidence</th>" in ex.roi_panel.table.value  # the step-down's soft map
     path = ex.export_roi_csv(tmp_path / "rois.csv")
     with open(path, newline="") as fh:
         assert [row["label"] for row in csv.DictReader(fh)] == ["1", "2"]

@@ -40,7 +40,7 @@ from napari_attnreg._napari.run_record import RunRecord
 from napari_attnreg._napari.slice_cue import shown_plane
 from napari_attnreg._napari.source_panel import is_output
 from napari_attnreg._napari.status import WARNING_COLOR
-from napari_attnreg.core.results.display import ROI_COLUMN_HELP, ROI_COLUMNS, rule_text
+from napari_attnreg.core.results.display import ROI_COLUMN_HELP, roi_header, rule_text
 from napari_attnreg.core.stats.roi import ROI_COLUMNS as ROW_KEYS
 
 
@@ -218,11 +218,12 @@ class RoiPanel(QWidget):
     def _show(self, rows: list[dict]) -> None:
         self.rows = rows
         columns = (["plane"] if rows and "plane" in rows[0] else []) + list(ROW_KEYS)
+        preset = self._record.preset if rows and self._record is not None else ""
         self.table.clear()
         self.table.setColumnCount(len(columns))
         self.table.setRowCount(len(rows))
         for c, key in enumerate(columns):  # headers and their meaning from core.display
-            header = QTableWidgetItem(ROI_COLUMNS.get(key, key))
+            header = QTableWidgetItem(roi_header(key, preset))
             header.setToolTip(ROI_COLUMN_HELP.get(key, ""))
             self.table.setHorizontalHeaderItem(c, header)
         for r, row in enumerate(rows):

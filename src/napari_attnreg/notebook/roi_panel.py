@@ -10,8 +10,7 @@ from typing import Any
 import ipywidgets as W
 import numpy as np
 
-from napari_attnreg.core.results.display import ROI_COLUMN_HELP
-from napari_attnreg.core.results.display import ROI_COLUMNS as ROI_HEADERS
+from napari_attnreg.core.results.display import ROI_COLUMN_HELP, roi_header
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.stats.roi import ROI_COLUMNS, roi_table
 from napari_attnreg.notebook.regions import add_region, as_labels
@@ -99,7 +98,7 @@ class RoiPanel(W.VBox):
             return
         head = "".join(
             f"<th title='{html.escape(ROI_COLUMN_HELP.get(c, ''))}'>"
-            f"{html.escape(ROI_HEADERS.get(c, c))}</th>" for c in ROI_COLUMNS)
+            f"{html.escape(roi_header(c, result.preset))}</th>" for c in ROI_COLUMNS)
         body = "".join("<tr>" + "".join(f"<td>{_fmt(row[c])}</td>" for c in ROI_COLUMNS)
                        + "</tr>" for row in rows)
         self.table.value = (

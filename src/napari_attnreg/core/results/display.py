@@ -266,6 +266,8 @@ ROI_COLUMNS = {
 #: What each ROI column means (header tooltips).
 ROI_COLUMN_HELP = {
     "n_tokens": "Patches whose footprint lies at least half inside the ROI.",
+    "mean_posterior": "Mean of the soft map over the ROI's patches: evidence 1 − adjusted p "
+                      "(step-down), P(above null) (directional), 1 − lfdr (paper).",
     "frac_significant": "Share of the ROI's patches kept by the significance rule.",
     "mean_pct_raw": "Mean percentile of the ROI's attention among the patches outside it.",
     "mean_pct_regularized": "The same for the regularized attention.",
@@ -273,6 +275,14 @@ ROI_COLUMN_HELP = {
                   "maximum likelihood; 0 when no patch inside is significant).",
     "fisher_p": "Two-sided Fisher exact test of significant patches inside vs outside.",
 }
+
+
+def roi_header(key: str, preset: str) -> str:
+    """Header of ROI column ``key``; the soft map's column is named as ``preset`` computes it."""
+    if key == "mean_posterior":
+        return {"stepdown": "Mean evidence", "directional": "Mean P(above null)"}.get(
+            preset, ROI_COLUMNS[key])
+    return ROI_COLUMNS.get(key, key)
 
 
 def summary_text(results: AttentionResult | Sequence[AttentionResult],
