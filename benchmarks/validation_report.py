@@ -186,7 +186,9 @@ def _article_section(r: dict) -> list[str]:
         s = r["simulation"][preset]
         lines.append(f"| {preset} | {s['n']} | {s['d']:.3f} ± {s['d_err']:.3f} |")
     rt = r.get("runtime_median_s", {})
-    lines += ["", "Median run time per image (s): " + ", ".join(
+    timed = r.get("runtime_sections")
+    on = f" on the images of section(s) {', '.join(timed)}" if timed else ""
+    lines += ["", f"Median run time per image{on} (s): " + ", ".join(
         f"{p} {rt[p]:.2f}" for p in PRESETS if p in rt) + ".", ""]
     return lines
 
