@@ -10,7 +10,7 @@ from typing import Any
 
 from qtpy.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLineEdit, QSpinBox, QWidget
 
-from napari_attnreg.core.run.options import Option
+from napari_attnreg.core.run.options import Option, ascii_int
 
 #: Qt spin boxes hold 32-bit integers; larger maxima (e.g. the seed's) are capped here.
 QT_INT_MAX = 2**31 - 1
@@ -83,8 +83,8 @@ def value_of(control: QWidget, opt: Option) -> Any:
     text = control.text().strip()
     if not text:
         return None if opt.allow_none else opt.default
-    if opt.name in ("head", "target_size") and text.lstrip("-").isdigit():
-        return int(text)  # a head number / a long side in pixels
+    if opt.name in ("head", "target_size") and ascii_int(text) is not None:
+        return ascii_int(text)  # a head number / a long side in pixels
     return text
 
 

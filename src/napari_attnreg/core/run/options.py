@@ -434,9 +434,23 @@ def _pi0(opt: Option, value: Any) -> Any:
     return float(value)
 
 
+_ASCII_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def ascii_int(text: str) -> int | None:
+    """``text`` as an integer when it is one in ASCII digits, else None.
+
+    ``str.isdigit`` is true for '²' or '٣', which ``int`` then rejects (or reads as another
+    script's digit): an option typed as text accepts only 0-9, so a stray character reaches
+    the option's own message instead of a raw ``int()`` error.
+    """
+    text = text.strip()
+    return int(text) if _ASCII_INT.fullmatch(text) else None
+
+
 def _head(opt: Option, value: Any) -> Any:
-    if isinstance(value, str) and value.strip().isascii() and value.strip().isdecimal():
-        value = int(value)
+    if isinstance(value, str) and ascii_int(value) is not None:
+        value = ascii_int(value)
     if value == "mean":
         return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
@@ -448,8 +462,8 @@ def _target_size(opt: Option, value: Any) -> Any:
     if isinstance(value, str):
         if value in ("model", "native"):
             return value
-        if value.strip().isdigit():
-            value = int(value)
+        if ascii_int(value) is not None:
+            value = ascii_int(value)
     sizes = value if isinstance(value, (tuple, list)) else (value,)
     ok = 1 <= len(sizes) <= 2 and all(
         isinstance(s, numbers.Integral) and not isinstance(s, bool) and s > 0 for s in sizes)
