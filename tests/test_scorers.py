@@ -96,12 +96,22 @@ def rollout_by_products(per_layer, npt):
     return out
 
 
-@pytest.mark.parametrize("family", ["timm", "hf"])
+def rotary_dinov3():
+    """A reduced timm DINOv3 (rotary attention, 4 registers): rollout's captured-matrix path."""
+    import timm
+
+    torch.manual_seed(0)
+    return load_backbone(peaked(timm.create_model(
+        "vit_small_patch16_dinov3", pretrained=False, depth=3, embed_dim=64, num_heads=4,
+        img_size=64).eval()))
+
+
+@pytest.mark.parametrize("family", ["timm", "hf", "rotary"])
 def test_rollout_matches_explicit_matrix_products(family, timm_bb, hf_bb):
-    bb = timm_bb if family == "timm" else hf_bb
+    bb = {"timm": timm_bb, "hf": hf_bb}.get(family) or rotary_dinov3()
     x = images(bb)
-    full = (full_attention_timm(bb.model, x) if family == "timm"
-            else full_attention_hf(bb.model, x))
+    full = (full_attention_hf(bb.model, x) if family == "hf"
+            else full_attention_timm(bb.model, x))
     slow = rollout_by_products(full, bb.num_prefix_tokens)
     with torch.inference_mode():
         fast = make_scorer("rollout").score(bb, x).double().numpy()

@@ -15,9 +15,9 @@ from torch import nn
 
 from napari_attnreg.core.models.base import Backbone
 from napari_attnreg.core.models.hf_attention import (
-    _layers,
-    _norm_and_projections,
     is_transformers_module,
+    norm_and_projections,
+    transformer_layers,
 )
 from napari_attnreg.core.models.scorers.target import Target, target_score
 from napari_attnreg.core.models.timm_attention import classic_fast_path, model_lock
@@ -26,7 +26,7 @@ from napari_attnreg.core.models.timm_attention import classic_fast_path, model_l
 def blocks(backbone: Backbone) -> nn.ModuleList:
     """The transformer blocks (timm ``blocks``, transformers ``encoder.layer``)."""
     model = backbone.model
-    return _layers(model) if is_transformers_module(model) else model.blocks
+    return transformer_layers(model) if is_transformers_module(model) else model.blocks
 
 
 def last_norm1(backbone: Backbone) -> nn.Module:
@@ -82,7 +82,7 @@ def _timm_classic_mean(block: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def _hf_mean(layer: nn.Module, tokens: torch.Tensor, heads: int) -> torch.Tensor:
-    norm, q_proj, k_proj = _norm_and_projections(layer)
+    norm, q_proj, k_proj = norm_and_projections(layer)
     hidden = norm(tokens)
     n, length, _ = hidden.shape
     q = q_proj(hidden).view(n, length, heads, -1).transpose(1, 2)
@@ -142,7 +142,7 @@ def each_block_attention(backbone: Backbone, batch: torch.Tensor,
 def _explicit_blocks(backbone: Backbone, batch: torch.Tensor,
                      visit: Callable[[int, torch.Tensor], None]) -> None:
     """Fallback for timm attention modules without a row-only path (rotary, gated)."""
-    from napari_attnreg.core.models.timm_attention import _grid_of, fit_rope_to_grid
+    from napari_attnreg.core.models.timm_attention import fit_rope_to_grid, grid_of
 
     model = backbone.model
     owner = threading.get_ident()
@@ -161,7 +161,7 @@ def _explicit_blocks(backbone: Backbone, batch: torch.Tensor,
                 block.attn.fused_attn = False
             handles.append(block.attn.attn_drop.register_forward_hook(grab_for(i)))
         try:
-            fit_rope_to_grid(model, _grid_of(model, model.patch_embed(batch), batch))
+            fit_rope_to_grid(model, grid_of(model, model.patch_embed(batch), batch))
             model.forward_features(batch)
         finally:
             for handle, block, old in zip(handles, model.blocks, previous, strict=True):
