@@ -58,20 +58,20 @@ class SanityCheck:
 
 
 def redraw_last_block(backbone: Backbone, seed: int = 0) -> Backbone:
-    """A copy of ``backbone`` whose last block is re-drawn from the model's initialisation.
+    """A backbone whose last block is re-drawn from the model's initialisation.
 
-    The draw happens on the CPU with its own seeded generator state, so it is the same on
-    every device; the given backbone is never changed.
+    Only that block is copied: the other blocks share the given model's weights (a large
+    model is never duplicated), and the given backbone is never changed. The draw happens
+    on the CPU with its own seeded generator state, so it is the same on every device.
     """
-    model = copy_module(backbone.model, lambda t: t.clone())
-    block = blocks(replace(backbone, model=model))[-1]
-    device = next(block.parameters()).device
-    block.to("cpu")
+    model = copy_module(backbone.model, lambda t: t)  # shares every weight
+    layers = blocks(replace(backbone, model=model))
+    fresh = copy_module(layers[-1], lambda t: t.to("cpu", copy=True))
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(seed)
-        for module in block.modules():
+        for module in fresh.modules():
             _init_module(model, module)
-    block.to(device)
+    layers[len(layers) - 1] = fresh.to(backbone.device)
     return replace(backbone, model=model)
 
 
