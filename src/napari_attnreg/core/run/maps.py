@@ -2,9 +2,10 @@
 
 - :func:`values_for_procedure`: the values a procedure tests. Step-down procedures test shares: a
   signed map gives its positive part (``sign="for"``) or its negative part (``"against"``).
-  Pooled-null procedures take logs; a signed map is handed to them as ``exp(x / c)``, so
-  their log-scale z is exactly the z of the signed values (``(x − μ0)/σ0`` is unchanged by
-  the affine map ``x → x / c``) and their rank p-values see the same order. Maps with
+  Pooled-null procedures take logs, which suits attention shares; a gradient map (signed,
+  or with ReLU zeros) is handed to them as ``exp(x / c)``, so their log-scale z is exactly
+  the z of the map's own values (``(x − μ0)/σ0`` is unchanged by the affine map
+  ``x → x / c``) and their rank p-values see the same order. Maps with
   exact zeros (Grad-CAM's ReLU, a positive part) get a floor far below every value, the
   same share of each map's mean for every map, so the zero tokens are one tie group that
   no null map fails to match.
@@ -56,8 +57,9 @@ def floor_zeros(maps: torch.Tensor) -> torch.Tensor:
     return out.reshape(maps.shape)
 
 
-def values_for_procedure(observed: torch.Tensor, null: torch.Tensor, *, signed: bool, sign: str,
-                  shares: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def values_for_procedure(observed: torch.Tensor, null: torch.Tensor, *, signed: bool,
+                         sign: str, shares: bool,
+                         log_scale: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """The observed and null values a procedure tests (see the module's notes).
 
     Parameters
@@ -70,6 +72,9 @@ def values_for_procedure(observed: torch.Tensor, null: torch.Tensor, *, signed: 
         Which part of a signed map a share procedure tests.
     shares : bool
         The procedure tests re-normalised shares (the step-down), not pooled logs.
+    log_scale : bool
+        The map is attention shares (``Needs.shares``): pooled procedures take its logs.
+        Otherwise (and for every signed map) they see its own values.
     """
     if sign not in SIGNS:
         raise ValueError(f"sign={sign!r}: use 'for' (the evidence for the target) or "
@@ -78,7 +83,7 @@ def values_for_procedure(observed: torch.Tensor, null: torch.Tensor, *, signed: 
         if signed and sign == "against":
             observed, null = -observed, -null
         return floor_zeros(observed), floor_zeros(null)
-    if signed:
+    if signed or not log_scale:
         scale = float(max(observed.abs().max(), null.abs().max())) / EXP_RANGE
         scale = scale if scale > 0 else 1.0
         return torch.exp(observed / scale), torch.exp(null / scale)

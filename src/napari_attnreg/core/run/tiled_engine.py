@@ -23,12 +23,14 @@ import torch.nn.functional as F
 
 from napari_attnreg.core.models.attention import cls_attention
 from napari_attnreg.core.models.backbones import Backbone
+from napari_attnreg.core.models.scorers import Needs, Scorer
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.config import (
     RunConfig,
     auto_chunk_size,
     null_config,
-    tested_head,
+    scorer_of,
+    tests_shares,
 )
 from napari_attnreg.core.run.images import (
     ChannelMap,
@@ -38,6 +40,7 @@ from napari_attnreg.core.run.images import (
     to_channels_last,
 )
 from napari_attnreg.core.run.lazy import LazyImage, intensity_range, sample_step, scaled
+from napari_attnreg.core.run.maps import values_for_procedure
 from napari_attnreg.core.run.nulls import null_images
 from napari_attnreg.core.run.passes import CancelToken, Progress, Run, TokenMaps
 from napari_attnreg.core.run.tiling import (
@@ -251,24 +254,26 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
 
     with torch.inference_mode():
         t0 = time.perf_counter()
-        tiles = _ObservedTiles(tiled, backbone, config, run)
+        scorer = scorer_of(config)  # a tiled class map states its target (validate_map)
+        tiles = _ObservedTiles(tiled, backbone, config, run, scorer)
         # a chunk halved here stays halved for the nulls: they are images of the same size
         chunk = yield from run.chunks(tiles, n_tiles, chunk, stage="observed", label="tiles",
                                       grand_total=total, oom_message=TILE_OOM)
         run.lap("observed_s", t0)
 
         t0 = time.perf_counter()
-        nulls = _NullTiles(tiled, backbone, config, run, scope)
+        nulls = _NullTiles(tiled, backbone, config, run, scope, scorer)
         chunk = yield from run.chunks(nulls, n_null, chunk, stage="nulls", label="null images",
                                       offset=n_tiles, grand_total=total, oom_message=TILE_OOM)
         run.synchronize()
         run.lap("nulls_s", t0)
 
-        observed, stats = _tile_statistics(layout, tiles.heads, nulls.scores, config, run, scope)
+        observed, stats = _tile_statistics(layout, tiles.scores, nulls.scores, config, run,
+                                           scope, scorer.needs)
         maps = TokenMaps(observed, layout.assemble(tiles.heads), tiled.image_shape, layout.shape,
                          backbone.patch_size, tiled.channel_map.kind)
         kept = _kept_nulls(layout, nulls.scores, scope) if config.keep_nulls else None
-    extra = dict(null_scope=scope, tile_shape=list(layout.tile), n_tiles=n_tiles,
+    extra = dict(**scorer.describe(), null_scope=scope, tile_shape=list(layout.tile), n_tiles=n_tiles,
                  tile_origins_y=list(layout.starts[0]), tile_origins_x=list(layout.starts[1]),
                  forward_passes=total, read_on_demand=tiled.reader is not None)
     result = run.result(config, backbone, stats, maps, chunk=chunk, kept=kept, extra=extra)
@@ -285,30 +290,47 @@ def _chunk_size(config: RunConfig, backbone: Backbone, tile: tuple[int, int], ru
     return chunk
 
 
-def _forward(tiled: TiledImage, backbone: Backbone, config: RunConfig, run: Run,
-             images: torch.Tensor, head: str | int) -> torch.Tensor:
-    """CLS attention of ``(n, c, th, tw)`` tiles in the image's own channels."""
+def _forward(tiled: TiledImage, backbone: Backbone, run: Run, images: torch.Tensor,
+             scorer: Scorer, config: RunConfig) -> torch.Tensor:
+    """The map's scores ``(n, T_tile)`` of ``(n, c, th, tw)`` tiles in the image's own
+    channels (maps made of the CLS attention: from one :func:`cls_attention` call)."""
+    batch = tiled.channel_map(images)
     with run.amp():
-        return cls_attention(backbone, tiled.channel_map(images), layer=config.layer,
-                             head=head).float()
+        if scorer.needs.cls_heads:
+            maps = cls_attention(backbone, batch, layer=config.layer, head=scorer.cls_head)
+            return maps.reshape(*maps.shape[:-2], -1).float()
+        return scorer.score(backbone, batch).float()
 
 
 class _ObservedTiles:
-    """The step of the observed pass: every head's attention on tiles ``start .. + size``.
+    """The step of the observed pass: every head's attention and the map on tiles
+    ``start .. + size``.
 
-    ``heads`` is ``(n_tiles, n_heads, tgh, tgw)`` on the CPU (a large image has many tiles).
+    ``heads`` is ``(n_tiles, n_heads, tgh, tgw)`` and ``scores`` ``(n_tiles, tile tokens)``,
+    both on the CPU (a large image has many tiles).
     """
 
     def __init__(self, tiled: TiledImage, backbone: Backbone, config: RunConfig,
-                 run: Run) -> None:
+                 run: Run, scorer: Scorer) -> None:
         self.tiled, self.backbone, self.config, self.run = tiled, backbone, config, run
+        self.scorer = scorer
         self.heads = torch.empty((tiled.layout.n_tiles, backbone.num_heads,
                                   *tiled.layout.tile_grid), dtype=torch.float32)
+        self.scores = torch.empty((tiled.layout.n_tiles, self.heads[0, 0].numel()),
+                                  dtype=torch.float32)
 
     def __call__(self, start: int, size: int) -> None:
         batch = self.tiled.tiles(range(start, start + size)).to(self.run.device)
-        self.heads[start:start + size] = _forward(self.tiled, self.backbone, self.config,
-                                                  self.run, batch, "all").cpu()
+        with self.run.amp():
+            heads = cls_attention(self.backbone, self.tiled.channel_map(batch),
+                                  layer=self.config.layer, head="all").float().cpu()
+        self.heads[start:start + size] = heads
+        if self.scorer.needs.cls_heads:  # tile by tile: the untiled engine's reduction
+            self.scores[start:start + size] = torch.cat(
+                [self.scorer.from_heads(h[None].flatten(2)) for h in heads])
+        else:
+            self.scores[start:start + size] = _forward(self.tiled, self.backbone, self.run,
+                                                       batch, self.scorer, self.config).cpu()
 
 
 class _NullTiles:
@@ -321,13 +343,13 @@ class _NullTiles:
     """
 
     def __init__(self, tiled: TiledImage, backbone: Backbone, config: RunConfig, run: Run,
-                 scope: str) -> None:
+                 scope: str, scorer: Scorer) -> None:
         self.tiled, self.backbone, self.config, self.run = tiled, backbone, config, run
         layout = tiled.layout
         self.n_boot = int(config.n_boot)
         self.tile_tokens = layout.tile_grid[0] * layout.tile_grid[1]
         self.null_config = null_config(config, backbone.patch_size[0])
-        self.head = tested_head(config)
+        self.scorer = scorer
         columns = self.tile_tokens * (layout.n_tiles if scope == "tile" else 1)
         self.scores = torch.empty((self.n_boot, columns), dtype=torch.float32,
                                   device=run.device)
@@ -341,8 +363,8 @@ class _NullTiles:
         own = self._draw(jobs)
         if self.config.preset != "paper":  # the observed tiles went through the [0, 1] clamp
             own.clamp_(0.0, 1.0)
-        maps = _forward(self.tiled, self.backbone, self.config, self.run, own,
-                        self.head).reshape(size, -1)
+        maps = _forward(self.tiled, self.backbone, self.run, own, self.scorer,
+                        self.config).reshape(size, -1)
         if self.image_null is not None:
             self.scores[start:start + size] = maps
             return
@@ -362,26 +384,30 @@ class _NullTiles:
             for tile in sorted({j // n_boot for j in jobs})])
 
 
-def _tile_statistics(layout: TileLayout, heads: torch.Tensor, null_scores: torch.Tensor,
-                     config: RunConfig, run: Run, scope: str) -> tuple[torch.Tensor, Any]:
-    """The tested map of the whole image from its tiles, and the preset's statistics on it.
+def _tile_statistics(layout: TileLayout, scores: torch.Tensor, null_scores: torch.Tensor,
+                     config: RunConfig, run: Run, scope: str,
+                     needs: Needs) -> tuple[torch.Tensor, Any]:
+    """The map of the whole image from its tiles, and the preset's statistics on it.
 
-    Under the step-down preset every tile is a family of its own.
+    Under the step-down preset every tile is a family of its own. The statistics see the
+    values their procedure tests (:func:`~.maps.values_for_procedure`); the returned map is
+    the raw one, for display.
     """
-    head = tested_head(config)
-    # tile by tile: the untiled engine's reduction, to the last bit
-    tile_maps = torch.stack([h.mean(0) for h in heads]) if head == "mean" else heads[:, int(head)]
-    observed = layout.assemble(tile_maps)
+    tile_maps = scores.reshape(layout.n_tiles, *layout.tile_grid)
+    tested, null = values_for_procedure(tile_maps.reshape(layout.n_tiles, -1), null_scores,
+                                        signed=needs.signed, sign=config.sign,
+                                        shares=tests_shares(config), log_scale=needs.shares)
+    observed = layout.assemble(tested.reshape(tile_maps.shape))
     positions = layout.local_index().ravel()
     if scope == "tile":  # each tile's null is its own: positions run over all tiles' tokens
         positions = layout.tile_index().ravel() * (layout.tile_grid[0] * layout.tile_grid[1]) \
             + positions
     stats = run.statistics(
-        config, observed.reshape(-1), null_scores, positions,
-        families=tile_maps.reshape(layout.n_tiles, -1).to(run.device),
+        config, observed.reshape(-1), null, positions,
+        families=tested.to(run.device),
         owner=(layout.tile_index().ravel(), layout.local_index().ravel()),
         family_tokens=layout.tile_tokens())
-    return observed, stats
+    return layout.assemble(tile_maps), stats
 
 
 def _kept_nulls(layout: TileLayout, null_scores: torch.Tensor, scope: str) -> np.ndarray:

@@ -14,8 +14,15 @@ class AttentionScorer(Scorer):
 
     name = "attention"
     label = "attention"
-    needs = Needs()
+    needs = Needs(cls_heads=True)
 
     def scores(self, backbone: Backbone, batch: torch.Tensor) -> torch.Tensor:
         maps = cls_attention(backbone, batch, layer=self.layer, head=self.head)
         return maps.reshape(maps.shape[0], -1)
+
+    @property
+    def cls_head(self) -> str | int:
+        return self.head
+
+    def from_heads(self, heads: torch.Tensor) -> torch.Tensor:
+        return heads.mean(dim=1) if self.head == "mean" else heads[:, int(self.head)]

@@ -34,6 +34,12 @@ class Needs:
         Scores can be negative (the step-down then tests ``max(x, 0)`` or ``max(-x, 0)``).
     family : str or None
         ``"heads"``: the scores are ``(N, H, T)`` and every head is a family of its own.
+    cls_heads : bool
+        Scores are made of every head's CLS attention of ``layer`` (:meth:`Scorer.from_heads`);
+        the engines compute that once per chunk and read the map from it.
+    shares : bool
+        Scores are attention shares (softmax rows, > 0): the pooled-null procedures take
+        their logs. Other maps (gradients) are tested on their own scale.
     """
 
     gradients: bool = False
@@ -41,6 +47,8 @@ class Needs:
     all_layers: bool = False
     signed: bool = False
     family: str | None = None
+    cls_heads: bool = False
+    shares: bool = True
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,16 @@ class Scorer:
 
     def scores(self, backbone: Backbone, batch: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} must implement scores()")
+
+    def from_heads(self, heads: torch.Tensor) -> torch.Tensor:
+        """The scores read from every head's CLS attention ``(N, H, T)`` of ``layer``
+        (maps with ``needs.cls_heads``)."""
+        raise NotImplementedError(f"map={self.name!r} is not made of the CLS attention rows")
+
+    @property
+    def cls_head(self) -> str | int:
+        """The ``head=`` of :func:`cls_attention` that gives this map (``needs.cls_heads``)."""
+        raise NotImplementedError(f"map={self.name!r} is not made of the CLS attention rows")
 
     def describe(self) -> dict[str, Any]:
         """The map's options as the result's metadata stores them."""

@@ -19,7 +19,7 @@ class CdamScorer(Scorer):
 
     name = "cdam"
     label = "CDAM"
-    needs = Needs(gradients=True, target=True, signed=True)
+    needs = Needs(gradients=True, target=True, signed=True, shares=False)
 
     def scores(self, backbone: Backbone, batch: torch.Tensor) -> torch.Tensor:
         x, grad = norm1_and_gradient(backbone, batch, self.target)

@@ -20,7 +20,7 @@ class GradCamScorer(Scorer):
 
     name = "gradcam"
     label = "Grad-CAM"
-    needs = Needs(gradients=True, target=True)
+    needs = Needs(gradients=True, target=True, shares=False)
 
     def scores(self, backbone: Backbone, batch: torch.Tensor) -> torch.Tensor:
         x, grad = norm1_and_gradient(backbone, batch, self.target)

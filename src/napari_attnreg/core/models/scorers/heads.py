@@ -14,8 +14,13 @@ class HeadsScorer(Scorer):
 
     name = "heads"
     label = "per-head attention"
-    needs = Needs(family="heads")
+    needs = Needs(family="heads", cls_heads=True)
 
     def scores(self, backbone: Backbone, batch: torch.Tensor) -> torch.Tensor:
         maps = cls_attention(backbone, batch, layer=self.layer, head="all")
         return maps.reshape(maps.shape[0], maps.shape[1], -1)
+
+    cls_head = "all"
+
+    def from_heads(self, heads: torch.Tensor) -> torch.Tensor:
+        return heads
