@@ -102,3 +102,146 @@ def test_head_families_give_per_head_evidence_and_their_union():
     # the union's evidence is each token's best head evidence
     np.testing.assert_allclose(stats.posterior, evidence.max(axis=0))
     assert evidence[1, 5] == evidence.max()
+
+
+# ------------------------------------------------------------------ end to end
+from conftest import tiny_vit  # noqa: E402
+
+from napari_attnreg import regularize  # noqa: E402
+from napari_attnreg.core.models.scorers import make_scorer, map_names  # noqa: E402
+from napari_attnreg.core.run.options import MAPS  # noqa: E402
+
+FAST = {"n_boot": 12, "device": "cpu", "chunk_size": 6, "seed": 1}
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    """A tiny timm classifier (4 classes) taking 64 px images: a 4 × 4 grid."""
+    from attention_reference import peaked
+
+    bb = tiny_vit("vit_tiny_patch16_224", img_size=64, num_classes=4)
+    peaked(bb.model)
+    bb.input_size = (3, 64, 64)  # the loader reads timm's default config (224 px)
+    return bb
+
+
+@pytest.fixture(scope="module")
+def field():
+    rng = np.random.default_rng(0)
+    image = rng.random((64, 64)).astype(np.float32)
+    image[8:24, 40:56] += 2.0
+    return image
+
+
+def prepared(bb, image):
+    from napari_attnreg.core.run.images import prepare_image
+
+    return prepare_image(image, patch_size=bb.patch_size, mean=bb.mean, std=bb.std,
+                         default_size=bb.input_size[1:]).tensor[None]
+
+
+def test_option_choices_are_the_registered_maps():
+    assert MAPS == map_names()
+
+
+@pytest.mark.parametrize("name", ["attention", "rollout", "cdam", "gradcam"])
+def test_each_map_runs_end_to_end_and_tests_its_own_map(name, classifier, field):
+    result = regularize(field, classifier, map=name, **FAST)
+    md = result.metadata
+    assert md["map"] == name and md["map_label"]
+    scorer = make_scorer(name).bind(classifier, prepared(classifier, field))
+    with torch.inference_mode():
+        expected = scorer.score(classifier, prepared(classifier, field)).reshape(4, 4)
+    np.testing.assert_allclose(result.attention, expected.numpy(), rtol=1e-4, atol=1e-7)
+    assert np.isfinite(result.posterior).all() and 0 < md["p_map"] <= 1
+    assert np.isfinite(md["map_sanity_rho"])
+    if scorer.needs.target:
+        assert md["target"] == scorer.target.index  # "predicted" fixed on the observed image
+
+
+def test_signed_map_under_paper_and_directional_uses_z_of_signed_values(classifier, field):
+    for preset in ("paper", "directional"):
+        result = regularize(field, classifier, map="cdam", target=2, preset=preset,
+                            keep_nulls=True, **FAST)
+        null = result.null_scores.reshape(FAST["n_boot"], -1).astype(np.float64)
+        literal = (result.attention.ravel() - null.mean()) / null.std()
+        np.testing.assert_allclose(result.z.ravel(), literal, rtol=1e-4, atol=1e-4)
+        assert (result.attention < 0).any()  # the map really is signed
+
+
+def test_sign_against_tests_the_negative_part(classifier, field):
+    r_for = regularize(field, classifier, map="cdam", target=2, **FAST)
+    r_against = regularize(field, classifier, map="cdam", target=2, sign="against", **FAST)
+    np.testing.assert_array_equal(r_for.attention, r_against.attention)
+    assert r_for.attention.min() < 0 < r_for.attention.max()
+    # the evidence follows the part tested: the most positive token leads "for", the most
+    # negative one "against"; tokens of the other sign are one tie group at the end
+    assert r_for.posterior.ravel()[np.argmax(r_for.attention)] == r_for.posterior.max()
+    assert r_against.posterior.ravel()[np.argmin(r_against.attention)] == r_against.posterior.max()
+    assert r_for.posterior[r_for.attention <= 0].max() == r_for.posterior.min()
+    with pytest.raises(ValueError, match="sign='against' applies to signed maps"):
+        regularize(field, classifier, map="gradcam", sign="against", **FAST)
+
+
+def test_heads_map_gives_per_head_evidence_and_their_union(classifier, field):
+    result = regularize(field, classifier, map="heads", **FAST)
+    evidence = np.asarray(result.metadata["family_evidence"])
+    assert evidence.shape == (classifier.num_heads, 4, 4)
+    np.testing.assert_allclose(result.posterior, evidence.max(axis=0))
+    np.testing.assert_allclose(result.attention, result.head_attention.mean(0), rtol=1e-6)
+    with pytest.raises(ValueError, match="each head as a family"):
+        regularize(field, classifier, map="heads", preset="paper", **FAST)
+
+
+def test_excluded_sinks_are_not_tested(classifier, field, monkeypatch):
+    from napari_attnreg.core.run import maps as maps_mod
+    from napari_attnreg.core.stats.map_checks import SinkReport
+
+    def one_sink(backbone, image):  # the sink detection itself is tested in test_scorers
+        return SinkReport((5,), (4, 4), np.full(16, 1.0), np.full(16, 1 / 16))
+
+    monkeypatch.setattr(maps_mod, "attention_sinks", one_sink)
+    result = regularize(field, classifier, exclude_sinks=True, **FAST)
+    assert np.isnan(result.posterior.ravel()[5]) and result.metadata["excluded_tokens"] == [5]
+    assert not result.significant().ravel()[5]
+    kept = regularize(field, classifier, **FAST)
+    assert np.isfinite(kept.posterior).all() and kept.metadata["sink_tokens"] == [5]
+
+
+def test_class_map_on_a_model_without_head_says_what_to_do(field):
+    transformers = pytest.importorskip("transformers")
+    from napari_attnreg.core.models.backbones import load_backbone
+
+    config = transformers.AutoConfig.for_model(
+        "dinov2", hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, patch_size=14, image_size=56)
+    bb = load_backbone(transformers.AutoModel.from_config(config))
+    with pytest.raises(ValueError, match=r'target=<concept>.*map="attention"'):
+        regularize(field, bb, map="cdam", **FAST)
+    concept = np.random.default_rng(0).standard_normal(32)
+    result = regularize(field, bb, map="gradcam", target=concept, **FAST)
+    assert result.metadata["target"] == "concept" and len(result.metadata["concept"]) == 32
+
+
+def test_tiled_class_map_needs_a_stated_target(classifier):
+    image = np.random.default_rng(1).random((150, 140)).astype(np.float32)
+    with pytest.raises(ValueError, match="needs its target stated"):
+        regularize(image, classifier, map="cdam", tiled=True, **FAST)
+    result = regularize(image, classifier, map="cdam", target=1, tiled=True, **FAST)
+    assert result.metadata["map"] == "cdam" and result.attention.shape == result.grid_shape
+
+
+@pytest.mark.parametrize("name", ["cdam", "rollout"])
+def test_cli_map_and_concept(name, tmp_path, capsys):
+    import csv
+
+    from napari_attnreg.cli import main
+
+    concept = tmp_path / "concept.npy"
+    np.save(concept, np.random.default_rng(0).standard_normal(128).astype(np.float32))
+    extra = ["--concept", str(concept)] if name == "cdam" else []
+    out = tmp_path / "out"
+    assert main(["demo", "--out", str(out), "--n-boot", "4", "--quiet", "--device", "cpu",
+                 "--map", name, *extra]) == 0
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    assert rows[0]["map"] == name and rows[0]["status"] == "done"

@@ -19,7 +19,7 @@ from typing import Any
 from napari_attnreg.batch.items import BatchItem
 from napari_attnreg.core.files import atomic_write
 
-SUMMARY_COLUMNS = ("source", "plane", "output", "model", "preset", "B", "seed", "grid", "pi0",
+SUMMARY_COLUMNS = ("source", "plane", "output", "model", "preset", "map", "B", "seed", "grid", "pi0",
                    "tokens_significant", "fraction_significant", "seconds", "status",
                    # how each result was made (io.export.provenance), after the summary
                    "weights", "weights_sha256", "rule", "q_th", "p_th", "l_th", "z_th",
@@ -44,6 +44,7 @@ def result_row(item: BatchItem, plane: tuple[int, ...] | None, out: Path, result
     return {**{k: made.get(k) for k in SUMMARY_COLUMNS if k in made}, **{
         "source": str(item.source), "plane": _plane_text(plane),
         "output": str(out), "model": md.get("model", ""), "preset": result.preset,
+        "map": md.get("map", "attention"),  # results saved before maps were options
         "B": md.get("n_boot", ""), "seed": md.get("seed", ""),
         "grid": f"{result.grid_shape[0]}x{result.grid_shape[1]}", "pi0": f"{result.pi0:.10g}",
         "tokens_significant": int(sig.sum()), "fraction_significant": f"{sig.mean():.10g}",
