@@ -19,7 +19,14 @@ from napari_attnreg.core.run.images import TargetSize
 from napari_attnreg.core.run.nulls import NullConfig, half_patch_block
 from napari_attnreg.core.run.options import NULL_SCOPES, OPTIONS, validate_options
 from napari_attnreg.core.run.tiling import work_shape
-from napari_attnreg.core.stats.presets import DEFAULT_PRESET, THRESHOLD_KEYS, resolve_options
+from napari_attnreg.core.stats.procedures import (
+    DEFAULT_PROCEDURE,
+    STATISTICS_KEYS,
+    THRESHOLD_KEYS,
+    Procedure,
+    get_procedure,
+    procedure_names,
+)
 
 Precision = Literal["auto", "float32", "bfloat16", "float16"]
 CPU_MAX_CHUNK = 32  # beyond this CPU throughput no longer improves and memory keeps growing
@@ -37,7 +44,7 @@ class RunConfig:
     (``null_scope="image"``) or one per tile (``"tile"``); see :mod:`.tiled_engine`.
     """
 
-    preset: str = DEFAULT_PRESET
+    preset: str = DEFAULT_PROCEDURE
     method: str | None = None
     null_resolution: str | None = None
     n_boot: int = 200
@@ -76,16 +83,26 @@ class RunConfig:
 
     def resolved(self) -> RunConfig:
         """A copy with every preset-dependent option filled in (and checked against it)."""
-        keys = ("p_method", "alternative", "pi0_method", "null", "null_pool", "method",
-                "null_resolution", *THRESHOLD_KEYS)
-        resolved = resolve_options(self.preset, {k: getattr(self, k) for k in keys})
+        procedure = self.procedure
+        resolved = procedure.resolve({k: getattr(self, k) for k in STATISTICS_KEYS})
         tail = self.tail
         if tail is None:  # the tail matters where tiles need p below 1/(B + 1)
-            tail = "gpd" if self.preset == "stepdown" and self.tiled else "none"
-        elif tail != "none" and self.preset != "stepdown":
-            raise ValueError(f"tail={tail!r} belongs to the step-down preset; pass "
-                             "preset='stepdown' or leave tail unset.")
+            tail = "gpd" if procedure.offers_tail and self.tiled else "none"
+        elif tail != "none" and not procedure.offers_tail:
+            offering = [get_procedure(n) for n in procedure_names()
+                        if get_procedure(n).offers_tail]
+            raise ValueError(f"tail={tail!r} belongs to the {offering[0].title} preset; pass "
+                             f"preset={offering[0].name!r} or leave tail unset.")
         return replace(self, tail=tail, **resolved)
+
+    @property
+    def procedure(self) -> Procedure:
+        """The statistical procedure ``preset`` names (a ValueError for an unknown one)."""
+        return get_procedure(self.preset)
+
+    def statistics_options(self) -> dict[str, Any]:
+        """The resolved options a procedure's statistics read, as plain keywords."""
+        return {k: getattr(self, k) for k in (*STATISTICS_KEYS, "tail")}
 
     def thresholds(self) -> dict[str, Any]:
         """The rule and thresholds of a resolved config."""
@@ -135,7 +152,7 @@ def null_config(config: RunConfig, patch: int | None) -> NullConfig:
     patch" is its null hypothesis. The other presets shuffle whole patches.
     """
     block = config.block_size
-    if block is None and config.preset == "stepdown" and patch is not None:
+    if block is None and config.procedure.half_patch_blocks and patch is not None:
         block = half_patch_block(patch)
     return NullConfig(config.method, config.std_factor, config.per_channel, block)
 
