@@ -247,8 +247,9 @@ ROI_COLUMN_HELP = {
 
 
 def roi_header(key: str, preset: str) -> str:
-    """Header of ROI column ``key``; the soft map's column is named as ``preset`` computes it."""
-    if key == "mean_posterior":
+    """Header of ROI column ``key``; the soft map's column is named as ``preset`` computes it
+    (the generic name when there is no result yet: ``preset`` empty)."""
+    if key == "mean_posterior" and preset in presets():
         return get_procedure(preset).evidence_header
     return ROI_COLUMNS.get(key, key)
 
