@@ -24,6 +24,8 @@ import argparse
 import math
 import numbers
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -364,9 +366,55 @@ def validate_options(options: Mapping[str, Any]) -> dict[str, Any]:
     for name, value in options.items():
         if name == "extra":
             out[name] = value
-            continue
-        out[name] = _check(option(name), value)
+        elif _CHECKED.passed(name, value):
+            out[name] = value
+        else:
+            out[name] = _CHECKED.record(name, _check(option(name), value))
     return out
+
+
+class _CheckedValues:
+    """The values validation produced, per option, so a run path checks each option once.
+
+    A value is recognised by identity (the very object a check returned, kept alive here so
+    its id is never reused) and, for a list, by a copy of its items (a list changed in place
+    is checked again). The API, the CLI and every front end validate a config where they
+    receive it, and the service and engines again where they are called directly; with this,
+    the second and later checks of a config made of checked values do no work.
+    """
+
+    def __init__(self, size: int = 512) -> None:
+        self._size = size
+        self._values: OrderedDict[tuple[str, int], tuple[Any, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def passed(self, name: str, value: Any) -> bool:
+        with self._lock:
+            entry = self._values.get((name, id(value)))
+        if entry is None or entry[0] is not value:
+            return False
+        return not isinstance(value, list) or entry[1] == tuple(value)
+
+    def record(self, name: str, value: Any) -> Any:
+        frozen = tuple(value) if isinstance(value, list) else None
+        if isinstance(value, (dict, set)):  # no option takes one; never trust a mutable
+            return value
+        with self._lock:
+            self._values[(name, id(value))] = (value, frozen)
+            self._values.move_to_end((name, id(value)))
+            while len(self._values) > self._size:
+                self._values.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        """Forget every checked value (tests that count the checks start from here)."""
+        with self._lock:
+            self._values.clear()
+
+
+_CHECKED = _CheckedValues()
+#: Forget the values already checked (the next validation checks every option again).
+forget_checked_values = _CHECKED.clear
 
 
 def _check(opt: Option, value: Any) -> Any:
