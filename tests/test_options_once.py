@@ -56,3 +56,41 @@ def test_a_value_changed_after_checking_is_checked_again(n_boot_checks):
     config.channels.append(-1)  # the same list, changed in place: checked again
     with pytest.raises(ValueError, match="channels"):
         config.validate()
+
+
+def _literal_defaults(name: str) -> list[str]:
+    """Where ``name`` gets a literal default: a field, a keyword argument or a trait."""
+    import ast
+    from pathlib import Path
+
+    src = Path(O.__file__).resolve().parents[2]
+    found = []
+    for path in src.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            pairs = []
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                pairs.append((node.target.id, node.value))
+            elif isinstance(node, ast.Assign):
+                pairs += [(t.id, node.value) for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.arguments):
+                kw = [*node.posonlyargs, *node.args]
+                pairs += list(zip([a.arg for a in kw[len(kw) - len(node.defaults):]],
+                                  node.defaults))
+                pairs += [(a.arg, d) for a, d in zip(node.kwonlyargs, node.kw_defaults)]
+            for target, value in pairs:
+                if target == name and (isinstance(value, ast.Constant) or (
+                        isinstance(value, ast.Call) and value.args  # a trait: t.Int(200)
+                        and isinstance(value.args[0], ast.Constant)
+                        and isinstance(value.args[0].value, (int, float)))):
+                    found.append(f"{path.relative_to(src)}:{getattr(value, 'lineno', 0)}")
+    return found
+
+
+@pytest.mark.parametrize("name", ["n_boot", "seed"])
+def test_each_run_default_is_written_once(name):
+    from napari_attnreg.notebook.state import ExplorerState
+
+    # only the option metadata has it (as a call argument, which the scan leaves out)
+    assert _literal_defaults(name) == []
+    assert getattr(RunConfig(), name) == O.option(name).default
+    assert getattr(ExplorerState(), name) == O.option(name).default

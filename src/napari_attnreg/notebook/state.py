@@ -54,9 +54,9 @@ class ExplorerState(t.HasTraits):
 
     model_name = t.Unicode("demo")
     method = t.Enum(NULL_METHODS, default_value=default_for("method", DEFAULT_PRESET))
-    n_boot = t.Int(200)
-    seed = t.Int(0)
-    device = t.Unicode("auto")
+    n_boot = t.Int(default_for("n_boot"))
+    seed = t.Int(default_for("seed"))
+    device = t.Unicode(default_for("device"))
     tiled = t.Bool(RUN_DEFAULTS.tiled)
     tile_overlap = t.Int(RUN_DEFAULTS.tile_overlap, allow_none=True)  # None: a quarter tile
     tile_scale = t.Float(RUN_DEFAULTS.tile_scale)

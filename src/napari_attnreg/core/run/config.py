@@ -20,7 +20,6 @@ from napari_attnreg.core.run.nulls import NullConfig, half_patch_block
 from napari_attnreg.core.run.options import NULL_SCOPES, OPTIONS, validate_options
 from napari_attnreg.core.run.tiling import work_shape
 from napari_attnreg.core.stats.procedures import (
-    DEFAULT_PROCEDURE,
     STATISTICS_KEYS,
     THRESHOLD_KEYS,
     Procedure,
@@ -29,6 +28,13 @@ from napari_attnreg.core.stats.procedures import (
 )
 
 Precision = Literal["auto", "float32", "bfloat16", "float16"]
+
+
+def _default(name: str) -> Any:
+    """A field's default, from the option metadata (each default is written there only):
+    ``None`` for an option the preset fills."""
+    return OPTIONS[name].unset
+
 CPU_MAX_CHUNK = 32  # beyond this CPU throughput no longer improves and memory keeps growing
 
 
@@ -44,41 +50,41 @@ class RunConfig:
     (``null_scope="image"``) or one per tile (``"tile"``); see :mod:`.tiled_engine`.
     """
 
-    preset: str = DEFAULT_PROCEDURE
-    method: str | None = None
-    null_resolution: str | None = None
-    n_boot: int = 200
-    seed: int = 0
-    device: str = "auto"
-    chunk_size: int | None = None
-    memory_fraction: float = 0.5
-    precision: Precision = "auto"
-    layer: int = -1
-    head: str | int = "mean"
-    p_method: str | None = None
-    alternative: str | None = None
-    pi0_method: str | float | None = None
-    null: str | None = None
-    null_pool: str | None = None
-    tail: str | None = None
-    rule: str | None = None
-    z_th: float | None = None
-    p_th: float | None = None
-    l_th: float | None = None
-    q_th: float | None = None
-    std_factor: float = 1.0
-    per_channel: bool = True
-    block_size: int | None = None
-    keep_nulls: bool = False
-    target_size: TargetSize = "model"
-    channel_axis: int | None = None
-    channels: Sequence[int] | None = None
-    merge: str | None = None
-    image_kind: str | None = None
-    tiled: bool = False
-    tile_scale: float = 1.0
-    tile_overlap: int | None = None
-    null_scope: str | None = None
+    preset: str = _default("preset")
+    method: str | None = _default("method")
+    null_resolution: str | None = _default("null_resolution")
+    n_boot: int = _default("n_boot")
+    seed: int = _default("seed")
+    device: str = _default("device")
+    chunk_size: int | None = _default("chunk_size")
+    memory_fraction: float = _default("memory_fraction")
+    precision: Precision = _default("precision")
+    layer: int = _default("layer")
+    head: str | int = _default("head")
+    p_method: str | None = _default("p_method")
+    alternative: str | None = _default("alternative")
+    pi0_method: str | float | None = _default("pi0_method")
+    null: str | None = _default("null")
+    null_pool: str | None = _default("null_pool")
+    tail: str | None = _default("tail")
+    rule: str | None = _default("rule")
+    z_th: float | None = _default("z_th")
+    p_th: float | None = _default("p_th")
+    l_th: float | None = _default("l_th")
+    q_th: float | None = _default("q_th")
+    std_factor: float = _default("std_factor")
+    per_channel: bool = _default("per_channel")
+    block_size: int | None = _default("block_size")
+    keep_nulls: bool = _default("keep_nulls")
+    target_size: TargetSize = _default("target_size")
+    channel_axis: int | None = _default("channel_axis")
+    channels: Sequence[int] | None = _default("channels")
+    merge: str | None = _default("merge")
+    image_kind: str | None = _default("image_kind")
+    tiled: bool = _default("tiled")
+    tile_scale: float = _default("tile_scale")
+    tile_overlap: int | None = _default("tile_overlap")
+    null_scope: str | None = _default("null_scope")
     extra: dict[str, Any] = field(default_factory=dict)
 
     def resolved(self) -> RunConfig:
