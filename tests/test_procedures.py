@@ -204,3 +204,26 @@ def test_the_name_scan_finds_a_name_test(tmp_path):
     probe.write_text('def f(preset):\n    return preset == "paper" or preset in ("stepdown",)\n'
                      'HEADERS = {"stepdown": "a", "directional": "b"}\n')
     assert len(_preset_name_tests(probe, set(BUILT_IN), tmp_path)) == 3
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_each_procedure_declares_the_maps_its_result_holds(name):
+    from dataclasses import fields
+
+    from napari_attnreg.core.results.result import AttentionResult
+
+    stored = get_procedure(name).stored_maps
+    assert "z" in stored
+    assert set(stored.values()) <= {f.name for f in fields(AttentionResult)}
+
+
+def test_a_result_names_its_maps_as_its_procedure_does(tiny_backbone, blob_image):
+    res = regularize(blob_image, tiny_backbone, n_boot=8, chunk_size=4, device="cpu")
+    assert list(res.maps) == ["z", "step_p", "adjusted_p", "evidence"]
+    assert res.maps["adjusted_p"] is res.q and res.maps["evidence"] is res.posterior
+    with pytest.raises(TypeError):
+        res.maps["adjusted_p"] = res.p  # a view, not a second copy to keep in step
+    paper = regularize(blob_image, tiny_backbone, preset="paper", n_boot=8, chunk_size=4,
+                       device="cpu")
+    assert list(paper.maps) == ["z", "p", "q", "lfdr", "posterior"]
+    assert paper.maps["lfdr"] is paper.lfdr

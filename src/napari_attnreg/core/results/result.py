@@ -12,9 +12,10 @@ import math
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -196,6 +197,16 @@ class AttentionResult:
     def procedure(self) -> Procedure:
         """The statistical procedure that made this result (ask it how to read the maps)."""
         return get_procedure(self.preset)
+
+    @property
+    def maps(self) -> Mapping[str, np.ndarray]:
+        """The token maps ``(gh, gw)`` by the names the result's procedure gives them.
+
+        Step-down: ``z``, ``step_p``, ``adjusted_p``, ``evidence``; directional and paper:
+        ``z``, ``p``, ``q``, ``lfdr``, ``posterior``. Read-only (the arrays are the result's).
+        """
+        return MappingProxyType({name: getattr(self, where)
+                                 for name, where in self.procedure.stored_maps.items()})
 
     @property
     def p_map(self) -> float | None:

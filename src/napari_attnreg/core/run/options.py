@@ -366,10 +366,11 @@ def validate_options(options: Mapping[str, Any]) -> dict[str, Any]:
     for name, value in options.items():
         if name == "extra":
             out[name] = value
-        elif _CHECKED.passed(name, value):
+        elif name not in _CHECKED_NOW and _CHECKED.passed(name, value):
             out[name] = value
         else:
-            out[name] = _CHECKED.record(name, _check(option(name), value))
+            checked = _check(option(name), value)
+            out[name] = checked if name in _CHECKED_NOW else _CHECKED.record(name, checked)
     return out
 
 
@@ -413,6 +414,8 @@ class _CheckedValues:
 
 
 _CHECKED = _CheckedValues()
+#: Options whose check depends on more than the value (procedures registered since).
+_CHECKED_NOW = frozenset({"preset"})
 #: Forget the values already checked (the next validation checks every option again).
 forget_checked_values = _CHECKED.clear
 

@@ -90,8 +90,12 @@ class Procedure:
     side: ClassVar[str] = ""
     #: The header of the ROI table's soft-map column.
     evidence_header: ClassVar[str] = "Mean posterior"
-    #: The stored maps beyond attention, in order, with their titles and legends.
+    #: Titles and legends of the maps a front end shows from the statistics.
     map_texts: ClassVar[Mapping[str, MapText]] = {}
+    #: The token maps a result of it holds, by their own names → the statistics field
+    #: (``z``, ``p``, ``q``, ``lfdr``, ``posterior``) that carries each today.
+    stored_maps: ClassVar[Mapping[str, str]] = {
+        "z": "z", "p": "p", "q": "q", "lfdr": "lfdr", "posterior": "posterior"}
 
     # ---- options ------------------------------------------------------------------------
     def default_thresholds(self) -> dict[str, Any]:

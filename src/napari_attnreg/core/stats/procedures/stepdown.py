@@ -42,6 +42,9 @@ class StepDown(Procedure):
     offers_tail = True
     side = "step-down"
     evidence_header = "Mean evidence"
+    # the step p, the step-down adjusted p and the evidence 1 − adjusted p (the lfdr field
+    # repeats the adjusted p for the pooled rules' sake; it is not a local fdr)
+    stored_maps = {"z": "z", "step_p": "p", "adjusted_p": "q", "evidence": "posterior"}
     map_texts = {
         "pvalue": MapText(
             "−log10 adjusted p (step-down)",
