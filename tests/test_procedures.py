@@ -227,3 +227,10 @@ def test_a_result_names_its_maps_as_its_procedure_does(tiny_backbone, blob_image
                        device="cpu")
     assert list(paper.maps) == ["z", "p", "q", "lfdr", "posterior"]
     assert paper.maps["lfdr"] is paper.lfdr
+
+
+def test_thresholds_fill_from_the_default_procedure_when_none_is_named():
+    from napari_attnreg.core.run.thresholds import Thresholds
+
+    default_rule = get_procedure(DEFAULT_PROCEDURE).defaults["rule"]
+    assert Thresholds.from_mapping({"q_th": 0.05}).rule == default_rule == "forwardstop"
