@@ -5,7 +5,9 @@ says how to read them: its option defaults, the options it refuses, its signific
 how to build a rule's mask, the maps a result of it stores with their titles and legends,
 and what "significant" means under it. It takes plain arrays and keywords only (never a
 run configuration or a result object), so the layers above can ask it questions without
-an import circle. Subclass :class:`Procedure`, fill its class attributes, implement
+an import circle, and it imports its computation (and torch) only when it computes, so the
+option metadata and ``attnreg --help`` can ask it questions without loading torch.
+Subclass :class:`Procedure`, fill its class attributes, implement
 :meth:`Procedure.statistics`, and :func:`~.registry.register` an instance.
 """
 
@@ -17,10 +19,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-
-from napari_attnreg.core.stats.rules import significance_mask
-from napari_attnreg.core.stats.stepdown import RULE_LEVEL, STEPDOWN_RULES
-from napari_attnreg.core.stats.stepdown_maps import stepdown_mask
 
 #: Threshold keys every result carries.
 THRESHOLD_KEYS = ("rule", "z_th", "p_th", "l_th", "q_th")
@@ -154,6 +152,10 @@ class Procedure:
         A step rule is read from the stored steps (a clear error when the result has none);
         the other rules from the token maps.
         """
+        from napari_attnreg.core.stats.rules import significance_mask
+        from napari_attnreg.core.stats.stepdown import RULE_LEVEL, STEPDOWN_RULES
+        from napari_attnreg.core.stats.stepdown_maps import stepdown_mask
+
         t = thresholds
         if rule in STEPDOWN_RULES:
             keep = stepdown_mask(dict(null_summary), rule, t[RULE_LEVEL[rule]], grid_shape)

@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from napari_attnreg.core.stats.directional import directional_statistics
 from napari_attnreg.core.stats.procedures.base import MapText, Procedure
 
 _ONE_SIDED = ("{key}={value} belongs to the paper's two-sided procedure; the directional "
@@ -54,6 +53,8 @@ class Directional(Procedure):
                    positions: np.ndarray | None = None, families: Any = None,
                    owner: tuple[np.ndarray, np.ndarray] | None = None,
                    family_tokens: np.ndarray | None = None) -> Any:
+        from napari_attnreg.core.stats.directional import directional_statistics
+
         return directional_statistics(observed, null_scores, null_pool=options["null_pool"],
                                       pi0_method=options["pi0_method"], positions=positions)
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from napari_attnreg.core.stats.paper import compute_statistics
 from napari_attnreg.core.stats.procedures.base import MapText, Procedure
 
 
@@ -55,6 +54,8 @@ class Paper(Procedure):
                    positions: np.ndarray | None = None, families: Any = None,
                    owner: tuple[np.ndarray, np.ndarray] | None = None,
                    family_tokens: np.ndarray | None = None) -> Any:
+        from napari_attnreg.core.stats.paper import compute_statistics
+
         return compute_statistics(observed, null_scores, p_method=options["p_method"],
                                   alternative=options["alternative"],
                                   pi0_method=options["pi0_method"], null=options["null"],

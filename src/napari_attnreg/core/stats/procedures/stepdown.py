@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from napari_attnreg.core.stats.procedures.base import MapText, Procedure
-from napari_attnreg.core.stats.stepdown_maps import stepdown_statistics
 
 
 class StepDown(Procedure):
@@ -63,6 +62,8 @@ class StepDown(Procedure):
                    positions: np.ndarray | None = None, families: Any = None,
                    owner: tuple[np.ndarray, np.ndarray] | None = None,
                    family_tokens: np.ndarray | None = None) -> Any:
+        from napari_attnreg.core.stats.stepdown_maps import stepdown_statistics
+
         return stepdown_statistics(observed, null_scores, tail=options.get("tail") or "none",
                                    families=families, owner=owner, family_tokens=family_tokens)
 
