@@ -339,7 +339,7 @@ class _NullTiles:
     def __call__(self, start: int, size: int) -> None:
         jobs = range(start, start + size)
         own = self._draw(jobs)
-        if self.config.preset != "paper":  # the observed tiles went through the [0, 1] clamp
+        if self.config.procedure.clamps_nulls:  # the observed tiles went through the clamp
             own.clamp_(0.0, 1.0)
         maps = _forward(self.tiled, self.backbone, self.config, self.run, own,
                         self.head).reshape(size, -1)
