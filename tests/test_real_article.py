@@ -207,7 +207,7 @@ def test_regularize_runs_on_a_real_photo(article):
 
     from napari_attnreg import regularize
 
-    result = regularize(data.chelsea(), article, n_boot=20, seed=0, device="cpu")
+    result = regularize(data.chelsea(), article, n_boot=10, seed=0, device="cpu")
     # 300 x 451 px: the long side becomes the model's 224 px (16 patches), the aspect is kept
     assert result.attention.shape == result.p.shape == (11, 16)
     assert np.all((result.p > 0) & (result.p <= 1))

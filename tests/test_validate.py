@@ -254,16 +254,16 @@ def test_pointing_game_takes_the_most_significant_patch(validate):
 
 @pytest.mark.real_model
 def test_dinov2_localization_runs_on_the_real_article(validate, articles):
-    """A two-composite localization on the real model (skips without the article)."""
+    """A one-composite localization on the real model (skips without the article)."""
     from napari_attnreg.testing import real_article
 
     try:
         bb = real_article.load(device="cpu")
     except (real_article.ArticleUnavailable, ImportError) as err:
         pytest.skip(f"the real test article cannot be built here: {err}")
-    args = validate.parse_args(["--article", "dinov2", "--n-loc", "2", "--n-boot", "10",
+    args = validate.parse_args(["--article", "dinov2", "--n-loc", "1", "--n-boot", "10",
                                 "--presets", "stepdown"])
     out = validate.localization(articles.ARTICLES["dinov2"], bb, args)
-    assert out["stepdown"]["n"] == 2 and 0 <= out["stepdown"]["pointing"] <= 1
-    assert out["stepdown"]["objects"] == 2
+    assert out["stepdown"]["n"] == 1 and 0 <= out["stepdown"]["pointing"] <= 1
+    assert out["stepdown"]["objects"] == 1
     assert 0 <= out["otsu"]["pointing_top_attention"] <= 1
