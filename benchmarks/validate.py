@@ -176,7 +176,7 @@ def empty_crops(art, bb, args) -> dict:
                        "evidence_half": float(np.mean(evidence)),
                        "worst_evidence_half": float(np.max(evidence)),
                        "patch_kinds": dict(kinds_all), "significant_kinds": dict(kinds_sig)}
-    progress(f"{art.name}: crops without decisive objects ({side} px)")
+    progress(f"{art.name}: crops without decisive objects ({art.crop_label(side)})")
     return out
 
 

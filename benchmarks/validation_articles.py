@@ -85,6 +85,10 @@ class Article:
         y, x = self._crop_origin(image.shape, i, side)
         return image[y:y + side, x:x + side]
 
+    def crop_label(self, side: int) -> str:
+        """What the empty crops are, for the progress line."""
+        return f"{side} px"
+
     def empty_crop_regions(self, i: int, side: int) -> np.ndarray:
         """The :attr:`regions` labels of :meth:`empty_crop` ``(i, side)``."""
         labels = self.regions(HELD_OUT["crops"], i)
@@ -171,6 +175,9 @@ class RealArticle(Article):
         from validation_real import empty_crop
 
         return empty_crop(HELD_OUT["crops"], i)[0]
+
+    def crop_label(self, side: int) -> str:
+        return "hand-picked real regions, then sub-boxes of them"
 
     def empty_crop_regions(self, i: int, side: int) -> np.ndarray:
         """One label over the whole crop: the index of its region (named by :attr:`kinds`)."""
