@@ -510,3 +510,46 @@ def test_the_serial_batch_runs_every_plane_through_the_pipeline_service(tmp_path
     with pytest.raises(ValueError) as constant:  # the batch's reason is the service's message
         regularize(np.full((64, 64), 7, np.uint16), "demo", n_boot=4, device="cpu")
     assert rows[("flat.tif", "")] == f"failed: {user_message(constant.value)}"
+
+
+def test_resume_redoes_inputs_whose_bytes_changed_with_the_same_size_and_mtime(tmp_path, capsys):
+    a, b = tmp_path / "a.tif", tmp_path / "b.tif"
+    tifffile.imwrite(a, _img(1))
+    tifffile.imwrite(b, _img(2))
+    assert a.stat().st_size == b.stat().st_size
+    out = tmp_path / "out"
+    args = ["run", str(a), str(b), "--out", str(out), *FAST]
+    assert main(args) == 0
+    times = {p: (p.stat().st_atime_ns, p.stat().st_mtime_ns) for p in (a, b)}
+    data_a, data_b = a.read_bytes(), b.read_bytes()
+    a.write_bytes(data_b)  # swapped, as cp -p / rsync -t / tar would leave them
+    b.write_bytes(data_a)
+    for p, ns in times.items():
+        os.utime(p, ns=ns)
+    capsys.readouterr()
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert [r["status"] for r in _summary(out)] == ["done", "done"]
+    assert err.count("the input changed since (content)") == 2
+    redone = AttentionResult.load(out / "a.tif.attnreg.npz")
+    direct = AttentionResult.load(out / "b.tif.attnreg.npz")
+    assert not np.array_equal(redone.attention, direct.attention)
+
+
+def test_content_digest_samples_blocks_of_large_inputs(tmp_path, monkeypatch):
+    from napari_attnreg.batch import resume
+
+    path = tmp_path / "big.raw"
+    data = bytearray(os.urandom(1 << 20))
+    path.write_bytes(data)
+    whole = resume.content_digest([path])
+    monkeypatch.setattr(resume, "WHOLE_HASH_BYTES", 1 << 16)
+    sampled = resume.content_digest([path])
+    assert sampled != whole  # says which way it was made
+    data[-1] ^= 0xFF  # the last block is always sampled
+    path.write_bytes(data)
+    last_changed = resume.content_digest([path])
+    assert last_changed != sampled
+    data[0] ^= 0xFF  # and the first
+    path.write_bytes(data)
+    assert resume.content_digest([path]) not in (sampled, last_changed)
