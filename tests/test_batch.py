@@ -553,3 +553,37 @@ def test_content_digest_samples_blocks_of_large_inputs(tmp_path, monkeypatch):
     data[0] ^= 0xFF  # and the first
     path.write_bytes(data)
     assert resume.content_digest([path]) not in (sampled, last_changed)
+
+
+def test_a_second_batch_into_the_same_folder_is_refused_and_a_dead_holders_lock_taken_over(
+        tmp_path, capsys):
+    import subprocess
+    import sys
+
+    from napari_attnreg.batch.summary import LOCK_NAME, FolderLock
+
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+         "from napari_attnreg.batch.summary import FolderLock; "
+         f"lock = FolderLock(Path({str(out)!r})).acquire(); print('locked', flush=True); "
+         "sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        src = tmp_path / "a.tif"
+        tifffile.imwrite(src, _img(1))
+        assert main(["run", str(src), "--out", str(out), *FAST]) == 2
+        err = capsys.readouterr().err
+        assert f"process {holder.pid}" in err and "Another batch" in err
+        assert err.count("\n") == 1 and not (out / "summary.csv").exists()
+    finally:
+        holder.kill()  # like kill -9: no chance to tidy up
+        holder.wait()
+    assert (out / LOCK_NAME).read_text().strip().startswith(f"process {holder.pid}")
+    with FolderLock(out):  # the dead holder's file locks nothing
+        pass
+    assert main(["run", str(src), "--out", str(out), *FAST]) == 0
+    assert [r["status"] for r in _summary(out)] == ["done"]

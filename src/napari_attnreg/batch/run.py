@@ -33,6 +33,7 @@ from napari_attnreg.batch.items import BatchItem, output_artefacts, output_path,
 from napari_attnreg.batch.resume import decide, input_stamp, run_signature, write_record
 from napari_attnreg.batch.summary import (
     BatchReport,
+    FolderLock,
     Row,
     SummaryFile,
     failed_row,
@@ -324,8 +325,8 @@ def run_batch(items: Sequence[BatchItem], out_dir: str | Path, model: Any, arch:
     ------
     ValueError
         An option, the device (serial runs), the output folder or the Dask setup is wrong,
-        checked before any image; or the model's patch does not fit the target size,
-        found when the model loads.
+        or another batch is writing into the output folder, checked before any image; or
+        the model's patch does not fit the target size, found when the model loads.
     BackboneError
         The model cannot be loaded (serial runs; a Dask worker reports it per image).
     """
@@ -333,6 +334,17 @@ def run_batch(items: Sequence[BatchItem], out_dir: str | Path, model: Any, arch:
     check_run(opts, device=not distributed)  # everyone's error: say it once, before any work
     check_workers(workers)
     out_dir = prepare_output_dir(out_dir).resolve()
+    with FolderLock(out_dir):  # a second batch into this folder is refused until this ends
+        return _run_locked(items, out_dir, model, arch, opts, overwrite=overwrite, quiet=quiet,
+                           figure=figure, workers=workers, scheduler=scheduler,
+                           on_model=on_model)
+
+
+def _run_locked(items: Sequence[BatchItem], out_dir: Path, model: Any, arch: str | None,
+                opts: dict[str, Any], *, overwrite: bool, quiet: bool, figure: Figure | None,
+                workers: int | None, scheduler: str | None,
+                on_model: Callable[[Backbone], Any] | None) -> BatchReport:
+    distributed = bool(workers or scheduler)
     summary = SummaryFile(out_dir / "summary.csv")
     settings = {"overwrite": overwrite, "quiet": quiet, "figure": figure}
     per_item: Iterable[list[Row]]

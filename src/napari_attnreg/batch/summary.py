@@ -4,13 +4,17 @@ Rows come from results (:func:`result_row`, :func:`kept_row`) or from failures
 (:func:`failed_row`, whose reason is :func:`~napari_attnreg.core.run.service.user_message`'s
 line). :class:`SummaryFile` rewrites the file whole and atomically after every input,
 merged with the rows of earlier runs into the same folder, so a killed batch leaves a
-summary of everything finished so far.
+summary of everything finished so far. :class:`FolderLock` keeps a second batch from writing
+into the same folder meanwhile (two rewriters would each drop the other's rows).
 """
 
 from __future__ import annotations
 
 import csv
+import os
+import socket
 import sys
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,3 +148,79 @@ class BatchReport:
     @property
     def failed(self) -> list[Row]:
         return [r for r in self.rows if str(r["status"]).startswith("failed")]
+
+
+LOCK_NAME = ".attnreg.lock"
+
+
+class FolderLock:
+    """An exclusive lock on a batch's output folder, held while the batch runs.
+
+    The lock is the operating system's lock on ``OUT/.attnreg.lock`` (``flock`` on POSIX,
+    ``msvcrt.locking`` on Windows): it ends with the process that holds it, so the file a
+    killed batch leaves behind locks nothing and the next batch takes it over. The file names
+    the holder (process id, host, start time) for the message a second batch gets.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.path = Path(folder) / LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> FolderLock:
+        """Take the lock, or raise ValueError naming the batch that holds it."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise ValueError(f"Cannot create the lock file {self.path} ({err.strerror or err}); "
+                             "give --out a folder you can write to.") from None
+        if not _try_lock(fd):
+            holder = _holder(fd)
+            os.close(fd)
+            raise ValueError(
+                f"Another batch ({holder}) is writing into {self.path.parent}; two batches in one "
+                "output folder would overwrite each other's summary.csv. Wait for it to finish, "
+                "or give this batch another --out.")
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)  # byte 0 is the locked one; the holder is named after it
+        os.write(fd, (f"\nprocess {os.getpid()} on {socket.gethostname()}, started "
+                      f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n").encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Let the next batch in (closing the file ends the lock)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> FolderLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _try_lock(fd: int) -> bool:
+    """Lock byte 0 of ``fd`` without waiting (the holder's name starts at byte 1, which
+    Windows lets others read)."""
+    try:
+        if os.name == "nt":  # pragma: no cover - exercised on Windows CI only
+            import msvcrt
+
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        else:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+def _holder(fd: int) -> str:
+    try:
+        os.lseek(fd, 1, os.SEEK_SET)
+        text = os.read(fd, 200).decode("utf-8", "replace").strip()
+    except OSError:
+        text = ""
+    return text or "another process"
