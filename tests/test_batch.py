@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -128,9 +129,9 @@ def test_summary_csv_has_one_row_per_image_and_plane(tmp_path):
     assert main(["run", str(tmp_path / "s.tif"), "--out", str(out), "--seed", "5", "--preset",
                  "paper", *FAST]) == 0
     rows = _summary(out)
-    assert list(rows[0])[:13] == ["source", "plane", "output", "model", "preset", "B", "seed",
+    assert list(rows[0])[:16] == ["source", "plane", "output", "model", "preset", "B", "seed",
                                   "grid", "pi0", "tokens_significant", "fraction_significant",
-                                  "seconds", "status"]
+                                  "p_map", "map", "compute_seconds", "wall_seconds", "status"]
     assert {"weights_sha256", "rule", "q_th", "z_th", "package_version"} <= set(rows[0])
     assert [r["plane"] for r in rows] == ["0", "1", "2"]
     for row in rows:
@@ -140,7 +141,14 @@ def test_summary_csv_has_one_row_per_image_and_plane(tmp_path):
         assert row["seed"] == "5" and row["grid"] == "16x16" and row["status"] == "done"
         assert int(row["tokens_significant"]) == int(sig.sum())
         assert float(row["fraction_significant"]) == pytest.approx(sig.mean())
-        assert float(row["pi0"]) == pytest.approx(res.pi0) and float(row["seconds"]) > 0
+        assert float(row["pi0"]) == pytest.approx(res.pi0)
+        assert row["map"] == res.metadata.get("map", "attention")
+        assert (row["p_map"] == "") == (res.p_map is None)
+        if res.p_map is not None:
+            assert float(row["p_map"]) == pytest.approx(res.p_map)
+        compute = float(row["compute_seconds"])
+        assert compute == pytest.approx(res.metadata["timings"]["total_s"], abs=1e-3)
+        assert float(row["wall_seconds"]) >= compute > 0
 
 
 def test_tiled_from_the_command_line(tmp_path):
@@ -587,3 +595,58 @@ def test_a_second_batch_into_the_same_folder_is_refused_and_a_dead_holders_lock_
         pass
     assert main(["run", str(src), "--out", str(out), *FAST]) == 0
     assert [r["status"] for r in _summary(out)] == ["done"]
+
+
+@pytest.mark.parametrize("content", [b"sample,condition,score\nx,1,0.5\n",
+                                     b"\xff\xfe\x00garbage\x00\x81"])
+def test_a_foreign_summary_csv_in_the_output_folder_is_never_overwritten(tmp_path, capsys,
+                                                                         content):
+    src = tmp_path / "a.tif"
+    tifffile.imwrite(src, _img(1))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.csv").write_bytes(content)
+    assert main(["run", str(src), "--out", str(out), *FAST]) == 2
+    err = capsys.readouterr().err
+    assert str(out / "summary.csv") in err and "Move it away" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert (out / "summary.csv").read_bytes() == content
+    assert not list(out.rglob("*.attnreg.npz"))
+
+
+def test_an_unreadable_file_named_like_an_output_is_refused_not_overwritten(tmp_path, capsys):
+    a, b = tmp_path / "a.tif", tmp_path / "b.tif"
+    tifffile.imwrite(a, _img(1))
+    tifffile.imwrite(b, _img(2))
+    out = tmp_path / "out"
+    out.mkdir()
+    theirs = out / "a.tif.attnreg.npz"
+    theirs.write_bytes(b"my own notes, not a result")
+    assert main(["run", str(a), str(b), "--out", str(out), *FAST]) == 1
+    err = capsys.readouterr().err
+    rows = {Path(r["source"]).name: r["status"] for r in _summary(out)}
+    assert rows["b.tif"] == "done"
+    assert rows["a.tif"].startswith("failed: ") and "not a napari-attnreg result" in rows["a.tif"]
+    assert str(theirs) in err and theirs.read_bytes() == b"my own notes, not a result"
+    assert main(["run", str(a), "--out", str(out), "--overwrite", *FAST]) == 0  # when asked
+    assert AttentionResult.load(theirs).metadata["source"] == str(a.resolve())
+
+
+def test_summary_has_p_map_and_the_terminal_lists_every_output(tmp_path, capsys):
+    src = tmp_path / "a.tif"
+    tifffile.imwrite(src, _img(1))
+    out = tmp_path / "out"
+    assert main(["run", str(src), "--out", str(out), *FAST]) == 0
+    stdout = capsys.readouterr().out
+    assert f"-> {out.resolve() / 'a.tif.attnreg.npz'}" in stdout
+    assert f"-> {out.resolve() / 'a.tif.attnreg.png'}" in stdout
+    row = _summary(out)[0]
+    res = AttentionResult.load(row["output"])
+    assert res.p_map is not None and float(row["p_map"]) == pytest.approx(res.p_map)
+    assert row["map"] == "attention"
+    printed = re.search(r"([0-9.]+) s on cpu", stdout).group(1)
+    assert float(row["compute_seconds"]) == pytest.approx(float(printed), abs=0.051)
+    assert main(["run", str(src), "--out", str(out), *FAST]) == 0
+    kept = _summary(out)[0]
+    assert kept["status"] == "skipped (exists)" and kept["wall_seconds"] == ""
+    assert kept["compute_seconds"] == row["compute_seconds"] and kept["p_map"] == row["p_map"]

@@ -203,7 +203,11 @@ def decide(result: Path, artefacts: Mapping[str, Path], stamp: Mapping[str, Any]
         if not result.exists():
             return Decision("new")
         owner = _result_source(result)
-        if owner is not None and owner != stamp["source"]:
+        if owner is None:  # not a result file at all: someone else's, never overwritten
+            return Decision("refuse", f"the output {result} exists and is not a napari-attnreg "
+                                      "result file; move it away (or use --overwrite to "
+                                      "replace it)")
+        if owner and owner != stamp["source"]:
             return _refusal(result, owner)
         return Decision("redo", "there is no resume record beside the existing result (an "
                                 "interrupted or older run)")
@@ -253,11 +257,12 @@ def _refusal(result: Path, owner: str) -> Decision:
 
 
 def _result_source(result: Path) -> str | None:
-    """The ``source`` a result file of an older run names, or None when it cannot be read."""
+    """The ``source`` a result file of an older run names (``""`` when it names none), or
+    None when it cannot be read as a result."""
     from napari_attnreg.core.results.result import AttentionResult
 
     try:
         source = AttentionResult.load(result).metadata.get("source")
     except (ValueError, OSError):
         return None
-    return str(source) if source else None
+    return str(source) if source else ""

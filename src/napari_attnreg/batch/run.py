@@ -208,9 +208,9 @@ def _plane_row(ctx: _ItemContext, source: PlaneStack | LazyImage, index: PlaneIn
                                       f" plane {'-'.join(map(str, plane))}")
     if why:
         print(f"{label}: redoing it: {why}", file=sys.stderr)
+    t0 = time.perf_counter()  # wall_seconds: loading the model (first run), run, outputs
     if ctx.before_run is not None:
         ctx.before_run()
-    t0 = time.perf_counter()
     outcome = _run(ctx, source, index, label)
     if index not in outcome.results:
         return failed_row(ctx.item, plane, outcome.errors.get(index) or outcome.message)
@@ -220,7 +220,8 @@ def _plane_row(ctx: _ItemContext, source: PlaneStack | LazyImage, index: PlaneIn
     except (ValueError, MemoryError, OSError) as err:  # this image's outputs: report, go on
         return failed_row(ctx.item, plane, user_message(err))
     _write_record(out, ctx.stamp, ctx.run, artefacts)
-    print(f"{label}: {result.summary()}\n  -> {out}")
+    written = "".join(f"\n  -> {path}" for path in artefacts.values())
+    print(f"{label}: {result.summary()}{written}")
     return {**result_row(ctx.item, plane, out, result, time.perf_counter() - t0, "done"),
             "note": why}
 

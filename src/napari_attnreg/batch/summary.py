@@ -24,12 +24,17 @@ from napari_attnreg.batch.items import BatchItem
 from napari_attnreg.core.files import atomic_write
 
 SUMMARY_COLUMNS = ("source", "plane", "output", "model", "preset", "B", "seed", "grid", "pi0",
-                   "tokens_significant", "fraction_significant", "seconds", "status",
+                   "tokens_significant", "fraction_significant", "p_map", "map",
+                   # the model's work (what the terminal line's "s on cpu" says), and the
+                   # wall time: model loading (first run), the run, writing the result and figure
+                   "compute_seconds", "wall_seconds", "status",
                    # how each result was made (io.export.provenance), after the summary
                    "weights", "weights_sha256", "rule", "q_th", "p_th", "l_th", "z_th",
                    "method", "null_pool", "pi0_method", "device", "package_version",
                    "warnings",  # codes of the result's warning diagnostics, e.g. off_domain
                    "note")  # why an existing output was redone
+#: Columns earlier versions wrote that are gone (their rows are still read on resume).
+EARLIER_COLUMNS = ("seconds",)
 Row = dict[str, Any]
 
 
@@ -38,12 +43,17 @@ def _plane_text(plane: tuple[int, ...] | None) -> str:
 
 
 def result_row(item: BatchItem, plane: tuple[int, ...] | None, out: Path, result: Any,
-               seconds: float, status: str) -> Row:
-    """The row of a result: what it found and how it was made (its provenance)."""
+               seconds: float | None, status: str) -> Row:
+    """The row of a result: what it found and how it was made (its provenance).
+
+    ``seconds`` is the wall time this batch spent on the input (None for a kept result);
+    ``compute_seconds`` is the result's own time, which its summary line prints."""
     from napari_attnreg.io.export import provenance
 
     sig = result.significant()
     md = result.metadata
+    timings = md.get("timings")
+    compute = timings.get("total_s") if isinstance(timings, dict) else None
     made = provenance(md, source=str(item.source), thresholds=result.thresholds)
     return {**{k: made.get(k) for k in SUMMARY_COLUMNS if k in made}, **{
         "source": str(item.source), "plane": _plane_text(plane),
@@ -51,7 +61,10 @@ def result_row(item: BatchItem, plane: tuple[int, ...] | None, out: Path, result
         "B": md.get("n_boot", ""), "seed": md.get("seed", ""),
         "grid": f"{result.grid_shape[0]}x{result.grid_shape[1]}", "pi0": f"{result.pi0:.10g}",
         "tokens_significant": int(sig.sum()), "fraction_significant": f"{sig.mean():.10g}",
-        "seconds": f"{seconds:.3f}", "status": status,
+        "p_map": "" if result.p_map is None else f"{result.p_map:.6g}",
+        "map": md.get("map") or "attention",
+        "compute_seconds": "" if compute is None else f"{float(compute):.3f}",
+        "wall_seconds": "" if seconds is None else f"{seconds:.3f}", "status": status,
         "warnings": ";".join(dict.fromkeys(d.code for d in result.diagnostics
                                            if d.severity == "warning")),
     }}
@@ -65,9 +78,7 @@ def kept_row(item: BatchItem, plane: tuple[int, ...] | None, out: Path) -> Row |
         result = AttentionResult.load(out)
     except (ValueError, OSError):
         return None
-    timings = result.metadata.get("timings")
-    seconds = timings.get("total_s", float("nan")) if isinstance(timings, dict) else float("nan")
-    return result_row(item, plane, out, result, seconds, "skipped (exists)")
+    return result_row(item, plane, out, result, None, "skipped (exists)")
 
 
 def failed_row(item: BatchItem, plane: tuple[int, ...] | None, reason: str) -> Row:
@@ -97,13 +108,37 @@ def write_summary(rows: Iterable[Row], path: Path) -> Path:
 
 
 def earlier_rows(path: Path) -> list[Row]:
-    """The rows of an existing ``summary.csv`` (earlier runs into the same folder), if any."""
+    """The rows of an existing ``summary.csv`` (earlier runs into the same folder), if any.
+
+    Raises
+    ------
+    ValueError
+        ``path`` exists but cannot be read, or is not a summary a batch wrote (a table of
+        the user's own with other columns): it is never overwritten.
+    """
+    if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+        return []
     try:
         with open(path, newline="", encoding="utf-8") as fh:
-            return [{k: row.get(k) or "" for k in SUMMARY_COLUMNS} for row in csv.DictReader(fh)
-                    if row.get("source")]
-    except (OSError, UnicodeDecodeError, csv.Error):  # none, or not ours: start afresh
-        return []
+            reader = csv.DictReader(fh)
+            header = reader.fieldnames or []
+            rows = list(reader)
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        why = getattr(err, "strerror", None) or err
+        raise ValueError(f"{path} exists but cannot be read ({why}); a batch would replace "
+                         "it. Move it away, or give another --out.") from None
+    if not _is_our_header(header):
+        raise ValueError(f"{path} is not a summary written by napari-attnreg (its columns: "
+                         f"{', '.join(header[:6])}{', ...' if len(header) > 6 else ''}); a "
+                         "batch would replace it. Move it away, or give another --out.")
+    return [{k: row.get(k) or "" for k in SUMMARY_COLUMNS} for row in rows if row.get("source")]
+
+
+def _is_our_header(header: list[str]) -> bool:
+    """A header this or an earlier version of the batch wrote."""
+    known = set(SUMMARY_COLUMNS) | set(EARLIER_COLUMNS)
+    return header[:3] == ["source", "plane", "output"] and "status" in header and all(
+        name in known for name in header)
 
 
 def report_failures(rows: Iterable[Row]) -> None:
