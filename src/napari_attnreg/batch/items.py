@@ -46,7 +46,8 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
                    exclude: str | Path | None = None) -> list[BatchItem]:
     """Files, folders (their image files; ``recursive`` descends) and glob patterns → items.
 
-    A path that does not exist is kept, so that it is reported as a failed input. Outputs
+    A path that does not exist is kept, so that it is reported as a failed input; so is a
+    broken symbolic link a folder or a pattern finds. Outputs
     are named by the path relative to the common parent folder of all inputs. Files that a
     folder or a pattern finds inside ``exclude`` (the output folder) are left out: a batch
     never analyses its own figures. A file named explicitly is always an input, a DICOM
@@ -65,14 +66,15 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
     for entry in inputs:
         text = str(entry)
         if _is_glob(text) and not Path(text).exists():
-            found += [p for p in _glob(text, recursive) if p.is_file() or is_zarr(p)]
+            found += [p for p in _glob(text, recursive)
+                      if p.is_file() or is_zarr(p) or _is_broken_link(p)]
         elif Path(text).is_dir() and not is_zarr(text):
             walk = _walk(Path(text)) if recursive else Path(text).iterdir()
-            found += sorted(p for p in walk if _is_image(p))
+            found += sorted(p for p in walk if _is_image(p) or _is_broken_link(p))
         else:
             found.append(Path(text))
-            named.add(Path(text).resolve())
-    unique = list(dict.fromkeys(p.resolve() for p in found))
+            named.add(_key(Path(text)))
+    unique = list(dict.fromkeys(_key(p) for p in found))
     if exclude is not None:
         skip = Path(exclude).resolve()
         unique = [p for p in unique if p in named or (skip != p and skip not in p.parents)]
@@ -94,7 +96,7 @@ def _with_series(paths: list[Path], named: set[Path],
     folders: dict[Path, list[Path]] = {}
     order: list[tuple[Path, bool]] = []  # (path, whether it is a folder of DICOM files)
     for p in paths:
-        if p not in named and _is_dicom(p):
+        if p not in named and not _is_broken_link(p) and _is_dicom(p):
             if p.parent not in folders:
                 order.append((p.parent, True))
             folders.setdefault(p.parent, []).append(p)
@@ -118,6 +120,17 @@ def _series_of(folder: Path, files: list[Path]) -> list[tuple[Path, Path, tuple[
     return [(group[0], group[0], ()) if len(group) == 1 else
             (folder if stacks == 1 else folder / label, folder, group)
             for label, group in volumes]
+
+
+def _is_broken_link(path: Path) -> bool:
+    """A symbolic link to nothing: an input of its own, which fails with a row saying so."""
+    return path.is_symlink() and not path.exists()
+
+
+def _key(path: Path) -> Path:
+    """The path an input is known by: resolved, except a broken link, which stays itself
+    (resolving would name a file that is not there)."""
+    return path.absolute() if _is_broken_link(path) else path.resolve()
 
 
 def _is_dicom(path: Path) -> bool:

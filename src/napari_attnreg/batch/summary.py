@@ -154,12 +154,14 @@ class SummaryFile:
     """``summary.csv`` of this run merged with the rows of earlier runs into the same folder.
 
     An earlier row is dropped only once this run has reported the same input or output, so
-    a batch killed halfway still lists what earlier runs finished.
+    a batch killed halfway still lists what earlier runs finished. An earlier row whose
+    input no longer exists (deleted or renamed since) keeps its output's details under the
+    status ``stale: the input no longer exists``.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.earlier = earlier_rows(path)
+        self.earlier = [_marked_if_gone(row) for row in earlier_rows(path)]
         self.rows: list[Row] = []
 
     def add(self, rows: list[Row]) -> None:
@@ -171,6 +173,17 @@ class SummaryFile:
         kept = [r for r in self.earlier
                 if r["source"] not in sources and (not r["output"] or r["output"] not in outputs)]
         write_summary(kept + self.rows, self.path)
+
+
+STALE = "stale: the input no longer exists"
+
+
+def _marked_if_gone(row: Row) -> Row:
+    """An earlier row, its status ``stale`` when its input is gone (a failed row stays)."""
+    source = Path(str(row["source"]))
+    if str(row["status"]).startswith("failed") or source.exists() or source.is_symlink():
+        return row
+    return {**row, "status": STALE}
 
 
 @dataclass
