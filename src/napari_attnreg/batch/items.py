@@ -43,7 +43,8 @@ class BatchItem:
 
 
 def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
-                   exclude: str | Path | None = None) -> list[BatchItem]:
+                   exclude: str | Path | None = None,
+                   skipped: list[Path] | None = None) -> list[BatchItem]:
     """Files, folders (their image files; ``recursive`` descends) and glob patterns → items.
 
     A path that does not exist is kept, so that it is reported as a failed input; so is a
@@ -56,10 +57,13 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
     are grouped into volumes by their headers: a series of slices is one input named after
     the folder (``folder/series_N`` when it holds several), a one-file image its own input.
 
+    ``skipped``, when given, receives what a folder scan left out: files that are not images
+    (hidden files aside) and, without ``recursive``, subfolders.
+
     Raises
     ------
     ValueError
-        When nothing at all was found.
+        When nothing at all was found, or every file named does not exist.
     """
     found: list[Path] = []
     named: set[Path] = set()
@@ -70,10 +74,14 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
                       if p.is_file() or is_zarr(p) or _is_broken_link(p)]
         elif Path(text).is_dir() and not is_zarr(text):
             walk = _walk(Path(text)) if recursive else Path(text).iterdir()
-            found += sorted(p for p in walk if _is_image(p) or _is_broken_link(p))
+            taken, left = _split(walk)
+            found += taken
+            if skipped is not None:
+                skipped += left
         else:
             found.append(Path(text))
             named.add(_key(Path(text)))
+    _check_named(inputs, found)
     unique = list(dict.fromkeys(_key(p) for p in found))
     if exclude is not None:
         skip = Path(exclude).resolve()
@@ -120,6 +128,25 @@ def _series_of(folder: Path, files: list[Path]) -> list[tuple[Path, Path, tuple[
     return [(group[0], group[0], ()) if len(group) == 1 else
             (folder if stacks == 1 else folder / label, folder, group)
             for label, group in volumes]
+
+
+def _split(walk: Iterator[Path]) -> tuple[list[Path], list[Path]]:
+    """A folder's entries: the inputs, and what is left out (hidden files aside)."""
+    taken, left = [], []
+    for p in sorted(walk):
+        if _is_image(p) or _is_broken_link(p):
+            taken.append(p)
+        elif not p.name.startswith("."):
+            left.append(p)
+    return taken, left
+
+
+def _check_named(inputs: Sequence[str | Path], found: list[Path]) -> None:
+    """Nothing found exists (named files that are not there): say so at once."""
+    if found and not any(p.exists() or p.is_symlink() for p in found):
+        missing = ", ".join(map(str, found[:5])) + (", ..." if len(found) > 5 else "")
+        raise ValueError(f"No such file or folder: {missing} (from {Path.cwd()}); check the "
+                         "path, or quote a glob pattern.")
 
 
 def _is_broken_link(path: Path) -> bool:

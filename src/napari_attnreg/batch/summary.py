@@ -146,7 +146,10 @@ def report_failures(rows: Iterable[Row]) -> None:
     for row in rows:
         if str(row["status"]).startswith("failed"):
             plane = f" (plane {row['plane']})" if row["plane"] else ""
-            print(f"attnreg: error: {row['source']}{plane}: {row['status'][len('failed: '):]}",
+            reason = str(row["status"])[len("failed: "):]
+            # most reasons name the file already: the path once, where the reason puts it
+            where = "" if str(row["source"]) in reason else f"{row['source']}{plane}: "
+            print(f"attnreg: error: {where}{reason}{plane if not where else ''}",
                   file=sys.stderr)
 
 
