@@ -592,9 +592,12 @@ def test_a_second_batch_into_the_same_folder_is_refused_and_a_dead_holders_lock_
         holder.wait()
     assert (out / LOCK_NAME).read_text().strip().startswith(f"process {holder.pid}")
     with FolderLock(out):  # the dead holder's file locks nothing
-        pass
+        with pytest.raises(ValueError, match=f"process {os.getpid()}"):
+            FolderLock(out).acquire()  # while held, even within one process
+    assert not (out / LOCK_NAME).exists()  # a batch that ends leaves no lock file
     assert main(["run", str(src), "--out", str(out), *FAST]) == 0
     assert [r["status"] for r in _summary(out)] == ["done"]
+    assert not (out / LOCK_NAME).exists()
 
 
 @pytest.mark.parametrize("content", [b"sample,condition,score\nx,1,0.5\n",

@@ -41,8 +41,10 @@ def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
               scheduler: str | None = None, inputs_in_out: bool = False) -> Any:
     """Process image files, folders and globs (see :mod:`napari_attnreg.batch.run`).
 
-    Options and (for a run on this machine) the device are checked first, once; the model
-    is loaded only when some output needs computing. Files inside ``out_dir`` are not inputs
+    The inputs are found first (nothing to run fails before torch loads and before the
+    output folder is made; a folder's other files are named), then options and (for a run on
+    this machine) the device are checked, once; the model is loaded only when some output
+    needs computing. Files inside ``out_dir`` are not inputs
     (a run must not analyse its own figures) unless ``inputs_in_out`` (the demo's fallback
     image lives there).
 
@@ -199,6 +201,10 @@ def main(argv: list[str] | None = None) -> int:
                                workers=args.workers, scheduler=args.scheduler)
     except (ValueError, BackboneError, MemoryError) as err:
         print(f"attnreg: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # an input folder that cannot be listed, say: the OS's words
+        where = f": {err.filename}" if err.filename else ""
+        print(f"attnreg: error: {err.strerror or err}{where}", file=sys.stderr)
         return 2
     return 1 if report.failed else 0
 

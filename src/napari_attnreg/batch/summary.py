@@ -10,6 +10,7 @@ into the same folder meanwhile (two rewriters would each drop the other's rows).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import socket
@@ -209,7 +210,8 @@ class FolderLock:
 
     The lock is the operating system's lock on ``OUT/.attnreg.lock`` (``flock`` on POSIX,
     ``msvcrt.locking`` on Windows): it ends with the process that holds it, so the file a
-    killed batch leaves behind locks nothing and the next batch takes it over. The file names
+    killed batch leaves behind locks nothing and the next batch takes it over. A batch that
+    ends removes the file. The file names
     the holder (process id, host, start time) for the message a second batch gets.
     """
 
@@ -219,12 +221,18 @@ class FolderLock:
 
     def acquire(self) -> FolderLock:
         """Take the lock, or raise ValueError naming the batch that holds it."""
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as err:
-            raise ValueError(f"Cannot create the lock file {self.path} ({err.strerror or err}); "
-                             "give --out a folder you can write to.") from None
-        if not _try_lock(fd):
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as err:
+                raise ValueError(f"Cannot create the lock file {self.path} "
+                                 f"({err.strerror or err}); give --out a folder you can write "
+                                 "to.") from None
+            locked = _try_lock(fd)
+            if not locked or _still_there(fd, self.path):
+                break
+            os.close(fd)  # the holder removed the file while we opened it: lock the new one
+        if not locked:
             holder = _holder(fd)
             os.close(fd)
             raise ValueError(
@@ -239,8 +247,12 @@ class FolderLock:
         return self
 
     def release(self) -> None:
-        """Let the next batch in (closing the file ends the lock)."""
+        """Let the next batch in: remove the file while still holding it (a batch that opened
+        it meanwhile sees it gone and starts over), then close it, which ends the lock."""
         if self._fd is not None:
+            if os.name != "nt":  # Windows cannot remove an open file; it stays, unlocked
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path)
             os.close(self._fd)
             self._fd = None
 
@@ -266,6 +278,14 @@ def _try_lock(fd: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def _still_there(fd: int, path: Path) -> bool:
+    """Whether ``path`` is still the file ``fd`` locked."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except OSError:
+        return False
 
 
 def _holder(fd: int) -> str:
