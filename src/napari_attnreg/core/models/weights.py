@@ -47,8 +47,8 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     if not path.is_file():
         raise BackboneError(f"Weights file not found: {path}")
     if path.stat().st_size == 0:
-        raise BackboneError(f"The weights file {path} is empty (0 bytes); it was not written "
-                            "completely. Download or save it again.")
+        raise BackboneError(f"The weights file {path} is empty (0 bytes): truncated, or never "
+                            "written completely. Download or save it again.")
     if path.suffix.lower() == ".safetensors":
         state = _read_safetensors(path)
     else:
