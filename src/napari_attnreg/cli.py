@@ -187,7 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         print(catalogue_table())
         return 0
     if args.command == "run" and args.model is None:
-        print(f"attnreg: note: {DEMO_NOTE}", file=sys.stderr)
+        note = DEMO_NOTE if args.weights is None else (
+            f"no --model given: {args.weights} is read as the bundled demo architecture (give "
+            "--model with the architecture the file holds)")
+        print(f"attnreg: note: {note}", file=sys.stderr)
         args.model = "demo"
     if args.command == "run" and args.weights is not None:  # --model names what the file holds
         args.model, args.arch = str(args.weights), args.model
