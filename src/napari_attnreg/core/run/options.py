@@ -511,6 +511,11 @@ def _head(opt: Option, value: Any) -> Any:
     return int(value)
 
 
+#: The largest model input side ``target_size`` takes (a 8192-pixel ViT input at patch 16
+#: is 262144 tokens); larger images run tiled.
+MAX_TARGET_SIDE = 8192
+
+
 def _target_size(opt: Option, value: Any) -> Any:
     if isinstance(value, str):
         if value in ("model", "native"):
@@ -523,6 +528,12 @@ def _target_size(opt: Option, value: Any) -> Any:
     if not ok:
         raise ValueError(f"target_size must be 'model', 'native', a long side in pixels or "
                          f"(height, width) in pixels, got {value!r}.")
+    if max(sizes) > MAX_TARGET_SIDE:
+        raise ValueError(f"target_size {value!r} is above the budget of {MAX_TARGET_SIDE} pixels "
+                         "a side for one model input (every null image is made at that size, "
+                         "and attention grows with the square of its patches); give a smaller "
+                         "size, or use tiled mode (--tiled) for large images at native "
+                         "resolution.")
     return int(value) if not isinstance(value, (tuple, list)) else tuple(int(s) for s in sizes)
 
 
