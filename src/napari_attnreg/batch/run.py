@@ -51,7 +51,7 @@ from napari_attnreg.core.run.service import (
     run_job_sync,
     user_message,
 )
-from napari_attnreg.io.readers import ImageInfo, image_info, read_lazy, read_source
+from napari_attnreg.io.readers import ImageInfo, open_for_run
 
 if TYPE_CHECKING:
     from napari_attnreg.core.run.lazy import LazyImage
@@ -187,14 +187,10 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
 
 
 def _open(item: BatchItem, opts: dict[str, Any]) -> tuple[PlaneStack | LazyImage, ImageInfo]:
-    """The input read on demand when a tiled run can take it that way, else into memory (a
-    DICOM series: its files, once), with what the file says about its pixels."""
-    lazy_ok = opts.get("tiled") and opts.get("tile_scale", 1.0) == 1 and all(
-        opts.get(k) is None for k in ("channels", "merge", "channel_axis"))
-    lazy = read_lazy(item.source) if lazy_ok and not item.files else None
-    if lazy is not None:
-        return lazy, image_info(item.source)
-    return read_source(item.source, opts.get("channel_axis"), item.files or None)
+    """The input read on demand when a tiled run can take it that way (slides at their
+    level), else into memory (a DICOM series: its files, once), with what the file says about
+    its pixels; an untiled run of a huge image is refused from the file's header."""
+    return open_for_run(item.source, opts, item.files or None)
 
 
 def _plane_row(ctx: _ItemContext, source: PlaneStack | LazyImage, index: PlaneIndex) -> Row:

@@ -72,6 +72,9 @@ class RunConfig:
     tile_scale: float = 1.0
     tile_overlap: int | None = None
     null_scope: str | None = None
+    level: int | None = None
+    mpp: float | None = None
+    tissue_mask: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def resolved(self) -> RunConfig:
