@@ -76,8 +76,9 @@ class ImageInfo:
 
     @classmethod
     def from_layer_metadata(cls, metadata: Mapping[str, Any]) -> ImageInfo:
-        """The same facts from the metadata our napari reader gives a layer (``"dicom"`` or
-        ``"ome"``), so a front end running on a layer records what the command line does.
+        """The same facts from the metadata our napari reader gives a layer (``"dicom"``,
+        ``"slide"`` or ``"ome"``), so a front end running on a layer records what the command
+        line does.
 
         Example
         -------
@@ -93,7 +94,7 @@ class ImageInfo:
             kind = kind_of_modality(modality)
             return cls(size, "mm" if size else None, kind,
                        f"DICOM Modality {modality}" if kind else "")
-            slide = metadata.get("slide")
+        slide = metadata.get("slide")
         if isinstance(slide, Mapping):
             mpp = slide.get("mpp")
             return cls((float(mpp), float(mpp)) if mpp else None, "µm" if mpp else None,

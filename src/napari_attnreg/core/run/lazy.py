@@ -90,6 +90,19 @@ class LazyImage:
         h, w = self.shape
         return (max(1, round(h / self.scale)), max(1, round(w / self.scale)))
 
+    def run_extra(self) -> dict[str, Any]:
+        """What a run of this image records when the caller gave nothing else
+        (``RunConfig.extra``): the pixel size in µm as ``spatial``; of a slide, that it is a
+        pathology image, the level read and its resampling."""
+        extra: dict[str, Any] = {}
+        if self.mpp is not None:
+            extra["spatial"] = {"scale": [float(self.mpp)] * 2, "translate": [0.0, 0.0],
+                                "units": ["µm", "µm"]}
+        if self.level is not None:  # the level read, whichever option chose it
+            extra.update(image_kind="pathology", image_kind_source="slide file",
+                         slide_level=self.level, slide_resample=self.scale)
+        return extra
+
     def overview(self, max_pixels: int = SAMPLE_PIXELS) -> np.ndarray:
         """The whole image at about ``max_pixels`` pixels or fewer (a strided read, from the
         coarser level when there is one), for intensity ranges and tissue masks."""

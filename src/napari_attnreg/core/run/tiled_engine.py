@@ -134,8 +134,10 @@ def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig) -> TiledIma
     patch = backbone.patch_size
     if isinstance(image, LazyImage):
         tiled = _prepare_lazy(image, backbone, config)
-        return replace(tiled, tissue=tissue_for(tissue_spec(config, image),
-                                                image.overview(THUMBNAIL_PIXELS),
+        spec = tissue_spec(config, image)
+        if isinstance(spec, str) and spec == "none":  # no thumbnail read for nothing
+            return tiled
+        return replace(tiled, tissue=tissue_for(spec, image.overview(THUMBNAIL_PIXELS),
                                                 tiled.layout))
     if isinstance(image, PreparedImage):
         source, channel_map = image.source, image.channel_map
@@ -167,7 +169,8 @@ def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig) -> TiledIma
                          patch=patch, overlap=tile_overlap(config, backbone))
     spec = tissue_spec(config, image)
     step = max(1, int(np.ceil(np.sqrt(display.shape[0] * display.shape[1] / THUMBNAIL_PIXELS))))
-    tissue = (tissue_for(spec, display[::step, ::step], layout) if spec != "none" else None)
+    tissue = (None if isinstance(spec, str) and spec == "none"
+              else tissue_for(spec, display[::step, ::step], layout))
     return TiledImage(source=source, channel_map=channel_map, display=display,
                       image_shape=(int(image_shape[0]), int(image_shape[1])), layout=layout,
                       tissue=tissue)
@@ -324,6 +327,8 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
     With a tissue mask only the tissue tiles are run and tested; tokens no tissue tile holds
     are untested (attention 0, p = q = 1).
     """
+    if isinstance(image, LazyImage):  # what the file says, unless the caller said it
+        config = replace(config, extra={**image.run_extra(), **config.extra})
     run = Run.start(config, cancel)
     tiled = prepare_tiled(image, backbone, config)
     backbone = backbone.on(run.device)  # a copy on another device; the shared one never moves

@@ -30,6 +30,8 @@ TISSUE_FRACTION = 0.10
 #: no glass (a crop inside the tissue) and every pixel is tissue, instead of half the tissue
 #: being cut away by a threshold between two stains.
 GLASS_SATURATION = 0.08
+#: Thumbnail pixels the saturation is averaged over before the threshold (Gaussian sigma).
+SMOOTHING_SIGMA = 2.0
 #: Values of the ``tissue_mask`` option that are not a file.
 TISSUE_MODES = ("auto", "none")
 
@@ -79,7 +81,7 @@ def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
         ``(h, w)``; all True when the thumbnail holds no glass.
     """
     from skimage.color import rgb2hsv
-    from skimage.filters import threshold_otsu
+    from skimage.filters import gaussian, threshold_otsu
 
     image = np.asarray(thumbnail, dtype=np.float64)
     if image.ndim == 3 and image.shape[-1] >= 3:
@@ -89,6 +91,8 @@ def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
         grey = image[..., 0] if image.ndim == 3 else image
         lo, hi = float(grey.min()), float(grey.max())
         signal = (hi - grey) / (hi - lo) if hi > lo else np.zeros_like(grey)
+    # pixel noise (a stain's grain, JPEG blocks) would speckle the mask: threshold the local mean
+    signal = gaussian(signal, sigma=SMOOTHING_SIGMA, preserve_range=True)
     if float(signal.max()) - float(signal.min()) < 1e-6:
         return np.full(signal.shape, float(signal.mean()) > GLASS_SATURATION)
     threshold = threshold_otsu(signal)
