@@ -72,8 +72,9 @@ def read_slide_layers(path: str | list[str]) -> list[LayerData]:
             break
         level += 1
     scale = (image.mpp, image.mpp) if image.mpp else (1.0, 1.0)
+    rgb = image.channel_axis == -1 and image.array.shape[-1] in (3, 4)
     kwargs: dict[str, Any] = {
-        "name": Path(path).name, "rgb": image.channel_axis == -1 and image.array.shape[-1] in (3, 4),
+        "name": Path(path).name, "rgb": rgb,
         "scale": scale, "units": ("µm", "µm") if image.mpp else ("pixel", "pixel"),
         "metadata": {"slide": {"path": path, "level": image.level, "mpp": image.mpp}}}
     return [(image.array, kwargs, "image")]
