@@ -323,3 +323,28 @@ def test_napari_reader_opens_a_slide_in_micrometres(slide):
 
     info = ImageInfo.from_layer_metadata(kwargs["metadata"])
     assert info.pixel_size == (0.25, 0.25) and info.kind == "pathology"
+
+
+def test_a_saved_slide_result_reopens_with_its_tissue_mask_layer(slide, tmp_path):
+    from napari_attnreg._napari.io import read_result_layers
+
+    result = _run(open_slide(slide, level=2))
+    path = result.save(tmp_path / "slide.attnreg.npz")
+    layers = read_result_layers(str(path))
+    masks = [(d, k) for d, k, kind in layers if kind == "labels" and k["name"].endswith("tissue")]
+    [(mask, kwargs)] = masks
+    # the thumbnail-sized mask spans the analysed image, in micrometres
+    extent = [mask.shape[a] * kwargs["scale"][a] for a in range(2)]
+    assert extent == pytest.approx([s * 1.0 for s in result.image_shape])
+    assert kwargs["metadata"]["tissue"]["tiles"] == result.metadata["n_tissue_tiles"]
+
+
+@pytest.mark.gui
+def test_napari_opens_a_slide_through_the_plugin(slide, make_napari_viewer):
+    import timm  # noqa: F401  # before the viewer: see tests/napari/conftest.py
+
+    viewer = make_napari_viewer()
+    [layer] = viewer.open(str(slide), plugin="napari-attnreg")
+    assert layer.rgb and layer.data.shape == (SIZE, SIZE, 3)
+    assert tuple(layer.scale) == pytest.approx((0.25, 0.25))
+    assert layer.metadata["slide"]["mpp"] == pytest.approx(0.25)

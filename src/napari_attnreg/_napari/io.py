@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from napari_attnreg.io.dicom import looks_like_dicom
 from napari_attnreg.io.export import OME_SUFFIXES, PROVENANCE_FILE, save_layer, save_outputs
 from napari_attnreg.io.ometiff import is_ome_tiff
@@ -150,7 +152,31 @@ def read_result_layers(path: str | list[str]) -> list[LayerData]:
     geometry = SourceGeometry.of_image(result.image_shape, **result.spatial)
     params = {**result.metadata, "source": name, "source_path": str(source or path),
               "result_file": str(path)}
-    return result_layers({(): result}, name, geometry, params)
+    mask = tissue_layer(result, name)
+    return [*([mask] if mask is not None else []), *result_layers({(): result}, name, geometry,
+                                                                  params)]
+
+
+def tissue_layer(result: Any, source_name: str) -> LayerData | None:
+    """The tissue mask a tiled run used, as a Labels layer over its image (None without one).
+
+    The mask has a thumbnail's resolution; its scale stretches it over the analysed image,
+    in the result's units.
+    """
+    mask = result.null_summary.get("tissue_mask")
+    if mask is None:
+        return None
+    mask = np.asarray(mask, dtype=np.uint8)
+    spatial = result.spatial
+    scale = tuple(float(result.image_shape[a]) / mask.shape[a] * float(spatial["scale"][a])
+                  for a in range(2))
+    md = result.metadata
+    return (mask, {"name": f"{source_name} tissue", "scale": scale,
+                   "translate": tuple(float(v) for v in spatial["translate"]),
+                   "units": tuple(str(u) for u in spatial["units"]),
+                   "opacity": 0.35, "metadata": {"tissue": {
+                       "source": md.get("tissue_mask"), "tiles": md.get("n_tissue_tiles"),
+                       "of": md.get("n_tiles_total")}}}, "labels")
 
 
 def write_outputs(path: str, layer_data: list[LayerData]) -> list[str]:

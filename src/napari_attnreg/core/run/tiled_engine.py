@@ -215,7 +215,7 @@ def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> Ti
     del raw
     layout = make_layout((h, w), tile=tuple(backbone.input_size[1:]), patch=(ph, pw),
                          overlap=tile_overlap(config, backbone))
-    read_region = _region_reader(image)
+    read_region = _region_reader(image, w)
     th, tw = layout.tile
 
     def read_raw(index: int) -> np.ndarray:
@@ -237,19 +237,22 @@ def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> Ti
                       finish=finish)
 
 
-def _region_reader(image: LazyImage) -> Callable[[int, int, int, int], np.ndarray]:
-    """``read(y, x, h, w)`` → the stored pixels under that region of the analysed image.
+def _region_reader(image: LazyImage, width: int) -> Callable[[int, int, int, int], np.ndarray]:
+    """``read(y, x, h, w)`` → the stored pixels under that region of the analysed image
+    (``width`` wide: the far columns short of a whole patch are never read).
 
     A slide read at a coarser resolution than its level maps the region to the level's
-    pixels (resampled later, on the device). A file stored in full-width strips is read a
-    row band at a time: tiles come row by row, and one read of the band serves all its tiles
-    (per tile, the same strips would be decoded once per tile); a tiled file is read tile
-    by tile, so a tissue mask's glass is never decoded.
+    pixels (resampled later, on the device). An image is read a row band at a time: tiles
+    come row by row, and one read of the band serves all its tiles (a file in full-width
+    strips would otherwise decode the same strips once per tile); a tiled slide is read tile
+    by tile, so the glass its tissue mask leaves out is never decoded.
     """
     scale, (sh, sw) = image.scale, image.shape
+    band_width = min(sw, width) if scale == 1 else sw  # resampled regions round outward
     chunks = getattr(image.array, "chunks", None)
     col_axis = 2 if image.channel_axis == 0 else 1
     strips = chunks is None or len(chunks) <= col_axis or int(chunks[col_axis]) >= sw
+    bands = strips or image.level is None  # a slide's tissue tiles: only their own chunks
     band: dict[str, Any] = {}
     lock = threading.Lock()  # the reading thread and the null's reads share the band
 
@@ -258,12 +261,13 @@ def _region_reader(image: LazyImage) -> Callable[[int, int, int, int], np.ndarra
             rh, rw = max(1, round(h * scale)), max(1, round(w * scale))
             y, x = min(round(y * scale), sh - rh), min(round(x * scale), sw - rw)
             h, w = rh, rw
-        if not strips:
+        if not bands:
             return image.read(slice(y, y + h), slice(x, x + w))
         with lock:
             if band.get("rows") != (y, h):
                 band.clear()
-                band.update(rows=(y, h), pixels=image.read(slice(y, y + h), slice(0, sw)))
+                band.update(rows=(y, h),
+                            pixels=image.read(slice(y, y + h), slice(0, band_width)))
             return band["pixels"][:, x:x + w]
 
     return read
