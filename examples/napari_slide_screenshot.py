@@ -84,11 +84,11 @@ def main() -> None:
     print(f"slide {layer.data.shape} at {layer.scale[0]} µm; {time.perf_counter() - t0:.1f} s; "
           f"tissue tiles {md['n_tissue_tiles']} of {md['n_tiles_total']} ({md['tissue_mask']})")
     data, kwargs, _ = tissue_layer(result, layer.name)
-    mask = viewer.add_labels(data, **kwargs)
-    mask.contour = 2
-    for other in viewer.layers:  # the attention, evidence and mask over the slide
-        if other.name.endswith(("regularized", "evidence")):
-            other.visible = False
+    viewer.add_labels(data, **kwargs)  # filled at 35 % opacity: the slide shows through
+    for other in viewer.layers:  # the slide, its attention on tissue and the mask
+        if other.name.endswith("attention"):
+            other.visible, other.opacity, other.blending = True, 0.6, "additive"
+    viewer.layers.selection.active = viewer.layers[-1]
     viewer.reset_view()
     for _ in range(30):
         QApplication.processEvents()
