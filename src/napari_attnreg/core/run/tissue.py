@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from napari_attnreg.core.files import decoding
 from napari_attnreg.core.run.tiling import TileLayout
 
 #: A tile is run when at least this share of its area is tissue. Low, so that the edge of a
@@ -111,13 +112,20 @@ def read_mask(value: Any) -> tuple[np.ndarray, str]:
         The file cannot be read, or the mask is not 2D.
     """
     if isinstance(value, (str, Path)):
-        from napari_attnreg.io.readers import read_image
-
         path = Path(value)
         if not path.is_file():
             raise ValueError(f"tissue_mask: no such mask file {path}; give 'auto', 'none' or "
                              "the path of a mask image.")
-        array, source = read_image(path), f"file {path.name}"
+        with decoding(path, "mask image"):
+            if path.suffix.lower() in (".tif", ".tiff"):
+                import tifffile
+
+                array = tifffile.imread(path)
+            else:
+                import imageio.v3 as iio
+
+                array = iio.imread(path)
+        source = f"file {path.name}"
     else:
         array, source = np.asarray(value), "array"
     array = np.squeeze(array)
