@@ -63,7 +63,6 @@ def main() -> None:
     import timm  # noqa: F401  # before the viewer: Triton must load before Mesa's libLLVM
     from qtpy.QtWidgets import QApplication
 
-    from napari_attnreg._napari.io import tissue_layer
     from napari_attnreg._napari.widget import AttentionWidget
 
     folder = Path(tempfile.mkdtemp())
@@ -83,12 +82,11 @@ def main() -> None:
     md = result.metadata
     print(f"slide {layer.data.shape} at {layer.scale[0]} µm; {time.perf_counter() - t0:.1f} s; "
           f"tissue tiles {md['n_tissue_tiles']} of {md['n_tiles_total']} ({md['tissue_mask']})")
-    data, kwargs, _ = tissue_layer(result, layer.name)
-    viewer.add_labels(data, **kwargs)  # filled at 35 % opacity: the slide shows through
+    # the dock added the mask as a Labels layer, filled at 35 % opacity over the slide
     for other in viewer.layers:  # the slide, its attention on tissue and the mask
         if other.name.endswith("attention"):
             other.visible, other.opacity, other.blending = True, 0.6, "additive"
-    viewer.layers.selection.active = viewer.layers[-1]
+    viewer.layers.selection.active = viewer.layers[f"{layer.name} tissue"]
     viewer.reset_view()
     for _ in range(30):
         QApplication.processEvents()

@@ -348,3 +348,29 @@ def test_napari_opens_a_slide_through_the_plugin(slide, make_napari_viewer):
     assert layer.rgb and layer.data.shape == (SIZE, SIZE, 3)
     assert tuple(layer.scale) == pytest.approx((0.25, 0.25))
     assert layer.metadata["slide"]["mpp"] == pytest.approx(0.25)
+
+
+@pytest.mark.gui
+def test_the_dock_shows_a_tiled_runs_tissue_mask_as_a_labels_layer(slide, make_napari_viewer,
+                                                                    qtbot):
+    import timm  # noqa: F401  # before the viewer: see tests/napari/conftest.py
+
+    from napari_attnreg._napari.widget import AttentionWidget
+
+    image = open_slide(slide, level=2)
+    viewer = make_napari_viewer()
+    viewer.add_image(np.asarray(image.array), name="slide", rgb=True,
+                     metadata={"slide": {"path": str(slide), "level": 2, "mpp": image.mpp}})
+    widget = AttentionWidget(viewer)
+    viewer.window.add_dock_widget(widget)
+    controls = widget.options.controls
+    controls["device"].setCurrentText("cpu")
+    controls["n_boot"].setValue(8)
+    controls["tiled"].setChecked(True)
+    controls["tissue_mask"].setText("auto")
+    with qtbot.waitSignal(widget.run_finished, timeout=120_000):
+        assert widget.run() is not None
+    mask = viewer.layers["slide tissue"]
+    result = widget.current_record().results[()]
+    assert mask.data.any() and not mask.data.all()
+    assert result.metadata["n_tissue_tiles"] < result.metadata["n_tiles_total"]

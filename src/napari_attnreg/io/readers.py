@@ -250,7 +250,7 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
         impossible slide level.
     """
     from napari_attnreg.core.run.lazy import check_untiled_size
-    from napari_attnreg.io.slides import is_slide, open_slide, slide_info
+    from napari_attnreg.io.slides import is_slide, open_slide
 
     path, tiled = Path(path), bool(opts.get("tiled"))
     if is_slide(path):
@@ -268,6 +268,12 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
     if shape is not None:
         check_untiled_size(shape, str(path))
     return read_source(path, opts.get("channel_axis"), files or None)
+
+
+def slide_info(image: LazyImage) -> ImageInfo:
+    """What an opened slide says: µm per analysed pixel, and that it is a pathology image."""
+    size = None if image.mpp is None else (float(image.mpp), float(image.mpp))
+    return ImageInfo(size, "µm" if size else None, "pathology", "slide file")
 
 
 def _slide_pixels(slide: LazyImage) -> np.ndarray:

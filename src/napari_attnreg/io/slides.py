@@ -183,12 +183,3 @@ def _overview_level(group: Any, pyramid: SlideLevels, chosen: int) -> Any:
         if h * w <= SAMPLE_PIXELS:
             return group[str(k)]
     return None
-
-
-def slide_info(image: LazyImage) -> Any:
-    """The :class:`~napari_attnreg.io.readers.ImageInfo` of an opened slide: µm per analysed
-    pixel, and that it is a pathology image (what a run records as any file's)."""
-    from napari_attnreg.io.readers import ImageInfo
-
-    size = None if image.mpp is None else (float(image.mpp), float(image.mpp))
-    return ImageInfo(size, "µm" if size else None, "pathology", "slide file")
