@@ -374,3 +374,22 @@ def test_the_dock_shows_a_tiled_runs_tissue_mask_as_a_labels_layer(slide, make_n
     result = widget.current_record().results[()]
     assert mask.data.any() and not mask.data.all()
     assert result.metadata["n_tissue_tiles"] < result.metadata["n_tiles_total"]
+
+
+def test_patch_nulls_of_a_masked_image_take_their_tiles_from_the_tissue():
+    import torch
+
+    from napari_attnreg.core.run.nulls import NullConfig
+    from napari_attnreg.core.run.tiling import ImageNull
+
+    source = torch.zeros((1, 256, 256))
+    source[:, 128:] = 1.0  # "tissue" is the lower half
+    config = NullConfig("patch", 1.0, True, 8)
+    anywhere = ImageNull(source, config, (64, 64), 16).draw(range(20), seed=3)
+    on_tissue = ImageNull(source, config, (64, 64), 16,
+                          accept=lambda y, x: y + 32 >= 128).draw(range(20), seed=3)
+    assert 0 < float(anywhere.mean()) < 1  # glass and tissue both drawn
+    assert float(on_tissue.flatten(1).mean(1).min()) > 0.45  # every tile centred on tissue
+    again = ImageNull(source, config, (64, 64), 16,
+                      accept=lambda y, x: y + 32 >= 128).draw(range(20), seed=3)
+    assert torch.equal(on_tissue, again)  # redraws come from the seeded stream
