@@ -245,7 +245,7 @@ _OPTIONS: tuple[Option, ...] = (
            "tissue are run and tested. 'auto' = Otsu on a thumbnail's saturation (the default "
            "for slides), 'none' = every tile (the default for other images), or a mask image "
            "file (> 0 = tissue) of the whole image at any resolution.", "tiling",
-           allow_none=True, when_tiled=True),
+           advanced=True, allow_none=True, when_tiled=True),
     Option("tail", "Tail approximation", "choice", None, "Step-down: fit a generalized Pareto "
            "tail to the null where fewer than 10 null images reach a step, so p-values can go "
            "below 1/(B+1) (gpd), or keep the counts (none). Empty = gpd for tiled runs, none "
