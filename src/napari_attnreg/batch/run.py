@@ -60,15 +60,12 @@ from napari_attnreg.core.run.service import (
     run_job_sync,
     user_message,
 )
-from napari_attnreg.io.readers import ImageInfo, image_info, read_lazy, read_source
+from napari_attnreg.io.readers import ImageInfo, open_for_run
 
 if TYPE_CHECKING:
     from napari_attnreg.core.run.lazy import LazyImage
 
 Figure = Callable[[Any, np.ndarray, Path, str], Any]
-#: The largest image an untiled run reads whole (16384 x 16384): beyond it the float copies
-#: of the image alone take gigabytes, and a tiled run is the way.
-MAX_WHOLE_IMAGE_PIXELS = 1 << 28
 
 
 @dataclass(frozen=True)
@@ -223,26 +220,10 @@ def _path_message(item: BatchItem, err: OSError) -> str:
 
 
 def _open(item: BatchItem, opts: dict[str, Any]) -> tuple[PlaneStack | LazyImage, ImageInfo]:
-    """The input read on demand when a tiled run can take it that way, else into memory (a
-    DICOM series: its files, once), with what the file says about its pixels."""
-    lazy_ok = opts.get("tiled") and opts.get("tile_scale", 1.0) == 1 and all(
-        opts.get(k) is None for k in ("channels", "merge", "channel_axis"))
-    lazy = read_lazy(item.source) if not item.files else None
-    if lazy is not None and lazy_ok:
-        return lazy, image_info(item.source)
-    if lazy is not None:
-        _check_whole_image(item.source, lazy.shape)
-    return read_source(item.source, opts.get("channel_axis"), item.files or None)
-
-
-def _check_whole_image(path: Path, shape: tuple[int, int]) -> None:
-    """Refuse, from the file's header, an image too large to hold in memory untiled."""
-    h, w = shape
-    if h * w > MAX_WHOLE_IMAGE_PIXELS:
-        raise ValueError(
-            f"{path} is {h}x{w} pixels, more than an untiled run holds in memory "
-            f"({MAX_WHOLE_IMAGE_PIXELS:,} pixels: it reads the whole image and converts it "
-            "to floating point); use --tiled, which reads it tile by tile at native resolution")
+    """The input read on demand when a tiled run can take it that way (slides at their
+    level), else into memory (a DICOM series: its files, once), with what the file says about
+    its pixels; an untiled run of a huge image is refused from the file's header."""
+    return open_for_run(item.source, opts, item.files or None)
 
 
 def _plane_row(ctx: _ItemContext, source: PlaneStack | LazyImage, index: PlaneIndex) -> Row:

@@ -85,6 +85,9 @@ class RunConfig:
     tile_scale: float = _default("tile_scale")
     tile_overlap: int | None = _default("tile_overlap")
     null_scope: str | None = _default("null_scope")
+    level: int | None = _default("level")
+    mpp: float | None = _default("mpp")
+    tissue_mask: Any = _default("tissue_mask")
     extra: dict[str, Any] = field(default_factory=dict)
 
     def resolved(self) -> RunConfig:

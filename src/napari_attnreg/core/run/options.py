@@ -23,11 +23,13 @@ from __future__ import annotations
 import argparse
 import math
 import numbers
+import os
 import re
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -236,6 +238,20 @@ _OPTIONS: tuple[Option, ...] = (
            "neighbouring tiles (a multiple of the patch size; empty = a quarter of the tile, "
            "rounded down to whole patches).", "tiling", advanced=True,
            minimum=0, maximum=4096, step=8, allow_none=True, when_tiled=True),
+    Option("level", "Slide level", "int", None, "Slides (SVS, NDPI, pyramidal TIFF): the "
+           "pyramid level to read, 0 = full resolution (empty = 0, or the level --mpp "
+           "chooses). Other images ignore it.", "tiling", advanced=True, minimum=0,
+           maximum=32, allow_none=True),
+    Option("mpp", "Slide resolution (µm/px)", "float", None, "Slides: micrometres per pixel to "
+           "analyse at; the coarsest level at least this fine is read and resampled (empty = "
+           "the level's own). Give a level or a resolution, not both.", "tiling",
+           advanced=True, minimum=0.01, maximum=1000.0, step=0.25, decimals=2,
+           allow_none=True),
+    Option("tissue_mask", "Tissue mask", "text", None, "Tiled runs: only tiles at least 10 % "
+           "tissue are run and tested. 'auto' = Otsu on a thumbnail's saturation (the default "
+           "for slides), 'none' = every tile (the default for other images), or a mask image "
+           "file (> 0 = tissue) of the whole image at any resolution.", "tiling",
+           advanced=True, allow_none=True, when_tiled=True),
     Option("tail", "Tail approximation", "choice", None, "Step-down: fit a generalized Pareto "
            "tail to the null where fewer than 10 null images reach a step, so p-values can go "
            "below 1/(B+1) (gpd), or keep the counts (none). Empty = gpd for tiled runs, none "
@@ -565,13 +581,31 @@ def _channels(opt: Option, value: Any) -> list[int]:
     return [int(c) for c in chans]
 
 
+def _tissue_mask(opt: Option, value: Any) -> Any:
+    if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
+        if np.ndim(value) < 2:
+            raise ValueError(f"tissue_mask as an array must be a 2D mask, got shape "
+                             f"{np.shape(value)}.")
+        return value  # an array: checked against the image when the run lays out its tiles
+    if not isinstance(value, (str, os.PathLike)):
+        raise ValueError(f"tissue_mask must be 'auto', 'none', a mask file or a 2D array, "
+                         f"got {value!r}.")
+    text = str(value).strip()
+    if text.lower() in ("", "auto", "none"):
+        return text.lower() or None
+    if not Path(text).is_file():
+        raise ValueError(f"tissue_mask: no such mask file {text!r}; give 'auto', 'none' or "
+                         "the path of a mask image.")
+    return text
+
+
 def _preset(opt: Option, value: Any) -> str:
     """A registered procedure's name (read from the registry when checked, not at import)."""
     return get_procedure(value).name
 
 
-_SPECIAL = {"preset": _preset, "pi0_method": _pi0, "head": _head, "target_size": _target_size, "device": _device,
-            "channels": _channels}
+_SPECIAL = {"preset": _preset, "pi0_method": _pi0, "head": _head, "target_size": _target_size,
+            "device": _device, "channels": _channels, "tissue_mask": _tissue_mask}
 
 
 def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
