@@ -126,8 +126,8 @@ def group_series(files: Sequence[str | Path]) -> list[tuple[str, tuple[Path, ...
         try:
             with decoding(f, "DICOM file"):
                 ds = pydicom.dcmread(f, specific_tags=list(_GROUPING_TAGS), defer_size=256)
-            if "PixelData" not in ds:  # no image: a DICOMDIR, a structured report, ...
-                continue
+            if "PixelData" not in ds and not _lost_pixel_data(f, ds):
+                continue  # no image: a DICOMDIR, a structured report, ...
             check_header(ds)
         except ValueError:  # damaged: its own input, whose reading then says why
             groups[(math.inf, "", "unreadable", str(f))].append(f)
@@ -182,8 +182,8 @@ def read_dicom(path: str | Path, files: Sequence[str | Path] | None = None,
     for f in files:
         with decoding(f, "DICOM file"):
             ds = pydicom.dcmread(f)
-        if "PixelData" not in ds:  # DICOMDIR, structured reports, presentation states
-            continue
+        if "PixelData" not in ds and not _lost_pixel_data(f, ds):
+            continue  # DICOMDIR, structured reports, presentation states
         try:
             check_header(ds)
         except DicomHeaderError as err:  # one damaged slice: left out of its series, said so
@@ -222,6 +222,11 @@ def check_header(ds: Any) -> None:
     DicomHeaderError
         Naming the file, the element and what it holds.
     """
+    if "PixelData" not in ds:
+        raise DicomHeaderError(
+            f"{ds.filename}: the DICOM header is damaged: it cannot be read up to the image it "
+            "holds (the pixel data element is in the file, or the header describes an image, "
+            "but pydicom's reading stops before it).")
     try:
         _numbers(ds, "ImageOrientationPatient", 6)
         _numbers(ds, "ImagePositionPatient", 3)
@@ -239,6 +244,23 @@ def check_header(ds: Any) -> None:
             raise DicomHeaderError(
                 f"{ds.filename}: the DICOM header has pixel data but no usable {key} (the "
                 "image size is unknown); the file is damaged.")
+
+
+#: The PixelData tag as it is stored (little and big endian).
+_PIXEL_DATA_TAGS = (b"\xe0\x7f\x10\x00", b"\x7f\xe0\x00\x10")
+
+
+def _lost_pixel_data(path: Path, ds: Any) -> bool:
+    """A file read without pixel data that has an image all the same: a damaged length or tag
+    can end pydicom's reading early, without an error, and such a file is no DICOMDIR to
+    skip. Only files without pixel data (rare) have their bytes looked through."""
+    if "Rows" in ds or "Columns" in ds:
+        return True
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return False  # reading it again reports why
+    return any(tag in data for tag in _PIXEL_DATA_TAGS)
 
 
 def _value(ds: Any, key: str) -> Any:
