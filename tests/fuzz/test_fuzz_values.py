@@ -48,3 +48,35 @@ def test_an_object_array_is_refused_before_the_run(tiny_backbone):
 
     with pytest.raises(ValueError, match="dtype object is not numeric"):
         regularize(np.full((32, 32), 1.5, dtype=object), tiny_backbone, n_boot=2, device="cpu")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_weights_that_are_not_finite_are_refused_at_load_naming_the_file(tmp_path, value):
+    """Issue #27 item 13: NaN weights surfaced as "null_scores contains NaN", naming neither
+    the weights nor their file."""
+    import timm
+    import torch
+    from safetensors.torch import save_file
+
+    from napari_attnreg.core.models.backbones import BackboneError, load_backbone
+
+    torch.manual_seed(0)
+    state = timm.create_model("vit_tiny_patch16_224", pretrained=False).state_dict()
+    state["blocks.3.attn.qkv.weight"][0, 0] = value
+    path = tmp_path / "diverged.safetensors"
+    save_file(state, str(path))
+    with pytest.raises(BackboneError, match=r"diverged\.safetensors.*NaN or infinite.*"
+                                            r"blocks\.3\.attn\.qkv\.weight"):
+        load_backbone(path, arch="vit_tiny_patch16_224")
+
+
+def test_a_given_module_with_nan_weights_is_refused(fresh_tiny_backbone):
+    import torch
+
+    from napari_attnreg.core.models.backbones import BackboneError, load_backbone
+
+    module = fresh_tiny_backbone.model
+    with torch.no_grad():
+        next(module.parameters()).fill_(float("nan"))
+    with pytest.raises(BackboneError, match="given module.*NaN or infinite"):
+        load_backbone(module)
