@@ -69,6 +69,10 @@ def check_scheduler(address: str) -> None:
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
+    try:  # refused or unroutable: said as such, not as a silent server
+        _tcp_connect(address)
+    except OSError as err:
+        raise ValueError(_unreachable(address, err)) from None
     with ThreadPoolExecutor(1) as pool:
         try:
             reply = pool.submit(asyncio.run, _identity(address)).result()
@@ -86,6 +90,23 @@ def check_scheduler(address: str) -> None:
         seen = f"{type(reply).__name__}: {str(reply)[:80]}"
         raise ValueError(f"What answers at {address} is not a Dask scheduler ({seen}); check "
                          "the address, or leave out --scheduler to run here.")
+
+
+def _tcp_connect(address: str) -> None:
+    """Open and close a TCP connection to a ``tcp://``/``tls://`` address (others: nothing)."""
+    import socket
+
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(address)
+        if scheme not in ("tcp", "tls"):
+            return
+        host, port = parse_host_port(location, default_port=8786)
+    except ValueError as err:
+        raise ValueError(f"--scheduler {address!r} is not a scheduler address "
+                         f"(tcp://host:port): {err}") from None
+    socket.create_connection((host, port), timeout=SCHEDULER_TIMEOUT_S).close()
 
 
 async def _identity(address: str) -> Any:
