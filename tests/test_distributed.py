@@ -151,3 +151,58 @@ def test_dask_tasks_run_each_image_through_the_pipeline_service(tmp_path, monkey
     assert sorted(ran) == [("img0.tif", [()], worker), ("img1.tif", [()], worker)]
     assert sorted(r["status"].split(":")[0] for r in report.rows) == ["done", "done", "failed"]
     assert "broken.tif" in report.failed[0]["source"]  # unreadable: failed before any job
+
+
+@pytest.fixture
+def stranger():
+    """A loopback TCP server that is no Dask scheduler: it accepts every connection and then
+    says nothing, or sends bytes of its own (``stranger(reply)`` gives its address)."""
+    import threading
+
+    servers = []
+
+    def start(reply: bytes) -> str:
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        servers.append(server)
+        held = []  # connections stay open (silent) until the test ends
+
+        def serve():
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    return
+                held.append(conn)
+                if reply:
+                    conn.sendall(reply)
+
+        threading.Thread(target=serve, daemon=True).start()
+        return f"tcp://127.0.0.1:{server.getsockname()[1]}"
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+@pytest.mark.parametrize("reply, said", [(b"", "no Dask scheduler answered within 2 s"),
+                                         (b"\xff" * 64, "is not a Dask scheduler"),
+                                         (b"HTTP/1.1 400 Bad Request\r\n\r\n",
+                                          "is not a Dask scheduler")])
+def test_a_server_that_is_not_dask_is_a_clear_error_within_the_timeout(
+        tmp_path, monkeypatch, stranger, reply, said):
+    """Issue #27 item 9: a silent server hung the batch past 200 s; garbage bytes were read
+    as a message length (``Unable to allocate 3.07 EiB``)."""
+    import time
+
+    from napari_attnreg.batch import distributed
+    _images(tmp_path / "in", n=1)
+    items = collect_inputs([tmp_path / "in" / "img0.tif"])
+    monkeypatch.setattr(distributed, "SCHEDULER_TIMEOUT_S", 2)
+    address = stranger(reply)
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=said) as info:
+        run_batch(items, tmp_path / "out", "demo", None, OPTS, scheduler=address)
+    assert time.perf_counter() - t0 < 10
+    assert address in str(info.value)

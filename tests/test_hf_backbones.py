@@ -101,3 +101,22 @@ def test_missing_transformers_says_how_to_install(monkeypatch):
         load_backbone("hf:owkin/phikon")
     with pytest.raises(BackboneError, match="transformers"):
         hf_backbones.random_init("vit")
+
+
+def test_a_folder_with_a_pickled_weights_file_is_refused_in_our_words(tmp_path):
+    """Issue #27 item 7: torch's UnpicklingError (which suggests weights_only=False) came out
+    as a traceback; the refusal names the folder and file and points to safetensors."""
+    import fractions
+
+    from safetensors.torch import load_file
+
+    tiny_model("vit").save_pretrained(tmp_path)
+    state = load_file(tmp_path / "model.safetensors")
+    (tmp_path / "model.safetensors").unlink()
+    state["note"] = fractions.Fraction(1, 3)  # not a tensor: weights-only loading refuses it
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    with pytest.raises(BackboneError) as caught:
+        load_backbone(str(tmp_path))
+    text = str(caught.value)
+    assert str(tmp_path) in text and "pytorch_model.bin" in text and "safetensors" in text
+    assert "weights_only" not in text

@@ -165,3 +165,62 @@ def test_a_proxy_that_never_answers_fails_fast_and_suggests_offline(monkeypatch)
             with pytest.raises(BackboneError, match="HF_HUB_OFFLINE=1"):
                 load_backbone(model)
             assert time.perf_counter() - t0 < 10, model
+
+
+@pytest.fixture
+def not_a_proxy(monkeypatch, tmp_path):
+    """HTTPS_PROXY pointing at a loopback server that answers everything with an HTTP error,
+    as a web server or a captive portal does (no network is used), and an empty hub cache."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    server.settimeout(30)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.settimeout(2)
+                    conn.recv(4096)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n"
+                                 b"Connection: close\r\n\r\n")
+                except OSError:
+                    pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    address = f"http://127.0.0.1:{server.getsockname()[1]}"
+    for name in ("NO_PROXY", "no_proxy", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(name, address)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    monkeypatch.setattr(hub, "_reachable", None)
+    yield address
+    server.close()
+
+
+def test_an_answering_server_that_is_no_proxy_gives_a_clear_offline_message(not_a_proxy):
+    """Issue #27 item 10: a 400 reply to CONNECT counted as a working proxy; the hub client
+    then raised a raw ProxyError traceback."""
+    assert not hub.hub_reachable()
+    port = not_a_proxy.rsplit(":", 1)[1]
+    with pytest.raises(BackboneError) as info:
+        load_backbone("vit_small_patch8_224.dino")
+    text = str(info.value)
+    assert f"proxy 127.0.0.1:{port}" in text and "400 Bad Request" in text
+    assert "load_backbone(" in text  # the offline alternative: a local weights file
+
+
+def test_a_proxy_error_of_any_http_client_is_a_hub_failure():
+    """huggingface_hub's HTTP client may be httpx or its successor (module ``httpx2``)."""
+    proxy_error = type("ProxyError", (Exception,), {"__module__": "httpx2._exceptions"})
+    err = hub.hub_error("org/model", proxy_error("400 Bad Request"), offline=False,
+                        offline_alternative="load_backbone('weights.safetensors')")
+    assert isinstance(err, BackboneError) and "weights.safetensors" in str(err)

@@ -361,7 +361,9 @@ def test_a_folder_of_dicom_slices_is_one_series_read_once(tmp_path, monkeypatch)
     real = pydicom.dcmread
 
     def counting(path, *args, **kwargs):
-        reads.append((Path(path).name, bool(kwargs.get("stop_before_pixels"))))
+        # header only: stopped before the pixels, or their value deferred (never read)
+        header_only = kwargs.get("stop_before_pixels") or kwargs.get("defer_size") is not None
+        reads.append((Path(path).name, bool(header_only)))
         return real(path, *args, **kwargs)
 
     monkeypatch.setattr(pydicom, "dcmread", counting)

@@ -243,3 +243,31 @@ def test_labels_above_two_to_the_32_are_refused_not_wrapped(tmp_path):
         with pytest.raises(ValueError, match="do not fit the 32-bit integers.*relabel"):
             write_ome_tiff(tmp_path / "big.ome.tif", labels, {"name": "big"}, "labels")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["l.ome.tif"]
+
+
+def test_float_labels_are_saved_only_when_they_are_whole_numbers(tmp_path):
+    """Issue #27 item 13: a float labels layer was truncated to integers without a word."""
+    import numpy as np
+    import tifffile
+
+    from napari_attnreg.io.export import write_ome_tiff
+
+    whole = np.array([[0.0, 1.0], [2.0, 3.0]], dtype=np.float32)
+    write_ome_tiff(tmp_path / "whole.ome.tif", whole, {"name": "whole"}, "labels")
+    np.testing.assert_array_equal(tifffile.imread(tmp_path / "whole.ome.tif"), [[0, 1], [2, 3]])
+    for bad in (np.array([[0.0, 1.0], [2.5, 3.0]]), np.array([[0.0, np.nan], [2.0, 3.0]])):
+        with pytest.raises(ValueError, match="labels layer 'cells'.*not whole numbers"):
+            write_ome_tiff(tmp_path / "cells.ome.tif", bad, {"name": "cells"}, "labels")
+    assert not (tmp_path / "cells.ome.tif").exists()
+
+
+def test_a_layer_that_cannot_be_saved_stops_the_save_before_any_file_is_written(tmp_path):
+    """Issue #27 item 13: labels above 2**32 were refused only after the layers before them
+    had been written (a half-saved folder)."""
+    import numpy as np
+
+    image = (np.arange(16, dtype=np.float32).reshape(4, 4), {"name": "map"}, "image")
+    big = (np.array([[0, 2**32], [1, 2]], dtype=np.int64), {"name": "regions"}, "labels")
+    with pytest.raises(ValueError, match="labels layer 'regions'.*do not fit"):
+        save_outputs(tmp_path / "out", [image, big])
+    assert list((tmp_path / "out").iterdir()) == []

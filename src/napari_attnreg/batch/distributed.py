@@ -41,18 +41,95 @@ def _client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
         raise ValueError("--workers / --scheduler need Dask: pip install "
                          "'napari-attnreg[scale]' (dask[distributed]).") from err
     if scheduler:
+        check_scheduler(scheduler)
         try:
             return Client(scheduler, timeout=SCHEDULER_TIMEOUT_S), None
         except (OSError, TimeoutError) as err:
-            raise ValueError(
-                f"Cannot reach the Dask scheduler at {scheduler} within {SCHEDULER_TIMEOUT_S} s "
-                f"({type(err).__name__}); check the address and that the scheduler is running, "
-                "or leave out --scheduler to run here.") from None
+            raise ValueError(_unreachable(scheduler, err)) from None
     check_workers(workers)
     # one thread per process: torch's own threads would fight over the same cores
     cluster = LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True,
                            dashboard_address=None)
     return Client(cluster), cluster
+
+
+def check_scheduler(address: str) -> None:
+    """Ask ``address`` who it is, all within :data:`SCHEDULER_TIMEOUT_S`.
+
+    Dask's client waits without a deadline for the greeting of a server that accepts
+    connections but never speaks, and reads a stranger's bytes as a message length (an
+    allocation of exabytes); so the scheduler is asked first, under one deadline, in a
+    thread of its own (a notebook's event loop may be running here).
+
+    Raises
+    ------
+    ValueError
+        Nothing answers, something that is not a Dask scheduler answers, or it is silent.
+    """
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    try:  # refused or unroutable: said as such, not as a silent server
+        _tcp_connect(address)
+    except OSError as err:
+        raise ValueError(_unreachable(address, err)) from None
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            reply = pool.submit(asyncio.run, _identity(address)).result()
+        except TimeoutError:
+            raise ValueError(
+                f"Something at {address} accepts connections but no Dask scheduler answered "
+                f"within {SCHEDULER_TIMEOUT_S} s; check the address (a scheduler listens on "
+                "port 8786 unless told otherwise), or leave out --scheduler to run "
+                "here.") from None
+        except OSError as err:
+            raise ValueError(_unreachable(address, err)) from None
+        except Exception as err:  # noqa: BLE001  whatever a stranger's bytes make of the reader
+            reply = err
+    if not (isinstance(reply, dict) and reply.get("type") == "Scheduler"):
+        seen = f"{type(reply).__name__}: {str(reply)[:80]}"
+        raise ValueError(f"What answers at {address} is not a Dask scheduler ({seen}); check "
+                         "the address, or leave out --scheduler to run here.")
+
+
+def _tcp_connect(address: str) -> None:
+    """Open and close a TCP connection to a ``tcp://``/``tls://`` address (others: nothing)."""
+    import socket
+
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(address)
+        if scheme not in ("tcp", "tls"):
+            return
+        host, port = parse_host_port(location, default_port=8786)
+    except ValueError as err:
+        raise ValueError(f"--scheduler {address!r} is not a scheduler address "
+                         f"(tcp://host:port): {err}") from None
+    socket.create_connection((host, port), timeout=SCHEDULER_TIMEOUT_S).close()
+
+
+async def _identity(address: str) -> Any:
+    """The scheduler's ``identity`` reply, read under one deadline."""
+    import asyncio
+
+    from distributed.comm import connect
+
+    async def ask() -> Any:
+        comm = await connect(address, timeout=SCHEDULER_TIMEOUT_S)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    return await asyncio.wait_for(ask(), SCHEDULER_TIMEOUT_S)
+
+
+def _unreachable(address: str, err: BaseException) -> str:
+    return (f"Cannot reach the Dask scheduler at {address} within {SCHEDULER_TIMEOUT_S} s "
+            f"({type(err).__name__}); check the address and that the scheduler is running, "
+            "or leave out --scheduler to run here.")
 
 
 def run_on_dask(task: Callable[..., list[Row]], items: Sequence[BatchItem], out_dir: Path,

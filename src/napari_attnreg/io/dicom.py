@@ -18,6 +18,7 @@ Example
 from __future__ import annotations
 
 import math
+import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,12 +26,17 @@ from typing import Any
 
 import numpy as np
 
-from napari_attnreg.core.files import decoding
+from napari_attnreg.core.files import UnreadableFileError, decoding
 
 DICOM_SUFFIXES = (".dcm", ".dicom")
 #: The 4-byte marker after the 128-byte preamble of a DICOM Part 10 file.
 _MAGIC_OFFSET, _MAGIC = 128, b"DICM"
 LayerKwargs = dict[str, Any]
+
+
+class DicomHeaderError(UnreadableFileError):
+    """A DICOM file whose header holds a value the reader cannot use; the message names the
+    file and the element."""
 
 
 def _pydicom() -> Any:
@@ -84,9 +90,11 @@ def dicom_files(path: str | Path) -> list[Path]:
     return [p] if is_dicom_file(p) else []
 
 
-#: Header elements :func:`group_series` reads (the rest of a header, and the pixels, stay unread).
+#: Header elements :func:`group_series` reads (the rest of a header stays unread, and the
+#: pixel data is only seen to be there: its value is deferred, never read).
 _GROUPING_TAGS = ("SeriesNumber", "SeriesInstanceUID", "NumberOfFrames",
-                  "ImageOrientationPatient", "Rows", "Columns")
+                  "ImageOrientationPatient", "ImagePositionPatient", "Rows", "Columns",
+                  "RescaleSlope", "RescaleIntercept", "PixelData")
 
 
 def group_series(files: Sequence[str | Path]) -> list[tuple[str, tuple[Path, ...]]]:
@@ -107,7 +115,9 @@ def group_series(files: Sequence[str | Path]) -> list[tuple[str, tuple[Path, ...
         ``series_<SeriesNumber>``, with the orientation (``_axial``, ``_sagittal_64x64``)
         when one series gives several volumes and ``_2``, ``_3``, ... when labels still
         repeat. Files without an image (DICOMDIR, reports) are left out; a file whose
-        header cannot be read is a group of its own (reading it reports why).
+        header cannot be read, or holds values that cannot place or scale its image (see
+        :func:`check_header`), is a group of its own (reading it reports why), never a
+        slice of a series.
     """
     pydicom = _pydicom()
     groups: dict[tuple[Any, ...], list[Path]] = defaultdict(list)
@@ -115,12 +125,12 @@ def group_series(files: Sequence[str | Path]) -> list[tuple[str, tuple[Path, ...
     for f in map(Path, files):
         try:
             with decoding(f, "DICOM file"):
-                ds = pydicom.dcmread(f, stop_before_pixels=True,
-                                     specific_tags=list(_GROUPING_TAGS))
+                ds = pydicom.dcmread(f, specific_tags=list(_GROUPING_TAGS), defer_size=256)
+            if "PixelData" not in ds and not _lost_pixel_data(f, ds):
+                continue  # no image: a DICOMDIR, a structured report, ...
+            check_header(ds)
         except ValueError:  # damaged: its own input, whose reading then says why
             groups[(math.inf, "", "unreadable", str(f))].append(f)
-            continue
-        if "Rows" not in ds:  # no image: a DICOMDIR, a structured report, ...
             continue
         key = _volume_key(ds)
         groups[key].append(f)
@@ -168,12 +178,22 @@ def read_dicom(path: str | Path, files: Sequence[str | Path] | None = None,
         raise ValueError(f"No DICOM files (.dcm, or files with the DICM marker) in {path}.")
     pydicom = _pydicom()
     series: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
+    damaged: list[str] = []
     for f in files:
         with decoding(f, "DICOM file"):
             ds = pydicom.dcmread(f)
-            if "PixelData" not in ds:  # DICOMDIR, structured reports, presentation states
-                continue
-            series[_volume_key(ds)].append(ds)
+        if "PixelData" not in ds and not _lost_pixel_data(f, ds):
+            continue  # DICOMDIR, structured reports, presentation states
+        try:
+            check_header(ds)
+        except DicomHeaderError as err:  # one damaged slice: left out of its series, said so
+            damaged.append(str(err))
+            continue
+        series[_volume_key(ds)].append(ds)
+    if damaged and not series:
+        raise DicomHeaderError(" ".join(damaged))
+    for reason in damaged:
+        warnings.warn(f"{reason} It is left out of the volume read from {path}.", stacklevel=2)
     if not series:
         raise ValueError(f"The DICOM files in {path} hold no image (no PixelData).")
     keys = sorted(series, key=lambda k: (k[0], k[1], str(k[2:])))
@@ -187,19 +207,127 @@ def read_dicom(path: str | Path, files: Sequence[str | Path] | None = None,
     return layers
 
 
+def check_header(ds: Any) -> None:
+    """Refuse a header whose values cannot place or scale its image.
+
+    The slice geometry (``ImageOrientationPatient``: 6 numbers, ``ImagePositionPatient``: 3),
+    the image size (``Rows``, ``Columns``) and the modality rescale (``RescaleSlope``,
+    ``RescaleIntercept``) decide where a slice goes and what its values mean, so a damaged
+    one is the file's error. Values that only describe the image (pixel spacing, slice
+    thickness, the display window) are checked where they are read, and a damaged one is
+    ignored with a warning.
+
+    Raises
+    ------
+    DicomHeaderError
+        Naming the file, the element and what it holds.
+    """
+    if "PixelData" not in ds:
+        raise DicomHeaderError(
+            f"{ds.filename}: the DICOM header is damaged: it cannot be read up to the image it "
+            "holds (the pixel data element is in the file, or the header describes an image, "
+            "but pydicom's reading stops before it).")
+    try:
+        _numbers(ds, "ImageOrientationPatient", 6)
+        _numbers(ds, "ImagePositionPatient", 3)
+    except DicomHeaderError as err:
+        raise DicomHeaderError(f"{err} The file's header is damaged: its slice cannot be "
+                               "placed in a volume.") from None
+    try:
+        for key in ("RescaleSlope", "RescaleIntercept"):
+            _numbers(ds, key, 1)
+    except DicomHeaderError as err:
+        raise DicomHeaderError(f"{err} The file's header is damaged: its stored values "
+                               "cannot be converted to the modality's units.") from None
+    for key in ("Rows", "Columns"):
+        if not _int(_value(ds, key)):
+            raise DicomHeaderError(
+                f"{ds.filename}: the DICOM header has pixel data but no usable {key} (the "
+                "image size is unknown); the file is damaged.")
+
+
+#: The PixelData tag as it is stored (little and big endian).
+_PIXEL_DATA_TAGS = (b"\xe0\x7f\x10\x00", b"\x7f\xe0\x00\x10")
+
+
+def _lost_pixel_data(path: Path, ds: Any) -> bool:
+    """A file read without pixel data that has an image all the same: a damaged length or tag
+    can end pydicom's reading early, without an error, and such a file is no DICOMDIR to
+    skip. Only files without pixel data (rare) have their bytes looked through."""
+    if "Rows" in ds or "Columns" in ds:
+        return True
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return False  # reading it again reports why
+    return any(tag in data for tag in _PIXEL_DATA_TAGS)
+
+
+def _value(ds: Any, key: str) -> Any:
+    """An element's value, or None when it is absent or cannot be decoded."""
+    try:
+        return ds.get(key)
+    except Exception:  # noqa: BLE001  pydicom's conversion of damaged bytes: absent here
+        return None
+
+
+def _numbers(ds: Any, key: str, count: int | None = None) -> tuple[float, ...] | None:
+    """A numeric element's values (None when absent or empty), all finite.
+
+    Raises
+    ------
+    DicomHeaderError
+        It holds something else (text, ``count`` values expected and another number found).
+    """
+    if ds is None or key not in ds:
+        return None
+    try:  # pydicom converts the stored text here: what it raises is the bytes' fault
+        value = ds[key].value
+    except Exception as err:
+        raise DicomHeaderError(f"{ds.filename}: the DICOM element {key} cannot be decoded "
+                               f"({type(err).__name__}: {err}).") from err
+    if value is None or value == "" or (_is_multi(value) and len(value) == 0):
+        return None
+    values = list(value) if _is_multi(value) else [value]
+    shown = "\\".join(str(v) for v in values)
+    try:
+        numbers = tuple(float(v) for v in values)
+    except (TypeError, ValueError):
+        numbers = ()
+    if not numbers or not all(map(math.isfinite, numbers)) or \
+            (count is not None and len(numbers) != count):
+        wanted = f"{count} numbers" if count and count > 1 else "a number"
+        raise DicomHeaderError(f"{ds.filename}: the DICOM element {key} holds {shown!r}, "
+                               f"not {wanted}.")
+    return numbers
+
+
+def _is_multi(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+
+
+def _described(ds: Any, key: str, count: int | None = None) -> tuple[float, ...] | None:
+    """A value that only describes the image (spacing, window): a damaged one is ignored,
+    with a warning naming the file and the element, as if the file did not state it."""
+    try:
+        return _numbers(ds, key, count)
+    except DicomHeaderError as err:
+        warnings.warn(f"{err} It is ignored.", stacklevel=3)
+        return None
+
+
 def _volume_key(ds: Any) -> tuple[Any, ...]:
     """The volume a dataset belongs to: its series, then (for single frames) the orientation
     and size of its slices, or (for a multi-frame object) the file itself. Slices of one
     series in another orientation (a localizer, a sagittal reformat) are another volume,
     never stacked with the axial ones; every multi-frame file is a volume of its own."""
-    number = _int(ds.get("SeriesNumber", 0))
-    uid = str(ds.get("SeriesInstanceUID", ""))
-    if _int(ds.get("NumberOfFrames", 1)) > 1:
+    number = _int(_value(ds, "SeriesNumber"))
+    uid = str(_value(ds, "SeriesInstanceUID") or "")
+    if _int(_value(ds, "NumberOfFrames")) > 1:
         return number, uid, "file", str(ds.filename)
-    orientation = ds.get("ImageOrientationPatient")
-    tilt = tuple(round(float(v), 3) for v in orientation) \
-        if orientation is not None and len(orientation) == 6 else None
-    return number, uid, "slices", tilt, _int(ds.get("Rows", 0)), _int(ds.get("Columns", 0))
+    orientation = _numbers(ds, "ImageOrientationPatient", 6)  # checked: 6 numbers or None
+    tilt = tuple(round(v, 3) for v in orientation) if orientation else None
+    return number, uid, "slices", tilt, _int(_value(ds, "Rows")), _int(_value(ds, "Columns"))
 
 
 def _int(value: Any) -> int:
@@ -220,15 +348,16 @@ def _part_name(ds: Any, key: tuple[Any, ...]) -> str:
 
 def _series_layer(datasets: list[Any], path: Path) -> tuple[np.ndarray, LayerKwargs]:
     first = datasets[0]
-    frames = int(first.get("NumberOfFrames", 1) or 1)  # a multi-frame file is alone here
+    frames = max(_int(_value(first, "NumberOfFrames")), 1)  # a multi-frame file is alone here
     datasets, slice_spacing = _sort_slices(datasets)
     volume = np.stack([_pixels(ds) for ds in datasets]) if frames == 1 else _pixels(first)
-    rgb = int(first.get("SamplesPerPixel", 1)) > 1
+    rgb = _int(_value(first, "SamplesPerPixel")) > 1
     if volume.shape[0] == 1 and volume.ndim > (3 if rgb else 2):
         volume = volume[0]
     if frames > 1:
         slice_spacing = _frame_spacing(first)
-    row, col = _pixel_spacing(first)
+    stated, window = _stated_spacing(first), _window(first)  # read once: warned once
+    row, col = stated or (1.0, 1.0)
     spatial = volume.ndim - (1 if rgb else 0)
     scale = (slice_spacing, row, col) if spatial == 3 else (row, col)
     kwargs: LayerKwargs = {
@@ -236,12 +365,14 @@ def _series_layer(datasets: list[Any], path: Path) -> tuple[np.ndarray, LayerKwa
         "scale": tuple(float(s) for s in scale),
         "units": ("mm",) * spatial,
         "rgb": rgb,
-        "metadata": {"source_path": str(path), "dicom": _summary(first, path, datasets)},
+        "metadata": {"source_path": str(path),
+                     "dicom": {**_summary(first, path, datasets),
+                               "pixel_spacing": stated,  # None: none stated (scale 1 shown)
+                               "window": window}},
     }
     if not rgb:
         kwargs["colormap"] = "gray_r" if first.get("PhotometricInterpretation") == \
             "MONOCHROME1" else "gray"
-        window = _window(first)
         if window is not None:
             kwargs["contrast_limits"] = window
     return volume, kwargs
@@ -250,15 +381,14 @@ def _series_layer(datasets: list[Any], path: Path) -> tuple[np.ndarray, LayerKwa
 def _sort_slices(datasets: list[Any]) -> tuple[list[Any], float]:
     """Order along the slice normal (``ImagePositionPatient``), ties and slices without a
     position by ``InstanceNumber``; spacing from the positions when every slice has one."""
-    fallback = float(datasets[0].get("SpacingBetweenSlices", 0) or
-                     datasets[0].get("SliceThickness", 0) or 1.0)
+    fallback = _frame_spacing(datasets[0], functional=False)
     if len(datasets) == 1:
         return datasets, fallback
-    instance = [_int(ds.get("InstanceNumber", 0)) for ds in datasets]
-    if all("ImagePositionPatient" in ds for ds in datasets):
+    instance = [_int(_value(ds, "InstanceNumber")) for ds in datasets]
+    positions = [_numbers(ds, "ImagePositionPatient", 3) for ds in datasets]  # checked
+    if all(positions):
         normal = _slice_normal(datasets[0])
-        depth = [float(np.dot(normal, np.asarray(ds.ImagePositionPatient, dtype=float)))
-                 for ds in datasets]
+        depth = [float(np.dot(normal, np.asarray(p, dtype=float))) for p in positions]
         order = np.lexsort((instance, depth))  # position along the normal, then InstanceNumber
         steps = np.diff(np.asarray(depth)[order])
         if np.any(np.isclose(steps, 0.0)):
@@ -270,8 +400,8 @@ def _sort_slices(datasets: list[Any]) -> tuple[list[Any], float]:
 
 
 def _slice_normal(ds: Any) -> np.ndarray:
-    orientation = ds.get("ImageOrientationPatient")
-    if orientation is None or len(orientation) != 6:
+    orientation = _numbers(ds, "ImageOrientationPatient", 6)  # checked: 6 numbers or None
+    if orientation is None:
         return np.array([0.0, 0.0, 1.0])  # axial, the usual acquisition
     row, col = np.asarray(orientation[:3], float), np.asarray(orientation[3:], float)
     return np.cross(row, col)
@@ -285,8 +415,8 @@ def _pixels(ds: Any) -> np.ndarray:
     except ValueError as err:
         raise ValueError(f"Cannot decode the pixel data of {ds.filename}: {err.__cause__ or err} "
                          "(compressed DICOM may need pylibjpeg or gdcm installed).") from err
-    slope = float(ds.get("RescaleSlope", 1) or 1)
-    intercept = float(ds.get("RescaleIntercept", 0) or 0)
+    slope = (_numbers(ds, "RescaleSlope", 1) or (1.0,))[0] or 1.0  # checked: a number
+    intercept = (_numbers(ds, "RescaleIntercept", 1) or (0.0,))[0]
     if slope == 1 and intercept == 0:
         return stored
     if slope == 1 and intercept.is_integer() and np.issubdtype(stored.dtype, np.integer):
@@ -294,57 +424,54 @@ def _pixels(ds: Any) -> np.ndarray:
         dtype = np.promote_types(np.min_scalar_type(int(values.min())),
                                  np.min_scalar_type(int(values.max())))
         return values.astype(dtype)
-    return (stored.astype(np.float32) * np.float32(slope) + np.float32(intercept))
-
-
-def _pixel_spacing(ds: Any) -> tuple[float, float]:
-    return _stated_spacing(ds) or (1.0, 1.0)
+    # float32 holds every 8/16-bit value exactly; wider stored values need float64
+    exact = np.issubdtype(stored.dtype, np.integer) and stored.dtype.itemsize <= 2
+    real = np.float32 if exact else np.float64
+    return stored.astype(real) * real(slope) + real(intercept)
 
 
 def _stated_spacing(ds: Any) -> tuple[float, float] | None:
     """(row, column) spacing in mm as the file states it, or None when it states none."""
-    spacing = ds.get("PixelSpacing") or _functional(ds, "PixelMeasuresSequence", "PixelSpacing") \
-        or ds.get("ImagerPixelSpacing")
-    if spacing is None or len(spacing) != 2:
+    spacing = _described(ds, "PixelSpacing", 2) or \
+        _described(_pixel_measures(ds), "PixelSpacing", 2) or \
+        _described(ds, "ImagerPixelSpacing", 2)
+    if spacing is None:
         return None
-    try:
-        row, col = float(spacing[0]), float(spacing[1])
-    except (TypeError, ValueError):
-        return None
-    return (row, col) if row > 0 and col > 0 and np.isfinite([row, col]).all() else None
+    row, col = spacing
+    return (row, col) if row > 0 and col > 0 else None
 
 
-def _frame_spacing(ds: Any) -> float:
+def _frame_spacing(ds: Any, functional: bool = True) -> float:
+    """The slice spacing a file states (``SpacingBetweenSlices``, else ``SliceThickness``;
+    also in an enhanced object's shared groups), 1 when it states none usable."""
+    sources = (ds, _pixel_measures(ds)) if functional else (ds,)
     for key in ("SpacingBetweenSlices", "SliceThickness"):
-        value = ds.get(key) or _functional(ds, "PixelMeasuresSequence", key)
-        if value:
-            return float(value)
+        for source in sources:
+            value = _described(source, key, 1)
+            if value and value[0] > 0:
+                return value[0]
     return 1.0
 
 
-def _functional(ds: Any, sequence: str, key: str) -> Any:
-    """A value from the shared functional groups of an enhanced (multi-frame) object."""
-    shared = ds.get("SharedFunctionalGroupsSequence")
-    if not shared or sequence not in shared[0] or not shared[0][sequence].value:
+def _pixel_measures(ds: Any) -> Any:
+    """The pixel measures of an enhanced (multi-frame) object's shared functional groups."""
+    try:
+        shared = ds.get("SharedFunctionalGroupsSequence")
+        if not shared or "PixelMeasuresSequence" not in shared[0]:
+            return None
+        measures = shared[0].PixelMeasuresSequence
+        return measures[0] if measures else None
+    except Exception:  # noqa: BLE001  a damaged sequence states nothing usable
         return None
-    return shared[0][sequence][0].get(key)
 
 
 def _window(ds: Any) -> tuple[float, float] | None:
-    """The first stored window (centre ± width/2), in rescaled units."""
-    centre, width = ds.get("WindowCenter"), ds.get("WindowWidth")
-    if centre is None or width is None:
+    """The first stored window (centre ± width/2), in rescaled units; a damaged one is
+    ignored with a warning (it only sets the display, never the analysis)."""
+    centre, width = _described(ds, "WindowCenter"), _described(ds, "WindowWidth")
+    if centre is None or width is None or width[0] <= 0:
         return None
-    centre, width = _first(centre), _first(width)
-    if width <= 0:
-        return None
-    return (centre - width / 2, centre + width / 2)
-
-
-def _first(value: Any) -> float:
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        value = value[0]
-    return float(value)
+    return (centre[0] - width[0] / 2, centre[0] + width[0] / 2)
 
 
 def _summary(ds: Any, path: Path, datasets: list[Any]) -> dict[str, Any]:
@@ -357,10 +484,8 @@ def _summary(ds: Any, path: Path, datasets: list[Any]) -> dict[str, Any]:
         "sop_instance_uids": [str(d.get("SOPInstanceUID", "")) for d in datasets],
         "frame_of_reference_uid": str(ds.get("FrameOfReferenceUID", "")),
         "modality": str(ds.get("Modality", "")),
-        "pixel_spacing": _stated_spacing(ds),  # None: the file states none (scale 1 shown)
         "series_instance_uid": str(ds.get("SeriesInstanceUID", "")),
         "series_description": str(ds.get("SeriesDescription", "")),
         "study_instance_uid": str(ds.get("StudyInstanceUID", "")),
         "photometric_interpretation": str(ds.get("PhotometricInterpretation", "")),
-        "window": _window(ds),
     }

@@ -161,9 +161,11 @@ def save_outputs(folder: str | Path, layer_data: Sequence[LayerData],
     written: list[Path] = []
     entries: list[dict[str, Any]] = []
     used: set[str] = set()
-    for data, attrs, layer_type in layer_data:
+    # every layer checked and converted before any file is written: all or nothing
+    arrays = [_ome_array(data, attrs, layer_type) for data, attrs, layer_type in layer_data]
+    for array, (data, attrs, layer_type) in zip(arrays, layer_data):
         path = folder / _unique_name(str(attrs.get("name") or layer_type), used)
-        written.append(write_ome_tiff(path, data, attrs, layer_type))
+        written.append(_write_array(path, array, attrs, layer_type))
         entries.append(_layer_entry(path.name, data, attrs, layer_type))
     if roi_rows:
         written.append(write_table_csv(folder / ROI_TABLE_FILE, roi_rows, _run(entries)))
@@ -203,17 +205,29 @@ def write_ome_tiff(path: str | Path, data: Any, attrs: Mapping[str, Any],
     :data:`LAYER_NAMESPACE`: name, layer type, shape, scale, translate, units, rotate,
     shear, affine, our metadata) that :func:`~napari_attnreg.io.ometiff.read_ome_tiff_layers`
     puts back, so a reopened layer lies exactly where it was."""
-    import tifffile
+    return _write_array(Path(path), _ome_array(data, attrs, layer_type), attrs, layer_type)
 
+
+def _ome_array(data: Any, attrs: Mapping[str, Any], layer_type: str) -> np.ndarray:
+    """The array a layer is saved as, or the reason it cannot be (before anything is written)."""
     if layer_type not in ("image", "labels"):
         raise ValueError(f"Only image and labels layers are saved as OME-TIFF, not {layer_type}.")
     array = np.asarray(data[0] if attrs.get("multiscale") else data)
-    array = _labels_dtype(array) if layer_type == "labels" else array.astype(np.float32)
-    rgb = bool(attrs.get("rgb")) and layer_type == "image"
-    spatial_ndim = array.ndim - (1 if rgb else 0)
+    array = _labels_dtype(array, str(attrs.get("name") or "labels")) if layer_type == "labels" \
+        else array.astype(np.float32)
+    spatial_ndim = array.ndim - (1 if bool(attrs.get("rgb")) and layer_type == "image" else 0)
     if spatial_ndim not in _OME_AXES:
         raise ValueError(f"OME-TIFF holds 2 to 5 axes; this layer has {spatial_ndim}. Save a "
                          "slice or a projection of it.")
+    return array
+
+
+def _write_array(path: Path, array: np.ndarray, attrs: Mapping[str, Any],
+                 layer_type: str) -> Path:
+    import tifffile
+
+    rgb = bool(attrs.get("rgb")) and layer_type == "image"
+    spatial_ndim = array.ndim - (1 if rgb else 0)
     axes = _OME_AXES[spatial_ndim] + ("S" if rgb else "")
     metadata: dict[str, Any] = {"axes": axes, "Name": str(attrs.get("name", ""))}
     scale = list(attrs.get("scale") or [1.0] * spatial_ndim)[-spatial_ndim:]
@@ -291,18 +305,29 @@ def _run(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     return (live or ours or [{"provenance": None}])[0]["provenance"]
 
 
-def _labels_dtype(array: np.ndarray) -> np.ndarray:
+def _labels_dtype(array: np.ndarray, name: str = "labels") -> np.ndarray:
     """The smallest integer type OME-TIFF knows that holds every label exactly.
 
     OME pixel types stop at 32 bits; a larger label is refused rather than wrapped (2**32
-    would become 0, background).
+    would become 0, background). Labels stored as floats are saved as integers only when
+    every value is a whole number; 2.5 is no label, and truncating it would be silent.
     """
+    if array.dtype.kind == "f":
+        whole = np.isfinite(array) & (array == np.round(array))
+        if not whole.all():
+            bad = array[~whole].flat[0]
+            raise ValueError(f"The labels layer '{name}' holds values that are not whole "
+                             f"numbers (e.g. {bad}); labels must be integers. Round them "
+                             "(np.rint) or save the layer as an image.")
+    elif array.dtype.kind not in "biu":
+        raise ValueError(f"The labels layer '{name}' holds {array.dtype} values, not integers.")
     low = int(array.min()) if array.size else 0
     top = int(array.max()) if array.size else 0
     for dtype in ((np.int32,) if low < 0 else (np.uint8, np.uint16, np.uint32)):
         if np.iinfo(dtype).min <= low and top <= np.iinfo(dtype).max:
             return array.astype(dtype)
-    raise ValueError(f"Labels from {low} to {top} do not fit the 32-bit integers of OME-TIFF; "
+    raise ValueError(f"The labels layer '{name}' has labels from {low} to {top}, which do not "
+                     "fit the 32-bit integers of OME-TIFF; "
                      "relabel the layer (e.g. skimage.segmentation.relabel_sequential) before "
                      "saving.")
 

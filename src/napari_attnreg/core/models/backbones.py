@@ -100,10 +100,31 @@ def load_backbone(
             "model must be a model name, a weights file path or an nn.Module, got "
             f"{type(model).__name__}"
         )
+    check_finite_weights(bb)
     bb.model.eval()
     if device is not None:
         bb.to(device)
     return bb
+
+
+def check_finite_weights(bb: Backbone) -> None:
+    """Refuse weights holding NaN or infinite values, naming their source (the file).
+
+    Such weights make every attention map NaN; found here, at load, the message can say
+    whose fault it is instead of a statistic failing later on NaN scores.
+
+    Raises
+    ------
+    BackboneError
+    """
+    bad = [name for name, tensor in (*bb.model.named_parameters(), *bb.model.named_buffers())
+           if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise BackboneError(
+            f"The weights of {bb.name} ({bb.weights}) hold NaN or infinite values ({shown}); "
+            "the file is damaged or was saved from a diverged training. Give weights whose "
+            "values are all finite.")
 
 
 def _weights_for(model: object, weights: str | Path) -> str | Path:

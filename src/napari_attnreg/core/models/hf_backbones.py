@@ -110,11 +110,32 @@ def _load_folder(folder: Path, *, name: str | None = None) -> Backbone:
     from transformers import AutoConfig, AutoModel
 
     _check_type(AutoConfig.from_pretrained(str(folder)), str(folder))
-    model = AutoModel.from_pretrained(str(folder))
+    model = _folder_model(AutoModel, folder)
     pre_path = folder / PREPROCESSOR_FILE
     pre = json.loads(pre_path.read_text()) if pre_path.is_file() else None
     return from_transformers_module(model, name=name or folder.name, weights=str(folder),
                                     preprocessor=pre)
+
+
+def _folder_model(auto_model: Any, folder: Path) -> nn.Module:
+    """The folder's model; a pickled weights file with more than tensors is refused in our
+    words (torch's own message suggests turning its safety check off)."""
+    import pickle
+
+    try:
+        return auto_model.from_pretrained(str(folder))
+    except pickle.UnpicklingError:
+        pickled = ", ".join(sorted(p.name for p in folder.iterdir()
+                                   if p.suffix.lower() in (".bin", ".pt", ".pth", ".ckpt")))
+        raise BackboneError(
+            f"The weights in {folder} ({pickled or 'a pickle file'}) were refused: they hold "
+            "Python objects besides tensors, which could run code when loaded. Convert them "
+            "to model.safetensors where you trust the file (load the model with transformers "
+            "there and save_pretrained it), or download the model's .safetensors "
+            "version.") from None
+    except (OSError, RuntimeError, ValueError) as err:  # missing, truncated or mismatched
+        text = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise BackboneError(f"Cannot load the transformers model in {folder}: {text}") from err
 
 
 def load_hub(repo: str, *, name: str) -> Backbone:

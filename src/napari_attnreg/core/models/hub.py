@@ -24,6 +24,8 @@ FILE_HINT = "Choose the weights file option and pick the file you downloaded."
 
 T = TypeVar("T")
 _reachable: bool | None = None
+#: Why the probe found the hub out of reach, when it knows more than "no answer".
+_unreachable_why: str | None = None
 
 
 def hub_reachable() -> bool:
@@ -32,16 +34,25 @@ def hub_reachable() -> bool:
     A TCP connection is not enough: a proxy that accepts connections but never answers
     would make every hub call wait for minutes. So the probe completes an exchange within
     :data:`PROBE_TIMEOUT_S` in total (connect, then a TLS handshake with the hub, or the
-    proxy's reply to ``CONNECT``). Probed once per process.
+    proxy's reply to ``CONNECT``, which must accept it: a server that is no proxy answers
+    with an error status). Probed once per process.
     """
-    global _reachable
+    global _reachable, _unreachable_why
     if _reachable is None:
-        _reachable = _answers(*_probe_target())
+        host, port, proxied = _probe_target()
+        _reachable = _answers(host, port, proxied)
+        if not _reachable and proxied:
+            _unreachable_why = (f"the HTTPS proxy {host}:{port} does not forward to {HUB_HOST}"
+                                f"{_proxy_said}; check HTTPS_PROXY")
     return _reachable
 
 
+_proxy_said = ""  # the proxy's status line, for the message above
+
+
 def _answers(host: str, port: int, proxied: bool) -> bool:
-    """Whether ``host:port`` completes the probe exchange before the deadline."""
+    """Whether ``host:port`` completes the probe exchange before the deadline (through a
+    proxy: the proxy accepts the ``CONNECT`` with a 2xx status)."""
     deadline = time.monotonic() + PROBE_TIMEOUT_S
 
     def left() -> float:
@@ -57,7 +68,7 @@ def _answers(host: str, port: int, proxied: bool) -> bool:
                 sock.sendall(f"CONNECT {HUB_HOST}:443 HTTP/1.1\r\nHost: {HUB_HOST}:443\r\n\r\n"
                              .encode("ascii"))
                 sock.settimeout(left())
-                return sock.recv(16).startswith(b"HTTP/")
+                return _connect_accepted(sock.recv(64))
             context = ssl.create_default_context()
             context.check_hostname = False  # only "does it answer": a TLS-inspecting
             context.verify_mode = ssl.CERT_NONE  # network's own certificates are its business
@@ -65,6 +76,17 @@ def _answers(host: str, port: int, proxied: bool) -> bool:
                 return True
     except (OSError, TimeoutError):  # ssl.SSLError and socket.timeout are OSErrors
         return False
+
+
+def _connect_accepted(reply: bytes) -> bool:
+    """Whether a proxy's reply to ``CONNECT`` accepts it (``HTTP/1.1 200 ...``)."""
+    global _proxy_said
+    status = reply.split(b"\r\n", 1)[0].decode("ascii", "replace").strip()
+    parts = status.split()
+    accepted = len(parts) >= 2 and parts[0].startswith("HTTP/") and parts[1].startswith("2")
+    _proxy_said = "" if accepted else (f" (it answered {status[:60]!r})" if status
+                                       else " (it sent nothing)")
+    return accepted
 
 
 def _probe_target() -> tuple[str, int, bool]:
@@ -148,8 +170,8 @@ def hub_error(repo_id: str, err: BaseException, *, offline: bool,
     if isinstance(err, RepositoryNotFoundError) and not offline:
         return BackboneError(f"There is no model '{repo_id}' on the Hugging Face Hub ({page}); "
                              "check the id.")
-    hubby = type(err).__module__.split(".")[0] in ("huggingface_hub", "requests", "urllib3",
-                                                   "httpx")
+    root = type(err).__module__.split(".")[0]  # httpx's successor is httpx2: any httpx*
+    hubby = root in ("huggingface_hub", "requests", "urllib3") or root.startswith("httpx")
     if not (hubby or isinstance(err, (OSError, TimeoutError, HfHubHTTPError))):
         return None
     return offline_error(repo_id, offline_alternative,
@@ -167,7 +189,7 @@ def offline_error(repo_id: str, offline_alternative: str, why: str | None = None
     """The error for a model that is neither downloadable now nor in the local cache."""
     page = f"https://huggingface.co/{repo_id}"
     why = why or ("HF_HUB_OFFLINE is set" if offline_requested()
-                  else "huggingface.co cannot be reached or does not answer")
+                  else _unreachable_why or "huggingface.co cannot be reached or does not answer")
     advice = "" if offline_requested() else (
         " To use only the local cache without waiting for the network, set HF_HUB_OFFLINE=1.")
     return BackboneError(

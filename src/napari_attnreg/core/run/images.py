@@ -244,6 +244,13 @@ def scale_intensity(arr: np.ndarray, percentiles: tuple[float, float] = (0.5, 99
         out = arr.astype(np.float32)
     elif arr.dtype == np.uint8:
         out = arr.astype(np.float32) / 255.0
+    elif arr.dtype.kind in "iu" and arr.dtype.itemsize > 2:
+        # 32/64-bit integers: float32 (24 bits) would merge nearby large values (2**62 and
+        # 2**62 + 1 became "constant"); scaling ignores an offset, so the minimum is taken
+        # away first, exactly, modulo 2**64 (the difference always fits in uint64)
+        low = arr.min()
+        out = _scaled((arr.astype(np.uint64) - np.uint64(int(low) % 2**64))
+                      .astype(np.float64), percentiles)
     else:
         # float64 beyond float32's range (1e300, 1e-300) is scaled in float64, never overflowed
         wide = arr.dtype.kind == "f" and arr.dtype.itemsize > 4
@@ -252,16 +259,21 @@ def scale_intensity(arr: np.ndarray, percentiles: tuple[float, float] = (0.5, 99
             peak = float(np.abs(data).max())
             if peak > 1e30:
                 data = data / peak
-        lo, hi = np.percentile(data, percentiles)
-        if hi <= lo:  # spiky data: fall back to the full range
-            lo, hi = data.min(), data.max()
-        out = np.clip((data - lo) / (hi - lo), 0.0, 1.0).astype(np.float32, copy=False) if hi > lo \
-            else np.zeros(data.shape, np.float32)
+        out = _scaled(data, percentiles)
     if float(out.max()) - float(out.min()) <= 0:
         raise ValueError("The image is constant (every pixel has the same value), so attention "
                          "on it has nothing to find; check that the right layer/channel was "
                          "chosen.")
     return out
+
+
+def _scaled(data: np.ndarray, percentiles: tuple[float, float]) -> np.ndarray:
+    """Float values to [0, 1] between two percentiles (the full range for spiky data)."""
+    lo, hi = np.percentile(data, percentiles)
+    if hi <= lo:  # spiky data: fall back to the full range
+        lo, hi = data.min(), data.max()
+    return np.clip((data - lo) / (hi - lo), 0.0, 1.0).astype(np.float32, copy=False) if hi > lo \
+        else np.zeros(data.shape, np.float32)
 
 
 def check_target_size(target_size: Any, patch_size: tuple[int, int]) -> TargetSize:

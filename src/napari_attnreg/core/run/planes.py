@@ -50,7 +50,15 @@ def as_plain_array(image: Any) -> np.ndarray:
         raise ValueError("The image is a masked array; its mask would be ignored and the values "
                          "under it analysed. Pass image.filled(value) with a background value "
                          "of your choice, or image.data to analyse every pixel.")
-    return np.asarray(image)
+    try:
+        arr = np.asarray(image)
+    except ValueError as err:  # nested lists of unequal lengths
+        raise ValueError(f"The image is not a rectangular array ({err}); pass a 2D (or "
+                         "stacked) array of numbers.") from None
+    if arr.dtype.kind not in "biufc":  # objects, text, dates: numpy's own errors say less
+        raise ValueError(f"Image dtype {arr.dtype} is not numeric; pass an array of numbers "
+                         "(e.g. np.asarray(image, dtype=float)).")
+    return arr
 
 
 def _shape(data: Any) -> tuple[int, ...]:
@@ -113,7 +121,7 @@ class PlaneStack:
             Fewer than 2 axes, an empty axis, a channel axis that does not exist, or an
             ambiguous layout.
         """
-        if isinstance(data, np.ma.MaskedArray) or not (
+        if isinstance(data, np.ndarray) or not (
                 hasattr(data, "shape") and hasattr(data, "__getitem__")):
             data = as_plain_array(data)  # a masked stack is refused, not read without its mask
         shape = _shape(data)
