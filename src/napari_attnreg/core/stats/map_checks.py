@@ -57,7 +57,7 @@ class SanityCheck:
                           "re-drawn from its initialisation); read it with care.")
 
 
-def redraw_last_block(backbone: Backbone, seed: int = 0) -> Backbone:
+def redraw_last_block(backbone: Backbone, seed: int) -> Backbone:
     """A backbone whose last block is re-drawn from the model's initialisation.
 
     Only that block is copied: the other blocks share the given model's weights (a large
@@ -92,7 +92,7 @@ def _init_module(model: nn.Module, module: nn.Module) -> None:
 
 
 def sanity_check(scorer: Scorer, backbone: Backbone, image: torch.Tensor,
-                 seed: int = 0) -> SanityCheck:
+                 seed: int) -> SanityCheck:
     """Spearman's ρ between ``scorer``'s map of ``image`` and the map with the last block
     re-drawn (one extra forward, and backward for gradient maps).
 
