@@ -245,3 +245,10 @@ def test_cli_map_and_concept(name, tmp_path, capsys):
                  "--map", name, *extra]) == 0
     rows = list(csv.DictReader(open(out / "summary.csv")))
     assert rows[0]["map"] == name and rows[0]["status"] == "done"
+    # the saved result opens in napari with layers named after its map
+    from napari_attnreg._napari.io import read_result_layers
+
+    saved = next(out.rglob("*.attnreg.npz"))
+    label = {"cdam": "CDAM", "rollout": "attention rollout"}[name]
+    names = [attrs["name"] for _, attrs, _ in read_result_layers(str(saved))]
+    assert names and all(f" · {label} " in n for n in names), names
