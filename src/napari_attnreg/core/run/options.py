@@ -220,7 +220,8 @@ _OPTIONS: tuple[Option, ...] = (
            "head on its own, each a family), rollout (attention rolled out through all "
            "blocks), cdam (class-discriminative attention: which patches speak for the target "
            "class or concept; signed) or gradcam (Grad-CAM, the raw map). cdam and gradcam "
-           "need a classification head or a concept (target).", "model", choices=MAPS,
+           "need a classification head or a concept (target).", "model", advanced=True,
+           choices=MAPS,
            choice_labels={"attention": "attention (default)", "heads": "per-head attention",
                           "rollout": "attention rollout", "cdam": "CDAM (class, signed)",
                           "gradcam": "Grad-CAM (class)"}),
