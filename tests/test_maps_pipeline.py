@@ -252,3 +252,18 @@ def test_cli_map_and_concept(name, tmp_path, capsys):
     label = {"cdam": "CDAM", "rollout": "attention rollout"}[name]
     names = [attrs["name"] for _, attrs, _ in read_result_layers(str(saved))]
     assert names and all(f" · {label} " in n for n in names), names
+
+
+def test_resume_records_tell_concepts_apart_number_by_number():
+    from napari_attnreg.batch.resume import run_signature
+    from napari_attnreg.core.run.service import ModelSpec
+
+    concept = np.ones(4000, dtype=np.float32)  # numpy's printout would elide the middle
+    other = concept.copy()
+    other[2000] = 2.0
+    spec = ModelSpec()
+    first = run_signature(spec, {"map": "cdam", "target": concept, "device": "cpu"})
+    assert first["map"] == "cdam" and first["target"] == concept.tolist()
+    assert first != run_signature(spec, {"map": "cdam", "target": other, "device": "cpu"})
+    assert first == run_signature(spec, {"map": "cdam", "target": concept.copy(),
+                                         "device": "cpu"})
