@@ -66,6 +66,7 @@ def read_ome_tiff_layers(path: str | list[str]) -> list[LayerData]:
     """Read an OME-TIFF with its physical scale and channels; an output layer saved by the
     dock comes back placed, typed, named and drawn as the dock made it."""
     from napari_attnreg._napari.layers import KINDS, META_KEY, output_style
+    from napari_attnreg._napari.outline import outline_layer_data
     from napari_attnreg.io.ometiff import read_ome_tiff_layers as read
 
     path = path[0] if isinstance(path, list) else path
@@ -74,9 +75,10 @@ def read_ome_tiff_layers(path: str | list[str]) -> list[LayerData]:
         ours = kwargs.get("metadata", {}).get(META_KEY)
         kind = ours.get("kind") if isinstance(ours, dict) else None
         if kind in KINDS and (kind == "significant") == (layer_type == "labels"):
-            kwargs = {**output_style(kind, kwargs.get("contrast_limits"), outlined=False),
-                      **kwargs}
+            kwargs = {**output_style(kind, kwargs.get("contrast_limits")), **kwargs}
         layers.append((data, kwargs, layer_type))
+        if kind == "significant" and layer_type == "labels":  # drawn by its thin outline
+            layers.append(outline_layer_data(data, kwargs))
     return layers
 
 

@@ -39,6 +39,7 @@ from napari_attnreg._napari.inspector import PatchInspector
 from napari_attnreg._napari.layers import refresh_thresholds
 from napari_attnreg._napari.model_picker import ModelPanel
 from napari_attnreg._napari.options_panel import OptionsPanel
+from napari_attnreg._napari.outline import adopt_read_outlines
 from napari_attnreg._napari.pending import PendingRun
 from napari_attnreg._napari.records import RunRecords
 from napari_attnreg._napari.results_io import SaveButton, sample_menu_hint
@@ -139,6 +140,12 @@ class AttentionWidget(QWidget):
         self.run_panel.bind_shortcut(self.viewer, self._on_run_shortcut)
         self._push_settings()  # the preset brings its thresholds: the panel shows them
         self._on_layer_changed()
+        # outlines a reader opened (result files, saved folders) keep thin at any zoom too
+        self.viewer.layers.events.inserted.connect(self._on_layer_inserted)
+        adopt_read_outlines(self.viewer)
+
+    def _on_layer_inserted(self, event: Any = None) -> None:
+        adopt_read_outlines(self.viewer)
 
     # ---- small accessors used by scripts and tests ---------------------------------------
     def current_layer(self) -> Any | None:
