@@ -108,7 +108,8 @@ class AttentionWidget(QWidget):
         self.thresholds_panel = ThresholdsPanel()
         self.run_panel = RunPanel()
         self.save_button = SaveButton(self)
-        self.figure_button = FigureButton(self.viewer)
+        self.figure_button = FigureButton(self.viewer, self.current_record,
+                                          self._records.source_of)
         self.inspector = PatchInspector(self.viewer, self.current_record, self._records.source_of)
         self.slice_cue = SliceCue(self.viewer, self.current_record)
         self.roi_panel = RoiPanel(self.viewer, self.current_record)
