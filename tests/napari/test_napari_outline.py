@@ -7,8 +7,8 @@ import numpy as np
 from shapely import Point, Polygon
 
 
-def _mask() -> np.ndarray:
-    mask = np.zeros((8, 7), dtype=np.int32)  # the cells image's token grid (120x100 / 16)
+def _mask(shape=(14, 14)) -> np.ndarray:
+    mask = np.zeros(shape, dtype=np.int32)  # the cells image's token grid on the tiny ViT
     mask[2, 2] = 1  # a lone patch
     mask[5:7, 4:6] = 1  # a 2x2 region
     return mask
@@ -87,3 +87,37 @@ def test_a_lone_significant_patch_stays_visible_inside_its_outline(viewer_widget
     box = marked[rows.min():rows.max() + 1, cols.min():cols.max() + 1]
     assert box.shape[0] > 100 and box.shape[1] > 100  # the ring spans the zoomed patch
     assert box.mean() < 0.1  # a thin ring: the patch inside stays visible
+
+
+def test_significant_regions_go_to_geojson_and_come_back_as_roi_shapes(
+        viewer_widget, run_and_wait, cells_image, tmp_path, monkeypatch):
+    from napari_attnreg._napari.figure import export_geojson
+    from napari_attnreg.core.results.result import AttentionResult
+    from napari_attnreg.io.geojson import read_geojson_rois
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    monkeypatch.setattr(AttentionResult, "significant",
+                        lambda self, *a, **k: _mask(self.grid_shape) == 1)
+    record = widget.current_record()
+    # the exported regions are the patches the thresholds make significant
+    path = export_geojson(viewer, record, tmp_path / "cells")
+    result = record.shown(())
+    covered = read_geojson_rois(path, result.image_shape) > 0
+    np.testing.assert_array_equal(covered, result.to_pixels(result.significant().astype(float))
+                                  > 0.5)
+    assert covered.any()
+    # QuPath-style annotations open as a Shapes layer the ROI panel takes
+    import json
+
+    from napari_attnreg.io.geojson import significant_features
+    collection = significant_features(result)
+    polygon = {"type": "Polygon", "coordinates": [[[16, 32], [32, 32], [32, 48], [16, 48],
+                                                   [16, 32]]]}
+    collection["features"] = [{"type": "Feature", "properties": {}, "geometry": polygon}]
+    roi_file = tmp_path / "qupath.geojson"
+    roi_file.write_text(json.dumps(collection), encoding="utf-8")
+    (rois,) = viewer.open(str(roi_file), plugin="napari-attnreg")
+    assert rois.name == "qupath ROIs" and list(rois.shape_type) == ["polygon"]
+    np.testing.assert_allclose(rois.data[0].min(axis=0), [31.5, 15.5])  # (row, col) centres

@@ -86,3 +86,41 @@ class FigureButton(QPushButton):
         save_through_dialog(self, "Export figure", "attention_figure.png", "PNG (*.png)",
                             lambda path: export_figure(self._viewer, record, source, path),
                             lambda written: f"Figure written to {written}")
+
+
+def export_geojson(viewer: Any, record: Any, path: str | Path) -> Path:
+    """Write the significant regions of ``record`` (the plane in view) as GeoJSON polygons
+    in image pixels, the file QuPath opens (:mod:`napari_attnreg.io.geojson`)."""
+    from napari_attnreg.io.geojson import write_geojson
+
+    plane = shown_plane(record.geometry, viewer.dims.point) or ()
+    if plane not in record.results:
+        plane = sorted(record.results)[0]
+    return write_geojson(path, record.shown(plane))
+
+
+class GeoJsonButton(QPushButton):
+    """'Export GeoJSON…': the chosen result's significant regions for QuPath."""
+
+    def __init__(self, viewer: Any, current_record: Callable[[], Any],
+                 parent: QWidget | None = None) -> None:
+        super().__init__("Export GeoJSON…", parent)
+        self._viewer = viewer
+        self._current_record = current_record
+        self.setToolTip("Save the chosen image's significant regions as GeoJSON polygons in "
+                        "image pixels (QuPath: File ▸ Import objects), each with its patches, "
+                        "area, mean attention and mean evidence. Open a .geojson file in "
+                        "napari to use its polygons as ROIs.")
+        self.clicked.connect(self._on_clicked)
+
+    def _on_clicked(self) -> None:
+        from napari.utils.notifications import show_warning
+
+        record = self._current_record()
+        if record is None:
+            show_warning("Run the chosen image first: the file holds its significant regions.")
+            return
+        save_through_dialog(self, "Export GeoJSON", "significant.geojson",
+                            "GeoJSON (*.geojson)",
+                            lambda path: export_geojson(self._viewer, record, path),
+                            lambda written: f"Significant regions written to {written}")

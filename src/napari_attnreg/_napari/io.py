@@ -37,6 +37,8 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
         return read_saved_folder
     if str(path).lower().endswith(RESULT_SUFFIX) and Path(path).is_file():
         return read_result_layers
+    if str(path).lower().endswith(".geojson") and Path(path).is_file():
+        return read_geojson_layers
     if _is_dicom(path):
         return read_dicom_layers
     return None
@@ -115,6 +117,25 @@ def read_result_layers(path: str | list[str]) -> list[LayerData]:
     params = {**result.metadata, "source": name, "source_path": str(source or path),
               "result_file": str(path)}
     return result_layers({(): result}, name, geometry, params)
+
+
+def read_geojson_layers(path: str | list[str]) -> list[LayerData]:
+    """GeoJSON polygon annotations (QuPath's export, in image pixels) as a Shapes layer the
+    dock takes as ROIs: one polygon per annotation (outer ring), in file order."""
+    import numpy as np
+
+    from napari_attnreg.io.geojson import read_geojson_polygons
+
+    path = Path(path[0] if isinstance(path, list) else path)
+    shapes = []
+    for geom in read_geojson_polygons(path):
+        for part in getattr(geom, "geoms", [geom]):
+            xy = np.asarray(part.exterior.coords)[:-1]
+            # (x, y) from the top-left corner -> napari's (row, col) with pixel centres at 0
+            shapes.append(xy[:, ::-1] - 0.5)
+    name = path.name[: -len(".geojson")] + " ROIs"
+    return [(shapes, {"name": name, "shape_type": "polygon", "edge_color": "yellow",
+                      "face_color": "transparent", "edge_width": 1.0}, "shapes")]
 
 
 def write_outputs(path: str, layer_data: list[LayerData]) -> list[str]:

@@ -34,7 +34,7 @@ from napari_attnreg._napari._compat import avoid_triton_llvm_clash
 avoid_triton_llvm_clash()  # before anything below can import timm (see core.triton_guard)
 
 from napari_attnreg._napari.dock_scroll import VerticalScroll
-from napari_attnreg._napari.figure import FigureButton
+from napari_attnreg._napari.figure import FigureButton, GeoJsonButton
 from napari_attnreg._napari.inspector import PatchInspector
 from napari_attnreg._napari.layers import refresh_thresholds
 from napari_attnreg._napari.model_picker import ModelPanel
@@ -110,6 +110,7 @@ class AttentionWidget(QWidget):
         self.save_button = SaveButton(self)
         self.figure_button = FigureButton(self.viewer, self.current_record,
                                           self._records.source_of)
+        self.geojson_button = GeoJsonButton(self.viewer, self.current_record)
         self.inspector = PatchInspector(self.viewer, self.current_record, self._records.source_of)
         self.slice_cue = SliceCue(self.viewer, self.current_record)
         self.roi_panel = RoiPanel(self.viewer, self.current_record)
@@ -118,7 +119,8 @@ class AttentionWidget(QWidget):
         content = QWidget()
         layout = QVBoxLayout(content)
         for part in (self.title, self.source, model_form, self.options, self.thresholds_panel,
-                     self.run_panel, self.save_button, self.figure_button, self.inspector,
+                     self.run_panel, self.save_button, self.figure_button,
+                     self.geojson_button, self.inspector,
                      roi_group):
             (layout.addLayout if isinstance(part, QFormLayout) else layout.addWidget)(part)
         layout.addStretch(1)
