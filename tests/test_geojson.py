@@ -77,3 +77,20 @@ def test_a_file_without_polygons_says_so(tmp_path):
     path.write_text(json.dumps({"type": "Point", "coordinates": [0, 0]}), encoding="utf-8")
     with pytest.raises(ValueError, match="no polygon annotations"):
         read_geojson_rois(path, (4, 4))
+
+
+def test_cli_geojson_writes_one_file_beside_each_result(tmp_path):
+    import tifffile
+
+    from napari_attnreg.cli import main
+
+    rng = np.random.default_rng(0)
+    tifffile.imwrite(tmp_path / "s.tif", (rng.random((64, 64)) * 1000).astype(np.uint16))
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "s.tif"), "--out", str(out), "--model", "demo",
+                 "--n-boot", "4", "--device", "cpu", "--quiet", "--geojson"]) == 0
+    (npz,) = out.glob("*.attnreg.npz")
+    geo = npz.with_name(npz.name.replace(".attnreg.npz", ".geojson"))
+    collection = json.loads(geo.read_text(encoding="utf-8"))
+    assert collection["type"] == "FeatureCollection"
+    assert collection["properties"]["image_shape"] == [64, 64]

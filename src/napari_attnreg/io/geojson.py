@@ -10,7 +10,7 @@ back become an ROI label image (one label per feature, in file order).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,8 @@ from napari_attnreg.core.results.meaning import result_meaning
 from napari_attnreg.core.results.outline import mask_regions, to_pixels
 
 GEOJSON_SUFFIXES = (".geojson",)
+#: Result files of the command line (``AttentionResult.save``).
+RESULT_SUFFIX = ".attnreg.npz"
 
 
 def significant_features(result: Any, thresholds: Mapping[str, Any] | None = None
@@ -79,6 +81,21 @@ def write_geojson(path: str | Path, result: Any,
     with atomic_write(path) as tmp:
         Path(tmp).write_text(text, encoding="utf-8")
     return path
+
+
+def write_geojson_beside(result_files: Iterable[Any]) -> list[Path]:
+    """``NAME.geojson`` beside every ``NAME.attnreg.npz`` of ``result_files`` (other entries,
+    e.g. the empty output of a failed image, are skipped); returns the files written."""
+    from napari_attnreg.core.results.result import AttentionResult
+
+    written = []
+    for entry in result_files:
+        path = Path(str(entry or ""))
+        if not path.name.endswith(RESULT_SUFFIX) or not path.is_file():
+            continue
+        target = path.with_name(path.name[: -len(RESULT_SUFFIX)] + ".geojson")
+        written.append(write_geojson(target, AttentionResult.load(path)))
+    return written
 
 
 def read_geojson_polygons(path: str | Path) -> list[Any]:
