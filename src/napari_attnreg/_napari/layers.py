@@ -55,8 +55,8 @@ def layer_name(source_name: str, kind: str, preset: str = DEFAULT_PRESET) -> str
 def legend(kind: str, preset: str) -> str:
     """How to read an output layer (stored in its metadata, shown in the widget)."""
     if kind == "significant":
-        return ("Outline of the patches the rule calls significant (label 1; paint or erase "
-                "to annotate).")
+        return ("The patches the rule calls significant (label 1), drawn by the thin outline "
+                "layer above; show this layer to paint or erase them as an annotation.")
     return MAPS_BY_KEY[kind].legend(preset)
 
 

@@ -16,6 +16,7 @@ from napari_attnreg.core.results.display import (
     summary_text,
     unique_diagnostics,
 )
+from napari_attnreg.core.results.meaning import result_meaning
 
 WARNING_COLOR = "#e0a030"
 #: Source-layer events after which the output layers are moved onto the source again.
@@ -41,8 +42,10 @@ def summary_html(record: RunRecord) -> tuple[str, str]:
     """(rich text for the dock's status line, one plain line for napari's status bar)."""
     results = [record.results[p] for p in sorted(record.results)]
     caption = significance_caption(results, record.thresholds)
+    meaning = result_meaning(record.preset, results[0].metadata)
     lines = [html.escape(run_caption(results[0], planes=len(results)), quote=False),
-             f"<b>{html.escape(caption, quote=False)}</b>"]
+             f"<b>{html.escape(caption, quote=False)}</b>",
+             f"<i>{html.escape(meaning, quote=False)}</i>"]
     partial = planes_line(record)
     if partial:
         lines.append(f"<span style='color:{WARNING_COLOR}'>{html.escape(partial)}</span>")
@@ -53,6 +56,16 @@ def summary_html(record: RunRecord) -> tuple[str, str]:
     status = f"{record.source_name}: {summary_text(results, record.thresholds)}" + (
         f" · {partial}" if partial else "")
     return "<br>".join(lines), status
+
+
+def notify_summary(record: RunRecord) -> None:
+    """The notification the README promises: how many patches are significant, and what
+    significant means for this run's procedure."""
+    from napari.utils.notifications import show_info
+
+    results = [record.results[p] for p in sorted(record.results)]
+    show_info(f"{record.source_name}: {significance_caption(results, record.thresholds)}. "
+              f"{result_meaning(record.preset, results[0].metadata)}")
 
 
 def notify_diagnostics(record: RunRecord) -> None:

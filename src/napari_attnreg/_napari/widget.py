@@ -53,6 +53,7 @@ from napari_attnreg._napari.status import (
     WARNING_COLOR,
     help_link,
     notify_diagnostics,
+    notify_summary,
     summary_html,
     warn_missing_planes,
 )
@@ -353,6 +354,7 @@ class AttentionWidget(QWidget):
         if record.source_id != self.session.selected_key:
             self.run_panel.show_status(f"Finished {record.source_name!r}; choose it under "
                                        "Image to see its result.")
+        notify_summary(record)
         notify_diagnostics(record)
         self.outputs_updated.emit(record)
         if not outcome.ok:  # cancelled or partly failed: the finished planes, and what is missing

@@ -21,7 +21,7 @@ import numpy as np
 
 from napari_attnreg.core.results.result_file import MAP_NAMES, read_result_file
 from napari_attnreg.core.stats.diagnostics import Diagnostic, from_metadata
-from napari_attnreg.core.stats.presets import THRESHOLD_KEYS, default_thresholds
+from napari_attnreg.core.stats.presets import THRESHOLD_KEYS, default_thresholds, rules_for
 from napari_attnreg.core.stats.rules import (
     RULES,
     regularized_map,
@@ -242,6 +242,10 @@ class AttentionResult:
                 t[key] = value
         if t["rule"] not in RULES:
             raise ValueError(f"Unknown rule {t['rule']!r}; choose one of {RULES}.")
+        if rule is not None and rule not in rules_for(self.preset):  # asked for by name
+            raise ValueError(f"The {self.preset} preset does not define the {rule!r} rule; its "
+                             f"rules are {', '.join(rules_for(self.preset))} (a run with "
+                             "preset='directional' or 'paper' offers q, p, lfdr, pi0, base).")
         return t
 
     def _rule_kwargs(self, t: dict[str, Any]) -> dict[str, Any]:

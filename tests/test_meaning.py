@@ -1,0 +1,41 @@
+"""What "significant" means, per procedure, and rules a preset does not define refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from napari_attnreg import regularize
+from napari_attnreg.core.results.meaning import result_meaning, significance_meaning
+
+
+def test_each_preset_says_what_a_patch_was_compared_with():
+    stepdown = significance_meaning("stepdown", 200, "patch")
+    assert "half-patch blocks shuffled" in stepdown and "B = 200" in stepdown
+    assert "not a detection" in stepdown
+    assert "8-px blocks" in significance_meaning("stepdown", 50, "patch", 8)
+    directional = significance_meaning("directional", 100, "normal")
+    assert "higher" in directional and "noise" in directional
+    assert "above or below" in significance_meaning("paper", 100, "normal")
+    with pytest.raises(ValueError, match="unknown preset"):
+        significance_meaning("bogus")
+
+
+def test_under_the_stepdown_a_pooled_null_rule_is_refused_with_the_preset_rules(
+        tiny_backbone, blob_image):
+    res = regularize(blob_image, tiny_backbone, n_boot=4, device="cpu")
+    assert res.preset == "stepdown"
+    for call in (lambda: res.significant("q"), lambda: res.regularized("lfdr")):
+        with pytest.raises(ValueError, match="forwardstop, fwer, soft"):
+            call()
+    res.significant("fwer")  # its own rules work
+    assert "half-patch" in result_meaning(res.preset, res.metadata)
+
+
+def test_the_stepdown_inspector_shows_z_only_with_a_z_mask(tiny_backbone, blob_image):
+    from napari_attnreg.core.results.patch_report import patch_report
+
+    res = regularize(blob_image, tiny_backbone, n_boot=4, device="cpu")
+    names = [name for name, _ in patch_report(res, 10, 10).values]
+    assert "z" not in names and "evidence" in names
+    masked = res.with_thresholds(z_th=0.0)
+    assert "z" in [name for name, _ in patch_report(masked, 10, 10).values]
