@@ -153,3 +153,23 @@ def test_publication_figure_refuses_an_image_of_another_size(tiny_backbone, blob
     result = regularize(blob_image, tiny_backbone, n_boot=4, device="cpu")
     with pytest.raises(ValueError, match="pass the image the result belongs to"):
         publication_figure(result, blob_image[:10], tmp_path / "x.png")
+
+
+def test_a_ring_at_the_image_edge_leaves_every_panel_the_same_size(tiny_backbone, blob_image,
+                                                                   tmp_path, drawn,
+                                                                   monkeypatch):
+    result = regularize(blob_image, tiny_backbone, n_boot=4, device="cpu")
+    corner = np.zeros(result.grid_shape, bool)
+    corner[0, 0] = True  # its ring reaches past the image's corner
+    monkeypatch.setattr(type(result), "significant", lambda self, *a, **k: corner.copy())
+    display = blob_image.astype(float)
+    save_figure(result, display, tmp_path / "edge.png", "title")
+    (fig,) = drawn
+    fig.canvas.draw()
+    panels = _image_axes(fig)
+    h, w = display.shape
+    for ax in panels:  # the same data extent, so the same drawn image size
+        np.testing.assert_allclose(ax.get_xlim(), (-0.5, w - 0.5))
+        np.testing.assert_allclose(ax.get_ylim(), (h - 0.5, -0.5))
+    widths = {round(ax.get_window_extent().width) for ax in panels}
+    assert len(widths) == 1, widths

@@ -155,7 +155,7 @@ def test_saved_roi_table_and_provenance_state_one_resolved_record(
 def test_a_result_file_opens_as_the_layers_the_dock_makes(
         viewer_widget, make_napari_viewer, run_and_wait, cells_image, tmp_path, notifications):
     viewer, widget = viewer_widget
-    viewer.add_image(cells_image, name="cells.tif")
+    viewer.add_image(cells_image, name="cells")  # napari names cells.tif so
     run_and_wait(widget)
     record = widget.current_record()
     result = record.results[()]
@@ -166,7 +166,8 @@ def test_a_result_file_opens_as_the_layers_the_dock_makes(
 
     other = make_napari_viewer()
     layers = other.open(str(path), plugin="napari-attnreg")
-    names = [layer_name("cells.tif", k, record.preset) for k in KINDS]
+    # one naming rule: the image's name as napari gives it (no file suffix), as in the dock
+    names = [layer_name("cells", k, record.preset) for k in KINDS]
     assert [layer.name for layer in layers] == [*names, f"{names[-1]} outline"]
     # the significant patches drawn by the same thin outline as the dock draws them
     outline, made_outline = layers[-1], viewer.layers[f"{names[-1]} outline"]

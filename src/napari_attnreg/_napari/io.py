@@ -112,7 +112,7 @@ def read_result_layers(path: str | list[str]) -> list[LayerData]:
     path = Path(path[0] if isinstance(path, list) else path)
     result = AttentionResult.load(path)  # a ValueError that names the file and the problem
     source = result.metadata.get("source")
-    name = Path(str(source)).name if source else path.name[: -len(RESULT_SUFFIX)]
+    name = source_layer_name(str(source) if source else path.name[: -len(RESULT_SUFFIX)])
     geometry = SourceGeometry.of_image(result.image_shape, **result.spatial)
     params = {**result.metadata, "source": name, "source_path": str(source or path),
               "result_file": str(path)}
@@ -136,6 +136,19 @@ def read_geojson_layers(path: str | list[str]) -> list[LayerData]:
     name = path.name[: -len(".geojson")] + " ROIs"
     return [(shapes, {"name": name, "shape_type": "polygon", "edge_color": "yellow",
                       "face_color": "transparent", "edge_width": 1.0}, "shapes")]
+
+
+def source_layer_name(path: str) -> str:
+    """The name napari gives a layer read from ``path`` (the file name without its image
+    suffix, ``.ome.tif`` whole): output layers of a result file are named after it, as the
+    dock names those of the same image opened in napari."""
+    name = Path(path).name
+    lower = name.lower()
+    for suffix in (*OME_SUFFIXES, ".tiff", ".tif", ".png", ".jpg", ".jpeg", ".dcm", ".dicom",
+                   ".npy", ".czi", ".nd2", ".lif", ".bmp"):
+        if lower.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return Path(name).stem or name
 
 
 def write_outputs(path: str, layer_data: list[LayerData]) -> list[str]:

@@ -122,7 +122,12 @@ def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Pat
     _outline_significant(axes[-1], result)
     if size is not None:
         _draw_scale_bar(axes[0], display.shape, size[1], pixel_unit(result))
+    h, w = display.shape[:2]
     for ax in axes:
+        # the image's extent on every panel: a ring or outline reaching past the edge widened
+        # one panel's limits, which drew its image smaller than the others (issue 28.16)
+        ax.set_xlim(-0.5, w - 0.5)
+        ax.set_ylim(h - 0.5, -0.5)
         ax.set_axis_off()
     fig.suptitle("\n".join(dict.fromkeys([title, *diagnostics_lines(result)])), fontsize=9)
     try:
