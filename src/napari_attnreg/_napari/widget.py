@@ -41,6 +41,7 @@ from napari_attnreg._napari.model_picker import ModelPanel
 from napari_attnreg._napari.options_panel import OptionsPanel
 from napari_attnreg._napari.outline import adopt_read_outlines
 from napari_attnreg._napari.pending import PendingRun
+from napari_attnreg._napari.reader_choice import ReaderChoiceButton
 from napari_attnreg._napari.records import RunRecords
 from napari_attnreg._napari.results_io import SaveButton, sample_menu_hint
 from napari_attnreg._napari.roi_panel import RoiPanel
@@ -112,6 +113,7 @@ class AttentionWidget(QWidget):
         self.figure_button = FigureButton(self.viewer, self.current_record,
                                           self._records.source_of)
         self.geojson_button = GeoJsonButton(self.viewer, self.current_record)
+        self.reader_button = ReaderChoiceButton()
         self.inspector = PatchInspector(self.viewer, self.current_record, self._records.source_of)
         self.slice_cue = SliceCue(self.viewer, self.current_record)
         self.roi_panel = RoiPanel(self.viewer, self.current_record)
@@ -121,7 +123,7 @@ class AttentionWidget(QWidget):
         layout = QVBoxLayout(content)
         for part in (self.title, self.source, model_form, self.options, self.thresholds_panel,
                      self.run_panel, self.save_button, self.figure_button,
-                     self.geojson_button, self.inspector,
+                     self.geojson_button, self.reader_button, self.inspector,
                      roi_group):
             (layout.addLayout if isinstance(part, QFormLayout) else layout.addWidget)(part)
         layout.addStretch(1)
