@@ -39,3 +39,31 @@ def test_the_stepdown_inspector_shows_z_only_with_a_z_mask(tiny_backbone, blob_i
     assert "z" not in names and "evidence" in names
     masked = res.with_thresholds(z_th=0.0)
     assert "z" in [name for name, _ in patch_report(masked, 10, 10).values]
+
+
+def test_an_outline_over_most_of_the_image_is_explained_not_recommended(tiny_backbone,
+                                                                        monkeypatch):
+    import numpy as np
+
+    from napari_attnreg.core.results.display import diagnostics_lines
+    from napari_attnreg.core.stats.diagnostics import Diagnostic
+
+    gradient = np.tile(np.linspace(0, 255, 96), (96, 1)).astype(np.uint8)
+    res = regularize(gradient, tiny_backbone, n_boot=4, device="cpu", preset="directional")
+    monkeypatch.setattr(type(res), "significant",
+                        lambda self, *a, **k: np.ones(self.grid_shape, bool))
+    extra = Diagnostic("broad_posterior", "warning",
+                       "Posterior broad. Trust the significance outline, or use the patch null.")
+    monkeypatch.setattr(type(res), "diagnostics", property(lambda self: [extra]))
+    lines = diagnostics_lines(res)
+    assert lines[0].startswith("⚠ The significant outline covers 100 %")
+    assert "white-noise" in lines[0] and "step-down" in lines[0]
+    assert not any("Trust the significance outline" in line for line in lines)
+    assert broad_outline_absent_under_stepdown(tiny_backbone, gradient)
+
+
+def broad_outline_absent_under_stepdown(tiny_backbone, image) -> bool:
+    from napari_attnreg.core.results.meaning import broad_outline_warning
+
+    return broad_outline_warning("stepdown", 0.9) is None and \
+        broad_outline_warning("paper", 0.4) is None

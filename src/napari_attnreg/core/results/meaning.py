@@ -55,3 +55,25 @@ def result_meaning(preset: str, metadata: Mapping[str, Any]) -> str:
     ``block_size`` as the run recorded them)."""
     return significance_meaning(preset, metadata.get("n_boot"), metadata.get("method"),
                                 metadata.get("block_size"))
+
+
+#: Share of the patches above which an outline under a pooled-null preset gets a warning.
+BROAD_OUTLINE_SHARE = 0.5
+
+
+def broad_outline_warning(preset: str, significant_share: float) -> str | None:
+    """What an outline covering most of the image means under the directional and paper
+    presets, and when to prefer the default; None when it covers less or under the default.
+
+    Those presets compare each patch with the model's attention on white-noise images: an
+    image the model attends to more evenly than to noise (a smooth gradient, a flat field)
+    is "above noise" almost everywhere, so such an outline locates nothing.
+    """
+    if preset == "stepdown" or significant_share <= BROAD_OUTLINE_SHARE:
+        return None
+    return (f"The significant outline covers {100 * significant_share:.0f} % of the patches. "
+            f"Under the {preset} preset it marks attention above what the model gives to "
+            "white-noise images, which an evenly attended image (a smooth gradient, a flat "
+            "field) exceeds almost everywhere: it does not locate anything here. Prefer the "
+            "default step-down preset, which compares the attention with this image's own "
+            "blocks shuffled.")
