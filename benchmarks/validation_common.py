@@ -26,6 +26,19 @@ def overlap(pred: np.ndarray, truth: np.ndarray) -> tuple[float, float, float, f
     return precision, recall, f1, (tp / union if union else 0.0)
 
 
+def most_significant(result) -> np.ndarray | None:
+    """One-hot ``(gh, gw)`` mask of the most significant patch (smallest p; among equal p the
+    most attended), or None when no patch is significant."""
+    sig = result.significant()
+    if not sig.any():
+        return None
+    p = np.where(sig, result.p, np.inf).ravel()
+    first = np.lexsort((-np.asarray(result.attention).ravel(), p))[0]
+    top = np.zeros(sig.size, bool)
+    top[first] = True
+    return top.reshape(sig.shape)
+
+
 def source_version() -> str:
     """The commit of the package source, and whether it had uncommitted changes."""
     root = Path(__file__).resolve().parents[1]

@@ -17,7 +17,8 @@ PACKAGE = "napari_attnreg"
 # Lowest first: a module may import its own layer and the layers below, never one above.
 LAYERS = [
     ("napari_attnreg.core.files", "napari_attnreg.core.docs", "napari_attnreg.testing"),
-    ("napari_attnreg.core.models",),
+    # the real test article is built from and loaded as a model
+    ("napari_attnreg.core.models", "napari_attnreg.testing.real_article"),
     ("napari_attnreg.core.stats",),
     ("napari_attnreg.core.results",),
     ("napari_attnreg.core.run", "napari_attnreg.core"),

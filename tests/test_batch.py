@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -128,9 +129,9 @@ def test_summary_csv_has_one_row_per_image_and_plane(tmp_path):
     assert main(["run", str(tmp_path / "s.tif"), "--out", str(out), "--seed", "5", "--preset",
                  "paper", *FAST]) == 0
     rows = _summary(out)
-    assert list(rows[0])[:13] == ["source", "plane", "output", "model", "preset", "B", "seed",
+    assert list(rows[0])[:16] == ["source", "plane", "output", "model", "preset", "B", "seed",
                                   "grid", "pi0", "tokens_significant", "fraction_significant",
-                                  "seconds", "status"]
+                                  "p_map", "map", "compute_seconds", "wall_seconds", "status"]
     assert {"weights_sha256", "rule", "q_th", "z_th", "package_version"} <= set(rows[0])
     assert [r["plane"] for r in rows] == ["0", "1", "2"]
     for row in rows:
@@ -140,7 +141,14 @@ def test_summary_csv_has_one_row_per_image_and_plane(tmp_path):
         assert row["seed"] == "5" and row["grid"] == "16x16" and row["status"] == "done"
         assert int(row["tokens_significant"]) == int(sig.sum())
         assert float(row["fraction_significant"]) == pytest.approx(sig.mean())
-        assert float(row["pi0"]) == pytest.approx(res.pi0) and float(row["seconds"]) > 0
+        assert float(row["pi0"]) == pytest.approx(res.pi0)
+        assert row["map"] == res.metadata.get("map", "attention")
+        assert (row["p_map"] == "") == (res.p_map is None)
+        if res.p_map is not None:
+            assert float(row["p_map"]) == pytest.approx(res.p_map)
+        compute = float(row["compute_seconds"])
+        assert compute == pytest.approx(res.metadata["timings"]["total_s"], abs=1e-3)
+        assert float(row["wall_seconds"]) >= compute > 0
 
 
 def test_tiled_from_the_command_line(tmp_path):
@@ -510,3 +518,138 @@ def test_the_serial_batch_runs_every_plane_through_the_pipeline_service(tmp_path
     with pytest.raises(ValueError) as constant:  # the batch's reason is the service's message
         regularize(np.full((64, 64), 7, np.uint16), "demo", n_boot=4, device="cpu")
     assert rows[("flat.tif", "")] == f"failed: {user_message(constant.value)}"
+
+
+def test_resume_redoes_inputs_whose_bytes_changed_with_the_same_size_and_mtime(tmp_path, capsys):
+    a, b = tmp_path / "a.tif", tmp_path / "b.tif"
+    tifffile.imwrite(a, _img(1))
+    tifffile.imwrite(b, _img(2))
+    assert a.stat().st_size == b.stat().st_size
+    out = tmp_path / "out"
+    args = ["run", str(a), str(b), "--out", str(out), *FAST]
+    assert main(args) == 0
+    times = {p: (p.stat().st_atime_ns, p.stat().st_mtime_ns) for p in (a, b)}
+    data_a, data_b = a.read_bytes(), b.read_bytes()
+    a.write_bytes(data_b)  # swapped, as cp -p / rsync -t / tar would leave them
+    b.write_bytes(data_a)
+    for p, ns in times.items():
+        os.utime(p, ns=ns)
+    capsys.readouterr()
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert [r["status"] for r in _summary(out)] == ["done", "done"]
+    assert err.count("the input changed since (content)") == 2
+    redone = AttentionResult.load(out / "a.tif.attnreg.npz")
+    direct = AttentionResult.load(out / "b.tif.attnreg.npz")
+    assert not np.array_equal(redone.attention, direct.attention)
+
+
+def test_content_digest_samples_blocks_of_large_inputs(tmp_path, monkeypatch):
+    from napari_attnreg.batch import resume
+
+    path = tmp_path / "big.raw"
+    data = bytearray(os.urandom(1 << 20))
+    path.write_bytes(data)
+    whole = resume.content_digest([path])
+    monkeypatch.setattr(resume, "WHOLE_HASH_BYTES", 1 << 16)
+    sampled = resume.content_digest([path])
+    assert sampled != whole  # says which way it was made
+    data[-1] ^= 0xFF  # the last block is always sampled
+    path.write_bytes(data)
+    last_changed = resume.content_digest([path])
+    assert last_changed != sampled
+    data[0] ^= 0xFF  # and the first
+    path.write_bytes(data)
+    assert resume.content_digest([path]) not in (sampled, last_changed)
+
+
+def test_a_second_batch_into_the_same_folder_is_refused_and_a_dead_holders_lock_taken_over(
+        tmp_path, capsys):
+    import subprocess
+    import sys
+
+    from napari_attnreg.batch.summary import LOCK_NAME, FolderLock
+
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+         "from napari_attnreg.batch.summary import FolderLock; "
+         f"lock = FolderLock(Path({str(out)!r})).acquire(); print('locked', flush=True); "
+         "sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        src = tmp_path / "a.tif"
+        tifffile.imwrite(src, _img(1))
+        assert main(["run", str(src), "--out", str(out), *FAST]) == 2
+        err = capsys.readouterr().err
+        assert f"process {holder.pid}" in err and "Another batch" in err
+        assert err.count("\n") == 1 and not (out / "summary.csv").exists()
+    finally:
+        holder.kill()  # like kill -9: no chance to tidy up
+        holder.wait()
+    assert (out / LOCK_NAME).read_text().strip().startswith(f"process {holder.pid}")
+    with FolderLock(out):  # the dead holder's file locks nothing
+        with pytest.raises(ValueError, match=f"process {os.getpid()}"):
+            FolderLock(out).acquire()  # while held, even within one process
+    assert not (out / LOCK_NAME).exists()  # a batch that ends leaves no lock file
+    assert main(["run", str(src), "--out", str(out), *FAST]) == 0
+    assert [r["status"] for r in _summary(out)] == ["done"]
+    assert not (out / LOCK_NAME).exists()
+
+
+@pytest.mark.parametrize("content", [b"sample,condition,score\nx,1,0.5\n",
+                                     b"\xff\xfe\x00garbage\x00\x81"])
+def test_a_foreign_summary_csv_in_the_output_folder_is_never_overwritten(tmp_path, capsys,
+                                                                         content):
+    src = tmp_path / "a.tif"
+    tifffile.imwrite(src, _img(1))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.csv").write_bytes(content)
+    assert main(["run", str(src), "--out", str(out), *FAST]) == 2
+    err = capsys.readouterr().err
+    assert str(out / "summary.csv") in err and "Move it away" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert (out / "summary.csv").read_bytes() == content
+    assert not list(out.rglob("*.attnreg.npz"))
+
+
+def test_an_unreadable_file_named_like_an_output_is_refused_not_overwritten(tmp_path, capsys):
+    a, b = tmp_path / "a.tif", tmp_path / "b.tif"
+    tifffile.imwrite(a, _img(1))
+    tifffile.imwrite(b, _img(2))
+    out = tmp_path / "out"
+    out.mkdir()
+    theirs = out / "a.tif.attnreg.npz"
+    theirs.write_bytes(b"my own notes, not a result")
+    assert main(["run", str(a), str(b), "--out", str(out), *FAST]) == 1
+    err = capsys.readouterr().err
+    rows = {Path(r["source"]).name: r["status"] for r in _summary(out)}
+    assert rows["b.tif"] == "done"
+    assert rows["a.tif"].startswith("failed: ") and "not a napari-attnreg result" in rows["a.tif"]
+    assert str(theirs) in err and theirs.read_bytes() == b"my own notes, not a result"
+    assert main(["run", str(a), "--out", str(out), "--overwrite", *FAST]) == 0  # when asked
+    assert AttentionResult.load(theirs).metadata["source"] == str(a.resolve())
+
+
+def test_summary_has_p_map_and_the_terminal_lists_every_output(tmp_path, capsys):
+    src = tmp_path / "a.tif"
+    tifffile.imwrite(src, _img(1))
+    out = tmp_path / "out"
+    assert main(["run", str(src), "--out", str(out), *FAST]) == 0
+    stdout = capsys.readouterr().out
+    assert f"-> {out.resolve() / 'a.tif.attnreg.npz'}" in stdout
+    assert f"-> {out.resolve() / 'a.tif.attnreg.png'}" in stdout
+    row = _summary(out)[0]
+    res = AttentionResult.load(row["output"])
+    assert res.p_map is not None and float(row["p_map"]) == pytest.approx(res.p_map)
+    assert row["map"] == "attention"
+    printed = re.search(r"([0-9.]+) s on cpu", stdout).group(1)
+    assert float(row["compute_seconds"]) == pytest.approx(float(printed), abs=0.051)
+    assert main(["run", str(src), "--out", str(out), *FAST]) == 0
+    kept = _summary(out)[0]
+    assert kept["status"] == "skipped (exists)" and kept["wall_seconds"] == ""
+    assert kept["compute_seconds"] == row["compute_seconds"] and kept["p_map"] == row["p_map"]

@@ -125,3 +125,60 @@ def test_transformers_entry_loads_a_saved_folder(tmp_path):
     with pytest.raises(BackboneError, match="config.json") as info:
         load_backbone("rad-dino", weights=single)
     assert info.value.gui_hint
+
+
+def _phantom_state() -> dict:
+    from safetensors.torch import load_file
+
+    from napari_attnreg.core.models.backbones import DEMO_DIR
+
+    return load_file(str(DEMO_DIR / "phantom_vit.safetensors"))
+
+
+def _bad_weights(tmp_path, kind: str):
+    """A user's weights file for the phantom architecture, damaged as ``kind`` says."""
+    from napari_attnreg.core.models.backbones import DEMO_DIR
+
+    path = tmp_path / f"{kind}.safetensors"
+    state = _phantom_state()
+    if kind == "junk":
+        path.write_bytes(b"junk" * 10)
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "truncated":
+        raw = (DEMO_DIR / "phantom_vit.safetensors").read_bytes()
+        path.write_bytes(raw[: len(raw) // 2])
+    elif kind == "wrong-shape":
+        save_file({**state, "blocks.0.attn.qkv.weight": torch.zeros(3, 3)}, str(path))
+    elif kind == "nan":
+        qkv = state["blocks.0.attn.qkv.weight"].clone()
+        qkv[0, 0] = float("nan")
+        save_file({**state, "blocks.0.attn.qkv.weight": qkv}, str(path))
+    elif kind == "missing-tensor":
+        save_file({k: v for k, v in state.items() if not k.startswith("head.")}, str(path))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["junk", "empty", "truncated", "wrong-shape", "nan",
+                                  "missing-tensor"])
+def test_a_users_weights_for_a_bundled_architecture_are_loaded_strictly_or_refused(tmp_path, kind):
+    path = _bad_weights(tmp_path, kind)
+    with pytest.raises(BackboneError, match=str(path).replace("\\", "\\\\")):
+        load_backbone(str(path), arch="phantom")
+    with pytest.raises(BackboneError, match="phantom|safetensors|empty"):
+        load_backbone("phantom", weights=path)
+
+
+def test_a_device_file_is_not_weights_for_the_demo():
+    with pytest.raises(BackboneError, match="/dev/zero is not a regular file"):
+        load_backbone("/dev/zero", arch="demo")
+
+
+def test_a_users_weights_for_a_bundled_architecture_are_what_runs(tmp_path):
+    state = {k: v * 1.5 for k, v in _phantom_state().items()}
+    path = tmp_path / "mine.safetensors"
+    save_file(state, str(path))
+    bb = load_backbone(str(path), arch="phantom")
+    assert bb.weights == str(path) and not bb.is_random_init
+    for key, value in bb.model.state_dict().items():
+        assert torch.equal(value, state[key].to(value.dtype)), key

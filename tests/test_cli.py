@@ -52,9 +52,15 @@ def test_run_on_tiff_stack_and_png(tmp_path, weights, blob_image, capsys):
 
 
 def test_errors_are_one_clear_line(tmp_path, weights, capsys):
-    # a bad input is that input's failure (exit 1 at the end), not a crash of the batch
+    # nothing to run: one line at once, exit 2
     assert main(["run", str(tmp_path / "missing.tif"), "--model", str(weights),
-                 "--arch", "vit_tiny_patch16_224", "--out", str(tmp_path / "o")]) == 1
+                 "--arch", "vit_tiny_patch16_224", "--out", str(tmp_path / "o")]) == 2
+    assert "No such file or folder" in capsys.readouterr().err
+    # a bad input among others is that input's failure (exit 1 at the end)
+    tifffile.imwrite(tmp_path / "ok.tif", np.random.default_rng(0).integers(0, 999, (64, 64)))
+    assert main(["run", str(tmp_path / "missing.tif"), str(tmp_path / "ok.tif"), "--model",
+                 str(weights), "--arch", "vit_tiny_patch16_224", "--n-boot", "4", "--quiet",
+                 "--out", str(tmp_path / "o")]) == 1
     assert "No such image file" in capsys.readouterr().err
     tifffile.imwrite(tmp_path / "flat.tif", np.full((64, 64), 5, np.uint16))
     assert main(["run", str(tmp_path / "flat.tif"), "--model", str(weights), "--n-boot", "4",
@@ -148,3 +154,69 @@ def test_device_and_head_values_are_checked_whole(tmp_path, capsys):
     with pytest.raises(ValueError, match="head must be 'mean' or a head number"):
         validate_options({"head": "²"})
     assert validate_options({"head": " 2 "})["head"] == 2
+
+
+def _main_in_a_fresh_process(argv: list[str]) -> tuple[int, str, str]:
+    """``main(argv)`` in a new interpreter: its exit code, stderr and the heavy modules it
+    imported."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom napari_attnreg.cli import main\n"
+            f"try:\n    rc = main({argv!r})\nexcept SystemExit as e:\n    rc = e.code\n"
+            "heavy = [m for m in ('torch', 'timm', 'matplotlib') if m in sys.modules]\n"
+            "print(rc, heavy)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    rc, heavy = done.stdout.strip().split(" ", 1)
+    return int(rc), done.stderr, heavy
+
+
+@pytest.mark.parametrize("what", ["missing file", "empty folder"])
+def test_nothing_to_run_fails_fast_without_torch_or_an_output_folder(tmp_path, what):
+    target = tmp_path / ("missing.tif" if what == "missing file" else "empty")
+    if what == "empty folder":
+        target.mkdir()
+    out = tmp_path / "results"
+    rc, err, heavy = _main_in_a_fresh_process(["run", str(target), "--out", str(out)])
+    assert rc == 2 and heavy == "[]" and not out.exists()
+    assert err.strip().splitlines()[-1].startswith("attnreg: error:") and str(target) in err
+
+
+def test_a_bad_choice_is_one_error_line_not_the_usage(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["run", "x.tif", "--preset", "bogus"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("attnreg: error: argument --preset: invalid choice: 'bogus'")
+    assert "usage:" not in err
+
+
+def test_the_demo_model_as_default_is_said_on_the_terminal_and_in_help(tmp_path, capsys):
+    from napari_attnreg.cli import build_parser
+
+    run_help = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+    assert "not for real data" in " ".join(run_help.split())
+    img = tmp_path / "a.tif"
+    tifffile.imwrite(img, np.random.default_rng(0).integers(0, 999, (64, 64)).astype(np.uint16))
+    args = ["run", str(img), "--n-boot", "4", "--quiet", "--out", str(tmp_path / "o")]
+    assert main(args) == 0
+    assert "no --model given: using the bundled demo model" in capsys.readouterr().err
+    assert main([*args, "--model", "demo"]) == 0
+    assert "no --model given" not in capsys.readouterr().err
+
+
+def test_a_folders_other_files_are_reported_and_paths_printed_once(tmp_path, capsys):
+    folder = tmp_path / "in"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "notes.txt").write_text("x")
+    (folder / "table.csv").write_text("a,b")
+    (folder / ".DS_Store").write_bytes(b"x")
+    (folder / "bad.tif").write_bytes(b"II*\x00 not really a tiff")
+    assert main(["run", str(folder), "--model", "demo", "--n-boot", "4", "--quiet",
+                 "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err
+    assert "skipped 2 file(s) that are not images: notes.txt, table.csv" in err
+    assert "skipped 1 subfolder(s) (sub); add --recursive" in err and ".DS_Store" not in err
+    (line,) = [e for e in err.splitlines() if e.startswith("attnreg: error:")]
+    assert line.count(str(folder / "bad.tif")) == 1

@@ -45,3 +45,38 @@ def test_gated_model_offline_is_a_clean_error(monkeypatch, capsys, tmp_path):
     err = capsys.readouterr().err
     assert err.startswith("attnreg: error: Could not download 'MahmoodLab/UNI'")
     assert "--model uni --weights FILE" in err and "Traceback" not in err
+
+
+def test_run_with_junk_weights_for_the_demo_is_refused_never_run_with_the_bundled(
+        tmp_path, blob_image, capsys):
+    image = tmp_path / "img.tif"
+    tifffile.imwrite(image, blob_image)
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"not weights at all")
+    out = tmp_path / "out"
+    rc = main(["run", str(image), "--model", "demo", "--weights", str(junk), "--out", str(out),
+               "--n-boot", "4", "--device", "cpu", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc != 0 and str(junk) in err and "Traceback" not in err
+    assert not list(out.rglob("*.attnreg.npz"))  # nothing computed with the bundled weights
+
+
+def test_run_with_a_users_weights_for_the_phantom_records_that_file(tmp_path, blob_image):
+    import csv
+    import hashlib
+
+    from safetensors.torch import load_file
+
+    from napari_attnreg.core.models.backbones import DEMO_DIR
+
+    state = {k: v * 1.01 for k, v in load_file(str(DEMO_DIR / "phantom_vit.safetensors")).items()}
+    mine = tmp_path / "mine.safetensors"
+    save_file(state, str(mine))
+    image = tmp_path / "img.tif"
+    tifffile.imwrite(image, blob_image)
+    out = tmp_path / "out"
+    assert main(["run", str(image), "--model", "phantom", "--weights", str(mine), "--out",
+                 str(out), "--n-boot", "4", "--device", "cpu", "--quiet"]) == 0
+    (row,) = csv.DictReader(open(out / "summary.csv", newline="", encoding="utf-8"))
+    assert row["weights"] == str(mine)
+    assert row["weights_sha256"] == hashlib.sha256(mine.read_bytes()).hexdigest()

@@ -190,3 +190,80 @@ def test_first_step_ranks_count_every_input_once():
     # at B = 4 no counting p reaches 1 - e^-0.1: nothing can be significant at step one
     assert ranks["first_step_expected"] == 0.0 and ranks["first_step_rate"] == 0.0
     assert 0.0 <= ranks["chi2_p"] <= 1.0
+
+
+def test_dinov2_composites_and_crops_are_real_images_with_their_masks(articles):
+    """The dinov2 article's generators need no model: shapes, dtypes and ground truth."""
+    real = _load("validation_real")
+    art = articles.ARTICLES["dinov2"]
+    for i in range(len(real.HOSTS)):
+        with_object = art.field(articles.HELD_OUT["fields"], i, True)
+        host = art.field(articles.HELD_OUT["fields"], i, False)
+        assert with_object.image.dtype == np.uint8
+        assert with_object.image.shape == host.image.shape
+        assert with_object.decisive.shape == with_object.image.shape[:2]
+        assert not host.decisive.any() and 0.02 < with_object.decisive.mean() < 0.25
+        # the image differs from its host only where the object was pasted
+        changed = np.any(np.atleast_3d(with_object.image != host.image), axis=-1)
+        assert changed.any() and not changed[~with_object.decisive].any()
+    assert {kind[0][0].split()[0] for kind in real.objects()} == {"coin", "cell", "cat's"}
+    for i in range(len(real.EMPTY) + 3):  # every hand-picked region, then sub-crops
+        crop, labels = art.empty_crop(i, 0), art.empty_crop_regions(i, 0)
+        assert labels.shape == crop.shape[:2] and crop.size and np.unique(labels).size == 1
+        assert art.kinds({int(labels[0, 0]): np.ones((2, 3))})[0, 0] == \
+            real.EMPTY[i % len(real.EMPTY)].name
+    assert art.sections == ("noise", "texture", "crops", "localization")
+
+
+def test_structured_noise_of_an_rgb_image_keeps_each_channel(articles):
+    rgb = articles.ARTICLES["dinov2"].field(articles.HELD_OUT["texture"], 0, False).image
+    texture = articles.texture_like(rgb, np.random.default_rng(0))
+    assert texture.shape == rgb.shape
+    for c in range(3):
+        np.testing.assert_array_equal(np.sort(texture[..., c], axis=None),
+                                      np.sort(rgb[..., c].astype(np.float32), axis=None))
+
+
+def test_pointing_game_takes_the_most_significant_patch(validate):
+    common = _load("validation_common")
+
+    class Result:  # the three things the pointing game reads of a result
+        p = np.array([[0.01, 0.01], [0.5, 0.02]])
+        attention = np.array([[0.1, 0.3], [0.4, 0.2]])
+
+        def __init__(self, sig):
+            self._sig = np.array(sig)
+
+        def significant(self):
+            return self._sig
+
+        def to_pixels(self, tokens):
+            return np.kron(tokens, np.ones((2, 2), bool))
+
+    # equal p: the more attended patch wins; a patch that is not significant never does
+    top = common.most_significant(Result([[True, True], [True, True]]))
+    assert top.tolist() == [[False, True], [False, False]]
+    assert common.most_significant(Result([[False, False], [False, False]])) is None
+    on_right = np.zeros((4, 4), bool)
+    on_right[:2, 2:] = True
+    r = Result([[True, True], [False, False]])
+    assert validate._on_object(r, common.most_significant(r), on_right)
+    assert validate._objects_found(r, on_right) == (1, 1)
+    assert not validate._on_object(r, None, on_right)
+
+
+@pytest.mark.real_model
+def test_dinov2_localization_runs_on_the_real_article(validate, articles):
+    """A one-composite localization on the real model (skips without the article)."""
+    from napari_attnreg.testing import real_article
+
+    try:
+        bb = real_article.load(device="cpu")
+    except (real_article.ArticleUnavailable, ImportError) as err:
+        pytest.skip(f"the real test article cannot be built here: {err}")
+    args = validate.parse_args(["--article", "dinov2", "--n-loc", "1", "--n-boot", "10",
+                                "--presets", "stepdown"])
+    out = validate.localization(articles.ARTICLES["dinov2"], bb, args)
+    assert out["stepdown"]["n"] == 1 and 0 <= out["stepdown"]["pointing"] <= 1
+    assert out["stepdown"]["objects"] == 1
+    assert 0 <= out["otsu"]["pointing_top_attention"] <= 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from napari_attnreg import __version__
 from napari_attnreg.core.run.options import add_cli_arguments, options_from_cli
@@ -41,8 +41,10 @@ def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
               scheduler: str | None = None, inputs_in_out: bool = False) -> Any:
     """Process image files, folders and globs (see :mod:`napari_attnreg.batch.run`).
 
-    Options and (for a run on this machine) the device are checked first, once; the model
-    is loaded only when some output needs computing. Files inside ``out_dir`` are not inputs
+    The inputs are found first (nothing to run fails before torch loads and before the
+    output folder is made; a folder's other files are named), then options and (for a run on
+    this machine) the device are checked, once; the model is loaded only when some output
+    needs computing. Files inside ``out_dir`` are not inputs
     (a run must not analyse its own figures) unless ``inputs_in_out`` (the demo's fallback
     image lives there).
 
@@ -51,20 +53,41 @@ def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
     BatchReport
         The rows of ``summary.csv`` (:class:`~napari_attnreg.batch.summary.BatchReport`).
     """
+    from napari_attnreg.batch.items import collect_inputs
+
+    # the inputs first: a missing file or an empty folder fails at once, before torch loads
+    # and before the output folder is made
+    skipped: list[Path] = []
+    items = collect_inputs(paths, recursive=recursive,
+                           exclude=None if inputs_in_out else out_dir, skipped=skipped)
+    _report_skipped(skipped, recursive)
+
     from napari_attnreg.batch.figure import save_figure
-    from napari_attnreg.batch.items import collect_inputs, prepare_output_dir
+    from napari_attnreg.batch.items import prepare_output_dir
     from napari_attnreg.batch.run import check_run, run_batch
 
     check_run(opts, device=not (workers or scheduler))  # one message, before anything loads
     prepare_output_dir(out_dir)  # a wrong --out fails before any image is read
-    items = collect_inputs(paths, recursive=recursive,
-                           exclude=None if inputs_in_out else out_dir)
     report = run_batch(items, out_dir, model, arch, opts, overwrite=overwrite, quiet=quiet,
                        figure=save_figure, workers=workers, scheduler=scheduler, on_model=_announce_model)
     done = sum(r["status"] == "done" for r in report.rows)
     print(f"{done} done, {len(report.rows) - done - len(report.failed)} skipped, "
           f"{len(report.failed)} failed; summary: {report.summary}", file=sys.stderr)
     return report
+
+
+def _report_skipped(skipped: list[Path], recursive: bool) -> None:
+    """Say which files (and, without --recursive, subfolders) a folder scan left out."""
+    files = [p for p in skipped if not p.is_dir()]
+    folders = [p for p in skipped if p.is_dir()]
+    if files:
+        names = ", ".join(p.name for p in files[:5]) + (", ..." if len(files) > 5 else "")
+        print(f"attnreg: note: skipped {len(files)} file(s) that are not images: {names}",
+              file=sys.stderr)
+    if folders and not recursive:
+        names = ", ".join(p.name for p in folders[:5]) + (", ..." if len(folders) > 5 else "")
+        print(f"attnreg: note: skipped {len(folders)} subfolder(s) ({names}); add --recursive "
+              "to take their images", file=sys.stderr)
 
 
 def _announce_model(backbone: Any) -> None:
@@ -114,8 +137,20 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    "regions as GeoJSON polygons in image pixels (QuPath), beside its .npz")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors as one ``attnreg: error:`` line (not the whole usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"attnreg: error: {message} (see '{self.prog} --help')\n")
+
+
+DEMO_NOTE = ("no --model given: using the bundled demo model, a test article trained on "
+             "synthetic fluorescence nuclei, not for real data ('attnreg models' lists real "
+             "models)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="attnreg",
         description="Bootstrap significance and regularized attention maps of Vision Transformers.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -129,9 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run on a local Dask cluster of this many processes (pip install "
                           "napari-attnreg[scale])")
     run.add_argument("--scheduler", default=None, help="address of a running Dask scheduler")
-    run.add_argument("--model", default="demo",
+    run.add_argument("--model", default=None,
                      help="'demo', a catalogue id (see 'attnreg models'), a timm name, hf-hub:id, "
-                          "hf:id (transformers), or a weights file")
+                          "hf:id (transformers), or a weights file. Default: 'demo', the bundled "
+                          "test article (synthetic nuclei), not for real data")
     run.add_argument("--arch", default=None, help="timm architecture or catalogue id of a weights file")
     run.add_argument("--weights", default=None, type=Path,
                      help="local weights file (or transformers folder) for --model, offline")
@@ -152,6 +188,12 @@ def main(argv: list[str] | None = None) -> int:
 
         print(catalogue_table())
         return 0
+    if args.command == "run" and args.model is None:
+        note = DEMO_NOTE if args.weights is None else (
+            f"no --model given: {args.weights} is read as the bundled demo architecture (give "
+            "--model with the architecture the file holds)")
+        print(f"attnreg: note: {note}", file=sys.stderr)
+        args.model = "demo"
     if args.command == "run" and args.weights is not None:  # --model names what the file holds
         args.model, args.arch = str(args.weights), args.model
     try:
@@ -169,6 +211,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"wrote {path}", file=sys.stderr)
     except (ValueError, BackboneError, MemoryError) as err:
         print(f"attnreg: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # an input folder that cannot be listed, say: the OS's words
+        where = f": {err.filename}" if err.filename else ""
+        print(f"attnreg: error: {err.strerror or err}{where}", file=sys.stderr)
         return 2
     return 1 if report.failed else 0
 

@@ -1,9 +1,10 @@
 """npe2 reader and writer adapters over :mod:`napari_attnreg.io` (no Qt here).
 
 The reader takes DICOM (a folder of ``.dcm`` files, one file, a multi-frame file), OME-TIFF,
-a folder the writer saved (its ``provenance.json`` lists the layers) and result files
-(``*.attnreg.npz``, :meth:`AttentionResult.save`), and declines everything else (returns None)
-so napari's other readers get it. The writer saves image/labels layers as
+slides (SVS, NDPI, pyramidal TIFF: :func:`read_slide_layers`), a folder the writer saved
+(its ``provenance.json`` lists the layers) and result files (``*.attnreg.npz``,
+:meth:`AttentionResult.save`), and declines everything else (returns None) so napari's other
+readers get it. The writer saves image/labels layers as
 OME-TIFF with their placement (scale, translate, units, ...) plus ``provenance.json``; the
 reader puts such layers back where they were, as the layer type and under the name they had.
 """
@@ -14,6 +15,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from napari_attnreg.io.dicom import looks_like_dicom
 from napari_attnreg.io.export import OME_SUFFIXES, PROVENANCE_FILE, save_layer, save_outputs
@@ -33,6 +36,8 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
         path = path[0]
     if is_ome_tiff(path):
         return read_ome_tiff_layers
+    if _is_slide(path):
+        return read_slide_layers
     if (Path(path) / PROVENANCE_FILE).is_file():
         return read_saved_folder
     if str(path).lower().endswith(RESULT_SUFFIX) and Path(path).is_file():
@@ -42,6 +47,41 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
     if _is_dicom(path):
         return read_dicom_layers
     return None
+
+
+def _is_slide(path: str) -> bool:
+    from napari_attnreg.io.slides import is_slide
+
+    return is_slide(path)
+
+
+def read_slide_layers(path: str | list[str]) -> list[LayerData]:
+    """A slide (SVS, NDPI, pyramidal TIFF) as one image layer in micrometres, read lazily.
+
+    The layer is the finest level an untiled run takes (napari's run panel runs one level
+    held in memory); the command line and ``regularize`` read any level tile by tile
+    (``--tiled --level N``). ``metadata["slide"]`` names the file, the level and its pixel
+    size, which a run records as the command line does.
+    """
+    from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
+    from napari_attnreg.io.slides import open_slide
+
+    path = str(path[0] if isinstance(path, list) else path)
+    image = open_slide(path)
+    level = 0
+    while image.analysed_shape[0] * image.analysed_shape[1] > MAX_UNTILED_PIXELS:
+        try:
+            image = open_slide(path, level=level + 1)
+        except ValueError:  # no coarser level: the coarsest one it is
+            break
+        level += 1
+    scale = (image.mpp, image.mpp) if image.mpp else (1.0, 1.0)
+    rgb = image.channel_axis == -1 and image.array.shape[-1] in (3, 4)
+    kwargs: dict[str, Any] = {
+        "name": Path(path).name, "rgb": rgb,
+        "scale": scale, "units": ("µm", "µm") if image.mpp else ("pixel", "pixel"),
+        "metadata": {"slide": {"path": path, "level": image.level, "mpp": image.mpp}}}
+    return [(image.array, kwargs, "image")]
 
 
 def _is_dicom(path: str) -> bool:
@@ -116,7 +156,31 @@ def read_result_layers(path: str | list[str]) -> list[LayerData]:
     geometry = SourceGeometry.of_image(result.image_shape, **result.spatial)
     params = {**result.metadata, "source": name, "source_path": str(source or path),
               "result_file": str(path)}
-    return result_layers({(): result}, name, geometry, params)
+    mask = tissue_layer(result, name)
+    return [*([mask] if mask is not None else []), *result_layers({(): result}, name, geometry,
+                                                                  params)]
+
+
+def tissue_layer(result: Any, source_name: str) -> LayerData | None:
+    """The tissue mask a tiled run used, as a Labels layer over its image (None without one).
+
+    The mask has a thumbnail's resolution; its scale stretches it over the analysed image,
+    in the result's units.
+    """
+    mask = result.null_summary.get("tissue_mask")
+    if mask is None:
+        return None
+    mask = np.asarray(mask, dtype=np.uint8)
+    spatial = result.spatial
+    scale = tuple(float(result.image_shape[a]) / mask.shape[a] * float(spatial["scale"][a])
+                  for a in range(2))
+    md = result.metadata
+    return (mask, {"name": f"{source_name} tissue", "scale": scale,
+                   "translate": tuple(float(v) for v in spatial["translate"]),
+                   "units": tuple(str(u) for u in spatial["units"]),
+                   "opacity": 0.35, "metadata": {"tissue": {
+                       "source": md.get("tissue_mask"), "tiles": md.get("n_tissue_tiles"),
+                       "of": md.get("n_tiles_total")}}}, "labels")
 
 
 def read_geojson_layers(path: str | list[str]) -> list[LayerData]:

@@ -352,6 +352,7 @@ class AttentionWidget(QWidget):
             self.run_panel.show_error(problem)
             return
         record = self._records.attach(outcome, pending)
+        self._show_tissue(outcome, record.source_name)
         self._select_current()  # the run's image, when it is still the one chosen
         if record.source_id != self.session.selected_key:
             self.run_panel.show_status(f"Finished {record.source_name!r}; choose it under "
@@ -363,6 +364,17 @@ class AttentionWidget(QWidget):
             text = warn_missing_planes(outcome, pending.job.planes)
             self.run_panel.show_status(f"<span style='color:{WARNING_COLOR}'>{text}</span><br>"
                                        + self.run_panel.status_label.text())
+
+    def _show_tissue(self, outcome: Outcome, source_name: str) -> None:
+        """A tiled run's tissue mask as a Labels layer over its image (a rerun replaces it)."""
+        from napari_attnreg._napari.io import tissue_layer
+
+        made = tissue_layer(outcome.results[()], source_name) if () in outcome.results else None
+        if made is not None:
+            data, kwargs, _ = made
+            if kwargs["name"] in self.viewer.layers:
+                self.viewer.layers.remove(kwargs["name"])
+            self.viewer.add_labels(data, **kwargs)
 
     def _on_finished(self, outcome: Outcome) -> None:
         self._pending = None

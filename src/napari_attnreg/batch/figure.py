@@ -62,11 +62,11 @@ def figure_view(result: Any, display: np.ndarray,
 
 def _colorbar_title(key: str, preset: str) -> str:
     """What a colour bar measures (the panel title says which map it is)."""
-    stepdown = preset == "stepdown"
-    return {"attention": "share of CLS attention",
-            "pvalue": "−log10 adjusted p" if stepdown else "−log10 p",
-            "posterior": "evidence, 0–1" if stepdown else "probability, 0–1",
-            "regularized": "attention kept"}.get(key, key)
+    if key in ("pvalue", "posterior"):
+        from napari_attnreg.core.stats.procedures import get_procedure
+
+        return get_procedure(preset).map_text(key).colorbar
+    return {"attention": "share of CLS attention", "regularized": "attention kept"}.get(key, key)
 
 
 def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Path:

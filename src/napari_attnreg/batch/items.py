@@ -43,10 +43,12 @@ class BatchItem:
 
 
 def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
-                   exclude: str | Path | None = None) -> list[BatchItem]:
+                   exclude: str | Path | None = None,
+                   skipped: list[Path] | None = None) -> list[BatchItem]:
     """Files, folders (their image files; ``recursive`` descends) and glob patterns → items.
 
-    A path that does not exist is kept, so that it is reported as a failed input. Outputs
+    A path that does not exist is kept, so that it is reported as a failed input; so is a
+    broken symbolic link a folder or a pattern finds. Outputs
     are named by the path relative to the common parent folder of all inputs. Files that a
     folder or a pattern finds inside ``exclude`` (the output folder) are left out: a batch
     never analyses its own figures. A file named explicitly is always an input, a DICOM
@@ -55,24 +57,32 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
     are grouped into volumes by their headers: a series of slices is one input named after
     the folder (``folder/series_N`` when it holds several), a one-file image its own input.
 
+    ``skipped``, when given, receives what a folder scan left out: files that are not images
+    (hidden files aside) and, without ``recursive``, subfolders.
+
     Raises
     ------
     ValueError
-        When nothing at all was found.
+        When nothing at all was found, or every file named does not exist.
     """
     found: list[Path] = []
     named: set[Path] = set()
     for entry in inputs:
         text = str(entry)
         if _is_glob(text) and not Path(text).exists():
-            found += [p for p in _glob(text, recursive) if p.is_file() or is_zarr(p)]
+            found += [p for p in _glob(text, recursive)
+                      if p.is_file() or is_zarr(p) or _is_broken_link(p)]
         elif Path(text).is_dir() and not is_zarr(text):
             walk = _walk(Path(text)) if recursive else Path(text).iterdir()
-            found += sorted(p for p in walk if _is_image(p))
+            taken, left = _split(walk)
+            found += taken
+            if skipped is not None:
+                skipped += left
         else:
             found.append(Path(text))
-            named.add(Path(text).resolve())
-    unique = list(dict.fromkeys(p.resolve() for p in found))
+            named.add(_key(Path(text)))
+    _check_named(inputs, found)
+    unique = list(dict.fromkeys(_key(p) for p in found))
     if exclude is not None:
         skip = Path(exclude).resolve()
         unique = [p for p in unique if p in named or (skip != p and skip not in p.parents)]
@@ -94,7 +104,7 @@ def _with_series(paths: list[Path], named: set[Path],
     folders: dict[Path, list[Path]] = {}
     order: list[tuple[Path, bool]] = []  # (path, whether it is a folder of DICOM files)
     for p in paths:
-        if p not in named and _is_dicom(p):
+        if p not in named and not _is_broken_link(p) and _is_dicom(p):
             if p.parent not in folders:
                 order.append((p.parent, True))
             folders.setdefault(p.parent, []).append(p)
@@ -118,6 +128,36 @@ def _series_of(folder: Path, files: list[Path]) -> list[tuple[Path, Path, tuple[
     return [(group[0], group[0], ()) if len(group) == 1 else
             (folder if stacks == 1 else folder / label, folder, group)
             for label, group in volumes]
+
+
+def _split(walk: Iterator[Path]) -> tuple[list[Path], list[Path]]:
+    """A folder's entries: the inputs, and what is left out (hidden files aside)."""
+    taken, left = [], []
+    for p in sorted(walk):
+        if _is_image(p) or _is_broken_link(p):
+            taken.append(p)
+        elif not p.name.startswith("."):
+            left.append(p)
+    return taken, left
+
+
+def _check_named(inputs: Sequence[str | Path], found: list[Path]) -> None:
+    """Nothing found exists (named files that are not there): say so at once."""
+    if found and not any(p.exists() or p.is_symlink() for p in found):
+        missing = ", ".join(map(str, found[:5])) + (", ..." if len(found) > 5 else "")
+        raise ValueError(f"No such file or folder: {missing} (from {Path.cwd()}); check the "
+                         "path, or quote a glob pattern.")
+
+
+def _is_broken_link(path: Path) -> bool:
+    """A symbolic link to nothing: an input of its own, which fails with a row saying so."""
+    return path.is_symlink() and not path.exists()
+
+
+def _key(path: Path) -> Path:
+    """The path an input is known by: resolved, except a broken link, which stays itself
+    (resolving would name a file that is not there)."""
+    return path.absolute() if _is_broken_link(path) else path.resolve()
 
 
 def _is_dicom(path: Path) -> bool:

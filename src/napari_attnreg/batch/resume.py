@@ -4,7 +4,9 @@ Beside every result ``NAME.attnreg.npz`` a batch writes ``NAME.attnreg.json`` *l
 the result and its figure are complete. It records the input (resolved path, size,
 modification time; for a DICOM series, of all its files), the run (the model, the SHA-256 of
 its weights, and every option as the run resolves it: the preset's defaults filled in) and
-the size of every artefact. A resumed batch skips an output only when all of that still
+the size of every artefact. The input's bytes are fingerprinted too
+(:func:`content_digest`), since copies made with ``cp -p``, ``rsync -t`` or tar keep sizes and
+modification times while the content changes. A resumed batch skips an output only when all of that still
 matches; otherwise it redoes the output and says why, or refuses when the output belongs to
 another input of the same name.
 
@@ -14,7 +16,9 @@ the weights file), so a batch whose outputs are all complete never loads it.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,7 +30,12 @@ from napari_attnreg.core.run.service import ModelSpec
 
 RECORD_FORMAT = "napari-attnreg resume record"
 #: 2: the run is the resolved options and the model's identity before loading it.
-RECORD_VERSION = 2
+#: 3: the input's content digest.
+RECORD_VERSION = 3
+#: Inputs up to this many bytes in all are hashed whole; larger ones by sampled blocks.
+WHOLE_HASH_BYTES = 256 << 20
+SAMPLE_BLOCKS = 64  # blocks read from each file of a larger input
+SAMPLE_BLOCK_BYTES = 64 << 10
 #: Options that change only how the work is cut up (the null images do not depend on the
 #: chunking; the scores agree to float32 rounding): a resume keeps outputs made with others.
 ROUNDING_ONLY = ("chunk_size", "memory_fraction")
@@ -42,18 +51,61 @@ class Decision:
 
 
 def input_stamp(path: Path, files: Sequence[Path] = ()) -> dict[str, Any]:
-    """The input as a resume record identifies it: resolved path, size, modification time;
-    for a DICOM series (``files``), their number, total size and latest modification."""
+    """The input as a resume record identifies it: resolved path, size, modification time
+    and :func:`content_digest`; for a DICOM series (``files``), their number, total size,
+    latest modification and digest; for an OME-Zarr folder, those of the files inside."""
+    path = Path(path)
     try:
+        if not files and path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.is_file())
         if files:
             stats = [Path(f).stat() for f in files]
             return {"source": str(path), "files": len(stats),
                     "size": sum(st.st_size for st in stats),
-                    "mtime_ns": max(st.st_mtime_ns for st in stats)}
-        st = Path(path).stat()
+                    "mtime_ns": max(st.st_mtime_ns for st in stats),
+                    "blake2b": content_digest([Path(f) for f in files], root=path)}
+        st = path.stat()
+        digest = content_digest([path])
     except OSError:  # missing: reading it fails and reports it; nothing can match
         return {"source": str(path), "size": None, "mtime_ns": None}
-    return {"source": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"source": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "blake2b": digest}
+
+
+def content_digest(files: Sequence[Path], root: Path | None = None) -> str:
+    """A BLAKE2b fingerprint of the files' bytes (and, under ``root``, their names).
+
+    Up to :data:`WHOLE_HASH_BYTES` in all every byte is hashed: BLAKE2b reads faster than most
+    disks deliver, so this costs about one extra read of an input the run reads anyway.
+    Above it (whole-slide images, long series) each file contributes its size and
+    :data:`SAMPLE_BLOCKS` blocks spread evenly over it, first and last included: a resume then
+    stays seconds, not minutes, per input, and catches swapped or re-exported files, a
+    changed header or a re-compressed image, but not an edit confined to bytes between the
+    samples (with the size and modification time unchanged); ``--overwrite`` redoes such an
+    input.
+
+    Raises
+    ------
+    OSError
+        A file cannot be read.
+    """
+    sizes = [os.stat(f).st_size for f in files]
+    whole = sum(sizes) <= WHOLE_HASH_BYTES
+    digest = hashlib.blake2b(b"whole" if whole else b"sampled", digest_size=20)
+    for file, size in zip(files, sizes, strict=True):
+        if root is not None:
+            digest.update(os.fsencode(os.path.relpath(file, root)) + b"\0")
+        digest.update(size.to_bytes(8, "little"))
+        with open(file, "rb") as fh:
+            if whole:
+                while block := fh.read(1 << 20):
+                    digest.update(block)
+                continue
+            last = max(size - SAMPLE_BLOCK_BYTES, 0)
+            for i in range(SAMPLE_BLOCKS):
+                fh.seek(last * i // (SAMPLE_BLOCKS - 1))
+                digest.update(fh.read(SAMPLE_BLOCK_BYTES))
+    return digest.hexdigest()
 
 
 def model_identity(spec: ModelSpec) -> dict[str, Any]:
@@ -151,7 +203,11 @@ def decide(result: Path, artefacts: Mapping[str, Path], stamp: Mapping[str, Any]
         if not result.exists():
             return Decision("new")
         owner = _result_source(result)
-        if owner is not None and owner != stamp["source"]:
+        if owner is None:  # not a result file at all: someone else's, never overwritten
+            return Decision("refuse", f"the output {result} exists and is not a napari-attnreg "
+                                      "result file; move it away (or use --overwrite to "
+                                      "replace it)")
+        if owner and owner != stamp["source"]:
             return _refusal(result, owner)
         return Decision("redo", "there is no resume record beside the existing result (an "
                                 "interrupted or older run)")
@@ -162,7 +218,9 @@ def decide(result: Path, artefacts: Mapping[str, Path], stamp: Mapping[str, Any]
         return Decision("redo", "its resume record is from another version of napari-attnreg, "
                                 "which recorded the run differently")
     if record["input"] != dict(stamp):
-        return Decision("redo", "the input changed since (size or modification time)")
+        changed = "content" if _same_but_digest(record["input"], stamp) else \
+            "size or modification time"
+        return Decision("redo", f"the input changed since ({changed})")
     changed = _changed(record["run"], run)
     if changed:
         return Decision("redo", f"the options changed ({', '.join(changed)})")
@@ -173,6 +231,11 @@ def decide(result: Path, artefacts: Mapping[str, Path], stamp: Mapping[str, Any]
         if not path.is_file() or path.stat().st_size != entry.get("size"):
             return Decision("redo", f"its {kind} {path.name} is missing or incomplete")
     return Decision("skip")
+
+
+def _same_but_digest(recorded: Mapping[str, Any], stamp: Mapping[str, Any]) -> bool:
+    return {k: v for k, v in recorded.items() if k != "blake2b"} == {
+        k: v for k, v in stamp.items() if k != "blake2b"}
 
 
 def _changed(recorded: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
@@ -194,11 +257,12 @@ def _refusal(result: Path, owner: str) -> Decision:
 
 
 def _result_source(result: Path) -> str | None:
-    """The ``source`` a result file of an older run names, or None when it cannot be read."""
+    """The ``source`` a result file of an older run names (``""`` when it names none), or
+    None when it cannot be read as a result."""
     from napari_attnreg.core.results.result import AttentionResult
 
     try:
         source = AttentionResult.load(result).metadata.get("source")
     except (ValueError, OSError):
         return None
-    return str(source) if source else None
+    return str(source) if source else ""

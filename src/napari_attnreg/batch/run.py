@@ -18,6 +18,8 @@ outputs are all complete never loads it.
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -29,10 +31,17 @@ import numpy as np
 
 from napari_attnreg.batch.distributed import check_workers, run_on_dask
 from napari_attnreg.batch.figure import figure_view
-from napari_attnreg.batch.items import BatchItem, output_artefacts, output_path, prepare_output_dir
+from napari_attnreg.batch.items import (
+    RESULT_SUFFIX,
+    BatchItem,
+    output_artefacts,
+    output_path,
+    prepare_output_dir,
+)
 from napari_attnreg.batch.resume import decide, input_stamp, run_signature, write_record
 from napari_attnreg.batch.summary import (
     BatchReport,
+    FolderLock,
     Row,
     SummaryFile,
     failed_row,
@@ -51,7 +60,7 @@ from napari_attnreg.core.run.service import (
     run_job_sync,
     user_message,
 )
-from napari_attnreg.io.readers import ImageInfo, image_info, read_lazy, read_source
+from napari_attnreg.io.readers import ImageInfo, open_for_run
 
 if TYPE_CHECKING:
     from napari_attnreg.core.run.lazy import LazyImage
@@ -168,33 +177,53 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
         constant, too small, a write error) is a ``failed: reason`` row, not an exception.
     """
     spec = ModelSpec.from_model(model, arch)
-    # before reading: a file changed meanwhile is redone later
-    stamp = input_stamp(item.source, item.files)
-    ctx = _ItemContext(item, Path(out_dir), spec, dict(opts), figure, stamp,
-                       run_signature(spec, opts), overwrite, quiet, {},
-                       before_run)  # extra: once the file is read
-    whole, _ = _resume(ctx, None)
-    if whole is not None:
-        return [whole]
+    if item.source.is_symlink() and not item.source.exists():
+        return [failed_row(item, None, f"{item.source} is a broken symbolic link (to "
+                                       f"{os.readlink(item.source)}, which does not exist)")]
     try:
-        source, info = _open(item, opts)
-    except (ValueError, OSError) as err:
-        return [failed_row(item, None, user_message(err))]
+        # before reading: a file changed meanwhile is redone later
+        stamp = input_stamp(item.source, item.files)
+        ctx = _ItemContext(item, Path(out_dir), spec, dict(opts), figure, stamp,
+                           run_signature(spec, opts), overwrite, quiet, {},
+                           before_run)  # extra: once the file is read
+        whole, _ = _resume(ctx, None)
+        if whole is not None:
+            return [whole]
+        try:
+            source, info = _open(item, opts)
+        except (ValueError, OSError) as err:
+            return [failed_row(item, None, user_message(err))]
+    except OSError as err:  # the file system refuses this input's output names: its row
+        return [failed_row(item, None, _path_message(item, err))]
     # the file's kind (the image_kind option, when given, wins in the result's metadata)
     ctx = replace(ctx, extra=info.run_extra())
     planes = source.planes() if isinstance(source, PlaneStack) else [()]
-    return [_plane_row(ctx, source, index) for index in planes]
+    return [_guarded_plane_row(ctx, source, index) for index in planes]
+
+
+def _guarded_plane_row(ctx: _ItemContext, source: PlaneStack | LazyImage,
+                       index: PlaneIndex) -> Row:
+    try:
+        return _plane_row(ctx, source, index)
+    except OSError as err:
+        return failed_row(ctx.item, index or None, _path_message(ctx.item, err))
+
+
+def _path_message(item: BatchItem, err: OSError) -> str:
+    """An output path the file system refuses, in words that say what to change."""
+    if err.errno == errno.ENAMETOOLONG:
+        return (f"the output names of {item.source} would be longer than the file system "
+                f"allows ({len(os.fsencode(item.relative.name))} bytes in the input's name, "
+                f"plus about {len(RESULT_SUFFIX) + 24} for the outputs, against 255); rename "
+                "the input to a shorter name")
+    return user_message(err)
 
 
 def _open(item: BatchItem, opts: dict[str, Any]) -> tuple[PlaneStack | LazyImage, ImageInfo]:
-    """The input read on demand when a tiled run can take it that way, else into memory (a
-    DICOM series: its files, once), with what the file says about its pixels."""
-    lazy_ok = opts.get("tiled") and opts.get("tile_scale", 1.0) == 1 and all(
-        opts.get(k) is None for k in ("channels", "merge", "channel_axis"))
-    lazy = read_lazy(item.source) if lazy_ok and not item.files else None
-    if lazy is not None:
-        return lazy, image_info(item.source)
-    return read_source(item.source, opts.get("channel_axis"), item.files or None)
+    """The input read on demand when a tiled run can take it that way (slides at their
+    level), else into memory (a DICOM series: its files, once), with what the file says about
+    its pixels; an untiled run of a huge image is refused from the file's header."""
+    return open_for_run(item.source, opts, item.files or None)
 
 
 def _plane_row(ctx: _ItemContext, source: PlaneStack | LazyImage, index: PlaneIndex) -> Row:
@@ -207,9 +236,9 @@ def _plane_row(ctx: _ItemContext, source: PlaneStack | LazyImage, index: PlaneIn
                                       f" plane {'-'.join(map(str, plane))}")
     if why:
         print(f"{label}: redoing it: {why}", file=sys.stderr)
+    t0 = time.perf_counter()  # wall_seconds: loading the model (first run), run, outputs
     if ctx.before_run is not None:
         ctx.before_run()
-    t0 = time.perf_counter()
     outcome = _run(ctx, source, index, label)
     if index not in outcome.results:
         return failed_row(ctx.item, plane, outcome.errors.get(index) or outcome.message)
@@ -219,7 +248,8 @@ def _plane_row(ctx: _ItemContext, source: PlaneStack | LazyImage, index: PlaneIn
     except (ValueError, MemoryError, OSError) as err:  # this image's outputs: report, go on
         return failed_row(ctx.item, plane, user_message(err))
     _write_record(out, ctx.stamp, ctx.run, artefacts)
-    print(f"{label}: {result.summary()}\n  -> {out}")
+    written = "".join(f"\n  -> {path}" for path in artefacts.values())
+    print(f"{label}: {result.summary()}{written}")
     return {**result_row(ctx.item, plane, out, result, time.perf_counter() - t0, "done"),
             "note": why}
 
@@ -324,8 +354,8 @@ def run_batch(items: Sequence[BatchItem], out_dir: str | Path, model: Any, arch:
     ------
     ValueError
         An option, the device (serial runs), the output folder or the Dask setup is wrong,
-        checked before any image; or the model's patch does not fit the target size,
-        found when the model loads.
+        or another batch is writing into the output folder, checked before any image; or
+        the model's patch does not fit the target size, found when the model loads.
     BackboneError
         The model cannot be loaded (serial runs; a Dask worker reports it per image).
     """
@@ -333,6 +363,17 @@ def run_batch(items: Sequence[BatchItem], out_dir: str | Path, model: Any, arch:
     check_run(opts, device=not distributed)  # everyone's error: say it once, before any work
     check_workers(workers)
     out_dir = prepare_output_dir(out_dir).resolve()
+    with FolderLock(out_dir):  # a second batch into this folder is refused until this ends
+        return _run_locked(items, out_dir, model, arch, opts, overwrite=overwrite, quiet=quiet,
+                           figure=figure, workers=workers, scheduler=scheduler,
+                           on_model=on_model)
+
+
+def _run_locked(items: Sequence[BatchItem], out_dir: Path, model: Any, arch: str | None,
+                opts: dict[str, Any], *, overwrite: bool, quiet: bool, figure: Figure | None,
+                workers: int | None, scheduler: str | None,
+                on_model: Callable[[Backbone], Any] | None) -> BatchReport:
+    distributed = bool(workers or scheduler)
     summary = SummaryFile(out_dir / "summary.csv")
     settings = {"overwrite": overwrite, "quiet": quiet, "figure": figure}
     per_item: Iterable[list[Row]]

@@ -43,7 +43,7 @@ from napari_attnreg.core.run.planes import PlaneStack
 TIFF_SUFFIXES = (".tif", ".tiff")
 #: File name endings a folder scan takes as images (an OME-Zarr is a ``*.zarr`` folder).
 IMAGE_SUFFIXES = (*TIFF_SUFFIXES, ".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp",
-                  *DICOM_SUFFIXES)
+                  *DICOM_SUFFIXES, ".svs", ".ndpi")
 
 
 #: OME length units as figures and records write them.
@@ -76,8 +76,9 @@ class ImageInfo:
 
     @classmethod
     def from_layer_metadata(cls, metadata: Mapping[str, Any]) -> ImageInfo:
-        """The same facts from the metadata our napari reader gives a layer (``"dicom"`` or
-        ``"ome"``), so a front end running on a layer records what the command line does.
+        """The same facts from the metadata our napari reader gives a layer (``"dicom"``,
+        ``"slide"`` or ``"ome"``), so a front end running on a layer records what the command
+        line does.
 
         Example
         -------
@@ -93,6 +94,11 @@ class ImageInfo:
             kind = kind_of_modality(modality)
             return cls(size, "mm" if size else None, kind,
                        f"DICOM Modality {modality}" if kind else "")
+        slide = metadata.get("slide")
+        if isinstance(slide, Mapping):
+            mpp = slide.get("mpp")
+            return cls((float(mpp), float(mpp)) if mpp else None, "µm" if mpp else None,
+                       "pathology", "slide file")
         if isinstance(ome, Mapping):
             physical = ome.get("physical_size") or {}
             sizes = [physical.get(a) for a in "YX"]
@@ -223,6 +229,88 @@ def read_lazy(path: str | Path) -> LazyImage | None:
         with decoding(path):
             return open_lazy(path)
     except ValueError:
+        return None
+
+
+def open_for_run(path: str | Path, opts: Mapping[str, Any],
+                 files: Sequence[str | Path] | None = None,
+                 ) -> tuple[PlaneStack | LazyImage, ImageInfo]:
+    """An input as a run reads it, with what the file says about its pixels.
+
+    A slide (SVS, NDPI, pyramidal TIFF) is opened at the level or resolution of ``opts``
+    (``level``, ``mpp``); a tiled run reads it, and any TIFF/OME-Zarr holding one image, on
+    demand; other inputs are read into memory (a DICOM series: its ``files``, once). An
+    untiled run of an image above the pixel budget is refused from the size the file's
+    header states, before its pixels are read.
+
+    Raises
+    ------
+    ValueError
+        Unreadable, too large for an untiled run (the message names ``--tiled``), or an
+        impossible slide level.
+    """
+    from napari_attnreg.core.run.lazy import check_untiled_size
+    from napari_attnreg.io.slides import is_slide, open_slide
+
+    path, tiled = Path(path), bool(opts.get("tiled"))
+    if is_slide(path):
+        slide = open_slide(path, level=opts.get("level"), mpp=opts.get("mpp"))
+        if tiled:
+            return slide, slide_info(slide)
+        check_untiled_size(slide.analysed_shape, str(path))
+        return PlaneStack.from_array(_slide_pixels(slide)), slide_info(slide)
+    lazy_ok = tiled and opts.get("tile_scale", 1.0) == 1 and all(
+        opts.get(k) is None for k in ("channels", "merge", "channel_axis"))
+    lazy = read_lazy(path) if lazy_ok and not files else None
+    if lazy is not None:
+        return lazy, image_info(path)
+    shape = None if tiled else header_plane_shape(path)
+    if shape is not None:
+        check_untiled_size(shape, str(path))
+    return read_source(path, opts.get("channel_axis"), files or None)
+
+
+def slide_info(image: LazyImage) -> ImageInfo:
+    """What an opened slide says: µm per analysed pixel, and that it is a pathology image."""
+    size = None if image.mpp is None else (float(image.mpp), float(image.mpp))
+    return ImageInfo(size, "µm" if size else None, "pathology", "slide file")
+
+
+def _slide_pixels(slide: LazyImage) -> np.ndarray:
+    """A slide level read whole (an untiled run), resampled to its resolution if asked."""
+    pixels = slide.read(slice(None), slice(None))
+    if slide.scale == 1:
+        return pixels
+    from skimage.transform import resize
+
+    shape = (*slide.analysed_shape, *pixels.shape[2:])
+    return resize(pixels, shape, preserve_range=True, anti_aliasing=True).astype(pixels.dtype)
+
+
+def header_plane_shape(path: str | Path) -> tuple[int, int] | None:
+    """``(H, W)`` of an image file's planes as its header states them, without decoding the
+    pixels (TIFF, OME-Zarr, formats imageio reads); None where the header does not say."""
+    path = Path(path)
+    try:
+        if is_zarr(path):
+            lazy = read_lazy(path)
+            return None if lazy is None else lazy.shape
+        if not path.is_file() or path.suffix.lower() in DICOM_SUFFIXES:
+            return None
+        if path.suffix.lower() in TIFF_SUFFIXES:
+            import tifffile
+
+            with decoding(path), tifffile.TiffFile(path, _multifile=False) as tif:
+                series = tif.series[0]
+                shape, axes = series.shape, series.axes
+            return int(shape[axes.index("Y")]), int(shape[axes.index("X")])
+        import imageio.v3 as iio
+
+        with decoding(path):
+            props = iio.improps(path)
+        shape = props.shape[1:] if props.is_batch else props.shape
+        return (int(shape[0]), int(shape[1])) if len(shape) >= 2 else None
+    except (ValueError, IndexError):  # unreadable or unnamed axes: reading reports it
         return None
 
 

@@ -154,7 +154,8 @@ class AttentionExplorer(W.VBox):
 
     def __init__(self, image: Any, model: str | Backbone | Any = "demo", *,
                  arch: str | None = None, preset: str = DEFAULT_PRESET, method: str | None = None,
-                 n_boot: int = 200, seed: int = 0, device: str = "auto",
+                 n_boot: int = RUN_DEFAULTS.n_boot, seed: int = RUN_DEFAULTS.seed,
+                 device: str = RUN_DEFAULTS.device,
                  tiled: bool = RUN_DEFAULTS.tiled, tile_overlap: int = RUN_DEFAULTS.tile_overlap,
                  tile_scale: float = RUN_DEFAULTS.tile_scale, rule: str = FROM_PRESET,
                  q_th: float | str = FROM_PRESET, p_th: float | str = FROM_PRESET,

@@ -21,9 +21,9 @@ from napari_attnreg.core.run.service import available_devices
 from napari_attnreg.core.run.thresholds import Thresholds
 from napari_attnreg.core.stats.presets import (
     DEFAULT_PRESET,
-    PRESETS,
     THRESHOLD_KEYS,
     default_thresholds,
+    presets,
 )
 from napari_attnreg.notebook import render
 from napari_attnreg.notebook.views import DRAW_MODES
@@ -54,16 +54,16 @@ class ExplorerState(t.HasTraits):
 
     model_name = t.Unicode("demo")
     method = t.Enum(NULL_METHODS, default_value=default_for("method", DEFAULT_PRESET))
-    n_boot = t.Int(200)
-    seed = t.Int(0)
-    device = t.Unicode("auto")
+    n_boot = t.Int(default_for("n_boot"))
+    seed = t.Int(default_for("seed"))
+    device = t.Unicode(default_for("device"))
     tiled = t.Bool(RUN_DEFAULTS.tiled)
     tile_overlap = t.Int(RUN_DEFAULTS.tile_overlap, allow_none=True)  # None: a quarter tile
     tile_scale = t.Float(RUN_DEFAULTS.tile_scale)
-    preset = t.Enum(PRESETS, default_value=DEFAULT_PRESET)
+    preset = t.Enum(presets(), default_value=DEFAULT_PRESET)
     #: The preset of what the thresholds show (the selected result's, else ``preset``): its
     #: rules are the ones offered.
-    shown_preset = t.Enum(PRESETS, default_value=DEFAULT_PRESET)
+    shown_preset = t.Enum(presets(), default_value=DEFAULT_PRESET)
     rule = t.Enum(RULES, default_value=_PRESET["rule"])
     q_th = t.Float(_PRESET["q_th"])
     p_th = t.Float(_PRESET["p_th"])

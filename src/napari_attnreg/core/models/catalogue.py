@@ -224,6 +224,8 @@ def load_entry(entry: CatalogueEntry, *, pretrained: bool = True,
 
     if entry.loader == "demo":
         bb = timm_backbones.load_bundled(entry.id)
+        if weights is not None:  # the user's file, never the bundled weights in its name
+            bb = _with_user_weights(bb, entry, Path(weights))
     elif entry.loader == "transformers":
         bb = _load_transformers_entry(entry, pretrained=pretrained, weights=weights)
     elif weights is None and pretrained and entry.hub_id.startswith("timm/"):
@@ -231,6 +233,17 @@ def load_entry(entry: CatalogueEntry, *, pretrained: bool = True,
     else:
         bb = _load_timm_entry(entry, pretrained=pretrained, weights=weights)
     return annotate(bb, entry)
+
+
+def _with_user_weights(bb, entry: CatalogueEntry, path: Path):
+    """A bundled architecture holding a user's weights file: every tensor replaced, or a
+    :class:`BackboneError` naming the file (wrong tensors or shapes, empty, truncated, NaN)."""
+    from napari_attnreg.core.models.weights import load_state_strict, read_state_dict
+
+    state = read_state_dict(path)
+    load_state_strict(bb.model, state, str(path), entry.id)
+    bb.weights = str(path)
+    return bb
 
 
 def _load_timm_entry(entry: CatalogueEntry, *, pretrained: bool, weights: str | Path | None):

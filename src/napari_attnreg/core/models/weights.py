@@ -41,8 +41,14 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """
     if path.is_dir():
         raise folder_error(path, "this model")
+    if path.exists() and not path.is_file():  # /dev/zero, a pipe: endless or one-shot bytes
+        raise BackboneError(f"{path} is not a regular file (a device or a pipe); give a "
+                            "weights file.")
     if not path.is_file():
         raise BackboneError(f"Weights file not found: {path}")
+    if path.stat().st_size == 0:
+        raise BackboneError(f"The weights file {path} is empty (0 bytes): truncated, or never "
+                            "written completely. Download or save it again.")
     if path.suffix.lower() == ".safetensors":
         state = _read_safetensors(path)
     else:
@@ -150,6 +156,42 @@ def load_timm_state(module: nn.Module, state: dict[str, torch.Tensor], source: s
             f"{len(missing)} missing keys (e.g. {missing[:3]}), {len(unexpected)} unexpected "
             f"(e.g. {unexpected[:3]}). Check --arch."
         )
+
+
+def load_state_strict(module: nn.Module, state: dict[str, torch.Tensor], source: str,
+                      arch: str) -> None:
+    """Load ``state`` into ``module`` replacing every tensor, or refuse it.
+
+    For the bundled architectures, whose own weights must never stand in for a user's file:
+    every tensor the module has must be in the file with the same shape and finite values,
+    and the file may hold nothing else.
+
+    Raises
+    ------
+    BackboneError
+        Naming ``source``: missing or extra tensors, a different shape, NaN or infinite values.
+    """
+    own = module.state_dict()
+    missing = sorted(set(own) - set(state))
+    extra = sorted(set(state) - set(own))
+    if missing or extra:
+        raise BackboneError(
+            f"{source} does not hold the weights of '{arch}': {len(missing)} of its tensors are "
+            f"missing (e.g. {missing[:3]}) and {len(extra)} are not in it (e.g. {extra[:3]}). "
+            "Give a file saved from this architecture, or another --arch.")
+    shapes = [(k, tuple(state[k].shape), tuple(v.shape)) for k, v in own.items()
+              if state[k].shape != v.shape]
+    if shapes:
+        key, got, want = shapes[0]
+        raise BackboneError(
+            f"{source} does not fit '{arch}': {len(shapes)} tensors have other shapes (e.g. "
+            f"{key}: {got} in the file, {want} in the model). Check --arch.")
+    bad = [k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise BackboneError(
+            f"{source} holds NaN or infinite values in {len(bad)} tensors (e.g. {bad[:3]}); "
+            "the training that wrote it diverged or the file is damaged. Give other weights.")
+    module.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()}, strict=True)
 
 
 def _pos_embed_grid(pos_embed: torch.Tensor, num_prefix: int, model_grid: tuple[int, int],

@@ -1,7 +1,8 @@
 """What the front ends show for a result: maps, names, legends, ranges, colours, text.
 
-napari layers, notebook overlays and CLI figures all read these, so a map's name or legend
-is written once. Under the directional preset the significance and posterior maps say
+napari layers, notebook overlays and CLI figures all read these; a statistics map's name and
+legend come from the procedure that made it (:mod:`napari_attnreg.core.stats.procedures`),
+so each is written once. Under the directional preset the significance and posterior maps say
 "above the null": bright means the model attends there *more* than it does to noise.
 
 Example
@@ -19,23 +20,22 @@ from typing import Any
 import numpy as np
 
 from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.stats.presets import presets
+from napari_attnreg.core.stats.procedures import get_procedure
 
 #: One colour for every significant-region outline (napari Labels, notebook, figures).
 SIGNIFICANT_COLOR = "#00e5ff"
 #: The same colour as 0–255 RGB (for front ends that paint pixels themselves).
 SIGNIFICANT_RGB = tuple(int(SIGNIFICANT_COLOR[i:i + 2], 16) for i in (1, 3, 5))
-#: What each preset answers (tooltips of the preset controls).
-PRESET_HELP = {
-    "stepdown": "step-down (default): does the attention concentrate on anything more than null "
-                "images made of the image's own half-patch blocks, and on which patches? "
-                "Evidence = 1 − step-down adjusted p; significant by ForwardStop at α = 0.1; "
-                "one map-level p answers 'is anything here?'.",
-    "directional": "directional (default): is this patch's attention HIGHER than noise input "
-                   "gives? One-sided p⁺, q⁺ and posterior⁺; significant at q⁺ ≤ 0.1, no z mask.",
-    "paper": "paper: the published procedure (Chung & Laletin): two-sided p-values and the "
-             "local fdr on z; significant at lfdr ≤ 0.3 with z ≥ 0. Also flags attention far "
-             "BELOW the null.",
-}
+
+
+def preset_help(preset: str) -> str:
+    """What a preset answers (tooltips of the preset controls), as its procedure says."""
+    return get_procedure(preset).help
+
+
+#: What each built-in preset answers (read :func:`preset_help` for one registered later).
+PRESET_HELP = {name: preset_help(name) for name in presets()}
 #: What each rule means (tooltips of the rule choices; their labels are the option metadata's).
 RULE_HELP = {
     "forwardstop": "ForwardStop at α: the patches of largest attention, in order, as long as "
@@ -60,14 +60,7 @@ def neg_log10_p(result: AttentionResult) -> np.ndarray:
     p of 0 (the paper's pooled top token) floored at the pool's resolution.
     """
     n_null = int(result.null_summary.get("B", result.metadata.get("n_boot", 1)))
-    if result.preset == "stepdown":
-        return -np.log10(np.maximum(result.q, 1.0 / (100.0 * (1 + n_null))))
-    floor = 1.0 / ((1 + n_null) * result.attention.size)
-    return -np.log10(np.maximum(result.p, floor))
-
-
-def _directional(preset: str) -> bool:
-    return preset != "paper"
+    return result.procedure.neg_log10_p(result.p, result.q, n_null)
 
 
 def map_level_text(result: AttentionResult) -> str:
@@ -110,40 +103,18 @@ class MapDisplay:
 
     def title(self, preset: str, thresholds: dict[str, Any] | None = None) -> str:
         """Short name (layer suffix, panel title)."""
-        up = _directional(preset)
         if self.key == "attention":
             return "attention"
-        if self.key == "pvalue":
-            if preset == "stepdown":
-                return "−log10 adjusted p (step-down)"
-            return "−log10 p, above null" if up else "−log10 p (two-sided)"
-        if self.key == "posterior":
-            if preset == "stepdown":
-                return "evidence (1 − adjusted p)"
-            return "P(above null)" if up else "posterior 1 − lfdr (two-sided)"
+        if self.key in ("pvalue", "posterior"):
+            return get_procedure(preset).map_text(self.key).title
         return f"regularized ({rule_text(thresholds)})" if thresholds else "regularized"
 
     def legend(self, preset: str) -> str:
         """One sentence that says how to read the colours."""
-        up = _directional(preset)
         if self.key == "attention":
             return "CLS attention of each patch (bright = the model looks here)."
-        if self.key == "pvalue" and preset == "stepdown":
-            return ("−log10 of the step-down adjusted p: bright = this patch, and every patch "
-                    "with more attention, draw more of the attention than null images made of "
-                    "the image's own half-patch blocks; 1 = p 0.1, 2 = p 0.01.")
-        if self.key == "posterior" and preset == "stepdown":
-            return ("evidence: 1 − step-down adjusted p. Never lower for a patch with more "
-                    "attention; 0.9 = adjusted p 0.1.")
-        if self.key == "pvalue":
-            return ("−log10 of the one-sided p-value: bright = attention above what noise "
-                    "input gives; 1 = p 0.1, 2 = p 0.01." if up else
-                    "−log10 of the paper's two-sided p-value: bright = far from the null in "
-                    "either direction (also BELOW it).")
-        if self.key == "posterior":
-            return ("Probability that the patch's attention is above the null (1 − local fdr)."
-                    if up else "1 − local fdr on z, two-sided: high also for attention far "
-                    "below the null.")
+        if self.key in ("pvalue", "posterior"):
+            return get_procedure(preset).map_text(self.key).legend
         return "Attention kept where the rule calls it significant, zero elsewhere."
 
     def values(self, result: AttentionResult, thresholds: dict[str, Any] | None = None) -> np.ndarray:
@@ -197,9 +168,7 @@ def significance_caption(result: AttentionResult | Sequence[AttentionResult],
     shown = [with_thresholds(r, thresholds) for r in results]
     masks = [r.significant() for r in shown]
     kept, total = sum(int(m.sum()) for m in masks), sum(m.size for m in masks)
-    preset = results[0].preset
-    side = ("step-down" if preset == "stepdown" else "above the null" if _directional(preset)
-            else "paper's two-sided test")
+    side = results[0].procedure.side
     planes = f" in {len(results)} planes" if len(results) > 1 else ""
     caption = (f"{kept}/{total} patches significant{planes} "
                f"({rule_text(shown[0].thresholds_used)}), {side}")
@@ -292,10 +261,10 @@ ROI_COLUMN_HELP = {
 
 
 def roi_header(key: str, preset: str) -> str:
-    """Header of ROI column ``key``; the soft map's column is named as ``preset`` computes it."""
-    if key == "mean_posterior":
-        return {"stepdown": "Mean evidence", "directional": "Mean P(above null)"}.get(
-            preset, ROI_COLUMNS[key])
+    """Header of ROI column ``key``; the soft map's column is named as ``preset`` computes it
+    (the generic name when there is no result yet: ``preset`` empty)."""
+    if key == "mean_posterior" and preset in presets():
+        return get_procedure(preset).evidence_header
     return ROI_COLUMNS.get(key, key)
 
 
@@ -334,7 +303,7 @@ def describe_pixel(result: AttentionResult, row: float, col: float) -> str:
         return ""
     i, j = token
     where = f"x={round(col)} y={round(row)} · patch ({i},{j}) attention={result.attention[i, j]:.4g}"
-    if result.preset == "stepdown":
+    if result.procedure.uses_step_p:
         return (f"{where} step p={result.p[i, j]:.3g} adjusted p={result.q[i, j]:.3g} "
                 f"evidence={result.posterior[i, j]:.3g}")
     return (f"{where} z={result.z[i, j]:.2f} p={result.p[i, j]:.3g} q={result.q[i, j]:.3g} "

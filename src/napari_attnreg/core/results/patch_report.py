@@ -92,7 +92,7 @@ def patch_report(result: AttentionResult, row: float, col: float) -> PatchReport
     significant = bool(result.significant()[i, j])
     common = {"token": token, "pixel": (round(row), round(col)), "significant": significant,
               "rule": rule_text(result.thresholds_used)}
-    if result.preset == "stepdown":
+    if result.procedure.uses_step_p:
         return PatchReport(values=_stepdown_values(result, i, j),
                            null_lines=tuple(_stepdown_lines(result, i, j)), **common)
     hist = _null_histogram(result)
@@ -175,7 +175,7 @@ def _stepdown_lines(result: AttentionResult, i: int, j: int) -> list[str]:
 
 # ---- directional and paper: z against the pooled null ------------------------------------
 def _pooled_values(result: AttentionResult, i: int, j: int) -> tuple[tuple[str, str], ...]:
-    up = result.preset != "paper"
+    up = result.procedure.one_sided
     return (("attention", f"{result.attention[i, j]:.4g}"), ("z", f"{result.z[i, j]:.2f}"),
             ("p⁺" if up else "p (two-sided)", _g(result.p[i, j])),
             ("q⁺" if up else "q", _g(result.q[i, j])),
@@ -215,7 +215,7 @@ def _pooled_lines(result: AttentionResult, i: int, j: int) -> list[str]:
     if mean is not None and std is not None and np.size(mean) == result.attention.size:
         lines.append(f"Null z at this patch's position: {float(np.ravel(mean)[flat]):.2f} "
                      f"± {float(np.ravel(std)[flat]):.2f} (mean ± sd over the null images).")
-    side = ("one-sided: attention above the null" if result.preset != "paper"
+    side = ("one-sided: attention above the null" if result.procedure.one_sided
             else "two-sided: far from the null either way")
     lines.append(f"p is {side}.")
     return lines

@@ -12,24 +12,18 @@ import math
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from napari_attnreg.core.results.result_file import MAP_NAMES, read_result_file
 from napari_attnreg.core.stats.diagnostics import Diagnostic, from_metadata
-from napari_attnreg.core.stats.presets import THRESHOLD_KEYS, default_thresholds, rules_for
-from napari_attnreg.core.stats.rules import (
-    RULES,
-    regularized_map,
-    regularized_maps,
-    significance_mask,
-)
-from napari_attnreg.core.stats.stepdown import RULE_LEVEL, STEPDOWN_RULES
-from napari_attnreg.core.stats.stepdown_maps import stepdown_mask
+from napari_attnreg.core.stats.procedures import THRESHOLD_KEYS, Procedure, get_procedure
+from napari_attnreg.core.stats.rules import RULES, regularized_map, regularized_maps
 
 FORMAT_VERSION = 1
 #: ``metadata`` key of the source image's pixel spacing, origin and units (:attr:`spatial`).
@@ -200,6 +194,21 @@ class AttentionResult:
         return str(self.metadata.get("preset", "paper"))  # files before presets were paper
 
     @property
+    def procedure(self) -> Procedure:
+        """The statistical procedure that made this result (ask it how to read the maps)."""
+        return get_procedure(self.preset)
+
+    @property
+    def maps(self) -> Mapping[str, np.ndarray]:
+        """The token maps ``(gh, gw)`` by the names the result's procedure gives them.
+
+        Step-down: ``z``, ``step_p``, ``adjusted_p``, ``evidence``; directional and paper:
+        ``z``, ``p``, ``q``, ``lfdr``, ``posterior``. Read-only (the arrays are the result's).
+        """
+        return MappingProxyType({name: getattr(self, where)
+                                 for name, where in self.procedure.stored_maps.items()})
+
+    @property
     def p_map(self) -> float | None:
         """Step-down: the map-level p ("does the attention concentrate on anything more than
         null images do?"), resolution ``1/(B + 1)``; None under the other presets."""
@@ -214,7 +223,7 @@ class AttentionResult:
     @property
     def _pixels_per_token(self) -> int:
         # the paper takes the pi0 rule's percentile on the upsampled pixel grid
-        return int(self.patch_size[0] * self.patch_size[1]) if self.preset == "paper" else 1
+        return self.procedure.pixels_per_token(self.patch_size)
 
     # ---- thresholds -----------------------------------------------------------------------
     @property
@@ -235,16 +244,17 @@ class AttentionResult:
         unknown = set(overrides) - set(THRESHOLD_KEYS)
         if unknown:
             raise ValueError(f"Unknown threshold names: {sorted(unknown)}; use {THRESHOLD_KEYS}.")
-        t = {**default_thresholds(self.preset), **self.thresholds}
+        t = {**self.procedure.default_thresholds(), **self.thresholds}
         for key, value in (("rule", rule), *overrides.items()):
             # an explicit z_th=None turns the z mask off; a None elsewhere keeps the default
             if value is not None or key == "z_th":
                 t[key] = value
         if t["rule"] not in RULES:
             raise ValueError(f"Unknown rule {t['rule']!r}; choose one of {RULES}.")
-        if rule is not None and rule not in rules_for(self.preset):  # asked for by name
+        rules = self.procedure.rules
+        if rule is not None and rule not in rules:  # asked for by name
             raise ValueError(f"The {self.preset} preset does not define the {rule!r} rule; its "
-                             f"rules are {', '.join(rules_for(self.preset))} (a run with "
+                             f"rules are {', '.join(rules)} (a run with "
                              "preset='directional' or 'paper' offers q, p, lfdr, pi0, base).")
         return t
 
@@ -280,12 +290,10 @@ class AttentionResult:
         return MASK_CACHE.get(self, t, lambda: self._compute_mask(t))
 
     def _compute_mask(self, t: dict[str, Any]) -> np.ndarray:
-        if t["rule"] in STEPDOWN_RULES:
-            keep = stepdown_mask(self.null_summary, t["rule"], t[RULE_LEVEL[t["rule"]]],
-                                 self.grid_shape)
-            return keep & (self.z >= t["z_th"]) if t["z_th"] is not None else keep
-        return significance_mask(t["rule"], self.z, self.p, self.lfdr, self.pi0,
-                                 posterior=self.posterior, **self._rule_kwargs(t))
+        return self.procedure.mask(t["rule"], t, z=self.z, p=self.p, lfdr=self.lfdr,
+                                   posterior=self.posterior, q=self.q, pi0=self.pi0,
+                                   null_summary=self.null_summary, grid_shape=self.grid_shape,
+                                   pixels_per_token=self._pixels_per_token)
 
     def with_thresholds(self, **thresholds: Any) -> AttentionResult:
         """A copy whose default thresholds are changed (the maps are shared, not recomputed)."""

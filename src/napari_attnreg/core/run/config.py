@@ -19,9 +19,22 @@ from napari_attnreg.core.run.images import TargetSize
 from napari_attnreg.core.run.nulls import NullConfig, half_patch_block
 from napari_attnreg.core.run.options import NULL_SCOPES, OPTIONS, validate_options
 from napari_attnreg.core.run.tiling import work_shape
-from napari_attnreg.core.stats.presets import DEFAULT_PRESET, THRESHOLD_KEYS, resolve_options
+from napari_attnreg.core.stats.procedures import (
+    STATISTICS_KEYS,
+    THRESHOLD_KEYS,
+    Procedure,
+    get_procedure,
+    procedure_names,
+)
 
 Precision = Literal["auto", "float32", "bfloat16", "float16"]
+
+
+def _default(name: str) -> Any:
+    """A field's default, from the option metadata (each default is written there only):
+    ``None`` for an option the preset fills."""
+    return OPTIONS[name].unset
+
 CPU_MAX_CHUNK = 32  # beyond this CPU throughput no longer improves and memory keeps growing
 
 
@@ -37,55 +50,68 @@ class RunConfig:
     (``null_scope="image"``) or one per tile (``"tile"``); see :mod:`.tiled_engine`.
     """
 
-    preset: str = DEFAULT_PRESET
-    method: str | None = None
-    null_resolution: str | None = None
-    n_boot: int = 200
-    seed: int = 0
-    device: str = "auto"
-    chunk_size: int | None = None
-    memory_fraction: float = 0.5
-    precision: Precision = "auto"
-    layer: int = -1
-    head: str | int = "mean"
-    p_method: str | None = None
-    alternative: str | None = None
-    pi0_method: str | float | None = None
-    null: str | None = None
-    null_pool: str | None = None
-    tail: str | None = None
-    rule: str | None = None
-    z_th: float | None = None
-    p_th: float | None = None
-    l_th: float | None = None
-    q_th: float | None = None
-    std_factor: float = 1.0
-    per_channel: bool = True
-    block_size: int | None = None
-    keep_nulls: bool = False
-    target_size: TargetSize = "model"
-    channel_axis: int | None = None
-    channels: Sequence[int] | None = None
-    merge: str | None = None
-    image_kind: str | None = None
-    tiled: bool = False
-    tile_scale: float = 1.0
-    tile_overlap: int | None = None
-    null_scope: str | None = None
+    preset: str = _default("preset")
+    method: str | None = _default("method")
+    null_resolution: str | None = _default("null_resolution")
+    n_boot: int = _default("n_boot")
+    seed: int = _default("seed")
+    device: str = _default("device")
+    chunk_size: int | None = _default("chunk_size")
+    memory_fraction: float = _default("memory_fraction")
+    precision: Precision = _default("precision")
+    layer: int = _default("layer")
+    head: str | int = _default("head")
+    p_method: str | None = _default("p_method")
+    alternative: str | None = _default("alternative")
+    pi0_method: str | float | None = _default("pi0_method")
+    null: str | None = _default("null")
+    null_pool: str | None = _default("null_pool")
+    tail: str | None = _default("tail")
+    rule: str | None = _default("rule")
+    z_th: float | None = _default("z_th")
+    p_th: float | None = _default("p_th")
+    l_th: float | None = _default("l_th")
+    q_th: float | None = _default("q_th")
+    std_factor: float = _default("std_factor")
+    per_channel: bool = _default("per_channel")
+    block_size: int | None = _default("block_size")
+    keep_nulls: bool = _default("keep_nulls")
+    target_size: TargetSize = _default("target_size")
+    channel_axis: int | None = _default("channel_axis")
+    channels: Sequence[int] | None = _default("channels")
+    merge: str | None = _default("merge")
+    image_kind: str | None = _default("image_kind")
+    tiled: bool = _default("tiled")
+    tile_scale: float = _default("tile_scale")
+    tile_overlap: int | None = _default("tile_overlap")
+    null_scope: str | None = _default("null_scope")
+    level: int | None = _default("level")
+    mpp: float | None = _default("mpp")
+    tissue_mask: Any = _default("tissue_mask")
     extra: dict[str, Any] = field(default_factory=dict)
 
     def resolved(self) -> RunConfig:
         """A copy with every preset-dependent option filled in (and checked against it)."""
-        keys = ("p_method", "alternative", "pi0_method", "null", "null_pool", "method",
-                "null_resolution", *THRESHOLD_KEYS)
-        resolved = resolve_options(self.preset, {k: getattr(self, k) for k in keys})
+        procedure = self.procedure
+        resolved = procedure.resolve({k: getattr(self, k) for k in STATISTICS_KEYS})
         tail = self.tail
         if tail is None:  # the tail matters where tiles need p below 1/(B + 1)
-            tail = "gpd" if self.preset == "stepdown" and self.tiled else "none"
-        elif tail != "none" and self.preset != "stepdown":
-            raise ValueError(f"tail={tail!r} belongs to the step-down preset; pass "
-                             "preset='stepdown' or leave tail unset.")
+            tail = "gpd" if procedure.offers_tail and self.tiled else "none"
+        elif tail != "none" and not procedure.offers_tail:
+            offering = [get_procedure(n) for n in procedure_names()
+                        if get_procedure(n).offers_tail]
+            raise ValueError(f"tail={tail!r} belongs to the {offering[0].title} preset; pass "
+                             f"preset={offering[0].name!r} or leave tail unset.")
         return replace(self, tail=tail, **resolved)
+
+    @property
+    def procedure(self) -> Procedure:
+        """The statistical procedure ``preset`` names (a ValueError for an unknown one)."""
+        return get_procedure(self.preset)
+
+    def statistics_options(self) -> dict[str, Any]:
+        """The resolved options a procedure's statistics read, as plain keywords."""
+        return {k: getattr(self, k) for k in (*STATISTICS_KEYS, "tail")}
 
     def thresholds(self) -> dict[str, Any]:
         """The rule and thresholds of a resolved config."""
@@ -135,7 +161,7 @@ def null_config(config: RunConfig, patch: int | None) -> NullConfig:
     patch" is its null hypothesis. The other presets shuffle whole patches.
     """
     block = config.block_size
-    if block is None and config.preset == "stepdown" and patch is not None:
+    if block is None and config.procedure.half_patch_blocks and patch is not None:
         block = half_patch_block(patch)
     return NullConfig(config.method, config.std_factor, config.per_channel, block)
 

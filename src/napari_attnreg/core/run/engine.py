@@ -214,7 +214,7 @@ class _NullChunks:
         config = self.config
         ta = time.perf_counter()
         own = prepared_nulls(self.prepared, self.source, range(start, start + size),
-                             self.null_config, seed=config.seed, clamp=config.preset != "paper",
+                             self.null_config, seed=config.seed, clamp=config.procedure.clamps_nulls,
                              resolution=config.null_resolution)
         batch = self.prepared.channel_map(own)
         tb = time.perf_counter()

@@ -13,12 +13,16 @@ Example
 
 from __future__ import annotations
 
+import queue
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from napari_attnreg.core.files import decoding
 
@@ -64,12 +68,49 @@ class LazyImage:
     array: Any
     channel_axis: int | None
     path: str = ""
+    #: Stored pixels per analysed pixel: above 1 when a slide is read at a coarser physical
+    #: resolution than its nearest pyramid level (:func:`napari_attnreg.io.slides.open_slide`).
+    scale: float = 1.0
+    #: Micrometres per analysed pixel, when the file says.
+    mpp: float | None = None
+    #: Pyramid level read (slides), None for a single-resolution file.
+    level: int | None = None
+    #: A coarser level of the same image, ``(h, w[, C])`` zarr-like, for thumbnails.
+    overview_array: Any = None
 
     @property
     def shape(self) -> tuple[int, int]:
-        """``(H, W)``."""
+        """``(H, W)`` as stored."""
         s = self.array.shape
         return (int(s[1]), int(s[2])) if self.channel_axis == 0 else (int(s[0]), int(s[1]))
+
+    @property
+    def analysed_shape(self) -> tuple[int, int]:
+        """``(H, W)`` of the image a run analyses: the stored size divided by ``scale``."""
+        h, w = self.shape
+        return (max(1, round(h / self.scale)), max(1, round(w / self.scale)))
+
+    def run_extra(self) -> dict[str, Any]:
+        """What a run of this image records when the caller gave nothing else
+        (``RunConfig.extra``): the pixel size in µm as ``spatial``; of a slide, that it is a
+        pathology image, the level read and its resampling."""
+        extra: dict[str, Any] = {}
+        if self.mpp is not None:
+            extra["spatial"] = {"scale": [float(self.mpp)] * 2, "translate": [0.0, 0.0],
+                                "units": ["µm", "µm"]}
+        if self.level is not None:  # the level read, whichever option chose it
+            extra.update(image_kind="pathology", image_kind_source="slide file",
+                         slide_level=self.level, slide_resample=self.scale)
+        return extra
+
+    def overview(self, max_pixels: int = SAMPLE_PIXELS) -> np.ndarray:
+        """The whole image at about ``max_pixels`` pixels or fewer (a strided read, from the
+        coarser level when there is one), for intensity ranges and tissue masks."""
+        source = self if self.overview_array is None else LazyImage(
+            self.overview_array, -1 if len(self.overview_array.shape) == 3 else None, self.path)
+        h, w = source.shape
+        step = max(1, int(np.ceil(np.sqrt(h * w / max_pixels))))
+        return source.read(slice(0, h, step), slice(0, w, step))
 
     @property
     def dtype(self) -> np.dtype:
@@ -181,6 +222,35 @@ class _Squeezed:
         return self.array[(*full, *it)]
 
 
+#: Pixels above which an untiled run refuses an image before reading it: 8192² (67 M).
+#: An untiled run holds the image, its float32 copy and the scaled copy at once (12 bytes a
+#: pixel for grey, 36 for RGB: 2.4 GB for an RGB image of this size) before resizing it to
+#: the model input, where a tiled run reads it tile by tile. Above this the analysis at the
+#: model's input size also throws away more than 99.9 % of the pixels.
+MAX_UNTILED_PIXELS = 8192 * 8192
+
+
+def check_untiled_size(shape: tuple[int, ...], name: str = "The image",
+                       limit: int = MAX_UNTILED_PIXELS) -> None:
+    """Refuse an untiled run of an image whose plane has more than ``limit`` pixels.
+
+    Called with the shape a file's header (or a lazy array) states, before its pixels are
+    read; ``shape`` is ``(H, W)`` of one plane.
+
+    Raises
+    ------
+    ValueError
+        Naming ``--tiled`` / ``tiled=True``.
+    """
+    h, w = int(shape[0]), int(shape[1])
+    if h * w > limit:
+        raise ValueError(
+            f"{name} is {h}x{w} pixels ({h * w / 1e6:.0f} M), more than an untiled run reads "
+            f"into memory ({limit / 1e6:.0f} M pixels); run it tiled (--tiled on the command "
+            "line, tiled=True in Python, 'Tiled' in napari), or choose a coarser slide level "
+            "(--level / --mpp).")
+
+
 def sample_step(shape: tuple[int, int]) -> int:
     """Stride of a read of at most about :data:`SAMPLE_PIXELS` pixels."""
     return max(1, int(np.ceil(np.sqrt(shape[0] * shape[1] / SAMPLE_PIXELS))))
@@ -215,3 +285,109 @@ def scaled(block: np.ndarray, lo: float, hi: float) -> torch.Tensor:
     out = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32))
     out = ((out - lo) / (hi - lo)).clamp_(0.0, 1.0)
     return out[None] if out.ndim == 2 else out.permute(2, 0, 1).contiguous()
+
+
+def to_unit(blocks: Sequence[np.ndarray], lo: float, hi: float, size: tuple[int, int],
+            device: torch.device | str = "cpu") -> torch.Tensor:
+    """Raw tiles → ``(n, c, th, tw)`` float32 in [0, 1] on ``device``, resampled to ``size``.
+
+    The scaling and the resampling run on ``device``: 8-bit tiles travel as bytes (a quarter
+    of their float size) and a GPU does the arithmetic. On the CPU the values equal
+    :func:`scaled`'s.
+    """
+    stack = np.stack(blocks)
+    if stack.dtype.kind == "f" and stack.dtype.itemsize > 4:  # as scaled(): float64 first
+        stack = np.clip((stack - lo) / (hi - lo), 0.0, 1.0)
+        lo, hi = 0.0, 1.0
+    if stack.dtype not in (np.uint8, np.float32):  # torch lacks most unsigned types
+        stack = stack.astype(np.float32)
+    out = torch.from_numpy(np.ascontiguousarray(stack)).to(device, non_blocking=True).float()
+    out = ((out - lo) / (hi - lo)).clamp_(0.0, 1.0)
+    out = out[:, None] if out.ndim == 3 else out.permute(0, 3, 1, 2)
+    if tuple(out.shape[-2:]) != tuple(size):
+        out = F.interpolate(out, size=tuple(size), mode="bilinear", align_corners=False,
+                            antialias=out.shape[-2] > size[0] or out.shape[-1] > size[1])
+    return out.contiguous()
+
+
+class TileReader:
+    """Tiles read in a thread, in run order, at most ``depth`` ahead of the compute.
+
+    The queue is bounded so a fast disk never fills memory with tiles the model has not
+    reached; :meth:`close` (on completion, error, cancel or a generator closed early) stops
+    the thread within one read.
+
+    Parameters
+    ----------
+    read : callable
+        ``read(index)`` → one raw tile (runs in the thread).
+    order : sequence of int
+        The tiles, in the order :meth:`take` asks for them.
+    depth : int
+        Tiles read ahead at most.
+    """
+
+    def __init__(self, read: Callable[[int], Any], order: Sequence[int], depth: int) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, int(depth)))
+        self._stop = threading.Event()
+        self._held: dict[int, Any] = {}
+        self._thread = threading.Thread(target=self._fill, args=(read, list(order)),
+                                        name="attnreg-tile-reader", daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        """The reading thread is still running."""
+        return self._thread.is_alive()
+
+    def _fill(self, read: Callable[[int], Any], order: list[int]) -> None:
+        for position, index in enumerate(order):
+            if self._stop.is_set():
+                return
+            try:
+                item = (position, read(index), None)
+            except BaseException as err:  # noqa: BLE001 - handed to the consumer, raised there
+                item = (position, None, err)
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(item, timeout=0.05)
+                    break
+                except queue.Full:
+                    continue
+            if item[2] is not None:
+                return
+
+    def take(self, start: int, size: int) -> list[Any]:
+        """Tiles at positions ``start .. start + size`` of ``order`` (again after a retry)."""
+        for position in [p for p in self._held if p < start]:
+            del self._held[position]  # consumed: a retry after out-of-memory restarts at start
+        wanted = range(start, start + size)
+        while any(p not in self._held for p in wanted):
+            try:
+                position, block, err = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                if not self._thread.is_alive() and self._queue.empty():
+                    raise RuntimeError("The tile reader stopped before the last tile.") from None
+                continue
+            if err is not None:
+                self.close()
+                raise err
+            self._held[position] = block
+        return [self._held[p] for p in wanted]
+
+    def close(self) -> None:
+        """Stop the thread and drop what it read."""
+        self._stop.set()
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join(timeout=10)
+        self._held.clear()
+
+    def __enter__(self) -> TileReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

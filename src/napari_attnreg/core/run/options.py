@@ -23,9 +23,13 @@ from __future__ import annotations
 import argparse
 import math
 import numbers
+import os
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,7 +44,8 @@ from napari_attnreg.core.stats.choices import (
     TAILS,
 )
 from napari_attnreg.core.stats.diagnostics import IMAGE_KINDS
-from napari_attnreg.core.stats.presets import DEFAULT_PRESET, PRESET_DEFAULTS, PRESETS
+from napari_attnreg.core.stats.presets import DEFAULT_PRESET, presets
+from napari_attnreg.core.stats.procedures import get_procedure, procedure_names
 
 #: Choice lists of the run options (the statistical ones live in ``core.stats.choices``).
 NULL_METHODS = ("normal", "uniform", "pixel", "patch")
@@ -62,7 +67,7 @@ class Option:
     """Metadata of one run option (a :class:`~napari_attnreg.core.run.engine.RunConfig` field).
 
     ``advanced`` places it under *Advanced* in every front end (what an analyst seldom
-    changes); ``presets``, ``methods`` and ``when_tiled`` say which runs read it.
+    changes); ``per_procedure``, ``methods`` and ``when_tiled`` say which runs read it.
     """
 
     name: str
@@ -80,7 +85,8 @@ class Option:
     decimals: int | None = None
     allow_none: bool = False
     preset_dependent: bool = False
-    presets: tuple[str, ...] = PRESETS  # the presets it applies to (others fix or ignore it)
+    #: True: only the procedures that say they read it (others fix or ignore it)
+    per_procedure: bool = False
     methods: tuple[str, ...] | None = None  # the null methods it applies to (None: all)
     when_tiled: bool | None = None  # True: tiled runs only; False: untiled runs only
 
@@ -95,7 +101,8 @@ class Option:
 
     def applies(self, *, preset: str, method: str, tiled: bool) -> bool:
         """Whether this option changes a run with these settings (front ends grey out the rest)."""
-        return (preset in self.presets and (self.methods is None or method in self.methods)
+        return ((not self.per_procedure or get_procedure(preset).applies(self.name))
+                and (self.methods is None or method in self.methods)
                 and (self.when_tiled is None or self.when_tiled == bool(tiled)))
 
     @property
@@ -104,13 +111,15 @@ class Option:
         return None if self.preset_dependent else self.default
 
 
-def _threshold(name: str, label: str, what: str,
-               presets: tuple[str, ...] = PRESETS) -> Option:
+def _threshold(name: str, label: str, what: str, per_procedure: bool = False) -> Option:
     return Option(name, label, "float", None, what, "thresholds", minimum=0.0, maximum=1.0,
-                  step=0.01, decimals=3, preset_dependent=True, presets=presets)
+                  step=0.01, decimals=3, preset_dependent=True, per_procedure=per_procedure)
 
 
-_POOLED = ("directional", "paper")  # the presets built on the pooled null
+def _presets_applying(opt: Option) -> tuple[str, ...]:
+    """The registered presets an option applies to."""
+    return tuple(p for p in presets()
+                 if not opt.per_procedure or get_procedure(p).applies(opt.name))
 
 
 _OPTIONS: tuple[Option, ...] = (
@@ -121,9 +130,8 @@ _OPTIONS: tuple[Option, ...] = (
            "directional: is a patch's attention HIGHER than noise input gives? One-sided p, q "
            "and posterior, significant at q ≤ 0.1. paper: the published two-sided procedure "
            "(Chung & Laletin), unchanged; it also flags attention far below the null.",
-           "statistics", choices=PRESETS,
-           choice_labels={"stepdown": "step-down (default)", "directional": "directional (above null)",
-                          "paper": "paper (two-sided)"}),
+           "statistics", choices=procedure_names(),
+           choice_labels={name: get_procedure(name).label for name in procedure_names()}),
     Option("method", "Null images", "choice", None,
            "How the bootstrap null images are drawn from the image itself: patch (its blocks "
            "shuffled; the step-down default, blocks of half a patch), normal (Gaussian noise "
@@ -161,7 +169,7 @@ _OPTIONS: tuple[Option, ...] = (
                "adjusted p ≤ this (chance of any false patch). Rule p: keep patches with p ≤ "
                "this (no multiple-testing correction)."),
     _threshold("l_th", "lfdr threshold", "Rule lfdr: keep patches with local fdr ≤ this, i.e. "
-               "posterior ≥ 1 − this.", presets=_POOLED),
+               "posterior ≥ 1 − this.", per_procedure=True),
     Option("rule", "Significance rule", "choice", None,
            "Which statistic decides significance. Step-down: forwardstop (default, ForwardStop "
            "at α), fwer (adjusted p ≤ α) or soft (attention × evidence). Other presets: q "
@@ -183,23 +191,23 @@ _OPTIONS: tuple[Option, ...] = (
            "directional only: compare each patch with every null patch (pooled) or only with "
            "null patches at its own position (position: for models that attend to fixed "
            "positions whatever the image).", "statistics", advanced=True, choices=NULL_POOLS,
-           preset_dependent=True, presets=("directional",)),
+           preset_dependent=True, per_procedure=True),
     Option("pi0_method", "π0 estimate", "choice", None,
            "Share of patches that are pure noise: bh (π0 = 1, the directional default), "
            "reference (the paper's), storey, smoother or bootstrap; a number in [0, 1] fixes it.",
            "statistics", advanced=True, choices=PI0_METHODS, preset_dependent=True,
-           presets=_POOLED),
+           per_procedure=True),
     Option("p_method", "p-value", "choice", None,
            "paper preset only: p-values against the pooled null z (pooled) or the null "
            "attention itself (null).", "statistics", advanced=True, choices=P_METHODS,
-           preset_dependent=True, presets=("paper",)),
+           preset_dependent=True, per_procedure=True),
     Option("alternative", "Alternative", "choice", None,
            "paper preset only: two-sided (the paper) or greater.", "statistics", advanced=True,
-           choices=ALTERNATIVES, preset_dependent=True, presets=("paper",)),
+           choices=ALTERNATIVES, preset_dependent=True, per_procedure=True),
     Option("null", "lfdr null", "choice", None,
            "paper preset only: theoretical N(0, 1) or empirical null of the local fdr.",
            "statistics", advanced=True, choices=NULL_MODELS, preset_dependent=True,
-           presets=("paper",)),
+           per_procedure=True),
     Option("layer", "Block", "int", -1, "Transformer block whose CLS attention is read "
            "(-1 = the last).", "model", advanced=True, minimum=-1000, maximum=1000),
     Option("head", "Head", "text", "mean", "Attention head: 'mean' over heads, or a head "
@@ -230,11 +238,25 @@ _OPTIONS: tuple[Option, ...] = (
            "neighbouring tiles (a multiple of the patch size; empty = a quarter of the tile, "
            "rounded down to whole patches).", "tiling", advanced=True,
            minimum=0, maximum=4096, step=8, allow_none=True, when_tiled=True),
+    Option("level", "Slide level", "int", None, "Slides (SVS, NDPI, pyramidal TIFF): the "
+           "pyramid level to read, 0 = full resolution (empty = 0, or the level --mpp "
+           "chooses). Other images ignore it.", "tiling", advanced=True, minimum=0,
+           maximum=32, allow_none=True),
+    Option("mpp", "Slide resolution (µm/px)", "float", None, "Slides: micrometres per pixel to "
+           "analyse at; the coarsest level at least this fine is read and resampled (empty = "
+           "the level's own). Give a level or a resolution, not both.", "tiling",
+           advanced=True, minimum=0.01, maximum=1000.0, step=0.25, decimals=2,
+           allow_none=True),
+    Option("tissue_mask", "Tissue mask", "text", None, "Tiled runs: only tiles at least 10 % "
+           "tissue are run and tested. 'auto' = Otsu on a thumbnail's saturation (the default "
+           "for slides), 'none' = every tile (the default for other images), or a mask image "
+           "file (> 0 = tissue) of the whole image at any resolution.", "tiling",
+           advanced=True, allow_none=True, when_tiled=True),
     Option("tail", "Tail approximation", "choice", None, "Step-down: fit a generalized Pareto "
            "tail to the null where fewer than 10 null images reach a step, so p-values can go "
            "below 1/(B+1) (gpd), or keep the counts (none). Empty = gpd for tiled runs, none "
            "otherwise.", "statistics", advanced=True, choices=TAILS, allow_none=True,
-           presets=("stepdown",)),
+           per_procedure=True),
     Option("null_scope", "Null scope", "choice", None, "Tiled runs: one null for the whole "
            "image (image, default) or one per tile (tile).", "tiling", advanced=True,
            choices=NULL_SCOPES, allow_none=True, when_tiled=True),
@@ -333,9 +355,7 @@ def default_for(name: str, preset: str = DEFAULT_PRESET) -> Any:
     """The default of ``name`` under ``preset`` (preset-dependent options read the preset)."""
     opt = option(name)
     if opt.preset_dependent:
-        if preset not in PRESET_DEFAULTS:
-            raise ValueError(f"preset={preset!r} is not supported; use one of {PRESETS}.")
-        return PRESET_DEFAULTS[preset][name]
+        return get_procedure(preset).defaults[name]
     return opt.default
 
 
@@ -362,9 +382,58 @@ def validate_options(options: Mapping[str, Any]) -> dict[str, Any]:
     for name, value in options.items():
         if name == "extra":
             out[name] = value
-            continue
-        out[name] = _check(option(name), value)
+        elif name not in _CHECKED_NOW and _CHECKED.passed(name, value):
+            out[name] = value
+        else:
+            checked = _check(option(name), value)
+            out[name] = checked if name in _CHECKED_NOW else _CHECKED.record(name, checked)
     return out
+
+
+class _CheckedValues:
+    """The values validation produced, per option, so a run path checks each option once.
+
+    A value is recognised by identity (the very object a check returned, kept alive here so
+    its id is never reused) and, for a list, by a copy of its items (a list changed in place
+    is checked again). The API, the CLI and every front end validate a config where they
+    receive it, and the service and engines again where they are called directly; with this,
+    the second and later checks of a config made of checked values do no work.
+    """
+
+    def __init__(self, size: int = 512) -> None:
+        self._size = size
+        self._values: OrderedDict[tuple[str, int], tuple[Any, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def passed(self, name: str, value: Any) -> bool:
+        with self._lock:
+            entry = self._values.get((name, id(value)))
+        if entry is None or entry[0] is not value:
+            return False
+        return not isinstance(value, list) or entry[1] == tuple(value)
+
+    def record(self, name: str, value: Any) -> Any:
+        frozen = tuple(value) if isinstance(value, list) else None
+        if isinstance(value, (dict, set)):  # no option takes one; never trust a mutable
+            return value
+        with self._lock:
+            self._values[(name, id(value))] = (value, frozen)
+            self._values.move_to_end((name, id(value)))
+            while len(self._values) > self._size:
+                self._values.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        """Forget every checked value (tests that count the checks start from here)."""
+        with self._lock:
+            self._values.clear()
+
+
+_CHECKED = _CheckedValues()
+#: Options whose check depends on more than the value (procedures registered since).
+_CHECKED_NOW = frozenset({"preset"})
+#: Forget the values already checked (the next validation checks every option again).
+forget_checked_values = _CHECKED.clear
 
 
 def _check(opt: Option, value: Any) -> Any:
@@ -458,6 +527,11 @@ def _head(opt: Option, value: Any) -> Any:
     return int(value)
 
 
+#: The largest model input side ``target_size`` takes (a 8192-pixel ViT input at patch 16
+#: is 262144 tokens); larger images run tiled.
+MAX_TARGET_SIDE = 8192
+
+
 def _target_size(opt: Option, value: Any) -> Any:
     if isinstance(value, str):
         if value in ("model", "native"):
@@ -470,6 +544,12 @@ def _target_size(opt: Option, value: Any) -> Any:
     if not ok:
         raise ValueError(f"target_size must be 'model', 'native', a long side in pixels or "
                          f"(height, width) in pixels, got {value!r}.")
+    if max(sizes) > MAX_TARGET_SIDE:
+        raise ValueError(f"target_size {value!r} is above the budget of {MAX_TARGET_SIDE} pixels "
+                         "a side for one model input (every null image is made at that size, "
+                         "and attention grows with the square of its patches); give a smaller "
+                         "size, or use tiled mode (--tiled) for large images at native "
+                         "resolution.")
     return int(value) if not isinstance(value, (tuple, list)) else tuple(int(s) for s in sizes)
 
 
@@ -501,8 +581,31 @@ def _channels(opt: Option, value: Any) -> list[int]:
     return [int(c) for c in chans]
 
 
-_SPECIAL = {"pi0_method": _pi0, "head": _head, "target_size": _target_size, "device": _device,
-            "channels": _channels}
+def _tissue_mask(opt: Option, value: Any) -> Any:
+    if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
+        if np.ndim(value) < 2:
+            raise ValueError(f"tissue_mask as an array must be a 2D mask, got shape "
+                             f"{np.shape(value)}.")
+        return value  # an array: checked against the image when the run lays out its tiles
+    if not isinstance(value, (str, os.PathLike)):
+        raise ValueError(f"tissue_mask must be 'auto', 'none', a mask file or a 2D array, "
+                         f"got {value!r}.")
+    text = str(value).strip()
+    if text.lower() in ("", "auto", "none"):
+        return text.lower() or None
+    if not Path(text).is_file():
+        raise ValueError(f"tissue_mask: no such mask file {text!r}; give 'auto', 'none' or "
+                         "the path of a mask image.")
+    return text
+
+
+def _preset(opt: Option, value: Any) -> str:
+    """A registered procedure's name (read from the registry when checked, not at import)."""
+    return get_procedure(value).name
+
+
+_SPECIAL = {"preset": _preset, "pi0_method": _pi0, "head": _head, "target_size": _target_size,
+            "device": _device, "channels": _channels, "tissue_mask": _tissue_mask}
 
 
 def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
@@ -548,8 +651,8 @@ def _cli_number(kind: type, allow_none: bool) -> Any:
 
 def _cli_help(opt: Option) -> str:
     if opt.preset_dependent:
-        default = "default: " + ", ".join(f"{PRESET_DEFAULTS[p][opt.name]} ({p})"
-                                          for p in PRESETS if p in opt.presets)
+        default = "default: " + ", ".join(f"{get_procedure(p).defaults[opt.name]} ({p})"
+                                          for p in _presets_applying(opt))
     else:
         default = f"default: {opt.default}"
     none = " ('none' = unset)" if opt.allow_none and opt.kind in ("int", "float") else ""

@@ -36,9 +36,7 @@ from napari_attnreg.core.models.weights_hash import weights_sha256
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.config import RunConfig, autocast_dtype, null_config
 from napari_attnreg.core.stats.diagnostics import diagnose
-from napari_attnreg.core.stats.directional import directional_statistics
-from napari_attnreg.core.stats.paper import StatisticsWarning, compute_statistics
-from napari_attnreg.core.stats.stepdown_maps import stepdown_statistics
+from napari_attnreg.core.stats.paper import StatisticsWarning
 
 
 class RunCancelled(Exception):
@@ -292,18 +290,9 @@ def statistics(observed: torch.Tensor, null_scores: torch.Tensor, config: RunCon
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", StatisticsWarning)
-        if config.preset == "stepdown":
-            stats = stepdown_statistics(observed, null_scores, tail=config.tail,
-                                        families=families, owner=owner,
-                                        family_tokens=family_tokens)
-        elif config.preset == "directional":
-            stats = directional_statistics(observed, null_scores, null_pool=config.null_pool,
-                                           pi0_method=config.pi0_method, positions=positions)
-        else:
-            stats = compute_statistics(observed, null_scores, p_method=config.p_method,
-                                       alternative=config.alternative,
-                                       pi0_method=config.pi0_method, null=config.null,
-                                       positions=positions)
+        stats = config.procedure.statistics(observed, null_scores, config.statistics_options(),
+                                            positions=positions, families=families,
+                                            owner=owner, family_tokens=family_tokens)
     return stats, rewarn(caught, StatisticsWarning)
 
 
@@ -346,7 +335,7 @@ def run_metadata(config: RunConfig, backbone: Backbone, run: Run, chunk: int,
     }
     if config.image_kind is not None:  # the analyst's word wins over what the file says
         metadata.update(image_kind=config.image_kind, image_kind_source="stated")
-    stepdown = config.preset == "stepdown"
+    stepdown = config.procedure.uses_step_p
     if stepdown:
         summary = stats.null_summary
         metadata.update(p_map=summary["p_map"], tail_fit=summary["tail"],
@@ -392,8 +381,5 @@ def _step_level(config: RunConfig, stats: Any) -> tuple[float, float, int, bool]
 
 
 def _smallest_p(config: RunConfig, stats: Any) -> float | None:
-    """The smallest p the directional pooled test can give: ``1 / (1 + B·T_null)``."""
-    if config.preset != "directional" or config.null_pool != "pooled":
-        return None
-    pool = int(stats.null_summary.get("B", 0)) * int(stats.null_summary.get("T", 0))
-    return 1.0 / (1 + pool) if pool else None
+    """The smallest p the procedure's test can give, where a diagnostic needs it."""
+    return config.procedure.smallest_p(stats.null_summary, config.statistics_options())

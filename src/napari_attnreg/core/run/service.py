@@ -407,9 +407,17 @@ def _run_plane(job: Job, config: RunConfig, backbone: Backbone, number: int, pla
 
 def _read_plane(stack: PlaneStack | LazyImage, plane: PlaneIndex,
                 config: RunConfig) -> tuple[Any, int | None]:
-    """A plane's pixels and channel axis; a lazy image is handed on whole, unread."""
+    """A plane's pixels and channel axis; a lazy image is handed on whole, unread.
+
+    An untiled run of a plane above the pixel budget is refused here, before it is read."""
+    from napari_attnreg.core.run.lazy import check_untiled_size
+
     if isinstance(stack, PlaneStack):
+        if not config.tiled:
+            check_untiled_size(stack.plane_shape)
         return stack.read(plane)
+    if not config.tiled:
+        check_untiled_size(stack.analysed_shape)
     return stack, config.channel_axis
 
 

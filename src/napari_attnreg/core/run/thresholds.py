@@ -23,7 +23,7 @@ from dataclasses import replace as _replace
 from typing import Any
 
 from napari_attnreg.core.run.options import validate_options
-from napari_attnreg.core.stats.presets import THRESHOLD_KEYS, default_thresholds
+from napari_attnreg.core.stats.procedures import DEFAULT_PROCEDURE, THRESHOLD_KEYS, get_procedure
 
 
 @dataclass(frozen=True)
@@ -47,13 +47,15 @@ class Thresholds(Mapping):
     @classmethod
     def from_preset(cls, preset: str) -> Thresholds:
         """The rule and thresholds ``preset`` starts with."""
-        return cls(**default_thresholds(preset))
+        return cls(**get_procedure(preset).default_thresholds())
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], preset: str = "directional") -> Thresholds:
-        """Fill the keys ``values`` lacks from ``preset`` (other keys are ignored)."""
+    def from_mapping(cls, values: Mapping[str, Any],
+                     preset: str = DEFAULT_PROCEDURE) -> Thresholds:
+        """Fill the keys ``values`` lacks from ``preset`` (other keys are ignored; the default
+        preset when none is named)."""
         given = {k: values[k] for k in THRESHOLD_KEYS if k in values}
-        return cls(**{**default_thresholds(preset), **given})
+        return cls(**{**get_procedure(preset).default_thresholds(), **given})
 
     @classmethod
     def of(cls, result: Any) -> Thresholds:

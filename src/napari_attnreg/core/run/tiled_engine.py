@@ -12,6 +12,7 @@ loop and the options (:mod:`.config`), never the untiled engine.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
@@ -37,15 +38,25 @@ from napari_attnreg.core.run.images import (
     scale_intensity,
     to_channels_last,
 )
-from napari_attnreg.core.run.lazy import LazyImage, intensity_range, sample_step, scaled
+from napari_attnreg.core.run.lazy import (
+    LazyImage,
+    TileReader,
+    intensity_range,
+    sample_step,
+    scaled,
+    to_unit,
+)
 from napari_attnreg.core.run.nulls import null_images
 from napari_attnreg.core.run.passes import CancelToken, Progress, Run, TokenMaps
 from napari_attnreg.core.run.tiling import (
     ImageNull,
+    RunTiles,
     TileLayout,
     make_layout,
+    run_tiles,
     work_shape,
 )
+from napari_attnreg.core.run.tissue import TissueMask, tissue_for
 
 
 def tile_overlap(config: RunConfig, backbone: Backbone) -> int:
@@ -78,6 +89,12 @@ class TiledImage:
         ``reader(y, x, h, w)`` → ``(c, h, w)`` in [0, 1], for images that stay on disk
         (:class:`~napari_attnreg.core.run.lazy.LazyImage`); ``source`` is then a strided sample
         of the image, used for the null's statistics.
+    read_raw, finish : callable, optional
+        The same reading in two halves, for the reading thread: ``read_raw(index)`` → tile
+        ``index``'s stored pixels (decoded on the CPU), ``finish(blocks, device)`` → their
+        ``(n, c, th, tw)`` in [0, 1], scaled and resampled on ``device``.
+    tissue : TissueMask, optional
+        The tiles that are run (all when None).
     """
 
     source: torch.Tensor
@@ -86,16 +103,25 @@ class TiledImage:
     image_shape: tuple[int, int]
     layout: TileLayout
     reader: Callable[[int, int, int, int], torch.Tensor] | None = None
+    read_raw: Callable[[int], np.ndarray] | None = None
+    finish: Callable[[Sequence[np.ndarray], torch.device], torch.Tensor] | None = None
+    tissue: TissueMask | None = None
 
     def tiles(self, indices: Sequence[int]) -> torch.Tensor:
         """``(len(indices), c, th, tw)`` crops of the image."""
         th, tw = self.layout.tile
+        if self.read_raw is not None and self.finish is not None:
+            return self.finish([self.read_raw(i) for i in indices], torch.device("cpu"))
         crops = []
         for i in indices:
             y, x = self.layout.origin(i)
             crops.append(self.reader(y, x, th, tw) if self.reader is not None
                          else self.source[:, y:y + th, x:x + tw])
         return torch.stack(crops)
+
+    def run_tiles(self) -> RunTiles:
+        """The tiles run and the tokens they own (every tile without a tissue mask)."""
+        return run_tiles(self.layout, None if self.tissue is None else self.tissue.tiles)
 
 
 def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig) -> TiledImage:
@@ -107,7 +133,12 @@ def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig) -> TiledIma
         return image
     patch = backbone.patch_size
     if isinstance(image, LazyImage):
-        return _prepare_lazy(image, backbone, config)
+        tiled = _prepare_lazy(image, backbone, config)
+        spec = tissue_spec(config, image)
+        if isinstance(spec, str) and spec == "none":  # no thumbnail read for nothing
+            return tiled
+        return replace(tiled, tissue=tissue_for(spec, image.overview(THUMBNAIL_PIXELS),
+                                                tiled.layout))
     if isinstance(image, PreparedImage):
         source, channel_map = image.source, image.channel_map
         display, image_shape = image.display, image.image_shape
@@ -136,15 +167,33 @@ def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig) -> TiledIma
         image_shape = (h0, w0)
     layout = make_layout(tuple(source.shape[1:]), tile=tuple(backbone.input_size[1:]),
                          patch=patch, overlap=tile_overlap(config, backbone))
+    spec = tissue_spec(config, image)
+    step = max(1, int(np.ceil(np.sqrt(display.shape[0] * display.shape[1] / THUMBNAIL_PIXELS))))
+    tissue = (None if isinstance(spec, str) and spec == "none"
+              else tissue_for(spec, display[::step, ::step], layout))
     return TiledImage(source=source, channel_map=channel_map, display=display,
-                      image_shape=(int(image_shape[0]), int(image_shape[1])), layout=layout)
+                      image_shape=(int(image_shape[0]), int(image_shape[1])), layout=layout,
+                      tissue=tissue)
+
+
+#: Pixels of the thumbnail an automatic tissue mask is computed from (about 2048²).
+THUMBNAIL_PIXELS = 1 << 22
+
+
+def tissue_spec(config: RunConfig, image: Any) -> Any:
+    """The run's ``tissue_mask``: as given, else ``"auto"`` for a slide and ``"none"`` for
+    any other image."""
+    if config.tissue_mask is not None:
+        return config.tissue_mask
+    return "auto" if isinstance(image, LazyImage) and image.level is not None else "none"
 
 
 CPU_FLOPS = 2e10  # a modest CPU's sustained float32 rate; sizes chunks for ~1 s each
 def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> TiledImage:
     """Tiles read on demand; percentiles and null statistics from a strided sample.
 
-    The image is tiled at its own pixel size, cropped to whole patches (the last few
+    The image is tiled at its own pixel size (a slide read at a chosen resolution: its
+    level's pixels resampled by ``image.scale``), cropped to whole patches (the last few
     pixels of the far edges, fewer than one patch, are left out so every token is exactly
     one patch of pixels; ``image_shape`` is the analysed part).
     """
@@ -152,34 +201,76 @@ def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> Ti
         raise ValueError("Images read lazily are tiled at their own pixel size with their own "
                          "channels; for tile_scale, channels or merge read the image into memory.")
     ph, pw = backbone.patch_size
-    h0, w0 = image.shape
+    h0, w0 = image.analysed_shape
     if h0 < ph or w0 < pw:
         raise ValueError(f"The image ({h0}x{w0} px) is smaller than one {ph}x{pw} patch.")
     h, w = h0 // ph * ph, w0 // pw * pw
-    step = sample_step((h, w))
-    raw = image.read(slice(0, h, step), slice(0, w, step))  # the one read of the whole extent
+    if image.overview_array is None and image.scale == 1:
+        step = sample_step((h, w))
+        raw = image.read(slice(0, h, step), slice(0, w, step))  # the one read of the whole extent
+    else:  # a slide: its coarser level is the sample
+        raw = image.overview()
     lo, hi = intensity_range(raw)
     sample = scaled(raw, lo, hi)
     del raw
+    layout = make_layout((h, w), tile=tuple(backbone.input_size[1:]), patch=(ph, pw),
+                         overlap=tile_overlap(config, backbone))
+    read_region = _region_reader(image, w)
+    th, tw = layout.tile
 
-    band: dict[str, Any] = {}
+    def read_raw(index: int) -> np.ndarray:
+        y, x = layout.origin(index)
+        return read_region(y, x, th, tw)
 
-    def reader(y: int, x: int, th: int, tw: int) -> torch.Tensor:
-        # tiles come row by row: one read of the row band serves all its tiles (a striped
-        # TIFF would otherwise decode the same full-width strips once per tile)
-        if band.get("rows") != (y, th):
-            band.clear()
-            band.update(rows=(y, th), pixels=image.read(slice(y, y + th), slice(0, w)))
-        return scaled(band["pixels"][:, x:x + tw], lo, hi)
+    def finish(blocks: Sequence[np.ndarray], device: torch.device) -> torch.Tensor:
+        return to_unit(blocks, lo, hi, (th, tw), device)
+
+    def reader(y: int, x: int, rh: int, rw: int) -> torch.Tensor:
+        return to_unit([read_region(y, x, rh, rw)], lo, hi, (rh, rw))[0]
 
     channel_map = ChannelMap(int(sample.shape[0]), len(backbone.mean),
                              tuple(float(v) for v in backbone.mean),
                              tuple(float(v) for v in backbone.std))
     display = sample[0].numpy() if sample.shape[0] == 1 else sample.permute(1, 2, 0).numpy()
-    layout = make_layout((h, w), tile=tuple(backbone.input_size[1:]), patch=(ph, pw),
-                         overlap=tile_overlap(config, backbone))
     return TiledImage(source=sample, channel_map=channel_map, display=display,
-                      image_shape=(h, w), layout=layout, reader=reader)
+                      image_shape=(h, w), layout=layout, reader=reader, read_raw=read_raw,
+                      finish=finish)
+
+
+def _region_reader(image: LazyImage, width: int) -> Callable[[int, int, int, int], np.ndarray]:
+    """``read(y, x, h, w)`` → the stored pixels under that region of the analysed image
+    (``width`` wide: the far columns short of a whole patch are never read).
+
+    A slide read at a coarser resolution than its level maps the region to the level's
+    pixels (resampled later, on the device). An image is read a row band at a time: tiles
+    come row by row, and one read of the band serves all its tiles (a file in full-width
+    strips would otherwise decode the same strips once per tile); a tiled slide is read tile
+    by tile, so the glass its tissue mask leaves out is never decoded.
+    """
+    scale, (sh, sw) = image.scale, image.shape
+    band_width = min(sw, width) if scale == 1 else sw  # resampled regions round outward
+    chunks = getattr(image.array, "chunks", None)
+    col_axis = 2 if image.channel_axis == 0 else 1
+    strips = chunks is None or len(chunks) <= col_axis or int(chunks[col_axis]) >= sw
+    bands = strips or image.level is None  # a slide's tissue tiles: only their own chunks
+    band: dict[str, Any] = {}
+    lock = threading.Lock()  # the reading thread and the null's reads share the band
+
+    def read(y: int, x: int, h: int, w: int) -> np.ndarray:
+        if scale != 1:
+            rh, rw = max(1, round(h * scale)), max(1, round(w * scale))
+            y, x = min(round(y * scale), sh - rh), min(round(x * scale), sw - rw)
+            h, w = rh, rw
+        if not bands:
+            return image.read(slice(y, y + h), slice(x, x + w))
+        with lock:
+            if band.get("rows") != (y, h):
+                band.clear()
+                band.update(rows=(y, h),
+                            pixels=image.read(slice(y, y + h), slice(0, band_width)))
+            return band["pixels"][:, x:x + w]
+
+    return read
 
 
 EXACT_SCALING_PIXELS = 1 << 24  # up to 4096², percentiles from every pixel, like prepare_image
@@ -237,43 +328,65 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
 
     ``config`` must be resolved. The result's token grid covers the whole image: its
     ``model_shape`` is the tiled pixel size, so ``token_scale`` and ``to_pixels`` are exact.
+    With a tissue mask only the tissue tiles are run and tested; tokens no tissue tile holds
+    are untested (attention 0, p = q = 1).
     """
+    if isinstance(image, LazyImage):  # what the file says, unless the caller said it
+        config = replace(config, extra={**image.run_extra(), **config.extra})
     run = Run.start(config, cancel)
     tiled = prepare_tiled(image, backbone, config)
     backbone = backbone.on(run.device)  # a copy on another device; the shared one never moves
     tiled = replace(tiled, source=tiled.source.to(run.device))
-    layout = tiled.layout
+    layout, owned = tiled.layout, tiled.run_tiles()
     scope = config.null_scope or "image"
-    n_tiles, n_null = layout.n_tiles, int(config.n_boot) * (layout.n_tiles if scope == "tile" else 1)
+    n_tiles = int(owned.order.size)
+    n_null = int(config.n_boot) * (n_tiles if scope == "tile" else 1)
     total = n_tiles + n_null  # progress counts forward passes: the tiles, then the nulls
     chunk = _chunk_size(config, backbone, layout.tile, run)
     run.lap("prepare_s", run.t_start)
 
-    with torch.inference_mode():
-        t0 = time.perf_counter()
-        tiles = _ObservedTiles(tiled, backbone, config, run)
-        # a chunk halved here stays halved for the nulls: they are images of the same size
-        chunk = yield from run.chunks(tiles, n_tiles, chunk, stage="observed", label="tiles",
-                                      grand_total=total, oom_message=TILE_OOM)
-        run.lap("observed_s", t0)
+    tiles = _ObservedTiles(tiled, owned.order, backbone, config, run, chunk)
+    try:
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            # a chunk halved here stays halved for the nulls: they are images of the same size
+            chunk = yield from run.chunks(tiles, n_tiles, chunk, stage="observed", label="tiles",
+                                          grand_total=total, oom_message=TILE_OOM)
+            tiles.close()
+            run.lap("observed_s", t0)
 
-        t0 = time.perf_counter()
-        nulls = _NullTiles(tiled, backbone, config, run, scope)
-        chunk = yield from run.chunks(nulls, n_null, chunk, stage="nulls", label="null images",
-                                      offset=n_tiles, grand_total=total, oom_message=TILE_OOM)
-        run.synchronize()
-        run.lap("nulls_s", t0)
+            t0 = time.perf_counter()
+            nulls = _NullTiles(tiled, owned.order, backbone, config, run, scope)
+            chunk = yield from run.chunks(nulls, n_null, chunk, stage="nulls",
+                                          label="null images", offset=n_tiles,
+                                          grand_total=total, oom_message=TILE_OOM)
+            run.synchronize()
+            run.lap("nulls_s", t0)
 
-        observed, stats = _tile_statistics(layout, tiles.heads, nulls.scores, config, run, scope)
-        maps = TokenMaps(observed, layout.assemble(tiles.heads), tiled.image_shape, layout.shape,
-                         backbone.patch_size, tiled.channel_map.kind)
-        kept = _kept_nulls(layout, nulls.scores, scope) if config.keep_nulls else None
+            observed, stats = _tile_statistics(owned, layout, tiles.heads, nulls.scores,
+                                               config, run, scope)
+            maps = TokenMaps(observed, _assemble(owned, layout, tiles.heads),
+                             tiled.image_shape, layout.shape, backbone.patch_size,
+                             tiled.channel_map.kind)
+            kept = _kept_nulls(owned, layout, nulls.scores, scope) if config.keep_nulls else None
+    finally:  # also when cancelled or closed early: the reading thread stops with the run
+        tiles.close()
     extra = dict(null_scope=scope, tile_shape=list(layout.tile), n_tiles=n_tiles,
                  tile_origins_y=list(layout.starts[0]), tile_origins_x=list(layout.starts[1]),
-                 forward_passes=total, read_on_demand=tiled.reader is not None)
+                 forward_passes=total, read_on_demand=tiled.reader is not None,
+                 **_tissue_record(tiled, stats))
     result = run.result(config, backbone, stats, maps, chunk=chunk, kept=kept, extra=extra)
     yield run.progress("statistics", total, total, chunk, "statistics done")
     return result
+
+
+def _tissue_record(tiled: TiledImage, stats: Any) -> dict[str, Any]:
+    """The metadata of the tissue mask (and the mask itself among the saved arrays)."""
+    if tiled.tissue is None:
+        return {"tissue_mask": "none"}
+    stats.null_summary["tissue_mask"] = tiled.tissue.mask.astype(np.uint8)
+    stats.null_summary["tissue_tiles"] = tiled.tissue.tiles.copy()
+    return tiled.tissue.record()
 
 
 def _chunk_size(config: RunConfig, backbone: Backbone, tile: tuple[int, int], run: Run) -> int:
@@ -294,21 +407,33 @@ def _forward(tiled: TiledImage, backbone: Backbone, config: RunConfig, run: Run,
 
 
 class _ObservedTiles:
-    """The step of the observed pass: every head's attention on tiles ``start .. + size``.
+    """The step of the observed pass: every head's attention on run tiles ``start .. + size``.
 
-    ``heads`` is ``(n_tiles, n_heads, tgh, tgw)`` on the CPU (a large image has many tiles).
+    ``heads`` is ``(n_run, n_heads, tgh, tgw)`` on the CPU (a large image has many tiles). A
+    lazy image's tiles come from a :class:`TileReader` thread, two chunks ahead.
     """
 
-    def __init__(self, tiled: TiledImage, backbone: Backbone, config: RunConfig,
-                 run: Run) -> None:
+    def __init__(self, tiled: TiledImage, order: np.ndarray, backbone: Backbone,
+                 config: RunConfig, run: Run, chunk: int) -> None:
         self.tiled, self.backbone, self.config, self.run = tiled, backbone, config, run
-        self.heads = torch.empty((tiled.layout.n_tiles, backbone.num_heads,
+        self.order = [int(i) for i in order]
+        self.heads = torch.empty((len(self.order), backbone.num_heads,
                                   *tiled.layout.tile_grid), dtype=torch.float32)
+        self.reader = (TileReader(tiled.read_raw, self.order, depth=2 * chunk)
+                       if tiled.read_raw is not None else None)
 
     def __call__(self, start: int, size: int) -> None:
-        batch = self.tiled.tiles(range(start, start + size)).to(self.run.device)
+        if self.reader is not None:
+            batch = self.tiled.finish(self.reader.take(start, size), self.run.device)
+        else:
+            batch = self.tiled.tiles(self.order[start:start + size]).to(self.run.device)
         self.heads[start:start + size] = _forward(self.tiled, self.backbone, self.config,
                                                   self.run, batch, "all").cpu()
+
+    def close(self) -> None:
+        """Stop the reading thread (idempotent)."""
+        if self.reader is not None:
+            self.reader.close()
 
 
 class _NullTiles:
@@ -316,30 +441,31 @@ class _NullTiles:
 
     ``null_scope="image"``: job ``j`` is null image ``j``, a tile-sized draw from the whole
     image's statistics; ``scores`` is ``(B, tile tokens)``. ``"tile"``: job ``j`` is null
-    ``j % B`` of tile ``j // B``, seeded by ``j`` so tiles differ; ``scores`` is
-    ``(B, n_tiles · tile tokens)``, tile after tile.
+    ``j % B`` of run tile ``j // B``, seeded by ``j`` so tiles differ; ``scores`` is
+    ``(B, n_run · tile tokens)``, tile after tile.
     """
 
-    def __init__(self, tiled: TiledImage, backbone: Backbone, config: RunConfig, run: Run,
-                 scope: str) -> None:
+    def __init__(self, tiled: TiledImage, order: np.ndarray, backbone: Backbone,
+                 config: RunConfig, run: Run, scope: str) -> None:
         self.tiled, self.backbone, self.config, self.run = tiled, backbone, config, run
         layout = tiled.layout
+        self.order = [int(i) for i in order]
         self.n_boot = int(config.n_boot)
         self.tile_tokens = layout.tile_grid[0] * layout.tile_grid[1]
         self.null_config = null_config(config, backbone.patch_size[0])
         self.head = tested_head(config)
-        columns = self.tile_tokens * (layout.n_tiles if scope == "tile" else 1)
+        columns = self.tile_tokens * (len(self.order) if scope == "tile" else 1)
         self.scores = torch.empty((self.n_boot, columns), dtype=torch.float32,
                                   device=run.device)
         self.image_null = (ImageNull(tiled.source, self.null_config, layout.tile,
                                      backbone.patch_size[0], reader=tiled.reader,
-                                     shape=layout.shape)
+                                     shape=layout.shape, accept=_in_tissue(tiled))
                            if scope == "image" else None)
 
     def __call__(self, start: int, size: int) -> None:
         jobs = range(start, start + size)
         own = self._draw(jobs)
-        if self.config.preset != "paper":  # the observed tiles went through the [0, 1] clamp
+        if self.config.procedure.clamps_nulls:  # the observed tiles went through the clamp
             own.clamp_(0.0, 1.0)
         maps = _forward(self.tiled, self.backbone, self.config, self.run, own,
                         self.head).reshape(size, -1)
@@ -356,36 +482,82 @@ class _NullTiles:
             return self.image_null.draw(jobs, seed=self.config.seed)
         n_boot, device = self.n_boot, self.run.device
         return torch.cat([
-            null_images(self.tiled.tiles([tile])[0].to(device),
-                        [j for j in jobs if j // n_boot == tile], self.null_config,
+            null_images(self.tiled.tiles([self.order[rank]])[0].to(device),
+                        [j for j in jobs if j // n_boot == rank], self.null_config,
                         seed=self.config.seed, patch_size=self.backbone.patch_size[0])
-            for tile in sorted({j // n_boot for j in jobs})])
+            for rank in sorted({j // n_boot for j in jobs})])
 
 
-def _tile_statistics(layout: TileLayout, heads: torch.Tensor, null_scores: torch.Tensor,
-                     config: RunConfig, run: Run, scope: str) -> tuple[torch.Tensor, Any]:
-    """The tested map of the whole image from its tiles, and the preset's statistics on it.
+def _in_tissue(tiled: TiledImage) -> Callable[[int, int], bool] | None:
+    """Whether a null tile at ``(y, x)`` has its centre on tissue (None: no mask)."""
+    if tiled.tissue is None:
+        return None
+    mask = tiled.tissue.mask
+    (h, w), (th, tw) = tiled.layout.shape, tiled.layout.tile
 
-    Under the step-down preset every tile is a family of its own.
+    def accept(y: int, x: int) -> bool:
+        my = min(mask.shape[0] - 1, int((y + th / 2) * mask.shape[0] / h))
+        mx = min(mask.shape[1] - 1, int((x + tw / 2) * mask.shape[1] / w))
+        return bool(mask[my, mx])
+
+    return accept
+
+
+def _assemble(owned: RunTiles, layout: TileLayout, tile_maps: torch.Tensor) -> torch.Tensor:
+    """``(n_run, ..., tgh, tgw)`` run-tile maps → ``(..., gh, gw)``, 0 where untested."""
+    if owned.order.size == layout.n_tiles:
+        return layout.assemble(tile_maps)
+    flat = tile_maps.reshape(tile_maps.shape[0], -1, layout.tile_grid[0] * layout.tile_grid[1])
+    picked = flat[torch.from_numpy(owned.family), :, torch.from_numpy(owned.local)]
+    out = torch.zeros((owned.n_image, flat.shape[1]), dtype=flat.dtype, device=flat.device)
+    out[torch.from_numpy(owned.tested)] = picked
+    return out.transpose(0, 1).contiguous().reshape(*tile_maps.shape[1:-2], *layout.grid_shape)
+
+
+def _tile_statistics(owned: RunTiles, layout: TileLayout, heads: torch.Tensor,
+                     null_scores: torch.Tensor, config: RunConfig, run: Run,
+                     scope: str) -> tuple[torch.Tensor, Any]:
+    """The tested map of the whole image from its run tiles, and the preset's statistics on
+    the tokens the run tiles hold.
+
+    Under the step-down preset every run tile is a family of its own; tiles left out by a
+    tissue mask are no family, so they take no share of the BH level.
     """
     head = tested_head(config)
     # tile by tile: the untiled engine's reduction, to the last bit
     tile_maps = torch.stack([h.mean(0) for h in heads]) if head == "mean" else heads[:, int(head)]
-    observed = layout.assemble(tile_maps)
-    positions = layout.local_index().ravel()
+    observed = _assemble(owned, layout, tile_maps)
+    positions = owned.local
     if scope == "tile":  # each tile's null is its own: positions run over all tiles' tokens
-        positions = layout.tile_index().ravel() * (layout.tile_grid[0] * layout.tile_grid[1]) \
-            + positions
+        positions = owned.family * (layout.tile_grid[0] * layout.tile_grid[1]) + positions
     stats = run.statistics(
-        config, observed.reshape(-1), null_scores, positions,
-        families=tile_maps.reshape(layout.n_tiles, -1).to(run.device),
-        owner=(layout.tile_index().ravel(), layout.local_index().ravel()),
-        family_tokens=layout.tile_tokens())
-    return observed, stats
+        config, observed.reshape(-1)[torch.from_numpy(owned.tested)], null_scores, positions,
+        families=tile_maps.reshape(owned.order.size, -1).to(run.device),
+        owner=(owned.family, owned.local),
+        family_tokens=owned.family_tokens)
+    return observed, _on_image_grid(owned, stats)
 
 
-def _kept_nulls(layout: TileLayout, null_scores: torch.Tensor, scope: str) -> np.ndarray:
+def _on_image_grid(owned: RunTiles, stats: Any) -> Any:
+    """Statistics of the tested tokens spread over the image grid (untested: p = q = 1)."""
+    if owned.complete:
+        return stats
+    summary = dict(stats.null_summary)
+    if "stepdown_step_token" in summary:  # stored steps name image tokens
+        summary["stepdown_step_token"] = owned.tested[summary["stepdown_step_token"]] \
+            .astype(np.int32)
+        summary["stepdown_family"] = owned.scatter(summary["stepdown_family"], -1) \
+            .astype(np.int32)
+    return replace(stats, z=owned.scatter(stats.z, 0.0), p=owned.scatter(stats.p, 1.0),
+                   lfdr=owned.scatter(stats.lfdr, 1.0),
+                   posterior=owned.scatter(stats.posterior, 0.0),
+                   q=owned.scatter(stats.q, 1.0), null_summary=summary)
+
+
+def _kept_nulls(owned: RunTiles, layout: TileLayout, null_scores: torch.Tensor,
+                scope: str) -> np.ndarray:
     """The null maps to keep: per-tile nulls have a place in the image, image-level ones not."""
     n_boot = null_scores.shape[0]
     kept = null_scores.reshape(n_boot, -1, *layout.tile_grid).cpu()
-    return (layout.assemble(kept.transpose(0, 1)) if scope == "tile" else kept[:, 0]).numpy()
+    return (_assemble(owned, layout, kept.transpose(0, 1)) if scope == "tile"
+            else kept[:, 0]).numpy()

@@ -132,6 +132,85 @@ class TileLayout:
         return picked.transpose(0, 1).contiguous().reshape(*tile_maps.shape[1:-2], *self.grid_shape)
 
 
+@dataclass(frozen=True)
+class RunTiles:
+    """The tiles a run computes (all of them, or a tissue mask's) and the tokens they own.
+
+    Each image token is owned by the run tile whose centre is nearest (among the run tiles
+    that contain it); a token no run tile contains is untested. With every tile run this is
+    :meth:`TileLayout.tile_index` / :meth:`TileLayout.local_index` exactly.
+
+    Attributes
+    ----------
+    order : np.ndarray
+        ``(n_run,)`` layout indices of the run tiles, ascending; run tile ``k`` is family ``k``.
+    tested : np.ndarray
+        ``(n_tested,)`` flat image-grid indices of the tokens a run tile owns.
+    family, local : np.ndarray
+        ``(n_tested,)`` the owning run tile (its rank in ``order``) and the index inside it.
+    family_tokens : np.ndarray
+        ``(n_run, tgh·tgw)`` every token of every run tile as an index into ``tested``.
+    n_image : int
+        Tokens of the whole image grid.
+    """
+
+    order: np.ndarray
+    tested: np.ndarray
+    family: np.ndarray
+    local: np.ndarray
+    family_tokens: np.ndarray
+    n_image: int
+
+    @property
+    def complete(self) -> bool:
+        """Every token is tested (every tile is run, or the run tiles cover the image)."""
+        return self.tested.size == self.n_image
+
+    def scatter(self, values: np.ndarray, fill: float) -> np.ndarray:
+        """``(n_tested,)`` values → ``(n_image,)``, ``fill`` at untested tokens."""
+        if self.complete:
+            return np.asarray(values)
+        out = np.full(self.n_image, fill, dtype=np.result_type(np.asarray(values).dtype,
+                                                               np.float64))
+        out[self.tested] = values
+        return out
+
+
+def run_tiles(layout: TileLayout, keep: np.ndarray | None = None) -> RunTiles:
+    """The :class:`RunTiles` of ``layout`` when only the tiles ``keep`` (bool) are run."""
+    n_image = layout.grid_shape[0] * layout.grid_shape[1]
+    if keep is None or bool(np.all(keep)):
+        return RunTiles(order=np.arange(layout.n_tiles), tested=np.arange(n_image),
+                        family=layout.tile_index().ravel(), local=layout.local_index().ravel(),
+                        family_tokens=layout.tile_tokens(), n_image=n_image)
+    keep = np.asarray(keep, dtype=bool)
+    gh, gw = layout.grid_shape
+    tgh, tgw = layout.tile_grid
+    (ph, pw), (th, tw) = layout.patch, layout.tile
+    best = np.full((gh, gw), np.inf)
+    owner = np.full((gh, gw), -1, dtype=np.int64)
+    corner = np.zeros((gh, gw, 2), dtype=np.int64)
+    order = np.flatnonzero(keep)
+    for rank, index in enumerate(order):  # C order: on a tie the first tile owns, as in _owners
+        y, x = layout.origin(int(index))
+        ty, tx = y // ph, x // pw
+        dy = np.abs((np.arange(tgh) + 0.5) * ph - th / 2)
+        dx = np.abs((np.arange(tgw) + 0.5) * pw - tw / 2)
+        distance = dy[:, None] + dx[None, :]
+        block = (slice(ty, ty + tgh), slice(tx, tx + tgw))
+        nearer = distance < best[block]
+        best[block] = np.where(nearer, distance, best[block])
+        owner[block] = np.where(nearer, rank, owner[block])
+        corner[block] = np.where(nearer[..., None], (ty, tx), corner[block])
+    tested = np.flatnonzero(owner.ravel() >= 0)
+    gy, gx = np.divmod(tested, gw)
+    local = (gy - corner.reshape(-1, 2)[tested, 0]) * tgw + gx - corner.reshape(-1, 2)[tested, 1]
+    inverse = np.full(n_image, -1, dtype=np.int64)
+    inverse[tested] = np.arange(tested.size)
+    return RunTiles(order=order, tested=tested, family=owner.ravel()[tested], local=local,
+                    family_tokens=inverse[layout.tile_tokens()[order]], n_image=n_image)
+
+
 def make_layout(shape: tuple[int, int], *, tile: tuple[int, int], patch: tuple[int, int],
                 overlap: int = 0) -> TileLayout:
     """Tiles of size ``tile`` covering an image of ``shape`` (multiples of ``patch``).
@@ -161,6 +240,10 @@ def make_layout(shape: tuple[int, int], *, tile: tuple[int, int], patch: tuple[i
                       starts=starts)  # type: ignore[arg-type]
 
 
+#: Position draws of a ``patch`` null tile before one outside the tissue mask is taken anyway.
+MAX_REDRAWS = 64
+
+
 class ImageNull:
     """Null tiles whose generator statistics come from the whole image (one null per image).
 
@@ -182,13 +265,19 @@ class ImageNull:
         For an image that stays on disk: ``source`` is a strided sample of it (for the
         statistics and the pixel pool), ``reader(y, x, h, w)`` reads the random tiles of
         ``patch`` from the full image of size ``shape``.
+    accept : callable, optional
+        ``accept(y, x)``: whether a ``patch`` null may take the tile at this origin (a tissue
+        mask: glass is not what the image's tiles are); positions are drawn again, from the
+        same stream, until one is accepted (at most :data:`MAX_REDRAWS` times).
     """
 
     def __init__(self, source: torch.Tensor, config: NullConfig, tile: tuple[int, int],
                  patch_size: int, *, reader: Callable[[int, int, int, int], torch.Tensor] | None = None,
-                 shape: tuple[int, int] | None = None) -> None:
+                 shape: tuple[int, int] | None = None,
+                 accept: Callable[[int, int], bool] | None = None) -> None:
         self.source = source.float()
         self.reader = reader
+        self.accept = accept
         self.shape = tuple(shape) if shape is not None else tuple(source.shape[1:])
         self.config = config
         self.tile = (int(tile[0]), int(tile[1]))
@@ -239,8 +328,11 @@ class ImageNull:
         for index in indices:
             # the position has its own stream, so the block permutation is null_images' own
             gen.manual_seed(image_seed(seed, index) ^ 0x5A5A5A5A)
-            y = int(torch.randint(0, h - th + 1, (1,), generator=gen))
-            x0 = int(torch.randint(0, w - tw + 1, (1,), generator=gen))
+            for _ in range(MAX_REDRAWS if self.accept is not None else 1):
+                y = int(torch.randint(0, h - th + 1, (1,), generator=gen))
+                x0 = int(torch.randint(0, w - tw + 1, (1,), generator=gen))
+                if self.accept is None or self.accept(y, x0):
+                    break
             crop = (x[:, y:y + th, x0:x0 + tw] if self.reader is None
                     else self.reader(y, x0, th, tw).to(x.device))
             out.append(null_images(crop, [index], self.config, seed=seed,

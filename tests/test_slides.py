@@ -1,0 +1,395 @@
+"""Slides (SVS, pyramidal TIFF) read lazily, tissue masks, the tile reader thread, the guard."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tiffslide")
+tifffile = pytest.importorskip("tifffile")
+
+from napari_attnreg.core.results.result import AttentionResult  # noqa: E402
+from napari_attnreg.core.run.lazy import (  # noqa: E402
+    MAX_UNTILED_PIXELS,
+    TileReader,
+    check_untiled_size,
+)
+from napari_attnreg.core.run.tiling import make_layout, run_tiles  # noqa: E402
+from napari_attnreg.core.run.tissue import (  # noqa: E402
+    auto_tissue_mask,
+    tiles_in_tissue,
+    tissue_for,
+)
+from napari_attnreg.io.slides import is_slide, open_slide  # noqa: E402
+
+SIZE = 2048
+TISSUE = (0.55, 0.55)  # the tissue block's share of each side: ~30 % tissue, 70 % glass
+
+
+def _slide_pixels(size: int = SIZE) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    img = np.full((size, size, 3), 236, np.uint8)  # white glass
+    th, tw = int(size * TISSUE[0]), int(size * TISSUE[1])
+    stain = rng.random((th, tw, 3)) * 90 + np.array([130, 40, 120])  # pink-purple H&E-ish
+    img[:th, :tw] = stain.clip(0, 255).astype(np.uint8)
+    return img
+
+
+def _aperio(w: int, h: int) -> str:
+    return (f"Aperio Image Library v10.0.50\n{w}x{h} [0,0 {w}x{h}] (256x256) RAW/RGB"
+            "|AppMag = 40|MPP = 0.25")
+
+
+@pytest.fixture(scope="module")
+def slide(tmp_path_factory) -> Path:
+    """An Aperio-style SVS of 2048² at 0.25 µm, levels 1/2 and 1/4, a thumbnail; 70 % glass."""
+    path = tmp_path_factory.mktemp("slides") / "slide.svs"
+    img = _slide_pixels()
+    with tifffile.TiffWriter(path) as tif:
+        tif.write(img, tile=(256, 256), description=_aperio(SIZE, SIZE), photometric="rgb",
+                  metadata=None)
+        tif.write(img[::16, ::16].copy(), description="Aperio Image Library v10.0.50\nthumb",
+                  photometric="rgb", metadata=None)
+        for k in (2, 4):
+            tif.write(img[::k, ::k].copy(), tile=(256, 256),
+                      description=_aperio(SIZE // k, SIZE // k), photometric="rgb",
+                      metadata=None)
+    return path
+
+
+@pytest.fixture(scope="module")
+def generic(tmp_path_factory) -> Path:
+    """A generic pyramidal TIFF (sub-IFDs), its pixel size in the resolution tags."""
+    path = tmp_path_factory.mktemp("slides") / "pyramid.tif"
+    img = _slide_pixels(1024)
+    with tifffile.TiffWriter(path) as tif:
+        # 0.5 µm per pixel = 20000 pixels per cm
+        tif.write(img, tile=(256, 256), subifds=1, photometric="rgb", metadata=None,
+                  resolution=(20000, 20000), resolutionunit="CENTIMETER")
+        tif.write(img[::2, ::2].copy(), tile=(256, 256), subfiletype=1, photometric="rgb",
+                  metadata=None, resolution=(10000, 10000), resolutionunit="CENTIMETER")
+    return path
+
+
+# -- opening ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("level, mpp, shape", [(0, 0.25, 2048), (1, 0.5, 1024), (2, 1.0, 512)])
+def test_a_slide_opens_lazily_at_each_level_with_its_pixel_size(slide, level, mpp, shape):
+    image = open_slide(slide, level=level)
+    assert is_slide(slide)
+    assert not isinstance(image.array, np.ndarray)  # zarr: nothing read yet
+    assert image.shape == (shape, shape) and image.mpp == pytest.approx(mpp)
+    k = SIZE // shape
+    block = image.read(slice(100, 140), slice(60, 90))
+    np.testing.assert_array_equal(block, _slide_pixels()[::k, ::k][100:140, 60:90])
+
+
+def test_a_generic_pyramidal_tiff_is_a_slide_too(generic):
+    assert is_slide(generic)
+    image = open_slide(generic, level=1)
+    assert image.shape == (512, 512) and image.level == 1
+
+
+def test_mpp_picks_the_coarsest_level_at_least_as_fine_and_resamples(slide):
+    image = open_slide(slide, mpp=0.75)
+    assert image.level == 1 and image.scale == pytest.approx(1.5)
+    assert image.analysed_shape == (683, 683) and image.mpp == pytest.approx(0.75)
+    assert open_slide(slide, mpp=1.0).level == 2 and open_slide(slide, mpp=1.0).scale == 1
+
+
+@pytest.mark.parametrize("kwargs, match", [({"level": 3}, "levels 0–2"),
+                                           ({"mpp": 0.1}, "finer"),
+                                           ({"level": 1, "mpp": 1.0}, "not both")])
+def test_an_impossible_level_or_resolution_says_what_the_slide_has(slide, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        open_slide(slide, **kwargs)
+
+
+# -- tissue masks ----------------------------------------------------------------------------
+
+def test_the_automatic_mask_finds_the_stained_tissue_and_not_the_glass():
+    img = _slide_pixels(512)
+    mask = auto_tissue_mask(img)
+    t = int(512 * TISSUE[0])
+    assert mask[:t - 2, :t - 2].mean() > 0.99 and mask[t + 2:, :].mean() < 0.01
+    # a crop inside the tissue has no glass: all of it is tissue, not half of it
+    assert auto_tissue_mask(img[:200, :200]).all()
+
+
+def test_only_tiles_at_least_a_tenth_tissue_are_kept():
+    layout = make_layout((1024, 1024), tile=(256, 256), patch=(16, 16), overlap=0)
+    mask = np.zeros((64, 64), bool)
+    mask[:16, :16] = True  # tile 0 whole
+    mask[16:18, 16:32] = True  # 1/8 of tile 5
+    mask[32, 32] = True  # 1/256 of tile 10
+    assert np.flatnonzero(tiles_in_tissue(mask, layout)).tolist() == [0, 5]
+    with pytest.raises(ValueError, match="proportions"):
+        tiles_in_tissue(np.ones((10, 40), bool), layout)
+
+
+def test_run_tiles_of_every_tile_are_the_layouts_own_indices():
+    layout = make_layout((304, 200), tile=(128, 128), patch=(8, 8), overlap=16)
+    every = run_tiles(layout)
+    np.testing.assert_array_equal(every.family, layout.tile_index().ravel())
+    np.testing.assert_array_equal(every.local, layout.local_index().ravel())
+    # with all tiles "kept" by the general path the owners are the same
+    keep = np.ones(layout.n_tiles, bool)
+    keep[-1] = False
+    some = run_tiles(layout, keep)
+    assert not some.complete and some.order.tolist() == list(range(layout.n_tiles - 1))
+    tokens = layout.tile_tokens()
+    for t, fam, loc in zip(some.tested, some.family, some.local, strict=True):
+        assert tokens[some.order[fam], loc] == t  # the owner really holds the token
+    np.testing.assert_array_equal(some.tested[some.family_tokens], tokens[:-1])
+
+
+def test_no_tissue_is_a_clear_error():
+    layout = make_layout((512, 512), tile=(128, 128), patch=(16, 16))
+    with pytest.raises(ValueError, match="tissue_mask='none'"):
+        tissue_for(np.zeros((64, 64)), None, layout)
+
+
+# -- tiled runs of slides --------------------------------------------------------------------
+
+def _run(image, progress=None, **options):
+    from napari_attnreg import regularize
+
+    return regularize(image, "demo", tiled=True, n_boot=8, seed=0, device="cpu",
+                      progress=progress, **options)
+
+
+def test_a_tiled_run_runs_and_tests_only_the_tissue_tiles(slide):
+    image = open_slide(slide, level=1)
+    events = []
+    result = _run(image, progress=events.append)
+    md = result.metadata
+    n_tissue, n_all = md["n_tissue_tiles"], md["n_tiles_total"]
+    assert md["tissue_mask"].startswith("auto") and 0 < n_tissue < 0.5 * n_all
+    assert events[-1].total == n_tissue + 8  # forward passes: tissue tiles, then the nulls
+    # the BH family of the step-down holds only the tissue tiles
+    assert result.null_summary["stepdown_family_p"].shape == (n_tissue,)
+    tiles = result.null_summary["tissue_tiles"]
+    assert tiles.shape == (n_all,) and tiles.sum() == n_tissue
+    # the glass corner is untested: no attention, p = 1, never significant
+    assert np.all(result.p[-8:, -8:] == 1.0) and np.all(result.attention[-8:, -8:] == 0)
+    assert result.spatial["scale"] == (0.5, 0.5) and result.spatial["units"] == ("µm", "µm")
+    assert md["slide_level"] == 1 and md["slide_resample"] == 1
+
+
+def test_tissue_mask_none_runs_every_tile_and_a_users_mask_is_used(slide, tmp_path):
+    image = open_slide(slide, level=2)
+    every = _run(image, tissue_mask="none")
+    assert every.metadata["tissue_mask"] == "none"
+    assert every.null_summary["stepdown_family_p"].shape == (every.metadata["n_tiles"],)
+    mask = np.zeros((64, 64), np.uint8)
+    mask[:10, :10] = 1
+    tifffile.imwrite(tmp_path / "mask.tif", mask)
+    own = _run(image, tissue_mask=str(tmp_path / "mask.tif"))
+    assert own.metadata["tissue_mask"] == "file mask.tif" and own.metadata["n_tissue_tiles"] == 1
+    array = _run(image, tissue_mask=mask.astype(bool))
+    assert array.metadata["tissue_mask"] == "array"
+    np.testing.assert_array_equal(array.p, own.p)
+
+
+def test_an_in_memory_tiled_run_without_a_mask_is_unchanged(slide):
+    image = open_slide(slide, level=2)
+    pixels = image.read(slice(None), slice(None))
+    plain = _run(pixels)
+    assert plain.metadata["tissue_mask"] == "none" and "tissue_tiles" not in plain.null_summary
+
+
+def test_the_mask_is_saved_with_the_result(slide, tmp_path):
+    result = _run(open_slide(slide, level=2))
+    again = AttentionResult.load(result.save(tmp_path / "r.attnreg.npz"))
+    assert again.metadata["n_tissue_tiles"] == result.metadata["n_tissue_tiles"]
+    np.testing.assert_array_equal(again.null_summary["tissue_mask"],
+                                  result.null_summary["tissue_mask"])
+
+
+# -- the reading thread ----------------------------------------------------------------------
+
+def _reader_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "attnreg-tile-reader" and t.is_alive()]
+
+
+def test_the_tile_reader_reads_ahead_boundedly_and_stops_on_close():
+    reads = []
+    reader = TileReader(lambda i: reads.append(i) or np.full((2, 2), i), range(100), depth=4)
+    assert [int(b[0, 0]) for b in reader.take(0, 3)] == [0, 1, 2]
+    assert [int(b[0, 0]) for b in reader.take(0, 2)] == [0, 1]  # a retry after OOM
+    assert len(reads) <= 3 + 4 + 1  # taken, queued, one in hand
+    reader.close()
+    assert not reader.alive
+
+
+def test_a_reader_error_reaches_the_run():
+    def read(i):
+        if i == 2:
+            raise ValueError("tile 2 is damaged")
+        return np.zeros((2, 2))
+
+    with TileReader(read, range(5), depth=2) as reader, pytest.raises(ValueError, match="2 is"):
+        reader.take(0, 4)
+
+
+def test_closing_or_cancelling_a_tiled_run_stops_its_reader_thread(slide):
+    from napari_attnreg.core.models.backbones import load_backbone
+    from napari_attnreg.core.run.config import RunConfig
+    from napari_attnreg.core.run.passes import CancelToken, RunCancelled
+    from napari_attnreg.core.run.tiled_engine import run_tiled
+
+    backbone = load_backbone("demo", device="cpu")
+    config = RunConfig(tiled=True, n_boot=4, device="cpu", chunk_size=2,
+                       tissue_mask="none").validate()
+    engine = run_tiled(open_slide(slide, level=1), backbone, config)
+    next(engine)
+    assert _reader_threads()
+    engine.close()
+    assert not _reader_threads()
+    cancel = CancelToken()
+    engine = run_tiled(open_slide(slide, level=1), backbone, config, cancel)
+    next(engine)
+    cancel.cancel()
+    with pytest.raises(RunCancelled):
+        for _ in engine:
+            pass
+    assert not _reader_threads()
+
+
+# -- the untiled memory guard ----------------------------------------------------------------
+
+def test_the_guard_names_tiled_and_comes_before_any_read():
+    check_untiled_size((8192, 8192))
+    with pytest.raises(ValueError, match="tiled=True"):
+        check_untiled_size((30000, 30000))
+
+    class Unreadable:  # a lazy array whose pixels must never be asked for
+        shape, dtype, ndim = (30000, 30000), np.dtype(np.uint8), 2
+
+        def __array__(self, *args, **kwargs):
+            raise AssertionError("the guard read the pixels")
+
+    from napari_attnreg.core.run.config import RunConfig
+    from napari_attnreg.core.run.planes import PlaneStack
+    from napari_attnreg.core.run.service import _read_plane
+
+    stack = PlaneStack(Unreadable(), (), None)
+    with pytest.raises(ValueError, match="--tiled"):
+        _read_plane(stack, (), RunConfig())
+    assert 30000 * 30000 > MAX_UNTILED_PIXELS
+
+
+def test_a_batch_records_a_clear_error_for_a_huge_untiled_image(tmp_path):
+    from napari_attnreg.cli import main
+
+    big = tmp_path / "in" / "big.tif"
+    big.parent.mkdir()
+    # header and strips for 30000² without writing the pixels (a sparse file)
+    tifffile.imwrite(big, shape=(30000, 30000), dtype=np.uint8)
+    code = main(["run", str(big), "--out", str(tmp_path / "out"), "--n-boot", "4",
+                 "--device", "cpu"])
+    summary = (tmp_path / "out" / "summary.csv").read_text()
+    assert code != 0 and "failed" in summary and "--tiled" in summary
+
+
+# -- command line and napari -----------------------------------------------------------------
+
+def test_cli_runs_a_slide_tiled_at_a_level_and_records_the_mask(slide, tmp_path):
+    from napari_attnreg.cli import main
+
+    out = tmp_path / "out"
+    code = main(["run", str(slide), "--tiled", "--level", "1", "--out", str(out),
+                 "--n-boot", "6", "--device", "cpu", "--quiet"])
+    assert code == 0
+    result = AttentionResult.load(next(out.glob("*.attnreg.npz")))
+    md = result.metadata
+    assert md["tissue_mask"].startswith("auto") and md["n_tissue_tiles"] < md["n_tiles_total"]
+    assert "tissue_mask" in result.null_summary
+    assert result.spatial["scale"] == (0.5, 0.5) and md["image_kind"] == "pathology"
+
+
+def test_napari_reader_opens_a_slide_in_micrometres(slide):
+    from napari_attnreg._napari.io import get_reader
+
+    reader = get_reader(str(slide))
+    assert reader is not None
+    [(data, kwargs, kind)] = reader(str(slide))
+    assert kind == "image" and data.shape == (SIZE, SIZE, 3) and kwargs["rgb"]
+    assert kwargs["scale"] == (0.25, 0.25) and kwargs["metadata"]["slide"]["level"] == 0
+    from napari_attnreg.io.readers import ImageInfo
+
+    info = ImageInfo.from_layer_metadata(kwargs["metadata"])
+    assert info.pixel_size == (0.25, 0.25) and info.kind == "pathology"
+
+
+def test_a_saved_slide_result_reopens_with_its_tissue_mask_layer(slide, tmp_path):
+    from napari_attnreg._napari.io import read_result_layers
+
+    result = _run(open_slide(slide, level=2))
+    path = result.save(tmp_path / "slide.attnreg.npz")
+    layers = read_result_layers(str(path))
+    masks = [(d, k) for d, k, kind in layers if kind == "labels" and k["name"].endswith("tissue")]
+    [(mask, kwargs)] = masks
+    # the thumbnail-sized mask spans the analysed image, in micrometres
+    extent = [mask.shape[a] * kwargs["scale"][a] for a in range(2)]
+    assert extent == pytest.approx([s * 1.0 for s in result.image_shape])
+    assert kwargs["metadata"]["tissue"]["tiles"] == result.metadata["n_tissue_tiles"]
+
+
+@pytest.mark.gui
+def test_napari_opens_a_slide_through_the_plugin(slide, make_napari_viewer):
+    import timm  # noqa: F401  # before the viewer: see tests/napari/conftest.py
+
+    viewer = make_napari_viewer()
+    [layer] = viewer.open(str(slide), plugin="napari-attnreg")
+    assert layer.rgb and layer.data.shape == (SIZE, SIZE, 3)
+    assert tuple(layer.scale) == pytest.approx((0.25, 0.25))
+    assert layer.metadata["slide"]["mpp"] == pytest.approx(0.25)
+
+
+@pytest.mark.gui
+def test_the_dock_shows_a_tiled_runs_tissue_mask_as_a_labels_layer(slide, make_napari_viewer,
+                                                                    qtbot):
+    import timm  # noqa: F401  # before the viewer: see tests/napari/conftest.py
+
+    from napari_attnreg._napari.widget import AttentionWidget
+
+    image = open_slide(slide, level=2)
+    viewer = make_napari_viewer()
+    viewer.add_image(np.asarray(image.array), name="slide", rgb=True,
+                     metadata={"slide": {"path": str(slide), "level": 2, "mpp": image.mpp}})
+    widget = AttentionWidget(viewer)
+    viewer.window.add_dock_widget(widget)
+    controls = widget.options.controls
+    controls["device"].setCurrentText("cpu")
+    controls["n_boot"].setValue(8)
+    controls["tiled"].setChecked(True)
+    controls["tissue_mask"].setText("auto")
+    with qtbot.waitSignal(widget.run_finished, timeout=120_000):
+        assert widget.run() is not None
+    mask = viewer.layers["slide tissue"]
+    result = widget.current_record().results[()]
+    assert mask.data.any() and not mask.data.all()
+    assert result.metadata["n_tissue_tiles"] < result.metadata["n_tiles_total"]
+
+
+def test_patch_nulls_of_a_masked_image_take_their_tiles_from_the_tissue():
+    import torch
+
+    from napari_attnreg.core.run.nulls import NullConfig
+    from napari_attnreg.core.run.tiling import ImageNull
+
+    source = torch.zeros((1, 256, 256))
+    source[:, 128:] = 1.0  # "tissue" is the lower half
+    config = NullConfig("patch", 1.0, True, 8)
+    anywhere = ImageNull(source, config, (64, 64), 16).draw(range(20), seed=3)
+    on_tissue = ImageNull(source, config, (64, 64), 16,
+                          accept=lambda y, x: y + 32 >= 128).draw(range(20), seed=3)
+    assert 0 < float(anywhere.mean()) < 1  # glass and tissue both drawn
+    assert float(on_tissue.flatten(1).mean(1).min()) > 0.45  # every tile centred on tissue
+    again = ImageNull(source, config, (64, 64), 16,
+                      accept=lambda y, x: y + 32 >= 128).draw(range(20), seed=3)
+    assert torch.equal(on_tissue, again)  # redraws come from the seeded stream
