@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from qtpy.QtCore import QEvent, Signal
-from qtpy.QtWidgets import QFormLayout, QGroupBox, QVBoxLayout, QWidget
+from qtpy.QtWidgets import QFormLayout, QGridLayout, QTabWidget, QVBoxLayout, QWidget
 
 from napari_attnreg._napari._compat import avoid_triton_llvm_clash
 
@@ -117,15 +117,22 @@ class AttentionWidget(QWidget):
         self.inspector = PatchInspector(self.viewer, self.current_record, self._records.source_of)
         self.slice_cue = SliceCue(self.viewer, self.current_record)
         self.roi_panel = RoiPanel(self.viewer, self.current_record)
-        roi_group = QGroupBox("ROI statistics vs significant attention")
-        QVBoxLayout(roi_group).addWidget(self.roi_panel)
+        # the inspector and the ROI table share one place (tabs): at 1280x800 both stacked
+        # needed scrolling, and the dock's height is the canvas's
+        self.result_tabs = QTabWidget()
+        self.result_tabs.addTab(self.inspector, "Patch inspector")
+        self.result_tabs.addTab(self.roi_panel, "ROI statistics")
+        self.result_tabs.setTabToolTip(1, "ROI statistics vs significant attention")
+        outputs = QGridLayout()  # the output buttons two by two, not one row each
+        for index, button in enumerate((self.save_button, self.figure_button,
+                                        self.geojson_button)):
+            outputs.addWidget(button, index // 2, index % 2)
         content = QWidget()
         layout = QVBoxLayout(content)
         for part in (self.title, self.source, model_form, self.options, self.thresholds_panel,
-                     self.run_panel, self.save_button, self.figure_button,
-                     self.geojson_button, self.reader_button, self.inspector,
-                     roi_group):
-            (layout.addLayout if isinstance(part, QFormLayout) else layout.addWidget)(part)
+                     self.run_panel, outputs, self.reader_button, self.result_tabs):
+            (layout.addLayout if isinstance(part, (QFormLayout, QGridLayout))
+             else layout.addWidget)(part)
         layout.addStretch(1)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)

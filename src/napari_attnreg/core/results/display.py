@@ -252,7 +252,10 @@ ROI_COLUMN_HELP = {
     "mean_posterior": "Mean of the soft map over the ROI's patches: evidence 1 − adjusted p "
                       "(step-down), P(above null) (directional), 1 − lfdr (paper).",
     "frac_significant": "Share of the ROI's patches kept by the significance rule.",
-    "mean_pct_raw": "Mean percentile of the ROI's attention among the patches outside it.",
+    "mean_pct_raw": "Mean percentile of the ROI's attention among the patches outside it "
+                    "(rank-based, 50 = typical). It can point the other way from the mean "
+                    "attention: a few very high patches raise a mean while most patches of "
+                    "the ROI rank low.",
     "mean_pct_regularized": "The same for the regularized attention.",
     "odds_ratio": "Odds of a patch being significant inside vs outside the ROI (conditional "
                   "maximum likelihood; 0 when no patch inside is significant).",
