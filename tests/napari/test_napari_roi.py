@@ -52,10 +52,11 @@ def test_shapes_roi_table_matches_core_and_exports(
     # thresholds move → the table follows without a new run
     with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
         widget.thresholds_panel.rule_combo.setCurrentIndex(
-            widget.thresholds_panel.rule_combo.findData("p")
+            widget.thresholds_panel.rule_combo.findData("fwer")  # a rule of the step-down
         )
         widget.thresholds_panel.p_th_slider.setValue(0.5)
-    _assert_rows_equal(blocker.args[0], _core_rows(result, labels, {**t, "rule": "p", "p_th": 0.5}))
+    _assert_rows_equal(blocker.args[0],
+                       _core_rows(result, labels, {**t, "rule": "fwer", "p_th": 0.5}))
 
     # editing the ROIs updates the table too
     shapes.add_rectangles(np.array([[80, 5], [110, 30]]))
@@ -74,7 +75,7 @@ def test_shapes_roi_table_matches_core_and_exports(
     record = widget.current_record()
     for row in read:
         assert row["source_image"] == "cells" and row["preset"] == record.preset
-        assert row["n_boot"] == "16" and row["seed"] == "0" and row["rule"] == "p"
+        assert row["n_boot"] == "16" and row["seed"] == "0" and row["rule"] == "fwer"
         assert float(row["p_th"]) == pytest.approx(0.5) and row["run_id"] == record.run_id
         assert row["model"] and row["package_version"]
 
