@@ -27,7 +27,14 @@ from dataclasses import replace
 from typing import Any
 
 from qtpy.QtCore import QEvent, Signal
-from qtpy.QtWidgets import QFormLayout, QGridLayout, QTabWidget, QVBoxLayout, QWidget
+from qtpy.QtWidgets import (
+    QFormLayout,
+    QGridLayout,
+    QTabWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from napari_attnreg._napari._compat import avoid_triton_llvm_clash
 
@@ -120,6 +127,9 @@ class AttentionWidget(QWidget):
         # the inspector and the ROI table share one place (tabs): at 1280x800 both stacked
         # needed scrolling, and the dock's height is the canvas's
         self.result_tabs = QTabWidget()
+        self.result_tabs.setUsesScrollButtons(False)  # two short tab titles always fit
+        for button in self.result_tabs.tabBar().findChildren(QToolButton):  # Qt's own, hidden
+            button.setToolTip("Scroll the tabs")
         self.result_tabs.addTab(self.inspector, "Patch inspector")
         self.result_tabs.addTab(self.roi_panel, "ROI statistics")
         self.result_tabs.setTabToolTip(1, "ROI statistics vs significant attention")
