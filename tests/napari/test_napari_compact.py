@@ -59,3 +59,18 @@ def test_the_roi_table_says_when_too_few_patches_are_significant_for_enrichment(
     few = enrichment_advice(Record(MIN_SIGNIFICANT_FOR_ENRICHMENT - 1))
     assert few and "too few for the enrichment test" in few and "mean evidence" in few
     assert enrichment_advice(Record(MIN_SIGNIFICANT_FOR_ENRICHMENT)) is None
+
+
+def test_diagnostics_of_some_slices_name_their_slices(monkeypatch):
+    from napari_attnreg._napari import status
+
+    lines = {(0,): ["⚠ spread 0.55", "Model domain: demo"],
+             (1,): ["⚠ spread 0.61", "Model domain: demo"]}
+    monkeypatch.setattr(status, "diagnostics_lines", lambda result, include_info=True:
+                        lines[result])
+
+    class Record:
+        results = {(0,): (0,), (1,): (1,)}
+
+    shown = status.plane_diagnostics(Record())
+    assert shown == ["⚠ slice 0: spread 0.55", "⚠ slice 1: spread 0.61", "Model domain: demo"]
