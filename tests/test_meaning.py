@@ -67,3 +67,10 @@ def broad_outline_absent_under_stepdown(tiny_backbone, image) -> bool:
 
     return broad_outline_warning("stepdown", 0.9) is None and \
         broad_outline_warning("paper", 0.4) is None
+
+
+def test_the_evidence_column_tooltip_names_its_csv_column():
+    from napari_attnreg.core.results.display import ROI_COLUMN_HELP
+
+    assert "mean_posterior" in ROI_COLUMN_HELP["mean_posterior"]
+    assert "50 = typical" in ROI_COLUMN_HELP["mean_pct_raw"]  # percentile vs mean explained

@@ -250,7 +250,9 @@ ROI_COLUMNS = {
 ROI_COLUMN_HELP = {
     "n_tokens": "Patches whose footprint lies at least half inside the ROI.",
     "mean_posterior": "Mean of the soft map over the ROI's patches: evidence 1 − adjusted p "
-                      "(step-down), P(above null) (directional), 1 − lfdr (paper).",
+                      "(step-down), P(above null) (directional), 1 − lfdr (paper). The CSV and "
+                      "napari's features table name this column mean_posterior for every "
+                      "preset.",
     "frac_significant": "Share of the ROI's patches kept by the significance rule.",
     "mean_pct_raw": "Mean percentile of the ROI's attention among the patches outside it "
                     "(rank-based, 50 = typical). It can point the other way from the mean "
