@@ -174,7 +174,8 @@ def step_down(observed: torch.Tensor | np.ndarray, null_scores: torch.Tensor | n
     if tail == "gpd":
         step_p, tail_used, fit = tail_pvalues(
             step_p, counts, s_np, n_boot,
-            lambda wanted: _null_columns(null_scores, order, shared, dtype, wanted))
+            lambda wanted, k: _null_tops(null_scores, order, shared, dtype, wanted, k),
+            shared_first=shared)
     sorted_np = a_sorted.cpu().numpy()
     group_end = np.ones(sorted_np.shape, dtype=bool)
     group_end[:, :-1] = sorted_np[:, :-1] != sorted_np[:, 1:]
@@ -184,13 +185,21 @@ def step_down(observed: torch.Tensor | np.ndarray, null_scores: torch.Tensor | n
                             n_boot=n_boot, tail=fit)
 
 
-def _null_columns(null: torch.Tensor, order: torch.Tensor, shared: bool, dtype: torch.dtype,
-                  wanted: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """``m[:, f, k]`` for the wanted ``(f, k)`` pairs: ``(B, n_wanted)`` (a second pass)."""
+def _null_tops(null: torch.Tensor, order: torch.Tensor, shared: bool, dtype: torch.dtype,
+               wanted: tuple[np.ndarray, np.ndarray], k: int) -> torch.Tensor:
+    """The ``k`` largest ``m[:, f, s]`` of each wanted ``(f, s)`` pair: ``(n_wanted, k)``.
+
+    A second pass over the null that keeps a running top ``k`` per pair, so its memory is
+    that of the tails, not of ``B`` values per pair.
+    """
     fam = torch.as_tensor(wanted[0], device=order.device)
     step = torch.as_tensor(wanted[1], device=order.device)
-    parts = [m[:, fam, step].cpu() for _a, _b, m in _null_step_blocks(null, order, shared, dtype)]
-    return torch.cat(parts).numpy().astype(np.float64)
+    top = None
+    for _a, _b, m in _null_step_blocks(null, order, shared, dtype):
+        block = m[:, fam, step].T
+        top = block if top is None else torch.cat([top, block], dim=1)
+        top = top.topk(min(k, top.shape[1]), dim=1).values
+    return top
 
 
 def _tie_max(adjusted: np.ndarray, group_end: np.ndarray) -> np.ndarray:
