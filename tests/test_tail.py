@@ -91,3 +91,14 @@ def test_pure_noise_family_p_values_stay_uniform():
     p = fam.family_p
     assert stats.kstest(p, "uniform").pvalue > 0.01
     assert np.mean(p <= 0.01) < 0.03
+
+
+@pytest.mark.parametrize("n_tok", [9, 36])
+def test_tails_kept_in_the_counting_pass_equal_a_second_pass(monkeypatch, n_tok):
+    obs, null = _families(12, 150, n_tok, seed=8, planted=6.0)
+    one_pass = sd.step_down(obs, null, tail="gpd")
+    monkeypatch.setattr(sd, "_running_top", lambda *args: None)
+    two_pass = sd.step_down(obs, null, tail="gpd")
+    assert one_pass.tail.steps > 0
+    np.testing.assert_array_equal(one_pass.step_p, two_pass.step_p)
+    np.testing.assert_array_equal(one_pass.tail_used, two_pass.tail_used)
