@@ -110,3 +110,14 @@ def test_counter_based_draws_have_their_distributions():
     assert stats.chisquare(first).pvalue > 0.001
     # neighbouring images and streams do not repeat one another
     assert not torch.equal(uniform_draws(3, [0], (64,), "cpu"), uniform_draws(3, [1], (64,), "cpu"))
+
+
+@pytest.mark.parametrize("method", ["normal", "uniform", "pixel", "patch"])
+def test_draws_do_not_depend_on_the_work_block(image, method, monkeypatch):
+    import napari_attnreg.core.run.nulls as nulls_mod
+
+    whole = null_images(image, range(5), NullConfig(method), seed=2, patch_size=8)
+    # blocks smaller than one image: each image's values in column blocks
+    monkeypatch.setitem(nulls_mod.DRAW_BLOCK_VALUES, "cpu", 1000)
+    torch.testing.assert_close(null_images(image, range(5), NullConfig(method), seed=2,
+                                           patch_size=8), whole, rtol=0, atol=0)

@@ -84,8 +84,9 @@ def image_seed(seed: int, index: int) -> int:
 # same for any chunking. Tensors hold the 64-bit words as int64: products wrap modulo 2⁶⁴
 # as the unsigned ones do, and right shifts are masked to be logical.
 
-#: Draws made at once (int64 work arrays of this many values bound the extra memory).
-DRAW_BLOCK_VALUES = 1 << 24
+#: Draws made at once: int64 work arrays of this many values bound the extra memory on a GPU;
+#: on a CPU a block that stays in the cache is several times faster.
+DRAW_BLOCK_VALUES = {"cuda": 1 << 24, "cpu": 1 << 16}
 
 
 def _signed(value: int) -> int:
@@ -93,25 +94,34 @@ def _signed(value: int) -> int:
 
 
 def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
-    return (x >> bits) & ((1 << (64 - bits)) - 1)
+    return (x >> bits).bitwise_and_((1 << (64 - bits)) - 1)
 
 
 def _mix(x: torch.Tensor) -> torch.Tensor:
-    x = (x ^ _shift_right(x, 30)) * _signed(_MIX1)
-    x = (x ^ _shift_right(x, 27)) * _signed(_MIX2)
-    return x ^ _shift_right(x, 31)
+    """SplitMix64's finaliser, in place on ``x``."""
+    x.bitwise_xor_(_shift_right(x, 30)).mul_(_signed(_MIX1))
+    x.bitwise_xor_(_shift_right(x, 27)).mul_(_signed(_MIX2))
+    return x.bitwise_xor_(_shift_right(x, 31))
 
 
 def _words(seed: int, indices: Sequence[int], count: int, device: torch.device | str,
-           stream: int = 0) -> Iterator[tuple[slice, torch.Tensor]]:
-    """Random 64-bit words ``(rows, count)`` for null images ``indices``, in row blocks."""
+           stream: int = 0, whole_rows: bool = False) -> Iterator[tuple[tuple, torch.Tensor]]:
+    """Random 64-bit words for null images ``indices``: ``(where, words)`` blocks of the
+    ``(len(indices), count)`` array (``out[where] = f(words)`` fills it)."""
     keys = torch.tensor([_signed(image_seed(seed, i) ^ stream) for i in indices],
                         dtype=torch.int64, device=device)
     steps = torch.arange(1, count + 1, dtype=torch.int64, device=device) * _signed(_GAMMA)
-    rows = max(1, DRAW_BLOCK_VALUES // max(1, count))
+    block = DRAW_BLOCK_VALUES.get(torch.device(device).type, DRAW_BLOCK_VALUES["cuda"])
+    if count > block and not whole_rows:  # a large image: its values in column blocks, one image at a time
+        for row in range(len(keys)):
+            for start in range(0, count, block):
+                cols = slice(start, min(count, start + block))
+                yield (slice(row, row + 1), cols), _mix(keys[row] + steps[cols])[None]
+        return
+    rows = max(1, block // count)
     for start in range(0, len(keys), rows):
         part = slice(start, min(len(keys), start + rows))
-        yield part, _mix(keys[part, None] + steps)
+        yield (part, slice(None)), _mix(keys[part, None] + steps)
 
 
 def _unit(words: torch.Tensor, low_bits: bool = False) -> torch.Tensor:
@@ -159,7 +169,8 @@ def permutation_draws(seed: int, indices: Sequence[int], count: int,
                       device: torch.device | str) -> torch.Tensor:
     """A random permutation of ``range(count)`` per null image (argsort of random keys)."""
     out = torch.empty((len(indices), count), dtype=torch.int64, device=device)
-    for part, words in _words(seed, indices, count, device, stream=0x13198A2E03707344):
+    for part, words in _words(seed, indices, count, device, stream=0x13198A2E03707344,
+                              whole_rows=True):
         # 63 random bits and the position as a tie-break: distinct keys, a stable order
         out[part] = torch.argsort(_shift_right(words, 1), dim=1, stable=True)
     return out
