@@ -139,6 +139,9 @@ def _null_step_blocks(null: torch.Tensor, order: torch.Tensor, shared: bool, dty
         yield start, stop, (m if reverse else m.flip(-1))
 
 
+_PENDING_ROWS = 8  # null maps gathered before the running top is merged again
+
+
 class _RunningTop:
     """The ``k`` largest null statistics of the leading steps of every family, kept during the
     counting pass (so the tail needs no second pass over the null)."""
@@ -152,7 +155,7 @@ class _RunningTop:
         # (b, F, T) last step first → (F, S, b) for the leading S steps
         lead = reversed_m[:, :, -self.n_steps:].flip(-1).permute(1, 2, 0)
         self.pending.append(lead)
-        if sum(p.shape[-1] for p in self.pending) >= max(self.k, 32):
+        if sum(p.shape[-1] for p in self.pending) >= _PENDING_ROWS:
             self._merge()
 
     def _merge(self) -> None:
@@ -174,8 +177,10 @@ def _running_top(tail: str, n_boot: int, n_fam: int, n_tok: int) -> _RunningTop 
     if tail != "gpd" or n_boot < MIN_BOOT:
         return None
     n_steps, k = min(n_tok, MAX_TAIL_STEPS), tail_size(n_boot) + 1
-    if n_fam * n_steps * (k + max(k, 32)) > 4 * BLOCK_ELEMENTS:
-        return None  # many families: the few wanted columns in a second pass instead
+    # about the size of the pass's own work arrays (a few of F·T), else a second pass over
+    # the few wanted columns
+    if n_fam * n_steps * (k + 2 * _PENDING_ROWS) > max(4 * BLOCK_ELEMENTS, 2 * n_fam * n_tok):
+        return None
     return _RunningTop(n_steps, k)
 
 
