@@ -87,7 +87,7 @@ def plan(args: argparse.Namespace) -> list[tuple[str, object]]:
     small = args.cpu_small
     device = "cpu" if small else args.device
     precision = "float32" if small else "bfloat16"
-    repeats = 1 if small else 3
+    repeats = 3
     jobs: list[tuple[str, object]] = []
     for label, model, size, n_boot in (CPU_MODELS if small else GPU_MODELS):
         jobs.append((f"pipeline {label} B={n_boot}",
