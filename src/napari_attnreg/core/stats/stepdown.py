@@ -223,7 +223,9 @@ def step_down(observed: torch.Tensor | np.ndarray, null_scores: torch.Tensor | n
     exceed = torch.zeros((n_fam, n_tok), dtype=torch.int64, device=device)
     tops = _running_top(tail, n_boot, n_fam, n_tok)
     for _start, _stop, m in _null_step_blocks(null_scores, order, shared, dtype, reverse=True):
-        exceed += (m >= s_reversed).sum(0)
+        beats = m >= s_reversed
+        # many families make one-map blocks: an add, not a reduction over one row
+        exceed += beats[0] if len(beats) == 1 else beats.sum(0)
         if tops is not None:
             tops.add(m)
     counts = exceed.flip(-1).cpu().numpy()
