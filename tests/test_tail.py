@@ -102,3 +102,28 @@ def test_tails_kept_in_the_counting_pass_equal_a_second_pass(monkeypatch, n_tok)
     assert one_pass.tail.steps > 0
     np.testing.assert_array_equal(one_pass.step_p, two_pass.step_p)
     np.testing.assert_array_equal(one_pass.tail_used, two_pass.tail_used)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_tiled_run_fits_the_shared_first_step_once(monkeypatch):
+    from napari_attnreg import regularize
+    from napari_attnreg.core.models.backbones import load_backbone
+    from napari_attnreg.testing.synthetic import TRAINING_SCALE, make_cell_image
+
+    calls = []
+    real = sd.tail_pvalues
+
+    def spy(step_p, counts, statistic, n_boot, null_tops, *, shared_first=False):
+        def tops(wanted, k):
+            calls.append((counts.copy(), wanted))
+            return null_tops(wanted, k)
+        return real(step_p, counts, statistic, n_boot, tops, shared_first=shared_first)
+
+    monkeypatch.setattr(sd, "tail_pvalues", spy)
+    image = make_cell_image(2, size=(384, 384), scale=TRAINING_SCALE, abnormal=True).image
+    result = regularize(image, load_backbone("demo"), n_boot=100, device="cpu", tiled=True)
+    assert result.metadata["tail"] == "gpd" and len(calls) == 1
+    counts, (families, steps) = calls[0]
+    assert (counts[:, 0] < tail.MIN_EXCEEDING).sum() > 1  # several tiles needed step 1 ...
+    assert (steps == 0).sum() == 1  # ... and its null sample was fitted once
+    assert result.metadata["tail_fit"]["fits"] == len(steps)
