@@ -239,10 +239,12 @@ def step_down(observed: torch.Tensor | np.ndarray, null_scores: torch.Tensor | n
             (lambda wanted, k: tops.columns(wanted)) if tops is not None else
             (lambda wanted, k: _null_tops(null_scores, order, shared, dtype, wanted, k)),
             shared_first=shared)
-    sorted_np = a_sorted.cpu().numpy()
-    group_end = np.ones(sorted_np.shape, dtype=bool)
-    group_end[:, :-1] = sorted_np[:, :-1] != sorted_np[:, 1:]
-    adjusted = _tie_max(np.maximum.accumulate(step_p, axis=1), group_end)
+    # on the device: for many tiles these (F, T) passes cost as much as the null pass
+    work = device if device.type != "mps" else torch.device("cpu")  # no float64 on MPS
+    ends = torch.ones(a_sorted.shape, dtype=torch.bool, device=work)
+    ends[:, :-1] = (a_sorted[:, :-1] != a_sorted[:, 1:]).to(work)
+    running = torch.as_tensor(step_p, device=work).cummax(dim=1).values
+    adjusted, group_end = _tie_max(running, ends).cpu().numpy(), ends.cpu().numpy()
     return StepDownFamilies(order=order.cpu().numpy(), step_statistic=s_np, step_p=step_p,
                             adjusted_p=adjusted, group_end=group_end, tail_used=tail_used,
                             n_boot=n_boot, tail=fit)
@@ -265,13 +267,14 @@ def _null_tops(null: torch.Tensor, order: torch.Tensor, shared: bool, dtype: tor
     return top
 
 
-def _tie_max(adjusted: np.ndarray, group_end: np.ndarray) -> np.ndarray:
+def _tie_max(adjusted: torch.Tensor, group_end: torch.Tensor) -> torch.Tensor:
     """Every step takes the adjusted p of the last step of its tie group."""
     n_tok = adjusted.shape[1]
-    ends = np.where(group_end, np.arange(n_tok), n_tok)
+    steps = torch.arange(n_tok, device=adjusted.device).expand_as(adjusted)
+    ends = torch.where(group_end, steps, torch.full_like(steps, n_tok))
     # the next group end at or after each step: a reverse running minimum
-    next_end = np.minimum.accumulate(ends[:, ::-1], axis=1)[:, ::-1]
-    return np.take_along_axis(adjusted, next_end, axis=1)
+    next_end = ends.flip(1).cummin(dim=1).values.flip(1)
+    return torch.gather(adjusted, 1, next_end)
 
 
 def forwardstop_count(step_p: np.ndarray, alpha: float | np.ndarray,
