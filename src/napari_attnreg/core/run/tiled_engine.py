@@ -389,13 +389,28 @@ def _tissue_record(tiled: TiledImage, stats: Any) -> dict[str, Any]:
     return tiled.tissue.record()
 
 
-def _chunk_size(config: RunConfig, backbone: Backbone, tile: tuple[int, int], run: Run) -> int:
-    """As given, else from the memory budget; on a CPU also at most about a second a chunk."""
-    chunk = config.chunk_size or auto_chunk_size(backbone, tile, run.device, run.dtype,
-                                                 config.memory_fraction)
-    if config.chunk_size is None and run.device.type == "cpu":
+#: Most tiles per chunk: the memory budget decides below it (a small model's tiles are cheap).
+TILED_MAX_CHUNK = 4096
+
+
+def tiled_chunk_size(config: RunConfig, backbone: Backbone, tile: tuple[int, int],
+                     device: torch.device, dtype: torch.dtype | None) -> int:
+    """Tiles (and null tiles) per chunk: as given, else chosen for the device.
+
+    On a GPU from the memory budget, up to :data:`TILED_MAX_CHUNK`; on a CPU from the memory
+    budget and about a second a chunk (the cancel latency), without the untiled cap.
+    """
+    if config.chunk_size:
+        return int(config.chunk_size)
+    chunk = auto_chunk_size(backbone, tile, device, dtype, config.memory_fraction,
+                            largest=TILED_MAX_CHUNK)
+    if device.type == "cpu":
         chunk = min(chunk, latency_chunk(backbone, tile))
     return chunk
+
+
+def _chunk_size(config: RunConfig, backbone: Backbone, tile: tuple[int, int], run: Run) -> int:
+    return tiled_chunk_size(config, backbone, tile, run.device, run.dtype)
 
 
 def _forward(tiled: TiledImage, backbone: Backbone, config: RunConfig, run: Run,
@@ -524,8 +539,9 @@ def _tile_statistics(owned: RunTiles, layout: TileLayout, heads: torch.Tensor,
     tissue mask are no family, so they take no share of the BH level.
     """
     head = tested_head(config)
-    # tile by tile: the untiled engine's reduction, to the last bit
-    tile_maps = torch.stack([h.mean(0) for h in heads]) if head == "mean" else heads[:, int(head)]
+    # one reduction over the head axis: head by head, in order, as the untiled engine's mean
+    # of one map (the same bits; a loop over tens of thousands of tiles cost a launch each)
+    tile_maps = heads.mean(1) if head == "mean" else heads[:, int(head)]
     observed = _assemble(owned, layout, tile_maps)
     positions = owned.local
     if scope == "tile":  # each tile's null is its own: positions run over all tiles' tokens
