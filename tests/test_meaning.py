@@ -46,19 +46,21 @@ def test_an_outline_over_most_of_the_image_is_explained_not_recommended(tiny_bac
     import numpy as np
 
     from napari_attnreg.core.results.display import diagnostics_lines
-    from napari_attnreg.core.stats.diagnostics import Diagnostic
+    from napari_attnreg.core.stats.diagnostics import diagnose
 
     gradient = np.tile(np.linspace(0, 255, 96), (96, 1)).astype(np.uint8)
     res = regularize(gradient, tiny_backbone, n_boot=4, device="cpu", preset="directional")
     monkeypatch.setattr(type(res), "significant",
                         lambda self, *a, **k: np.ones(self.grid_shape, bool))
-    extra = Diagnostic("broad_posterior", "warning",
-                       "Posterior broad. Trust the significance outline, or use the patch null.")
-    monkeypatch.setattr(type(res), "diagnostics", property(lambda self: [extra]))
     lines = diagnostics_lines(res)
     assert lines[0].startswith("⚠ The significant outline covers 100 %")
     assert "white-noise" in lines[0] and "step-down" in lines[0]
     assert not any("Trust the significance outline" in line for line in lines)
+    # the broad-posterior warning itself never advises trusting the outline
+    broad = [d for d in diagnose(np.ones(64) / 64, pi0=0.5, lfdr_fit="test", posterior=np.ones(64),
+                              random_init=False, model_name="m")
+             if d.code == "broad_posterior"]
+    assert broad and "Trust" not in broad[0].message and "locates nothing" in broad[0].message
     assert broad_outline_absent_under_stepdown(tiny_backbone, gradient)
 
 

@@ -186,15 +186,9 @@ def diagnostics_lines(result: AttentionResult, *, include_info: bool = True) -> 
     from napari_attnreg.core.results.meaning import broad_outline_warning
 
     broad = broad_outline_warning(result.preset, float(np.mean(result.significant())))
-    lines = [("⚠ " if d.severity == "warning" else "") + _without_trust(d.message, broad)
+    lines = [("⚠ " if d.severity == "warning" else "") + d.message
              for d in result.diagnostics if include_info or d.severity == "warning"]
     return ([f"⚠ {broad}"] if broad else []) + lines
-
-
-def _without_trust(message: str, broad: str | None) -> str:
-    # the pooled presets' broad-posterior warning advises trusting the outline: never when
-    # that outline covers most of the image
-    return message.replace("Trust the significance outline, or use", "Use") if broad else message
 
 
 def model_caption(result: AttentionResult) -> str:
