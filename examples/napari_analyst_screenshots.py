@@ -88,7 +88,8 @@ def main() -> None:
     for toast in viewer.window._qt_window.findChildren(NapariQtNotification):
         toast.close()
     _settle(app)
-    scroll.ensureWidgetVisible(widget.inspector, 0, 0)
+    widget.result_tabs.setCurrentWidget(widget.inspector)
+    scroll.ensureWidgetVisible(widget.result_tabs, 0, 0)
     _settle(app)
     out = Path(args.out_dir)
     _save(viewer, out / "napari_patch_inspector.png")
@@ -98,7 +99,7 @@ def main() -> None:
     objects.visible = True
     widget.roi_panel.set_layer(objects)
     _settle(app, 10)
-    widget.inspector.setVisible(False)  # room for the ROI table in the dock
+    widget.result_tabs.setCurrentWidget(widget.roi_panel)  # the ROI table's tab
     table_dock, _table = viewer.window.add_plugin_dock_widget("napari", "Features table widget")
     qt_window = viewer.window._qt_window
     qt_window.removeDockWidget(table_dock)
@@ -108,7 +109,7 @@ def main() -> None:
     viewer.layers.selection.active = objects
     widget.roi_panel.table.selectRow(widget.roi_panel.table.rowCount() - 1)
     _settle(app, 10)
-    scroll.ensureWidgetVisible(widget.roi_panel, 0, 0)
+    scroll.ensureWidgetVisible(widget.result_tabs, 0, 0)
     for toast in viewer.window._qt_window.findChildren(NapariQtNotification):
         toast.close()
     _settle(app)

@@ -106,3 +106,70 @@ def test_the_batch_figure_names_each_warning_once(tmp_path, drawn):
     assert any("test article" in line for line in warnings)  # the stated kind's warning
     for line in warnings:
         assert title.count(line[2:]) == 1, line
+
+
+# ---- the publication figure (core.results.figure), shared by napari, notebook and CLI --------
+def test_publication_figure_draws_the_image_natively_with_bar_key_and_scale(tiny_backbone,
+                                                                            blob_image,
+                                                                            tmp_path, drawn,
+                                                                            monkeypatch):
+    import imageio.v3 as iio
+    from matplotlib.lines import Line2D
+
+    from napari_attnreg.core.results.figure import MIN_DRAWN_SIDE, publication_figure
+
+    result = regularize(blob_image, tiny_backbone, n_boot=8, device="cpu")
+    result.metadata["spatial"] = {"scale": [0.25, 0.25], "units": ["µm", "µm"]}
+    lone = np.zeros(result.grid_shape, bool)
+    lone[2, 3] = True
+    monkeypatch.setattr(type(result), "significant", lambda self, *a, **k: lone.copy())
+    path = publication_figure(result, blob_image, tmp_path / "pub.png", map_key="attention")
+    (fig,) = drawn
+    h, w = blob_image.shape[:2]
+    k = -(-MIN_DRAWN_SIDE // max(h, w))  # a small image drawn at a whole multiple
+    png = iio.imread(path)
+    image_ax = next(ax for ax in fig.axes if ax.images)
+    box = image_ax.get_window_extent()
+    assert round(box.width) == w * k and round(box.height) == h * k  # never resampled down
+    assert png.shape[1] > w * k  # the strip beside the image
+    # one colour bar (the chosen map's), the outline's key, a scale bar in µm
+    bars = [ax for ax in fig.axes if ax is not image_ax]
+    assert len(bars) == 1 and "attention" in bars[0].get_ylabel().lower()
+    (legend,) = fig.legends
+    assert "significant" in legend.get_texts()[0].get_text()
+    texts = " ".join(t.get_text() for t in fig.texts)
+    assert "Significant =" in texts  # what significant means under the preset
+    assert any(isinstance(p, Rectangle) and p.get_label() == "scale bar"
+               for p in image_ax.patches)
+    assert any("µm" in t.get_text() for t in image_ax.texts)
+    outline = [ln for ln in image_ax.lines if isinstance(ln, Line2D)]
+    assert len(outline) == 1 and outline[0].get_linewidth() < 1.5  # thin: the patch shows
+
+
+def test_publication_figure_refuses_an_image_of_another_size(tiny_backbone, blob_image,
+                                                             tmp_path):
+    from napari_attnreg.core.results.figure import publication_figure
+
+    result = regularize(blob_image, tiny_backbone, n_boot=4, device="cpu")
+    with pytest.raises(ValueError, match="pass the image the result belongs to"):
+        publication_figure(result, blob_image[:10], tmp_path / "x.png")
+
+
+def test_a_ring_at_the_image_edge_leaves_every_panel_the_same_size(tiny_backbone, blob_image,
+                                                                   tmp_path, drawn,
+                                                                   monkeypatch):
+    result = regularize(blob_image, tiny_backbone, n_boot=4, device="cpu")
+    corner = np.zeros(result.grid_shape, bool)
+    corner[0, 0] = True  # its ring reaches past the image's corner
+    monkeypatch.setattr(type(result), "significant", lambda self, *a, **k: corner.copy())
+    display = blob_image.astype(float)
+    save_figure(result, display, tmp_path / "edge.png", "title")
+    (fig,) = drawn
+    fig.canvas.draw()
+    panels = _image_axes(fig)
+    h, w = display.shape
+    for ax in panels:  # the same data extent, so the same drawn image size
+        np.testing.assert_allclose(ax.get_xlim(), (-0.5, w - 0.5))
+        np.testing.assert_allclose(ax.get_ylim(), (h - 0.5, -0.5))
+    widths = {round(ax.get_window_extent().width) for ax in panels}
+    assert len(widths) == 1, widths

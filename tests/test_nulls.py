@@ -72,3 +72,52 @@ def test_bad_config():
         NullConfig("gaussian")
     with pytest.raises(ValueError, match="std_factor"):
         NullConfig("normal", std_factor=0)
+
+
+@pytest.mark.parametrize("method", ["normal", "uniform", "pixel", "patch"])
+def test_a_chunk_is_drawn_without_a_generator_per_image(image, method, monkeypatch):
+    # a generator per null image meant a launch per null image on a GPU
+    def no_generator(*args, **kwargs):
+        raise AssertionError("a torch.Generator was made")
+
+    monkeypatch.setattr(torch, "Generator", no_generator)
+    nulls = null_images(image, range(20), NullConfig(method), seed=1, patch_size=8)
+    assert nulls.shape == (20, 3, 32, 48)
+
+
+def test_counter_based_draws_have_their_distributions():
+    from scipy import stats
+
+    from napari_attnreg.core.run.nulls import (
+        integer_draws,
+        normal_draws,
+        permutation_draws,
+        uniform_draws,
+    )
+
+    u = uniform_draws(3, range(4), (50_000,), "cpu").double()
+    assert 0 <= float(u.min()) and float(u.max()) < 1
+    assert stats.kstest(u.reshape(-1).numpy(), "uniform").pvalue > 0.001
+    z = normal_draws(3, range(4), (50_000,), "cpu").double().reshape(-1).numpy()
+    assert stats.kstest(z, "norm").pvalue > 0.001
+    assert abs(stats.kurtosis(z)) < 0.05
+    k = integer_draws(3, range(4), 60_000, 6, "cpu")
+    assert set(k.unique().tolist()) == set(range(6))
+    assert stats.chisquare(torch.bincount(k.reshape(-1)).numpy()).pvalue > 0.001
+    perms = permutation_draws(3, range(2000), 5, "cpu")
+    assert torch.equal(perms.sort(dim=1).values, torch.arange(5).expand(2000, 5))
+    first = torch.bincount(perms[:, 0], minlength=5).numpy()
+    assert stats.chisquare(first).pvalue > 0.001
+    # neighbouring images and streams do not repeat one another
+    assert not torch.equal(uniform_draws(3, [0], (64,), "cpu"), uniform_draws(3, [1], (64,), "cpu"))
+
+
+@pytest.mark.parametrize("method", ["normal", "uniform", "pixel", "patch"])
+def test_draws_do_not_depend_on_the_work_block(image, method, monkeypatch):
+    import napari_attnreg.core.run.nulls as nulls_mod
+
+    whole = null_images(image, range(5), NullConfig(method), seed=2, patch_size=8)
+    # blocks smaller than one image: each image's values in column blocks
+    monkeypatch.setitem(nulls_mod.DRAW_BLOCK_VALUES, "cpu", 1000)
+    torch.testing.assert_close(null_images(image, range(5), NullConfig(method), seed=2,
+                                           patch_size=8), whole, rtol=0, atol=0)

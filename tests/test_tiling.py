@@ -234,7 +234,22 @@ def test_cpu_chunks_are_sized_for_about_a_second(demo):
     assert latency_chunk(demo, (256, 256)) < latency_chunk(demo, (128, 128)) / 4
     image = make_cell_image(1, size=(256, 256), scale=TRAINING_SCALE).image
     res = regularize(image, demo, n_boot=4, device="cpu", tiled=True, tile_scale=2.0)
-    assert res.metadata["chunk_size"] == min(32, latency_chunk(demo, (128, 128)))
+    # the untiled CPU cap of 32 images does not apply: a small model's tiles are cheap
+    assert res.metadata["chunk_size"] == latency_chunk(demo, (128, 128))
+
+
+def test_gpu_tile_chunks_come_from_the_memory_budget(demo, monkeypatch):
+    from napari_attnreg.core.run.config import RunConfig
+    from napari_attnreg.core.run.tiled_engine import TILED_MAX_CHUNK, tiled_chunk_size
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (80 << 30, 80 << 30))
+    cuda = torch.device("cuda")
+    config = RunConfig(tiled=True)
+    assert tiled_chunk_size(config, demo, (128, 128), cuda, torch.bfloat16) == TILED_MAX_CHUNK
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1 << 30, 80 << 30))
+    assert 32 < tiled_chunk_size(config, demo, (128, 128), cuda, torch.bfloat16) < TILED_MAX_CHUNK
+    assert tiled_chunk_size(RunConfig(tiled=True, chunk_size=7), demo, (128, 128), cuda,
+                            None) == 7
 
 
 @QUIET

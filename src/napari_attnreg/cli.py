@@ -155,6 +155,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         "head: the target concept, as a saved vector (.npy) or example images "
                         "of it (their mean CLS token)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--geojson", action="store_true", help="also write each result's significant "
+                   "regions as GeoJSON polygons in image pixels (QuPath), beside its .npz")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -228,6 +230,11 @@ def main(argv: list[str] | None = None) -> int:
             report = run_files(args.images, args.out, args.model, args.arch, opts, args.quiet,
                                recursive=args.recursive, overwrite=args.overwrite,
                                workers=args.workers, scheduler=args.scheduler)
+        if args.geojson:
+            from napari_attnreg.io.geojson import write_geojson_beside
+
+            for path in write_geojson_beside(row.get("output") for row in report.rows):
+                print(f"wrote {path}", file=sys.stderr)
     except (ValueError, BackboneError, MemoryError) as err:
         print(f"attnreg: error: {err}", file=sys.stderr)
         return 2

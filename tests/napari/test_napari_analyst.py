@@ -373,28 +373,26 @@ def test_a_rebound_run_shortcut_runs_and_the_old_one_does_not(viewer_widget, cel
 
 
 # ---- 6. figure export -------------------------------------------------------------------------------
-def test_export_figure_has_a_scale_bar_and_leaves_the_viewer_as_it_was(viewer_widget,
-                                                                       run_and_wait,
-                                                                       cells_image, tmp_path):
+def test_export_figure_is_the_result_at_native_resolution_not_the_canvas(
+        viewer_widget, run_and_wait, cells_image, tmp_path):
     import imageio.v3 as iio
 
     from napari_attnreg._napari.figure import export_figure
-    from napari_attnreg._napari.slice_cue import canvas_overlay
 
     viewer, widget = viewer_widget
     viewer.window.show()
     viewer.add_image(cells_image, name="cells")
+    viewer.add_image(np.ones((400, 400)), name="another image", colormap="red")
+    widget.set_layer(viewer.layers["cells"])
     run_and_wait(widget)
-    viewer.reset_view()
-    bar = canvas_overlay(viewer, "scale_bar")
-    assert not bar.visible
-    plain = viewer.screenshot(canvas_only=True, scale=2.0, flash=False)
-    path = export_figure(viewer, tmp_path / "figure")
-    assert path.suffix == ".png" and not bar.visible  # on for the shot only
+    record = widget.current_record()
+    path = export_figure(viewer, record, viewer.layers["cells"], tmp_path / "figure")
     figure = iio.imread(path)
-    assert figure.shape == plain.shape and figure.shape[0] > 200  # twice the canvas
-    changed = np.any(figure != plain, axis=-1)
-    rows, cols = np.nonzero(changed)
-    # only the scale bar was added: in the bottom-right corner
-    assert changed.any() and rows.min() > figure.shape[0] / 2 and cols.min() > figure.shape[1] / 2
+    h, w = cells_image.shape
+    # the image drawn at a whole multiple of its own pixels (never fewer), the strip beside
+    assert figure.shape[0] >= h and figure.shape[1] > w
+    # nothing of the other image (red) made it into the figure
+    rgb = figure[..., :3].astype(int)
+    red = (rgb[..., 0] > 200) & (rgb[..., 1] < 40) & (rgb[..., 2] < 40)
+    assert red.mean() < 0.001
     assert widget.figure_button.toolTip()

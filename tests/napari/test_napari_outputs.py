@@ -61,7 +61,7 @@ def test_duplicated_output_is_the_analysts_copy(viewer_widget, run_and_wait, cel
     assert widget.current_record().outputs["regularized"] is real  # updated in place
     assert real.metadata[META_KEY]["run_id"] == widget.current_record().run_id != \
         copy.metadata[META_KEY]["run_id"]
-    assert len([lay for lay in viewer.layers if META_KEY in lay.metadata]) == len(KINDS) + 1
+    assert len([lay for lay in viewer.layers if META_KEY in lay.metadata]) == len(KINDS) + 2  # + outline
 
 
 def test_two_docks_write_their_own_layers(viewer_widget, run_and_wait, cells_image, qtbot,
@@ -83,7 +83,7 @@ def test_two_docks_write_their_own_layers(viewer_widget, run_and_wait, cells_ima
     a, b = first.current_record(), second.current_record()
     assert a.run_id != b.run_id
     assert all(a.outputs[k] is not b.outputs[k] for k in KINDS)
-    assert len(viewer.layers) == 1 + 2 * len(KINDS)
+    assert len(viewer.layers) == 1 + 2 * (len(KINDS) + 1)  # each with its outline
     before = a.outputs["significant"].data.copy(), a.outputs["significant"].name
     with qtbot.waitSignal(second.outputs_updated, timeout=5000):
         second.thresholds_panel.q_th_slider.setValue(1.0)

@@ -102,7 +102,10 @@ def test_directional_run_with_outline_and_colorbars(
     np.testing.assert_allclose(layers["pvalue"].data, -np.log10(result.p), rtol=1e-5)
     np.testing.assert_allclose(layers["posterior"].data, result.posterior, rtol=1e-6)
     sig = layers["significant"]
-    assert isinstance(sig, Labels) and sig.contour > 0 and sig.opacity == 1.0
+    # the labels hold the patches (to paint); the thin outline layer above them draws them
+    assert isinstance(sig, Labels) and not sig.visible
+    outline = viewer.layers["cells · significant outline"]
+    assert outline.current_edge_color.startswith(SIGNIFICANT_COLOR.lower())
     np.testing.assert_allclose(
         sig.colormap.map(np.array([1]))[0], _rgba(SIGNIFICANT_COLOR), atol=1e-6
     )

@@ -52,10 +52,11 @@ def test_shapes_roi_table_matches_core_and_exports(
     # thresholds move → the table follows without a new run
     with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
         widget.thresholds_panel.rule_combo.setCurrentIndex(
-            widget.thresholds_panel.rule_combo.findData("p")
+            widget.thresholds_panel.rule_combo.findData("fwer")  # a rule of the step-down
         )
         widget.thresholds_panel.p_th_slider.setValue(0.5)
-    _assert_rows_equal(blocker.args[0], _core_rows(result, labels, {**t, "rule": "p", "p_th": 0.5}))
+    _assert_rows_equal(blocker.args[0],
+                       _core_rows(result, labels, {**t, "rule": "fwer", "p_th": 0.5}))
 
     # editing the ROIs updates the table too
     shapes.add_rectangles(np.array([[80, 5], [110, 30]]))
@@ -74,7 +75,7 @@ def test_shapes_roi_table_matches_core_and_exports(
     record = widget.current_record()
     for row in read:
         assert row["source_image"] == "cells" and row["preset"] == record.preset
-        assert row["n_boot"] == "16" and row["seed"] == "0" and row["rule"] == "p"
+        assert row["n_boot"] == "16" and row["seed"] == "0" and row["rule"] == "fwer"
         assert float(row["p_th"]) == pytest.approx(0.5) and row["run_id"] == record.run_id
         assert row["model"] and row["package_version"]
 
@@ -83,6 +84,7 @@ def test_odds_ratio_without_significant_tokens_and_small_roi_warning(
     viewer_widget, run_and_wait, cells_image, qtbot, tmp_path
 ):
     """An ROI with no significant token has odds ratio 0 (no 0.5-corrected 33.8)."""
+    from napari_attnreg._napari.roi_panel import table_columns
     from napari_attnreg.core.results.display import ROI_COLUMNS as HEADERS
 
     viewer, widget = viewer_widget
@@ -90,7 +92,7 @@ def test_odds_ratio_without_significant_tokens_and_small_roi_warning(
     presets = widget.options.controls["preset"]  # the q rule and its slider
     presets.setCurrentIndex(presets.findData("directional"))
     run_and_wait(widget)
-    column = list(ROI_COLUMNS).index("odds_ratio")
+    column = table_columns().index("odds_ratio")
     shapes = viewer.add_shapes(
         [np.array([[10, 10], [60, 60]]), np.array([[70, 70], [72, 72]])],
         shape_type="rectangle",
@@ -108,7 +110,11 @@ def test_odds_ratio_without_significant_tokens_and_small_roi_warning(
     table = widget.roi_panel.table
     assert table.horizontalHeaderItem(column).text() == HEADERS["odds_ratio"]
     assert "0 when no patch inside" in table.horizontalHeaderItem(column).toolTip()
-    soft = list(ROI_COLUMNS).index("mean_posterior")  # the directional soft map's own name
+    # what any result supports leads: evidence, then attention, before the enrichment test
+    assert table_columns()[2:5] == ["n_tokens", "mean_posterior", "mean_attention"]
+    if sum(int(r.significant().sum()) for r in widget.current_record().results.values()) < 5:
+        assert "too few for the enrichment test" in widget.roi_panel.status.text()
+    soft = table_columns().index("mean_posterior")  # the directional soft map's own name
     assert table.horizontalHeaderItem(soft).text() == "Mean P(above null)"
     # nothing significant anywhere: the odds ratio is undefined, shown as such (never 33.8)
     assert all(np.isnan(r["odds_ratio"]) for r in rows)

@@ -103,7 +103,9 @@ def test_ct_outputs_in_mm_are_saved_closed_and_reopened_where_they_were(
     again.open(str(ct_series), plugin="napari-attnreg")
     # the saved folder, dropped on the viewer as a whole
     reopened = again.open(str(Path(files[0]).parent), plugin="napari-attnreg")
-    assert [layer.name for layer in reopened] == [before[k][1] for k in KINDS]  # saved order
+    # saved order, the significant labels drawn by their outline as the dock draws them
+    assert [layer.name for layer in reopened] == [*(before[k][1] for k in KINDS),
+                                                  before["significant"][1] + " outline"]
     _drawn(again, qtbot)
     by_name = {layer.name: layer for layer in reopened}
     for kind, (layer_type, name, data, corners, run_id) in before.items():
@@ -153,7 +155,7 @@ def test_saved_roi_table_and_provenance_state_one_resolved_record(
 def test_a_result_file_opens_as_the_layers_the_dock_makes(
         viewer_widget, make_napari_viewer, run_and_wait, cells_image, tmp_path, notifications):
     viewer, widget = viewer_widget
-    viewer.add_image(cells_image, name="cells.tif")
+    viewer.add_image(cells_image, name="cells")  # napari names cells.tif so
     run_and_wait(widget)
     record = widget.current_record()
     result = record.results[()]
@@ -164,8 +166,13 @@ def test_a_result_file_opens_as_the_layers_the_dock_makes(
 
     other = make_napari_viewer()
     layers = other.open(str(path), plugin="napari-attnreg")
-    assert [layer.name for layer in layers] == [layer_name("cells.tif", k, record.preset)
-                                                for k in KINDS]
+    # one naming rule: the image's name as napari gives it (no file suffix), as in the dock
+    names = [layer_name("cells", k, record.preset) for k in KINDS]
+    assert [layer.name for layer in layers] == [*names, f"{names[-1]} outline"]
+    # the significant patches drawn by the same thin outline as the dock draws them
+    outline, made_outline = layers[-1], viewer.layers[f"{names[-1]} outline"]
+    assert [p.tolist() for p in outline.data] == [p.tolist() for p in made_outline.data]
+    np.testing.assert_allclose(outline.scale, made_outline.scale)
     for kind, layer in zip(KINDS, layers):
         made = record.outputs[kind]
         assert type(layer) is type(made), kind
@@ -178,7 +185,7 @@ def test_a_result_file_opens_as_the_layers_the_dock_makes(
         if kind != "significant":
             np.testing.assert_allclose(layer.contrast_limits, made.contrast_limits)
             assert layer.colormap.name == made.colormap.name
-    assert layers[-1].metadata[META_KEY]["provenance"]["source_image"] == "/data/cells.tif"
+    assert layers[-2].metadata[META_KEY]["provenance"]["source_image"] == "/data/cells.tif"
 
 
 def test_a_result_file_that_records_its_spacing_opens_in_mm(make_napari_viewer, tiny_backbone,
@@ -198,7 +205,10 @@ def test_a_result_file_that_records_its_spacing_opens_in_mm(make_napari_viewer, 
     layers = viewer.open(str(path), plugin="napari-attnreg")
     sy, sx = result.token_scale
     rows, cols = result.grid_shape
-    for layer in layers:
+    *maps, outline = layers
+    np.testing.assert_allclose(outline.scale, maps[-1].scale)  # placed as its labels
+    np.testing.assert_allclose(outline.translate, maps[-1].translate)
+    for layer in maps:
         assert layer.units == source.units
         lo, hi = _corners(layer)
         np.testing.assert_allclose(lo, source.data_to_world((-0.5, -0.5)), err_msg=layer.name)

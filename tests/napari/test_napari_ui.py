@@ -249,9 +249,9 @@ def test_a_threshold_move_computes_the_significance_mask_once(viewer_widget, run
     presets.setCurrentIndex(presets.findData("directional"))
     run_and_wait(widget)
     calls = []
-    real = result_mod.significance_mask
-    monkeypatch.setattr(result_mod, "significance_mask",
-                        lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    real = result_mod.AttentionResult._compute_mask
+    monkeypatch.setattr(result_mod.AttentionResult, "_compute_mask",
+                        lambda self, t: calls.append(t["rule"]) or real(self, t))
     with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
         widget.thresholds_panel.q_th_slider.setValue(0.37)
     # layers (regularized map, Labels), status count and ROI table share one mask

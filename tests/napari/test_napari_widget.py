@@ -97,18 +97,18 @@ def test_threshold_change_updates_layers_without_rerun(
     layers = _outputs(viewer, "cells")
     with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
         widget.thresholds_panel.rule_combo.setCurrentIndex(
-            widget.thresholds_panel.rule_combo.findData("p")
+            widget.thresholds_panel.rule_combo.findData("fwer")  # a rule of the step-down
         )
         widget.thresholds_panel.p_th_slider.setValue(0.05)
         widget.thresholds_panel.z_mask_check.setChecked(
             True
-        )  # the directional default has no z mask
+        )  # the default has no z mask
         widget.thresholds_panel.z_th_slider.setValue(-1.0)
     assert widget.worker is None
     assert widget.thresholds()["z_th"] == pytest.approx(-1.0)
-    expected = result.regularized("p", p_th=0.05, z_th=-1.0)
+    expected = result.regularized("fwer", p_th=0.05, z_th=-1.0)
     np.testing.assert_allclose(layers["regularized"].data, expected, rtol=1e-6)
-    sig = result.significant("p", p_th=0.05, z_th=-1.0)
+    sig = result.significant("fwer", p_th=0.05, z_th=-1.0)
     np.testing.assert_array_equal(token_grid(layers["significant"].data) > 0, sig)
     assert layers["significant"].metadata["attnreg"]["thresholds"]["p_th"] == pytest.approx(0.05)
     # the threshold-free layers did not change

@@ -1,57 +1,126 @@
-"""'Export figure…': the canvas as a PNG with a scale bar and the visible maps' titled colorbars.
+"""'Export figure…': the chosen image's result as a publication figure (core.results.figure).
 
-What the analyst sees is what the figure shows (layers, contrast, zoom), rendered at a higher
-resolution; the scale bar is switched on for the shot only (with its box, readable on any
-image) and left as it was.
+The figure is drawn with matplotlib from the result itself, not a screenshot of the canvas:
+the image cropped to its extent at its own resolution (or better), the map on top in the
+viewer (regularized when none is shown) with its colour bar, the significant outline and
+its key beside it, and a scale bar in physical units when the image has them. Only this
+result's layers are in it, whatever else the viewer shows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from qtpy.QtWidgets import QPushButton, QWidget
 
 from napari_attnreg._napari.dialogs import save_through_dialog
-from napari_attnreg._napari.slice_cue import canvas_overlay
+from napari_attnreg._napari.layers import CONTINUOUS_KINDS
+from napari_attnreg._napari.slice_cue import shown_plane
+from napari_attnreg.core.results.figure import publication_figure
 
-#: Resolution factor of the figure over the canvas on screen.
-FIGURE_SCALE = 2.0
+
+def figure_map(viewer: Any, record: Any) -> str:
+    """The map the figure draws: the topmost visible map of ``record``, else regularized."""
+    shown = [kind for kind in CONTINUOUS_KINDS
+             if (layer := record.outputs.get(kind)) is not None and layer in viewer.layers
+             and layer.visible]
+    if not shown:
+        return "regularized"
+    return max(shown, key=lambda kind: viewer.layers.index(record.outputs[kind]))
 
 
-def export_figure(viewer: Any, path: str | Path, *, scale: float = FIGURE_SCALE) -> Path:
-    """Write the canvas to ``path`` (PNG) with a scale bar; returns the path written.
+def plane_image(source: Any, record: Any, plane: tuple[int, ...]) -> np.ndarray:
+    """The source layer's image of ``plane``: ``(H, W)``, or ``(H, W, C)`` for colour."""
+    geometry = record.geometry
+    data = source.data[0] if getattr(source, "multiscale", False) else source.data
+    index: list[Any] = [slice(None)] * geometry.ndim
+    for axis, i in zip(geometry.stack_axes, plane):
+        index[axis] = i
+    image = np.asarray(data[tuple(index)])
+    if geometry.channel_axis is not None:  # the channel axis is the only one left in front
+        image = np.moveaxis(image, 0, -1)
+        image = image if image.shape[-1] in (3, 4) else image[..., 0]
+    return image
 
-    Colorbars of visible maps carry their titles (their layer names, see
-    :func:`.layers.title_colorbar`); the viewer's scale bar is restored afterwards.
-    """
-    import imageio.v3 as iio
 
+def export_figure(viewer: Any, record: Any, source: Any, path: str | Path, *,
+                  map_key: str | None = None, scale: int | None = None) -> Path:
+    """Write the figure of ``record`` (the plane in view) to ``path`` (PNG); returns it."""
     path = Path(path)
     if path.suffix.lower() != ".png":
         path = path.with_name(path.name + ".png")
-    bar = canvas_overlay(viewer, "scale_bar")
-    before = (bar.visible, bar.box)
-    bar.visible, bar.box = True, True
-    try:
-        shot = viewer.screenshot(canvas_only=True, scale=scale, flash=False)
-    finally:
-        bar.visible, bar.box = before
-    iio.imwrite(path, shot)
-    return path
+    plane = shown_plane(record.geometry, viewer.dims.point) or ()
+    if plane not in record.results:
+        plane = sorted(record.results)[0]
+    result = record.shown(plane)
+    return publication_figure(result, plane_image(source, record, plane), path,
+                              map_key=map_key or figure_map(viewer, record), scale=scale)
 
 
 class FigureButton(QPushButton):
     """'Export figure…' (a file dialog, then :func:`export_figure`)."""
 
-    def __init__(self, viewer: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, viewer: Any, current_record: Callable[[], Any],
+                 source_of: Callable[[Any], Any], parent: QWidget | None = None) -> None:
         super().__init__("Export figure…", parent)
         self._viewer = viewer
-        self.setToolTip(f"Save the canvas as it is now as a PNG at {FIGURE_SCALE:g}× resolution, "
-                        "with a scale bar and the visible maps' titled colorbars.")
+        self._current_record = current_record
+        self._source_of = source_of
+        self.setToolTip("Save the chosen image's result as a PNG for publication: the image at "
+                        "its own resolution with the map on top in the viewer, its colour bar, "
+                        "the significant outline and its key, and a scale bar where the image "
+                        "has a physical pixel size. Only this result's layers are drawn.")
         self.clicked.connect(self._on_clicked)
 
     def _on_clicked(self) -> None:
+        from napari.utils.notifications import show_warning
+
+        record = self._current_record()
+        source = None if record is None else self._source_of(record)
+        if record is None or source is None:
+            show_warning("Run the chosen image first: the figure shows its result.")
+            return
         save_through_dialog(self, "Export figure", "attention_figure.png", "PNG (*.png)",
-                            lambda path: export_figure(self._viewer, path),
+                            lambda path: export_figure(self._viewer, record, source, path),
                             lambda written: f"Figure written to {written}")
+
+
+def export_geojson(viewer: Any, record: Any, path: str | Path) -> Path:
+    """Write the significant regions of ``record`` (the plane in view) as GeoJSON polygons
+    in image pixels, the file QuPath opens (:mod:`napari_attnreg.io.geojson`)."""
+    from napari_attnreg.io.geojson import write_geojson
+
+    plane = shown_plane(record.geometry, viewer.dims.point) or ()
+    if plane not in record.results:
+        plane = sorted(record.results)[0]
+    return write_geojson(path, record.shown(plane))
+
+
+class GeoJsonButton(QPushButton):
+    """'Export GeoJSON…': the chosen result's significant regions for QuPath."""
+
+    def __init__(self, viewer: Any, current_record: Callable[[], Any],
+                 parent: QWidget | None = None) -> None:
+        super().__init__("Export GeoJSON…", parent)
+        self._viewer = viewer
+        self._current_record = current_record
+        self.setToolTip("Save the chosen image's significant regions as GeoJSON polygons in "
+                        "image pixels (QuPath: File ▸ Import objects), each with its patches, "
+                        "area, mean attention and mean evidence. Open a .geojson file in "
+                        "napari to use its polygons as ROIs.")
+        self.clicked.connect(self._on_clicked)
+
+    def _on_clicked(self) -> None:
+        from napari.utils.notifications import show_warning
+
+        record = self._current_record()
+        if record is None:
+            show_warning("Run the chosen image first: the file holds its significant regions.")
+            return
+        save_through_dialog(self, "Export GeoJSON", "significant.geojson",
+                            "GeoJSON (*.geojson)",
+                            lambda path: export_geojson(self._viewer, record, path),
+                            lambda written: f"Significant regions written to {written}")

@@ -42,6 +42,8 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
         return read_saved_folder
     if str(path).lower().endswith(RESULT_SUFFIX) and Path(path).is_file():
         return read_result_layers
+    if str(path).lower().endswith(".geojson") and Path(path).is_file():
+        return read_geojson_layers
     if _is_dicom(path):
         return read_dicom_layers
     return None
@@ -106,6 +108,7 @@ def read_ome_tiff_layers(path: str | list[str]) -> list[LayerData]:
     """Read an OME-TIFF with its physical scale and channels; an output layer saved by the
     dock comes back placed, typed, named and drawn as the dock made it."""
     from napari_attnreg._napari.layers import KINDS, META_KEY, output_style
+    from napari_attnreg._napari.outline import outline_layer_data
     from napari_attnreg.io.ometiff import read_ome_tiff_layers as read
 
     path = path[0] if isinstance(path, list) else path
@@ -114,9 +117,10 @@ def read_ome_tiff_layers(path: str | list[str]) -> list[LayerData]:
         ours = kwargs.get("metadata", {}).get(META_KEY)
         kind = ours.get("kind") if isinstance(ours, dict) else None
         if kind in KINDS and (kind == "significant") == (layer_type == "labels"):
-            kwargs = {**output_style(kind, kwargs.get("contrast_limits"), outlined=False),
-                      **kwargs}
+            kwargs = {**output_style(kind, kwargs.get("contrast_limits")), **kwargs}
         layers.append((data, kwargs, layer_type))
+        if kind == "significant" and layer_type == "labels":  # drawn by its thin outline
+            layers.append(outline_layer_data(data, kwargs))
     return layers
 
 
@@ -148,7 +152,7 @@ def read_result_layers(path: str | list[str]) -> list[LayerData]:
     path = Path(path[0] if isinstance(path, list) else path)
     result = AttentionResult.load(path)  # a ValueError that names the file and the problem
     source = result.metadata.get("source")
-    name = Path(str(source)).name if source else path.name[: -len(RESULT_SUFFIX)]
+    name = source_layer_name(str(source) if source else path.name[: -len(RESULT_SUFFIX)])
     geometry = SourceGeometry.of_image(result.image_shape, **result.spatial)
     params = {**result.metadata, "source": name, "source_path": str(source or path),
               "result_file": str(path)}
@@ -177,6 +181,38 @@ def tissue_layer(result: Any, source_name: str) -> LayerData | None:
                    "opacity": 0.35, "metadata": {"tissue": {
                        "source": md.get("tissue_mask"), "tiles": md.get("n_tissue_tiles"),
                        "of": md.get("n_tiles_total")}}}, "labels")
+
+
+def read_geojson_layers(path: str | list[str]) -> list[LayerData]:
+    """GeoJSON polygon annotations (QuPath's export, in image pixels) as a Shapes layer the
+    dock takes as ROIs: one polygon per annotation (outer ring), in file order."""
+    import numpy as np
+
+    from napari_attnreg.io.geojson import read_geojson_polygons
+
+    path = Path(path[0] if isinstance(path, list) else path)
+    shapes = []
+    for geom in read_geojson_polygons(path):
+        for part in getattr(geom, "geoms", [geom]):
+            xy = np.asarray(part.exterior.coords)[:-1]
+            # (x, y) from the top-left corner -> napari's (row, col) with pixel centres at 0
+            shapes.append(xy[:, ::-1] - 0.5)
+    name = path.name[: -len(".geojson")] + " ROIs"
+    return [(shapes, {"name": name, "shape_type": "polygon", "edge_color": "yellow",
+                      "face_color": "transparent", "edge_width": 1.0}, "shapes")]
+
+
+def source_layer_name(path: str) -> str:
+    """The name napari gives a layer read from ``path`` (the file name without its image
+    suffix, ``.ome.tif`` whole): output layers of a result file are named after it, as the
+    dock names those of the same image opened in napari."""
+    name = Path(path).name
+    lower = name.lower()
+    for suffix in (*OME_SUFFIXES, ".tiff", ".tif", ".png", ".jpg", ".jpeg", ".dcm", ".dicom",
+                   ".npy", ".czi", ".nd2", ".lif", ".bmp"):
+        if lower.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return Path(name).stem or name
 
 
 def write_outputs(path: str, layer_data: list[LayerData]) -> list[str]:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from napari_attnreg._napari.geometry import SourceGeometry, token_transform
+from napari_attnreg._napari.outline import outline_layer_data, sync_outline
 from napari_attnreg._napari.roi_export import run_provenance
 from napari_attnreg._napari.run_record import RunRecord
 from napari_attnreg.core.results.display import MAPS_BY_KEY, SIGNIFICANT_COLOR
@@ -29,8 +30,8 @@ from napari_attnreg.session import Session
 KINDS = ("attention", "pvalue", "posterior", "regularized", "significant")
 #: Kinds shown as continuous maps (with a colorbar); "significant" is an editable Labels layer.
 CONTINUOUS_KINDS = KINDS[:-1]
-#: Cells per token side of the significant Labels layer. Its outline (napari ``contour``) is
-#: one cell wide: a quarter token, instead of a whole token, which filled small regions.
+#: Cells per token side of the significant Labels layer: the analyst paints or erases it at a
+#: quarter token. It is drawn as a thin outline layer above it (:mod:`.outline`).
 OUTLINE_SUPERSAMPLE = 4
 #: Shown on the first run; hidden layers are one click away in the layer list.
 VISIBLE = {"attention": False, "pvalue": False, "posterior": False, "regularized": True,
@@ -65,8 +66,8 @@ def map_label(record: RunRecord) -> str | None:
 def legend(kind: str, preset: str) -> str:
     """How to read an output layer (stored in its metadata, shown in the widget)."""
     if kind == "significant":
-        return ("Outline of the patches the rule calls significant (label 1; paint or erase "
-                "to annotate).")
+        return ("The patches the rule calls significant (label 1), drawn by the thin outline "
+                "layer above; show this layer to paint or erase them as an annotation.")
     return MAPS_BY_KEY[kind].legend(preset)
 
 
@@ -232,6 +233,8 @@ def upsert_outputs(viewer: Any, record: RunRecord,
             layer.name = name
             if kind != "significant":
                 layer.contrast_limits = kwargs["contrast_limits"]
+        if kind == "significant":
+            sync_outline(viewer, layer)
         layers[kind] = layer
         record.outputs[kind] = layer
     return layers
@@ -245,6 +248,8 @@ def place_outputs(viewer: Any, record: RunRecord) -> None:
             continue
         _set_transform(layer, token_transform(record.geometry, record.any_result,
                                               _supersample(kind)))
+        if kind == "significant":
+            sync_outline(viewer, layer)
 
 
 def _set_transform(layer: Any, transform: dict[str, Any]) -> None:
@@ -265,14 +270,14 @@ def output_style(kind: str, limits: tuple[float, float] | None = None,
     """How an output layer of ``kind`` is drawn (colormap, blending, opacity, visibility):
     the dock's new layers and the layers the readers reopen look alike.
 
-    ``outlined``: the significant layer will be drawn as an outline (the dock sets
-    ``contour``); a reader cannot set it, so its filled patches are half transparent.
+    ``outlined``: the significant labels will be drawn by a thin outline layer above them
+    (:func:`.outline.sync_outline`), so they start hidden; without one (a reader alone) their
+    filled patches are shown half transparent.
     """
     if kind == "significant":
-        # a one-colour outline (one cell = a quarter token wide) keeps the maps beneath readable,
-        # where random colours per region suggested classes that do not exist
-        return {"opacity": 1.0 if outlined else 0.5, "colormap": significant_colormap(),
-                "visible": VISIBLE[kind]}
+        # one colour, where random colours per region suggested classes that do not exist
+        return {"opacity": 0.5, "colormap": significant_colormap(),
+                "visible": VISIBLE[kind] and not outlined}
     style = {"colormap": overlay_colormap(kind), "blending": "translucent",
              "opacity": 0.85 if kind != "attention" else 0.75, "visible": VISIBLE[kind],
              "interpolation2d": "nearest"}
@@ -300,19 +305,21 @@ def result_layers(results: Mapping[PlaneIndex, AttentionResult], source_name: st
                   geometry: SourceGeometry,
                   params: Mapping[str, Any] | None = None) -> list[LayerData]:
     """The output layers of saved ``results`` (by plane) over a source at ``geometry``, as
-    the dock makes them (:func:`output_layer_data`), with no viewer and no dock."""
+    the dock makes them (:func:`output_layer_data`), the significant outline last, with no
+    viewer and no dock."""
     session = Session()
     session.add(source_name, results, params=params)
     record = RunRecord(session, source_name, source_name, geometry)
     maps = stacked_maps(record)
     made = run_provenance(record)
-    return [output_layer_data(record, kind, maps[kind], made, outlined=False) for kind in KINDS]
+    layers = [output_layer_data(record, kind, maps[kind], made) for kind in KINDS]
+    data, kwargs, _ = layers[-1]
+    return [*layers, outline_layer_data(data, kwargs)]
 
 
 def _add_output(viewer: Any, kind: str, data: np.ndarray, kwargs: dict[str, Any]) -> Any:
     if kind == "significant":
         layer = viewer.add_labels(data, **kwargs)
-        layer.contour = 1
         layer.selected_label = 1  # painting adds to the significant class
         return layer
     layer = viewer.add_image(data, **kwargs)

@@ -43,6 +43,28 @@ from napari_attnreg._napari.status import WARNING_COLOR
 from napari_attnreg.core.results.display import ROI_COLUMN_HELP, roi_header, rule_text
 from napari_attnreg.core.stats.roi import ROI_COLUMNS as ROW_KEYS
 
+#: Columns the table leads with: what any result supports (evidence, attention), before the
+#: enrichment test, which needs enough significant patches.
+LEAD_COLUMNS = ("label", "area_px", "n_tokens", "mean_posterior", "mean_attention")
+#: Fewer significant patches than this in a plane: the enrichment test says little.
+MIN_SIGNIFICANT_FOR_ENRICHMENT = 5
+
+
+def table_columns() -> list[str]:
+    """The ROI table's columns, :data:`LEAD_COLUMNS` first."""
+    return [k for k in LEAD_COLUMNS if k in ROW_KEYS] + [k for k in ROW_KEYS
+                                                         if k not in LEAD_COLUMNS]
+
+
+def enrichment_advice(record: Any) -> str | None:
+    """Say when too few patches are significant for the enrichment columns to mean much."""
+    counts = [int(record.shown(p).significant().sum()) for p in sorted(record.results)]
+    fewest = min(counts) if counts else 0
+    if fewest >= MIN_SIGNIFICANT_FOR_ENRICHMENT:
+        return None
+    return (f"Only {fewest} patch(es) significant: too few for the enrichment test (odds "
+            "ratio, Fisher p say little); read the mean evidence and mean attention.")
+
 
 def _fmt(value: Any) -> str:
     if isinstance(value, list):
@@ -207,9 +229,9 @@ class RoiPanel(QWidget):
             else:
                 text = (f"{len(rows)} ROI row(s) · significant: {rule_text(record.thresholds)} · "
                         "token in ROI when ≥50% covered")
-                advice = size_advice(rows, record)
-                if advice:
-                    text += f"<br><span style='color:{WARNING_COLOR}'>⚠ {advice}</span>"
+                for advice in (size_advice(rows, record), enrichment_advice(record)):
+                    if advice:
+                        text += f"<br><span style='color:{WARNING_COLOR}'>⚠ {advice}</span>"
                 self.status.setText(text)
         self._show(rows)
         self._write_features()
@@ -217,7 +239,7 @@ class RoiPanel(QWidget):
 
     def _show(self, rows: list[dict]) -> None:
         self.rows = rows
-        columns = (["plane"] if rows and "plane" in rows[0] else []) + list(ROW_KEYS)
+        columns = (["plane"] if rows and "plane" in rows[0] else []) + table_columns()
         preset = self._record.preset if rows and self._record is not None else ""
         self.table.clear()
         self.table.setColumnCount(len(columns))

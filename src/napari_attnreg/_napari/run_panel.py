@@ -12,6 +12,7 @@ import weakref
 from collections.abc import Callable, Generator
 from typing import Any
 
+from napari.components import ViewerModel
 from qtpy.QtCore import Qt, Signal
 from qtpy.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 from superqt.utils import qthrottled
@@ -252,8 +253,13 @@ class RunPanel(QWidget):
         self.finished.emit(outcome)
 
 
-def _run_in_viewer(viewer: Any) -> None:
-    """The action: press Run in the dock last opened in ``viewer`` (none open: nothing)."""
+def _run_in_viewer(viewer: ViewerModel) -> None:
+    """The action: press Run in the dock last opened in ``viewer`` (none open: nothing).
+
+    Annotated with napari's ``ViewerModel`` as napari's own viewer actions are, so the action
+    manager injects the current viewer (``action_manager.trigger(RUN_ACTION)``, menus).
+    """
+    viewer = getattr(viewer, "__wrapped__", viewer)  # napari injects a PublicOnlyProxy
     for ref, method in reversed(_RUN_CALLBACKS):
         callback = method()
         if ref() is viewer and callback is not None:
@@ -267,16 +273,18 @@ def register_run_action() -> None:
     The default is bound only when the analyst's shortcut settings do not name the action
     (napari binds a stored choice itself, also an empty one).
     """
-    from napari.components import ViewerModel
     from napari.settings import get_settings
     from napari.utils.action_manager import action_manager
+    from napari.utils.key_bindings import KeyBinding
 
     action_manager.register_action(
         RUN_ACTION, _run_in_viewer,
         "Attention Regularization: Run on the chosen image (the dock must be open)",
         ViewerModel)
     if RUN_ACTION not in get_settings().shortcuts.shortcuts:
-        action_manager.bind_shortcut(RUN_ACTION, RUN_SHORTCUT)
+        # a KeyBinding, as napari stores its own: the editor, the keymap and a stored choice
+        # then compare equal to it (a raw string never equals napari's parsed binding)
+        action_manager.bind_shortcut(RUN_ACTION, KeyBinding.from_str(RUN_SHORTCUT))
 
 
 def _shortcut_text() -> str:

@@ -10,12 +10,15 @@ from typing import Any
 from qtpy.QtWidgets import QLabel
 
 from napari_attnreg._napari.run_record import RunRecord
+from napari_attnreg._napari.slice_cue import plane_text
 from napari_attnreg.core.results.display import (
+    diagnostics_lines,
     run_caption,
     significance_caption,
     summary_text,
     unique_diagnostics,
 )
+from napari_attnreg.core.results.meaning import result_meaning
 
 WARNING_COLOR = "#e0a030"
 #: Source-layer events after which the output layers are moved onto the source again.
@@ -41,18 +44,51 @@ def summary_html(record: RunRecord) -> tuple[str, str]:
     """(rich text for the dock's status line, one plain line for napari's status bar)."""
     results = [record.results[p] for p in sorted(record.results)]
     caption = significance_caption(results, record.thresholds)
+    meaning = result_meaning(record.preset, results[0].metadata)
     lines = [html.escape(run_caption(results[0], planes=len(results)), quote=False),
-             f"<b>{html.escape(caption, quote=False)}</b>"]
+             f"<b>{html.escape(caption, quote=False)}</b>",
+             f"<i>{html.escape(meaning, quote=False)}</i>"]
     partial = planes_line(record)
     if partial:
         lines.append(f"<span style='color:{WARNING_COLOR}'>{html.escape(partial)}</span>")
-    for line in unique_diagnostics(results):
+    for line in plane_diagnostics(record):
         text = html.escape(line, quote=False)
         lines.append(f"<span style='color:{WARNING_COLOR}'>{text}</span>"
                      if line.startswith("⚠") else text)
     status = f"{record.source_name}: {summary_text(results, record.thresholds)}" + (
         f" · {partial}" if partial else "")
     return "<br>".join(lines), status
+
+
+def plane_diagnostics(record: RunRecord, *, include_info: bool = True) -> list[str]:
+    """The diagnostics of every computed plane, each sentence once; one that holds for only
+    some planes names them (after 'Compute remaining slices' four near-identical lines no
+    longer leave the analyst guessing which slice each belongs to). Warnings first."""
+    if len(record.results) < 2:
+        return unique_diagnostics(list(record.results.values()), include_info=include_info)
+    planes_of: dict[str, list[tuple[int, ...]]] = {}
+    for plane in sorted(record.results):
+        for line in diagnostics_lines(record.results[plane], include_info=include_info):
+            planes_of.setdefault(line, []).append(plane)
+    lines = []
+    for line, planes in planes_of.items():
+        if len(planes) == len(record.results):
+            lines.append(line)
+            continue
+        mark = "⚠ " if line.startswith("⚠") else ""
+        names = ", ".join(plane_text(p) for p in planes)
+        lines.append(f"{mark}{names}: {line.removeprefix('⚠ ')}")
+    return sorted(lines, key=lambda line: not line.startswith("⚠"))
+
+
+def notify_summary(record: RunRecord) -> None:
+    """The notification the README promises: how many patches are significant, and what
+    significant means for this run's procedure."""
+    from napari.utils.notifications import show_info
+
+    results = [record.results[p] for p in sorted(record.results)]
+    show_info(f"{record.source_name}: {significance_caption(results, record.thresholds)}. "
+              f"{result_meaning(record.preset, results[0].metadata)}")
 
 
 def notify_diagnostics(record: RunRecord) -> None:

@@ -27,19 +27,28 @@ from dataclasses import replace
 from typing import Any
 
 from qtpy.QtCore import QEvent, Signal
-from qtpy.QtWidgets import QFormLayout, QGroupBox, QVBoxLayout, QWidget
+from qtpy.QtWidgets import (
+    QFormLayout,
+    QGridLayout,
+    QTabWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from napari_attnreg._napari._compat import avoid_triton_llvm_clash
 
 avoid_triton_llvm_clash()  # before anything below can import timm (see core.triton_guard)
 
 from napari_attnreg._napari.dock_scroll import VerticalScroll
-from napari_attnreg._napari.figure import FigureButton
+from napari_attnreg._napari.figure import FigureButton, GeoJsonButton
 from napari_attnreg._napari.inspector import PatchInspector
 from napari_attnreg._napari.layers import refresh_thresholds
 from napari_attnreg._napari.model_picker import ModelPanel
 from napari_attnreg._napari.options_panel import OptionsPanel
+from napari_attnreg._napari.outline import adopt_read_outlines
 from napari_attnreg._napari.pending import PendingRun
+from napari_attnreg._napari.reader_choice import ReaderChoiceButton
 from napari_attnreg._napari.records import RunRecords
 from napari_attnreg._napari.results_io import SaveButton, sample_menu_hint
 from napari_attnreg._napari.roi_panel import RoiPanel
@@ -52,6 +61,7 @@ from napari_attnreg._napari.status import (
     WARNING_COLOR,
     help_link,
     notify_diagnostics,
+    notify_summary,
     summary_html,
     warn_missing_planes,
 )
@@ -107,18 +117,32 @@ class AttentionWidget(QWidget):
         self.thresholds_panel = ThresholdsPanel()
         self.run_panel = RunPanel()
         self.save_button = SaveButton(self)
-        self.figure_button = FigureButton(self.viewer)
+        self.figure_button = FigureButton(self.viewer, self.current_record,
+                                          self._records.source_of)
+        self.geojson_button = GeoJsonButton(self.viewer, self.current_record)
+        self.reader_button = ReaderChoiceButton()
         self.inspector = PatchInspector(self.viewer, self.current_record, self._records.source_of)
         self.slice_cue = SliceCue(self.viewer, self.current_record)
         self.roi_panel = RoiPanel(self.viewer, self.current_record)
-        roi_group = QGroupBox("ROI statistics vs significant attention")
-        QVBoxLayout(roi_group).addWidget(self.roi_panel)
+        # the inspector and the ROI table share one place (tabs): at 1280x800 both stacked
+        # needed scrolling, and the dock's height is the canvas's
+        self.result_tabs = QTabWidget()
+        self.result_tabs.setUsesScrollButtons(False)  # two short tab titles always fit
+        for button in self.result_tabs.tabBar().findChildren(QToolButton):  # Qt's own, hidden
+            button.setToolTip("Scroll the tabs")
+        self.result_tabs.addTab(self.inspector, "Patch inspector")
+        self.result_tabs.addTab(self.roi_panel, "ROI statistics")
+        self.result_tabs.setTabToolTip(1, "ROI statistics vs significant attention")
+        outputs = QGridLayout()  # the output buttons two by two, not one row each
+        for index, button in enumerate((self.save_button, self.figure_button,
+                                        self.geojson_button)):
+            outputs.addWidget(button, index // 2, index % 2)
         content = QWidget()
         layout = QVBoxLayout(content)
         for part in (self.title, self.source, model_form, self.options, self.thresholds_panel,
-                     self.run_panel, self.save_button, self.figure_button, self.inspector,
-                     roi_group):
-            (layout.addLayout if isinstance(part, QFormLayout) else layout.addWidget)(part)
+                     self.run_panel, outputs, self.reader_button, self.result_tabs):
+            (layout.addLayout if isinstance(part, (QFormLayout, QGridLayout))
+             else layout.addWidget)(part)
         layout.addStretch(1)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
@@ -139,6 +163,12 @@ class AttentionWidget(QWidget):
         self.run_panel.bind_shortcut(self.viewer, self._on_run_shortcut)
         self._push_settings()  # the preset brings its thresholds: the panel shows them
         self._on_layer_changed()
+        # outlines a reader opened (result files, saved folders) keep thin at any zoom too
+        self.viewer.layers.events.inserted.connect(self._on_layer_inserted)
+        adopt_read_outlines(self.viewer)
+
+    def _on_layer_inserted(self, event: Any = None) -> None:
+        adopt_read_outlines(self.viewer)
 
     # ---- small accessors used by scripts and tests ---------------------------------------
     def current_layer(self) -> Any | None:
@@ -344,6 +374,7 @@ class AttentionWidget(QWidget):
         if record.source_id != self.session.selected_key:
             self.run_panel.show_status(f"Finished {record.source_name!r}; choose it under "
                                        "Image to see its result.")
+        notify_summary(record)
         notify_diagnostics(record)
         self.outputs_updated.emit(record)
         if not outcome.ok:  # cancelled or partly failed: the finished planes, and what is missing

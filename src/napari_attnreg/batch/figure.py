@@ -19,11 +19,16 @@ from typing import Any
 
 import numpy as np
 
+from napari_attnreg.core.results.figure import (  # noqa: F401  (shared with the front ends)
+    pixel_size,
+    pixel_unit,
+    publication_figure,
+    scale_bar,
+)
+
 FIGURE_MAX_SIDE = 1024  # figures are for looking at; the result files keep full resolution
 #: Regions of at most this many patches get a ring around them besides their outline.
 SMALL_REGION_PATCHES = 2
-#: Length units a scale bar may be labelled in, with their size in metres.
-_METRES = {"nm": 1e-9, "µm": 1e-6, "mm": 1e-3, "cm": 1e-2, "m": 1.0}
 
 
 def figure_view(result: Any, display: np.ndarray,
@@ -53,46 +58,6 @@ def figure_view(result: Any, display: np.ndarray,
         metadata["spatial"] = {**result.spatial,  # AttentionResult.spatial's record
                                  "scale": [size[0] * ih / shape[0], size[1] * iw / shape[1]]}
     return replace(result, image_shape=shape, metadata=metadata), display
-
-
-def pixel_size(result: Any) -> tuple[float, float] | None:
-    """The (row, column) physical size of a pixel a result records (its :attr:`spatial`),
-    when it is in one known length unit; None for pixels or anything unusable."""
-    spatial = result.spatial
-    units = set(spatial["units"])
-    dy, dx = spatial["scale"]
-    ok = len(units) == 1 and units <= set(_METRES) and all(
-        math.isfinite(v) and v > 0 for v in (dy, dx))
-    return (dy, dx) if ok else None
-
-
-def pixel_unit(result: Any) -> str:
-    """The length unit of :func:`pixel_size`."""
-    return result.spatial["units"][0]
-
-
-def scale_bar(width_px: int, pixel_size: float, unit: str,
-              fraction: float = 0.2) -> tuple[float, str]:
-    """A round scale-bar length near ``fraction`` of the image width: (pixels, label).
-
-    The label is in the unit that keeps its number between 1 and 1000 (``500 µm``, not
-    ``0.5 mm``).
-
-    Examples
-    --------
-    >>> length, label = scale_bar(512, 0.7, "mm")
-    >>> round(length, 1), label
-    (71.4, '50 mm')
-    >>> [scale_bar(1000, 0.25, "µm")[1], scale_bar(2000, 0.0005, "mm")[1]]
-    ['50 µm', '200 µm']
-    """
-    target = fraction * width_px * pixel_size * _METRES[unit]  # metres
-    step = 10 ** math.floor(math.log10(target))
-    length = max(m * step for m in (1, 2, 5) if m * step <= target * (1 + 1e-9))
-    label_unit = next(u for u in ("m", "mm", "µm", "nm") if length >= _METRES[u] * 0.999
-                      ) if length >= 1e-9 else "nm"
-    value = length / _METRES[label_unit]
-    return length / (pixel_size * _METRES[unit]), f"{value:.3g} {label_unit}"
 
 
 def _colorbar_title(key: str, preset: str) -> str:
@@ -157,7 +122,12 @@ def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Pat
     _outline_significant(axes[-1], result)
     if size is not None:
         _draw_scale_bar(axes[0], display.shape, size[1], pixel_unit(result))
+    h, w = display.shape[:2]
     for ax in axes:
+        # the image's extent on every panel: a ring or outline reaching past the edge widened
+        # one panel's limits, which drew its image smaller than the others (issue 28.16)
+        ax.set_xlim(-0.5, w - 0.5)
+        ax.set_ylim(h - 0.5, -0.5)
         ax.set_axis_off()
     fig.suptitle("\n".join(dict.fromkeys([title, *diagnostics_lines(result)])), fontsize=9)
     try:

@@ -279,6 +279,29 @@ class AttentionExplorer(W.VBox):
             raise ValueError("Nothing to save yet: press Run (or call run()) first.")
         return result.save(path)
 
+    def export_figure(self, path: str | Path, *, map_key: str = "regularized",
+                      scale: int | None = None) -> Path:
+        """Write the publication figure of :attr:`result` (PNG), the figure napari's Export
+        figure writes (:func:`~napari_attnreg.core.results.figure.publication_figure`)."""
+        from napari_attnreg.core.results.figure import publication_figure
+
+        result = self.result
+        if result is None:
+            raise ValueError("Nothing to draw yet: press Run (or call run()) first.")
+        panel = self.image_panel
+        image = panel.display_image(*panel.stack.read(panel.state.slice_index))
+        return publication_figure(result, image, path, map_key=map_key, scale=scale)
+
+    def export_geojson(self, path: str | Path) -> Path:
+        """Write :attr:`result`'s significant regions as GeoJSON polygons in image pixels
+        (QuPath opens them; :mod:`napari_attnreg.io.geojson`)."""
+        from napari_attnreg.io.geojson import write_geojson
+
+        result = self.result
+        if result is None:
+            raise ValueError("Nothing to export yet: press Run (or call run()) first.")
+        return write_geojson(path, result)
+
     # ---- runs ---------------------------------------------------------------------------
     def run(self, *, wait: bool = False) -> AttentionResult | None:
         """Start a run with the current settings (what the Run button does).

@@ -9,6 +9,7 @@ import math
 import ipywidgets as W
 
 from napari_attnreg.core.results.display import diagnostics_lines, run_caption, summary_text
+from napari_attnreg.core.results.meaning import result_meaning
 from napari_attnreg.core.results.result import AttentionResult
 
 WARNING_COLOR = "#b26a00"
@@ -59,8 +60,9 @@ class SummaryPanel(W.VBox):
         caption = html.escape(summary_text(result, result.thresholds), quote=False)
         # the step-down caption carries its map-level p; π0 belongs to the pooled presets
         pi0 = "" if result.p_map is not None else f" · π0 = {result.pi0:.3f}"
+        meaning = html.escape(result_meaning(result.preset, result.metadata), quote=False)
         self.summary.value = (f"<b>{caption}</b>{pi0} · regularized map keeps "
-                              f"{100 * kept:.1f}% of the attention")
+                              f"{100 * kept:.1f}% of the attention<br><i>{meaning}</i>")
         lines = [html.escape(run_caption(result), quote=False)]
         for line in diagnostics_lines(result):
             text = html.escape(line, quote=False)

@@ -178,9 +178,17 @@ def significance_caption(result: AttentionResult | Sequence[AttentionResult],
 
 
 def diagnostics_lines(result: AttentionResult, *, include_info: bool = True) -> list[str]:
-    """The result's diagnostics as sentences, warnings first (``⚠`` marks a warning)."""
-    return [("⚠ " if d.severity == "warning" else "") + d.message for d in result.diagnostics
-            if include_info or d.severity == "warning"]
+    """The result's diagnostics as sentences, warnings first (``⚠`` marks a warning).
+
+    An outline covering most of the image under a pooled-null preset leads, saying what it
+    means there (:func:`.meaning.broad_outline_warning`); no line then advises trusting it.
+    """
+    from napari_attnreg.core.results.meaning import broad_outline_warning
+
+    broad = broad_outline_warning(result.preset, float(np.mean(result.significant())))
+    lines = [("⚠ " if d.severity == "warning" else "") + d.message
+             for d in result.diagnostics if include_info or d.severity == "warning"]
+    return ([f"⚠ {broad}"] if broad else []) + lines
 
 
 def model_caption(result: AttentionResult) -> str:
@@ -236,9 +244,14 @@ ROI_COLUMNS = {
 ROI_COLUMN_HELP = {
     "n_tokens": "Patches whose footprint lies at least half inside the ROI.",
     "mean_posterior": "Mean of the soft map over the ROI's patches: evidence 1 − adjusted p "
-                      "(step-down), P(above null) (directional), 1 − lfdr (paper).",
+                      "(step-down), P(above null) (directional), 1 − lfdr (paper). The CSV and "
+                      "napari's features table name this column mean_posterior for every "
+                      "preset.",
     "frac_significant": "Share of the ROI's patches kept by the significance rule.",
-    "mean_pct_raw": "Mean percentile of the ROI's attention among the patches outside it.",
+    "mean_pct_raw": "Mean percentile of the ROI's attention among the patches outside it "
+                    "(rank-based, 50 = typical). It can point the other way from the mean "
+                    "attention: a few very high patches raise a mean while most patches of "
+                    "the ROI rank low.",
     "mean_pct_regularized": "The same for the regularized attention.",
     "odds_ratio": "Odds of a patch being significant inside vs outside the ROI (conditional "
                   "maximum likelihood; 0 when no patch inside is significant).",

@@ -111,9 +111,12 @@ def _n_null(result: AttentionResult) -> int:
 
 # ---- step-down ---------------------------------------------------------------------------
 def _stepdown_values(result: AttentionResult, i: int, j: int) -> tuple[tuple[str, str], ...]:
-    return (("attention", f"{result.attention[i, j]:.4g}"), ("step p", _g(result.p[i, j])),
-            ("adjusted p", _g(result.q[i, j])), ("evidence", _g(result.posterior[i, j])),
-            ("z", f"{result.z[i, j]:.2f}"))
+    values = (("attention", f"{result.attention[i, j]:.4g}"), ("step p", _g(result.p[i, j])),
+              ("adjusted p", _g(result.q[i, j])), ("evidence", _g(result.posterior[i, j])))
+    # the step-down uses z only through an optional z mask: shown only when one is set
+    if result.thresholds_used.get("z_th") is not None:
+        values += (("z", f"{result.z[i, j]:.2f}"),)
+    return values
 
 
 def _stepdown_step(result: AttentionResult, flat: int) -> tuple[int, int, float] | None:

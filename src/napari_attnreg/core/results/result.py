@@ -253,6 +253,14 @@ class AttentionResult:
             raise ValueError(f"Unknown rule {t['rule']!r}; choose one of {RULES}.")
         return t
 
+    def _check_rule(self, rule: str | None) -> None:
+        """Refuse a rule asked for by name that this result's procedure does not define."""
+        rules = self.procedure.rules
+        if rule is not None and rule in RULES and rule not in rules:
+            raise ValueError(f"The {self.preset} preset does not define the {rule!r} rule; its "
+                             f"rules are {', '.join(rules)} (a run with "
+                             "preset='directional' or 'paper' offers q, p, lfdr, pi0, base).")
+
     def _rule_kwargs(self, t: dict[str, Any]) -> dict[str, Any]:
         return {"z_th": t["z_th"], "p_th": t["p_th"], "l_th": t["l_th"], "q_th": t["q_th"],
                 "q": self.q, "pixels_per_token": self._pixels_per_token}
@@ -270,6 +278,7 @@ class AttentionResult:
         --------
         >>> sparse = result.regularized("q", q_th=0.05)   # doctest: +SKIP
         """
+        self._check_rule(rule)
         t = self._thresholds(rule, **thresholds)
         if t["rule"] == "soft":
             return regularized_map("soft", self.attention, self.z, self.p, self.lfdr,
@@ -278,6 +287,7 @@ class AttentionResult:
 
     def significant(self, rule: str | None = None, **thresholds: float | None) -> np.ndarray:
         """Boolean ``(gh, gw)`` mask of tokens that the rule keeps."""
+        self._check_rule(rule)
         return self._mask(self._thresholds(rule, **thresholds)).copy()
 
     def _mask(self, t: dict[str, Any]) -> np.ndarray:

@@ -224,11 +224,14 @@ def autocast_dtype(device: torch.device, precision: Precision) -> torch.dtype | 
 
 
 def auto_chunk_size(backbone: Backbone, model_shape: tuple[int, int], device: torch.device,
-                    dtype: torch.dtype | None, memory_fraction: float = 0.5) -> int:
+                    dtype: torch.dtype | None, memory_fraction: float = 0.5,
+                    largest: int | None = None) -> int:
     """Null images per chunk from a memory budget.
 
     Under inference mode only one block's activations live at a time; the widest is the MLP
     (4·D per token) next to the residual stream and q/k/v, about 16·D values per token.
+    ``largest`` replaces the usual caps (512 on a GPU, :data:`CPU_MAX_CHUNK` elsewhere): tiles
+    of a small model are cheap images, and a GPU then runs far more of them per launch.
     """
     ph, pw = backbone.patch_size
     tokens = (model_shape[0] // ph) * (model_shape[1] // pw) + backbone.num_prefix_tokens
@@ -242,6 +245,6 @@ def auto_chunk_size(backbone: Backbone, model_shape: tuple[int, int], device: to
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         budget = free * memory_fraction
-        return int(max(1, min(512, budget // per_image)))
+        return int(max(1, min(largest or 512, budget // per_image)))
     budget = 2 * 1024**3  # CPU/MPS: stay far from the analyst's RAM limits
-    return int(max(1, min(CPU_MAX_CHUNK, budget // per_image)))
+    return int(max(1, min(largest or CPU_MAX_CHUNK, budget // per_image)))

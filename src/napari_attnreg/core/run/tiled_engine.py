@@ -393,13 +393,28 @@ def _tissue_record(tiled: TiledImage, stats: Any) -> dict[str, Any]:
     return tiled.tissue.record()
 
 
-def _chunk_size(config: RunConfig, backbone: Backbone, tile: tuple[int, int], run: Run) -> int:
-    """As given, else from the memory budget; on a CPU also at most about a second a chunk."""
-    chunk = config.chunk_size or auto_chunk_size(backbone, tile, run.device, run.dtype,
-                                                 config.memory_fraction)
-    if config.chunk_size is None and run.device.type == "cpu":
+#: Most tiles per chunk: the memory budget decides below it (a small model's tiles are cheap).
+TILED_MAX_CHUNK = 4096
+
+
+def tiled_chunk_size(config: RunConfig, backbone: Backbone, tile: tuple[int, int],
+                     device: torch.device, dtype: torch.dtype | None) -> int:
+    """Tiles (and null tiles) per chunk: as given, else chosen for the device.
+
+    On a GPU from the memory budget, up to :data:`TILED_MAX_CHUNK`; on a CPU from the memory
+    budget and about a second a chunk (the cancel latency), without the untiled cap.
+    """
+    if config.chunk_size:
+        return int(config.chunk_size)
+    chunk = auto_chunk_size(backbone, tile, device, dtype, config.memory_fraction,
+                            largest=TILED_MAX_CHUNK)
+    if device.type == "cpu":
         chunk = min(chunk, latency_chunk(backbone, tile))
     return chunk
+
+
+def _chunk_size(config: RunConfig, backbone: Backbone, tile: tuple[int, int], run: Run) -> int:
+    return tiled_chunk_size(config, backbone, tile, run.device, run.dtype)
 
 
 def _forward(tiled: TiledImage, backbone: Backbone, config: RunConfig, run: Run,
@@ -444,9 +459,8 @@ class _ObservedTiles:
             heads = cls_attention(self.backbone, self.tiled.channel_map(batch),
                                   layer=self.config.layer, head="all").float().cpu()
         self.heads[start:start + size] = heads
-        if self.scorer.needs.cls_heads:  # tile by tile: the untiled engine's reduction
-            self.scores[start:start + size] = torch.cat(
-                [self.scorer.from_heads(h[None].flatten(2)) for h in heads])
+        if self.scorer.needs.cls_heads:  # one reduction over the head axis for the chunk
+            self.scores[start:start + size] = self.scorer.from_heads(heads.flatten(2))
         else:
             self.scores[start:start + size] = _forward(self.tiled, self.backbone, self.config,
                                                        self.run, batch, self.scorer).cpu()

@@ -24,7 +24,14 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from napari_attnreg.core.run.nulls import NullConfig, image_seed, null_images
+from napari_attnreg.core.run.nulls import (
+    NullConfig,
+    image_seed,
+    normal_draws,
+    resampled_pixels,
+    shuffled_blocks,
+    uniform_draws,
+)
 
 
 def _axis_starts(length: int, size: int, overlap: int) -> tuple[int, ...]:
@@ -297,27 +304,15 @@ class ImageNull:
     def draw(self, indices: Sequence[int], *, seed: int) -> torch.Tensor:
         """Null tiles number ``indices``: ``(len(indices), c, th, tw)``."""
         x, cfg = self.source, self.config
-        c, h, w = x.shape
+        c = x.shape[0]
         th, tw = self.tile
         if cfg.method == "patch":
             return self._patch_tiles(indices, seed)
-        gen = torch.Generator(device=x.device)
-        out = torch.empty((len(indices), c, th, tw), dtype=x.dtype, device=x.device)
-        pixels = x.reshape(c, h * w)
-        for row, index in enumerate(indices):
-            gen.manual_seed(image_seed(seed, index))
-            if cfg.method == "normal":
-                torch.randn((c, th, tw), generator=gen, dtype=x.dtype, out=out[row])
-            elif cfg.method == "uniform":
-                torch.rand((c, th, tw), generator=gen, dtype=x.dtype, out=out[row])
-            else:
-                pick = torch.randint(0, h * w, (th * tw,), generator=gen, device=x.device)
-                torch.index_select(pixels, 1, pick, out=out[row].view(c, th * tw))
         if cfg.method == "normal":
-            out.mul_(self.std).add_(self.mean)
-        elif cfg.method == "uniform":
-            out.mul_(self.span).add_(self.low)
-        return out
+            return normal_draws(seed, indices, (c, th, tw), x.device).mul_(self.std).add_(self.mean)
+        if cfg.method == "uniform":
+            return uniform_draws(seed, indices, (c, th, tw), x.device).mul_(self.span).add_(self.low)
+        return resampled_pixels(x, seed, indices, (th, tw))
 
     def _patch_tiles(self, indices: Sequence[int], seed: int) -> torch.Tensor:
         x = self.source
@@ -335,9 +330,9 @@ class ImageNull:
                     break
             crop = (x[:, y:y + th, x0:x0 + tw] if self.reader is None
                     else self.reader(y, x0, th, tw).to(x.device))
-            out.append(null_images(crop, [index], self.config, seed=seed,
-                                   patch_size=self.patch_size)[0])
-        return torch.stack(out)
+            out.append(crop)
+        return shuffled_blocks(torch.stack(out), seed, indices,
+                               self.config.block_size or self.patch_size)
 
 
 def work_shape(image_shape: tuple[int, int], patch: tuple[int, int],

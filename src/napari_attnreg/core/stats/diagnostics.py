@@ -152,8 +152,9 @@ def diagnose(
             "broad_posterior", "warning",
             f"The posterior is ≥ 0.5 on {100 * broad:.0f} % of the patches: this map is less "
             f"dispersed than the noise maps{spread}, so most patches sit above a noise map's "
-            "typical patch. Trust the significance outline, or use the patch null (method "
-            "'patch'), whose null maps look like image maps."))
+            "typical patch, and an outline over most of it locates nothing. Prefer the default "
+            "step-down statistics, or the patch null (method 'patch'), whose null maps look "
+            "like image maps."))
     # the best a lone token can reach is q = T · p_min (π0 ≤ 1, rank 1)
     if smallest_p is not None and q_th is not None and smallest_p * n_tokens > q_th:
         found.append(Diagnostic(

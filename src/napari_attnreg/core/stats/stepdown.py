@@ -38,7 +38,14 @@ import torch
 from scipy.stats import false_discovery_control
 
 from napari_attnreg.core.stats.paper import as_positive_tensor, compute_dtype
-from napari_attnreg.core.stats.tail import TAIL_METHODS, TailFit, tail_pvalues
+from napari_attnreg.core.stats.tail import (
+    MAX_TAIL_STEPS,
+    MIN_BOOT,
+    TAIL_METHODS,
+    TailFit,
+    tail_pvalues,
+    tail_size,
+)
 
 #: Rules of the step-down preset and the threshold each reads as its level α.
 STEPDOWN_RULES = ("forwardstop", "fwer")
@@ -105,10 +112,13 @@ def _suffix_sum(x: torch.Tensor) -> torch.Tensor:
     return x.flip(-1).cumsum(-1).flip(-1)
 
 
-def _null_step_blocks(null: torch.Tensor, order: torch.Tensor, shared: bool, dtype: torch.dtype):
+def _null_step_blocks(null: torch.Tensor, order: torch.Tensor, shared: bool, dtype: torch.dtype,
+                      reverse: bool = False):
     """Yield ``(rows, m)`` blocks of the null step statistic ``m[b, f, k]``.
 
     ``null`` is ``(B, T)`` shared by every family, or ``(F, B, T)`` (one null per family).
+    ``reverse``: the steps last to first (the order the reverse cumulative pass makes them
+    in; the caller saves two copies of every block).
     """
     n_fam, n_tok = order.shape
     n_boot = null.shape[0] if shared else null.shape[1]
@@ -116,16 +126,62 @@ def _null_step_blocks(null: torch.Tensor, order: torch.Tensor, shared: bool, dty
     # float32 null itself, and never below one null map of every family
     budget = max(n_fam * n_tok, min(BLOCK_ELEMENTS, null.numel() // 10))
     rows = max(1, budget // (n_fam * n_tok))
+    backwards = order.flip(-1)
     for start in range(0, n_boot, rows):
         stop = min(n_boot, start + rows)
         if shared:
-            block = null[start:stop].to(dtype)[:, order]  # (b, F, T)
+            rev = null[start:stop].to(dtype)[:, backwards]  # (b, F, T)
         else:
-            block = torch.gather(null[:, start:stop].to(dtype), 2,
-                                 order[:, None, :].expand(-1, stop - start, -1)).transpose(0, 1)
-        rev = block.flip(-1)
+            rev = torch.gather(null[:, start:stop].to(dtype), 2,
+                               backwards[:, None, :].expand(-1, stop - start, -1)).transpose(0, 1)
         largest = rev.cummax(-1).values
-        yield start, stop, (largest.div_(rev.cumsum_(-1))).flip(-1)
+        m = largest.div_(rev.cumsum_(-1))
+        yield start, stop, (m if reverse else m.flip(-1))
+
+
+_PENDING_ROWS = 8  # null maps gathered before the running top is merged again
+
+
+class _RunningTop:
+    """The ``k`` largest null statistics of the leading steps of every family, kept during the
+    counting pass (so the tail needs no second pass over the null)."""
+
+    def __init__(self, n_steps: int, k: int) -> None:
+        self.n_steps, self.k = n_steps, k
+        self.top: torch.Tensor | None = None
+        self.pending: list[torch.Tensor] = []
+
+    def add(self, reversed_m: torch.Tensor) -> None:
+        # (b, F, T) last step first → (F, S, b) for the leading S steps
+        lead = reversed_m[:, :, -self.n_steps:].flip(-1).permute(1, 2, 0)
+        self.pending.append(lead)
+        if sum(p.shape[-1] for p in self.pending) >= _PENDING_ROWS:
+            self._merge()
+
+    def _merge(self) -> None:
+        parts = ([self.top] if self.top is not None else []) + self.pending
+        joined = torch.cat(parts, dim=-1)
+        self.top = joined.topk(min(self.k, joined.shape[-1]), dim=-1).values
+        self.pending = []
+
+    def columns(self, wanted: tuple[np.ndarray, np.ndarray]) -> torch.Tensor:
+        if self.pending:
+            self._merge()
+        fam = torch.as_tensor(wanted[0], device=self.top.device)
+        step = torch.as_tensor(wanted[1], device=self.top.device)
+        return self.top[fam, step]
+
+
+def _running_top(tail: str, n_boot: int, n_fam: int, n_tok: int) -> _RunningTop | None:
+    """Tails kept in the counting pass when they fit in a few blocks' memory, else None."""
+    if tail != "gpd" or n_boot < MIN_BOOT:
+        return None
+    n_steps, k = min(n_tok, MAX_TAIL_STEPS), tail_size(n_boot) + 1
+    # about the size of the pass's own work arrays (a few of F·T), else a second pass over
+    # the few wanted columns
+    if n_fam * n_steps * (k + 2 * _PENDING_ROWS) > max(4 * BLOCK_ELEMENTS, 2 * n_fam * n_tok):
+        return None
+    return _RunningTop(n_steps, k)
 
 
 def step_down(observed: torch.Tensor | np.ndarray, null_scores: torch.Tensor | np.ndarray, *,
@@ -163,10 +219,16 @@ def step_down(observed: torch.Tensor | np.ndarray, null_scores: torch.Tensor | n
     dtype = compute_dtype(device)
     order, a_sorted = _ordered(obs.to(device=device, dtype=dtype))
     s = a_sorted / _suffix_sum(a_sorted)
+    s_reversed = s.flip(-1)
     exceed = torch.zeros((n_fam, n_tok), dtype=torch.int64, device=device)
-    for _start, _stop, m in _null_step_blocks(null_scores, order, shared, dtype):
-        exceed += (m >= s).sum(0)
-    counts = exceed.cpu().numpy()
+    tops = _running_top(tail, n_boot, n_fam, n_tok)
+    for _start, _stop, m in _null_step_blocks(null_scores, order, shared, dtype, reverse=True):
+        beats = m >= s_reversed
+        # many families make one-map blocks: an add, not a reduction over one row
+        exceed += beats[0] if len(beats) == 1 else beats.sum(0)
+        if tops is not None:
+            tops.add(m)
+    counts = exceed.flip(-1).cpu().numpy()
     step_p = (1.0 + counts) / (1.0 + n_boot)
     s_np = s.cpu().numpy()
     tail_used = np.zeros(step_p.shape, dtype=bool)
@@ -174,32 +236,45 @@ def step_down(observed: torch.Tensor | np.ndarray, null_scores: torch.Tensor | n
     if tail == "gpd":
         step_p, tail_used, fit = tail_pvalues(
             step_p, counts, s_np, n_boot,
-            lambda wanted: _null_columns(null_scores, order, shared, dtype, wanted))
-    sorted_np = a_sorted.cpu().numpy()
-    group_end = np.ones(sorted_np.shape, dtype=bool)
-    group_end[:, :-1] = sorted_np[:, :-1] != sorted_np[:, 1:]
-    adjusted = _tie_max(np.maximum.accumulate(step_p, axis=1), group_end)
+            (lambda wanted, k: tops.columns(wanted)) if tops is not None else
+            (lambda wanted, k: _null_tops(null_scores, order, shared, dtype, wanted, k)),
+            shared_first=shared)
+    # on the device: for many tiles these (F, T) passes cost as much as the null pass
+    work = device if device.type != "mps" else torch.device("cpu")  # no float64 on MPS
+    ends = torch.ones(a_sorted.shape, dtype=torch.bool, device=work)
+    ends[:, :-1] = (a_sorted[:, :-1] != a_sorted[:, 1:]).to(work)
+    running = torch.as_tensor(step_p, device=work).cummax(dim=1).values
+    adjusted, group_end = _tie_max(running, ends).cpu().numpy(), ends.cpu().numpy()
     return StepDownFamilies(order=order.cpu().numpy(), step_statistic=s_np, step_p=step_p,
                             adjusted_p=adjusted, group_end=group_end, tail_used=tail_used,
                             n_boot=n_boot, tail=fit)
 
 
-def _null_columns(null: torch.Tensor, order: torch.Tensor, shared: bool, dtype: torch.dtype,
-                  wanted: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """``m[:, f, k]`` for the wanted ``(f, k)`` pairs: ``(B, n_wanted)`` (a second pass)."""
+def _null_tops(null: torch.Tensor, order: torch.Tensor, shared: bool, dtype: torch.dtype,
+               wanted: tuple[np.ndarray, np.ndarray], k: int) -> torch.Tensor:
+    """The ``k`` largest ``m[:, f, s]`` of each wanted ``(f, s)`` pair: ``(n_wanted, k)``.
+
+    A second pass over the null that keeps a running top ``k`` per pair, so its memory is
+    that of the tails, not of ``B`` values per pair.
+    """
     fam = torch.as_tensor(wanted[0], device=order.device)
     step = torch.as_tensor(wanted[1], device=order.device)
-    parts = [m[:, fam, step].cpu() for _a, _b, m in _null_step_blocks(null, order, shared, dtype)]
-    return torch.cat(parts).numpy().astype(np.float64)
+    top = None
+    for _a, _b, m in _null_step_blocks(null, order, shared, dtype):
+        block = m[:, fam, step].T
+        top = block if top is None else torch.cat([top, block], dim=1)
+        top = top.topk(min(k, top.shape[1]), dim=1).values
+    return top
 
 
-def _tie_max(adjusted: np.ndarray, group_end: np.ndarray) -> np.ndarray:
+def _tie_max(adjusted: torch.Tensor, group_end: torch.Tensor) -> torch.Tensor:
     """Every step takes the adjusted p of the last step of its tie group."""
     n_tok = adjusted.shape[1]
-    ends = np.where(group_end, np.arange(n_tok), n_tok)
+    steps = torch.arange(n_tok, device=adjusted.device).expand_as(adjusted)
+    ends = torch.where(group_end, steps, torch.full_like(steps, n_tok))
     # the next group end at or after each step: a reverse running minimum
-    next_end = np.minimum.accumulate(ends[:, ::-1], axis=1)[:, ::-1]
-    return np.take_along_axis(adjusted, next_end, axis=1)
+    next_end = ends.flip(1).cummin(dim=1).values.flip(1)
+    return torch.gather(adjusted, 1, next_end)
 
 
 def forwardstop_count(step_p: np.ndarray, alpha: float | np.ndarray,

@@ -3,43 +3,47 @@
 With ``B`` null maps a counting p-value cannot go below ``1/(B + 1)``: a tiled image with
 hundreds of tiles, or a strict level, needs smaller ones than ``B`` allows. Where fewer
 than :data:`MIN_EXCEEDING` null statistics reach the observed one (and ``B ≥ 100``), the
-top 10 % of the null statistics are fitted by a generalized Pareto distribution (scipy's
-maximum likelihood, location fixed at the threshold ``u``) and
-``p = (n_exc / B) · (1 − F_GPD(s − u))`` replaces the count (Knijnenburg et al. 2009;
-Winkler et al. 2016). The count is kept where an Anderson–Darling test rejects the fit at
-0.05, and no p goes below ``1 / (100·(B + 1))``: a fitted tail with a finite end point
-would otherwise give an observed value past it a p of 0.
+largest ``n = max(10, ⌊B/10⌋)`` null statistics are taken as exceedances of the next one,
+``u``, fitted by a generalized Pareto distribution, and ``p = (n / B) · (1 − F_GPD(s − u))``
+replaces the count (Knijnenburg et al. 2009; Winkler et al. 2016). The count is kept where
+an Anderson–Darling test rejects the fit at 0.05, and no p goes below
+``1 / (100·(B + 1))``.
 
-A fitted shape below 0 (a tail with an end point) is replaced by 0 (an exponential tail,
-refitted): the null step statistics *are* bounded, but an end point estimated from a few
-dozen exceedances lies near their largest value, so a pure-noise tile just past it got
-the floor p. Measured on 2048² noise mosaics with the demo model (B = 200, 441 tiles): with
-the fitted end point, 5 of 10 mosaics had a tile at the floor, selected by Benjamini–Hochberg.
-The exponential tail is heavier, so its p-values err on the large side.
+The fit is closed-form: Hosking & Wallis (1987) probability-weighted moments, from the
+sample mean and the second L-moment of the exceedances. Every step of every family that
+needs a tail is fitted at once, as rows of one tensor on the compute device, and a null
+sample shared by several families (the first step of tiles that share one set of null
+tiles) is fitted once.
+
+A fitted shape below 0 (a tail with an end point) is replaced by 0, an exponential tail
+with the exceedances' mean as its scale: the null step statistics *are* bounded, but an end
+point estimated from a few dozen exceedances lies near their largest value, so a pure-noise
+tile just past it got the floor p. The exponential tail is heavier, so its p-values err on
+the large side. The goodness-of-fit test is of that tail, the one used.
 
 Only the leading steps are approximated (those before the first step that 10 or more null
 statistics reach): after that step the step-down adjusted p is at least ``10/(B + 1)``,
 which no smaller p of a later step can lower. At most :data:`MAX_TAIL_STEPS` per family:
 the first step is the family's (tile's) p-value, and a map whose every patch beats every
-null map (a model attending to all of a slice's anatomy, say) would otherwise need a fit per
-patch of every tile; later steps keep their counts, which only makes ForwardStop stricter.
+null map would otherwise need a fit per patch of every tile; later steps keep their counts,
+which only makes ForwardStop stricter.
 
-The Anderson–Darling critical values of a fit with estimated shape and scale depend on the
-shape and the number of exceedances; ``gpd_ad_critical.json`` tabulates them for this very
-estimator (``scripts/make_gpd_table.py``), as Choulakian & Stephens (2001) did for theirs.
+The Anderson–Darling statistic of an estimated tail has a null distribution that depends on
+the true shape and the number of exceedances; ``gpd_ad_critical.json`` tabulates its 95 %
+quantile for this very procedure (estimator, then the exponential replacement), simulated by
+``scripts/make_gpd_table.py``, and is read at the estimated shape.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
+import torch
 from scipy.interpolate import RegularGridInterpolator
 
 TAIL_METHODS = ("none", "gpd")
@@ -47,9 +51,11 @@ MIN_EXCEEDING = 10
 MIN_BOOT = 100
 TAIL_FRACTION = 0.1
 MIN_EXCEEDANCES = 10
-#: Leading steps per family that get a tail fit (each fit takes milliseconds).
+#: Leading steps per family that get a tail fit.
 MAX_TAIL_STEPS = 16
 _TABLE = Path(__file__).with_name("gpd_ad_critical.json")
+#: ``|shape|`` below this is the exponential tail (the limit of the GPD formulas).
+_EXPONENTIAL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -62,11 +68,14 @@ class TailFit:
     steps : int
         Steps whose p-value comes from a fitted tail.
     rejected : int
-        Steps whose fit the Anderson–Darling test rejected (their count was kept).
+        Steps whose fit the Anderson–Darling test rejected, or whose observed value did not
+        pass the threshold (their count was kept).
     floored : int
         Steps whose tail p was raised to the floor ``1 / (100·(B + 1))``.
     note : str
         Why nothing was approximated, when that is the case.
+    fits : int
+        Distinct null samples fitted (a sample shared by several families counts once).
     """
 
     method: str
@@ -74,6 +83,7 @@ class TailFit:
     rejected: int = 0
     floored: int = 0
     note: str = ""
+    fits: int = 0
 
     @classmethod
     def unused(cls, method: str, note: str = "") -> TailFit:
@@ -83,6 +93,80 @@ class TailFit:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class GPDFits:
+    """Tails fitted to ``N`` null samples, one row each (tensors ``(N,)``).
+
+    Attributes
+    ----------
+    threshold : the largest null value that is not an exceedance, ``u``
+    estimated_shape : the probability-weighted-moment shape (the table's key)
+    shape, scale : the tail used (shape ≥ 0)
+    accepted : bool, the Anderson–Darling test keeps the tail used
+    n_exceedances : int
+    """
+
+    threshold: torch.Tensor
+    estimated_shape: torch.Tensor
+    shape: torch.Tensor
+    scale: torch.Tensor
+    accepted: torch.Tensor
+    n_exceedances: int
+
+
+def tail_size(n_boot: int) -> int:
+    """Exceedances per fit: the top tenth of the ``B`` null values, at least 10."""
+    return max(MIN_EXCEEDANCES, int(TAIL_FRACTION * n_boot))
+
+
+def pwm_fit(excess: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hosking–Wallis probability-weighted-moment GPD fit of each row (location 0).
+
+    Parameters
+    ----------
+    excess : tensor ``(N, n)``
+        Exceedances over the threshold, ascending along each row.
+
+    Returns
+    -------
+    shape, scale : tensors ``(N,)`` in scipy's convention (shape > 0: heavy tail)
+        ``shape = 2 − a0/l2``, ``scale = a0·(a0/l2 − 1)`` with ``a0`` the mean and ``l2`` the
+        unbiased second L-moment. Rows without spread give NaN.
+    """
+    n = excess.shape[-1]
+    rank = torch.arange(n, dtype=excess.dtype, device=excess.device)
+    a0 = excess.mean(-1)
+    b1 = (excess * rank).sum(-1) / (n * (n - 1))  # unbiased E[X·F(X)]
+    l2 = 2.0 * b1 - a0
+    ratio = torch.where(l2 > 0, a0 / l2, torch.full_like(a0, float("nan")))
+    return 2.0 - ratio, a0 * (ratio - 1.0)
+
+
+def used_tail(excess: torch.Tensor, shape: torch.Tensor,
+              scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tail used: a negative shape becomes the exponential fitted to the same rows."""
+    bounded = shape < 0
+    return (torch.where(bounded, torch.zeros_like(shape), shape),
+            torch.where(bounded, excess.mean(-1), scale))
+
+
+def gpd_sf(y: torch.Tensor, shape: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``1 − F(y)`` of GPD(shape ≥ 0, 0, scale), elementwise (broadcasting)."""
+    z = y.clamp_min(0.0) / scale
+    heavy = shape.abs() > _EXPONENTIAL
+    safe = torch.where(heavy, shape, torch.ones_like(shape))
+    return torch.where(heavy, torch.exp(-torch.log1p(safe * z) / safe), torch.exp(-z))
+
+
+def anderson_darling(excess: torch.Tensor, shape: torch.Tensor,
+                     scale: torch.Tensor) -> torch.Tensor:
+    """A² of each ascending row of ``excess`` against GPD(shape, 0, scale) of that row."""
+    n = excess.shape[-1]
+    cdf = (1.0 - gpd_sf(excess, shape[:, None], scale[:, None])).clamp(1e-12, 1 - 1e-12)
+    weight = 2 * torch.arange(1, n + 1, dtype=excess.dtype, device=excess.device) - 1
+    return -n - (weight * (torch.log(cdf) + torch.log1p(-cdf.flip(-1)))).mean(-1)
+
+
 @functools.lru_cache(maxsize=1)
 def _critical_table() -> RegularGridInterpolator:
     table = json.loads(_TABLE.read_text())
@@ -90,21 +174,56 @@ def _critical_table() -> RegularGridInterpolator:
                                    np.asarray(table["critical_05"]))
 
 
-def ad_critical_value(shape: float, n: int) -> float:
-    """5 % critical value of A² for a fitted GPD of this shape from ``n`` exceedances."""
+def ad_critical_values(shape: np.ndarray, n: int) -> np.ndarray:
+    """5 % critical values of A² for the tail used, at estimated shapes, ``n`` exceedances."""
     interp = _critical_table()
     shapes, log_sizes = interp.grid
-    point = (float(np.clip(shape, shapes[0], shapes[-1])),
-             float(np.clip(np.log(n), log_sizes[0], log_sizes[-1])))
-    return float(interp([point])[0])
+    shape = np.clip(np.nan_to_num(np.asarray(shape, dtype=np.float64)), shapes[0], shapes[-1])
+    size = np.full(shape.shape, float(np.clip(np.log(n), log_sizes[0], log_sizes[-1])))
+    return interp(np.stack([shape, size], axis=-1))
 
 
-def anderson_darling(sample: np.ndarray, shape: float, scale: float) -> float:
-    """A² of ``sample`` against GPD(shape, 0, scale)."""
-    u = np.clip(np.sort(stats.genpareto.cdf(sample, shape, 0.0, scale)), 1e-12, 1 - 1e-12)
-    n = u.size
-    i = np.arange(1, n + 1)
-    return float(-n - np.mean((2 * i - 1) * (np.log(u) + np.log1p(-u[::-1]))))
+def ad_critical_value(shape: float, n: int) -> float:
+    """5 % critical value of A² for one fit (see :func:`ad_critical_values`)."""
+    return float(ad_critical_values(np.array([shape]), n)[0])
+
+
+def fit_tails(tops: torch.Tensor) -> GPDFits:
+    """Fit the tail of each row of ``tops`` (its ``n + 1`` largest null values, descending).
+
+    The batched fit every tail p-value comes from: closed-form, on the tensor's device.
+    """
+    tops = tops.to(torch.float64) if tops.device.type != "mps" else tops.cpu().double()
+    threshold = tops[:, -1]
+    excess = (tops[:, :-1] - threshold[:, None]).flip(-1)  # ascending
+    estimated, scale = pwm_fit(excess)
+    shape, scale = used_tail(excess, estimated, scale)
+    n = excess.shape[1]
+    valid = torch.isfinite(estimated) & torch.isfinite(scale) & (scale > 0)
+    statistic = anderson_darling(excess, shape, torch.where(valid, scale, torch.ones_like(scale)))
+    critical = torch.as_tensor(ad_critical_values(estimated.cpu().numpy(), n),
+                               dtype=statistic.dtype, device=statistic.device)
+    return GPDFits(threshold=threshold, estimated_shape=estimated, shape=shape, scale=scale,
+                   accepted=valid & (statistic <= critical), n_exceedances=n)
+
+
+def tail_p(fits: GPDFits, observed: torch.Tensor, n_boot: int,
+           row: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Tail p-values of ``observed`` values against fitted rows (``row[i]`` for value ``i``).
+
+    Returns
+    -------
+    p : tensor, floored : bool tensor (raised to ``1/(100·(B + 1))``), usable : bool tensor
+        ``usable`` is False where the fit was rejected or the value is not past the threshold.
+    """
+    pick = (lambda v: v) if row is None else (lambda v: v[row])
+    threshold, shape, scale = pick(fits.threshold), pick(fits.shape), pick(fits.scale)
+    observed = observed.to(threshold)
+    usable = pick(fits.accepted) & (observed > threshold)
+    safe_scale = torch.where(usable, scale, torch.ones_like(scale))
+    p = fits.n_exceedances / n_boot * gpd_sf(observed - threshold, shape, safe_scale)
+    floor = 1.0 / (100.0 * (n_boot + 1))
+    return p.clamp_min(floor), p < floor, usable
 
 
 def gpd_tail_p(null_values: np.ndarray, observed: float) -> tuple[float, bool] | None:
@@ -113,41 +232,35 @@ def gpd_tail_p(null_values: np.ndarray, observed: float) -> tuple[float, bool] |
     Returns
     -------
     (p, floored) or None
-        None when the exceedances are too few, the observed value is not past the
-        threshold, or the Anderson–Darling test rejects the fit; else the tail p (at least
-        ``1/(100·(B + 1))``) and whether it was raised to that floor.
+        None when the observed value is not past the threshold or the Anderson–Darling test
+        rejects the fit; else the tail p (at least ``1/(100·(B + 1))``) and whether it was
+        raised to that floor.
     """
-    values = np.asarray(null_values, dtype=np.float64)
-    n_boot = values.size
-    threshold = float(np.quantile(values, 1.0 - TAIL_FRACTION))
-    excess = values[values > threshold] - threshold
-    if excess.size < MIN_EXCEEDANCES or observed <= threshold or np.ptp(excess) <= 0:
+    values = torch.as_tensor(np.asarray(null_values, dtype=np.float64))
+    n_boot = values.numel()
+    if n_boot < tail_size(n_boot) + 1:
         return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the optimizer's chatter; the fit is judged below
-        shape, _, scale = stats.genpareto.fit(excess, floc=0.0)
-        if shape < 0:  # no end point extrapolated from a few exceedances (module docstring)
-            shape, scale = 0.0, float(np.mean(excess))
-    if not (np.isfinite(shape) and np.isfinite(scale) and scale > 0):
-        return None
-    if anderson_darling(excess, shape, scale) > ad_critical_value(shape, excess.size):
-        return None
-    p = excess.size / n_boot * float(stats.genpareto.sf(observed - threshold, shape, 0.0, scale))
-    floor = 1.0 / (100.0 * (n_boot + 1))
-    return max(p, floor), p < floor
+    fits = fit_tails(values.topk(tail_size(n_boot) + 1).values[None])
+    p, floored, usable = tail_p(fits, torch.tensor([float(observed)]), n_boot)
+    return (float(p[0]), bool(floored[0])) if bool(usable[0]) else None
 
 
 def tail_pvalues(step_p: np.ndarray, counts: np.ndarray, step_statistic: np.ndarray,
-                 n_boot: int, null_columns: Callable[[tuple[np.ndarray, np.ndarray]], np.ndarray],
-                 ) -> tuple[np.ndarray, np.ndarray, TailFit]:
+                 n_boot: int,
+                 null_tops: Callable[[tuple[np.ndarray, np.ndarray], int], torch.Tensor],
+                 *, shared_first: bool = False) -> tuple[np.ndarray, np.ndarray, TailFit]:
     """Replace the leading small counting p-values by tail p-values where the fit holds.
 
     Parameters
     ----------
     step_p, counts, step_statistic : arrays ``(F, T)`` in step order
     n_boot : int
-    null_columns : callable
-        ``null_columns((families, steps))`` → ``(B, n)`` null step statistics of those steps.
+    null_tops : callable
+        ``null_tops((families, steps), k)`` → tensor ``(n, k)``: the ``k`` largest null step
+        statistics of each of those steps, descending.
+    shared_first : bool
+        Every family's first step has the same null sample (families sharing one null: the
+        first step's statistic does not depend on the order), so it is fitted once.
 
     Returns
     -------
@@ -158,18 +271,22 @@ def tail_pvalues(step_p: np.ndarray, counts: np.ndarray, step_statistic: np.ndar
         return step_p, used, TailFit.unused("gpd", f"B = {n_boot} < {MIN_BOOT}: counts kept")
     leading = np.logical_and.accumulate(counts < MIN_EXCEEDING, axis=1)
     leading[:, MAX_TAIL_STEPS:] = False
-    wanted = np.nonzero(leading)
-    if wanted[0].size == 0:
+    fam, step = np.nonzero(leading)
+    if fam.size == 0:
         return step_p, used, TailFit.unused("gpd", "no step needed it")
-    columns = null_columns(wanted)
+    # one row per distinct null sample
+    sample_family = np.where(step == 0, 0, fam) if shared_first else fam
+    keys = sample_family.astype(np.int64) * step_p.shape[1] + step
+    unique, row = np.unique(keys, return_inverse=True)
+    tops = null_tops((unique // step_p.shape[1], unique % step_p.shape[1]),
+                     tail_size(n_boot) + 1)
+    fits = fit_tails(tops)
+    device = fits.threshold.device
+    observed = torch.as_tensor(step_statistic[fam, step], dtype=torch.float64, device=device)
+    p, floored, usable = (v.cpu().numpy() for v in tail_p(
+        fits, observed, n_boot, torch.as_tensor(row, device=device)))
     out = step_p.copy()
-    rejected = floored = 0
-    for j, (fam, step) in enumerate(zip(*wanted)):
-        found = gpd_tail_p(columns[:, j], float(step_statistic[fam, step]))
-        if found is None:
-            rejected += 1
-            continue
-        out[fam, step], was_floored = found
-        used[fam, step] = True
-        floored += int(was_floored)
-    return out, used, TailFit("gpd", int(used.sum()), rejected, floored)
+    out[fam[usable], step[usable]] = p[usable]
+    used[fam[usable], step[usable]] = True
+    return out, used, TailFit("gpd", int(usable.sum()), int((~usable).sum()),
+                              int((floored & usable).sum()), fits=int(unique.size))

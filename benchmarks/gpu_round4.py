@@ -1,0 +1,201 @@
+"""One script for the figures of a GPU round: pipeline/bare-forward ratios and tiled fields.
+
+    PYTHONPATH=src python benchmarks/gpu_round4.py --out /tmp/round4          # a lent H100
+    PYTHONPATH=src python benchmarks/gpu_round4.py --cpu-small --out benchmarks/results/cpu_small
+
+Figures (each one measured by ``bench_pipeline.py`` / ``bench_tiled.py`` in this process):
+
+* pipeline / bare-forward throughput at B = 1000, bf16, ``--method patch`` (the step-down
+  default), timm random-init weights: ViT-B/16@224, ViT-L/16@224, DINOv2-S/14 with four
+  registers @518 and ViT-S/8@480;
+* tiled 8192² and 32768² synthetic fields with the demo model, B = 200, with the tail
+  approximation (``tail="gpd"``, the tiled default) and without it (``tail="none"``).
+
+``--cpu-small`` measures the same kinds of figure at sizes a CPU finishes in minutes. Every
+figure runs in its own ``try``: an error is recorded in the output and the next one runs; a
+global time budget (``--budget-s``) skips what is left once it is spent. Writes
+``<out>.json`` and ``<out>.md`` (a markdown table) and prints progress as it goes.
+Needs only ``PYTHONPATH=src`` (the package need not be installed) and no internet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+#: (label, timm model, input side, B) of the pipeline ratios.
+GPU_MODELS = [
+    ("ViT-B/16 @224", "vit_base_patch16_224", 224, 1000),
+    ("ViT-L/16 @224", "vit_large_patch16_224", 224, 1000),
+    ("DINOv2-S/14 reg4 @518", "vit_small_patch14_reg4_dinov2", 518, 1000),
+    ("ViT-S/8 @480", "vit_small_patch8_224", 480, 1000),
+]
+CPU_MODELS = [
+    ("ViT-S/16 @224", "vit_small_patch16_224", 224, 48),
+    ("ViT-B/16 @224", "vit_base_patch16_224", 224, 16),
+    ("DINOv2-S/14 reg4 @224", "vit_small_patch14_reg4_dinov2", 224, 16),
+    ("ViT-S/8 @224", "vit_small_patch8_224", 224, 8),
+]
+#: (field side, B) of the tiled figures, each run with the tail and without.
+GPU_FIELDS = [(8192, 200), (32768, 200)]
+CPU_FIELDS = [(1024, 200), (2048, 200)]
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def quietly(fn, *args):
+    """Run a benchmark's main, keeping its printout for the record instead of the console."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        out = fn(*args)
+    return out, buffer.getvalue()
+
+
+def pipeline_figure(model: str, size: int, n_boot: int, device: str, precision: str,
+                    repeats: int) -> dict:
+    import bench_pipeline
+
+    out, text = quietly(bench_pipeline.main, [
+        "--model", model, "--size", str(size), "--n-boot", str(n_boot), "--device", device,
+        "--precision", precision, "--method", "patch", "--repeats", str(repeats)])
+    return {**out, "printout": text}
+
+
+def tiled_figure(size: int, n_boot: int, device: str, precision: str, tail: str) -> dict:
+    import bench_tiled
+
+    out, text = quietly(bench_tiled.main, [
+        "--size", str(size), "--n-boot", str(n_boot), "--device", device,
+        "--precision", precision, "--tail", tail])
+    return {**out, "printout": text}
+
+
+def plan(args: argparse.Namespace) -> list[tuple[str, object]]:
+    small = args.cpu_small
+    device = "cpu" if small else args.device
+    precision = "float32" if small else "bfloat16"
+    repeats = 3
+    jobs: list[tuple[str, object]] = []
+    for label, model, size, n_boot in (CPU_MODELS if small else GPU_MODELS):
+        jobs.append((f"pipeline {label} B={n_boot}",
+                     lambda m=model, s=size, b=n_boot: pipeline_figure(m, s, b, device,
+                                                                       precision, repeats)))
+    for size, n_boot in (CPU_FIELDS if small else GPU_FIELDS):
+        for tail in ("gpd", "none"):
+            jobs.append((f"tiled {size}² B={n_boot} tail={tail}",
+                         lambda s=size, b=n_boot, t=tail: tiled_figure(s, b, device,
+                                                                       "auto", t)))
+    return jobs
+
+
+def environment() -> dict:
+    import timm
+
+    env = {"python": platform.python_version(), "torch": torch.__version__,
+           "timm": timm.__version__, "threads": torch.get_num_threads(),
+           "machine": platform.machine(), "processor": platform.processor()}
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+    return env
+
+
+def markdown(records: list[dict], env: dict) -> str:
+    lines = [f"Environment: {json.dumps(env)}", "",
+             "| figure | status | pipeline s | bare forward s | throughput vs bare | "
+             "statistics s (share) | chunk | tail |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    for rec in records:
+        r = rec.get("result") or {}
+        stats = r.get("statistics_s", (r.get("timings") or {}).get("statistics_s"))
+        share = r.get("statistics_share")
+        tail = r.get("tail")
+        tail_text = (f"{tail.get('steps')} steps, {tail.get('fits')} fits"
+                     if isinstance(tail, dict) else "")
+        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} |".format(
+            rec["figure"], rec["status"],
+            _num(r.get("pipeline_s")), _num(r.get("bare_forward_s")),
+            _num(r.get("bare_forward_s") / r["pipeline_s"], "{:.3f}×")
+            if r.get("pipeline_s") and r.get("bare_forward_s") else "",
+            f"{_num(stats)} ({100 * share:.1f} %)" if stats is not None and share else
+            _num(stats), r.get("chunk_size", ""), tail_text))
+    return "\n".join(lines) + "\n"
+
+
+def _num(value, fmt: str = "{:.3f}") -> str:
+    return "" if value is None else fmt.format(value)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="path prefix of the .json and .md written")
+    ap.add_argument("--cpu-small", action="store_true", help="small sizes on the CPU")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--budget-s", type=float, default=330.0,
+                    help="skip the remaining figures once this much time is spent")
+    ap.add_argument("--only", default=None, help="run only figures whose name contains this")
+    args = ap.parse_args(argv)
+    start = time.perf_counter()
+    env = environment()
+    log(f"environment {env}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    records: list[dict] = []
+    for name, job in plan(args):
+        if args.only and args.only not in name:
+            continue
+        spent = time.perf_counter() - start
+        if spent > args.budget_s:
+            log(f"skipped {name}: time budget spent ({spent:.0f} s)")
+            records.append({"figure": name, "status": "skipped (time budget)"})
+            continue
+        log(f"start {name}")
+        t0 = time.perf_counter()
+        try:
+            result = job()
+            records.append({"figure": name, "status": "ok", "result": result,
+                            "seconds": time.perf_counter() - t0})
+            log(f"done  {name} in {time.perf_counter() - t0:.1f} s: "
+                f"{_headline(result)}")
+        except Exception as exc:  # noqa: BLE001 -- one figure failing must not end the round
+            records.append({"figure": name, "status": f"error: {type(exc).__name__}: {exc}",
+                            "traceback": traceback.format_exc(),
+                            "seconds": time.perf_counter() - t0})
+            log(f"error {name}: {type(exc).__name__}: {exc}")
+        finally:
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        _write(out, records, env)
+    log(f"all done in {time.perf_counter() - start:.0f} s; wrote {out}.json and {out}.md")
+    return records
+
+
+def _headline(result: dict) -> str:
+    if "throughput_vs_bare" in result:
+        return (f"throughput {result['throughput_vs_bare']:.3f}× bare, statistics "
+                f"{100 * result['statistics_share']:.1f} %")
+    return (f"pipeline {result['pipeline_s']:.2f} s, bare {result['bare_forward_s']:.2f} s, "
+            f"statistics {100 * result['statistics_share']:.1f} %")
+
+
+def _write(out: Path, records: list[dict], env: dict) -> None:
+    out.with_suffix(".json").write_text(json.dumps({"environment": env, "figures": records},
+                                                   indent=1, default=str))
+    out.with_suffix(".md").write_text(markdown(records, env))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+"""The publication figure of one result, drawn with matplotlib from the result (no screenshot).
+
+One panel: the image cropped to its extent, at its own resolution or an integer multiple
+(never below), with one chosen map over it, the significant regions' thin outline, and, in a
+strip beside the image, the map's colour bar, the outline's key with what "significant"
+means for the run's procedure, and the rule in force. A scale bar in physical units is drawn
+where the result records its pixel size. The napari dock, the notebook and the command line
+all write this figure (the command line beside its overview PNG).
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: Length units a scale bar may be labelled in, with their size in metres.
+METRES = {"nm": 1e-9, "µm": 1e-6, "mm": 1e-3, "cm": 1e-2, "m": 1.0}
+#: The figure's resolution (dots per inch written into the PNG).
+FIGURE_DPI = 200
+#: Images smaller than this (long side, pixels) are drawn at an integer multiple, so the
+#: text beside them stays readable; larger ones at their own resolution.
+MIN_DRAWN_SIDE = 800
+#: Width of the strip beside the image (colour bar, key, rule), in inches.
+SIDE_INCHES = 2.4
+#: Width of the outline, in figure pixels.
+OUTLINE_PX = 2.0
+#: How opaque the map is over the image.
+MAP_ALPHA = 0.6
+
+
+def pixel_size(result: Any) -> tuple[float, float] | None:
+    """The (row, column) physical size of a pixel a result records (its ``spatial``), when
+    it is in one known length unit; None for pixels or anything unusable."""
+    spatial = result.spatial
+    units = set(spatial["units"])
+    dy, dx = spatial["scale"]
+    ok = len(units) == 1 and units <= set(METRES) and all(
+        math.isfinite(v) and v > 0 for v in (dy, dx))
+    return (dy, dx) if ok else None
+
+
+def pixel_unit(result: Any) -> str:
+    """The length unit of :func:`pixel_size`."""
+    return result.spatial["units"][0]
+
+
+def scale_bar(width_px: int, pixel_size: float, unit: str,
+              fraction: float = 0.2) -> tuple[float, str]:
+    """A round scale-bar length near ``fraction`` of the image width: (pixels, label).
+
+    The label is in the unit that keeps its number between 1 and 1000 (``500 µm``, not
+    ``0.5 mm``).
+
+    Examples
+    --------
+    >>> length, label = scale_bar(512, 0.7, "mm")
+    >>> round(length, 1), label
+    (71.4, '50 mm')
+    >>> [scale_bar(1000, 0.25, "µm")[1], scale_bar(2000, 0.0005, "mm")[1]]
+    ['50 µm', '200 µm']
+    """
+    target = fraction * width_px * pixel_size * METRES[unit]  # metres
+    step = 10 ** math.floor(math.log10(target))
+    length = max(m * step for m in (1, 2, 5) if m * step <= target * (1 + 1e-9))
+    label_unit = next(u for u in ("m", "mm", "µm", "nm") if length >= METRES[u] * 0.999
+                      ) if length >= 1e-9 else "nm"
+    value = length / METRES[label_unit]
+    return length / (pixel_size * METRES[unit]), f"{value:.3g} {label_unit}"
+
+
+def drawn_scale(image_shape: tuple[int, ...], scale: int | None = None) -> int:
+    """Figure pixels per image pixel: ``scale`` when given (≥ 1), else the smallest integer
+    that draws the image's long side at :data:`MIN_DRAWN_SIDE` or more."""
+    if scale is not None:
+        if int(scale) < 1:
+            raise ValueError(f"scale must be a whole number ≥ 1 (figure pixels per image "
+                             f"pixel), got {scale}.")
+        return int(scale)
+    return max(1, math.ceil(MIN_DRAWN_SIDE / max(image_shape[:2])))
+
+
+def publication_figure(result: Any, image: np.ndarray, path: str | Path, *,
+                       map_key: str = "regularized", thresholds: dict[str, Any] | None = None,
+                       scale: int | None = None, dpi: int = FIGURE_DPI) -> Path:
+    """Write the publication figure of ``result`` over ``image`` to ``path`` (PNG).
+
+    Parameters
+    ----------
+    result : AttentionResult
+        One plane's result; its thresholds apply unless ``thresholds`` are given.
+    image : np.ndarray
+        The image the result was computed on, ``(H, W)`` or ``(H, W, 3|4)`` at
+        ``result.image_shape``.
+    map_key : str
+        The map drawn over the image: ``attention``, ``pvalue``, ``posterior`` or
+        ``regularized`` (the default).
+    scale : int, optional
+        Figure pixels per image pixel (default: native resolution, or an integer multiple
+        for small images, see :func:`drawn_scale`).
+    dpi : int
+        Resolution recorded in the PNG; with ``scale`` it sets the printed size.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from napari_attnreg.core.files import atomic_write
+    from napari_attnreg.core.results.display import MAPS_BY_KEY, with_thresholds
+
+    if map_key not in MAPS_BY_KEY:
+        raise ValueError(f"unknown map {map_key!r}; choose one of {', '.join(MAPS_BY_KEY)}.")
+    image = np.asarray(image)
+    if tuple(image.shape[:2]) != tuple(result.image_shape):
+        raise ValueError(f"the image is {image.shape[:2]}, the result was computed on "
+                         f"{tuple(result.image_shape)}: pass the image the result belongs to.")
+    shown = with_thresholds(result, thresholds)
+    h, w = image.shape[:2]
+    k = drawn_scale(image.shape, scale)
+    img_w, img_h = w * k / dpi, h * k / dpi  # inches: one image pixel = k figure pixels
+    fig = Figure(figsize=(img_w + SIDE_INCHES, max(img_h, 2.6)), dpi=dpi)
+    fig_w, fig_h = fig.get_size_inches()
+    ax = fig.add_axes((0, 1 - img_h / fig_h, img_w / fig_w, img_h / fig_h))
+    ax.set_axis_off()
+    extent = (0, w, h, 0)  # pixel (r, c) covers [c, c + 1) x [r, r + 1)
+    ax.imshow(_display(image), cmap="gray" if image.ndim == 2 else None, extent=extent,
+              interpolation="nearest")
+    view = MAPS_BY_KEY[map_key]
+    vmin, vmax = view.limits(shown)
+    mapped = ax.imshow(shown.to_pixels(view.values(shown, shown.thresholds)), cmap=view.colormap,
+                       alpha=MAP_ALPHA, vmin=vmin, vmax=vmax, extent=extent,
+                       interpolation="nearest")
+    ax.set_xlim(0, w)
+    ax.set_ylim(h, 0)
+    outline = _draw_outline(ax, shown, OUTLINE_PX * 72 / dpi)
+    size = pixel_size(shown)
+    if size is not None:
+        _draw_scale_bar(ax, (h, w), size[1], pixel_unit(shown))
+    _draw_side(fig, (img_w / fig_w, fig_h), mapped, view, shown, outline)
+    path = Path(path)
+    with atomic_write(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, format="png")
+    return path
+
+
+def _display(image: np.ndarray) -> np.ndarray:
+    """Grey images stretched between their 0.5th and 99.5th percentiles; colour as it is."""
+    if image.ndim == 3:
+        return image if image.dtype == np.uint8 else np.clip(image, 0, 1)
+    lo, hi = np.nanpercentile(image.astype(float), (0.5, 99.5))
+    return np.clip((image - lo) / (hi - lo if hi > lo else 1.0), 0, 1)
+
+
+def _draw_outline(ax: Any, result: Any, linewidth: float) -> Any:
+    """The significant regions' boundaries (shapely), thin: the patches stay visible."""
+    from napari_attnreg.core.results.display import SIGNIFICANT_COLOR
+    from napari_attnreg.core.results.outline import mask_regions, to_pixels
+
+    line = None
+    for region in mask_regions(result.significant()):
+        placed = to_pixels(region, result.token_scale)
+        for ring in (placed.exterior, *placed.interiors):
+            x, y = np.asarray(ring.coords).T
+            (line,) = ax.plot(x, y, color=SIGNIFICANT_COLOR, linewidth=linewidth,
+                              solid_joinstyle="miter", label="significant")
+    return line
+
+
+def _draw_scale_bar(ax: Any, shape: tuple[int, int], pixel_size: float, unit: str) -> None:
+    """A labelled white bar over a dark edge in the lower left corner of the image."""
+    import matplotlib.patheffects as effects
+    from matplotlib.patches import Rectangle
+
+    h, w = shape
+    length, label = scale_bar(w, pixel_size, unit)
+    thick = max(1.5, h / 100)
+    x0, y0 = 0.04 * w, 0.95 * h - thick
+    halo = [effects.withStroke(linewidth=3.0, foreground="black")]
+    ax.add_patch(Rectangle((x0, y0), length, thick, facecolor="white", edgecolor="black",
+                           linewidth=0.8, label="scale bar"))
+    ax.text(x0 + length / 2, y0 - 0.01 * h, label, color="white", fontsize=8, ha="center",
+            va="bottom", path_effects=halo)
+
+
+def _draw_side(fig: Any, left_height: tuple[float, float], mapped: Any, view: Any,
+               result: Any, outline: Any) -> None:
+    """The strip beside the image: the map's colour bar, then the outline's key and rule."""
+    from matplotlib.lines import Line2D
+
+    from napari_attnreg.core.results.display import SIGNIFICANT_COLOR, rule_text
+    from napari_attnreg.core.results.meaning import result_meaning
+
+    left, fig_h = left_height
+    x0 = left + 0.25 / fig.get_size_inches()[0]
+    bar_ax = fig.add_axes((x0, 0.45, 0.12 / fig.get_size_inches()[0] * 2, 0.45))
+    bar = fig.colorbar(mapped, cax=bar_ax)
+    bar.set_label(view.title(result.preset, result.thresholds), fontsize=7)
+    bar.ax.tick_params(labelsize=6)
+    key = Line2D([], [], color=SIGNIFICANT_COLOR, linewidth=1.5)
+    count = int(result.significant().sum())
+    label = f"significant ({count} patches; {rule_text(result.thresholds_used)})"
+    fig.legend([key], [textwrap.fill(label, 34)], loc="upper left", fontsize=6,
+               bbox_to_anchor=(x0 - 0.08 / fig.get_size_inches()[0], 0.38), frameon=False)
+    meaning = textwrap.fill(result_meaning(result.preset, result.metadata), 44)
+    fig.text(x0 - 0.05 / fig.get_size_inches()[0], 0.24, meaning, fontsize=5, va="top",
+             ha="left")

@@ -1,0 +1,123 @@
+"""The significant outline: thin on screen at any zoom, around exactly the significant patches,
+leaving the patch it marks visible."""
+
+from __future__ import annotations
+
+import numpy as np
+from shapely import Point, Polygon
+
+
+def _mask(shape=(14, 14)) -> np.ndarray:
+    mask = np.zeros(shape, dtype=np.int32)  # the cells image's token grid on the tiny ViT
+    mask[2, 2] = 1  # a lone patch
+    mask[5:7, 4:6] = 1  # a 2x2 region
+    return mask
+
+
+def _set_significant(viewer, labels, mask):
+    from napari_attnreg._napari.layers import OUTLINE_SUPERSAMPLE
+    from napari_attnreg._napari.outline import sync_outline
+
+    k = OUTLINE_SUPERSAMPLE
+    labels.data = np.kron(mask, np.ones((k, k), dtype=np.int32))
+    return sync_outline(viewer, labels)
+
+
+def test_outline_surrounds_exactly_the_significant_patches(viewer_widget, run_and_wait,
+                                                          cells_image, qtbot):
+    from napari_attnreg._napari.layers import OUTLINE_SUPERSAMPLE as K
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    labels = viewer.layers["cells · significant"]
+    outline = viewer.layers["cells · significant outline"]
+    assert viewer.layers.index(outline) == viewer.layers.index(labels) + 1
+    assert not labels.visible and outline.visible  # the outline draws the labels
+    assert labels.contour == 0
+    mask = _mask()
+    assert _set_significant(viewer, labels, mask) is outline
+    assert len(outline.data) == 2 and set(outline.shape_type) == {"path"}
+    polygons = [Polygon(path) for path in outline.data]
+    inside = np.array([[any(p.contains(Point(r * K + (K - 1) / 2, c * K + (K - 1) / 2))
+                            for p in polygons) for c in range(mask.shape[1])]
+                       for r in range(mask.shape[0])])
+    np.testing.assert_array_equal(inside, mask == 1)
+    # painting into the labels redraws the outline (an annotation the analyst adds)
+    labels.brush_size = 8
+    labels.paint((2, 2), 1, refresh=True)
+    qtbot.waitUntil(lambda: len(outline.data) == 3, timeout=5000)
+
+
+def test_outline_stays_thin_on_screen_when_zoomed(viewer_widget, run_and_wait, cells_image):
+    from napari_attnreg._napari.outline import OUTLINE_PX, camera_of
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    outline = _set_significant(viewer, viewer.layers["cells · significant"], _mask())
+    camera = camera_of(viewer)
+    for zoom in (0.5, 2.0, 16.0):
+        camera.zoom = zoom
+        on_screen = np.asarray(outline.edge_width) * zoom * outline.scale[-1]
+        np.testing.assert_allclose(on_screen, OUTLINE_PX, rtol=1e-6)
+
+
+def test_a_lone_significant_patch_stays_visible_inside_its_outline(viewer_widget,
+                                                                   run_and_wait, cells_image):
+    from napari_attnreg._napari.outline import camera_of
+    from napari_attnreg.core.results.display import SIGNIFICANT_COLOR
+
+    viewer, widget = viewer_widget
+    viewer.window.show()
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    outline = _set_significant(viewer, viewer.layers["cells · significant"], _mask())
+    for layer in viewer.layers:
+        layer.visible = layer is outline
+    camera = camera_of(viewer)
+    # the lone patch (16x16 image pixels) drawn 128 screen pixels wide
+    camera.center = (2 * 16 + 7.5, 2 * 16 + 7.5)
+    camera.zoom = 8.0
+    shot = viewer.screenshot(canvas_only=True, flash=False)[..., :3].astype(int)
+    color = (np.array([int(SIGNIFICANT_COLOR[i:i + 2], 16) for i in (1, 3, 5)]))
+    marked = np.abs(shot - color).sum(axis=-1) < 60
+    rows, cols = np.nonzero(marked)
+    assert marked.any()
+    box = marked[rows.min():rows.max() + 1, cols.min():cols.max() + 1]
+    assert box.shape[0] > 100 and box.shape[1] > 100  # the ring spans the zoomed patch
+    assert box.mean() < 0.1  # a thin ring: the patch inside stays visible
+
+
+def test_significant_regions_go_to_geojson_and_come_back_as_roi_shapes(
+        viewer_widget, run_and_wait, cells_image, tmp_path, monkeypatch):
+    from napari_attnreg._napari.figure import export_geojson
+    from napari_attnreg.core.results.result import AttentionResult
+    from napari_attnreg.io.geojson import read_geojson_rois
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    monkeypatch.setattr(AttentionResult, "significant",
+                        lambda self, *a, **k: _mask(self.grid_shape) == 1)
+    record = widget.current_record()
+    # the exported regions are the patches the thresholds make significant
+    path = export_geojson(viewer, record, tmp_path / "cells")
+    result = record.shown(())
+    covered = read_geojson_rois(path, result.image_shape) > 0
+    np.testing.assert_array_equal(covered, result.to_pixels(result.significant().astype(float))
+                                  > 0.5)
+    assert covered.any()
+    # QuPath-style annotations open as a Shapes layer the ROI panel takes
+    import json
+
+    from napari_attnreg.io.geojson import significant_features
+    collection = significant_features(result)
+    polygon = {"type": "Polygon", "coordinates": [[[16, 32], [32, 32], [32, 48], [16, 48],
+                                                   [16, 32]]]}
+    collection["features"] = [{"type": "Feature", "properties": {}, "geometry": polygon}]
+    roi_file = tmp_path / "qupath.geojson"
+    roi_file.write_text(json.dumps(collection), encoding="utf-8")
+    (rois,) = viewer.open(str(roi_file), plugin="napari-attnreg")
+    assert rois.name == "qupath ROIs" and list(rois.shape_type) == ["polygon"]
+    np.testing.assert_allclose(rois.data[0].min(axis=0), [31.5, 15.5])  # (row, col) centres
