@@ -105,11 +105,22 @@ def test_head_families_give_per_head_evidence_and_their_union():
 
 
 # ------------------------------------------------------------------ end to end
-from conftest import tiny_vit  # noqa: E402
-
 from napari_attnreg import regularize  # noqa: E402
 from napari_attnreg.core.models.scorers import make_scorer, map_names  # noqa: E402
 from napari_attnreg.core.run.options import MAPS  # noqa: E402
+
+
+def tiny_vit(name: str, **kwargs):
+    """A random-init timm ViT of 2 blocks unless told (as conftest's, built here so the
+    module does not import a conftest by name)."""
+    import timm
+
+    from napari_attnreg.core.models.backbones import load_backbone
+
+    torch.manual_seed(0)
+    return load_backbone(timm.create_model(name, pretrained=False,
+                                           depth=kwargs.pop("depth", 2), **kwargs))
+
 
 FAST = {"n_boot": 12, "device": "cpu", "chunk_size": 6, "seed": 1}
 

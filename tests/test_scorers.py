@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 from attention_reference import peaked
-from conftest import tiny_vit
 
 from napari_attnreg.core.models.backbones import load_backbone
 from napari_attnreg.core.models.scorers import SCORERS, make_scorer, map_names
@@ -23,6 +22,18 @@ from napari_attnreg.core.stats.stepdown import step_down
 from napari_attnreg.core.stats.stepdown_maps import stepdown_statistics
 
 transformers = pytest.importorskip("transformers")
+
+
+def tiny_vit(name: str, **kwargs):
+    """A random-init timm ViT of 2 blocks unless told (as conftest's, built here so the
+    module does not import a conftest by name)."""
+    import timm
+
+    from napari_attnreg.core.models.backbones import load_backbone
+
+    torch.manual_seed(0)
+    return load_backbone(timm.create_model(name, pretrained=False,
+                                           depth=kwargs.pop("depth", 2), **kwargs))
 
 
 def peaked_timm(**kwargs):
