@@ -30,6 +30,7 @@ _PUBLIC = {
     "AttentionResult": "napari_attnreg.core.results.result",
     "load_backbone": "napari_attnreg.core.models.backbones",
     "prepare_image": "napari_attnreg.core.run.images",
+    "concept_from": "napari_attnreg.core.run.concept",
 }
 
 __all__ = ["__version__", *_PUBLIC]

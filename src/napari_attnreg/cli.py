@@ -129,9 +129,31 @@ def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False) -> Any:
                      None, opts, quiet, inputs_in_out=fallback)
 
 
+def concept_from_files(files: list[Path], model: Any, arch: str | None) -> Any:
+    """The concept of ``--concept``: a saved vector (one ``.npy`` file), or the mean CLS token
+    of example images of it (any readable image files)."""
+    import numpy as np
+
+    if len(files) == 1 and files[0].suffix.lower() == ".npy":
+        try:
+            return np.load(files[0], allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise ValueError(f"--concept {files[0]}: not a saved vector ({err}).") from err
+    from napari_attnreg.core.models.backbones import load_backbone
+    from napari_attnreg.core.run.concept import concept_from
+    from napari_attnreg.io.readers import read_image
+
+    backbone = load_backbone(str(model), arch=arch)
+    return concept_from([read_image(f) for f in files], backbone)
+
+
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("attnreg_out"), help="output folder")
     add_cli_arguments(p)  # every run option, from the one option table in core.options
+    p.add_argument("--concept", nargs="+", type=Path, default=None, metavar="FILE",
+                   help="class maps (--map cdam/gradcam) on a model without a classification "
+                        "head: the target concept, as a saved vector (.npy) or example images "
+                        "of it (their mean CLS token)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--geojson", action="store_true", help="also write each result's significant "
                    "regions as GeoJSON polygons in image pixels (QuPath), beside its .npz")
@@ -198,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         args.model, args.arch = str(args.weights), args.model
     try:
         opts = options_from_cli(args)
+        if args.concept:
+            model = "demo" if args.command == "demo" else args.model
+            opts["target"] = concept_from_files(args.concept, model,
+                                                getattr(args, "arch", None))
         if args.command == "demo":
             report = run_demo(args.out, opts, args.quiet)
         else:

@@ -21,6 +21,7 @@ from napari_attnreg._napari.roi_export import run_provenance
 from napari_attnreg._napari.run_record import RunRecord
 from napari_attnreg.core.results.display import MAPS_BY_KEY, SIGNIFICANT_COLOR
 from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.run.options import MAPS
 from napari_attnreg.core.run.planes import PlaneIndex
 from napari_attnreg.core.stats.presets import DEFAULT_PRESET
 from napari_attnreg.session import Session
@@ -42,14 +43,24 @@ LayerData = tuple[Any, dict[str, Any], str]
 TRANSFORM_KEYS = ("scale", "translate", "rotate", "shear", "affine", "units")
 
 
-def layer_name(source_name: str, kind: str, preset: str = DEFAULT_PRESET) -> str:
-    """``'cell · −log10 p, above null'`` etc.: the map's title (core.display) for the preset.
+def layer_name(source_name: str, kind: str, preset: str = DEFAULT_PRESET,
+               label: str | None = None) -> str:
+    """``'cell · −log10 p, above null'`` etc.: the map's title (core.display) for the preset,
+    after the tested map's label when that is not the default attention (``'cell · CDAM
+    significant'``).
 
     The regularized layer keeps a name without its thresholds, so moving a slider does not
     rename a layer (its rule is in the metadata and the widget's status line).
     """
     title = "significant" if kind == "significant" else MAPS_BY_KEY[kind].title(preset)
-    return f"{source_name} · {title}"
+    return f"{source_name} · {label + ' ' if label else ''}{title}"
+
+
+def map_label(record: RunRecord) -> str | None:
+    """The label of the map a record's results test, None for the default map."""
+    metadata = record.any_result.metadata
+    name = metadata.get("map") or MAPS[0]
+    return None if name == MAPS[0] else str(metadata.get("map_label") or name)
 
 
 def legend(kind: str, preset: str) -> str:
@@ -283,7 +294,7 @@ def output_layer_data(record: RunRecord, kind: str, data: np.ndarray,
     (``made``: the run's provenance) and style. The dock adds these layers; the result-file
     reader returns them (:func:`result_layers`)."""
     limits = None if kind == "significant" else contrast_limits(record, kind)
-    kwargs = {"name": layer_name(record.source_name, kind, record.preset),
+    kwargs = {"name": layer_name(record.source_name, kind, record.preset, map_label(record)),
               "metadata": _metadata(record, kind, made),
               **token_transform(record.geometry, record.any_result, _supersample(kind)),
               **output_style(kind, limits, outlined)}

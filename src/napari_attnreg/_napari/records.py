@@ -13,7 +13,13 @@ from dataclasses import asdict
 from typing import Any
 
 from napari_attnreg._napari.geometry import SourceGeometry
-from napari_attnreg._napari.layers import META_KEY, layer_name, place_outputs, upsert_outputs
+from napari_attnreg._napari.layers import (
+    META_KEY,
+    layer_name,
+    map_label,
+    place_outputs,
+    upsert_outputs,
+)
 from napari_attnreg._napari.pending import PendingRun
 from napari_attnreg._napari.run_record import RunRecord
 from napari_attnreg._napari.status import TRANSFORM_EVENTS
@@ -104,8 +110,9 @@ class RunRecords:
             if out not in self.viewer.layers:
                 continue
             out.metadata[META_KEY]["source"] = new_name
-            if out.name.startswith(layer_name(old_name, kind, record.preset)):
-                out.name = layer_name(new_name, kind, record.preset)
+            label = map_label(record)
+            if out.name.startswith(layer_name(old_name, kind, record.preset, label)):
+                out.name = layer_name(new_name, kind, record.preset, label)
 
     def sync_geometry(self, record: RunRecord) -> None:
         """Take the source layer's current transform (the analyst may have rescaled it)."""

@@ -152,7 +152,8 @@ def run_signature(spec: ModelSpec, opts: Mapping[str, Any]) -> dict[str, Any]:
     options["device"] = str(resolve_device(config.device))  # "auto" is the CPU on a CPU node
     run = {**model_identity(spec), **options}
     # through JSON so that tuples and lists, paths and strings compare equal after a reload
-    return json.loads(json.dumps(run, sort_keys=True, default=str))
+    return json.loads(json.dumps(run, sort_keys=True,  # a concept vector: every number
+                                 default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v)))
 
 
 def record_path(result: Path) -> Path:

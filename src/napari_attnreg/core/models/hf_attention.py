@@ -34,7 +34,7 @@ class _Stop(Exception):
     """Raised from a pre-hook to end the forward once the chosen layer's input is known."""
 
 
-def _layers(model: nn.Module) -> nn.ModuleList:
+def transformer_layers(model: nn.Module) -> nn.ModuleList:
     """The transformer layers, wherever this transformers version keeps them."""
     for path in ("encoder.layer", "layers", "encoder.layers"):
         obj: Any = model
@@ -45,7 +45,7 @@ def _layers(model: nn.Module) -> nn.ModuleList:
     raise BackboneError(f"Cannot find the transformer layers of {type(model).__name__}.")
 
 
-def _norm_and_projections(layer: nn.Module) -> tuple[nn.Module, nn.Linear, nn.Linear]:
+def norm_and_projections(layer: nn.Module) -> tuple[nn.Module, nn.Linear, nn.Linear]:
     """Pre-attention layernorm and query/key projections (transformers 5 and 4 layouts)."""
     norm = getattr(layer, "norm1", None) or getattr(layer, "layernorm_before", None)
     attn = layer.attention
@@ -60,7 +60,7 @@ class TransformersAdapter:
     family = "transformers"
 
     def depth(self, model: nn.Module) -> int:
-        return len(_layers(model))
+        return len(transformer_layers(model))
 
     def num_heads(self, model: nn.Module) -> int:
         return int(model.config.num_attention_heads)
@@ -70,7 +70,7 @@ class TransformersAdapter:
 
     def cls_row(self, model: nn.Module, x: torch.Tensor, idx: int,
                 num_prefix: int) -> tuple[torch.Tensor, tuple[int, int]]:
-        layer = _layers(model)[idx]
+        layer = transformer_layers(model)[idx]
         captured: dict[str, torch.Tensor] = {}
         owner = threading.get_ident()
 
@@ -89,7 +89,7 @@ class TransformersAdapter:
             pass
         finally:
             handle.remove()
-        norm, q_proj, k_proj = _norm_and_projections(layer)
+        norm, q_proj, k_proj = norm_and_projections(layer)
         hidden = norm(captured["hidden"])
         heads = int(model.config.num_attention_heads)
         n, length, _ = hidden.shape

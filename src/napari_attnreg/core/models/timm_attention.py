@@ -32,7 +32,7 @@ def model_lock(model: nn.Module) -> threading.RLock:
         return lock
 
 
-def _grid_of(model: nn.Module, tokens: torch.Tensor, x: torch.Tensor) -> Grid:
+def grid_of(model: nn.Module, tokens: torch.Tensor, x: torch.Tensor) -> Grid:
     if tokens.ndim == 4:  # NHWC from a dynamic-size patch embed
         return int(tokens.shape[1]), int(tokens.shape[2])
     gh, gw = model.patch_embed.dynamic_feat_size(x.shape[-2:])
@@ -73,7 +73,7 @@ def classic_cls_row(model: nn.Module, x: torch.Tensor, idx: int,
     if not classic_fast_path(model, block):
         return explicit_cls_row(model, x, idx, num_prefix)
     tokens = model.patch_embed(x)
-    grid = _grid_of(model, tokens, x)
+    grid = grid_of(model, tokens, x)
     tokens = model.norm_pre(model.patch_drop(model._pos_embed(tokens)))
     for blk in model.blocks[:idx]:
         tokens = blk(tokens)
@@ -111,7 +111,7 @@ def fit_rope_to_grid(model: nn.Module, grid: Grid) -> None:
 def rotary_tokens_entering(model: nn.Module, x: torch.Tensor, idx: int):
     """Tokens entering block ``idx``, the rotary embedding of that block and the grid."""
     tokens = model.patch_embed(x)
-    grid = _grid_of(model, tokens, x)
+    grid = grid_of(model, tokens, x)
     with model_lock(model):  # the rope table is per model; another thread may resize it
         fit_rope_to_grid(model, grid)
         tokens, rot = model._pos_embed(tokens)
@@ -176,7 +176,7 @@ def explicit_cls_row(model: nn.Module, x: torch.Tensor, idx: int,
             attn.fused_attn = False
         handle = attn.attn_drop.register_forward_hook(grab)
         try:
-            grid = _grid_of(model, model.patch_embed(x), x)
+            grid = grid_of(model, model.patch_embed(x), x)
             fit_rope_to_grid(model, grid)
             model.forward_features(x)
         finally:

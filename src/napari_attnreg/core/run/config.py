@@ -15,6 +15,8 @@ import numpy as np
 import torch
 
 from napari_attnreg.core.models.backbones import Backbone
+from napari_attnreg.core.models.scorers import Scorer, as_target, make_scorer
+from napari_attnreg.core.models.scorers.target import PREDICTED
 from napari_attnreg.core.run.images import TargetSize
 from napari_attnreg.core.run.nulls import NullConfig, half_patch_block
 from napari_attnreg.core.run.options import NULL_SCOPES, OPTIONS, validate_options
@@ -61,6 +63,10 @@ class RunConfig:
     precision: Precision = _default("precision")
     layer: int = _default("layer")
     head: str | int = _default("head")
+    map: str = _default("map")
+    target: Any = _default("target")
+    sign: str = _default("sign")
+    exclude_sinks: bool = _default("exclude_sinks")
     p_method: str | None = _default("p_method")
     alternative: str | None = _default("alternative")
     pi0_method: str | float | None = _default("pi0_method")
@@ -134,6 +140,7 @@ class RunConfig:
         checked = replace(self, **validate_options(values)).resolved()
         null_config(checked, None)
         validate_tiling(checked)
+        validate_map(checked)
         return checked
 
 
@@ -151,6 +158,38 @@ def validate_tiling(config: RunConfig) -> None:
             not isinstance(config.tile_overlap, (int, np.integer)) or config.tile_overlap < 0):
         raise ValueError(f"tile_overlap must be a non-negative number of pixels (or None: a "
                          f"quarter of the tile), got {config.tile_overlap!r}.")
+
+
+def scorer_of(config: RunConfig) -> Scorer:
+    """The configured map (scorer) of a run."""
+    return make_scorer(config.map, layer=config.layer, head=tested_head(config),
+                       target=config.target)
+
+
+def tests_shares(config: RunConfig) -> bool:
+    """The run's procedure tests re-normalised shares step by step (families, signed parts)."""
+    return bool(config.procedure.uses_step_p)
+
+
+def validate_map(config: RunConfig) -> None:
+    """Raise a ValueError for a map option that does not fit the run."""
+    needs = scorer_of(config).needs  # an unknown map or target is named here
+    if config.sign != "for" and not needs.signed:
+        raise ValueError(f"sign={config.sign!r} applies to signed maps (cdam); map="
+                         f"{config.map!r} is never negative. Leave sign='for'.")
+    if config.tiled and (needs.family is not None or config.exclude_sinks):
+        what = f"map={config.map!r}" if needs.family is not None else "exclude_sinks=True"
+        raise ValueError(f"{what} is for untiled runs (the tiles are the families of a tiled "
+                         "run); pass tiled=False, or map='attention' without exclude_sinks.")
+    if config.tiled and needs.target and as_target(config.target).kind == PREDICTED:
+        raise ValueError(f"map={config.map!r} on a tiled image needs its target stated (a "
+                         "class index or a concept): no one class is predicted for all tiles.")
+    if config.exclude_sinks and not tests_shares(config):
+        raise ValueError("exclude_sinks=True leaves tokens out of the step-down's families; "
+                         "use preset='stepdown', or leave exclude_sinks off.")
+    if needs.family is not None and not tests_shares(config):
+        raise ValueError(f"map={config.map!r} tests each head as a family of the step-down; "
+                         f"use preset='stepdown', or map='attention' with head=N.")
 
 
 def null_config(config: RunConfig, patch: int | None) -> NullConfig:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Generator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,7 @@ import torch
 
 from napari_attnreg.core.models.attention import cls_attention
 from napari_attnreg.core.models.backbones import Backbone, resolve_device
+from napari_attnreg.core.models.scorers import Scorer
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.config import (
     CPU_MAX_CHUNK,
@@ -48,9 +49,17 @@ from napari_attnreg.core.run.config import (
     auto_chunk_size,
     autocast_dtype,
     null_config,
-    tested_head,
+    scorer_of,
+    tests_shares,
 )
 from napari_attnreg.core.run.images import ImageSizeWarning, PreparedImage, prepare_image
+from napari_attnreg.core.run.maps import (
+    families,
+    family_evidence,
+    map_checks,
+    mark_untested,
+    values_for_procedure,
+)
 from napari_attnreg.core.run.nulls import prepared_nulls
 from napari_attnreg.core.run.passes import (
     CancelToken,
@@ -128,11 +137,12 @@ def run_engine(
 
     with torch.inference_mode():
         t0 = time.perf_counter()
-        heads, observed = _observed(backbone, prepared, config, run)
+        view = _observed(backbone, prepared, config, run)
         run.lap("observed_s", t0)
         yield run.progress("observed", 0, n_boot, chunk, "observed attention")
 
-        nulls = _NullChunks(prepared, backbone, config, run, tokens=observed.numel())
+        nulls = _NullChunks(prepared, backbone, config, run, view.scorer,
+                            tokens=view.scores.numel())
         t0 = time.perf_counter()
         chunk = yield from run.chunks(nulls, n_boot, chunk, stage="nulls", label="null images",
                                       oom_message=NULL_OOM)
@@ -140,12 +150,13 @@ def run_engine(
         run.lap("nulls_s", t0)
         run.timings.update(nulls.timings)
 
-        stats = run.statistics(config, observed.reshape(-1), nulls.scores)
-        kept = (nulls.scores.reshape(n_boot, *observed.shape).cpu().numpy()
+        stats = _statistics(view, nulls.scores, config, run)
+        kept = (nulls.scores.reshape(n_boot, *view.scores.shape).cpu().numpy()
                 if config.keep_nulls else None)
-    maps = TokenMaps(observed, heads, prepared.image_shape, prepared.model_shape,
+    maps = TokenMaps(view.display, view.heads, prepared.image_shape, prepared.model_shape,
                      prepared.patch_size, prepared.channel_map.kind)
-    result = run.result(config, backbone, stats, maps, chunk=chunk, kept=kept)
+    result = run.result(config, backbone, stats, maps, chunk=chunk, kept=kept,
+                        extra=view.metadata)
     yield run.progress("statistics", n_boot, n_boot, chunk, "statistics done")
     return result
 
@@ -179,33 +190,82 @@ def _prepare(image: Any, backbone: Backbone, config: RunConfig, run: Run) -> Pre
     return prepared
 
 
+@dataclass
+class _ObservedMap:
+    """The observed image's map and what the run learned from it.
+
+    ``scores`` is the tested map on the grid (``(gh, gw)``; ``(H, gh, gw)`` for a head
+    family), ``display`` the map a result shows (the head mean for a head family), ``heads``
+    every head's CLS attention, ``scorer`` the map bound to the image's target, ``sinks``
+    the attention sinks found and ``metadata`` the map's entries of the result's metadata.
+    """
+
+    scores: torch.Tensor
+    display: torch.Tensor
+    heads: torch.Tensor
+    scorer: Scorer
+    sinks: tuple[int, ...]
+    metadata: dict[str, Any]
+
+
 def _observed(backbone: Backbone, prepared: PreparedImage, config: RunConfig,
-              run: Run) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(heads, map)``: every head's CLS attention on the image, and the tested map.
+              run: Run) -> _ObservedMap:
+    """Every head's CLS attention on the image, the tested map and the map checks.
 
     The image goes through the backbone alone, so its maps do not depend on the chunk size.
     """
     x = prepared.tensor.to(run.device)
     with run.amp():
         heads = cls_attention(backbone, x[None], layer=config.layer, head="all")[0].float()
-    head = tested_head(config)
-    return heads, (heads.mean(0) if head == "mean" else heads[int(head)])
+        scorer = scorer_of(config).bind(backbone, x[None])
+        scores = (scorer.from_heads(heads[None].flatten(2)) if scorer.needs.cls_heads
+                  else scorer.score(backbone, x[None]))[0].reshape(-1, *heads.shape[1:])
+    if scorer.needs.family is None:
+        scores = scores[0]
+    found, numbers, sinks = map_checks(scorer, backbone, x, seed=config.seed)
+    run.map_diagnostics.extend(found)
+    display = scores.mean(0) if scorer.needs.family is not None else scores
+    metadata = {**scorer.describe(), **numbers}
+    return _ObservedMap(scores, display, heads, scorer, sinks.tokens, metadata)
+
+
+def _statistics(view: _ObservedMap, null_scores: torch.Tensor, config: RunConfig,
+                run: Run) -> Any:
+    """The procedure's statistics of the map: values it tests, families, sinks left out."""
+    shares = tests_shares(config)
+    per_family = view.scorer.needs.family is not None
+    tokens = view.scores.reshape(view.scores.shape[0], -1) if per_family else view.scores.reshape(-1)
+    observed, null = values_for_procedure(tokens, null_scores,
+                                          signed=view.scorer.needs.signed, sign=config.sign,
+                                          shares=shares, log_scale=view.scorer.needs.shares)
+    if not shares:
+        return run.statistics(config, observed.reshape(-1), null)
+    fam = families(observed, null, per_family=per_family,
+                   excluded=view.sinks if config.exclude_sinks else ())
+    stats = mark_untested(run.statistics(config, fam.observed, fam.null, **fam.keywords),
+                          fam.excluded)
+    if per_family:
+        view.metadata["family_evidence"] = family_evidence(
+            stats.null_summary, fam.observed.numel()).reshape(view.scores.shape).tolist()
+    view.metadata["excluded_tokens"] = [int(t) for t in fam.excluded]
+    return stats
 
 
 class _NullChunks:
     """The step of the null pass: draw null images ``start .. start + size``, score them.
 
     The nulls are drawn in the image's own channels and go through its channel map, as the
-    image did. ``scores`` is ``(B, tokens)`` on the device; ``timings`` splits the pass
-    into drawing and forward time (chunks that ran out of memory are not counted).
+    image did; each chunk is scored by the run's map (bound to the observed image's target).
+    ``scores`` is ``(B, tokens)`` on the device; ``timings`` splits the pass into drawing and
+    forward time (chunks that ran out of memory are not counted).
     """
 
     def __init__(self, prepared: PreparedImage, backbone: Backbone, config: RunConfig,
-                 run: Run, tokens: int) -> None:
+                 run: Run, scorer: Scorer, tokens: int) -> None:
         self.prepared, self.backbone, self.config, self.run = prepared, backbone, config, run
         self.source = prepared.source.to(run.device)
         self.null_config = null_config(config, backbone.patch_size[0])
-        self.head = tested_head(config)
+        self.scorer = scorer
         self.scores = torch.empty((int(config.n_boot), tokens), dtype=torch.float32,
                                   device=run.device)
         self.timings = {"null_generation_s": 0.0, "null_forward_s": 0.0}
@@ -218,11 +278,21 @@ class _NullChunks:
                              resolution=config.null_resolution)
         batch = self.prepared.channel_map(own)
         tb = time.perf_counter()
-        with self.run.amp():
-            maps = cls_attention(self.backbone, batch, layer=config.layer, head=self.head)
+        with self.run.amp():  # a gradient map leaves inference mode itself, chunk by chunk
+            maps = score_chunk(self.scorer, self.backbone, batch, config.layer)
         self.scores[start:start + size] = maps.reshape(size, -1).float()
         self.timings["null_generation_s"] += tb - ta
         self.timings["null_forward_s"] += time.perf_counter() - tb
+
+
+def score_chunk(scorer: Scorer, backbone: Backbone, batch: torch.Tensor,
+                layer: int) -> torch.Tensor:
+    """The map of a chunk: one :func:`cls_attention` call for maps made of the CLS attention
+    (as the engine always made), else the scorer."""
+    if scorer.needs.cls_heads:
+        maps = cls_attention(backbone, batch, layer=layer, head=scorer.cls_head)
+        return maps.reshape(*maps.shape[:-2], -1)
+    return scorer.score(backbone, batch)
 
 
 def check_model_options(config: RunConfig, backbone: Backbone) -> None:
@@ -237,6 +307,7 @@ def check_model_options(config: RunConfig, backbone: Backbone) -> None:
             head, (int, np.integer)) or not 0 <= int(head) < heads):
         raise ValueError(f"head={head!r}: {backbone.name} has {heads} attention heads; use "
                          f"head='mean' (average of all) or a head number 0..{heads - 1}.")
+    scorer_of(config).check(backbone)  # a class map on a model without head or concept
     layer = config.layer
     if isinstance(layer, (bool, np.bool_)) or not isinstance(layer, (int, np.integer)) or not (
             -depth <= int(layer) < depth):

@@ -53,6 +53,9 @@ NULL_SCOPES = ("image", "tile")
 NULL_RESOLUTIONS = ("source", "model")
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 MERGES = ("mean", "max")
+#: The registered maps (``core.models.scorers``; kept here as names so --help needs no torch).
+MAPS = ("attention", "heads", "rollout", "cdam", "gradcam")
+SIGNS = ("for", "against")
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 #: Seeds are folded into 64-bit generator states; larger ones would silently alias.
 MAX_SEED = 2**63 - 1
@@ -212,6 +215,27 @@ _OPTIONS: tuple[Option, ...] = (
            "(-1 = the last).", "model", advanced=True, minimum=-1000, maximum=1000),
     Option("head", "Head", "text", "mean", "Attention head: 'mean' over heads, or a head "
            "number (0 = first).", "model", advanced=True),
+    Option("map", "Map", "choice", MAPS[0],
+           "What is tested: attention (the CLS attention of the block, default), heads (every "
+           "head on its own, each a family), rollout (attention rolled out through all "
+           "blocks), cdam (class-discriminative attention: which patches speak for the target "
+           "class or concept; signed) or gradcam (Grad-CAM, the raw map). cdam and gradcam "
+           "need a classification head or a concept (target).", "model", advanced=True,
+           choices=MAPS,
+           choice_labels={"attention": "attention (default)", "heads": "per-head attention",
+                          "rollout": "attention rollout", "cdam": "CDAM (class, signed)",
+                          "gradcam": "Grad-CAM (class)"}),
+    Option("target", "Target", "text", "predicted",
+           "cdam and gradcam: 'predicted' (the image's top class; the same class for every "
+           "null image), a class index, or a concept (a vector of the model's width, e.g. "
+           "from concept_from; command line: --concept FILE).", "model", advanced=True),
+    Option("sign", "Sign", "choice", SIGNS[0],
+           "Signed maps (cdam): test the evidence for the target (for) or against it "
+           "(against).", "model", advanced=True, choices=SIGNS),
+    Option("exclude_sinks", "Leave out attention sinks", "bool", False,
+           "Step-down: leave high-norm tokens that draw the CLS attention (attention sinks, "
+           "not image content) out of the test; they are reported as not tested.", "model",
+           advanced=True, when_tiled=False),
     Option("target_size", "Model input", "text", "model",
            "Size the image is resized to: 'model' (the model's input size), 'native' (the "
            "image's own size, rounded to the patch) or a long side in pixels. Untiled runs "
@@ -581,6 +605,27 @@ def _channels(opt: Option, value: Any) -> list[int]:
     return [int(c) for c in chans]
 
 
+def _target(opt: Option, value: Any) -> Any:
+    if isinstance(value, str):
+        if value == "predicted":
+            return value
+        if ascii_int(value) is not None and ascii_int(value) >= 0:
+            return ascii_int(value)
+    elif isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        if value >= 0:
+            return int(value)
+    elif not isinstance(value, (bool, np.bool_, numbers.Number)):
+        try:
+            vector = np.asarray(value, dtype=np.float32)
+        except (TypeError, ValueError):
+            vector = None
+        if vector is not None and vector.ndim == 1 and vector.size > 1 and bool(
+                np.isfinite(vector).all()) and bool(vector.any()):
+            return vector
+    raise ValueError(f"target must be 'predicted', a class index ≥ 0, or a concept (a non-zero "
+                     f"vector of the model's width), got {value!r}.")
+
+
 def _tissue_mask(opt: Option, value: Any) -> Any:
     if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
         if np.ndim(value) < 2:
@@ -604,7 +649,8 @@ def _preset(opt: Option, value: Any) -> str:
     return get_procedure(value).name
 
 
-_SPECIAL = {"preset": _preset, "pi0_method": _pi0, "head": _head, "target_size": _target_size,
+_SPECIAL = {"preset": _preset, "pi0_method": _pi0, "head": _head, "target": _target,
+            "target_size": _target_size,
             "device": _device, "channels": _channels, "tissue_mask": _tissue_mask}
 
 

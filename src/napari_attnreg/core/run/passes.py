@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from napari_attnreg.core.models.backbones import Backbone, resolve_device
+from napari_attnreg.core.models.scorers import as_target
 from napari_attnreg.core.models.weights_hash import weights_sha256
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.config import RunConfig, autocast_dtype, null_config
@@ -142,6 +143,8 @@ class Run:
         Seconds per stage, in the order the stages ran (saved in the metadata).
     warnings_seen : list of str
         Input and statistics warnings, kept as sentences for the front ends.
+    map_diagnostics : list of dict
+        Findings of the map checks (sanity check, attention sinks), as diagnostics.
     """
 
     device: torch.device
@@ -150,6 +153,7 @@ class Run:
     t_start: float = field(default_factory=time.perf_counter)
     timings: dict[str, float] = field(default_factory=dict)
     warnings_seen: list[str] = field(default_factory=list)
+    map_diagnostics: list[dict[str, str]] = field(default_factory=list)
 
     @classmethod
     def start(cls, config: RunConfig, cancel: CancelToken | None = None) -> Run:
@@ -311,6 +315,9 @@ def run_metadata(config: RunConfig, backbone: Backbone, run: Run, chunk: int,
     """The metadata of a result: every option, the model, timings, diagnostics."""
     cfg = asdict(config)
     cfg.pop("extra")
+    target = as_target(cfg.pop("target"))
+    cfg["target"] = target.describe()  # a concept is kept as a list of numbers
+    cfg["concept"] = None if target.concept is None else target.concept.tolist()
     cfg["chunk_size_requested"] = cfg.pop("chunk_size")
     metadata = {
         **{k: v for k, v in cfg.items() if k != "device"},
@@ -350,7 +357,7 @@ def run_metadata(config: RunConfig, backbone: Backbone, run: Run, chunk: int,
         random_init=backbone.is_random_init, model_name=backbone.name,
         domain=getattr(backbone, "domain", None),
         domain_note=getattr(backbone, "description", None),
-        warnings_seen=run.warnings_seen)]
+        warnings_seen=run.warnings_seen)] + run.map_diagnostics
     return metadata
 
 

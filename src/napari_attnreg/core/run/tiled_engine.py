@@ -24,12 +24,14 @@ import torch.nn.functional as F
 
 from napari_attnreg.core.models.attention import cls_attention
 from napari_attnreg.core.models.backbones import Backbone
+from napari_attnreg.core.models.scorers import Needs, Scorer
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.config import (
     RunConfig,
     auto_chunk_size,
     null_config,
-    tested_head,
+    scorer_of,
+    tests_shares,
 )
 from napari_attnreg.core.run.images import (
     ChannelMap,
@@ -46,6 +48,7 @@ from napari_attnreg.core.run.lazy import (
     scaled,
     to_unit,
 )
+from napari_attnreg.core.run.maps import values_for_procedure
 from napari_attnreg.core.run.nulls import null_images
 from napari_attnreg.core.run.passes import CancelToken, Progress, Run, TokenMaps
 from napari_attnreg.core.run.tiling import (
@@ -345,7 +348,8 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
     chunk = _chunk_size(config, backbone, layout.tile, run)
     run.lap("prepare_s", run.t_start)
 
-    tiles = _ObservedTiles(tiled, owned.order, backbone, config, run, chunk)
+    scorer = scorer_of(config)  # a tiled class map states its target (validate_map)
+    tiles = _ObservedTiles(tiled, owned.order, backbone, config, run, chunk, scorer)
     try:
         with torch.inference_mode():
             t0 = time.perf_counter()
@@ -356,22 +360,22 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
             run.lap("observed_s", t0)
 
             t0 = time.perf_counter()
-            nulls = _NullTiles(tiled, owned.order, backbone, config, run, scope)
+            nulls = _NullTiles(tiled, owned.order, backbone, config, run, scope, scorer)
             chunk = yield from run.chunks(nulls, n_null, chunk, stage="nulls",
                                           label="null images", offset=n_tiles,
                                           grand_total=total, oom_message=TILE_OOM)
             run.synchronize()
             run.lap("nulls_s", t0)
 
-            observed, stats = _tile_statistics(owned, layout, tiles.heads, nulls.scores,
-                                               config, run, scope)
+            observed, stats = _tile_statistics(owned, layout, tiles.scores, nulls.scores,
+                                               config, run, scope, scorer.needs)
             maps = TokenMaps(observed, _assemble(owned, layout, tiles.heads),
                              tiled.image_shape, layout.shape, backbone.patch_size,
                              tiled.channel_map.kind)
             kept = _kept_nulls(owned, layout, nulls.scores, scope) if config.keep_nulls else None
     finally:  # also when cancelled or closed early: the reading thread stops with the run
         tiles.close()
-    extra = dict(null_scope=scope, tile_shape=list(layout.tile), n_tiles=n_tiles,
+    extra = dict(**scorer.describe(), null_scope=scope, tile_shape=list(layout.tile), n_tiles=n_tiles,
                  tile_origins_y=list(layout.starts[0]), tile_origins_x=list(layout.starts[1]),
                  forward_passes=total, read_on_demand=tiled.reader is not None,
                  **_tissue_record(tiled, stats))
@@ -414,26 +418,35 @@ def _chunk_size(config: RunConfig, backbone: Backbone, tile: tuple[int, int], ru
 
 
 def _forward(tiled: TiledImage, backbone: Backbone, config: RunConfig, run: Run,
-             images: torch.Tensor, head: str | int) -> torch.Tensor:
-    """CLS attention of ``(n, c, th, tw)`` tiles in the image's own channels."""
+             images: torch.Tensor, scorer: Scorer) -> torch.Tensor:
+    """The map's scores ``(n, T_tile)`` of ``(n, c, th, tw)`` tiles in the image's own
+    channels (maps made of the CLS attention: from one :func:`cls_attention` call)."""
+    batch = tiled.channel_map(images)
     with run.amp():
-        return cls_attention(backbone, tiled.channel_map(images), layer=config.layer,
-                             head=head).float()
+        if scorer.needs.cls_heads:
+            maps = cls_attention(backbone, batch, layer=config.layer, head=scorer.cls_head)
+            return maps.reshape(*maps.shape[:-2], -1).float()
+        return scorer.score(backbone, batch).float()
 
 
 class _ObservedTiles:
-    """The step of the observed pass: every head's attention on run tiles ``start .. + size``.
+    """The step of the observed pass: every head's attention and the map on run tiles
+    ``start .. + size``.
 
-    ``heads`` is ``(n_run, n_heads, tgh, tgw)`` on the CPU (a large image has many tiles). A
-    lazy image's tiles come from a :class:`TileReader` thread, two chunks ahead.
+    ``heads`` is ``(n_run, n_heads, tgh, tgw)`` and ``scores`` ``(n_run, tile tokens)``, both
+    on the CPU (a large image has many tiles). A lazy image's tiles come from a
+    :class:`TileReader` thread, two chunks ahead.
     """
 
     def __init__(self, tiled: TiledImage, order: np.ndarray, backbone: Backbone,
-                 config: RunConfig, run: Run, chunk: int) -> None:
+                 config: RunConfig, run: Run, chunk: int, scorer: Scorer) -> None:
         self.tiled, self.backbone, self.config, self.run = tiled, backbone, config, run
+        self.scorer = scorer
         self.order = [int(i) for i in order]
         self.heads = torch.empty((len(self.order), backbone.num_heads,
                                   *tiled.layout.tile_grid), dtype=torch.float32)
+        self.scores = torch.empty((len(self.order), self.heads[0, 0].numel()),
+                                  dtype=torch.float32)
         self.reader = (TileReader(tiled.read_raw, self.order, depth=2 * chunk)
                        if tiled.read_raw is not None else None)
 
@@ -442,8 +455,15 @@ class _ObservedTiles:
             batch = self.tiled.finish(self.reader.take(start, size), self.run.device)
         else:
             batch = self.tiled.tiles(self.order[start:start + size]).to(self.run.device)
-        self.heads[start:start + size] = _forward(self.tiled, self.backbone, self.config,
-                                                  self.run, batch, "all").cpu()
+        with self.run.amp():
+            heads = cls_attention(self.backbone, self.tiled.channel_map(batch),
+                                  layer=self.config.layer, head="all").float().cpu()
+        self.heads[start:start + size] = heads
+        if self.scorer.needs.cls_heads:  # one reduction over the head axis for the chunk
+            self.scores[start:start + size] = self.scorer.from_heads(heads.flatten(2))
+        else:
+            self.scores[start:start + size] = _forward(self.tiled, self.backbone, self.config,
+                                                       self.run, batch, self.scorer).cpu()
 
     def close(self) -> None:
         """Stop the reading thread (idempotent)."""
@@ -461,14 +481,14 @@ class _NullTiles:
     """
 
     def __init__(self, tiled: TiledImage, order: np.ndarray, backbone: Backbone,
-                 config: RunConfig, run: Run, scope: str) -> None:
+                 config: RunConfig, run: Run, scope: str, scorer: Scorer) -> None:
         self.tiled, self.backbone, self.config, self.run = tiled, backbone, config, run
         layout = tiled.layout
         self.order = [int(i) for i in order]
         self.n_boot = int(config.n_boot)
         self.tile_tokens = layout.tile_grid[0] * layout.tile_grid[1]
         self.null_config = null_config(config, backbone.patch_size[0])
-        self.head = tested_head(config)
+        self.scorer = scorer
         columns = self.tile_tokens * (len(self.order) if scope == "tile" else 1)
         self.scores = torch.empty((self.n_boot, columns), dtype=torch.float32,
                                   device=run.device)
@@ -483,7 +503,7 @@ class _NullTiles:
         if self.config.procedure.clamps_nulls:  # the observed tiles went through the clamp
             own.clamp_(0.0, 1.0)
         maps = _forward(self.tiled, self.backbone, self.config, self.run, own,
-                        self.head).reshape(size, -1)
+                        self.scorer).reshape(size, -1)
         if self.image_null is not None:
             self.scores[start:start + size] = maps
             return
@@ -529,19 +549,22 @@ def _assemble(owned: RunTiles, layout: TileLayout, tile_maps: torch.Tensor) -> t
     return out.transpose(0, 1).contiguous().reshape(*tile_maps.shape[1:-2], *layout.grid_shape)
 
 
-def _tile_statistics(owned: RunTiles, layout: TileLayout, heads: torch.Tensor,
+def _tile_statistics(owned: RunTiles, layout: TileLayout, scores: torch.Tensor,
                      null_scores: torch.Tensor, config: RunConfig, run: Run,
-                     scope: str) -> tuple[torch.Tensor, Any]:
-    """The tested map of the whole image from its run tiles, and the preset's statistics on
-    the tokens the run tiles hold.
+                     scope: str, needs: Needs) -> tuple[torch.Tensor, Any]:
+    """The map of the whole image from its run tiles, and the preset's statistics on the
+    tokens the run tiles hold.
 
     Under the step-down preset every run tile is a family of its own; tiles left out by a
-    tissue mask are no family, so they take no share of the BH level.
+    tissue mask are no family, so they take no share of the BH level. The statistics see the
+    values their procedure tests (:func:`~.maps.values_for_procedure`); the returned map is
+    the raw one, for display.
     """
-    head = tested_head(config)
-    # one reduction over the head axis: head by head, in order, as the untiled engine's mean
-    # of one map (the same bits; a loop over tens of thousands of tiles cost a launch each)
-    tile_maps = heads.mean(1) if head == "mean" else heads[:, int(head)]
+    raw = scores.reshape(scores.shape[0], *layout.tile_grid)
+    tested, null_scores = values_for_procedure(
+        scores, null_scores, signed=needs.signed, sign=config.sign,
+        shares=tests_shares(config), log_scale=needs.shares)
+    tile_maps = tested.reshape(raw.shape)
     observed = _assemble(owned, layout, tile_maps)
     positions = owned.local
     if scope == "tile":  # each tile's null is its own: positions run over all tiles' tokens
@@ -551,7 +574,7 @@ def _tile_statistics(owned: RunTiles, layout: TileLayout, heads: torch.Tensor,
         families=tile_maps.reshape(owned.order.size, -1).to(run.device),
         owner=(owned.family, owned.local),
         family_tokens=owned.family_tokens)
-    return observed, _on_image_grid(owned, stats)
+    return _assemble(owned, layout, raw), _on_image_grid(owned, stats)
 
 
 def _on_image_grid(owned: RunTiles, stats: Any) -> Any:

@@ -1,0 +1,191 @@
+"""Two checks of what a map can mean: model randomization and attention sinks.
+
+- Sanity check (Adebayo et al. 2018, model randomization): the map is recomputed with the
+  last block's parameters re-drawn from the model's initialisation (seeded, on a copy of
+  the model); Spearman's ρ between the two maps near 1 says the map barely depends on what
+  that block learned.
+- Attention sinks (Darcet et al. 2023, "Vision Transformers Need Registers"): a patch token
+  whose last-block output norm is an outlier and that takes a large share of the CLS
+  attention carries no image content; such tokens are named, and a run may leave them out
+  of the step-down families (``exclude_sinks=True``).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+from scipy import stats
+from torch import nn
+
+from napari_attnreg.core.models.attention import cls_attention
+from napari_attnreg.core.models.base import Backbone, copy_module
+from napari_attnreg.core.models.hf_attention import is_transformers_module
+from napari_attnreg.core.models.scorers import Scorer
+from napari_attnreg.core.models.scorers.parts import blocks
+from napari_attnreg.core.models.scorers.target import final_cls
+from napari_attnreg.core.stats.diagnostics import Diagnostic
+
+#: Spearman's ρ at or above which a map counts as barely depending on the last block.
+SANITY_RHO = 0.9
+#: A sink's last-block output norm exceeds this multiple of the median patch-token norm ...
+SINK_NORM_RATIO = 3.0
+#: ... and its CLS attention exceeds this multiple of the uniform share 1/T.
+SINK_SHARE_RATIO = 2.0
+
+
+@dataclass(frozen=True)
+class SanityCheck:
+    """Spearman's ρ between a map and the same map with the last block re-drawn."""
+
+    rho: float
+    seed: int
+
+    @property
+    def failed(self) -> bool:
+        return bool(np.isfinite(self.rho) and self.rho >= SANITY_RHO)
+
+    def diagnostic(self, map_name: str) -> Diagnostic | None:
+        """A warning when the check fails, else None."""
+        if not self.failed:
+            return None
+        return Diagnostic("map_sanity", "warning",
+                          f"Sanity check: the {map_name} map barely depends on what the last "
+                          f"block learned (Spearman's rho {self.rho:.2f} with that block "
+                          "re-drawn from its initialisation); read it with care.")
+
+
+def redraw_last_block(backbone: Backbone, seed: int) -> Backbone:
+    """A backbone whose last block is re-drawn from the model's initialisation.
+
+    Only that block is copied: the other blocks share the given model's weights (a large
+    model is never duplicated), and the given backbone is never changed. The draw happens
+    on the CPU with its own seeded generator state, so it is the same on every device.
+    """
+    model = copy_module(backbone.model, lambda t: t)  # shares every weight
+    layers = blocks(replace(backbone, model=model))
+    fresh = copy_module(layers[-1], lambda t: t.to("cpu", copy=True))
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(seed)
+        for module in fresh.modules():
+            _init_module(model, module)
+    layers[len(layers) - 1] = fresh.to(backbone.device)
+    return replace(backbone, model=model)
+
+
+def _init_module(model: nn.Module, module: nn.Module) -> None:
+    """One submodule re-drawn as its library initialises it."""
+    if is_transformers_module(model):
+        model._init_weights(module)
+        scale = getattr(module, "lambda1", None)  # DINOv2 layer scale
+        if isinstance(scale, nn.Parameter):
+            scale.fill_(float(getattr(model.config, "layerscale_value", 1.0)))
+        return
+    if isinstance(module, nn.Linear):  # timm ViTs: truncated normal 0.02, zero bias
+        nn.init.trunc_normal_(module.weight, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif hasattr(module, "reset_parameters") and module is not model:
+        module.reset_parameters()
+
+
+def sanity_check(scorer: Scorer, backbone: Backbone, image: torch.Tensor,
+                 seed: int) -> SanityCheck:
+    """Spearman's ρ between ``scorer``'s map of ``image`` and the map with the last block
+    re-drawn (one extra forward, and backward for gradient maps).
+
+    Parameters
+    ----------
+    scorer : Scorer
+        Bound to the image's target already (:meth:`Scorer.bind`).
+    backbone : Backbone
+    image : tensor ``(C, H, W)``
+        The model-ready image.
+    seed : int
+    """
+    x = image[None].to(backbone.device)
+    with torch.inference_mode():
+        original = scorer.score(backbone, x)
+        redrawn = scorer.score(redraw_last_block(backbone, seed), x)
+    a = original.reshape(-1).cpu().numpy()
+    b = redrawn.reshape(-1).cpu().numpy()
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return SanityCheck(float("nan"), seed)
+    return SanityCheck(float(stats.spearmanr(a, b).statistic), seed)
+
+
+@dataclass(frozen=True)
+class SinkReport:
+    """The attention sinks of an image.
+
+    Attributes
+    ----------
+    tokens : tuple of int
+        Flat patch-token indices of the sinks (row-major on the grid).
+    grid : (int, int)
+    norm_ratio : np.ndarray
+        Every patch token's last-block output norm over the median.
+    share : np.ndarray
+        Every patch token's head-mean CLS attention of the last block.
+    """
+
+    tokens: tuple[int, ...]
+    grid: tuple[int, int]
+    norm_ratio: np.ndarray
+    share: np.ndarray
+
+    def diagnostic(self) -> Diagnostic | None:
+        """A warning naming every sink, else None."""
+        if not self.tokens:
+            return None
+        named = "; ".join(
+            f"row {t // self.grid[1]}, column {t % self.grid[1]} (norm "
+            f"{self.norm_ratio[t]:.1f}x the median, {100 * self.share[t]:.1f} % of the CLS "
+            "attention)" for t in self.tokens)
+        word = "token" if len(self.tokens) == 1 else "tokens"
+        return Diagnostic("attention_sink", "warning",
+                          f"High-norm {word} at {named}: an attention sink, not image content. "
+                          "exclude_sinks=True leaves it out of the test.")
+
+
+def sink_tokens(norm_ratio: np.ndarray, share: np.ndarray,
+                norm_limit: float = SINK_NORM_RATIO,
+                share_limit: float = SINK_SHARE_RATIO) -> tuple[int, ...]:
+    """Tokens whose norm ratio exceeds ``norm_limit`` and whose share exceeds
+    ``share_limit / T``."""
+    norm_ratio, share = np.ravel(norm_ratio), np.ravel(share)
+    hit = (norm_ratio > norm_limit) & (share > share_limit / share.size)
+    return tuple(int(t) for t in np.flatnonzero(hit))
+
+
+def attention_sinks(backbone: Backbone, image: torch.Tensor) -> SinkReport:
+    """The sinks of one model-ready image ``(C, H, W)`` (one forward pass and the CLS row)."""
+    x = image[None].to(backbone.device)
+    out = _last_block_output(backbone, x)[0, backbone.num_prefix_tokens:].float()
+    norms = out.norm(dim=-1).cpu().numpy().astype(np.float64)
+    with torch.inference_mode():
+        share = cls_attention(backbone, x, layer=-1, head="mean")[0]
+    grid = (int(share.shape[0]), int(share.shape[1]))
+    share_np = share.reshape(-1).cpu().numpy().astype(np.float64)
+    ratio = norms / max(float(np.median(norms)), 1e-12)
+    return SinkReport(sink_tokens(ratio, share_np), grid, ratio, share_np)
+
+
+def _last_block_output(backbone: Backbone, x: torch.Tensor) -> torch.Tensor:
+    """The tokens leaving the last block ``(N, L, D)``, before the final norm."""
+    captured: dict[str, torch.Tensor] = {}
+    owner = threading.get_ident()
+
+    def grab(_module, _inputs, output):
+        if threading.get_ident() == owner:
+            captured["out"] = output[0] if isinstance(output, tuple) else output
+
+    handle = blocks(backbone)[-1].register_forward_hook(grab)
+    try:
+        with torch.inference_mode():
+            final_cls(backbone, x)
+    finally:
+        handle.remove()
+    return captured["out"]
