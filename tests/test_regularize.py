@@ -133,3 +133,14 @@ def test_properties(maps, pi0, z_th, p_th, l_th):
     tighter = R.significance_mask("p", z, p, lfdr, pi0, z_th=z_th, p_th=p_th / 2)
     looser = R.significance_mask("p", z, p, lfdr, pi0, z_th=z_th, p_th=p_th)
     assert np.all(looser | ~tighter)
+
+
+def test_an_rgb_array_runs_and_a_huge_one_is_refused_by_the_memory_guard():
+    from napari_attnreg import regularize
+
+    # the guard reads rows and columns before the preparation decides the colour axis
+    rgb = np.random.default_rng(0).integers(0, 255, (64, 64, 3)).astype(np.uint8)
+    assert 0 < regularize(rgb, "demo", n_boot=4, device="cpu").p_map <= 1
+    huge = np.broadcast_to(np.zeros(3, np.uint8), (9000, 9000, 3))
+    with pytest.raises(ValueError, match="tiled"):
+        regularize(huge, "demo", n_boot=4, device="cpu")

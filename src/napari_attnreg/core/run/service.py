@@ -414,11 +414,19 @@ def _read_plane(stack: PlaneStack | LazyImage, plane: PlaneIndex,
 
     if isinstance(stack, PlaneStack):
         if not config.tiled:
-            check_untiled_size(stack.plane_shape)
+            check_untiled_size(_rows_and_columns(stack))
         return stack.read(plane)
     if not config.tiled:
         check_untiled_size(stack.analysed_shape)
     return stack, config.channel_axis
+
+
+def _rows_and_columns(stack: PlaneStack) -> tuple[int, int]:
+    # the first two axes that are neither planes nor channels: an (H, W, 3) image whose colour
+    # axis the preparation decides later still has its rows and columns first
+    axes = [a for a in range(len(stack.shape))
+            if a != stack.channel_axis and a not in stack.stack_axes]
+    return stack.shape[axes[0]], stack.shape[axes[1]]
 
 
 def _message(outcome: Outcome, job: Job) -> str:
