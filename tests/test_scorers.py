@@ -373,3 +373,19 @@ def test_sink_rule_needs_both_a_high_norm_and_a_large_share():
     ratio = np.array([1.0, 5.0, 5.0, 1.0])
     share = np.array([0.1, 0.1, 0.6, 0.2])
     assert sink_tokens(ratio, share) == (2,)
+
+
+def test_gradient_maps_bypass_the_autocast_weight_cache(monkeypatch):
+    # a GPU bf16 run failed: the forward passes cache bf16 weight copies inside inference
+    # mode, and the gradient map's backward pass then met those inference tensors
+    from napari_attnreg.core.models.scorers import make_scorer, parts
+
+    backbone = tiny_vit("vit_tiny_patch16_224")
+    seen = []
+    real = parts.target_score
+    monkeypatch.setattr(parts, "target_score", lambda *a: seen.append(
+        (torch.is_autocast_enabled("cpu"), torch.is_autocast_cache_enabled())) or real(*a))
+    batch = torch.randn(2, 3, 224, 224)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        scores = make_scorer("gradcam", target=3).score(backbone, batch)
+    assert scores.shape == (2, 196) and seen == [(True, False)]

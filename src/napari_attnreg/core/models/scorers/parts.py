@@ -7,8 +7,10 @@ model's own forward runs unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -58,7 +60,7 @@ def norm1_and_gradient(backbone: Backbone, batch: torch.Tensor,
         captured["x"] = output.detach().requires_grad_(True)
         return captured["x"]
 
-    with torch.inference_mode(False), torch.no_grad():
+    with torch.inference_mode(False), torch.no_grad(), uncached_autocast(batch.device.type):
         x = batch.clone()
         handle = last_norm1(backbone).register_forward_hook(start_graph)
         try:
@@ -67,6 +69,23 @@ def norm1_and_gradient(backbone: Backbone, batch: torch.Tensor,
             handle.remove()
         (grad,) = torch.autograd.grad(score.sum(), captured["x"])
     return captured["x"].detach(), grad.detach()
+
+
+def uncached_autocast(device_type: str) -> contextlib.AbstractContextManager[Any]:
+    """The caller's autocast, without its cache of low-precision weight copies.
+
+    The engine's forward passes fill that cache inside ``inference_mode``; a backward pass
+    through one of those cached copies fails ("Inference tensors cannot be saved for
+    backward"), as seen with bf16 on a GPU. Off autocast, nothing changes.
+    """
+    try:
+        enabled = torch.is_autocast_enabled(device_type)
+        dtype = torch.get_autocast_dtype(device_type)
+    except (TypeError, AttributeError, RuntimeError):  # torch < 2.4: no per-device query
+        enabled, dtype = torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+    if not enabled:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device_type, dtype=dtype, cache_enabled=False)
 
 
 def _timm_classic_mean(block: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
