@@ -387,8 +387,13 @@ def test_a_folder_of_dicom_slices_is_one_series_read_once(tmp_path, monkeypatch)
     from napari_attnreg._napari.io import read_result_layers
 
     extent = (result.image_shape[0] * 0.7, result.image_shape[1] * 0.5)
-    for data, attrs, _kind in read_result_layers(str(out / "ct" / "plane_0002.attnreg.npz")):
+    for data, attrs, kind in read_result_layers(str(out / "ct" / "plane_0002.attnreg.npz")):
         assert tuple(attrs["units"])[-2:] == ("mm", "mm")
+        if kind == "shapes":  # the outline's rings: their corners lie on the slice
+            corners = [np.multiply(ring, tuple(attrs["scale"])[-2:]) for ring in data]
+            assert all(c.min() >= 0 and (c.max(0) <= np.add(extent, 1e-6)).all()
+                       for c in corners)
+            continue
         shown = np.multiply(np.shape(data)[-2:], tuple(attrs["scale"])[-2:])
         assert tuple(shown) == pytest.approx(extent)
 

@@ -16,7 +16,7 @@ def test_each_preset_says_what_a_patch_was_compared_with():
     directional = significance_meaning("directional", 100, "normal")
     assert "higher" in directional and "noise" in directional
     assert "above or below" in significance_meaning("paper", 100, "normal")
-    with pytest.raises(ValueError, match="unknown preset"):
+    with pytest.raises(ValueError, match="not supported"):
         significance_meaning("bogus")
 
 

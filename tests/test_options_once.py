@@ -78,7 +78,9 @@ def _literal_defaults(name: str) -> list[str]:
                                   node.defaults))
                 pairs += [(a.arg, d) for a, d in zip(node.kwonlyargs, node.kw_defaults)]
             for target, value in pairs:
-                if target == name and (isinstance(value, ast.Constant) or (
+                # None is "not given", not a second default value
+                if target == name and (
+                        isinstance(value, ast.Constant) and value.value is not None or (
                         isinstance(value, ast.Call) and value.args  # a trait: t.Int(200)
                         and isinstance(value.args[0], ast.Constant)
                         and isinstance(value.args[0].value, (int, float)))):

@@ -198,9 +198,9 @@ def test_masks_are_computed_once_per_maps_and_thresholds(spec, rng, monkeypatch)
     config = replace(CONFIG, preset="directional")  # the q rule and its threshold
     result = run_job_sync(Job(spec, stack, stack.planes(), config)).results[(0,)]
     calls = []
-    real = result_mod.significance_mask
-    monkeypatch.setattr(result_mod, "significance_mask",
-                        lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    real = result_mod.AttentionResult._compute_mask
+    monkeypatch.setattr(result_mod.AttentionResult, "_compute_mask",
+                        lambda self, t: calls.append(t["rule"]) or real(self, t))
     first = result.significant(q_th=0.5)
     first[:] = True  # the caller's copy: the cached mask is not changed
     shown = result.with_thresholds(q_th=0.5)

@@ -368,8 +368,8 @@ def test_a_rebound_run_shortcut_runs_and_the_old_one_does_not(viewer_widget, cel
         with qtbot.waitSignal(widget.run_finished, timeout=60_000):
             action(viewer)
     finally:
-        action_manager.unbind_shortcut(RUN_ACTION)
-        action_manager.bind_shortcut(RUN_ACTION, RUN_SHORTCUT)
+        action_manager.unbind_shortcut(RUN_ACTION)  # restored as the plugin binds it
+        action_manager.bind_shortcut(RUN_ACTION, KeyBinding.from_str(RUN_SHORTCUT))
 
 
 # ---- 6. figure export -------------------------------------------------------------------------------

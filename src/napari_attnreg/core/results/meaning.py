@@ -32,21 +32,15 @@ def significance_meaning(preset: str, n_boot: int | None = None, method: str | N
 
     Examples
     --------
-    >>> significance_meaning("stepdown", 200, "patch")
+    >>> significance_meaning("stepdown", 100, "patch")
     "Significant = attention more concentrated here than on this image's own half-patch \
-blocks shuffled (B = 200 null images); not a detection of an object or an abnormality."
+blocks shuffled (B = 100 null images); not a detection of an object or an abnormality."
     """
+    from napari_attnreg.core.stats.procedures import get_procedure
+
     nulls = null_words(method, block_size)
     count = f" (B = {n_boot} null images)" if n_boot else ""
-    if preset == "stepdown":
-        claim = f"attention more concentrated here than on {nulls}{count}"
-    elif preset == "directional":
-        claim = f"attention higher here than the model gives to {nulls}{count}"
-    elif preset == "paper":
-        claim = (f"attention differing from the model's on {nulls}{count}, above or below "
-                 "(the published two-sided test)")
-    else:
-        raise ValueError(f"unknown preset {preset!r}; expected stepdown, directional or paper.")
+    claim = get_procedure(preset).compared_with(nulls, count)
     return f"Significant = {claim}; not a detection of an object or an abnormality."
 
 
@@ -69,7 +63,9 @@ def broad_outline_warning(preset: str, significant_share: float) -> str | None:
     image the model attends to more evenly than to noise (a smooth gradient, a flat field)
     is "above noise" almost everywhere, so such an outline locates nothing.
     """
-    if preset == "stepdown" or significant_share <= BROAD_OUTLINE_SHARE:
+    from napari_attnreg.core.stats.procedures import get_procedure
+
+    if get_procedure(preset).uses_step_p or significant_share <= BROAD_OUTLINE_SHARE:
         return None
     return (f"The significant outline covers {100 * significant_share:.0f} % of the patches. "
             f"Under the {preset} preset it marks attention above what the model gives to "
