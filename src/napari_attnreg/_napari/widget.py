@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from qtpy.QtCore import QEvent, Signal
+from qtpy.QtCore import QEvent, QTimer, Signal
 from qtpy.QtWidgets import (
     QFormLayout,
     QGridLayout,
@@ -165,10 +165,25 @@ class AttentionWidget(QWidget):
         self._on_layer_changed()
         # outlines a reader opened (result files, saved folders) keep thin at any zoom too
         self.viewer.layers.events.inserted.connect(self._on_layer_inserted)
-        adopt_read_outlines(self.viewer)
+        self._on_layer_inserted()
 
     def _on_layer_inserted(self, event: Any = None) -> None:
         adopt_read_outlines(self.viewer)
+        # a reader adds its layers one by one: take the result up once all of them are in
+        QTimer.singleShot(0, self.adopt_reopened)
+
+    def adopt_reopened(self) -> None:
+        """Results a reader reopened (saved folder, result file) become this dock's, as if it
+        had run them, once their image layer is open (called as layers arrive)."""
+        if self._detached:
+            return
+        try:
+            made = self._records.adopt_reopened()
+        except ValueError as err:  # a damaged result file beside the maps: say which
+            self.run_panel.show_error(str(err))
+            return
+        if made:
+            self._select_current()  # shows the result when its image is the one chosen
 
     # ---- small accessors used by scripts and tests ---------------------------------------
     def current_layer(self) -> Any | None:
