@@ -169,7 +169,8 @@ def test_a_saved_folder_opens_as_its_layers_and_nothing_outside_it(tmp_path):
     reader = get_reader(str(folder))
     layers = reader(str(folder))
     assert [(kwargs["name"], kind) for _, kwargs, kind in layers] == [
-        ("head axial · regularized", "image"), ("head axial · significant", "labels")]
+        ("head axial · regularized", "image"), ("head axial · significant", "labels"),
+        ("head axial · significant outline", "shapes")]  # the labels are drawn by their outline
     outside = tmp_path / "outside.ome.tif"
     write_ome_tiff(outside, np.ones((2, 2)), {"name": "outside"}, "image")
     record = json.loads((folder / "provenance.json").read_text())
