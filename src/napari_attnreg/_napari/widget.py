@@ -35,6 +35,7 @@ from qtpy.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from superqt import QCollapsible
 
 from napari_attnreg._napari._compat import avoid_triton_llvm_clash
 
@@ -73,6 +74,16 @@ from napari_attnreg.core.run.thresholds import Thresholds
 from napari_attnreg.core.stats.presets import THRESHOLD_KEYS
 from napari_attnreg.io.readers import ImageInfo
 from napari_attnreg.session import Session
+
+
+def section(title: str, content: QWidget, tip: str) -> QCollapsible:
+    """A foldable section of the dock holding ``content``, open."""
+    box = QCollapsible(title)
+    box.setToolTip(tip)
+    box.toggleButton().setToolTip(tip)
+    box.addWidget(content)
+    box.expand(animate=False)
+    return box
 
 
 class AttentionWidget(QWidget):
@@ -137,10 +148,26 @@ class AttentionWidget(QWidget):
         for index, button in enumerate((self.save_button, self.figure_button,
                                         self.geojson_button)):
             outputs.addWidget(button, index // 2, index % 2)
+        outputs_box = QWidget()
+        outputs_layout = QVBoxLayout(outputs_box)
+        outputs_layout.setContentsMargins(0, 0, 0, 0)
+        outputs_layout.addLayout(outputs)
+        outputs_layout.addWidget(self.reader_button)
+        # foldable sections: at 1280x800 an analyst folds what is set to give the inspector
+        # and the ROI table the dock's height (both start open)
+        self.sections = {
+            "Run options": section("Run options", self.options,
+                                   "Preset, null images, B, tiling, device and the advanced "
+                                   "options; fold them once set."),
+            "Outputs": section("Outputs", outputs_box,
+                               "Save the results, export the figure or GeoJSON, and napari's "
+                               "reader choice."),
+        }
         content = QWidget()
         layout = QVBoxLayout(content)
-        for part in (self.title, self.source, model_form, self.options, self.thresholds_panel,
-                     self.run_panel, outputs, self.reader_button, self.result_tabs):
+        for part in (self.title, self.source, model_form, self.sections["Run options"],
+                     self.thresholds_panel, self.run_panel, self.sections["Outputs"],
+                     self.result_tabs):
             (layout.addLayout if isinstance(part, (QFormLayout, QGridLayout))
              else layout.addWidget)(part)
         layout.addStretch(1)
