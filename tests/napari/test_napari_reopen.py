@@ -81,6 +81,7 @@ def test_a_result_file_reopens_as_a_result_the_dock_knows_when_its_image_opens_a
     viewer.open(str(path), plugin="napari-attnreg")
     qtbot.wait(50)
     assert widget.current_record() is None  # its image is not open: plain layers so far
+    assert "open that image" in widget.run_panel.status_label.text()  # and the dock says so
     viewer.add_image(cells_image, name="cells")  # ... and now it is
     _check_live(widget, viewer, qtbot, cells_image)
 
@@ -94,3 +95,4 @@ def test_a_saved_folder_without_its_image_stays_plain_layers(
     viewer.open(str(folder), plugin="napari-attnreg")
     qtbot.wait(50)
     assert widget.records() == []
+    assert "open that image (same name and size)" in widget.run_panel.status_label.text()

@@ -61,6 +61,8 @@ class RunRecords:
         self._records: dict[Any, RunRecord] = {}
         self._on_source_moved = on_source_moved
         self._followed: list[Any] = []
+        #: Source names of reopened results whose image is not open (:meth:`adopt_reopened`).
+        self.waiting: list[str] = []
         session.events.result_removed.connect(self._forget)
 
     def _forget(self, key: Any) -> None:
@@ -110,14 +112,17 @@ class RunRecords:
         were made from (same name and shape, without a result of its own). Returns the new
         records; a result whose image is not open stays as plain layers until it is."""
         made = []
+        self.waiting = []  # the images of reopened results that are not open
         for run_id, outputs in reopened_outputs(self.viewer, self.values()).items():
             meta = next(iter(outputs.values())).metadata[META_KEY]
             source = self._reopened_source(meta)
             if source is None:
+                self.waiting.append(str(meta.get("source")))
                 continue
             results = load_linked(meta)
             geometry = SourceGeometry.from_layer(source)
             if geometry.shape[-2:] != tuple(next(iter(results.values())).image_shape):
+                self.waiting.append(str(meta.get("source")))  # same name, another image
                 continue
             record = RunRecord(self.session, source.unique_id, source.name, geometry,
                                outputs=outputs)

@@ -211,6 +211,11 @@ class AttentionWidget(QWidget):
             return
         if made:
             self._select_current()  # shows the result when its image is the one chosen
+        elif self._records.waiting and self.current_record() is None:
+            names = ", ".join(repr(n) for n in self._records.waiting)
+            self.run_panel.show_status(
+                f"Reopened result of {names}: open that image (same name and size) to move "
+                "its thresholds, inspect its patches and measure ROIs.")
 
     # ---- small accessors used by scripts and tests ---------------------------------------
     def current_layer(self) -> Any | None:
