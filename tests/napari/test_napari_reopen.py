@@ -96,3 +96,25 @@ def test_a_saved_folder_without_its_image_stays_plain_layers(
     qtbot.wait(50)
     assert widget.records() == []
     assert "open that image (same name and size)" in widget.run_panel.status_label.text()
+
+
+def test_a_saved_stack_reopens_with_every_computed_slice(
+        viewer_widget, run_and_wait, cells_image, tmp_path, make_napari_viewer, qtbot):
+    viewer, widget = viewer_widget
+    stack = np.stack([cells_image, cells_image[::-1]])
+    viewer.add_image(stack, name="stack")
+    widget.source.scope_combo.setCurrentText("all slices")
+    run_and_wait(widget)
+    record = widget.current_record()
+    assert sorted(record.results) == [(0,), (1,)]
+    viewer.layers.selection = set(record.outputs.values())
+    written = viewer.layers.save(str(tmp_path / "saved"), selected=True, plugin="napari-attnreg")
+    assert sum(p.endswith(".attnreg.npz") for p in written) == 2  # one per slice
+    again = make_napari_viewer()
+    dock = _dock(again)
+    again.add_image(stack, name="stack")
+    again.open(str(tmp_path / "saved"), plugin="napari-attnreg")
+    qtbot.waitUntil(lambda: dock.current_record() is not None, timeout=5000)
+    reopened = dock.current_record()
+    assert sorted(reopened.results) == [(0,), (1,)]
+    np.testing.assert_array_equal(reopened.results[(1,)].attention, record.results[(1,)].attention)
