@@ -99,7 +99,8 @@ def test_the_batch_figure_names_each_warning_once(tmp_path, drawn):
     img = (60 + 20 * rng.standard_normal((96, 96))).clip(0, 255).astype(np.uint8)
     iio.imwrite(tmp_path / "a.png", img)
     assert main(["run", str(tmp_path / "a.png"), "--out", str(tmp_path / "out"), "--model",
-                 "demo", "--n-boot", "4", "--quiet", "--image-kind", "radiology"]) == 0
+                 "demo", "--n-boot", "4", "--quiet", "--image-kind", "radiology",
+                 "--figure", "overview"]) == 0
     (fig,) = drawn
     title = fig.get_suptitle()
     warnings = [line for line in title.splitlines() if line.startswith("⚠")]
@@ -173,3 +174,45 @@ def test_a_ring_at_the_image_edge_leaves_every_panel_the_same_size(tiny_backbone
         np.testing.assert_allclose(ax.get_ylim(), (h - 0.5, -0.5))
     widths = {round(ax.get_window_extent().width) for ax in panels}
     assert len(widths) == 1, widths
+
+
+def test_the_cli_png_is_the_publication_figure_the_front_ends_write(tmp_path, drawn):
+    """attnreg run writes the same figure as napari's Export figure and the notebook's
+    export_figure (core.results.figure.publication_figure), by default."""
+    import imageio.v3 as iio
+
+    from napari_attnreg.cli import main
+    from napari_attnreg.core.results.figure import publication_figure
+    from napari_attnreg.core.results.result import AttentionResult
+
+    rng = np.random.default_rng(0)
+    img = (60 + 20 * rng.standard_normal((96, 96))).clip(0, 255).astype(np.uint8)
+    iio.imwrite(tmp_path / "a.png", img)
+    assert main(["run", str(tmp_path / "a.png"), "--out", str(tmp_path / "out"), "--model",
+                 "demo", "--n-boot", "4", "--quiet"]) == 0
+    (fig,) = drawn
+    png = iio.imread(tmp_path / "out" / "a.png.attnreg.png")
+    # the image drawn at native resolution or better, with the strip beside it
+    (image_ax,) = _image_axes(fig)
+    drawn_w = image_ax.get_position().width * fig.get_size_inches()[0] * fig.dpi
+    assert drawn_w >= 96 and png.shape[1] > drawn_w
+    assert any("significant" in t.get_text() for t in fig.legends[0].get_texts())
+    assert not fig.get_suptitle()  # not the overview's title block
+    # the figure the front ends write of the same result and image (up to display scaling)
+    result = AttentionResult.load(tmp_path / "out" / "a.png.attnreg.npz")
+    display = img.astype(np.float32) / 255
+    again = publication_figure(result, display, tmp_path / "again.png")
+    assert iio.imread(again).shape == png.shape
+    assert np.abs(iio.imread(again).astype(int) - png.astype(int)).mean() < 1.0
+
+
+def test_the_cli_overview_figure_stays_available(tmp_path, drawn):
+    import imageio.v3 as iio
+
+    from napari_attnreg.cli import main
+
+    iio.imwrite(tmp_path / "a.png", np.random.default_rng(1).integers(0, 255, (64, 64), np.uint8))
+    assert main(["run", str(tmp_path / "a.png"), "--out", str(tmp_path / "out"), "--model",
+                 "demo", "--n-boot", "4", "--quiet", "--figure", "overview"]) == 0
+    (fig,) = drawn
+    assert len(_image_axes(fig)) == 5  # the image and four maps

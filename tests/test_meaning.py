@@ -76,3 +76,19 @@ def test_the_evidence_column_tooltip_names_its_csv_column():
 
     assert "mean_posterior" in ROI_COLUMN_HELP["mean_posterior"]
     assert "50 = typical" in ROI_COLUMN_HELP["mean_pct_raw"]  # percentile vs mean explained
+
+
+def test_provenance_of_a_patch_null_run_says_what_the_null_was(tiny_backbone, blob_image):
+    from napari_attnreg.core.results.meaning import null_record
+    from napari_attnreg.io.export import provenance
+
+    res = regularize(blob_image, tiny_backbone, n_boot=4, device="cpu")
+    block = res.metadata["patch_block_size"]  # half the tiny model's patch, in model pixels
+    assert provenance(res.metadata)["null"] == f"patch blocks of {block} px shuffled"
+    res = regularize(blob_image, tiny_backbone, n_boot=4, device="cpu", block_size=2)
+    assert provenance(res.metadata)["null"] == "patch blocks of 2 px shuffled"
+    # the pooled-null presets keep their z null model there
+    res = regularize(blob_image, tiny_backbone, n_boot=4, device="cpu", preset="directional")
+    assert provenance(res.metadata)["null"] == "theoretical"
+    assert null_record({"method": "pixel"}) == "pixels shuffled"
+    assert null_record({}) is None

@@ -228,3 +228,62 @@ def test_csv_round_trip(tmp_path):
     assert list(back[0]) == list(R.ROI_COLUMNS)
     R.roi_table_to_csv([], tmp_path / "empty.csv")
     assert (tmp_path / "empty.csv").read_text().strip() == ",".join(R.ROI_COLUMNS)
+
+
+# ------------------------------------------------------------ attention enrichment
+
+
+def test_attention_enrichment_by_hand():
+    # inside (0,0), (1,1): 0.30, 0.25; outside 0.05, 0.20, 0.10, 0.10
+    member = np.array([[True, False, False], [False, True, False]])
+    ratio, low, high = R.attention_enrichment(ATT, member)
+    m_in, m_out = 0.275, 0.1125
+    assert ratio == pytest.approx(m_in / m_out)
+    s_in, s_out = np.var([0.30, 0.25], ddof=1), np.var([0.05, 0.20, 0.10, 0.10], ddof=1)
+    se = math.sqrt(s_in / (2 * m_in**2) + s_out / (4 * m_out**2))
+    assert low == pytest.approx(ratio * math.exp(-1.959964 * se))
+    assert high == pytest.approx(ratio * math.exp(1.959964 * se))
+    assert low < ratio < high
+    # the interval is symmetric on the log scale
+    assert math.log(ratio) - math.log(low) == pytest.approx(math.log(high) - math.log(ratio))
+
+
+def test_attention_enrichment_covers_the_true_ratio_about_95_percent_of_the_time():
+    # independent tokens: inside mean 2, outside mean 1 -> true ratio 2
+    rng = np.random.default_rng(3)
+    member = np.zeros(400, bool)
+    member[:60] = True
+    hits = 0
+    for _ in range(400):
+        attention = np.where(member, rng.gamma(4.0, 0.5, 400), rng.gamma(4.0, 0.25, 400))
+        _, low, high = R.attention_enrichment(attention, member)
+        hits += low <= 2.0 <= high
+    assert 0.91 <= hits / 400 <= 0.985
+
+
+def test_attention_enrichment_edge_cases():
+    att = np.array([0.0, 0.0, 0.5, 0.5])
+    ratio, low, high = R.attention_enrichment(att, np.array([True, True, False, False]))
+    assert ratio == 0.0 and math.isnan(low) and math.isnan(high)  # no attention inside
+    assert all(math.isnan(v) for v in R.attention_enrichment(att, np.ones(4, bool)))
+    ratio, low, _ = R.attention_enrichment(att, np.array([False, False, True, False]))
+    assert ratio == pytest.approx(0.5 / (0.5 / 3)) and math.isnan(low)  # one token inside
+
+
+def test_roi_table_has_the_enrichment_interval_and_flags_too_few_significant(tmp_path):
+    result = make_result()  # 3 significant tokens: fewer than 5
+    rows = R.roi_table(result, labels_8x12())
+    r3 = rows[1]  # tokens (1, 0) and (1, 1)
+    expected = R.attention_enrichment(ATT, np.array([[False] * 3, [True, True, False]]))
+    assert (r3["attention_enrichment"], r3["attention_enrichment_low"],
+            r3["attention_enrichment_high"]) == pytest.approx(expected)
+    assert r3["attention_enrichment"] == pytest.approx(0.175 / 0.1625)
+    assert all(r["enrichment_test_note"] == R.TOO_FEW_SIGNIFICANT for r in rows)
+    # every token significant (rule "base", z >= -1): the test has enough to say something
+    many = R.roi_table(result, labels_8x12(), rule="base", z_th=-1.0)
+    assert all(r["enrichment_test_note"] == "" for r in many)
+    R.roi_table_to_csv(rows, tmp_path / "rois.csv")
+    with open(tmp_path / "rois.csv", newline="") as handle:
+        back = list(csv.DictReader(handle))
+    assert float(back[1]["attention_enrichment_low"]) == pytest.approx(expected[1])
+    assert back[0]["enrichment_test_note"] == R.TOO_FEW_SIGNIFICANT

@@ -38,7 +38,8 @@ def __getattr__(name: str) -> Any:
 def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
               opts: dict[str, Any], quiet: bool = False, *, recursive: bool = False,
               overwrite: bool = False, workers: int | None = None,
-              scheduler: str | None = None, inputs_in_out: bool = False) -> Any:
+              scheduler: str | None = None, inputs_in_out: bool = False,
+              figure: str = "publication") -> Any:
     """Process image files, folders and globs (see :mod:`napari_attnreg.batch.run`).
 
     The inputs are found first (nothing to run fails before torch loads and before the
@@ -62,14 +63,14 @@ def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
                            exclude=None if inputs_in_out else out_dir, skipped=skipped)
     _report_skipped(skipped, recursive)
 
-    from napari_attnreg.batch.figure import save_figure
+    from napari_attnreg.batch.figure import FIGURES
     from napari_attnreg.batch.items import prepare_output_dir
     from napari_attnreg.batch.run import check_run, run_batch
 
     check_run(opts, device=not (workers or scheduler))  # one message, before anything loads
     prepare_output_dir(out_dir)  # a wrong --out fails before any image is read
     report = run_batch(items, out_dir, model, arch, opts, overwrite=overwrite, quiet=quiet,
-                       figure=save_figure, workers=workers, scheduler=scheduler, on_model=_announce_model)
+                       figure=FIGURES[figure], workers=workers, scheduler=scheduler, on_model=_announce_model)
     done = sum(r["status"] == "done" for r in report.rows)
     print(f"{done} done, {len(report.rows) - done - len(report.failed)} skipped, "
           f"{len(report.failed)} failed; summary: {report.summary}", file=sys.stderr)
@@ -99,7 +100,8 @@ def _announce_model(backbone: Any) -> None:
     print(f"model: {backbone.describe()}", file=sys.stderr)
 
 
-def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False) -> Any:
+def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False,
+             figure: str = "publication") -> Any:
     """The bundled demo model on the bundled sample image.
 
     A source checkout without the trained demo files falls back, loudly, to a random-init
@@ -120,13 +122,14 @@ def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False) -> Any:
         print("NOTE: the bundled synthetic sample is missing; using scikit-image's 'cell'.", file=sys.stderr)
     fallback = image.parent == out_dir
     if (DEMO_DIR / "demo_vit.safetensors").is_file():
-        return run_files([image], out_dir, "demo", None, opts, quiet, inputs_in_out=fallback)
+        return run_files([image], out_dir, "demo", None, opts, quiet, inputs_in_out=fallback,
+                         figure=figure)
     from napari_attnreg.core.models.backbones import load_backbone
 
     print("NOTE: the bundled demo model is missing from this install; falling back to a "
           "random-init vit_small_patch16_224.", file=sys.stderr)
     return run_files([image], out_dir, load_backbone("vit_small_patch16_224", pretrained=False),
-                     None, opts, quiet, inputs_in_out=fallback)
+                     None, opts, quiet, inputs_in_out=fallback, figure=figure)
 
 
 def concept_from_files(files: list[Path], model: Any, arch: str | None) -> Any:
@@ -155,6 +158,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         "head: the target concept, as a saved vector (.npy) or example images "
                         "of it (their mean CLS token)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--figure", choices=("publication", "overview"), default="publication",
+                   help="the .png beside each result: 'publication' (default; the regularized "
+                        "map over the image at native resolution with its colour bar, outline "
+                        "key and scale bar, as napari's Export figure) or 'overview' (the image "
+                        "and every map side by side, with the run's diagnostics)")
     p.add_argument("--geojson", action="store_true", help="also write each result's significant "
                    "regions as GeoJSON polygons in image pixels (QuPath), beside its .npz")
 
@@ -225,11 +233,12 @@ def main(argv: list[str] | None = None) -> int:
             opts["target"] = concept_from_files(args.concept, model,
                                                 getattr(args, "arch", None))
         if args.command == "demo":
-            report = run_demo(args.out, opts, args.quiet)
+            report = run_demo(args.out, opts, args.quiet, figure=args.figure)
         else:
             report = run_files(args.images, args.out, args.model, args.arch, opts, args.quiet,
                                recursive=args.recursive, overwrite=args.overwrite,
-                               workers=args.workers, scheduler=args.scheduler)
+                               workers=args.workers, scheduler=args.scheduler,
+                               figure=args.figure)
         if args.geojson:
             from napari_attnreg.io.geojson import write_geojson_beside
 

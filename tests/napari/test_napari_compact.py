@@ -34,6 +34,26 @@ def test_at_1280x800_the_dock_leaves_the_canvas_room_and_messages_fit(viewer_wid
     iio.imwrite(tmp_path / "window_1280x800.png", shot)
 
 
+def test_folding_the_run_options_gives_the_result_tabs_the_height(viewer_widget, qtbot):
+    viewer, widget = viewer_widget
+    viewer.window._qt_window.resize(1280, 800)
+    viewer.window.show()
+    qtbot.wait(100)
+    options, outputs = widget.sections["Run options"], widget.sections["Outputs"]
+    assert options.isExpanded() and outputs.isExpanded()  # both start open
+    assert widget.options.isVisibleTo(widget) and widget.save_button.isVisibleTo(widget)
+    assert options.toggleButton().toolTip()
+    top = widget.result_tabs.mapTo(widget, widget.result_tabs.rect().topLeft()).y()
+    options.collapse(animate=False)
+    outputs.collapse(animate=False)
+    qtbot.waitUntil(lambda: widget.result_tabs.mapTo(
+        widget, widget.result_tabs.rect().topLeft()).y() < top - 150, timeout=3000)
+    assert options.content().maximumHeight() == 0  # folded: no height left to the options
+    options.expand(animate=False)  # open again: every control back
+    qtbot.waitUntil(lambda: options.content().height() >= widget.options.sizeHint().height(),
+                    timeout=3000)
+
+
 def test_the_roi_table_says_when_too_few_patches_are_significant_for_enrichment():
     import numpy as np
 

@@ -22,7 +22,10 @@ def _assert_rows_equal(rows, expected):
     assert len(rows) == len(expected)
     for row, exp in zip(rows, expected):
         for key in ROI_COLUMNS:
-            np.testing.assert_allclose(row[key], exp[key], equal_nan=True, err_msg=key)
+            if isinstance(exp[key], str):
+                assert row[key] == exp[key], key
+            else:
+                np.testing.assert_allclose(row[key], exp[key], equal_nan=True, err_msg=key)
 
 
 def test_shapes_roi_table_matches_core_and_exports(
@@ -48,6 +51,17 @@ def test_shapes_roi_table_matches_core_and_exports(
     _assert_rows_equal(rows, _core_rows(result, labels, t))
     assert [r["label"] for r in rows] == [1, 2]
     assert widget.roi_panel.table.rowCount() == 2
+    # the attention enrichment with its interval leads, and the too-small test is flagged
+    headers = [widget.roi_panel.table.horizontalHeaderItem(c).text()
+               for c in range(widget.roi_panel.table.columnCount())]
+    ratio = headers.index("Attention in/out")
+    assert headers[ratio + 1:ratio + 3] == ["in/out 95% low", "in/out 95% high"]
+    assert ratio < headers.index("Odds ratio")
+    low, high = rows[0]["attention_enrichment_low"], rows[0]["attention_enrichment_high"]
+    assert low < rows[0]["attention_enrichment"] < high
+    assert widget.roi_panel.table.item(0, ratio).text() == f"{rows[0]['attention_enrichment']:.3g}"
+    note = headers.index("Enrichment test")
+    assert widget.roi_panel.table.item(0, note).text() == "too few significant patches"
 
     # thresholds move → the table follows without a new run
     with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:

@@ -61,6 +61,12 @@ def test_roi_table_has_human_headers_and_the_csv_carries_provenance(
     assert f">{ROI_COLUMNS['fisher_p']}</th>" in table
     assert f"title='{html.escape(ROI_COLUMN_HELP['fisher_p'])}'" in table
     assert "area_px" not in table and "frac_significant" not in table
+    # the attention enrichment with its interval leads (before the odds ratio), as in napari;
+    # a step-down run of a random ViT has too few significant patches for the Fisher test
+    ratio = table.index(f">{ROI_COLUMNS['attention_enrichment']}</th>")
+    assert ratio < table.index(f">{ROI_COLUMNS['attention_enrichment_low']}</th>") \
+        < table.index(f">{ROI_COLUMNS['odds_ratio']}</th>")
+    assert "<td>too few significant patches</td>" in table
     with open(ex.export_roi_csv(tmp_path / "rois.csv"), newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 1 and rows[0]["label"] == "1" and rows[0]["area_px"] == "900"
@@ -69,6 +75,8 @@ def test_roi_table_has_human_headers_and_the_csv_carries_provenance(
     assert (row["preset"], row["rule"], row["n_boot"], row["seed"]) == ("stepdown", "forwardstop",
                                                                         "8", "5")
     assert float(row["p_th"]) == pytest.approx(0.2)  # the thresholds in force when exported
+    low, high = float(row["attention_enrichment_low"]), float(row["attention_enrichment_high"])
+    assert low < float(row["attention_enrichment"]) < high
     assert row["package_version"] == __version__
     assert set(PROVENANCE_FIELDS) <= set(row)  # the one provenance record (io.export)
     ex.close()

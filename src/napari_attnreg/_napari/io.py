@@ -139,7 +139,11 @@ def read_saved_folder(path: str | list[str]) -> list[LayerData]:
              and is_ome_tiff(folder / f)]
     if not found:
         raise ValueError(f"None of the layers {folder / PROVENANCE_FILE} lists is in {folder}.")
-    return [layer for file in found for layer in read_ome_tiff_layers(str(file))]
+    from napari_attnreg._napari.reopen import link_result_files, saved_result_files
+
+    layers = [layer for file in found for layer in read_ome_tiff_layers(str(file))]
+    # the run's results the writer saved beside the maps: a dock takes them up as its own
+    return link_result_files(layers, saved_result_files(folder, layers))
 
 
 def read_result_layers(path: str | list[str]) -> list[LayerData]:
@@ -147,6 +151,7 @@ def read_result_layers(path: str | list[str]) -> list[LayerData]:
     its source image by the spacing the result records (pixels when it records none)."""
     from napari_attnreg._napari.geometry import SourceGeometry
     from napari_attnreg._napari.layers import result_layers
+    from napari_attnreg._napari.reopen import link_result_files
     from napari_attnreg.core.results.result import AttentionResult
 
     path = Path(path[0] if isinstance(path, list) else path)
@@ -157,8 +162,9 @@ def read_result_layers(path: str | list[str]) -> list[LayerData]:
     params = {**result.metadata, "source": name, "source_path": str(source or path),
               "result_file": str(path)}
     mask = tissue_layer(result, name)
-    return [*([mask] if mask is not None else []), *result_layers({(): result}, name, geometry,
-                                                                  params)]
+    layers = result_layers({(): result}, name, geometry, params)
+    # a dock takes the file up as a result of its own (thresholds, inspector, ROI table)
+    return [*([mask] if mask is not None else []), *link_result_files(layers, {(): path})]
 
 
 def tissue_layer(result: Any, source_name: str) -> LayerData | None:
@@ -226,5 +232,9 @@ def write_outputs(path: str, layer_data: list[LayerData]) -> list[str]:
     suffix = next((s for s in OME_SUFFIXES if lower.endswith(s)), None)
     if suffix and len(layer_data) == 1:
         return [str(p) for p in save_layer(path, layer_data[0])]
+    from napari_attnreg._napari.reopen import write_result_files
+
     folder = path[: -len(suffix)] if suffix else path
-    return [str(p) for p in save_outputs(folder, layer_data)]
+    written = save_outputs(folder, layer_data)
+    # the run's results too, so the folder reopens as a result the dock can threshold again
+    return [str(p) for p in [*written, *write_result_files(folder, layer_data)]]

@@ -14,6 +14,7 @@ from typing import Any
 
 from napari_attnreg._napari.geometry import SourceGeometry
 from napari_attnreg._napari.layers import (
+    KINDS,
     META_KEY,
     layer_name,
     map_label,
@@ -21,6 +22,7 @@ from napari_attnreg._napari.layers import (
     upsert_outputs,
 )
 from napari_attnreg._napari.pending import PendingRun
+from napari_attnreg._napari.reopen import RESULT_FILES_KEY, load_linked, remember
 from napari_attnreg._napari.run_record import RunRecord
 from napari_attnreg._napari.status import TRANSFORM_EVENTS
 from napari_attnreg.core.run.service import Outcome
@@ -42,6 +44,20 @@ def run_params(outcome: Outcome, pending: PendingRun) -> dict[str, Any]:
     return params
 
 
+def reopened_outputs(viewer: Any, records: list[RunRecord]) -> dict[str, dict[str, Any]]:
+    """Output layers a reader opened with their run's result files, no record's yet, by run
+    id and kind (the outline is drawn from the significant layer, not tracked)."""
+    tracked = {id(out) for record in records for out in record.outputs.values()}
+    found: dict[str, dict[str, Any]] = {}
+    for layer in viewer.layers:
+        meta = layer.metadata.get(META_KEY) if isinstance(layer.metadata, dict) else None
+        if not isinstance(meta, dict) or not meta.get(RESULT_FILES_KEY) \
+                or meta.get("kind") not in KINDS or id(layer) in tracked:
+            continue
+        found.setdefault(str(meta.get("run_id")), {}).setdefault(meta["kind"], layer)
+    return found
+
+
 class RunRecords:
     """The records of one dock, keyed by the source layer's ``unique_id`` (as the session)."""
 
@@ -52,6 +68,8 @@ class RunRecords:
         self._records: dict[Any, RunRecord] = {}
         self._on_source_moved = on_source_moved
         self._followed: list[Any] = []
+        #: Source names of reopened results whose image is not open (:meth:`adopt_reopened`).
+        self.waiting: list[str] = []
         session.events.result_removed.connect(self._forget)
 
     def _forget(self, key: Any) -> None:
@@ -89,10 +107,48 @@ class RunRecords:
         record = RunRecord(self.session, source.unique_id, source.name, geometry,
                            outputs=old.outputs if old is not None else {})
         self._records[source.unique_id] = record
-        self.session.add(source.unique_id, results, params=params)
+        entry = self.session.add(source.unique_id, results, params=params)
+        remember(entry.run.run_id, entry.results)  # the writer saves them with the layers
         upsert_outputs(self.viewer, record)
         self._follow(source)
         return record
+
+    def adopt_reopened(self) -> list[RunRecord]:
+        """Take up the results a reader reopened (a saved folder, a result file) as if this
+        dock had run them: their layers become the record's outputs, on the image layer they
+        were made from (same name and shape, without a result of its own). Returns the new
+        records; a result whose image is not open stays as plain layers until it is."""
+        made = []
+        self.waiting = []  # the images of reopened results that are not open
+        for run_id, outputs in reopened_outputs(self.viewer, self.values()).items():
+            meta = next(iter(outputs.values())).metadata[META_KEY]
+            source = self._reopened_source(meta)
+            if source is None:
+                self.waiting.append(str(meta.get("source")))
+                continue
+            results = load_linked(meta)
+            geometry = SourceGeometry.from_layer(source)
+            if geometry.shape[-2:] != tuple(next(iter(results.values())).image_shape):
+                self.waiting.append(str(meta.get("source")))  # same name, another image
+                continue
+            record = RunRecord(self.session, source.unique_id, source.name, geometry,
+                               outputs=outputs)
+            self._records[source.unique_id] = record
+            entry = self.session.add(source.unique_id, results, params=meta.get("run") or {},
+                                     run_id=run_id, thresholds=meta.get("thresholds"))
+            remember(run_id, entry.results)
+            self._follow(source)
+            made.append(record)
+        return made
+
+    def _reopened_source(self, meta: dict[str, Any]) -> Any | None:
+        from napari.layers import Image
+
+        return next((lay for lay in self.viewer.layers
+                     if isinstance(lay, Image) and lay.name == meta.get("source")
+                     and META_KEY not in lay.metadata and not lay.multiscale
+                     and lay.ndim == 2 + len(next(iter(meta.get("planes") or [[]])))
+                     and lay.unique_id not in self._records), None)
 
     def tidy(self) -> None:
         """Forget records of removed sources; outputs follow a renamed source."""

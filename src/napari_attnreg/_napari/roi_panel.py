@@ -40,20 +40,18 @@ from napari_attnreg._napari.run_record import RunRecord
 from napari_attnreg._napari.slice_cue import shown_plane
 from napari_attnreg._napari.source_panel import is_output
 from napari_attnreg._napari.status import WARNING_COLOR
-from napari_attnreg.core.results.display import ROI_COLUMN_HELP, roi_header, rule_text
-from napari_attnreg.core.stats.roi import ROI_COLUMNS as ROW_KEYS
-
-#: Columns the table leads with: what any result supports (evidence, attention), before the
-#: enrichment test, which needs enough significant patches.
-LEAD_COLUMNS = ("label", "area_px", "n_tokens", "mean_posterior", "mean_attention")
-#: Fewer significant patches than this in a plane: the enrichment test says little.
-MIN_SIGNIFICANT_FOR_ENRICHMENT = 5
+from napari_attnreg.core.results.display import (
+    ROI_COLUMN_HELP,
+    roi_header,
+    roi_table_columns,
+    rule_text,
+)
+from napari_attnreg.core.stats.roi import MIN_SIGNIFICANT_FOR_ENRICHMENT
 
 
 def table_columns() -> list[str]:
-    """The ROI table's columns, :data:`LEAD_COLUMNS` first."""
-    return [k for k in LEAD_COLUMNS if k in ROW_KEYS] + [k for k in ROW_KEYS
-                                                         if k not in LEAD_COLUMNS]
+    """The ROI table's columns, as the notebook's (core.display.roi_table_columns)."""
+    return roi_table_columns()
 
 
 def enrichment_advice(record: Any) -> str | None:
@@ -63,7 +61,8 @@ def enrichment_advice(record: Any) -> str | None:
     if fewest >= MIN_SIGNIFICANT_FOR_ENRICHMENT:
         return None
     return (f"Only {fewest} patch(es) significant: too few for the enrichment test (odds "
-            "ratio, Fisher p say little); read the mean evidence and mean attention.")
+            "ratio, Fisher p say little); read the mean evidence and the attention in/out "
+            "ratio with its interval.")
 
 
 def _fmt(value: Any) -> str:

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from qtpy.QtCore import QEvent, Signal
+from qtpy.QtCore import QEvent, QTimer, Signal
 from qtpy.QtWidgets import (
     QFormLayout,
     QGridLayout,
@@ -35,6 +35,7 @@ from qtpy.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from superqt import QCollapsible
 
 from napari_attnreg._napari._compat import avoid_triton_llvm_clash
 
@@ -73,6 +74,16 @@ from napari_attnreg.core.run.thresholds import Thresholds
 from napari_attnreg.core.stats.presets import THRESHOLD_KEYS
 from napari_attnreg.io.readers import ImageInfo
 from napari_attnreg.session import Session
+
+
+def section(title: str, content: QWidget, tip: str) -> QCollapsible:
+    """A foldable section of the dock holding ``content``, open."""
+    box = QCollapsible(title)
+    box.setToolTip(tip)
+    box.toggleButton().setToolTip(tip)
+    box.addWidget(content)
+    box.expand(animate=False)
+    return box
 
 
 class AttentionWidget(QWidget):
@@ -137,10 +148,26 @@ class AttentionWidget(QWidget):
         for index, button in enumerate((self.save_button, self.figure_button,
                                         self.geojson_button)):
             outputs.addWidget(button, index // 2, index % 2)
+        outputs_box = QWidget()
+        outputs_layout = QVBoxLayout(outputs_box)
+        outputs_layout.setContentsMargins(0, 0, 0, 0)
+        outputs_layout.addLayout(outputs)
+        outputs_layout.addWidget(self.reader_button)
+        # foldable sections: at 1280x800 an analyst folds what is set to give the inspector
+        # and the ROI table the dock's height (both start open)
+        self.sections = {
+            "Run options": section("Run options", self.options,
+                                   "Preset, null images, B, tiling, device and the advanced "
+                                   "options; fold them once set."),
+            "Outputs": section("Outputs", outputs_box,
+                               "Save the results, export the figure or GeoJSON, and napari's "
+                               "reader choice."),
+        }
         content = QWidget()
         layout = QVBoxLayout(content)
-        for part in (self.title, self.source, model_form, self.options, self.thresholds_panel,
-                     self.run_panel, outputs, self.reader_button, self.result_tabs):
+        for part in (self.title, self.source, model_form, self.sections["Run options"],
+                     self.thresholds_panel, self.run_panel, self.sections["Outputs"],
+                     self.result_tabs):
             (layout.addLayout if isinstance(part, (QFormLayout, QGridLayout))
              else layout.addWidget)(part)
         layout.addStretch(1)
@@ -165,10 +192,30 @@ class AttentionWidget(QWidget):
         self._on_layer_changed()
         # outlines a reader opened (result files, saved folders) keep thin at any zoom too
         self.viewer.layers.events.inserted.connect(self._on_layer_inserted)
-        adopt_read_outlines(self.viewer)
+        self._on_layer_inserted()
 
     def _on_layer_inserted(self, event: Any = None) -> None:
         adopt_read_outlines(self.viewer)
+        # a reader adds its layers one by one: take the result up once all of them are in
+        QTimer.singleShot(0, self.adopt_reopened)
+
+    def adopt_reopened(self) -> None:
+        """Results a reader reopened (saved folder, result file) become this dock's, as if it
+        had run them, once their image layer is open (called as layers arrive)."""
+        if self._detached:
+            return
+        try:
+            made = self._records.adopt_reopened()
+        except ValueError as err:  # a damaged result file beside the maps: say which
+            self.run_panel.show_error(str(err))
+            return
+        if made:
+            self._select_current()  # shows the result when its image is the one chosen
+        elif self._records.waiting and self.current_record() is None:
+            names = ", ".join(repr(n) for n in self._records.waiting)
+            self.run_panel.show_status(
+                f"Reopened result of {names}: open that image (same name and size) to move "
+                "its thresholds, inspect its patches and measure ROIs.")
 
     # ---- small accessors used by scripts and tests ---------------------------------------
     def current_layer(self) -> Any | None:

@@ -1,4 +1,9 @@
-"""The PNG figure of a batch result: the image, then every continuous map of its preset.
+"""The PNG figure of a batch result.
+
+By default it is the publication figure (:func:`save_publication_figure`), the one napari's
+Export figure and the notebook's ``export_figure`` write; ``attnreg run --figure overview``
+writes the overview instead (:func:`save_figure`): the image, then every continuous map of
+its preset, with the run's diagnostics above them.
 
 Figures are for looking at: :func:`figure_view` brings a result and its display image down
 to at most :data:`FIGURE_MAX_SIDE` pixels (the result file keeps full resolution), and
@@ -19,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from napari_attnreg.core.results.figure import (  # noqa: F401  (shared with the front ends)
+from napari_attnreg.core.results.figure import (  # scale_bar: shared with the front ends
     pixel_size,
     pixel_unit,
     publication_figure,
@@ -58,6 +63,17 @@ def figure_view(result: Any, display: np.ndarray,
         metadata["spatial"] = {**result.spatial,  # AttentionResult.spatial's record
                                  "scale": [size[0] * ih / shape[0], size[1] * iw / shape[1]]}
     return replace(result, image_shape=shape, metadata=metadata), display
+
+
+def save_publication_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Path:
+    """The publication figure (:func:`~napari_attnreg.core.results.figure.publication_figure`:
+    the regularized map over the image at native resolution, its colour bar, the outline's key,
+    what "significant" means, a scale bar) of a batch result, as the front ends write it.
+
+    Same signature as :func:`save_figure`; ``title`` is not drawn (the figure states its rule
+    and meaning beside the image; the summary line is in ``summary.csv``).
+    """
+    return publication_figure(result, display, path)
 
 
 def _colorbar_title(key: str, preset: str) -> str:
@@ -188,3 +204,7 @@ def _draw_scale_bar(ax: Any, shape: tuple[int, ...], pixel_size: float, unit: st
                            linewidth=0.8, label="scale bar"))
     ax.text(x0 + length / 2, y0 - 0.01 * h, label, color="white", fontsize=9, ha="center",
             va="bottom", path_effects=halo)
+
+
+#: ``attnreg run --figure`` choices: what each writes as the ``.png`` beside a result.
+FIGURES = {"publication": save_publication_figure, "overview": save_figure}

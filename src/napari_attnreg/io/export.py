@@ -19,6 +19,7 @@ import numpy as np
 
 from napari_attnreg.core.files import atomic_write, write_text_atomic
 from napari_attnreg.core.models.weights_hash import bundled_weights, file_sha256
+from napari_attnreg.core.results.meaning import null_record
 from napari_attnreg.core.stats.presets import THRESHOLD_KEYS
 from napari_attnreg.io.ometiff import LAYER_NAMESPACE, META_KEY
 
@@ -79,6 +80,8 @@ def provenance(result_metadata: Mapping[str, Any], *, source: str | None = None,
         if key in THRESHOLD_KEYS:
             flat[key] = value
     record = {name: _plain(flat.get(name)) for name in PROVENANCE_FIELDS}
+    if not record["null"]:  # the step-down has no z null model: say what its null images were
+        record["null"] = null_record(flat)
     if record["weights_sha256"] is None:
         found = own_weights or bundled_weights(record["weights"], record["model"])
         try:

@@ -10,9 +10,9 @@ from typing import Any
 import ipywidgets as W
 import numpy as np
 
-from napari_attnreg.core.results.display import ROI_COLUMN_HELP, roi_header
+from napari_attnreg.core.results.display import ROI_COLUMN_HELP, roi_header, roi_table_columns
 from napari_attnreg.core.results.result import AttentionResult
-from napari_attnreg.core.stats.roi import ROI_COLUMNS, roi_table
+from napari_attnreg.core.stats.roi import roi_table
 from napari_attnreg.notebook.regions import add_region, as_labels
 from napari_attnreg.notebook.state import ExplorerState
 from napari_attnreg.notebook.views import DRAW_MODES
@@ -96,10 +96,11 @@ class RoiPanel(W.VBox):
             self.table.value = (f"<i>{self.n_rois} ROI(s); run the analysis to see their "
                                 "statistics.</i>")
             return
+        columns = roi_table_columns()  # as the dock's: evidence and enrichment first
         head = "".join(
             f"<th title='{html.escape(ROI_COLUMN_HELP.get(c, ''))}'>"
-            f"{html.escape(roi_header(c, result.preset))}</th>" for c in ROI_COLUMNS)
-        body = "".join("<tr>" + "".join(f"<td>{_fmt(row[c])}</td>" for c in ROI_COLUMNS)
+            f"{html.escape(roi_header(c, result.preset))}</th>" for c in columns)
+        body = "".join("<tr>" + "".join(f"<td>{_fmt(row[c])}</td>" for c in columns)
                        + "</tr>" for row in rows)
         self.table.value = (
             "<table class='attnreg-roi' style='border-collapse:collapse;font-size:90%'>"

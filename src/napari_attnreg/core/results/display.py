@@ -230,6 +230,9 @@ ROI_COLUMNS = {
     "area_px": "Area (px)",
     "n_tokens": "Patches",
     "mean_attention": "Mean attention",
+    "attention_enrichment": "Attention in/out",
+    "attention_enrichment_low": "in/out 95% low",
+    "attention_enrichment_high": "in/out 95% high",
     "mean_regularized": "Mean regularized",
     "mean_posterior": "Mean posterior",
     "frac_significant": "Significant share",
@@ -239,6 +242,7 @@ ROI_COLUMNS = {
     "odds_ratio_low": "OR 95% low",
     "odds_ratio_high": "OR 95% high",
     "fisher_p": "Fisher p",
+    "enrichment_test_note": "Enrichment test",
 }
 #: What each ROI column means (header tooltips).
 ROI_COLUMN_HELP = {
@@ -256,7 +260,32 @@ ROI_COLUMN_HELP = {
     "odds_ratio": "Odds of a patch being significant inside vs outside the ROI (conditional "
                   "maximum likelihood; 0 when no patch inside is significant).",
     "fisher_p": "Two-sided Fisher exact test of significant patches inside vs outside.",
+    "attention_enrichment": "Mean attention inside the ROI over mean attention outside it "
+                            "(1 = no enrichment). Needs no significant patch, so it holds "
+                            "for any result.",
+    "attention_enrichment_low": "95 % interval of the ratio over the image's patches (delta "
+                                "method on its log). Neighbouring patches are correlated: it "
+                                "is narrower than a between-image interval.",
+    "attention_enrichment_high": "Upper end of the ratio's 95 % interval.",
+    "enrichment_test_note": "'too few significant patches' when fewer than 5 patches of the "
+                            "map are significant: the odds ratio and Fisher p then say little.",
 }
+
+
+#: Columns the ROI tables lead with: what any result supports (evidence, attention and its
+#: enrichment with an interval), before the enrichment test, which needs significant patches.
+ROI_LEAD_COLUMNS = ("label", "area_px", "n_tokens", "mean_posterior", "mean_attention",
+                    "attention_enrichment", "attention_enrichment_low",
+                    "attention_enrichment_high")
+
+
+def roi_table_columns() -> list[str]:
+    """The row keys of :func:`~napari_attnreg.core.stats.roi.roi_table` in the order the
+    front ends show them (:data:`ROI_LEAD_COLUMNS` first; the CSV keeps the core's order)."""
+    from napari_attnreg.core.stats.roi import ROI_COLUMNS as ROW_KEYS
+
+    return [k for k in ROI_LEAD_COLUMNS if k in ROW_KEYS] + [k for k in ROW_KEYS
+                                                             if k not in ROI_LEAD_COLUMNS]
 
 
 def roi_header(key: str, preset: str) -> str:

@@ -26,6 +26,25 @@ def null_words(method: str | None, block_size: int | None = None) -> str:
     return _NULL_WORDS.get(method or "", "null images").format(block=block)
 
 
+#: Provenance's ``null`` for runs whose procedure has no z null model: the null images.
+_NULL_RECORD = {
+    "pixel": "pixels shuffled",
+    "normal": "Gaussian noise images (image mean and spread)",
+    "uniform": "uniform noise images (image min to max)",
+}
+
+
+def null_record(metadata: Mapping[str, Any]) -> str | None:
+    """What the null was, for provenance's ``null`` field of a run that names no z null model
+    (the step-down): ``"patch blocks of 8 px shuffled"`` (model pixels), ``"pixels shuffled"``,
+    ...; None when the run does not say which null images it drew."""
+    method = metadata.get("method")
+    if method == "patch":
+        block = metadata.get("patch_block_size") or metadata.get("block_size")
+        return f"patch blocks of {block} px shuffled" if block else "patch blocks shuffled"
+    return _NULL_RECORD.get(method or "")
+
+
 def significance_meaning(preset: str, n_boot: int | None = None, method: str | None = None,
                          block_size: int | None = None) -> str:
     """One sentence: what a significant patch of a ``preset`` run is significant against.

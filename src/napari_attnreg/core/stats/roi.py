@@ -35,6 +35,9 @@ ROI_COLUMNS = (
     "area_px",
     "n_tokens",
     "mean_attention",
+    "attention_enrichment",
+    "attention_enrichment_low",
+    "attention_enrichment_high",
     "mean_regularized",
     "mean_posterior",
     "frac_significant",
@@ -44,7 +47,14 @@ ROI_COLUMNS = (
     "odds_ratio_low",
     "odds_ratio_high",
     "fisher_p",
+    "enrichment_test_note",
 )
+#: Fewer significant patches than this in the map: the odds ratio and Fisher test say little.
+MIN_SIGNIFICANT_FOR_ENRICHMENT = 5
+#: ``enrichment_test_note`` of a row whose map has too few significant patches.
+TOO_FEW_SIGNIFICANT = "too few significant patches"
+#: z of the two-sided 95 % interval.
+_Z95 = 1.959963984540054
 #: A token belongs to an ROI when at least this fraction of its footprint is inside.
 MEMBERSHIP_COVERAGE = 0.5
 
@@ -209,6 +219,35 @@ def roi_tokens(result: Any, roi: np.ndarray) -> np.ndarray:
     return member
 
 
+def attention_enrichment(attention: np.ndarray, member: np.ndarray
+                         ) -> tuple[float, float, float]:
+    """Mean attention inside the ROI over mean attention outside, with a 95 % interval.
+
+    The interval is the delta method's on the log ratio, over tokens:
+    ``exp(log R ± 1.96 sqrt(s²_in / (n_in m²_in) + s²_out / (n_out m²_out)))``. Neighbouring
+    tokens are correlated, so it is narrower than a between-image interval would be: it says
+    how well this image's tokens pin the ratio down, not how it would vary between images.
+
+    Returns
+    -------
+    (ratio, low, high)
+        NaN when nothing lies outside the ROI or the outside attention is 0; the bounds are
+        NaN when a side has fewer than two tokens or the inside mean is 0 (ratio 0).
+    """
+    values = np.asarray(attention, dtype=np.float64)
+    member = _as_mask(member, values.shape, "member")
+    inside, outside = values[member], values[~member]
+    if inside.size == 0 or outside.size == 0 or outside.mean() <= 0:
+        return math.nan, math.nan, math.nan
+    m_in, m_out = float(inside.mean()), float(outside.mean())
+    ratio = m_in / m_out
+    if inside.size < 2 or outside.size < 2 or m_in <= 0:
+        return ratio, math.nan, math.nan
+    se = math.sqrt(inside.var(ddof=1) / (inside.size * m_in**2)
+                   + outside.var(ddof=1) / (outside.size * m_out**2))
+    return ratio, ratio * math.exp(-_Z95 * se), ratio * math.exp(_Z95 * se)
+
+
 def _odds_ratio(table: np.ndarray) -> tuple[float, float, float]:
     """Conditional maximum-likelihood odds ratio and its exact 95 % interval.
 
@@ -251,14 +290,18 @@ def roi_table(
     -------
     list of dict, one per ROI with the keys of :data:`ROI_COLUMNS`:
     ``label``, ``area_px``, ``n_tokens`` (member tokens), ``mean_attention``
-    (raw) and ``mean_regularized`` over the members, ``mean_posterior``,
+    (raw) and ``mean_regularized`` over the members, ``attention_enrichment`` (mean attention
+    inside over outside) with its 95 % interval over tokens (``attention_enrichment_low``,
+    ``attention_enrichment_high``: :func:`attention_enrichment`), ``mean_posterior``,
     ``frac_significant`` (members kept by the rule), ``mean_pct_raw`` /
     ``mean_pct_regularized`` (:func:`mean_percentile` against the raw tokens
     outside; NaN when the ROI covers every token), ``odds_ratio`` and
     ``fisher_p`` (two-sided Fisher exact test) of significant tokens inside
     versus outside the ROI: the conditional maximum-likelihood odds ratio with its exact 95 %
     interval (``odds_ratio_low``, ``odds_ratio_high``), 0 for an ROI without significant
-    tokens, NaN when there is nothing to compare with.
+    tokens, NaN when there is nothing to compare with; ``enrichment_test_note`` is
+    :data:`TOO_FEW_SIGNIFICANT` when fewer than :data:`MIN_SIGNIFICANT_FOR_ENRICHMENT` tokens
+    of the map are significant (the odds ratio and Fisher p then say little), else empty.
     """
     labels = np.asarray(labels)
     if labels.dtype == bool:
@@ -295,6 +338,8 @@ def roi_table(
             "area_px": int(roi.sum()),
             "n_tokens": int(member.sum()),
             "mean_attention": float(attention[member].mean()),
+            **dict(zip(("attention_enrichment", "attention_enrichment_low",
+                        "attention_enrichment_high"), attention_enrichment(attention, member))),
             "mean_regularized": float(regularized[member].mean()),
             "mean_posterior": float(posterior[member].mean()),
             "frac_significant": float(significant[member].mean()),
@@ -302,6 +347,8 @@ def roi_table(
             "mean_pct_regularized": pct_reg,
             **dict(zip(("odds_ratio", "odds_ratio_low", "odds_ratio_high"), _odds_ratio(table))),
             "fisher_p": float(fisher_exact(table).pvalue),
+            "enrichment_test_note": TOO_FEW_SIGNIFICANT if significant.sum()
+            < MIN_SIGNIFICANT_FOR_ENRICHMENT else "",
         })
     return rows
 
