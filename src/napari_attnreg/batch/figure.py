@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 
 from napari_attnreg.core.results.figure import (  # scale_bar: shared with the front ends
+    draw_scale_bar,
     pixel_size,
     pixel_unit,
     publication_figure,
-    scale_bar,
+    scale_bar,  # noqa: F401  (re-exported: the figure tests and older callers import it here)
 )
 
 FIGURE_MAX_SIDE = 1024  # figures are for looking at; the result files keep full resolution
@@ -137,7 +138,7 @@ def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Pat
         bar.set_label(textwrap.fill(view.legend(result.preset), 48), fontsize=7)
     _outline_significant(axes[-1], result)
     if size is not None:
-        _draw_scale_bar(axes[0], display.shape, size[1], pixel_unit(result))
+        draw_scale_bar(axes[0], display.shape, size[1], pixel_unit(result), fontsize=9)
     h, w = display.shape[:2]
     for ax in axes:
         # the image's extent on every panel: a ring or outline reaching past the edge widened
@@ -188,22 +189,6 @@ def _ring(centre: tuple[float, float], radius: float, color: str, halo: list) ->
 
     return Circle(centre, radius, fill=False, edgecolor=color, linewidth=2.0,
                   path_effects=halo, label="small significant region")
-
-
-def _draw_scale_bar(ax: Any, shape: tuple[int, ...], pixel_size: float, unit: str) -> None:
-    """A labelled white bar over a dark edge in the lower left corner of the image panel."""
-    import matplotlib.patheffects as effects
-    from matplotlib.patches import Rectangle
-
-    h, w = shape[:2]
-    length, label = scale_bar(w, pixel_size, unit)
-    thick = max(1.5, h / 100)
-    x0, y0 = 0.04 * w, 0.95 * h - thick
-    halo = [effects.withStroke(linewidth=3.0, foreground="black")]
-    ax.add_patch(Rectangle((x0, y0), length, thick, facecolor="white", edgecolor="black",
-                           linewidth=0.8, label="scale bar"))
-    ax.text(x0 + length / 2, y0 - 0.01 * h, label, color="white", fontsize=9, ha="center",
-            va="bottom", path_effects=halo)
 
 
 #: ``attnreg run --figure`` choices: what each writes as the ``.png`` beside a result.

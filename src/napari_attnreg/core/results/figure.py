@@ -139,7 +139,7 @@ def publication_figure(result: Any, image: np.ndarray, path: str | Path, *,
     outline = _draw_outline(ax, shown, OUTLINE_PX * 72 / dpi)
     size = pixel_size(shown)
     if size is not None:
-        _draw_scale_bar(ax, (h, w), size[1], pixel_unit(shown))
+        draw_scale_bar(ax, (h, w), size[1], pixel_unit(shown))
     _draw_side(fig, (img_w / fig_w, fig_h), mapped, view, shown, outline)
     path = Path(path)
     with atomic_write(path) as tmp:
@@ -170,19 +170,20 @@ def _draw_outline(ax: Any, result: Any, linewidth: float) -> Any:
     return line
 
 
-def _draw_scale_bar(ax: Any, shape: tuple[int, int], pixel_size: float, unit: str) -> None:
+def draw_scale_bar(ax: Any, shape: tuple[int, ...], pixel_size: float, unit: str,
+                   fontsize: float = 8) -> None:
     """A labelled white bar over a dark edge in the lower left corner of the image."""
     import matplotlib.patheffects as effects
     from matplotlib.patches import Rectangle
 
-    h, w = shape
+    h, w = shape[:2]
     length, label = scale_bar(w, pixel_size, unit)
     thick = max(1.5, h / 100)
     x0, y0 = 0.04 * w, 0.95 * h - thick
     halo = [effects.withStroke(linewidth=3.0, foreground="black")]
     ax.add_patch(Rectangle((x0, y0), length, thick, facecolor="white", edgecolor="black",
                            linewidth=0.8, label="scale bar"))
-    ax.text(x0 + length / 2, y0 - 0.01 * h, label, color="white", fontsize=8, ha="center",
+    ax.text(x0 + length / 2, y0 - 0.01 * h, label, color="white", fontsize=fontsize, ha="center",
             va="bottom", path_effects=halo)
 
 
