@@ -389,3 +389,26 @@ def test_gradient_maps_bypass_the_autocast_weight_cache(monkeypatch):
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
         scores = make_scorer("gradcam", target=3).score(backbone, batch)
     assert scores.shape == (2, 196) and seen == [(True, False)]
+
+
+def test_the_redrawn_block_holds_ordinary_tensors_inside_inference_mode(monkeypatch):
+    # on an H100 the sanity check of CDAM and Grad-CAM failed: the re-drawn block, made inside
+    # the engine's inference mode, held inference tensors that a backward pass cannot save
+    from torch import nn
+
+    from napari_attnreg.core.stats.map_checks import redraw_last_block
+
+    backbone = tiny_vit("vit_tiny_patch16_224")
+    modes = []
+    real_to = nn.Module.to
+    # on a CPU the move is a no-op: record the mode the block is moved to its device in
+    monkeypatch.setattr(nn.Module, "to", lambda self, *a, **k: modes.append(
+        torch.is_inference_mode_enabled()) or real_to(self, *a, **k))
+    with torch.inference_mode():
+        redrawn = redraw_last_block(backbone, seed=0)
+    monkeypatch.undo()
+    assert modes and not any(modes)
+    assert not any(p.is_inference() for p in redrawn.model.parameters())
+    with torch.inference_mode():
+        scores = make_scorer("cdam", target=3).score(redrawn, torch.randn(1, 3, 224, 224))
+    assert scores.shape == (1, 196)

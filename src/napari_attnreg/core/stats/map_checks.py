@@ -64,14 +64,17 @@ def redraw_last_block(backbone: Backbone, seed: int) -> Backbone:
     model is never duplicated), and the given backbone is never changed. The draw happens
     on the CPU with its own seeded generator state, so it is the same on every device.
     """
-    model = copy_module(backbone.model, lambda t: t)  # shares every weight
-    layers = blocks(replace(backbone, model=model))
-    fresh = copy_module(layers[-1], lambda t: t.to("cpu", copy=True))
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
-        torch.manual_seed(seed)
-        for module in fresh.modules():
-            _init_module(model, module)
-    layers[len(layers) - 1] = fresh.to(backbone.device)
+    # out of inference mode: a block drawn or moved to the GPU inside it would hold inference
+    # tensors, which the backward pass of a gradient map cannot save (seen on an H100)
+    with torch.inference_mode(False):
+        model = copy_module(backbone.model, lambda t: t)  # shares every weight
+        layers = blocks(replace(backbone, model=model))
+        fresh = copy_module(layers[-1], lambda t: t.to("cpu", copy=True))
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(seed)
+            for module in fresh.modules():
+                _init_module(model, module)
+        layers[len(layers) - 1] = fresh.to(backbone.device)
     return replace(backbone, model=model)
 
 
