@@ -200,8 +200,9 @@ def test_heads_map_gives_per_head_evidence_and_their_union(classifier, field):
     assert evidence.shape == (classifier.num_heads, 4, 4)
     np.testing.assert_allclose(result.posterior, evidence.max(axis=0))
     np.testing.assert_allclose(result.attention, result.head_attention.mean(0), rtol=1e-6)
-    with pytest.raises(ValueError, match="each head as a family"):
-        regularize(field, classifier, map="heads", preset="paper", **FAST)
+    # the pooled presets test each head too (tests/test_maps_presets.py): per-head posteriors
+    paper = regularize(field, classifier, map="heads", preset="paper", **FAST)
+    assert np.asarray(paper.metadata["family_evidence"]).shape == evidence.shape
 
 
 def test_excluded_sinks_are_not_tested(classifier, field, monkeypatch):
@@ -215,6 +216,9 @@ def test_excluded_sinks_are_not_tested(classifier, field, monkeypatch):
     result = regularize(field, classifier, exclude_sinks=True, **FAST)
     assert np.isnan(result.posterior.ravel()[5]) and result.metadata["excluded_tokens"] == [5]
     assert not result.significant().ravel()[5]
+    # the soft rule and map skip the untested token instead of refusing its NaN
+    assert not result.significant("soft").ravel()[5]
+    assert result.regularized("soft").ravel()[5] == 0
     kept = regularize(field, classifier, **FAST)
     assert np.isfinite(kept.posterior).all() and kept.metadata["sink_tokens"] == [5]
 

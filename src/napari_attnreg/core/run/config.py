@@ -184,12 +184,9 @@ def validate_map(config: RunConfig) -> None:
     if config.tiled and needs.target and as_target(config.target).kind == PREDICTED:
         raise ValueError(f"map={config.map!r} on a tiled image needs its target stated (a "
                          "class index or a concept): no one class is predicted for all tiles.")
-    if config.exclude_sinks and not tests_shares(config):
-        raise ValueError("exclude_sinks=True leaves tokens out of the step-down's families; "
-                         "use preset='stepdown', or leave exclude_sinks off.")
-    if needs.family is not None and not tests_shares(config):
-        raise ValueError(f"map={config.map!r} tests each head as a family of the step-down; "
-                         f"use preset='stepdown', or map='attention' with head=N.")
+    # map="heads" and exclude_sinks=True suit every preset of an untiled run: the step-down
+    # runs one step-down per head (BH over the heads); the pooled-null presets test each head
+    # alone against its own nulls and take q over all heads' tokens (core/stats/pooled_families)
 
 
 def null_config(config: RunConfig, patch: int | None) -> NullConfig:

@@ -231,15 +231,18 @@ def _observed(backbone: Backbone, prepared: PreparedImage, config: RunConfig,
 
 def _statistics(view: _ObservedMap, null_scores: torch.Tensor, config: RunConfig,
                 run: Run) -> Any:
-    """The procedure's statistics of the map: values it tests, families, sinks left out."""
-    shares = tests_shares(config)
+    """The procedure's statistics of the map: values it tests, families, sinks left out.
+
+    Every preset takes the families (heads, sinks left out): the step-down runs a step-down
+    per family, the pooled-null presets test each family alone and combine them (see
+    :mod:`~napari_attnreg.core.stats.pooled_families`). One plain map is no family at all.
+    """
     per_family = view.scorer.needs.family is not None
     tokens = view.scores.reshape(view.scores.shape[0], -1) if per_family else view.scores.reshape(-1)
     observed, null = values_for_procedure(tokens, null_scores,
                                           signed=view.scorer.needs.signed, sign=config.sign,
-                                          shares=shares, log_scale=view.scorer.needs.shares)
-    if not shares:
-        return run.statistics(config, observed.reshape(-1), null)
+                                          shares=tests_shares(config),
+                                          log_scale=view.scorer.needs.shares)
     fam = families(observed, null, per_family=per_family,
                    excluded=view.sinks if config.exclude_sinks else ())
     stats = mark_untested(run.statistics(config, fam.observed, fam.null, **fam.keywords),

@@ -9,8 +9,13 @@
   exact zeros (Grad-CAM's ReLU, a positive part) get a floor far below every value, the
   same share of each map's mean for every map, so the zero tokens are one tie group that
   no null map fails to match.
-- :func:`families`: the families of a step-down run — one map, one per head
-  (``map="heads"``), with attention sinks left out on request (``exclude_sinks=True``).
+- :func:`families`: the families of a run — one map, one per head (``map="heads"``), with
+  attention sinks left out on request (``exclude_sinks=True``). Every preset tests them: the
+  step-down runs one step-down per family (BH over the heads, METHOD's tiles rule); the
+  pooled-null presets (paper, directional) test each family alone against its own null
+  columns and take the q-values over all families' tokens together, the local fdr per family
+  (:mod:`napari_attnreg.core.stats.pooled_families`). Per token, the statistics reported are
+  those of the family (head) that gives it the most attention.
 - :func:`map_checks`: the sanity check and the attention-sink check as diagnostics.
 """
 
@@ -92,7 +97,7 @@ def values_for_procedure(observed: torch.Tensor, null: torch.Tensor, *, signed: 
 
 @dataclass(frozen=True)
 class Families:
-    """The step-down families of an untiled run, as ``Procedure.statistics`` takes them.
+    """The families of an untiled run, as ``Procedure.statistics`` takes them.
 
     Attributes
     ----------
@@ -117,7 +122,7 @@ def families(observed: torch.Tensor, null: torch.Tensor, *, per_family: bool,
     """Families of one map ``(T,)``/``(B, T)`` or of heads ``(H, T)``/``(B, H·T)``.
 
     ``per_family``: the observed rows are families (heads) with their own null columns.
-    ``excluded`` tokens leave every family before the step-down.
+    ``excluded`` tokens leave every family (and its null columns) before the test.
     """
     fam_obs = observed.reshape(-1, observed.shape[-1]) if per_family else observed.reshape(1, -1)
     n_fam, n_tok = fam_obs.shape
@@ -153,8 +158,11 @@ def mark_untested(stats: Any, excluded: np.ndarray) -> Any:
 
 
 def family_evidence(null_summary: dict[str, Any], n_tokens: int) -> np.ndarray:
-    """``(F, T)`` evidence of every family (head) on its own: 1 − its adjusted p (with the
-    family's BH floor), NaN where a token was not tested in that family."""
+    """``(F, T)`` evidence of every family (head) on its own, NaN where a token was not
+    tested in that family: under the step-down 1 − its adjusted p (with the family's BH
+    floor), under the pooled-null presets its posterior (1 − its own local fdr)."""
+    if "family_posterior" in null_summary:
+        return np.asarray(null_summary["family_posterior"], dtype=np.float64)
     tokens = np.asarray(null_summary["stepdown_step_token"])
     adjusted = np.maximum(np.asarray(null_summary["stepdown_adjusted_p"]),
                           np.asarray(null_summary["stepdown_family_adjusted_p"])[:, None])

@@ -217,7 +217,8 @@ _OPTIONS: tuple[Option, ...] = (
            "number (0 = first).", "model", advanced=True),
     Option("map", "Map", "choice", MAPS[0],
            "What is tested: attention (the CLS attention of the block, default), heads (every "
-           "head on its own, each a family), rollout (attention rolled out through all "
+           "head on its own against its own nulls; a patch shows the head that attends to it "
+           "most), rollout (attention rolled out through all "
            "blocks), cdam (class-discriminative attention: which patches speak for the target "
            "class or concept; signed) or gradcam (Grad-CAM, the raw map). cdam and gradcam "
            "need a classification head or a concept (target).", "model", advanced=True,
@@ -233,8 +234,9 @@ _OPTIONS: tuple[Option, ...] = (
            "Signed maps (cdam): test the evidence for the target (for) or against it "
            "(against).", "model", advanced=True, choices=SIGNS),
     Option("exclude_sinks", "Leave out attention sinks", "bool", False,
-           "Step-down: leave high-norm tokens that draw the CLS attention (attention sinks, "
-           "not image content) out of the test; they are reported as not tested.", "model",
+           "Leave high-norm tokens that draw the CLS attention (attention sinks, not image "
+           "content) out of the test, under every preset; they are reported as not tested.",
+           "model",
            advanced=True, when_tiled=False),
     Option("target_size", "Model input", "text", "model",
            "Size the image is resized to: 'model' (the model's input size), 'native' (the "

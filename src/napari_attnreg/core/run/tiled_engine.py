@@ -569,11 +569,13 @@ def _tile_statistics(owned: RunTiles, layout: TileLayout, scores: torch.Tensor,
     positions = owned.local
     if scope == "tile":  # each tile's null is its own: positions run over all tiles' tokens
         positions = owned.family * (layout.tile_grid[0] * layout.tile_grid[1]) + positions
+    # tiles are families of the step-down only: the pooled presets pool every tile (METHOD)
+    tiles = {"families": tile_maps.reshape(owned.order.size, -1).to(run.device),
+             "owner": (owned.family, owned.local),
+             "family_tokens": owned.family_tokens} if tests_shares(config) else {}
     stats = run.statistics(
         config, observed.reshape(-1)[torch.from_numpy(owned.tested)], null_scores, positions,
-        families=tile_maps.reshape(owned.order.size, -1).to(run.device),
-        owner=(owned.family, owned.local),
-        family_tokens=owned.family_tokens)
+        **tiles)
     return _assemble(owned, layout, raw), _on_image_grid(owned, stats)
 
 

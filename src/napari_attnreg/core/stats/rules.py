@@ -32,12 +32,15 @@ DEFAULT_L_TH = 0.3
 DEFAULT_Q_TH = 0.1
 
 
-def _as_float_array(x: np.ndarray, name: str, shape: tuple[int, ...] | None) -> np.ndarray:
+def _as_float_array(x: np.ndarray, name: str, shape: tuple[int, ...] | None,
+                    untested: bool = False) -> np.ndarray:
+    """``x`` as float64, checked; ``untested=True`` lets NaN mark a token that was not
+    tested (an attention sink left out), which no rule keeps."""
     arr = np.asarray(x, dtype=np.float64)
     if shape is not None and arr.shape != shape:
         raise ValueError(f"{name} has shape {arr.shape} but attention has {shape}; pass maps "
                          "of the same token grid.")
-    if not np.all(np.isfinite(arr)):
+    if not np.all(np.isfinite(arr) | (untested & np.isnan(arr))):
         raise ValueError(f"{name} contains NaN or inf; recompute the statistics.")
     return arr
 
@@ -122,24 +125,30 @@ def significance_mask(
 
     Returns
     -------
-    np.ndarray of bool, the shape of ``z``.
+    np.ndarray of bool, the shape of ``z``. A token whose ``p`` is NaN was not tested (an
+    attention sink left out of the test) and is never kept.
     """
     _check_rule(rule)
     z = _as_float_array(z, "z", None)
-    p = _as_float_array(p, "p", z.shape)
-    lfdr = _as_float_array(lfdr, "lfdr", z.shape)
+    p = _as_float_array(p, "p", z.shape, untested=True)
+    lfdr = _as_float_array(lfdr, "lfdr", z.shape, untested=True)
+    tested = ~np.isnan(p)  # NaN: left out of the test (every comparison below is False)
     keep = z >= z_th if z_th is not None else np.ones(z.shape, dtype=bool)
+    keep &= tested
     if rule == "q":
-        q = qvalues(p, pi0) if q is None else _as_float_array(q, "q", z.shape)
-        keep &= q <= q_th
+        if q is None:
+            q = np.full(p.shape, np.nan)
+            q[tested] = qvalues(p[tested], pi0)
+        keep &= _as_float_array(q, "q", z.shape, untested=True) <= q_th
     elif rule == "p":
         keep &= p <= p_th
     elif rule == "lfdr":
         keep &= lfdr <= l_th
-    elif rule == "pi0":
-        keep &= p <= pi0_p_threshold(p, pi0, pixels_per_token)
+    elif rule == "pi0" and tested.any():
+        keep &= p <= pi0_p_threshold(p[tested], pi0, pixels_per_token)
     elif rule == "soft":
-        post = 1.0 - lfdr if posterior is None else _as_float_array(posterior, "posterior", z.shape)
+        post = 1.0 - lfdr if posterior is None else _as_float_array(
+            posterior, "posterior", z.shape, untested=True)
         keep &= post >= 0.5
     return keep
 
@@ -165,9 +174,9 @@ def regularized_map(
     attention = _as_float_array(attention, "attention", None)
     if np.any(attention < 0):
         raise ValueError("attention contains negative values; pass the observed attention map.")
-    if rule == "soft":
-        posterior = _as_float_array(posterior, "posterior", attention.shape)
-        return attention * np.clip(posterior, 0.0, 1.0)
+    if rule == "soft":  # an untested token (NaN posterior) gets no weight
+        posterior = _as_float_array(posterior, "posterior", attention.shape, untested=True)
+        return attention * np.nan_to_num(np.clip(posterior, 0.0, 1.0), nan=0.0)
     z = _as_float_array(z, "z", attention.shape)
     keep = significance_mask(rule, z, p, lfdr, pi0, z_th=z_th, p_th=p_th, l_th=l_th, q_th=q_th,
                              q=q, pixels_per_token=pixels_per_token)

@@ -14,7 +14,7 @@ Subclass :class:`Procedure`, fill its class attributes, implement
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -139,9 +139,37 @@ class Procedure:
         """Token statistics of ``observed`` (T,) against ``null_scores`` (B, T).
 
         ``options`` holds the resolved option values (plain keywords); the keywords after
-        it describe the tokens (tiles, positions) and are ignored where not needed.
+        it describe the tokens: ``positions`` (a tiled image's tokens against a pool of null
+        tiles), and ``families`` ``(F, K)`` with ``owner`` (each image token's family and
+        index there) and ``family_tokens`` (the image token under each family token) where
+        tokens are tested in families: the tiles of a tiled step-down run, the heads of
+        ``map="heads"``, or one map with its attention sinks left out (every preset).
         """
         raise NotImplementedError
+
+    def pooled_statistics(self, test: Callable[..., Any], observed: Any, null_scores: Any,
+                          options: Mapping[str, Any], *, positions: np.ndarray | None,
+                          families: Any, owner: tuple[np.ndarray, np.ndarray] | None,
+                          family_tokens: np.ndarray | None) -> Any:
+        """A pooled-null procedure's statistics: of one map, or of families (heads, or a map
+        with its attention sinks left out), each tested alone against its own null columns
+        and combined as :mod:`~napari_attnreg.core.stats.pooled_families` says.
+
+        ``test(observed, null_scores, positions=...)`` is the procedure on one map. Tiles
+        are never families here: a tiled image's tokens are pooled over every tile
+        (``positions``), so the two keywords together are refused.
+        """
+        if families is None:
+            return test(observed, null_scores, positions=positions)
+        if positions is not None or owner is None or family_tokens is None:
+            raise ValueError(f"The {self.title} preset tests families (heads, sinks left out) "
+                             "of one untiled map: pass families with owner and family_tokens "
+                             "and without positions.")
+        from napari_attnreg.core.stats.pooled_families import family_statistics
+
+        return family_statistics(lambda o, n: test(o, n, positions=None), observed,
+                                 null_scores, families=families, owner=owner,
+                                 family_tokens=family_tokens, pi0_method=options["pi0_method"])
 
     def mask(self, rule: str, thresholds: Mapping[str, Any], *, z: np.ndarray, p: np.ndarray,
              lfdr: np.ndarray, posterior: np.ndarray, q: np.ndarray, pi0: float,

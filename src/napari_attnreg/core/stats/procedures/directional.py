@@ -53,10 +53,16 @@ class Directional(Procedure):
                    positions: np.ndarray | None = None, families: Any = None,
                    owner: tuple[np.ndarray, np.ndarray] | None = None,
                    family_tokens: np.ndarray | None = None) -> Any:
+        from functools import partial
+
         from napari_attnreg.core.stats.directional import directional_statistics
 
-        return directional_statistics(observed, null_scores, null_pool=options["null_pool"],
-                                      pi0_method=options["pi0_method"], positions=positions)
+        # heads, or tokens left out: each family alone, q⁺ over all of them (base class)
+        test = partial(directional_statistics, null_pool=options["null_pool"],
+                       pi0_method=options["pi0_method"])
+        return self.pooled_statistics(test, observed, null_scores, options,
+                                      positions=positions, families=families, owner=owner,
+                                      family_tokens=family_tokens)
 
     def smallest_p(self, null_summary: Mapping[str, Any],
                    options: Mapping[str, Any]) -> float | None:

@@ -54,12 +54,17 @@ class Paper(Procedure):
                    positions: np.ndarray | None = None, families: Any = None,
                    owner: tuple[np.ndarray, np.ndarray] | None = None,
                    family_tokens: np.ndarray | None = None) -> Any:
+        from functools import partial
+
         from napari_attnreg.core.stats.paper import compute_statistics
 
-        return compute_statistics(observed, null_scores, p_method=options["p_method"],
-                                  alternative=options["alternative"],
-                                  pi0_method=options["pi0_method"], null=options["null"],
-                                  positions=positions)
+        # heads, or tokens left out: each family alone, q over all of them (base class)
+        test = partial(compute_statistics, p_method=options["p_method"],
+                       alternative=options["alternative"], pi0_method=options["pi0_method"],
+                       null=options["null"])
+        return self.pooled_statistics(test, observed, null_scores, options,
+                                      positions=positions, families=families, owner=owner,
+                                      family_tokens=family_tokens)
 
     def significance_meaning(self) -> str:
         return ("the patch's attention is far from the null in either direction (local false "
