@@ -257,3 +257,23 @@ def test_cli_runs_heads_under_the_paper_preset_on_the_demo(tmp_path):
     rows = list(csv.DictReader(open(out / "summary.csv")))
     assert rows[0]["map"] == "heads" and rows[0]["status"] == "done"
     assert rows[0]["preset"] == "paper"
+
+
+def test_rules_skip_untested_tokens_and_keep_the_rest_as_before():
+    from napari_attnreg.core.stats import rules as R
+
+    rng = np.random.default_rng(3)
+    a = rng.random(12) + 0.01
+    z, p = rng.normal(size=12), rng.random(12) * 0.2
+    lfdr = rng.random(12) * 0.2
+    p_nan, lfdr_nan, post_nan = p.copy(), lfdr.copy(), 1 - lfdr
+    p_nan[4] = lfdr_nan[4] = post_nan[4] = np.nan
+    keep = np.arange(12) != 4
+    for rule in ("base", "q", "p", "lfdr", "pi0", "soft"):
+        mask = R.significance_mask(rule, z, p_nan, lfdr_nan, 0.5, z_th=None, p_th=0.3,
+                                   l_th=0.3, q_th=0.5, posterior=post_nan)
+        alone = R.significance_mask(rule, z[keep], p[keep], lfdr[keep], 0.5, z_th=None,
+                                    p_th=0.3, l_th=0.3, q_th=0.5, posterior=1 - lfdr[keep])
+        assert not mask[4] and np.array_equal(mask[keep], alone), rule
+    soft = R.regularized_map("soft", a, z, p_nan, lfdr_nan, post_nan, 0.5)
+    assert soft[4] == 0 and np.array_equal(soft[keep], a[keep] * (1 - lfdr[keep]))

@@ -117,10 +117,11 @@ def _union_null(each: list[TokenStatistics], nulls: torch.Tensor, family_of: np.
     mus = np.array([s.mu0 for s in each])
     sigmas = np.array([s.sigma0 for s in each])
     mu0 = float(mus.mean())
-    sigma0 = float(np.sqrt(np.mean(sigmas ** 2 + mus ** 2) - mu0 ** 2))
-    standardized = torch.cat([
-        (nulls[:, f].to(torch.float64).log() - s.mu0) / s.sigma0
-        for f, s in zip(range(nulls.shape[1]), each, strict=False)], dim=1)
+    # the variance of equal-sized pools together (never below the smallest pool's, > 0)
+    sigma0 = float(np.sqrt(max(np.mean(sigmas ** 2 + mus ** 2) - mu0 ** 2, sigmas.min() ** 2)))
+    standardized = torch.cat([  # a shared null (one column block) is every family's
+        (nulls[:, f].to(torch.float64).log() - each[f].mu0) / each[f].sigma0
+        for f in range(nulls.shape[1])], dim=1)
     sorted_null, columns = sorted_pool(standardized.cpu().contiguous())
     summary = summarize_null(columns, sorted_null)
     n_kept = nulls.shape[2]

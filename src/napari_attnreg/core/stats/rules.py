@@ -35,12 +35,13 @@ DEFAULT_Q_TH = 0.1
 def _as_float_array(x: np.ndarray, name: str, shape: tuple[int, ...] | None,
                     untested: bool = False) -> np.ndarray:
     """``x`` as float64, checked; ``untested=True`` lets NaN mark a token that was not
-    tested (an attention sink left out), which no rule keeps."""
+    tested (an attention sink left out), which no rule keeps — but not every token."""
     arr = np.asarray(x, dtype=np.float64)
     if shape is not None and arr.shape != shape:
         raise ValueError(f"{name} has shape {arr.shape} but attention has {shape}; pass maps "
                          "of the same token grid.")
-    if not np.all(np.isfinite(arr) | (untested & np.isnan(arr))):
+    finite = np.isfinite(arr)
+    if not (np.all(finite | (untested & np.isnan(arr))) and (finite.any() or arr.size == 0)):
         raise ValueError(f"{name} contains NaN or inf; recompute the statistics.")
     return arr
 
