@@ -277,3 +277,14 @@ def test_rules_skip_untested_tokens_and_keep_the_rest_as_before():
         assert not mask[4] and np.array_equal(mask[keep], alone), rule
     soft = R.regularized_map("soft", a, z, p_nan, lfdr_nan, post_nan, 0.5)
     assert soft[4] == 0 and np.array_equal(soft[keep], a[keep] * (1 - lfdr[keep]))
+
+
+def test_patch_report_names_the_head_shown_and_the_tokens_left_out(classifier, sinky, field):
+    from napari_attnreg.core.results.patch_report import patch_report
+
+    result = regularize(field, classifier, map="heads", preset="paper", **FAST)
+    head = int(np.argmax(result.head_attention[:, 1, 2]))
+    text = patch_report(result, 16 + 8, 32 + 8).text()
+    assert f"Head {head} of {classifier.num_heads} that gives this patch the most" in text
+    left_out = regularize(field, sinky, preset="directional", exclude_sinks=True, **FAST)
+    assert "Not tested" in patch_report(left_out, 16 + 8, 32 + 8).text()  # token 6 = (1, 2)

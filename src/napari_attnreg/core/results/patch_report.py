@@ -190,10 +190,24 @@ def _null_histogram(result: AttentionResult) -> tuple[np.ndarray, np.ndarray] | 
     return np.asarray(summary["hist_counts"]), np.asarray(summary["hist_edges"])
 
 
+def _family_lines(result: AttentionResult, i: int, j: int) -> list[str]:
+    """Which head speaks for the patch (``map="heads"``), or that it was left out."""
+    if np.isnan(result.p[i, j]):
+        return ["Not tested: left out of the test as an attention sink (exclude_sinks=True)."]
+    families = result.null_summary.get("family_posterior")
+    if families is None or np.shape(families)[0] < 2:
+        return []
+    heads = result.head_attention
+    which = ("The head" if heads is None else
+             f"Head {int(np.argmax(heads[:, i, j]))} of {np.shape(families)[0]}")
+    return [f"{which} that gives this patch the most attention speaks for it: its z, p, "
+            "local fdr and posterior are shown; q counts every head's patches."]
+
+
 def _pooled_lines(result: AttentionResult, i: int, j: int) -> list[str]:
     summary = result.null_summary
     z = float(result.z[i, j])
-    lines = []
+    lines = _family_lines(result, i, j)
     if "mu0" in summary and "sigma0" in summary:
         lines.append(f"z = {z:.2f}: its log attention against the pooled null's "
                      f"(μ0 = {float(summary['mu0']):.3g}, σ0 = {float(summary['sigma0']):.3g}).")
