@@ -101,8 +101,8 @@ def test_thresholds_of_a_saved_result_survive_and_old_files_read_as_paper(tmp_pa
         np.testing.assert_array_equal(back.significant(), res.significant())
     # a file written before presets existed: paper statistics and paper thresholds
     old = AttentionResult(**{**{f: getattr(res, f) for f in (
-        "attention", "z", "p", "lfdr", "posterior", "q", "pi0", "image_shape", "model_shape",
-        "patch_size")}, "thresholds": {"rule": "lfdr", "z_th": 0.0, "p_th": 0.3, "l_th": 0.3},
+        "attention", "maps", "pi0", "image_shape", "model_shape", "patch_size")},
+        "thresholds": {"rule": "lfdr", "z_th": 0.0, "p_th": 0.3, "l_th": 0.3},
         "metadata": {}})
     assert old.preset == "paper" and old._thresholds()["q_th"] == 0.1
     old.significant("q")  # the new rule works on old results too
