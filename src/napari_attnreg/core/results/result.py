@@ -150,7 +150,7 @@ class AttentionResult:
             if where == role:
                 return self.maps[name]
         # AttributeError: hasattr() and getattr(..., default) answer "no such map"
-        raise AttributeError(self.procedure._no_map(role))
+        raise AttributeError(self.procedure.no_map_message(role))
 
     @property
     def z(self) -> np.ndarray:

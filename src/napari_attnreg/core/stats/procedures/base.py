@@ -159,9 +159,10 @@ class Procedure:
         try:
             return maps[name]
         except KeyError:
-            raise ValueError(self._no_map(name)) from None
+            raise ValueError(self.no_map_message(name)) from None
 
-    def _no_map(self, name: str) -> str:
+    def no_map_message(self, name: str) -> str:
+        """The sentence that says a result of this procedure has no map ``name``."""
         return (f"a {self.title} result has no {name!r} map; its maps are "
                 f"{', '.join(self.stored_maps)}.")
 
