@@ -338,7 +338,8 @@ class AttentionResult:
             if np.any(self.attention < 0):
                 raise ValueError("attention contains negative values; the soft rule weighs "
                                  "a non-negative attention map.")
-            return self.attention * np.clip(self.evidence, 0.0, 1.0)
+            # a token left out of the test (NaN evidence) gets no weight
+            return self.attention * np.nan_to_num(np.clip(self.evidence, 0.0, 1.0), nan=0.0)
         return np.where(self._mask(t), self.attention, 0.0)
 
     def significant(self, rule: str | None = None, **thresholds: float | None) -> np.ndarray:
