@@ -138,3 +138,26 @@ def test_a_legacy_file_saved_again_is_written_by_its_procedures_names(tmp_path):
     res = AttentionResult.load(LEGACY / "legacy_v1_stepdown.npz")
     back = AttentionResult.load(res.save(tmp_path / "again.npz"))
     assert back == res and _members(tmp_path / "again.npz")[1]["format_version"] == 2
+
+
+def test_a_token_left_out_of_the_test_is_saved_and_read_back_as_nan(results, tmp_path):
+    """``exclude_sinks`` leaves tokens untested (NaN in every map but z); the file keeps them,
+    and a NaN anywhere else is still damage."""
+    res = results["stepdown"]
+    maps = {k: v.copy() for k, v in res.maps.items()}
+    for name in ("step_p", "adjusted_p", "evidence"):
+        maps[name][0, 1] = np.nan
+    metadata = {**res.metadata, "excluded_tokens": [1]}
+    left_out = AttentionResult(attention=res.attention, maps=maps, pi0=res.pi0,
+                               thresholds=res.thresholds, image_shape=res.image_shape,
+                               model_shape=res.model_shape, patch_size=res.patch_size,
+                               null_summary=res.null_summary, metadata=metadata)
+    back = AttentionResult.load(left_out.save(tmp_path / "sinks.npz"))
+    assert np.isnan(back.maps["evidence"][0, 1]) and back == left_out
+    assert back.regularized("soft")[0, 1] == 0
+    elsewhere = {**metadata, "excluded_tokens": [2]}
+    path = AttentionResult(attention=res.attention, maps=maps, pi0=res.pi0, thresholds={},
+                           image_shape=res.image_shape, model_shape=res.model_shape,
+                           patch_size=res.patch_size, metadata=elsewhere).save(tmp_path / "x")
+    with pytest.raises(ValueError, match="step_p map has 1 values outside"):
+        AttentionResult.load(path)

@@ -164,7 +164,7 @@ class _Reader:
                 for m in names}
         probabilities = ("p", "q", "lfdr", "posterior") if legacy \
             else procedure.probability_maps()
-        self._check_values(maps, probabilities)
+        self._check_values(maps, probabilities, self.untested(metadata, grid))
         if legacy:  # the paper's five fields, each renamed as the procedure declares
             return {"attention": maps["attention"], **procedure.store(_Fields(maps))}
         return maps
@@ -285,13 +285,27 @@ class _Reader:
                                 f"{'finite number' if key == 'z_th' else 'number in [0, 1]'}.")
         return t
 
-    def _check_values(self, maps: dict[str, np.ndarray], probabilities: tuple[str, ...]
-                      ) -> None:
+    def untested(self, metadata: dict[str, Any], grid: tuple[int, int]) -> np.ndarray:
+        """Boolean token grid of the tokens left out of the test (``excluded_tokens``, flat
+        indices: attention sinks with ``exclude_sinks=True``), whose maps hold NaN."""
+        excluded = metadata.get("excluded_tokens", [])
+        n_tokens = grid[0] * grid[1]
+        if not (isinstance(excluded, list) and len(excluded) < n_tokens and all(
+                _is_int(t) and 0 <= t < n_tokens for t in excluded)):
+            raise self.fail(f"metadata excluded_tokens {_short(excluded)} is not a list of "
+                            "token indices; the file is damaged or was edited.")
+        mask = np.zeros(n_tokens, dtype=bool)
+        mask[np.asarray(excluded, dtype=np.int64)] = True
+        return mask.reshape(grid)
+
+    def _check_values(self, maps: dict[str, np.ndarray], probabilities: tuple[str, ...],
+                      untested: np.ndarray) -> None:
         if not np.all(np.isfinite(maps["attention"])):
             raise self.fail("the attention map has NaN/inf values; the file is damaged.")
         for name in probabilities:
             values = maps[name]
-            outside = ~((values >= 0) & (values <= 1))  # NaN counts as outside
+            # NaN counts as outside, except at a token the run left out of the test
+            outside = ~((values >= 0) & (values <= 1)) & ~(untested & np.isnan(values))
             if outside.any():
                 raise self.fail(f"the {name} map has {int(outside.sum())} values outside "
                                 "[0, 1] or NaN; the file is damaged or was edited.")
