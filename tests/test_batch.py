@@ -167,7 +167,8 @@ def test_figure_view_keeps_maps_on_the_display():
     from napari_attnreg.core.results.result import AttentionResult as R
 
     grid = np.arange(40 * 30, dtype=float).reshape(40, 30)
-    result = R(attention=grid, z=grid, p=grid, lfdr=grid, posterior=grid, q=grid, pi0=1.0,
+    maps = dict(z=grid, p=grid, lfdr=grid, posterior=grid, q=grid)
+    result = R(attention=grid, maps=maps, pi0=1.0,
                thresholds={}, image_shape=(3000, 2250), model_shape=(320, 240), patch_size=(8, 8))
     display = np.zeros((3000, 2250), np.float32)
     display[:, 1500:] = 1.0  # the right third
@@ -367,9 +368,9 @@ def test_a_full_disk_during_the_summary_or_a_result_leaves_no_partial_file(tmp_p
     assert summary.read_bytes() == before and os.listdir(tmp_path) == ["summary.csv"]
     monkeypatch.setattr(np, "savez_compressed", full)
     grid = np.zeros((4, 4))
-    result = AttentionResult(attention=grid, z=grid, p=grid, lfdr=grid, posterior=grid, q=grid,
-                             pi0=1.0, thresholds={}, image_shape=(32, 32), model_shape=(32, 32),
-                             patch_size=(8, 8))
+    maps = dict(z=grid, p=grid, lfdr=grid, posterior=grid, q=grid)
+    result = AttentionResult(attention=grid, maps=maps, pi0=1.0, thresholds={},
+                             image_shape=(32, 32), model_shape=(32, 32), patch_size=(8, 8))
     with pytest.raises(OSError):
         result.save(tmp_path / "r.attnreg.npz")
     assert os.listdir(tmp_path) == ["summary.csv"]

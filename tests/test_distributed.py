@@ -33,8 +33,8 @@ def _images(folder, n=6):
 
 def _maps(path):
     res = AttentionResult.load(path)
-    return {name: getattr(res, name) for name in ("attention", "z", "p", "lfdr", "posterior", "q",
-                                                   "head_attention")}, res.pi0
+    return {"attention": res.attention, "head_attention": res.head_attention,
+            **res.maps}, res.pi0
 
 
 @pytest.mark.slow

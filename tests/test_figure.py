@@ -81,7 +81,8 @@ def test_figure_view_scales_the_pixel_size_with_the_display():
     from napari_attnreg.core.results.result import AttentionResult as R
 
     grid = np.ones((40, 30))
-    result = R(attention=grid, z=grid, p=grid, lfdr=grid, posterior=grid, q=grid, pi0=1.0,
+    maps = dict(z=grid, p=grid, lfdr=grid, posterior=grid, q=grid)
+    result = R(attention=grid, maps=maps, pi0=1.0,
                thresholds={}, image_shape=(3000, 2250), model_shape=(320, 240),
                patch_size=(8, 8), metadata={"spatial": {"scale": [0.5, 0.5], "units": ["mm", "mm"]}})
     small, shown = figure_view(result, np.zeros((3000, 2250), np.float32), max_side=600)

@@ -100,7 +100,7 @@ def target_of(name):
 def test_every_preset_runs_every_map(preset, name, classifier, field):
     result = regularize(field, classifier, map=name, preset=preset, **target_of(name), **FAST)
     assert result.metadata["map"] == name and result.preset == preset
-    for values in (result.z, result.p, result.q, result.lfdr, result.posterior):
+    for values in result.maps.values():
         assert values.shape == (4, 4) and np.isfinite(values).all()
     assert ((result.p >= 0) & (result.p <= 1)).all() and 0 <= result.pi0 <= 1
     assert result.significant().shape == (4, 4)

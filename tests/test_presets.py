@@ -31,8 +31,8 @@ def test_default_is_stepdown_and_its_numbers_are_the_stepdown_statistics(tiny_ba
     assert res.thresholds["z_th"] is None and res.thresholds["q_th"] == 0.1
     assert res.metadata["method"] == "patch" and res.metadata["tail"] == "none"
     s = _recompute(res, stepdown_statistics)
-    for name in ("p", "q", "lfdr", "posterior"):
-        np.testing.assert_array_equal(getattr(res, name).ravel(), getattr(s, name), err_msg=name)
+    for name, field in (("step_p", "p"), ("adjusted_p", "q"), ("evidence", "posterior")):
+        np.testing.assert_array_equal(res.maps[name].ravel(), getattr(s, field), err_msg=name)
     assert res.p_map == s.null_summary["p_map"] == res.p.ravel()[np.argmax(res.attention)]
     assert res.null_summary["lfdr_fit"] == "stepdown" and res.pi0 == 1.0
     # the patch null's blocks are half a patch (16 → 8) under this preset
@@ -44,8 +44,8 @@ def test_directional_numbers_are_the_directional_statistics(tiny_backbone, blob_
     assert res.preset == "directional" and res.thresholds["rule"] == "q"
     assert res.thresholds["z_th"] is None and res.thresholds["q_th"] == 0.1
     s = _recompute(res, D.directional_statistics)
-    for name in ("p", "q", "lfdr", "posterior"):
-        np.testing.assert_array_equal(getattr(res, name).ravel(), getattr(s, name), err_msg=name)
+    for name, field in (("step_p", "p"), ("adjusted_p", "q"), ("evidence", "posterior")):
+        np.testing.assert_array_equal(res.maps[name].ravel(), getattr(s, field), err_msg=name)
     assert res.pi0 == s.pi0 and res.metadata["pi0_method"] == "bh"
     assert res.null_summary["lfdr_fit"] == "grenander"
 
@@ -101,8 +101,8 @@ def test_thresholds_of_a_saved_result_survive_and_old_files_read_as_paper(tmp_pa
         np.testing.assert_array_equal(back.significant(), res.significant())
     # a file written before presets existed: paper statistics and paper thresholds
     old = AttentionResult(**{**{f: getattr(res, f) for f in (
-        "attention", "z", "p", "lfdr", "posterior", "q", "pi0", "image_shape", "model_shape",
-        "patch_size")}, "thresholds": {"rule": "lfdr", "z_th": 0.0, "p_th": 0.3, "l_th": 0.3},
+        "attention", "maps", "pi0", "image_shape", "model_shape", "patch_size")},
+        "thresholds": {"rule": "lfdr", "z_th": 0.0, "p_th": 0.3, "l_th": 0.3},
         "metadata": {}})
     assert old.preset == "paper" and old._thresholds()["q_th"] == 0.1
     old.significant("q")  # the new rule works on old results too

@@ -124,12 +124,12 @@ def test_mask_of_a_pooled_rule_is_the_rule_modules_mask():
     t = proc.default_thresholds()
     grid = (8, 8)
     kw = {k: getattr(s, k).reshape(grid) for k in ("z", "p", "lfdr", "posterior", "q")}
-    got = proc.mask("lfdr", t, **kw, pi0=s.pi0, null_summary=s.null_summary, grid_shape=grid)
+    got = proc.mask("lfdr", t, maps=kw, pi0=s.pi0, null_summary=s.null_summary, grid_shape=grid)
     want = significance_mask("lfdr", kw["z"], kw["p"], kw["lfdr"], s.pi0, z_th=0.0,
                              l_th=0.3, posterior=kw["posterior"], q=kw["q"])
     np.testing.assert_array_equal(got, want)
     with pytest.raises(ValueError, match="step-down steps"):
-        proc.mask("forwardstop", t, **kw, pi0=s.pi0, null_summary=s.null_summary,
+        proc.mask("forwardstop", t, maps=kw, pi0=s.pi0, null_summary=s.null_summary,
                   grid_shape=grid)
 
 
@@ -210,11 +210,12 @@ def test_the_name_scan_finds_a_name_test(tmp_path):
 def test_each_procedure_declares_the_maps_its_result_holds(name):
     from dataclasses import fields
 
-    from napari_attnreg.core.results.result import AttentionResult
+    from napari_attnreg.core.stats.paper import TokenStatistics
 
-    stored = get_procedure(name).stored_maps
-    assert "z" in stored
-    assert set(stored.values()) <= {f.name for f in fields(AttentionResult)}
+    proc = get_procedure(name)
+    assert "z" in proc.stored_maps and proc.evidence_map in proc.stored_maps
+    # every stored map is taken from a field of the statistics
+    assert set(proc.stored_maps.values()) <= {f.name for f in fields(TokenStatistics)}
 
 
 def test_a_result_names_its_maps_as_its_procedure_does(tiny_backbone, blob_image):
@@ -222,7 +223,7 @@ def test_a_result_names_its_maps_as_its_procedure_does(tiny_backbone, blob_image
     assert list(res.maps) == ["z", "step_p", "adjusted_p", "evidence"]
     assert res.maps["adjusted_p"] is res.q and res.maps["evidence"] is res.posterior
     with pytest.raises(TypeError):
-        res.maps["adjusted_p"] = res.p  # a view, not a second copy to keep in step
+        res.maps["adjusted_p"] = res.p  # read-only: the result's own arrays
     paper = regularize(blob_image, tiny_backbone, preset="paper", n_boot=8, chunk_size=4,
                        device="cpu")
     assert list(paper.maps) == ["z", "p", "q", "lfdr", "posterior"]

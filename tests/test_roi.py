@@ -21,7 +21,7 @@ LFDR = np.array([[0.05, 1.00, 0.20], [0.90, 0.10, 0.80]])
 
 def make_result(image_shape=(8, 12), rule="p") -> AttentionResult:
     return AttentionResult(
-        attention=ATT, z=Z, p=P, lfdr=LFDR, posterior=1 - LFDR, q=P, pi0=0.5,
+        attention=ATT, maps=dict(z=Z, p=P, lfdr=LFDR, posterior=1 - LFDR, q=P), pi0=0.5,
         thresholds={"rule": rule, "z_th": 0.0, "p_th": 0.05, "l_th": 0.3},
         image_shape=image_shape, model_shape=(8, 12), patch_size=(4, 4),
     )

@@ -208,7 +208,7 @@ def test_masks_are_computed_once_per_maps_and_thresholds(spec, rng, monkeypatch)
     np.testing.assert_array_equal(shown.regularized(),
                                   np.where(shown.significant(), result.attention, 0.0))
     assert calls == ["q"]
-    other = replace(result, p=result.p.copy())  # other maps: computed anew, never stale
+    other = replace(result, maps={**result.maps, "p": result.p.copy()})  # never stale
     other.significant(q_th=0.5)
     assert calls == ["q", "q"]
 

@@ -15,8 +15,9 @@ def _result(preset: str = "directional", seed: int = 0, **thresholds) -> Attenti
     rng = np.random.default_rng(seed)
     p = rng.uniform(size=(4, 5))
     return AttentionResult(
-        attention=rng.uniform(size=(4, 5)), z=rng.normal(size=(4, 5)), p=p, lfdr=p,
-        posterior=1 - p, q=p, pi0=0.8, thresholds={**default_thresholds(preset), **thresholds},
+        attention=rng.uniform(size=(4, 5)),
+        maps=dict(z=rng.normal(size=(4, 5)), p=p, lfdr=p, posterior=1 - p, q=p), pi0=0.8,
+        thresholds={**default_thresholds(preset), **thresholds},
         image_shape=(8, 10), model_shape=(8, 10), patch_size=(2, 2),
         metadata={"preset": preset})
 

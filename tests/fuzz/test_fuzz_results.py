@@ -122,16 +122,17 @@ def _replace_map(members, name, array):
     return {**members, f"{name}.npy": _npy(array)}
 
 
-MAP_TAMPERING = [
-    ("posterior", lambda m: np.full_like(m, np.nan), "posterior map has 208 values outside"),
-    ("p", lambda m: m + 1.5, "p map has .* outside \\[0, 1\\]"),
-    ("lfdr", lambda m: -m - 0.1, "lfdr map"),
-    ("q", lambda m: np.where(np.arange(m.size).reshape(m.shape) == 3, np.nan, m), "q map has 1"),
+MAP_TAMPERING = [  # the step-down (default) result's maps, under their own names
+    ("evidence", lambda m: np.full_like(m, np.nan), "evidence map has 208 values outside"),
+    ("step_p", lambda m: m + 1.5, "step_p map has .* outside \\[0, 1\\]"),
+    ("adjusted_p", lambda m: -m - 0.1, "adjusted_p map"),
+    ("adjusted_p", lambda m: np.where(np.arange(m.size).reshape(m.shape) == 3, np.nan, m),
+     "adjusted_p map has 1"),
     ("attention", lambda m: np.full_like(m, np.inf), "attention map has NaN/inf"),
     ("attention", lambda m: m[:4], "member 'attention' has shape \\(4, 13\\)"),
     ("z", lambda m: m.ravel(), "member 'z' has shape \\(208,\\)"),
-    ("p", lambda m: m.astype(complex), "holds complex128 values"),
-    ("p", lambda m: np.array(["a"] * m.size).reshape(m.shape), "not numbers"),
+    ("step_p", lambda m: m.astype(complex), "holds complex128 values"),
+    ("step_p", lambda m: np.array(["a"] * m.size).reshape(m.shape), "not numbers"),
     ("head_attention", lambda m: m[0], "member 'head_attention' has shape"),
     ("null_scores", lambda m: m[..., :3], "member 'null_scores' has shape"),
 ]
@@ -151,12 +152,12 @@ def test_object_arrays_are_refused_without_unpickling(real_result, tmp_path):
         def __reduce__(self):
             return (pytest.fail, ("unpickled!",))
 
-    members = _replace_map(_members(real_result), "p", np.array([Boom()], dtype=object))
+    members = _replace_map(_members(real_result), "step_p", np.array([Boom()], dtype=object))
     with pytest.raises(ValueError, match="holds object values, not numbers"):
         AttentionResult.load(_write(tmp_path / "bad.npz", members))
 
 
-@pytest.mark.parametrize("drop", ["attention.npy", "posterior.npy"])
+@pytest.mark.parametrize("drop", ["attention.npy", "evidence.npy"])
 def test_a_missing_map_is_named(real_result, tmp_path, drop):
     members = {k: v for k, v in _members(real_result).items() if k != drop}
     with pytest.raises(ValueError, match=f"the maps \\['{drop[:-4]}'\\] are missing"):
@@ -186,7 +187,7 @@ def _broken(kind: str, good: bytes, members: dict[str, bytes]) -> bytes | dict[s
         return {**members, "metadata_json.npy": _npy(np.frombuffer(b"\xff\xfe\x00", np.uint8))}
     if kind == "no metadata":
         return {k: v for k, v in members.items() if k != "metadata_json.npy"}
-    return {**members, "p.npy": b"\x93NUMPY garbage that is not a header"}
+    return {**members, "step_p.npy": b"\x93NUMPY garbage that is not a header"}
 
 
 @pytest.mark.parametrize("kind", list(BROKEN_FILES))
@@ -221,7 +222,7 @@ def test_an_extra_member_is_never_read(real_result, tmp_path, monkeypatch):
                         real_open(self, name, *a, **k))
     back = AttentionResult.load(path)
     assert back.grid_shape == GRID
-    assert "huge.npy" not in opened and "p.npy" in opened
+    assert "huge.npy" not in opened and "step_p.npy" in opened
 
 
 @settings(max_examples=60, deadline=None,
@@ -252,7 +253,8 @@ def test_a_thousand_damaged_copies_are_each_a_result_or_a_value_error(tmp_path):
 
     grid = np.random.default_rng(0).random((4, 5))
     source = AttentionResult(
-        attention=grid, z=grid - 0.5, p=grid, lfdr=grid, posterior=1 - grid, q=grid, pi0=0.9,
+        attention=grid, maps=dict(z=grid - 0.5, p=grid, lfdr=grid, posterior=1 - grid, q=grid),
+        pi0=0.9,
         thresholds={"rule": "q", "z_th": None, "p_th": 0.05, "l_th": 0.2, "q_th": 0.1},
         image_shape=(32, 40), model_shape=(32, 40), patch_size=(8, 8),
         metadata={"preset": "directional"}).save(tmp_path / "source.npz")

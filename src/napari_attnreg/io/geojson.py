@@ -54,7 +54,7 @@ def significant_features(result: Any, thresholds: Mapping[str, Any] | None = Non
                     "patches": int(tokens.sum()),
                     "area_px": float(placed.area),
                     "mean_attention": float(shown.attention[tokens].mean()),
-                    "mean_evidence": float(shown.posterior[tokens].mean()),
+                    "mean_evidence": float(shown.evidence[tokens].mean()),
                 },
             },
         })

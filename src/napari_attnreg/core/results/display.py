@@ -60,7 +60,7 @@ def neg_log10_p(result: AttentionResult) -> np.ndarray:
     p of 0 (the paper's pooled top token) floored at the pool's resolution.
     """
     n_null = int(result.null_summary.get("B", result.metadata.get("n_boot", 1)))
-    return result.procedure.neg_log10_p(result.p, result.q, n_null)
+    return result.procedure.neg_log10_p(result.maps, n_null)
 
 
 def map_level_text(result: AttentionResult) -> str:
@@ -133,7 +133,7 @@ class MapDisplay:
 CONTINUOUS_MAPS = (
     MapDisplay("attention", "inferno", lambda r, t: r.attention),
     MapDisplay("pvalue", "viridis", lambda r, t: neg_log10_p(r)),
-    MapDisplay("posterior", "plasma", lambda r, t: r.posterior),
+    MapDisplay("posterior", "plasma", lambda r, t: r.evidence),
     MapDisplay("regularized", "magma", lambda r, t: with_thresholds(r, t).regularized()),
 )
 MAPS_BY_KEY = {m.key: m for m in CONTINUOUS_MAPS}
@@ -332,7 +332,8 @@ def describe_pixel(result: AttentionResult, row: float, col: float) -> str:
     i, j = token
     where = f"x={round(col)} y={round(row)} · patch ({i},{j}) attention={result.attention[i, j]:.4g}"
     if result.procedure.uses_step_p:
-        return (f"{where} step p={result.p[i, j]:.3g} adjusted p={result.q[i, j]:.3g} "
-                f"evidence={result.posterior[i, j]:.3g}")
+        maps = result.maps
+        return (f"{where} step p={maps['step_p'][i, j]:.3g} "
+                f"adjusted p={maps['adjusted_p'][i, j]:.3g} evidence={maps['evidence'][i, j]:.3g}")
     return (f"{where} z={result.z[i, j]:.2f} p={result.p[i, j]:.3g} q={result.q[i, j]:.3g} "
             f"posterior={result.posterior[i, j]:.3g}")

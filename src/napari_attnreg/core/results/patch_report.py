@@ -111,8 +111,10 @@ def _n_null(result: AttentionResult) -> int:
 
 # ---- step-down ---------------------------------------------------------------------------
 def _stepdown_values(result: AttentionResult, i: int, j: int) -> tuple[tuple[str, str], ...]:
-    values = (("attention", f"{result.attention[i, j]:.4g}"), ("step p", _g(result.p[i, j])),
-              ("adjusted p", _g(result.q[i, j])), ("evidence", _g(result.posterior[i, j])))
+    maps = result.maps
+    values = (("attention", f"{result.attention[i, j]:.4g}"),
+              ("step p", _g(maps["step_p"][i, j])), ("adjusted p", _g(maps["adjusted_p"][i, j])),
+              ("evidence", _g(maps["evidence"][i, j])))
     # the step-down uses z only through an optional z mask: shown only when one is set
     if result.thresholds_used.get("z_th") is not None:
         values += (("z", f"{result.z[i, j]:.2f}"),)
@@ -175,12 +177,12 @@ def _stepdown_lines(result: AttentionResult, i: int, j: int) -> list[str]:
 
 # ---- directional and paper: z against the pooled null ------------------------------------
 def _pooled_values(result: AttentionResult, i: int, j: int) -> tuple[tuple[str, str], ...]:
-    up = result.procedure.one_sided
-    return (("attention", f"{result.attention[i, j]:.4g}"), ("z", f"{result.z[i, j]:.2f}"),
-            ("p⁺" if up else "p (two-sided)", _g(result.p[i, j])),
-            ("q⁺" if up else "q", _g(result.q[i, j])),
-            ("P(above null)" if up else "posterior", _g(result.posterior[i, j])),
-            ("lfdr", _g(result.lfdr[i, j])))
+    up, maps = result.procedure.one_sided, result.maps
+    return (("attention", f"{result.attention[i, j]:.4g}"), ("z", f"{maps['z'][i, j]:.2f}"),
+            ("p⁺" if up else "p (two-sided)", _g(maps["p"][i, j])),
+            ("q⁺" if up else "q", _g(maps["q"][i, j])),
+            ("P(above null)" if up else "posterior", _g(maps["posterior"][i, j])),
+            ("lfdr", _g(maps["lfdr"][i, j])))
 
 
 def _null_histogram(result: AttentionResult) -> tuple[np.ndarray, np.ndarray] | None:

@@ -12,20 +12,19 @@ import math
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from napari_attnreg.core.results.result_file import MAP_NAMES, read_result_file
+from napari_attnreg.core.results.result_file import FORMAT_VERSION, read_result_file
 from napari_attnreg.core.stats.diagnostics import Diagnostic, from_metadata
 from napari_attnreg.core.stats.procedures import THRESHOLD_KEYS, Procedure, get_procedure
-from napari_attnreg.core.stats.rules import RULES, regularized_map, regularized_maps
+from napari_attnreg.core.stats.rules import RULES
 
-FORMAT_VERSION = 1
+__all__ = ["FORMAT_VERSION", "AttentionResult", "StoredMaps"]
 #: ``metadata`` key of the source image's pixel spacing, origin and units (:attr:`spatial`).
 SPATIAL_KEY = "spatial"
 
@@ -44,7 +43,7 @@ class _MaskCache:
 
     def get(self, result: AttentionResult, t: dict[str, Any],
             compute: Callable[[], np.ndarray]) -> np.ndarray:
-        arrays = [result.z, result.p, result.lfdr, result.posterior, result.q]
+        arrays = list(result.maps.values())
         key = (*map(id, arrays), float(result.pi0), tuple(sorted(t.items(), key=str)))
         with self._lock:
             entry = self._entries.get(key)
@@ -67,6 +66,28 @@ class _MaskCache:
 MASK_CACHE = _MaskCache()
 
 
+class StoredMaps(Mapping[str, np.ndarray]):
+    """A result's token maps by name, read-only (the arrays are the result's own).
+
+    A plain mapping, not a view: a result can be copied, pickled and compared with its maps.
+    """
+
+    def __init__(self, maps: Mapping[str, np.ndarray]) -> None:
+        self._maps = dict(maps)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._maps[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._maps)
+
+    def __len__(self) -> int:
+        return len(self._maps)
+
+    def __repr__(self) -> str:
+        return f"StoredMaps({', '.join(self._maps)})"
+
+
 @dataclass
 class AttentionResult:
     """Result of :func:`napari_attnreg.regularize` for one 2D image.
@@ -75,8 +96,14 @@ class AttentionResult:
     ----------
     attention : np.ndarray
         ``(gh, gw)`` observed CLS attention (raw map).
-    z, p, lfdr, posterior, q : np.ndarray
-        ``(gh, gw)`` token statistics (the paper's z, p, π0 and local fdr; docs/method.md).
+    maps : mapping of str to np.ndarray
+        ``(gh, gw)`` token statistics by the names the result's procedure declares
+        (``procedure.stored_maps``): step-down ``z``, ``step_p``, ``adjusted_p``,
+        ``evidence``; directional and paper ``z``, ``p``, ``q``, ``lfdr``, ``posterior``.
+        Exactly those maps, kept read-only. ``z``, ``p``, ``q``, ``lfdr`` and ``posterior``
+        are also attributes that read the procedure's map of that role (under step-down
+        ``p`` is the step p, ``q`` the adjusted p, ``posterior`` the evidence, and there is
+        no ``lfdr``).
     pi0 : float
         Estimated proportion of null tokens.
     thresholds : dict
@@ -98,11 +125,7 @@ class AttentionResult:
     """
 
     attention: np.ndarray
-    z: np.ndarray
-    p: np.ndarray
-    lfdr: np.ndarray
-    posterior: np.ndarray
-    q: np.ndarray
+    maps: Mapping[str, np.ndarray]
     pi0: float
     thresholds: dict[str, Any]
     image_shape: tuple[int, int]
@@ -112,6 +135,53 @@ class AttentionResult:
     null_summary: dict[str, Any] = field(default_factory=dict)
     null_scores: np.ndarray | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        declared = list(self.procedure.stored_maps)
+        if sorted(self.maps) != sorted(declared):
+            raise ValueError(f"a {self.procedure.title} result holds the maps "
+                             f"{', '.join(declared)}; got {', '.join(self.maps) or 'none'}.")
+        self.maps = StoredMaps({name: self.maps[name] for name in declared})
+
+    # ---- the procedure's maps by the roles front ends ask for ----------------------------
+    def _role(self, role: str) -> np.ndarray:
+        """The stored map that the procedure's statistics field ``role`` fills."""
+        for name, where in self.procedure.stored_maps.items():
+            if where == role:
+                return self.maps[name]
+        # AttributeError: hasattr() and getattr(..., default) answer "no such map"
+        raise AttributeError(self.procedure.no_map_message(role))
+
+    @property
+    def z(self) -> np.ndarray:
+        """``(gh, gw)`` z map (the token's standardized attention)."""
+        return self._role("z")
+
+    @property
+    def p(self) -> np.ndarray:
+        """``(gh, gw)`` p-values: the step p under step-down, else the pooled p."""
+        return self._role("p")
+
+    @property
+    def q(self) -> np.ndarray:
+        """``(gh, gw)`` the step-down adjusted p under step-down, else the q-values."""
+        return self._role("q")
+
+    @property
+    def lfdr(self) -> np.ndarray:
+        """``(gh, gw)`` local fdr (paper, directional); a step-down result has none."""
+        return self._role("lfdr")
+
+    @property
+    def posterior(self) -> np.ndarray:
+        """``(gh, gw)`` 1 − lfdr, or the evidence 1 − adjusted p under step-down."""
+        return self._role("posterior")
+
+    @property
+    def evidence(self) -> np.ndarray:
+        """``(gh, gw)`` the map in [0, 1] the soft rule weighs attention by (the procedure's
+        ``evidence_map``: ``posterior``, or ``evidence`` under step-down)."""
+        return self.maps[self.procedure.evidence_map]
 
     # ---- geometry -------------------------------------------------------------------------
     @property
@@ -199,16 +269,6 @@ class AttentionResult:
         return get_procedure(self.preset)
 
     @property
-    def maps(self) -> Mapping[str, np.ndarray]:
-        """The token maps ``(gh, gw)`` by the names the result's procedure gives them.
-
-        Step-down: ``z``, ``step_p``, ``adjusted_p``, ``evidence``; directional and paper:
-        ``z``, ``p``, ``q``, ``lfdr``, ``posterior``. Read-only (the arrays are the result's).
-        """
-        return MappingProxyType({name: getattr(self, where)
-                                 for name, where in self.procedure.stored_maps.items()})
-
-    @property
     def p_map(self) -> float | None:
         """Step-down: the map-level p ("does the attention concentrate on anything more than
         null images do?"), resolution ``1/(B + 1)``; None under the other presets."""
@@ -261,15 +321,9 @@ class AttentionResult:
                              f"rules are {', '.join(rules)} (a run with "
                              "preset='directional' or 'paper' offers q, p, lfdr, pi0, base).")
 
-    def _rule_kwargs(self, t: dict[str, Any]) -> dict[str, Any]:
-        return {"z_th": t["z_th"], "p_th": t["p_th"], "l_th": t["l_th"], "q_th": t["q_th"],
-                "q": self.q, "pixels_per_token": self._pixels_per_token}
-
     def regularized_maps(self, **thresholds: float | None) -> dict[str, np.ndarray]:
-        """The regularized map of every rule (base, q, p, lfdr, pi0, soft)."""
-        t = self._thresholds(None, **thresholds)
-        return regularized_maps(self.attention, self.z, self.p, self.lfdr, self.posterior,
-                                self.pi0, **self._rule_kwargs(t))
+        """The regularized map of every rule of the result's procedure."""
+        return {rule: self.regularized(rule, **thresholds) for rule in self.procedure.rules}
 
     def regularized(self, rule: str | None = None, **thresholds: float | None) -> np.ndarray:
         """Regularized attention ``(gh, gw)`` by one rule, thresholds re-applied on the fly.
@@ -281,8 +335,11 @@ class AttentionResult:
         self._check_rule(rule)
         t = self._thresholds(rule, **thresholds)
         if t["rule"] == "soft":
-            return regularized_map("soft", self.attention, self.z, self.p, self.lfdr,
-                                   self.posterior, self.pi0, **self._rule_kwargs(t))
+            if np.any(self.attention < 0):
+                raise ValueError("attention contains negative values; the soft rule weighs "
+                                 "a non-negative attention map.")
+            # a token left out of the test (NaN evidence) gets no weight
+            return self.attention * np.nan_to_num(np.clip(self.evidence, 0.0, 1.0), nan=0.0)
         return np.where(self._mask(t), self.attention, 0.0)
 
     def significant(self, rule: str | None = None, **thresholds: float | None) -> np.ndarray:
@@ -295,8 +352,7 @@ class AttentionResult:
         return MASK_CACHE.get(self, t, lambda: self._compute_mask(t))
 
     def _compute_mask(self, t: dict[str, Any]) -> np.ndarray:
-        return self.procedure.mask(t["rule"], t, z=self.z, p=self.p, lfdr=self.lfdr,
-                                   posterior=self.posterior, q=self.q, pi0=self.pi0,
+        return self.procedure.mask(t["rule"], t, maps=self.maps, pi0=self.pi0,
                                    null_summary=self.null_summary, grid_shape=self.grid_shape,
                                    pixels_per_token=self._pixels_per_token)
 
@@ -314,8 +370,9 @@ class AttentionResult:
         path = Path(path)
         if path.suffix != ".npz":
             path = path.with_name(path.name + ".npz")
-        arrays: dict[str, np.ndarray] = {name: np.asarray(getattr(self, name))
-                                         for name in MAP_NAMES}
+        # each map under its procedure's name; the header says which procedure and maps
+        arrays = {"attention": np.asarray(self.attention),
+                  **{name: np.asarray(values) for name, values in self.maps.items()}}
         for name in ("head_attention", "null_scores"):
             if getattr(self, name) is not None:
                 arrays[name] = np.asarray(getattr(self, name))
@@ -328,6 +385,8 @@ class AttentionResult:
         header = {
             "format": "napari-attnreg result",
             "format_version": FORMAT_VERSION,
+            "procedure": self.procedure.name,
+            "maps": list(self.maps),
             "pi0": float(self.pi0),
             "thresholds": self.thresholds,
             "image_shape": list(self.image_shape),
@@ -351,7 +410,9 @@ class AttentionResult:
         Only the members this class knows are read (an extra member, however large, is never
         touched); each array's shape is checked from its header before its data is read; the
         geometry and statistics must be consistent (maps on the ``model_shape // patch_size``
-        token grid, an image of at least one patch, p/q/lfdr/posterior and π0 in [0, 1]).
+        token grid, an image of at least one patch, the procedure's probability maps and π0
+        in [0, 1]). A file of format version 1 (maps under the paper's names ``z``, ``p``,
+        ``q``, ``lfdr``, ``posterior`` whatever the preset) is read into its procedure's maps.
 
         Raises
         ------
@@ -359,7 +420,7 @@ class AttentionResult:
             The file is missing, not a result file, damaged or inconsistent; the message
             names the file and the problem.
         """
-        return cls(**read_result_file(Path(path), format_version=FORMAT_VERSION))
+        return cls(**read_result_file(Path(path)))
 
     def summary(self, *, diagnostics: bool = True) -> str:
         """One line for a status bar or a terminal, then one line per warning diagnostic."""
@@ -389,7 +450,12 @@ class AttentionResult:
             return NotImplemented
         for f in fields(self):
             a, b = getattr(self, f.name), getattr(other, f.name)
-            if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+            if f.name == "maps":
+                # NaN marks a token left out of the test in both
+                if list(a) != list(b) or not all(
+                        np.array_equal(a[k], b[k], equal_nan=True) for k in a):
+                    return False
+            elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
                 if a is None or b is None or not np.array_equal(a, b):
                     return False
             elif f.name != "null_summary" and a != b:

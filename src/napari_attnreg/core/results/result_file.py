@@ -1,7 +1,11 @@
 """Reading a saved result without trusting it: known members only, shapes checked first.
 
 A result file is an ``.npz`` (a zip of ``.npy`` members) written by
-:meth:`~napari_attnreg.core.results.result.AttentionResult.save`. A damaged, tampered or foreign file
+:meth:`~napari_attnreg.core.results.result.AttentionResult.save`. Since format version 2 it
+holds each token map under the name its procedure gives it (step-down: ``step_p``,
+``adjusted_p``, ``evidence``, ...) and its header names the procedure and the maps; a file
+of version 1 (or older) holds the paper's five maps ``z``, ``p``, ``q``, ``lfdr``,
+``posterior`` whatever its preset, and is read into its procedure's maps. A damaged, tampered or foreign file
 must give one clear ``ValueError`` naming the file and the problem, never a misaligned result
 or a raw ``KeyError``/``BadZipFile``; and a member this reader does not know (however large)
 is never read. Object arrays are refused (no pickles).
@@ -21,13 +25,15 @@ import numpy as np
 from numpy.lib import format as npy
 
 from napari_attnreg.core.stats.presets import THRESHOLD_KEYS
+from napari_attnreg.core.stats.procedures import Procedure, get_procedure
 from napari_attnreg.core.stats.rules import RULES
 
-#: The token maps every result holds and every result file stores.
-MAP_NAMES = ("attention", "z", "p", "lfdr", "posterior", "q")
+#: Version 2: maps under their procedure's names, the procedure named in the header.
+FORMAT_VERSION = 2
+#: The token maps a file of format version 1 (or older) stores, whatever its preset.
+LEGACY_MAP_NAMES = ("z", "p", "lfdr", "posterior", "q")
 
 FORMAT_NAME = "napari-attnreg result"
-PROBABILITY_MAPS = ("p", "q", "lfdr", "posterior")
 REQUIRED_HEADER = ("pi0", "thresholds", "image_shape", "model_shape", "patch_size")
 MAX_HEADER_BYTES = 64 << 20  # metadata JSON; real ones are a few kB
 MAX_SUMMARY_ELEMENTS = 1 << 24
@@ -42,7 +48,7 @@ class ResultFileError(ValueError):
     """A result file that cannot be used; the message names the file and the problem."""
 
 
-def read_result_file(path: Path, *, format_version: int) -> dict[str, Any]:
+def read_result_file(path: Path, *, format_version: int = FORMAT_VERSION) -> dict[str, Any]:
     """The keyword arguments of ``AttentionResult`` stored in ``path``, checked.
 
     Raises
@@ -97,12 +103,7 @@ class _Reader:
             raise self.fail(f"model_shape {list(model_shape)} is smaller than one patch "
                             f"{list(patch)}; the file is damaged or was edited.")
         self.check_aspect(header, image_shape, model_shape, patch)
-        missing = [m for m in MAP_NAMES if m not in self.members]
-        if missing:
-            raise self.fail(f"the maps {missing} are missing; the file is damaged or incomplete.")
-        maps = {m: self.array(m, lambda s, g=grid: s == g, f"the token grid {grid}")
-                for m in MAP_NAMES}
-        self._check_values(maps)
+        maps = self.maps(header, metadata, grid)
         rows = {"head_attention": (lambda n: n <= MAX_HEADS, f"n ≤ {MAX_HEADS} heads"),
                 "null_scores": (lambda n: n == n_boot, f"n_boot = {n_boot} rows")
                 if n_boot is not None else (lambda n: n <= MAX_BOOT, f"n ≤ {MAX_BOOT} rows")}
@@ -119,10 +120,54 @@ class _Reader:
             if name.startswith("null_summary__"):
                 summary[name.split("__", 1)[1]] = self.array(
                     name, lambda s: math.prod(s) <= MAX_SUMMARY_ELEMENTS, "a small summary")
-        return dict(maps, pi0=self.pi0(header), thresholds=self.thresholds(header),
+        return dict(attention=maps.pop("attention"), maps=maps, pi0=self.pi0(header),
+                    thresholds=self.thresholds(header),
                     image_shape=image_shape, model_shape=model_shape, patch_size=patch,
                     head_attention=optional.get("head_attention"), null_summary=summary,
                     null_scores=optional.get("null_scores"), metadata=metadata)
+
+    # ---- token maps ---------------------------------------------------------------------------
+    def procedure(self, header: dict[str, Any], metadata: dict[str, Any]) -> Procedure:
+        """The procedure that made the result: its preset in the metadata (files before
+        presets were the paper's), which a version-2 header names again."""
+        name = metadata.get("preset", "paper")
+        named = header.get("procedure") if header.get("format_version", 0) >= 2 else name
+        if named != name:
+            raise self.fail(f"its header names the procedure {named!r} but its metadata the "
+                            f"preset {name!r}; the file is damaged or was edited.")
+        try:
+            return get_procedure(name)
+        except ValueError:
+            raise self.fail(f"it was made by preset {name!r}, which this napari-attnreg does "
+                            "not know; upgrade (or install the plugin that adds it) to read "
+                            "it.") from None
+
+    def maps(self, header: dict[str, Any], metadata: dict[str, Any],
+             grid: tuple[int, int]) -> dict[str, np.ndarray]:
+        """``attention`` and the procedure's token maps by its names, checked."""
+        procedure = self.procedure(header, metadata)
+        legacy = header.get("format_version", 0) < 2
+        if legacy:
+            stored = LEGACY_MAP_NAMES
+        else:
+            stored = header.get("maps")
+            if not (isinstance(stored, list) and sorted(stored) == sorted(procedure.stored_maps)):
+                raise self.fail(f"its header lists the maps {_short(stored)}, but a "
+                                f"{procedure.title} result holds "
+                                f"{', '.join(procedure.stored_maps)}; the file is damaged or "
+                                "was edited.")
+        names = ("attention", *stored)
+        missing = [m for m in names if m not in self.members]
+        if missing:
+            raise self.fail(f"the maps {missing} are missing; the file is damaged or incomplete.")
+        maps = {m: self.array(m, lambda s, g=grid: s == g, f"the token grid {grid}")
+                for m in names}
+        probabilities = ("p", "q", "lfdr", "posterior") if legacy \
+            else procedure.probability_maps()
+        self._check_values(maps, probabilities, self.untested(metadata, grid))
+        if legacy:  # the paper's five fields, each renamed as the procedure declares
+            return {"attention": maps["attention"], **procedure.store(_Fields(maps))}
+        return maps
 
     # ---- members ------------------------------------------------------------------------------
     def array(self, name: str, shape_ok: Any, expected: str) -> np.ndarray:
@@ -240,15 +285,37 @@ class _Reader:
                                 f"{'finite number' if key == 'z_th' else 'number in [0, 1]'}.")
         return t
 
-    def _check_values(self, maps: dict[str, np.ndarray]) -> None:
+    def untested(self, metadata: dict[str, Any], grid: tuple[int, int]) -> np.ndarray:
+        """Boolean token grid of the tokens left out of the test (``excluded_tokens``, flat
+        indices: attention sinks with ``exclude_sinks=True``), whose maps hold NaN."""
+        excluded = metadata.get("excluded_tokens", [])
+        n_tokens = grid[0] * grid[1]
+        if not (isinstance(excluded, list) and len(excluded) < n_tokens and all(
+                _is_int(t) and 0 <= t < n_tokens for t in excluded)):
+            raise self.fail(f"metadata excluded_tokens {_short(excluded)} is not a list of "
+                            "token indices; the file is damaged or was edited.")
+        mask = np.zeros(n_tokens, dtype=bool)
+        mask[np.asarray(excluded, dtype=np.int64)] = True
+        return mask.reshape(grid)
+
+    def _check_values(self, maps: dict[str, np.ndarray], probabilities: tuple[str, ...],
+                      untested: np.ndarray) -> None:
         if not np.all(np.isfinite(maps["attention"])):
             raise self.fail("the attention map has NaN/inf values; the file is damaged.")
-        for name in PROBABILITY_MAPS:
+        for name in probabilities:
             values = maps[name]
-            outside = ~((values >= 0) & (values <= 1))  # NaN counts as outside
+            # NaN counts as outside, except at a token the run left out of the test
+            outside = ~((values >= 0) & (values <= 1)) & ~(untested & np.isnan(values))
             if outside.any():
                 raise self.fail(f"the {name} map has {int(outside.sum())} values outside "
                                 "[0, 1] or NaN; the file is damaged or was edited.")
+
+
+class _Fields:
+    """A version-1 file's maps as the attributes a procedure's ``store`` reads."""
+
+    def __init__(self, maps: dict[str, np.ndarray]) -> None:
+        self.__dict__.update(maps)
 
 
 def _short(value: Any) -> str:

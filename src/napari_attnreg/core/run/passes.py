@@ -274,8 +274,9 @@ class Run:
         metadata.update(extra or {})
         return AttentionResult(
             attention=observed.astype(np.float64),
-            z=grid_map(stats.z), p=grid_map(stats.p), lfdr=grid_map(stats.lfdr),
-            posterior=grid_map(stats.posterior), q=grid_map(stats.q), pi0=float(stats.pi0),
+            maps={name: grid_map(values)
+                  for name, values in config.procedure.store(stats).items()},
+            pi0=float(stats.pi0),
             thresholds=config.thresholds(), image_shape=maps.image_shape,
             model_shape=maps.model_shape, patch_size=maps.patch_size,
             head_attention=maps.heads.cpu().numpy().astype(np.float64), null_summary=summary,

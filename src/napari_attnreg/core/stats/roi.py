@@ -317,7 +317,7 @@ def roi_table(
     significant = np.asarray(result.significant(**thresholds), dtype=bool)
     regularized = np.asarray(result.regularized(**thresholds), dtype=np.float64)
     attention = np.asarray(result.attention, dtype=np.float64)
-    posterior = np.asarray(result.posterior, dtype=np.float64)
+    posterior = np.asarray(result.evidence, dtype=np.float64)
 
     rows = []
     for label in np.unique(labels[labels > 0]):

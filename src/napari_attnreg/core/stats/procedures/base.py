@@ -90,10 +90,15 @@ class Procedure:
     evidence_header: ClassVar[str] = "Mean posterior"
     #: Titles and legends of the maps a front end shows from the statistics.
     map_texts: ClassVar[Mapping[str, MapText]] = {}
-    #: The token maps a result of it holds, by their own names → the statistics field
-    #: (``z``, ``p``, ``q``, ``lfdr``, ``posterior``) that carries each today.
+    #: The token maps a result of it holds, by their own names (the names a result's
+    #: ``maps``, its file and its readers use) → the field of :meth:`statistics`' output
+    #: (``z``, ``p``, ``q``, ``lfdr``, ``posterior``) each is taken from. A result holds
+    #: these maps and no others.
     stored_maps: ClassVar[Mapping[str, str]] = {
         "z": "z", "p": "p", "q": "q", "lfdr": "lfdr", "posterior": "posterior"}
+    #: The stored map in [0, 1] that the soft rule weighs attention by and that a front
+    #: end's evidence ("posterior") layer shows.
+    evidence_map: ClassVar[str] = "posterior"
 
     # ---- options ------------------------------------------------------------------------
     def default_thresholds(self) -> dict[str, Any]:
@@ -171,33 +176,61 @@ class Procedure:
                                  null_scores, families=families, owner=owner,
                                  family_tokens=family_tokens, pi0_method=options["pi0_method"])
 
-    def mask(self, rule: str, thresholds: Mapping[str, Any], *, z: np.ndarray, p: np.ndarray,
-             lfdr: np.ndarray, posterior: np.ndarray, q: np.ndarray, pi0: float,
-             null_summary: Mapping[str, Any], grid_shape: tuple[int, ...],
-             pixels_per_token: int = 1) -> np.ndarray:
-        """Boolean token map kept by ``rule`` at ``thresholds``.
+    def store(self, statistics: Any) -> dict[str, Any]:
+        """The maps a result of this procedure holds, by name, from ``statistics`` (the
+        output of :meth:`statistics`, or anything with its fields as attributes)."""
+        return {name: getattr(statistics, where) for name, where in self.stored_maps.items()}
 
-        A step rule is read from the stored steps (a clear error when the result has none);
-        the other rules from the token maps.
+    def map_named(self, maps: Mapping[str, np.ndarray], name: str) -> np.ndarray:
+        """Stored map ``name`` of ``maps``; a clear error naming the maps this procedure
+        stores when it has none of that name (e.g. ``lfdr`` under step-down)."""
+        try:
+            return maps[name]
+        except KeyError:
+            raise ValueError(self.no_map_message(name)) from None
+
+    def no_map_message(self, name: str) -> str:
+        """The sentence that says a result of this procedure has no map ``name``."""
+        return (f"a {self.title} result has no {name!r} map; its maps are "
+                f"{', '.join(self.stored_maps)}.")
+
+    def probability_maps(self) -> tuple[str, ...]:
+        """The stored maps that are probabilities in [0, 1] (every one but ``z``)."""
+        return tuple(name for name, where in self.stored_maps.items() if where != "z")
+
+    def mask(self, rule: str, thresholds: Mapping[str, Any], *,
+             maps: Mapping[str, np.ndarray], pi0: float, null_summary: Mapping[str, Any],
+             grid_shape: tuple[int, ...], pixels_per_token: int = 1) -> np.ndarray:
+        """Boolean token map kept by ``rule`` at ``thresholds``, read from the stored
+        ``maps`` (by this procedure's names).
+
+        A step rule is read from the steps in ``null_summary`` (a clear error when the result
+        has none); the soft rule from the evidence map; the pooled rules from ``p``, ``q`` and
+        ``lfdr`` (a clear error naming the stored maps when the procedure has none of them).
         """
         from napari_attnreg.core.stats.rules import significance_mask
         from napari_attnreg.core.stats.stepdown import RULE_LEVEL, STEPDOWN_RULES
         from napari_attnreg.core.stats.stepdown_maps import stepdown_mask
 
         t = thresholds
+        z = self.map_named(maps, "z")
+        z_mask = z >= t["z_th"] if t["z_th"] is not None else np.ones(z.shape, dtype=bool)
         if rule in STEPDOWN_RULES:
-            keep = stepdown_mask(dict(null_summary), rule, t[RULE_LEVEL[rule]], grid_shape)
-            return keep & (z >= t["z_th"]) if t["z_th"] is not None else keep
-        return significance_mask(rule, z, p, lfdr, pi0, posterior=posterior, q=q,
-                                 z_th=t["z_th"], p_th=t["p_th"], l_th=t["l_th"],
-                                 q_th=t["q_th"], pixels_per_token=pixels_per_token)
+            return stepdown_mask(dict(null_summary), rule, t[RULE_LEVEL[rule]], grid_shape) & z_mask
+        if rule == "soft":
+            return z_mask & (np.asarray(maps[self.evidence_map], dtype=np.float64) >= 0.5)
+        p, lfdr, q = (self.map_named(maps, k) for k in ("p", "lfdr", "q"))
+        return significance_mask(rule, z, p, lfdr, pi0, q=q, z_th=t["z_th"], p_th=t["p_th"],
+                                 l_th=t["l_th"], q_th=t["q_th"],
+                                 pixels_per_token=pixels_per_token)
 
     def pixels_per_token(self, patch_size: tuple[int, int]) -> int:
         """Repeat of each token on the grid where the π0 rule takes its percentile."""
         return int(patch_size[0] * patch_size[1]) if self.pi0_on_pixel_grid else 1
 
-    def neg_log10_p(self, p: np.ndarray, q: np.ndarray, n_null: int) -> np.ndarray:
+    def neg_log10_p(self, maps: Mapping[str, np.ndarray], n_null: int) -> np.ndarray:
         """``−log10`` of the p a significance layer shows, floored at the pool's resolution."""
+        p = self.map_named(maps, "p")
         floor = 1.0 / ((1 + n_null) * p.size)
         return -np.log10(np.maximum(p, floor))
 

@@ -41,9 +41,10 @@ class StepDown(Procedure):
     offers_tail = True
     side = "step-down"
     evidence_header = "Mean evidence"
-    # the step p, the step-down adjusted p and the evidence 1 − adjusted p (the lfdr field
-    # repeats the adjusted p for the pooled rules' sake; it is not a local fdr)
+    # the step p, the step-down adjusted p and the evidence 1 − adjusted p; no lfdr: the
+    # statistics' lfdr field only repeats the adjusted p, it is not a local fdr
     stored_maps = {"z": "z", "step_p": "p", "adjusted_p": "q", "evidence": "posterior"}
+    evidence_map = "evidence"
     map_texts = {
         "pvalue": MapText(
             "−log10 adjusted p (step-down)",
@@ -67,9 +68,9 @@ class StepDown(Procedure):
         return stepdown_statistics(observed, null_scores, tail=options.get("tail") or "none",
                                    families=families, owner=owner, family_tokens=family_tokens)
 
-    def neg_log10_p(self, p: np.ndarray, q: np.ndarray, n_null: int) -> np.ndarray:
+    def neg_log10_p(self, maps: Mapping[str, np.ndarray], n_null: int) -> np.ndarray:
         # the adjusted p, floored at the tail fit's 1/(100·(B + 1))
-        return -np.log10(np.maximum(q, 1.0 / (100.0 * (1 + n_null))))
+        return -np.log10(np.maximum(maps["adjusted_p"], 1.0 / (100.0 * (1 + n_null))))
 
     def significance_meaning(self) -> str:
         return ("the patch is among the most attended patches that, step by step, draw more "
