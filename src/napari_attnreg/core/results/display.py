@@ -5,6 +5,11 @@ legend come from the procedure that made it (:mod:`napari_attnreg.core.stats.pro
 so each is written once. Under the directional preset the significance and posterior maps say
 "above the null": bright means the model attends there *more* than it does to noise.
 
+Every name, legend and colour bar also says which map was tested (:class:`MapInfo`, read from
+the result's metadata): a class map names its target and, when signed (CDAM), the side tested
+("for" or "against" the target); a signed map is drawn in a diverging colormap centred at 0,
+and no map is rescaled per image (Grad-CAM's raw values are what the statistics test).
+
 Example
 -------
 >>> [m.key for m in CONTINUOUS_MAPS]
@@ -27,6 +32,10 @@ from napari_attnreg.core.stats.procedures import get_procedure
 SIGNIFICANT_COLOR = "#00e5ff"
 #: The same colour as 0–255 RGB (for front ends that paint pixels themselves).
 SIGNIFICANT_RGB = tuple(int(SIGNIFICANT_COLOR[i:i + 2], 16) for i in (1, 3, 5))
+#: Colormap of signed maps (CDAM): blue against the target, white at 0, red for it.
+SIGNED_COLORMAP = "RdBu_r"
+#: The default map (head-mean CLS attention); other maps are named in every title.
+DEFAULT_MAP = "attention"
 
 
 def preset_help(preset: str) -> str:
@@ -86,6 +95,88 @@ def with_thresholds(result: AttentionResult, thresholds: dict[str, Any] | None) 
 
 
 @dataclass(frozen=True)
+class MapInfo:
+    """Which map a result tests, as its metadata records it (the default: attention).
+
+    Attributes
+    ----------
+    name : str
+        ``attention``, ``heads``, ``rollout``, ``cdam`` or ``gradcam``.
+    label : str
+        How the map is called (``"CDAM"``, ``"attention rollout"``).
+    signed : bool
+        The raw map takes both signs (CDAM).
+    sign : str
+        ``"for"`` or ``"against"``: the part of a signed map the statistics test.
+    target : str, int or None
+        ``"predicted"``, a class index or ``"concept"`` (class maps); None otherwise.
+    """
+
+    name: str = DEFAULT_MAP
+    label: str = DEFAULT_MAP
+    signed: bool = False
+    sign: str = "for"
+    target: Any = None
+
+    @classmethod
+    def of(cls, result: AttentionResult | Mapping[str, Any]) -> MapInfo:
+        """The map of ``result`` (or of a result's metadata)."""
+        md = result.metadata if isinstance(result, AttentionResult) else result
+        name = str(md.get("map") or DEFAULT_MAP)
+        return cls(name=name, label=str(md.get("map_label") or name),
+                   signed=bool(md.get("map_signed", False)), sign=str(md.get("sign") or "for"),
+                   target=md.get("target") if name in ("cdam", "gradcam") else None)
+
+    @property
+    def is_default(self) -> bool:
+        return self.name == DEFAULT_MAP
+
+    @property
+    def target_text(self) -> str:
+        """``"concept"``, ``"class 3"``, ``"predicted class"`` ('' for maps without one)."""
+        if self.target is None:
+            return ""
+        if self.target == "predicted":
+            return "predicted class"
+        return "concept" if self.target == "concept" else f"class {self.target}"
+
+    def caption(self) -> str:
+        """``"CDAM for concept"``, ``"CDAM against class 3"``, ``"attention rollout"``: the map
+        and, for a class map, the side of its target the statistics test."""
+        if self.target is None:
+            return self.label
+        side = self.sign if self.signed else "for"
+        return f"{self.label} {side} {self.target_text}"
+
+    def raw_title(self) -> str:
+        """Title of the raw map (colour bars): ``"CDAM, concept (signed)"``."""
+        if self.is_default:
+            return "attention"
+        what = f"{self.label}, {self.target_text}" if self.target is not None else self.label
+        return f"{what} ({'signed' if self.signed else 'raw'})"
+
+    def raw_legend(self) -> str:
+        """How to read the raw map's colours."""
+        if self.signed:
+            tested = "the red (for) side" if self.sign == "for" else "the blue (against) side"
+            return (f"{self.label}: how much each patch moves the {self.target_text} score — red "
+                    f"for it, blue against it, white neither (raw values, centred at 0). The "
+                    f"statistics test {tested}.")
+        if self.target is not None:
+            return (f"{self.label} for the {self.target_text}: raw values, never rescaled per "
+                    "image (bright = the patch supports it; 0 = no support).")
+        return _RAW_LEGENDS.get(self.name, f"{self.label} of each patch.")
+
+
+_RAW_LEGENDS = {
+    DEFAULT_MAP: "CLS attention of each patch (bright = the model looks here).",
+    "heads": "CLS attention, mean of the heads (each head was tested on its own).",
+    "rollout": "Attention rolled out through every block (bright = the CLS token draws on "
+               "this patch through the whole network).",
+}
+
+
+@dataclass(frozen=True)
 class MapDisplay:
     """How one continuous map is shown.
 
@@ -95,27 +186,56 @@ class MapDisplay:
         ``attention``, ``pvalue``, ``posterior`` or ``regularized``.
     colormap : str
         A colormap name both matplotlib and napari know.
+    info : MapInfo
+        The tested map (:meth:`for_result` sets it; the default is attention).
     """
 
     key: str
     colormap: str
     _values: Callable[[AttentionResult, dict[str, Any]], np.ndarray]
+    info: MapInfo = MapInfo()
+
+    def for_result(self, result: AttentionResult | None) -> MapDisplay:
+        """This display for ``result``'s map: its names, and a diverging colormap centred at
+        0 for the raw and regularized values of a signed map."""
+        if result is None:
+            return self
+        info = MapInfo.of(result)
+        colormap = SIGNED_COLORMAP if info.signed and self.signed_values else self.colormap
+        return replace(self, info=info, colormap=colormap)
+
+    @property
+    def signed_values(self) -> bool:
+        """Whether this display shows the map's own values (signed for a signed map)."""
+        return self.key in ("attention", "regularized")
+
+    @property
+    def diverging(self) -> bool:
+        """Drawn centred at 0 (a signed map's values)."""
+        return self.info.signed and self.signed_values
 
     def title(self, preset: str, thresholds: dict[str, Any] | None = None) -> str:
-        """Short name (layer suffix, panel title)."""
+        """Short name (layer suffix, panel title); names the map unless it is attention."""
         if self.key == "attention":
-            return "attention"
+            return self.info.raw_title()
         if self.key in ("pvalue", "posterior"):
-            return get_procedure(preset).map_text(self.key).title
-        return f"regularized ({rule_text(thresholds)})" if thresholds else "regularized"
+            text = get_procedure(preset).map_text(self.key).title
+        else:
+            text = f"regularized ({rule_text(thresholds)})" if thresholds else "regularized"
+        return text if self.info.is_default else f"{self.info.caption()}: {text}"
 
     def legend(self, preset: str) -> str:
         """One sentence that says how to read the colours."""
         if self.key == "attention":
-            return "CLS attention of each patch (bright = the model looks here)."
+            return self.info.raw_legend()
         if self.key in ("pvalue", "posterior"):
-            return get_procedure(preset).map_text(self.key).legend
-        return "Attention kept where the rule calls it significant, zero elsewhere."
+            text = get_procedure(preset).map_text(self.key).legend
+        elif self.diverging:
+            text = (f"{self.info.label} kept where the rule calls it significant (the "
+                    f"{self.info.sign} side), zero elsewhere.")
+        else:
+            text = "Attention kept where the rule calls it significant, zero elsewhere."
+        return text if self.info.is_default else f"Tested map: {self.info.caption()}. {text}"
 
     def values(self, result: AttentionResult, thresholds: dict[str, Any] | None = None) -> np.ndarray:
         """The token map to show."""
@@ -127,6 +247,9 @@ class MapDisplay:
             return (0.0, 1.0)
         if self.key == "pvalue":
             return (0.0, max(1.0, float(neg_log10_p(result).max())))
+        if self.diverging or (self.signed_values and MapInfo.of(result).signed):
+            top = max(float(np.abs(result.attention).max()), 1e-12)
+            return (-top, top)  # centred at 0: white is "neither for nor against"
         return (0.0, max(float(result.attention.max()), 1e-12))
 
 
@@ -137,6 +260,11 @@ CONTINUOUS_MAPS = (
     MapDisplay("regularized", "magma", lambda r, t: with_thresholds(r, t).regularized()),
 )
 MAPS_BY_KEY = {m.key: m for m in CONTINUOUS_MAPS}
+
+
+def map_display(key: str, result: AttentionResult | None = None) -> MapDisplay:
+    """How map ``key`` of ``result`` is shown (its tested map named, signed maps diverging)."""
+    return MAPS_BY_KEY[key].for_result(result)
 
 
 def rule_text(thresholds: dict[str, Any]) -> str:
@@ -199,11 +327,15 @@ def model_caption(result: AttentionResult) -> str:
 
 
 def run_caption(result: AttentionResult, *, planes: int = 1) -> str:
-    """``"demo · directional · normal B=200 · grid 28x28 · π0=0.93 · 1.2 s on cpu"``."""
+    """``"demo · directional · normal B=200 · grid 28x28 · π0=0.93 · 1.2 s on cpu"``; a map
+    other than attention follows the model (``"demo · CDAM for concept · stepdown ..."``)."""
     md = result.metadata
     gh, gw = result.grid_shape
     parts = [model_caption(result), result.preset, f"{md.get('method', '?')} B={md.get('n_boot', '?')}",
              f"grid {gh}x{gw}"]
+    info = MapInfo.of(result)
+    if not info.is_default:  # the tested map right after the model: "demo · CDAM for concept"
+        parts.insert(1, info.caption())
     if md.get("tiled"):
         parts.append(f"tiled: {md.get('n_tiles', '?')} tiles")
     if planes > 1:
@@ -288,11 +420,19 @@ def roi_table_columns() -> list[str]:
                                                              if k not in ROI_LEAD_COLUMNS]
 
 
-def roi_header(key: str, preset: str) -> str:
+#: ROI columns of the tested map's own values: named after the map when it is not attention.
+_MAP_VALUE_COLUMNS = {"mean_attention": "Mean {}", "attention_enrichment": "{} in/out",
+                      "mean_pct_raw": "{} percentile"}
+
+
+def roi_header(key: str, preset: str, info: MapInfo | None = None) -> str:
     """Header of ROI column ``key``; the soft map's column is named as ``preset`` computes it
-    (the generic name when there is no result yet: ``preset`` empty)."""
+    (the generic name when there is no result yet: ``preset`` empty), and the map's value
+    columns after the tested map (``info``: ``"Mean CDAM"``)."""
     if key == "mean_posterior" and preset in presets():
         return get_procedure(preset).evidence_header
+    if info is not None and not info.is_default and key in _MAP_VALUE_COLUMNS:
+        return _MAP_VALUE_COLUMNS[key].format(info.label)
     return ROI_COLUMNS.get(key, key)
 
 
@@ -325,12 +465,14 @@ def token_at(result: AttentionResult, row: float, col: float) -> tuple[int, int]
 
 
 def describe_pixel(result: AttentionResult, row: float, col: float) -> str:
-    """``"x=12 y=40 · patch (2,0) attention=0.031 z=2.10 p=0.004 q=0.04 posterior=0.97"``."""
+    """``"x=12 y=40 · patch (2,0) attention=0.031 z=2.10 p=0.004 q=0.04 posterior=0.97"``
+    (the tested map's name in place of ``attention``: ``CDAM=-0.002``)."""
     token = token_at(result, row, col)
     if token is None:
         return ""
     i, j = token
-    where = f"x={round(col)} y={round(row)} · patch ({i},{j}) attention={result.attention[i, j]:.4g}"
+    name = MapInfo.of(result).label
+    where = f"x={round(col)} y={round(row)} · patch ({i},{j}) {name}={result.attention[i, j]:.4g}"
     if result.procedure.uses_step_p:
         return (f"{where} step p={result.p[i, j]:.3g} adjusted p={result.q[i, j]:.3g} "
                 f"evidence={result.posterior[i, j]:.3g}")

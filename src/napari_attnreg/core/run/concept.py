@@ -71,6 +71,17 @@ def _as_list(examples: Any) -> list[Any]:
     return [examples]
 
 
+def region_count(mask: Any) -> int:
+    """How many regions (crops) :func:`concept_from` takes from ``mask``: its labels, or the
+    connected components of a boolean mask (front ends say "concept from N regions")."""
+    labels = np.asarray(mask)
+    if not labels.any():
+        return 0
+    if labels.dtype == bool or labels.max() <= 1:
+        return int(ndimage.label(labels > 0)[1])
+    return int(np.unique(labels[labels > 0]).size)
+
+
 def _crops(image: Any, mask: Any, channel_axis: int | None) -> list[np.ndarray]:
     """One crop of ``image`` around every region of ``mask``."""
     arr = np.asarray(image)
