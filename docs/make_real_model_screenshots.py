@@ -30,8 +30,9 @@ sys.path.insert(0, str(ROOT / "examples"))
 from screenshot_common import ensure_display, run_and_wait  # noqa: E402
 
 MAPS = ("attention", "rollout", "cdam")
-#: Two coins of skimage.data.coins() (row0, col0, row1, col1): the concept's examples.
-COINS = ((18, 48, 72, 98), (98, 104, 156, 158))
+#: Two coins of skimage.data.coins() (row0, col0, row1, col1; their bounding boxes after an
+#: Otsu threshold): the concept's examples.
+COINS = ((107, 84, 145, 122), (105, 185, 144, 227))
 MODEL_NAME = "DINOv2 ViT-S/14 (real test article)"
 
 
@@ -82,12 +83,16 @@ def napari_shots(backbone, image, out: Path, n_boot: int) -> None:
                              face_color="transparent", edge_width=2)
     dock, widget = viewer.window.add_plugin_dock_widget("napari-attnreg",
                                                         "Attention Regularization")
-    viewer.window._qt_window.resizeDocks([dock], [470], Qt.Orientation.Horizontal)
+    app = QApplication.instance()
+    _settle(app, 5)  # the docks are laid out once the window is shown
+    # a narrower layer column than napari's default: the canvas gets the width
+    qt = viewer.window._qt_viewer
+    viewer.window._qt_window.resizeDocks([qt.dockLayerList, qt.dockLayerControls, dock],
+                                         [260, 260, 440], Qt.Orientation.Horizontal)
     widget.set_model(backbone, name=MODEL_NAME)
     widget.options.controls["device"].setCurrentText("cpu")
     widget.options.controls["n_boot"].setValue(n_boot)
     widget.set_layer(layer)
-    app = QApplication.instance()
     for name in MAPS:
         widget.options.set("map", name)
         if name == "cdam":
@@ -98,7 +103,7 @@ def napari_shots(backbone, image, out: Path, n_boot: int) -> None:
         _show_map(viewer, widget, rois)
         viewer.reset_view()
         if name == "cdam":  # the dock scrolled to the concept it scores
-            _scroll_to(widget, widget.concept)
+            _scroll_to(widget, widget.concept.label)
         for toast in viewer.window._qt_window.findChildren(NapariQtNotification):
             toast.close()
         _settle(app)
@@ -114,13 +119,13 @@ def _scroll_to(widget, target) -> None:
     from qtpy.QtWidgets import QScrollArea
 
     for area in widget.findChildren(QScrollArea):
-        area.ensureWidgetVisible(target, 0, 40)
+        area.ensureWidgetVisible(target, 0, 12)
 
 
 def notebook_shot(backbone, image, out: Path, n_boot: int) -> None:
     """The explorer's canvas of a CDAM run on the concept, with its colour bar, as PNG."""
     import numpy as np
-    from PIL import Image, ImageDraw
+    from PIL import Image, ImageDraw, ImageFont
 
     from napari_attnreg.notebook import AttentionExplorer, render
 
@@ -133,7 +138,7 @@ def notebook_shot(backbone, image, out: Path, n_boot: int) -> None:
         raise SystemExit(f"no concept: {explorer.concept_panel.status.value}")
     if explorer.run(wait=True) is None:
         raise SystemExit(f"notebook run failed: {explorer.status}")
-    canvas = explorer.rendered
+    canvas = np.repeat(np.repeat(explorer.rendered, 2, axis=0), 2, axis=1)  # a readable size
     panel = explorer.display_panel
     lut = panel.lut(explorer.result)
     bar = render.colorbar(lut, width=canvas.shape[1] // 2, height=14)
@@ -142,11 +147,13 @@ def notebook_shot(backbone, image, out: Path, n_boot: int) -> None:
     strip[6:20, left:left + bar.shape[1]] = bar
     picture = Image.fromarray(np.concatenate([canvas, strip]))
     draw = ImageDraw.Draw(picture)
+    font = ImageFont.load_default(size=13)
     top = canvas.shape[0]
-    draw.text((left - 8, top + 6), panel.colorbar_lo.value, fill="black", anchor="ra")
-    draw.text((left + bar.shape[1] + 8, top + 6), panel.colorbar_hi.value, fill="black")
+    draw.text((left - 8, top + 5), panel.colorbar_lo.value, fill="black", anchor="ra", font=font)
+    draw.text((left + bar.shape[1] + 8, top + 5), panel.colorbar_hi.value, fill="black",
+              font=font)
     draw.text((canvas.shape[1] // 2, top + 24), f"{panel.colorbar_label.value} · "
-              f"{explorer.concept_panel.status.value}", fill="black", anchor="ma")
+              f"{explorer.concept_panel.status.value}", fill="black", anchor="ma", font=font)
     path = out / "real_notebook_cdam.png"
     picture.save(path)
     print(f"wrote {path} ({picture.width}x{picture.height}): {explorer.status}")
@@ -157,7 +164,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(ROOT / "docs" / "images"))
     parser.add_argument("--n-boot", type=int, default=50)
-    parser.add_argument("--skip-napari", action="store_true")
+    parser.add_argument("--skip-napari", action="store_true", help="the notebook render only")
+    parser.add_argument("--skip-notebook", action="store_true", help="the napari ones only")
     args = parser.parse_args()
     ensure_display()
 
@@ -175,7 +183,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     if not args.skip_napari:
         napari_shots(backbone, image, out, args.n_boot)
-    notebook_shot(backbone, image, out, args.n_boot)
+    if not args.skip_notebook:
+        notebook_shot(backbone, image, out, args.n_boot)
 
 
 if __name__ == "__main__":

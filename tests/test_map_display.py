@@ -17,6 +17,7 @@ from napari_attnreg.core.results.display import (
     roi_header,
     run_caption,
 )
+from napari_attnreg.core.results.meaning import result_meaning
 from napari_attnreg.core.results.patch_report import patch_report
 
 
@@ -84,6 +85,8 @@ def test_titles_legends_captions_and_lookups_name_the_map(cdam_result):
     assert " CDAM=" in describe_pixel(cdam_result, 5, 5)
     assert roi_header("mean_attention", preset, MapInfo.of(cdam_result)) == "Mean CDAM"
     assert roi_header("mean_attention", preset) == "Mean attention"
+    assert result_meaning(preset, cdam_result.metadata).startswith(
+        "Tested map: CDAM for concept. ")
     report = patch_report(cdam_result, 5, 5)
     assert report.values[0] == ("map", "CDAM for concept") and report.values[1][0] == "CDAM"
 

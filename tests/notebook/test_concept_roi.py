@@ -77,3 +77,30 @@ def test_typing_a_target_replaces_the_concept(explorer):
     explorer.options_panel.advanced.controls["target"].value = "predicted"
     assert explorer.concept_panel.vector is None
     assert "target" not in explorer.options_panel.advanced.values()
+
+
+@pytest.mark.real_model
+def test_concept_from_a_drawn_roi_on_the_real_article():
+    """The real DINOv2 (no head): two outlined coins give a concept of its width, the same as
+    the core's; skips without the article."""
+    from skimage import data
+
+    from napari_attnreg.testing import real_article
+
+    try:
+        backbone = real_article.load(device="cpu")
+    except (real_article.ArticleUnavailable, ImportError) as err:
+        pytest.skip(f"the real test article cannot be built here: {err}")
+    coins = data.coins()
+    ex = AttentionExplorer(coins, backbone, n_boot=8, device="cpu", view="image", map="cdam")
+    try:
+        ex.add_roi(rectangle=(107, 84, 145, 122))
+        ex.add_roi(rectangle=(105, 185, 144, 227))
+        vector = ex.concept_panel.build()
+        assert vector is not None, ex.concept_panel.status.value
+        assert vector.shape == (backbone.embed_dim,) == (384,)
+        np.testing.assert_allclose(vector, concept_from(coins, backbone, ex.roi_labels),
+                                   rtol=1e-5, atol=1e-6)
+        assert "concept from 2 regions" in ex.concept_panel.status.value
+    finally:
+        ex.close()
