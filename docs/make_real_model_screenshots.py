@@ -84,11 +84,12 @@ def napari_shots(backbone, image, out: Path, n_boot: int) -> None:
     dock, widget = viewer.window.add_plugin_dock_widget("napari-attnreg",
                                                         "Attention Regularization")
     app = QApplication.instance()
-    _settle(app, 5)  # the docks are laid out once the window is shown
-    # a narrower layer column than napari's default: the canvas gets the width
+    # a narrower layer column than napari's default: the canvas gets the width (and the
+    # colour bar's title fits)
     qt = viewer.window._qt_viewer
-    viewer.window._qt_window.resizeDocks([qt.dockLayerList, qt.dockLayerControls, dock],
-                                         [260, 260, 440], Qt.Orientation.Horizontal)
+    for left in (qt.dockLayerList, qt.dockLayerControls):
+        left.setMaximumWidth(270)
+    viewer.window._qt_window.resizeDocks([dock], [440], Qt.Orientation.Horizontal)
     widget.set_model(backbone, name=MODEL_NAME)
     widget.options.controls["device"].setCurrentText("cpu")
     widget.options.controls["n_boot"].setValue(n_boot)
