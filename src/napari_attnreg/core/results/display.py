@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from napari_attnreg.core.results.map_info import MapInfo
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.stats.presets import presets
 from napari_attnreg.core.stats.procedures import get_procedure
@@ -34,8 +35,6 @@ SIGNIFICANT_COLOR = "#00e5ff"
 SIGNIFICANT_RGB = tuple(int(SIGNIFICANT_COLOR[i:i + 2], 16) for i in (1, 3, 5))
 #: Colormap of signed maps (CDAM): blue against the target, white at 0, red for it.
 SIGNED_COLORMAP = "RdBu_r"
-#: The default map (head-mean CLS attention); other maps are named in every title.
-DEFAULT_MAP = "attention"
 
 
 def preset_help(preset: str) -> str:
@@ -92,88 +91,6 @@ def with_thresholds(result: AttentionResult, thresholds: dict[str, Any] | None) 
     used = result.thresholds_used
     given = {k: v for k, v in (thresholds or {}).items() if k in used}
     return replace(result, thresholds={**used, **given})
-
-
-@dataclass(frozen=True)
-class MapInfo:
-    """Which map a result tests, as its metadata records it (the default: attention).
-
-    Attributes
-    ----------
-    name : str
-        ``attention``, ``heads``, ``rollout``, ``cdam`` or ``gradcam``.
-    label : str
-        How the map is called (``"CDAM"``, ``"attention rollout"``).
-    signed : bool
-        The raw map takes both signs (CDAM).
-    sign : str
-        ``"for"`` or ``"against"``: the part of a signed map the statistics test.
-    target : str, int or None
-        ``"predicted"``, a class index or ``"concept"`` (class maps); None otherwise.
-    """
-
-    name: str = DEFAULT_MAP
-    label: str = DEFAULT_MAP
-    signed: bool = False
-    sign: str = "for"
-    target: Any = None
-
-    @classmethod
-    def of(cls, result: AttentionResult | Mapping[str, Any]) -> MapInfo:
-        """The map of ``result`` (or of a result's metadata)."""
-        md = result.metadata if isinstance(result, AttentionResult) else result
-        name = str(md.get("map") or DEFAULT_MAP)
-        return cls(name=name, label=str(md.get("map_label") or name),
-                   signed=bool(md.get("map_signed", False)), sign=str(md.get("sign") or "for"),
-                   target=md.get("target") if name in ("cdam", "gradcam") else None)
-
-    @property
-    def is_default(self) -> bool:
-        return self.name == DEFAULT_MAP
-
-    @property
-    def target_text(self) -> str:
-        """``"concept"``, ``"class 3"``, ``"predicted class"`` ('' for maps without one)."""
-        if self.target is None:
-            return ""
-        if self.target == "predicted":
-            return "predicted class"
-        return "concept" if self.target == "concept" else f"class {self.target}"
-
-    def caption(self) -> str:
-        """``"CDAM for concept"``, ``"CDAM against class 3"``, ``"attention rollout"``: the map
-        and, for a class map, the side of its target the statistics test."""
-        if self.target is None:
-            return self.label
-        side = self.sign if self.signed else "for"
-        return f"{self.label} {side} {self.target_text}"
-
-    def raw_title(self) -> str:
-        """Title of the raw map (colour bars): ``"CDAM, concept (signed)"``."""
-        if self.is_default:
-            return "attention"
-        what = f"{self.label}, {self.target_text}" if self.target is not None else self.label
-        return f"{what} ({'signed' if self.signed else 'raw'})"
-
-    def raw_legend(self) -> str:
-        """How to read the raw map's colours."""
-        if self.signed:
-            tested = "the red (for) side" if self.sign == "for" else "the blue (against) side"
-            return (f"{self.label}: how much each patch moves the {self.target_text} score — red "
-                    f"for it, blue against it, white neither (raw values, centred at 0). The "
-                    f"statistics test {tested}.")
-        if self.target is not None:
-            return (f"{self.label} for the {self.target_text}: raw values, never rescaled per "
-                    "image (bright = the patch supports it; 0 = no support).")
-        return _RAW_LEGENDS.get(self.name, f"{self.label} of each patch.")
-
-
-_RAW_LEGENDS = {
-    DEFAULT_MAP: "CLS attention of each patch (bright = the model looks here).",
-    "heads": "CLS attention, mean of the heads (each head was tested on its own).",
-    "rollout": "Attention rolled out through every block (bright = the CLS token draws on "
-               "this patch through the whole network).",
-}
 
 
 @dataclass(frozen=True)
