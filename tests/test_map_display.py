@@ -113,3 +113,23 @@ def test_the_notebook_render_fades_a_signed_map_at_zero():
     out = render.composite(base, values, lut=lut, vmin=-1, vmax=1, opacity=1.0, centre=0.0)
     assert tuple(out[0, 1]) == (128, 128, 128)  # 0: the image itself
     assert tuple(out[0, 0]) == tuple(lut[0]) and tuple(out[0, 2]) == tuple(lut[-1])
+
+
+def test_the_publication_figure_draws_a_signed_map_centred_at_zero(cdam_result, tmp_path,
+                                                                 monkeypatch):
+    from napari_attnreg.core.results import figure
+
+    drawn = {}
+    original = figure._draw_side
+
+    def spy(fig, left_height, mapped, view, result, outline):
+        drawn.update(clim=mapped.get_clim(), cmap=mapped.get_cmap().name, title=view.title(
+            result.preset, result.thresholds))
+        return original(fig, left_height, mapped, view, result, outline)
+
+    monkeypatch.setattr(figure, "_draw_side", spy)
+    image = np.zeros(cdam_result.image_shape, np.float32)
+    figure.publication_figure(cdam_result, image, tmp_path / "cdam.png", map_key="attention")
+    lo, hi = drawn["clim"]
+    assert lo == -hi and hi > 0 and drawn["cmap"] == SIGNED_COLORMAP
+    assert drawn["title"] == "CDAM, concept (signed)"
