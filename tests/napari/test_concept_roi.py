@@ -6,6 +6,8 @@ Real viewer (Xvfb), a tiny random-init ViT; the concept must equal the core's
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from qtpy.QtCore import Qt
@@ -47,7 +49,8 @@ def test_a_drawn_rectangle_becomes_the_sessions_target(dock, qtbot, tiny_backbon
     assert np.array_equal(widget.run_config().target, expected)
 
 
-def test_the_concept_runs_and_every_display_names_the_map(dock, qtbot, run_and_wait):
+def test_the_concept_runs_and_every_display_names_the_map(dock, qtbot, run_and_wait,
+                                                          tmp_path):
     viewer, widget, _ = dock
     viewer.add_shapes([RECT], shape_type="rectangle", name="nuclei")
     _press(qtbot, widget)
@@ -64,6 +67,13 @@ def test_the_concept_runs_and_every_display_names_the_map(dock, qtbot, run_and_w
     report = widget.inspector.inspect_world(viewer.layers["cells"].data_to_world((35, 30)))
     assert report is not None and ("map", "CDAM for concept") in report.values
     assert "CDAM for concept" in widget.inspector.label.text()
+    # saved and reopened, the raw map keeps its diverging colormap (the concept in the files)
+    from napari_attnreg._napari.io import read_saved_folder
+    from napari_attnreg._napari.results_io import save_results
+
+    written = save_results(viewer, record, [], tmp_path / "saved")
+    reopened = {kw["name"]: kw for _, kw, _ in read_saved_folder(str(Path(written[0]).parent))}
+    assert "RdBu" in reopened[raw.name]["colormap"].name
 
 
 def test_without_a_roi_the_dock_says_what_to_draw(dock, qtbot):
