@@ -129,3 +129,20 @@ def test_clear_and_typing_a_target_forget_the_concept(dock, qtbot):
     _press(qtbot, widget)
     qtbot.keyClicks(widget.options.controls["target"], "3")
     assert widget.concept.vector is None and widget.options.value("target") == "3"
+
+
+def test_the_concept_sees_the_channels_as_the_run_does(viewer_widget, qtbot, tiny_backbone,
+                                                      cells_image):
+    viewer, widget = viewer_widget
+    two = np.stack([cells_image, cells_image[::-1]]).astype(np.float32)  # (C, H, W)
+    widget.set_layer(viewer.add_image(two, name="two channels"))
+    source = widget.source
+    source.channel_axis_combo.setCurrentIndex(source.channel_axis_combo.findData(0))
+    source.merge_combo.setCurrentText("max")
+    widget.options.set("map", "cdam")
+    shapes = viewer.add_shapes([RECT], shape_type="rectangle", name="nuclei")
+    _press(qtbot, widget)
+    mask = shapes.to_labels(labels_shape=cells_image.shape)
+    np.testing.assert_allclose(
+        widget.session.settings["target"],
+        concept_from(two, tiny_backbone, mask, channel_axis=0, merge="max"), atol=1e-5)

@@ -79,6 +79,22 @@ def test_typing_a_target_replaces_the_concept(explorer):
     assert "target" not in explorer.options_panel.advanced.values()
 
 
+def test_the_concept_sees_the_channels_as_the_run_does(tiny_backbone, blob_image):
+    two = np.stack([blob_image, blob_image[::-1]]).astype(np.float32)  # (C, H, W)
+    ex = AttentionExplorer(two, tiny_backbone, n_boot=8, device="cpu", view="image",
+                           channel_axis=0, map="cdam", merge="max")
+    try:
+        ex.add_roi(rectangle=(20, 10, 45, 35))
+        vector = ex.concept_panel.build()
+        mask = ex.roi_labels > 0
+        np.testing.assert_allclose(
+            vector, concept_from(two, tiny_backbone, mask, channel_axis=0, merge="max"),
+            rtol=1e-5, atol=1e-6)
+        assert not np.allclose(vector, concept_from(two, tiny_backbone, mask, channel_axis=0))
+    finally:
+        ex.close()
+
+
 @pytest.mark.real_model
 def test_concept_from_a_drawn_roi_on_the_real_article():
     """The real DINOv2 (no head): two outlined coins give a concept of its width, the same as

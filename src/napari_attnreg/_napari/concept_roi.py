@@ -47,12 +47,16 @@ class RoiRequest:
         The regions on the image's pixel grid (0 = background).
     layer_name : str
         The ROI layer they come from.
+    channels, merge : optional
+        The dock's channel choice, as the run applies it.
     """
 
     image: np.ndarray
     channel_axis: int | None
     labels: np.ndarray
     layer_name: str
+    channels: list[int] | None = None
+    merge: str | None = None
 
     @property
     def n_regions(self) -> int:
@@ -84,8 +88,10 @@ def roi_layer(viewer: Any) -> Any:
                      "press 'Concept from ROI'.")
 
 
-def capture_request(viewer: Any, image_layer: Any, channel_axis: int | None) -> RoiRequest:
-    """The chosen image's plane in view and the ROI layer's regions on it.
+def capture_request(viewer: Any, image_layer: Any, channel_axis: int | None,
+                    channel_options: dict[str, Any] | None = None) -> RoiRequest:
+    """The chosen image's plane in view and the ROI layer's regions on it (with the dock's
+    ``channels``/``merge``, ``channel_options``).
 
     Raises
     ------
@@ -118,7 +124,7 @@ def capture_request(viewer: Any, image_layer: Any, channel_axis: int | None) -> 
                        image_layer.data.ndim - 1 if image_layer.rgb else channel_axis,
                        bool(image_layer.rgb))
     image, plane_axis = stack.read(plane)
-    return RoiRequest(image, plane_axis, labels, layer.name)
+    return RoiRequest(image, plane_axis, labels, layer.name, **(channel_options or {}))
 
 
 def build_concept(request: RoiRequest, spec: Any) -> np.ndarray:
@@ -128,7 +134,8 @@ def build_concept(request: RoiRequest, spec: Any) -> np.ndarray:
     from napari_attnreg.core.run.service import load_model
 
     return concept_from(request.image, load_model(spec), request.labels,
-                        channel_axis=request.channel_axis)
+                        channel_axis=request.channel_axis, channels=request.channels,
+                        merge=request.merge)
 
 
 class ConceptFromRoi(QWidget):
@@ -233,7 +240,7 @@ class ConceptFromRoi(QWidget):
         self.switch_button.setVisible(False)
         try:
             request = capture_request(dock.viewer, dock.current_layer(),
-                                      dock.source.channel_axis())
+                                      dock.source.channel_axis(), dock.source.channel_options())
             spec = dock.model_spec()
         except ValueError as err:
             self._show_target(str(err))

@@ -17,7 +17,7 @@ import ipywidgets as W
 import numpy as np
 
 from napari_attnreg.core.models.scorers import map_names, scorer_class
-from napari_attnreg.core.run.options import option
+from napari_attnreg.core.run.options import option, validate_options
 from napari_attnreg.notebook.advanced_panel import AdvancedPanel
 from napari_attnreg.session import Session
 
@@ -97,7 +97,11 @@ class ConceptPanel(W.VBox):
                                  "examples of the concept (or pass roi=mask), then press "
                                  "'Concept from ROI'.")
             self._say("Building the concept…")
-            vector = concept_from(image, self._backbone(), labels, channel_axis=channel_axis)
+            # the run's channels / merge, as the run checks and applies them
+            given = self.advanced.values()
+            chosen = validate_options({k: given[k] for k in ("channels", "merge") if k in given})
+            vector = concept_from(image, self._backbone(), labels, channel_axis=channel_axis,
+                                  channels=chosen.get("channels"), merge=chosen.get("merge"))
         except Exception as err:  # noqa: BLE001 - every failure is said in the panel
             self._say(f"No concept: {user_message(err)}", error=True)
             return None
