@@ -11,6 +11,7 @@ options panel reports it as ``target`` and the dock's session holds it.
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from typing import Any
 
@@ -215,10 +216,11 @@ class ConceptFromRoi(QWidget):
         text = self._dock.options.controls["target"]
         text.setPlaceholderText("concept (below)" if self.vector is not None
                                 else str(option("target").default))
-        if error is not None:
-            self.label.setText(f"<span style='color:{ERROR_COLOR}'>{error}</span>")
+        if error is not None:  # layer names are the analyst's: never read as markup
+            text = html.escape(error, quote=False)
+            self.label.setText(f"<span style='color:{ERROR_COLOR}'>{text}</span>")
         else:
-            self.label.setText(self.description)
+            self.label.setText(html.escape(self.description, quote=False))
 
     # ---- building ------------------------------------------------------------------------
     def request(self) -> Any:
@@ -257,8 +259,8 @@ class ConceptFromRoi(QWidget):
         worker.finished.connect(self._on_finished)
         self.worker, self._made = worker, None
         self.button.setEnabled(False)
-        self.label.setText(f"Building the concept from {request.n_regions} region(s) of "
-                           f"{request.layer_name!r}…")
+        self.label.setText(html.escape(f"Building the concept from {request.n_regions} "
+                                       f"region(s) of {request.layer_name!r}…", quote=False))
         worker.start()
         return worker
 

@@ -389,7 +389,8 @@ def describe_pixel(result: AttentionResult, row: float, col: float) -> str:
         return ""
     i, j = token
     name = MapInfo.of(result).label
-    where = f"x={round(col)} y={round(row)} · patch ({i},{j}) {name}={result.attention[i, j]:.4g}"
+    where = (f"x={round(col)} y={round(row)} · patch ({i},{j}) "
+             f"{name}={result.attention[i, j]:.4g}")
     if result.procedure.uses_step_p:
         return (f"{where} step p={result.p[i, j]:.3g} adjusted p={result.q[i, j]:.3g} "
                 f"evidence={result.posterior[i, j]:.3g}")
