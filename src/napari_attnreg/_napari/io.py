@@ -117,7 +117,8 @@ def read_ome_tiff_layers(path: str | list[str]) -> list[LayerData]:
         ours = kwargs.get("metadata", {}).get(META_KEY)
         kind = ours.get("kind") if isinstance(ours, dict) else None
         if kind in KINDS and (kind == "significant") == (layer_type == "labels"):
-            kwargs = {**output_style(kind, kwargs.get("contrast_limits")), **kwargs}
+            kwargs = {**output_style(kind, kwargs.get("contrast_limits"),
+                                     signed=bool(ours.get("map_signed"))), **kwargs}
         layers.append((data, kwargs, layer_type))
         if kind == "significant" and layer_type == "labels":  # drawn by its thin outline
             layers.append(outline_layer_data(data, kwargs))

@@ -19,9 +19,14 @@ from napari_attnreg._napari.geometry import SourceGeometry, token_transform
 from napari_attnreg._napari.outline import outline_layer_data, sync_outline
 from napari_attnreg._napari.roi_export import run_provenance
 from napari_attnreg._napari.run_record import RunRecord
-from napari_attnreg.core.results.display import MAPS_BY_KEY, SIGNIFICANT_COLOR
+from napari_attnreg.core.results.display import (
+    MAPS_BY_KEY,
+    SIGNED_COLORMAP,
+    SIGNIFICANT_COLOR,
+    MapInfo,
+    map_display,
+)
 from napari_attnreg.core.results.result import AttentionResult
-from napari_attnreg.core.run.options import MAPS
 from napari_attnreg.core.run.planes import PlaneIndex
 from napari_attnreg.core.stats.presets import DEFAULT_PRESET
 from napari_attnreg.session import Session
@@ -46,29 +51,37 @@ TRANSFORM_KEYS = ("scale", "translate", "rotate", "shear", "affine", "units")
 def layer_name(source_name: str, kind: str, preset: str = DEFAULT_PRESET,
                label: str | None = None) -> str:
     """``'cell · −log10 p, above null'`` etc.: the map's title (core.display) for the preset,
-    after the tested map's label when that is not the default attention (``'cell · CDAM
-    significant'``).
+    after the tested map's caption when that is not the default attention (``'cell · CDAM
+    for concept · significant'``; its raw map is ``'… · raw map'``).
 
     The regularized layer keeps a name without its thresholds, so moving a slider does not
     rename a layer (its rule is in the metadata and the widget's status line).
     """
-    title = "significant" if kind == "significant" else MAPS_BY_KEY[kind].title(preset)
-    return f"{source_name} · {label + ' ' if label else ''}{title}"
+    if kind == "significant":
+        title = "significant"
+    elif kind == "attention" and label:
+        title = "raw map"
+    else:
+        title = MAPS_BY_KEY[kind].title(preset)
+    return f"{source_name} · {label} · {title}" if label else f"{source_name} · {title}"
 
 
 def map_label(record: RunRecord) -> str | None:
-    """The label of the map a record's results test, None for the default map."""
-    metadata = record.any_result.metadata
-    name = metadata.get("map") or MAPS[0]
-    return None if name == MAPS[0] else str(metadata.get("map_label") or name)
+    """The caption of the map a record's results test (``'CDAM for concept'``), None for the
+    default map."""
+    info = MapInfo.of(record.any_result)
+    return None if info.is_default else info.caption()
 
 
-def legend(kind: str, preset: str) -> str:
-    """How to read an output layer (stored in its metadata, shown in the widget)."""
+def legend(kind: str, preset: str, result: AttentionResult | None = None) -> str:
+    """How to read an output layer (stored in its metadata, shown in the widget); with
+    ``result``, in the words of its tested map."""
     if kind == "significant":
-        return ("The patches the rule calls significant (label 1), drawn by the thin outline "
+        text = ("The patches the rule calls significant (label 1), drawn by the thin outline "
                 "layer above; show this layer to paint or erase them as an annotation.")
-    return MAPS_BY_KEY[kind].legend(preset)
+        info = None if result is None else MapInfo.of(result)
+        return text if info is None or info.is_default else f"Tested map: {info.caption()}. {text}"
+    return map_display(kind, result).legend(preset)
 
 
 # ---- map values ------------------------------------------------------------------------------
@@ -128,25 +141,39 @@ def token_grid(labels: np.ndarray) -> np.ndarray:
 
 
 def contrast_limits(record: RunRecord, kind: str) -> tuple[float, float]:
+    """The layer's contrast limits: the map's raw values, never rescaled per image; a
+    signed map's raw and regularized layers are centred at 0 (``(−m, m)``)."""
     if kind in ("posterior", "pvalue"):
         his = [MAPS_BY_KEY[kind].limits(r)[1] for r in record.results.values()]
         return (0.0, max(his))
     # attention and regularized share limits so the two maps compare at a glance; the 99.5th
     # percentile keeps one outlier token (a common ViT artefact) from darkening the rest
     values = np.concatenate([r.attention.ravel() for r in record.results.values()])
+    if MapInfo.of(record.any_result).signed:
+        top = float(np.percentile(np.abs(values), 99.5)) or float(np.abs(values).max()) or 1.0
+        return (-top, top)
     hi = float(np.percentile(values, 99.5))
     return (0.0, hi if hi > 0 else float(values.max()) or 1.0)
 
 
 # ---- colormaps ---------------------------------------------------------------------------
-def overlay_colormap(kind: str):
-    """The map's colormap (core.display) with an alpha ramp from 0, so zeros vanish."""
+def overlay_colormap(kind: str, signed: bool = False):
+    """The map's colormap (core.display) with an alpha ramp from 0, so zeros vanish.
+
+    ``signed``: the raw and regularized layers of a signed map are drawn in the diverging
+    :data:`SIGNED_COLORMAP`, transparent at its centre (0) and opaque towards both ends.
+    """
     from napari.utils.colormaps import Colormap, ensure_colormap
 
-    name = MAPS_BY_KEY[kind].colormap
+    diverging = signed and kind in ("attention", "regularized")
+    name = SIGNED_COLORMAP if diverging else MAPS_BY_KEY[kind].colormap
     colors = np.array(ensure_colormap(name).colors, dtype=float)  # 256 RGBA entries
-    colors[:, 3] = np.clip(np.linspace(0.0, 1.0, len(colors)) * 2.5, 0.0, 1.0)
-    return Colormap(colors=colors, name=f"attnreg {name} (transparent low)")
+    ramp = np.linspace(0.0, 1.0, len(colors))
+    if diverging:
+        ramp = np.abs(2.0 * ramp - 1.0)  # 0 at the centre: "neither for nor against" vanishes
+    colors[:, 3] = np.clip(ramp * 2.5, 0.0, 1.0)
+    suffix = "transparent at 0" if diverging else "transparent low"
+    return Colormap(colors=colors, name=f"attnreg {name} ({suffix})")
 
 
 def significant_colormap():
@@ -187,7 +214,9 @@ def _metadata(record: RunRecord, kind: str, made: Mapping[str, Any] | None = Non
         "kind": kind,
         "run_id": record.run_id,
         "preset": record.preset,
-        "legend": legend(kind, record.preset),
+        "legend": legend(kind, record.preset, result),
+        "map": MapInfo.of(result).caption(),
+        "map_signed": MapInfo.of(result).signed,
         "source": record.source_name,
         "source_id": str(record.source_id),
         "planes": [list(p) for p in sorted(record.results)],
@@ -232,12 +261,21 @@ def upsert_outputs(viewer: Any, record: RunRecord,
             layer.metadata = meta
             layer.name = name
             if kind != "significant":
+                _follow_colormap(layer, kwargs["colormap"])
                 layer.contrast_limits = kwargs["contrast_limits"]
         if kind == "significant":
             sync_outline(viewer, layer)
         layers[kind] = layer
         record.outputs[kind] = layer
     return layers
+
+
+def _follow_colormap(layer: Any, colormap: Any) -> None:
+    """A re-run with another kind of map (signed or not) brings its colormap, unless the
+    analyst chose one of their own."""
+    current = layer.colormap.name
+    if current.startswith("attnreg ") and current != colormap.name:
+        layer.colormap = colormap
 
 
 def place_outputs(viewer: Any, record: RunRecord) -> None:
@@ -266,19 +304,20 @@ def _set_transform(layer: Any, transform: dict[str, Any]) -> None:
 
 
 def output_style(kind: str, limits: tuple[float, float] | None = None,
-                 outlined: bool = True) -> dict[str, Any]:
+                 outlined: bool = True, signed: bool = False) -> dict[str, Any]:
     """How an output layer of ``kind`` is drawn (colormap, blending, opacity, visibility):
     the dock's new layers and the layers the readers reopen look alike.
 
     ``outlined``: the significant labels will be drawn by a thin outline layer above them
     (:func:`.outline.sync_outline`), so they start hidden; without one (a reader alone) their
-    filled patches are shown half transparent.
+    filled patches are shown half transparent. ``signed``: a signed map's (diverging
+    colormap, see :func:`overlay_colormap`).
     """
     if kind == "significant":
         # one colour, where random colours per region suggested classes that do not exist
         return {"opacity": 0.5, "colormap": significant_colormap(),
                 "visible": VISIBLE[kind] and not outlined}
-    style = {"colormap": overlay_colormap(kind), "blending": "translucent",
+    style = {"colormap": overlay_colormap(kind, signed), "blending": "translucent",
              "opacity": 0.85 if kind != "attention" else 0.75, "visible": VISIBLE[kind],
              "interpolation2d": "nearest"}
     if limits is not None:
@@ -294,10 +333,11 @@ def output_layer_data(record: RunRecord, kind: str, data: np.ndarray,
     (``made``: the run's provenance) and style. The dock adds these layers; the result-file
     reader returns them (:func:`result_layers`)."""
     limits = None if kind == "significant" else contrast_limits(record, kind)
+    signed = MapInfo.of(record.any_result).signed
     kwargs = {"name": layer_name(record.source_name, kind, record.preset, map_label(record)),
               "metadata": _metadata(record, kind, made),
               **token_transform(record.geometry, record.any_result, _supersample(kind)),
-              **output_style(kind, limits, outlined)}
+              **output_style(kind, limits, outlined, signed)}
     return data, kwargs, "labels" if kind == "significant" else "image"
 
 

@@ -44,6 +44,7 @@ class OptionsPanel(QWidget):
 
         super().__init__(parent)
         self.controls: dict[str, QWidget] = {}
+        self.concept: Any = None  # 'Concept from ROI' (attach_concept), the napari dock's
         for opt in panel_options(skip=ELSEWHERE):
             choices = tuple(available_devices()) if opt.name == "device" else None
             self.controls[opt.name] = make_control(opt, default_for(opt.name, DEFAULT_PRESET),
@@ -106,12 +107,25 @@ class OptionsPanel(QWidget):
 
     # ---- values ----------------------------------------------------------------------------
     def value(self, name: str) -> Any:
-        """The value control ``name`` shows."""
+        """The value control ``name`` shows (``target``: the concept, while one is held)."""
+        if name == "target" and self.concept is not None and self.concept.vector is not None:
+            return self.concept.vector
         return value_of(self.controls[name], option(name))
 
     def set(self, name: str, value: Any) -> None:
-        """Show ``value`` in control ``name``."""
+        """Show ``value`` in control ``name`` (a concept ``target`` goes to the concept row)."""
+        if name == "target" and self.concept is not None and self.concept.adopt(value):
+            self.controls["target"].clear()
+            return
         set_value(self.controls[name], option(name), value)
+
+    def attach_concept(self, concept: QWidget) -> None:
+        """Place 'Concept from ROI' (:mod:`.concept_roi`) under the target; while it holds a
+        concept, that is the target, and typing a target forgets it."""
+        self.concept = concept
+        row, _ = self.advanced_form.getWidgetPosition(self.controls["target"])
+        self.advanced_form.insertRow(row + 1, "", concept)
+        self.controls["target"].textEdited.connect(lambda _text: concept.clear())
 
     def preset(self) -> str:
         """The statistics preset chosen."""

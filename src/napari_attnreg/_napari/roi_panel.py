@@ -42,6 +42,7 @@ from napari_attnreg._napari.source_panel import is_output
 from napari_attnreg._napari.status import WARNING_COLOR
 from napari_attnreg.core.results.display import (
     ROI_COLUMN_HELP,
+    MapInfo,
     roi_header,
     roi_table_columns,
     rule_text,
@@ -240,11 +241,12 @@ class RoiPanel(QWidget):
         self.rows = rows
         columns = (["plane"] if rows and "plane" in rows[0] else []) + table_columns()
         preset = self._record.preset if rows and self._record is not None else ""
+        info = MapInfo.of(self._record.any_result) if preset else None  # "Mean CDAM"
         self.table.clear()
         self.table.setColumnCount(len(columns))
         self.table.setRowCount(len(rows))
         for c, key in enumerate(columns):  # headers and their meaning from core.display
-            header = QTableWidgetItem(roi_header(key, preset))
+            header = QTableWidgetItem(roi_header(key, preset, info))
             header.setToolTip(ROI_COLUMN_HELP.get(key, ""))
             self.table.setHorizontalHeaderItem(c, header)
         for r, row in enumerate(rows):

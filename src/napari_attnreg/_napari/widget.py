@@ -41,6 +41,7 @@ from napari_attnreg._napari._compat import avoid_triton_llvm_clash
 
 avoid_triton_llvm_clash()  # before anything below can import timm (see core.triton_guard)
 
+from napari_attnreg._napari.concept_roi import ConceptFromRoi
 from napari_attnreg._napari.dock_scroll import VerticalScroll
 from napari_attnreg._napari.figure import FigureButton, GeoJsonButton
 from napari_attnreg._napari.inspector import PatchInspector
@@ -74,6 +75,7 @@ from napari_attnreg.core.run.thresholds import Thresholds
 from napari_attnreg.core.stats.presets import THRESHOLD_KEYS
 from napari_attnreg.io.readers import ImageInfo
 from napari_attnreg.session import Session
+from napari_attnreg.session.model import same_setting
 
 
 def section(title: str, content: QWidget, tip: str) -> QCollapsible:
@@ -122,6 +124,8 @@ class AttentionWidget(QWidget):
         model_form = QFormLayout()
         model_form.addRow("Model", self.model)
         self.options = OptionsPanel()
+        self.concept = ConceptFromRoi(self)  # 'Concept from ROI', under Advanced ▸ Target
+        self.options.attach_concept(self.concept)
         defaults = run_defaults()  # the user's plugin settings (napari Preferences)
         self.model.apply_setting(defaults.model)
         self.options.apply_settings(defaults)
@@ -271,7 +275,7 @@ class AttentionWidget(QWidget):
         if not self._pushing_settings:  # set in code (session.update_settings): show it
             for name, value in changes.items():
                 if name in self.options.controls and value is not None \
-                        and self.options.value(name) != value:
+                        and not same_setting(self.options.value(name), value):
                     self.options.set(name, value)
         if self.session.selected is None and changes.keys() & {"preset", *THRESHOLD_KEYS}:
             self._show_selected()  # the panel shows the next run's thresholds

@@ -77,12 +77,17 @@ def save_publication_figure(result: Any, display: np.ndarray, path: Path, title:
     return publication_figure(result, display, path)
 
 
-def _colorbar_title(key: str, preset: str) -> str:
+def _colorbar_title(view: Any, preset: str) -> str:
     """What a colour bar measures (the panel title says which map it is)."""
+    key, info = view.key, view.info
     if key in ("pvalue", "posterior"):
         from napari_attnreg.core.stats.procedures import get_procedure
 
         return get_procedure(preset).map_text(key).colorbar
+    if not info.is_default:  # a map's own values: CDAM signed, Grad-CAM raw
+        kind = "signed" if info.signed else "raw"
+        return {"attention": f"{info.label} ({kind})",
+                "regularized": f"{info.label} kept"}.get(key, key)
     return {"attention": "share of CLS attention", "regularized": "attention kept"}.get(key, key)
 
 
@@ -127,13 +132,14 @@ def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Pat
     axes[0].set_title("image")
     fig.add_subplot(grid[1, 0]).set_axis_off()
     for i, (ax, view) in enumerate(zip(axes[1:], CONTINUOUS_MAPS), start=1):
+        view = view.for_result(result)  # the tested map named; a signed one centred at 0
         ax.imshow(display, cmap=cmap, aspect=aspect)
         vmin, vmax = view.limits(result)
         im = ax.imshow(result.to_pixels(view.values(result, thresholds)), cmap=view.colormap,
                        alpha=0.6, vmin=vmin, vmax=vmax, aspect=aspect)
         ax.set_title(view.title(result.preset, thresholds), fontsize=10)
         bar = fig.colorbar(im, cax=fig.add_subplot(grid[1, i]), orientation="horizontal")
-        bar.ax.set_title(_colorbar_title(view.key, result.preset), fontsize=8)
+        bar.ax.set_title(_colorbar_title(view, result.preset), fontsize=8)
         # wrapped by hand: matplotlib's wrap=True ignores the neighbouring panels
         bar.set_label(textwrap.fill(view.legend(result.preset), 48), fontsize=7)
     _outline_significant(axes[-1], result)

@@ -13,11 +13,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import ipywidgets as W
+import numpy as np
 from traitlets import TraitError
 
 from napari_attnreg.core.run.options import GROUP_TITLES, Option, panel_options
 from napari_attnreg.notebook.option_controls import build_control, control_value, show_value
 from napari_attnreg.notebook.state import ExplorerState
+from napari_attnreg.session.model import same_setting
 
 #: Set with the image (the explorer's ``channel_axis`` argument); thresholds have their own panel.
 ELSEWHERE = ("channel_axis",)
@@ -66,8 +68,28 @@ class AdvancedPanel(W.Accordion):
                          layout=W.Layout(width="370px"))
         self.set_title(0, "Advanced options")
 
+    def hold(self, name: str, value: Any, shown: str) -> None:
+        """Run with ``value`` while control ``name`` shows the text ``shown`` (a concept
+        ``target``: "concept from 2 regions"); editing the control replaces it."""
+        self.controls[name].value = shown
+        self._initial[name] = (value, shown)
+
+    def held(self, name: str) -> Any:
+        """The value :meth:`hold` set, while its control still shows it (else None)."""
+        value, shown = self._initial.get(name, (None, object()))
+        return value if self.controls[name].value == shown else None
+
+    def place_after(self, name: str, widget: W.Widget) -> None:
+        """Show ``widget`` right under the control of option ``name``."""
+        rows = list(self.children[0].children)
+        rows.insert(rows.index(self.controls[name]) + 1, widget)
+        self.children[0].children = tuple(rows)
+
     def _show_initial(self, name: str, value: Any) -> None:
         control = self.controls[name]
+        if isinstance(value, np.ndarray):  # a concept given in code: its numbers stay here
+            self.hold(name, value, "concept (given in code)")
+            return
         try:
             show_value(self.options[name], control, value)
         except TraitError:  # e.g. pi0_method=0.8: not one of the listed choices
@@ -92,7 +114,7 @@ class AdvancedPanel(W.Accordion):
             initial, shown = self._initial.get(name, (None, object()))
             control = self.controls[name]
             value = initial if control.value == shown else control_value(opt, control)
-            if value is not None and value != opt.default:
+            if value is not None and not same_setting(value, opt.default):
                 out[name] = value
         return out
 

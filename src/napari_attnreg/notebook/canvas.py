@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from napari_attnreg.core.results.display import MAPS_BY_KEY, describe_pixel
+from napari_attnreg.core.results.display import describe_pixel, map_display
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.notebook import render
 from napari_attnreg.notebook.display_panel import DisplayPanel
@@ -62,18 +62,18 @@ class OverlayCanvas:
         """Token values of the chosen overlay and their colour range (core.display)."""
         if self.state.overlay == "none":
             return None, 0.0, 1.0
-        view = MAPS_BY_KEY[self.state.overlay]
+        view = map_display(self.state.overlay, result)  # a signed map: centred at 0
         values = view.values(result, result.thresholds)
         vmin, vmax = view.limits(result)
         if self.state.overlay == "regularized":
             # removed tokens are transparent, so the image shows where attention was not real
-            values = np.where(values > 0, values, np.nan)
+            values = np.where(values != 0, values, np.nan)
         return values, vmin, vmax
 
     def redraw(self) -> None:
         if self.image.stack is None:
             return
-        lut, result = self.display.lut(), self.result
+        lut, result = self.display.lut(self.result), self.result
         values = outline = None
         vmin, vmax = 0.0, 1.0
         if result is not None and self.token_index is not None:
@@ -87,9 +87,11 @@ class OverlayCanvas:
         roi_edges = None
         if labels is not None and labels.any():
             roi_edges = render.label_boundaries(self.image.grid.sample(labels), self.line_width())
+        diverging = (values is not None and result is not None
+                     and map_display(self.state.overlay, result).diverging)
         self.rendered = render.composite(self.image.base, values, lut=lut, vmin=vmin, vmax=vmax,
                                          opacity=self.state.opacity, outline=outline,
-                                         roi_edges=roi_edges)
+                                         roi_edges=roi_edges, centre=0.0 if diverging else None)
         self.view.show(self.rendered, self.image.plane_shape)
         self.display.show_scale(lut, vmin, vmax, result if values is not None else None)
 

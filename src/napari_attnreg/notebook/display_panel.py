@@ -7,7 +7,7 @@ import html
 import ipywidgets as W
 import numpy as np
 
-from napari_attnreg.core.results.display import MAPS_BY_KEY
+from napari_attnreg.core.results.display import map_display
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.notebook import render
 from napari_attnreg.notebook.option_controls import labelled
@@ -53,12 +53,13 @@ class DisplayPanel(W.VBox):
             dropdown.options = options
             dropdown.value = value  # new options reset the selection; the state's choice stays
 
-    def lut(self) -> np.ndarray:
-        """The colormap lookup table of the chosen overlay."""
+    def lut(self, result: AttentionResult | None = None) -> np.ndarray:
+        """The colormap lookup table of the chosen overlay (``result``'s map: a signed one is
+        diverging)."""
         name = self.state.colormap
         if name == "auto":
             overlay = self.state.overlay
-            name = MAPS_BY_KEY[overlay].colormap if overlay != "none" else "magma"
+            name = map_display(overlay, result).colormap if overlay != "none" else "magma"
         return render.colormap_lut(name)
 
     def show_scale(self, lut: np.ndarray, vmin: float, vmax: float,
@@ -70,7 +71,7 @@ class DisplayPanel(W.VBox):
         self.legend.layout.display = "block" if shown else "none"
         if not shown:
             return
-        view = MAPS_BY_KEY[self.state.overlay]
+        view = map_display(self.state.overlay, result)
         self.colorbar.value = render.to_png(render.colorbar(lut))
         self.colorbar_lo.value = f"{vmin:.3g}"
         self.colorbar_hi.value = f"{vmax:.3g}"

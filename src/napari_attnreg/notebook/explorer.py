@@ -35,6 +35,7 @@ from napari_attnreg.core.stats.presets import DEFAULT_PRESET
 from napari_attnreg.io.export import provenance, write_table_csv
 from napari_attnreg.notebook import render
 from napari_attnreg.notebook.canvas import OverlayCanvas, make_view
+from napari_attnreg.notebook.concept_roi import ConceptPanel
 from napari_attnreg.notebook.display_panel import DisplayPanel
 from napari_attnreg.notebook.image_panel import ImagePanel, check_max_display
 from napari_attnreg.notebook.options_panel import OptionsPanel
@@ -214,6 +215,9 @@ class AttentionExplorer(W.VBox):
         self.image_panel = ImagePanel(state, max_display=max_display,
                                       run_options=self._run_options)
         self.options_panel = OptionsPanel(state, self._run_options)
+        self.concept_panel = ConceptPanel(self.options_panel.advanced, self.session,
+                                          self._concept_source, self._load_model)
+        self.options_panel.advanced.place_after("target", self.concept_panel)
         self.thresholds_panel = ThresholdsPanel(state)
         self.display_panel = DisplayPanel(state)
         self.run_panel = RunPanel(state, self.run, lambda outcome: self.runs.finish(outcome))
@@ -392,6 +396,17 @@ class AttentionExplorer(W.VBox):
             self._set_status(str(err), "warning")
 
     # ---- regions of interest --------------------------------------------------------------
+    def _concept_source(self) -> tuple[np.ndarray, int | None, np.ndarray | None]:
+        """The plane on screen, its channel axis and the drawn regions ('Concept from ROI')."""
+        self._plane_shape()  # a ValueError without a usable image
+        image, channel_axis = self.image_panel.stack.read(tuple(self.state.slice_index))
+        return image, channel_axis, self.roi_panel.labels
+
+    def _load_model(self) -> Any:
+        from napari_attnreg.core.run.service import load_model
+
+        return load_model(model_spec(self.state.model_name, arch=self._arch, given=self._given))
+
     @property
     def roi_labels(self) -> np.ndarray | None:
         """Integer ROI labels on the current plane (0 = background), or None."""

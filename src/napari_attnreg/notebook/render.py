@@ -21,6 +21,8 @@ from napari_attnreg.core.results.result import AttentionResult
 SIGNIFICANT_COLOR: tuple[int, int, int] = SIGNIFICANT_RGB  # type: ignore[assignment]
 #: Colour of ROI outlines.
 ROI_COLOR = (255, 215, 0)
+#: A signed map is fully opaque from this share of its half-range on (napari's alpha ramp).
+CENTRE_FADE = 2.5
 
 
 def hex_color(rgb: tuple[int, int, int]) -> str:
@@ -127,6 +129,7 @@ def composite(
     outline_color: tuple[int, int, int] = SIGNIFICANT_COLOR,
     roi_edges: np.ndarray | None = None,
     roi_color: tuple[int, int, int] = ROI_COLOR,
+    centre: float | None = None,
 ) -> np.ndarray:
     """Blend a colour-mapped map over an image and draw outlines on top.
 
@@ -142,6 +145,9 @@ def composite(
     opacity : float in [0, 1]
     outline, roi_edges : (h, w) bool, optional
         Pixels painted in ``outline_color`` / ``roi_color``.
+    centre : float, optional
+        A signed map's centre (0): values near it fade out, as napari's diverging overlay
+        does, so "neither for nor against" leaves the image visible.
 
     Returns
     -------
@@ -159,6 +165,10 @@ def composite(
         index = np.clip(((np.nan_to_num(vals, nan=vmin) - vmin) / span * 255).round(), 0, 255)
         colour = lut[index.astype(np.intp)].astype(np.float32) / 255.0
         alpha = float(np.clip(opacity, 0.0, 1.0)) * visible[..., None]
+        if centre is not None:
+            half = max(abs(vmax - centre), abs(centre - vmin)) or 1.0
+            far = np.abs(np.nan_to_num(vals, nan=centre) - centre) / half
+            alpha = alpha * np.clip(far * CENTRE_FADE, 0.0, 1.0)[..., None]
         rgb = rgb * (1 - alpha) + colour * alpha
     out = (rgb * 255).round().astype(np.uint8)
     if outline is not None:

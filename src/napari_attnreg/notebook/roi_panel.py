@@ -10,7 +10,12 @@ from typing import Any
 import ipywidgets as W
 import numpy as np
 
-from napari_attnreg.core.results.display import ROI_COLUMN_HELP, roi_header, roi_table_columns
+from napari_attnreg.core.results.display import (
+    ROI_COLUMN_HELP,
+    MapInfo,
+    roi_header,
+    roi_table_columns,
+)
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.stats.roi import roi_table
 from napari_attnreg.notebook.regions import add_region, as_labels
@@ -99,7 +104,8 @@ class RoiPanel(W.VBox):
         columns = roi_table_columns()  # as the dock's: evidence and enrichment first
         head = "".join(
             f"<th title='{html.escape(ROI_COLUMN_HELP.get(c, ''))}'>"
-            f"{html.escape(roi_header(c, result.preset))}</th>" for c in columns)
+            f"{html.escape(roi_header(c, result.preset, MapInfo.of(result)))}</th>"
+            for c in columns)
         body = "".join("<tr>" + "".join(f"<td>{_fmt(row[c])}</td>" for c in columns)
                        + "</tr>" for row in rows)
         self.table.value = (

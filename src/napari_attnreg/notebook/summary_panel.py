@@ -7,8 +7,14 @@ import html
 import math
 
 import ipywidgets as W
+import numpy as np
 
-from napari_attnreg.core.results.display import diagnostics_lines, run_caption, summary_text
+from napari_attnreg.core.results.display import (
+    MapInfo,
+    diagnostics_lines,
+    run_caption,
+    summary_text,
+)
 from napari_attnreg.core.results.meaning import result_meaning
 from napari_attnreg.core.results.result import AttentionResult
 
@@ -41,6 +47,21 @@ def done_text(result: AttentionResult, plane: tuple[int, ...],
     return f"Done{where} {timing_text(result)}.{note}", "warning" if n_warnings else "success"
 
 
+def kept_share(result: AttentionResult) -> tuple[float, str]:
+    """The share of the tested map the regularized map keeps, and what it is a share of
+    (a signed map: its tested side, ``"the evidence for concept"``)."""
+    info = MapInfo.of(result)
+    values, kept = result.attention, result.regularized()
+    if info.signed:  # a sum of signed values is no amount: the side the statistics test
+        flip = -1.0 if info.sign == "against" else 1.0
+        values, kept = np.maximum(flip * values, 0.0), np.maximum(flip * kept, 0.0)
+        what = f"the evidence {info.sign} {info.target_text}".rstrip()
+    else:
+        what = "the attention" if info.is_default else f"the {info.label}"
+    total = float(values.sum())
+    return (float(kept.sum()) / total if total > 0 else math.nan), what
+
+
 class SummaryPanel(W.VBox):
     """Two lines under the image: the count at the current thresholds, then the run."""
 
@@ -54,15 +75,15 @@ class SummaryPanel(W.VBox):
         if result is None:
             self.summary.value = self.diagnostics.value = ""
             return
-        reg = result.regularized()
-        total = result.attention.sum()
-        kept = float(reg.sum() / total) if total > 0 else math.nan
-        caption = html.escape(summary_text(result, result.thresholds), quote=False)
+        kept, what = kept_share(result)
+        info = MapInfo.of(result)
+        caption = html.escape(("" if info.is_default else f"{info.caption()}: ")
+                              + summary_text(result, result.thresholds), quote=False)
         # the step-down caption carries its map-level p; π0 belongs to the pooled presets
         pi0 = "" if result.p_map is not None else f" · π0 = {result.pi0:.3f}"
         meaning = html.escape(result_meaning(result.preset, result.metadata), quote=False)
         self.summary.value = (f"<b>{caption}</b>{pi0} · regularized map keeps "
-                              f"{100 * kept:.1f}% of the attention<br><i>{meaning}</i>")
+                              f"{100 * kept:.1f}% of {what}<br><i>{meaning}</i>")
         lines = [html.escape(run_caption(result), quote=False)]
         for line in diagnostics_lines(result):
             text = html.escape(line, quote=False)

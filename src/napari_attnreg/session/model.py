@@ -24,6 +24,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.thresholds import Thresholds
 from napari_attnreg.core.stats.presets import DEFAULT_PRESET, THRESHOLD_KEYS
@@ -35,6 +37,15 @@ PlaneIndex = tuple[int, ...]
 
 def _new_run_id() -> str:
     return uuid.uuid4().hex
+
+
+def same_setting(a: Any, b: Any) -> bool:
+    """Whether two setting values are equal; a concept (an array ``target``) compares by its
+    numbers, where ``==`` would compare element by element."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+                and a.shape == b.shape and bool(np.array_equal(a, b)))
+    return bool(a == b)
 
 
 @dataclass(frozen=True)
@@ -118,7 +129,7 @@ class Session:
         if preset is not None and preset != self._settings.get("preset"):
             given = {**Thresholds.from_preset(preset).as_dict(), **given}
         changed = {k: v for k, v in given.items()
-                   if k not in self._settings or self._settings[k] != v}
+                   if k not in self._settings or not same_setting(self._settings[k], v)}
         if changed:
             self._settings.update(changed)
             self.events.settings_changed.emit(dict(changed))

@@ -5,6 +5,11 @@ legend come from the procedure that made it (:mod:`napari_attnreg.core.stats.pro
 so each is written once. Under the directional preset the significance and posterior maps say
 "above the null": bright means the model attends there *more* than it does to noise.
 
+Every name, legend and colour bar also says which map was tested (:class:`MapInfo`, read from
+the result's metadata): a class map names its target and, when signed (CDAM), the side tested
+("for" or "against" the target); a signed map is drawn in a diverging colormap centred at 0,
+and no map is rescaled per image (Grad-CAM's raw values are what the statistics test).
+
 Example
 -------
 >>> [m.key for m in CONTINUOUS_MAPS]
@@ -19,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from napari_attnreg.core.results.map_info import MapInfo
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.stats.presets import presets
 from napari_attnreg.core.stats.procedures import get_procedure
@@ -27,6 +33,8 @@ from napari_attnreg.core.stats.procedures import get_procedure
 SIGNIFICANT_COLOR = "#00e5ff"
 #: The same colour as 0–255 RGB (for front ends that paint pixels themselves).
 SIGNIFICANT_RGB = tuple(int(SIGNIFICANT_COLOR[i:i + 2], 16) for i in (1, 3, 5))
+#: Colormap of signed maps (CDAM): blue against the target, white at 0, red for it.
+SIGNED_COLORMAP = "RdBu_r"
 
 
 def preset_help(preset: str) -> str:
@@ -95,27 +103,56 @@ class MapDisplay:
         ``attention``, ``pvalue``, ``posterior`` or ``regularized``.
     colormap : str
         A colormap name both matplotlib and napari know.
+    info : MapInfo
+        The tested map (:meth:`for_result` sets it; the default is attention).
     """
 
     key: str
     colormap: str
     _values: Callable[[AttentionResult, dict[str, Any]], np.ndarray]
+    info: MapInfo = MapInfo()
+
+    def for_result(self, result: AttentionResult | None) -> MapDisplay:
+        """This display for ``result``'s map: its names, and a diverging colormap centred at
+        0 for the raw and regularized values of a signed map."""
+        if result is None:
+            return self
+        info = MapInfo.of(result)
+        colormap = SIGNED_COLORMAP if info.signed and self.signed_values else self.colormap
+        return replace(self, info=info, colormap=colormap)
+
+    @property
+    def signed_values(self) -> bool:
+        """Whether this display shows the map's own values (signed for a signed map)."""
+        return self.key in ("attention", "regularized")
+
+    @property
+    def diverging(self) -> bool:
+        """Drawn centred at 0 (a signed map's values)."""
+        return self.info.signed and self.signed_values
 
     def title(self, preset: str, thresholds: dict[str, Any] | None = None) -> str:
-        """Short name (layer suffix, panel title)."""
+        """Short name (layer suffix, panel title); names the map unless it is attention."""
         if self.key == "attention":
-            return "attention"
+            return self.info.raw_title()
         if self.key in ("pvalue", "posterior"):
-            return get_procedure(preset).map_text(self.key).title
-        return f"regularized ({rule_text(thresholds)})" if thresholds else "regularized"
+            text = get_procedure(preset).map_text(self.key).title
+        else:
+            text = f"regularized ({rule_text(thresholds)})" if thresholds else "regularized"
+        return text if self.info.is_default else f"{self.info.caption()}: {text}"
 
     def legend(self, preset: str) -> str:
         """One sentence that says how to read the colours."""
         if self.key == "attention":
-            return "CLS attention of each patch (bright = the model looks here)."
+            return self.info.raw_legend()
         if self.key in ("pvalue", "posterior"):
-            return get_procedure(preset).map_text(self.key).legend
-        return "Attention kept where the rule calls it significant, zero elsewhere."
+            text = get_procedure(preset).map_text(self.key).legend
+        elif self.diverging:
+            text = (f"{self.info.label} kept where the rule calls it significant (the "
+                    f"{self.info.sign} side), zero elsewhere.")
+        else:
+            text = "Attention kept where the rule calls it significant, zero elsewhere."
+        return text if self.info.is_default else f"Tested map: {self.info.caption()}. {text}"
 
     def values(self, result: AttentionResult, thresholds: dict[str, Any] | None = None) -> np.ndarray:
         """The token map to show."""
@@ -127,6 +164,9 @@ class MapDisplay:
             return (0.0, 1.0)
         if self.key == "pvalue":
             return (0.0, max(1.0, float(neg_log10_p(result).max())))
+        if self.diverging or (self.signed_values and MapInfo.of(result).signed):
+            top = max(float(np.abs(result.attention).max()), 1e-12)
+            return (-top, top)  # centred at 0: white is "neither for nor against"
         return (0.0, max(float(result.attention.max()), 1e-12))
 
 
@@ -137,6 +177,11 @@ CONTINUOUS_MAPS = (
     MapDisplay("regularized", "magma", lambda r, t: with_thresholds(r, t).regularized()),
 )
 MAPS_BY_KEY = {m.key: m for m in CONTINUOUS_MAPS}
+
+
+def map_display(key: str, result: AttentionResult | None = None) -> MapDisplay:
+    """How map ``key`` of ``result`` is shown (its tested map named, signed maps diverging)."""
+    return MAPS_BY_KEY[key].for_result(result)
 
 
 def rule_text(thresholds: dict[str, Any]) -> str:
@@ -199,11 +244,15 @@ def model_caption(result: AttentionResult) -> str:
 
 
 def run_caption(result: AttentionResult, *, planes: int = 1) -> str:
-    """``"demo · directional · normal B=200 · grid 28x28 · π0=0.93 · 1.2 s on cpu"``."""
+    """``"demo · directional · normal B=200 · grid 28x28 · π0=0.93 · 1.2 s on cpu"``; a map
+    other than attention follows the model (``"demo · CDAM for concept · stepdown ..."``)."""
     md = result.metadata
     gh, gw = result.grid_shape
     parts = [model_caption(result), result.preset, f"{md.get('method', '?')} B={md.get('n_boot', '?')}",
              f"grid {gh}x{gw}"]
+    info = MapInfo.of(result)
+    if not info.is_default:  # the tested map right after the model: "demo · CDAM for concept"
+        parts.insert(1, info.caption())
     if md.get("tiled"):
         parts.append(f"tiled: {md.get('n_tiles', '?')} tiles")
     if planes > 1:
@@ -288,11 +337,19 @@ def roi_table_columns() -> list[str]:
                                                              if k not in ROI_LEAD_COLUMNS]
 
 
-def roi_header(key: str, preset: str) -> str:
+#: ROI columns of the tested map's own values: named after the map when it is not attention.
+_MAP_VALUE_COLUMNS = {"mean_attention": "Mean {}", "attention_enrichment": "{} in/out",
+                      "mean_pct_raw": "{} percentile"}
+
+
+def roi_header(key: str, preset: str, info: MapInfo | None = None) -> str:
     """Header of ROI column ``key``; the soft map's column is named as ``preset`` computes it
-    (the generic name when there is no result yet: ``preset`` empty)."""
+    (the generic name when there is no result yet: ``preset`` empty), and the map's value
+    columns after the tested map (``info``: ``"Mean CDAM"``)."""
     if key == "mean_posterior" and preset in presets():
         return get_procedure(preset).evidence_header
+    if info is not None and not info.is_default and key in _MAP_VALUE_COLUMNS:
+        return _MAP_VALUE_COLUMNS[key].format(info.label)
     return ROI_COLUMNS.get(key, key)
 
 
@@ -325,12 +382,15 @@ def token_at(result: AttentionResult, row: float, col: float) -> tuple[int, int]
 
 
 def describe_pixel(result: AttentionResult, row: float, col: float) -> str:
-    """``"x=12 y=40 · patch (2,0) attention=0.031 z=2.10 p=0.004 q=0.04 posterior=0.97"``."""
+    """``"x=12 y=40 · patch (2,0) attention=0.031 z=2.10 p=0.004 q=0.04 posterior=0.97"``
+    (the tested map's name in place of ``attention``: ``CDAM=-0.002``)."""
     token = token_at(result, row, col)
     if token is None:
         return ""
     i, j = token
-    where = f"x={round(col)} y={round(row)} · patch ({i},{j}) attention={result.attention[i, j]:.4g}"
+    name = MapInfo.of(result).label
+    where = (f"x={round(col)} y={round(row)} · patch ({i},{j}) "
+             f"{name}={result.attention[i, j]:.4g}")
     if result.procedure.uses_step_p:
         maps = result.maps
         return (f"{where} step p={maps['step_p'][i, j]:.3g} "

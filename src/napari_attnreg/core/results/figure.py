@@ -129,7 +129,7 @@ def publication_figure(result: Any, image: np.ndarray, path: str | Path, *,
     extent = (0, w, h, 0)  # pixel (r, c) covers [c, c + 1) x [r, r + 1)
     ax.imshow(_display(image), cmap="gray" if image.ndim == 2 else None, extent=extent,
               interpolation="nearest")
-    view = MAPS_BY_KEY[map_key]
+    view = MAPS_BY_KEY[map_key].for_result(shown)  # the tested map named; signed: centred at 0
     vmin, vmax = view.limits(shown)
     mapped = ax.imshow(shown.to_pixels(view.values(shown, shown.thresholds)), cmap=view.colormap,
                        alpha=MAP_ALPHA, vmin=vmin, vmax=vmax, extent=extent,

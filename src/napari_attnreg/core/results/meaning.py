@@ -65,9 +65,13 @@ blocks shuffled (B = 100 null images); not a detection of an object or an abnorm
 
 def result_meaning(preset: str, metadata: Mapping[str, Any]) -> str:
     """:func:`significance_meaning` of a result from its run metadata (``n_boot``, ``method``,
-    ``block_size`` as the run recorded them)."""
-    return significance_meaning(preset, metadata.get("n_boot"), metadata.get("method"),
+    ``block_size`` as the run recorded them), after the tested map when it is not attention."""
+    from napari_attnreg.core.results.map_info import MapInfo
+
+    text = significance_meaning(preset, metadata.get("n_boot"), metadata.get("method"),
                                 metadata.get("block_size"))
+    info = MapInfo.of(metadata)
+    return text if info.is_default else f"Tested map: {info.caption()}. {text}"
 
 
 #: Share of the patches above which an outline under a pooled-null preset gets a warning.

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from napari_attnreg.core.results.display import map_level_text, rule_text, token_at
+from napari_attnreg.core.results.display import MapInfo, map_level_text, rule_text, token_at
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.stats.tail import MIN_EXCEEDING
 
@@ -105,6 +105,14 @@ def _g(value: float) -> str:
     return f"{float(value):.3g}"
 
 
+def _map_value(result: AttentionResult, i: int, j: int) -> tuple[tuple[str, str], ...]:
+    """The patch's value of the tested map under its name, after the map itself when it is
+    not attention (``("map", "CDAM for concept"), ("CDAM", "-0.0021")``)."""
+    info = MapInfo.of(result)
+    value = (info.label, f"{result.attention[i, j]:.4g}")
+    return (value,) if info.is_default else (("map", info.caption()), value)
+
+
 def _n_null(result: AttentionResult) -> int:
     return int(result.null_summary.get("B", result.metadata.get("n_boot", 0)) or 0)
 
@@ -112,8 +120,8 @@ def _n_null(result: AttentionResult) -> int:
 # ---- step-down ---------------------------------------------------------------------------
 def _stepdown_values(result: AttentionResult, i: int, j: int) -> tuple[tuple[str, str], ...]:
     maps = result.maps
-    values = (("attention", f"{result.attention[i, j]:.4g}"),
-              ("step p", _g(maps["step_p"][i, j])), ("adjusted p", _g(maps["adjusted_p"][i, j])),
+    values = (*_map_value(result, i, j), ("step p", _g(maps["step_p"][i, j])),
+              ("adjusted p", _g(maps["adjusted_p"][i, j])),
               ("evidence", _g(maps["evidence"][i, j])))
     # the step-down uses z only through an optional z mask: shown only when one is set
     if result.thresholds_used.get("z_th") is not None:
@@ -178,7 +186,7 @@ def _stepdown_lines(result: AttentionResult, i: int, j: int) -> list[str]:
 # ---- directional and paper: z against the pooled null ------------------------------------
 def _pooled_values(result: AttentionResult, i: int, j: int) -> tuple[tuple[str, str], ...]:
     up, maps = result.procedure.one_sided, result.maps
-    return (("attention", f"{result.attention[i, j]:.4g}"), ("z", f"{maps['z'][i, j]:.2f}"),
+    return (*_map_value(result, i, j), ("z", f"{maps['z'][i, j]:.2f}"),
             ("p⁺" if up else "p (two-sided)", _g(maps["p"][i, j])),
             ("q⁺" if up else "q", _g(maps["q"][i, j])),
             ("P(above null)" if up else "posterior", _g(maps["posterior"][i, j])),

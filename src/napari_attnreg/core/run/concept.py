@@ -24,7 +24,8 @@ CROP_MARGIN = 0.25
 
 
 def concept_from(examples: Any, model: Backbone | str = "demo", mask: Any = None, *,
-                 channel_axis: int | None = None) -> np.ndarray:
+                 channel_axis: int | None = None, channels: Sequence[int] | None = None,
+                 merge: str | None = None) -> np.ndarray:
     """A concept: the mean final-norm CLS token of example images or of a mask's regions.
 
     Parameters
@@ -37,8 +38,9 @@ def concept_from(examples: Any, model: Backbone | str = "demo", mask: Any = None
     mask : array, optional
         Boolean or label image of ``examples``' height and width; every connected region
         (every label) gives one crop around it.
-    channel_axis : int, optional
-        As in :func:`prepare_image`.
+    channel_axis, channels, merge : optional
+        As in :func:`prepare_image` (give the run's ``channels``/``merge``, so the examples
+        are seen as the run sees its image).
 
     Returns
     -------
@@ -57,7 +59,7 @@ def concept_from(examples: Any, model: Backbone | str = "demo", mask: Any = None
         for image in images:
             prepared = prepare_image(image, patch_size=backbone.patch_size, mean=backbone.mean,
                                      std=backbone.std, default_size=backbone.input_size[1:],
-                                     channel_axis=channel_axis)
+                                     channel_axis=channel_axis, channels=channels, merge=merge)
             x = prepared.tensor[None].to(backbone.device)
             tokens.append(final_cls(backbone, x)[0].float().cpu())
     return torch.stack(tokens).mean(dim=0).numpy().astype(np.float32)
@@ -69,6 +71,17 @@ def _as_list(examples: Any) -> list[Any]:
             raise ValueError("concept_from needs at least one example image.")
         return list(examples)
     return [examples]
+
+
+def region_count(mask: Any) -> int:
+    """How many regions (crops) :func:`concept_from` takes from ``mask``: its labels, or the
+    connected components of a boolean mask (front ends say "concept from N regions")."""
+    labels = np.asarray(mask)
+    if not labels.any():
+        return 0
+    if labels.dtype == bool or labels.max() <= 1:
+        return int(ndimage.label(labels > 0)[1])
+    return int(np.unique(labels[labels > 0]).size)
 
 
 def _crops(image: Any, mask: Any, channel_axis: int | None) -> list[np.ndarray]:
