@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--out-dir", default=str(ROOT / "docs" / "images"))
     parser.add_argument("--n-boot", type=int, default=200)
     args = parser.parse_args()
-    ensure_display("1400x900")
+    ensure_display("1280x800")
 
     import numpy as np
     import torch
@@ -54,11 +54,10 @@ def main() -> None:
     from qtpy.QtWidgets import QApplication, QScrollArea
 
     viewer = napari.Viewer(title="napari-attnreg")
-    viewer.window._qt_window.resize(1400, 900)
+    viewer.window._qt_window.resize(1280, 800)
     image, objects = viewer.open_sample("napari-attnreg", "demo_cells")[:2]
     dock, widget = viewer.window.add_plugin_dock_widget("napari-attnreg",
                                                         "Attention Regularization")
-    viewer.window._qt_window.resizeDocks([dock], [480], Qt.Orientation.Horizontal)
     widget.options.controls["n_boot"].setValue(args.n_boot)
     widget.set_layer(image)
     run_and_wait(widget)

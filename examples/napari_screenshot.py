@@ -47,7 +47,6 @@ def main() -> None:
         demo = False
 
     import napari
-    from qtpy.QtCore import Qt
     from qtpy.QtWidgets import QApplication
 
     viewer = napari.Viewer(title="napari-attnreg")
@@ -65,7 +64,6 @@ def main() -> None:
             edge_width=4)
     dock, widget = viewer.window.add_plugin_dock_widget("napari-attnreg",
                                                         "Attention Regularization")
-    viewer.window._qt_window.resizeDocks([dock], [470], Qt.Orientation.Horizontal)
     if not demo:
         widget.set_model(backbone, name="random ViT (demo model missing)")
     widget.options.controls["device"].setCurrentText("auto")

@@ -13,7 +13,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def ensure_display(screen: str = "1280x800") -> None:
-    """Re-run this script under ``xvfb-run`` on a Linux machine without a display."""
+    """Re-run this script under ``xvfb-run`` on a Linux machine without a display, with
+    napari's settings in a scratch file: a screenshot neither depends on the user's saved
+    window layout nor changes it (napari remembers where each dock was)."""
+    if "NAPARI_CONFIG" not in os.environ:
+        import tempfile
+
+        os.environ["NAPARI_CONFIG"] = str(Path(tempfile.mkdtemp()) / "settings.yaml")
     if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") \
             and not os.environ.get("WAYLAND_DISPLAY") and shutil.which("xvfb-run"):
         os.execvp("xvfb-run", ["xvfb-run", "-a", "-s", f"-screen 0 {screen}x24",

@@ -34,7 +34,7 @@ SHORT_LABEL = 24
 #: these names, so they stay stable across releases).
 LAYER_CONTROLS, LAYER_LIST = "layer controls", "layer list"
 #: Width of the shared column, and the layer list's height in it, in pixels.
-SHARED_COLUMN_WIDTH, LAYER_LIST_HEIGHT = 360, 200
+SHARED_COLUMN_WIDTH, LAYER_LIST_HEIGHT = 360, 250
 
 
 class VerticalScroll(QScrollArea):
