@@ -104,7 +104,7 @@ def main() -> None:
     qt_window.removeDockWidget(table_dock)
     qt_window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, table_dock)
     table_dock.show()
-    qt_window.resizeDocks([table_dock], [230], Qt.Orientation.Vertical)
+    qt_window.resizeDocks([table_dock], [290], Qt.Orientation.Vertical)  # rows 0-2 in view
     viewer.layers.selection.active = objects
     widget.roi_panel.table.selectRow(widget.roi_panel.table.rowCount() - 1)
     _settle(app, 10)

@@ -39,3 +39,16 @@ def run_and_wait(widget: Any, timeout_ms: int = 600_000) -> Any:
     if outcome is None or not outcome.ok:
         raise SystemExit(f"run failed: {outcome and outcome.message}")
     return outcome
+
+
+def tidy_for_picture(viewer: Any, widget: Any) -> None:
+    """Close napari's toasts (they cover the canvas's corner and show one cut line) and scroll
+    the dock so the status — count, meaning of "significant", diagnostics — is in view."""
+    from napari._qt.dialogs.qt_notification import NapariQtNotification
+    from qtpy.QtWidgets import QApplication, QScrollArea
+
+    for toast in viewer.window._qt_window.findChildren(NapariQtNotification):
+        toast.close()
+    QApplication.processEvents()
+    widget.findChild(QScrollArea).ensureWidgetVisible(widget.run_panel.status_label, 0, 0)
+    QApplication.processEvents()
