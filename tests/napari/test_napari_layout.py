@@ -130,3 +130,14 @@ def test_the_slice_cue_comes_in_short_lines():
     assert len(lines) >= 3 and all(len(line) <= CUE_WIDTH for line in lines), lines
     assert "slice 9 has no result" in text and "and 2 more" in text
     assert "'Compute remaining slices' in the dock" in text
+
+
+def test_a_diagnostics_toast_starts_with_the_warning_itself():
+    """napari shows only a toast's first line until it is expanded: the first line must say
+    what is wrong, after the image's name, not a heading."""
+    from napari_attnreg._napari.status import diagnostics_message
+
+    text = diagnostics_message("mosaic", ["⚠ B = 100 is too few for 7225 tiles", "⚠ second"])
+    first, *rest = text.split("\n")
+    assert first == "'mosaic': ⚠ B = 100 is too few for 7225 tiles"
+    assert rest == ["⚠ second"]
