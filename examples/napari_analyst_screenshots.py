@@ -51,7 +51,7 @@ def main() -> None:
 
     import napari
     from qtpy.QtCore import Qt
-    from qtpy.QtWidgets import QApplication, QScrollArea
+    from qtpy.QtWidgets import QApplication, QScrollArea, QTableView
 
     viewer = napari.Viewer(title="napari-attnreg")
     viewer.window._qt_window.resize(1280, 800)
@@ -104,9 +104,14 @@ def main() -> None:
     qt_window.removeDockWidget(table_dock)
     qt_window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, table_dock)
     table_dock.show()
-    qt_window.resizeDocks([table_dock], [290], Qt.Orientation.Vertical)  # rows 0-2 in view
     viewer.layers.selection.active = objects
     widget.roi_panel.table.selectRow(widget.roi_panel.table.rowCount() - 1)
+    _settle(app, 10)
+    # napari's layer controls keep ~360 px of the left column, so the table gets ~180 px:
+    # scrolled to its end, it shows the ROI rows rather than the background's row 0
+    qt_window.resizeDocks([table_dock], [230], Qt.Orientation.Vertical)
+    for view in _table.findChildren(QTableView):
+        view.scrollToBottom()
     _settle(app, 10)
     scroll.ensureWidgetVisible(widget.result_tabs, 0, 0)
     for toast in viewer.window._qt_window.findChildren(NapariQtNotification):
