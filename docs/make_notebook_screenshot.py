@@ -31,8 +31,11 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
-                 "--disable-background-networking", "--disable-component-update"]
+# a quiet browser that reaches nothing but the local server (playwright gives every launch a
+# fresh temporary profile, the equivalent of a new --user-data-dir)
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
 
 CELL = r'''
 import numpy as np, torch

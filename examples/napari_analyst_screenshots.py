@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--out-dir", default=str(ROOT / "docs" / "images"))
     parser.add_argument("--n-boot", type=int, default=200)
     args = parser.parse_args()
-    ensure_display("1400x900")
+    ensure_display("1280x800")
 
     import numpy as np
     import torch
@@ -51,14 +51,13 @@ def main() -> None:
 
     import napari
     from qtpy.QtCore import Qt
-    from qtpy.QtWidgets import QApplication, QScrollArea
+    from qtpy.QtWidgets import QApplication, QScrollArea, QTableView
 
     viewer = napari.Viewer(title="napari-attnreg")
-    viewer.window._qt_window.resize(1400, 900)
+    viewer.window._qt_window.resize(1280, 800)
     image, objects = viewer.open_sample("napari-attnreg", "demo_cells")[:2]
     dock, widget = viewer.window.add_plugin_dock_widget("napari-attnreg",
                                                         "Attention Regularization")
-    viewer.window._qt_window.resizeDocks([dock], [480], Qt.Orientation.Horizontal)
     widget.options.controls["n_boot"].setValue(args.n_boot)
     widget.set_layer(image)
     run_and_wait(widget)
@@ -105,9 +104,14 @@ def main() -> None:
     qt_window.removeDockWidget(table_dock)
     qt_window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, table_dock)
     table_dock.show()
-    qt_window.resizeDocks([table_dock], [230], Qt.Orientation.Vertical)
     viewer.layers.selection.active = objects
     widget.roi_panel.table.selectRow(widget.roi_panel.table.rowCount() - 1)
+    _settle(app, 10)
+    # napari's layer controls keep ~360 px of the left column, so the table gets ~180 px:
+    # scrolled to its end, it shows the ROI rows rather than the background's row 0
+    qt_window.resizeDocks([table_dock], [230], Qt.Orientation.Vertical)
+    for view in _table.findChildren(QTableView):
+        view.scrollToBottom()
     _settle(app, 10)
     scroll.ensureWidgetVisible(widget.result_tabs, 0, 0)
     for toast in viewer.window._qt_window.findChildren(NapariQtNotification):

@@ -91,7 +91,6 @@ def main() -> None:
     backbone = load_backbone(args.model)  # before the viewer's OpenGL context (_napari/_compat)
 
     import napari
-    from qtpy.QtCore import Qt
     from qtpy.QtWidgets import QApplication
 
     from napari_attnreg._napari.layers import KINDS, layer_name
@@ -105,7 +104,6 @@ def main() -> None:
     ct, = viewer.open(str(folder), plugin="napari-attnreg")
     dock, widget = viewer.window.add_plugin_dock_widget("napari-attnreg",
                                                         "Attention Regularization")
-    viewer.window._qt_window.resizeDocks([dock], [470], Qt.Orientation.Horizontal)
     widget.set_model(backbone, name=args.model)
     widget.options.controls["n_boot"].setValue(args.n_boot)
     presets = widget.options.controls["preset"]
@@ -151,7 +149,7 @@ def main() -> None:
     again.open(str(folder), plugin="napari-attnreg")
     reopened = again.open(str(Path(written[0]).parent), plugin="napari-attnreg")
     worst = max(float(np.abs(np.subtract(_corners(layer, plane), corners[layer.name])).max())
-                for layer in reopened)
+                for layer in reopened if layer.name in corners)  # the maps, not the image
     print(f"reopened {len(reopened)} layers ({', '.join(type(x).__name__ for x in reopened)}); "
           f"largest corner shift {worst:.3g} mm")
     again.close()

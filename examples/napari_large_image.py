@@ -15,7 +15,7 @@ import argparse
 import time
 from pathlib import Path
 
-from screenshot_common import ROOT, ensure_display  # same folder: xvfb-run if needed
+from screenshot_common import ROOT, ensure_display, tidy_for_picture  # xvfb-run if needed
 
 
 def mosaic(size: int):
@@ -85,6 +85,7 @@ def main() -> None:
     for _ in range(20):
         QApplication.processEvents()
         time.sleep(0.05)
+    tidy_for_picture(viewer, widget)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     viewer.window.screenshot(args.out, canvas_only=False)
     print(f"screenshot: {args.out}")

@@ -47,8 +47,7 @@ def main() -> None:
         demo = False
 
     import napari
-    from qtpy.QtCore import Qt
-    from qtpy.QtWidgets import QApplication
+    from qtpy.QtWidgets import QApplication, QScrollArea
 
     viewer = napari.Viewer(title="napari-attnreg")
     width, height = (int(v) for v in args.size.split("x"))
@@ -65,7 +64,6 @@ def main() -> None:
             edge_width=4)
     dock, widget = viewer.window.add_plugin_dock_widget("napari-attnreg",
                                                         "Attention Regularization")
-    viewer.window._qt_window.resizeDocks([dock], [470], Qt.Orientation.Horizontal)
     if not demo:
         widget.set_model(backbone, name="random ViT (demo model missing)")
     widget.options.controls["device"].setCurrentText("auto")
@@ -100,6 +98,11 @@ def main() -> None:
         toast.close()  # start-up notices (e.g. about the Qt backend) are not part of the picture
     app = QApplication.instance()
     for _ in range(30):  # let the canvas and the dock settle
+        app.processEvents()
+        time.sleep(0.02)
+    # the whole status (count, what "significant" means, diagnostics) in view in the dock
+    widget.findChild(QScrollArea).ensureWidgetVisible(widget.run_panel.status_label, 0, 0)
+    for _ in range(5):
         app.processEvents()
         time.sleep(0.02)
     out = Path(args.out)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from screenshot_common import ROOT, ensure_display, run_and_wait
+from screenshot_common import ROOT, ensure_display, run_and_wait, tidy_for_picture
 
 
 def write_slide(path: Path, size: int = 2048) -> Path:
@@ -86,11 +86,14 @@ def main() -> None:
     for other in viewer.layers:  # the slide, its attention on tissue and the mask
         if other.name.endswith("attention"):
             other.visible, other.opacity, other.blending = True, 0.6, "additive"
+        elif other.name.endswith("regularized"):
+            other.visible = False  # one map and its colour bar, not two bars side by side
     viewer.layers.selection.active = viewer.layers[f"{layer.name} tissue"]
     viewer.reset_view()
     for _ in range(30):
         QApplication.processEvents()
         time.sleep(0.05)
+    tidy_for_picture(viewer, widget)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     viewer.window.screenshot(args.out, canvas_only=False)
     print(f"screenshot: {args.out}")

@@ -36,7 +36,7 @@ class ReaderChoiceButton(QPushButton):
     """One click: open .dcm files and the plugin's saved files with this plugin's reader."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__("Use Attention Regularization for .dcm and its saved files", parent)
+        super().__init__("Use this plugin for .dcm and results", parent)
         self.setToolTip("Sets napari's reader preference (Preferences ▸ Plugins) for "
                         + ", ".join(PATTERNS) + ": DICOM then opens with its spacing in mm, "
                         "and saved results come back as the layers the dock made.")

@@ -9,6 +9,7 @@ when it still shows this cue (another plugin's text is left alone).
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,6 +19,8 @@ from napari_attnreg._napari.run_record import RunRecord
 PlaneIndex = tuple[int, ...]
 #: Computed planes named in the cue; more are counted.
 NAMED_PLANES = 4
+#: Characters per line of the cue (~350 px at napari's overlay font size).
+CUE_WIDTH = 44
 
 
 def shown_plane(geometry: SourceGeometry, point: Sequence[float]) -> PlaneIndex | None:
@@ -47,8 +50,11 @@ def missing_slice_text(record: RunRecord, point: Sequence[float]) -> str | None:
     named = ", ".join(plane_text(p) for p in done[:NAMED_PLANES])
     more = f" and {len(done) - NAMED_PLANES} more" if len(done) > NAMED_PLANES else ""
     only = " only" if len(done) <= NAMED_PLANES else ""
-    return (f"{record.source_name}: attention maps cover {named}{more}{only}; "
-            f"{plane_text(plane)} has no result ('Compute remaining slices' in the dock).")
+    clauses = (f"{record.source_name}:", f"attention maps cover {named}{more}{only};",
+               f"{plane_text(plane)} has no result", "('Compute remaining slices' in the dock).")
+    # napari's text overlay never wraps: short lines stay whole on a narrow canvas
+    return "\n".join(textwrap.fill(clause, CUE_WIDTH, break_long_words=False)
+                     for clause in clauses)
 
 
 def canvas_overlay(viewer: Any, name: str) -> Any:

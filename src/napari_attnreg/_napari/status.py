@@ -97,8 +97,13 @@ def notify_diagnostics(record: RunRecord) -> None:
 
     warnings_ = unique_diagnostics(list(record.results.values()), include_info=False)
     if warnings_:
-        show_warning(f"Attention regularization of {record.source_name!r}:\n"
-                     + "\n".join(warnings_))
+        show_warning(diagnostics_message(record.source_name, warnings_))
+
+
+def diagnostics_message(source_name: str, warnings_: list[str]) -> str:
+    """The warning toast's text: napari shows a toast's first line alone (cut to its width)
+    until expanded, so that line carries the first warning, not a heading."""
+    return f"{source_name!r}: " + "\n".join(warnings_)
 
 
 def warn_missing_planes(outcome: Any, planes: list[tuple[int, ...]]) -> str:

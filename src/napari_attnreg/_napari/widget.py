@@ -28,6 +28,7 @@ from typing import Any
 
 from qtpy.QtCore import QEvent, QTimer, Signal
 from qtpy.QtWidgets import (
+    QDockWidget,
     QFormLayout,
     QGridLayout,
     QTabWidget,
@@ -42,7 +43,11 @@ from napari_attnreg._napari._compat import avoid_triton_llvm_clash
 avoid_triton_llvm_clash()  # before anything below can import timm (see core.triton_guard)
 
 from napari_attnreg._napari.concept_roi import ConceptFromRoi
-from napari_attnreg._napari.dock_scroll import VerticalScroll
+from napari_attnreg._napari.dock_scroll import (
+    VerticalScroll,
+    fit_narrow,
+    share_layer_controls_column,
+)
 from napari_attnreg._napari.figure import FigureButton, GeoJsonButton
 from napari_attnreg._napari.inspector import PatchInspector
 from napari_attnreg._napari.layers import refresh_thresholds
@@ -114,6 +119,7 @@ class AttentionWidget(QWidget):
         self._pending: PendingRun | None = None
         self._docked = False
         self._detached = False
+        self._placed = False  # placed in the window once, when first shown
         self._summary_shown = False  # the status line shows a result's count (not an error)
         self._pushing_settings = False
         self.last_outcome: Outcome | None = None
@@ -175,6 +181,7 @@ class AttentionWidget(QWidget):
             (layout.addLayout if isinstance(part, (QFormLayout, QGridLayout))
              else layout.addWidget)(part)
         layout.addStretch(1)
+        fit_narrow(content)  # a narrow column: the canvas keeps the window's width
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(VerticalScroll(content))  # a short window scrolls the dock
@@ -476,6 +483,26 @@ class AttentionWidget(QWidget):
         self.outputs_updated.emit(record)
 
     # ---- closing the dock ------------------------------------------------------------------
+    def showEvent(self, event: Any) -> None:
+        super().showEvent(event)
+        if not self._placed:  # once: an arrangement the analyst makes later is theirs
+            self._placed = True
+            QTimer.singleShot(0, self.place_in_window)
+
+    def place_in_window(self) -> bool:
+        """At a small window, share napari's left column (a tab beside its layer controls) so
+        the canvas keeps most of the width; returns whether the dock moved (see
+        :func:`.dock_scroll.share_layer_controls_column`)."""
+        dock = self.parentWidget()
+        while dock is not None and not isinstance(dock, QDockWidget):
+            dock = dock.parentWidget()
+        if dock is None or self._detached or not share_layer_controls_column(dock):
+            return False
+        # the shared column is ~500 px tall: the run options (set once, with good defaults)
+        # fold so Run, the status and the result tabs are in view; one click opens them
+        self.sections["Run options"].collapse(animate=False)
+        return True
+
     def event(self, event: QEvent) -> bool:
         # napari's remove_dock_widget un-parents this widget; a closed dock must not add layers
         if event.type() == QEvent.Type.ParentChange:
