@@ -34,6 +34,7 @@ import argparse
 import fcntl
 import json
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -243,7 +244,7 @@ def _localization_summary(records: list) -> dict:
 def _locked(path: Path):
     """Read-modify-write of the results file, one process at a time."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:
+    with open(Path(tempfile.gettempdir()) / f"{path.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         data = json.loads(path.read_text()) if path.is_file() else {"articles": {}}
         yield data
