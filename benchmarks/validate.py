@@ -4,6 +4,7 @@
     python benchmarks/validate.py --article phantom
     python benchmarks/validate.py --article dinov2    # real model (built on first use), real images
     python benchmarks/validate.py --report            # docs/validation.md from the JSON files
+    python benchmarks/validate_maps.py --article demo # every map: the articles × maps table
     python benchmarks/validate.py --article demo --quick --json /tmp/q.json   # smoke run
 
 Every image goes through the engine as a user's image does (an ndarray, once per preset),
@@ -368,7 +369,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--article", choices=tuple(ARTICLES))
     ap.add_argument("--report", action="store_true", help="write docs/validation.md from the "
-                    "results of both articles")
+                    "results in benchmarks/results (articles and maps)")
     ap.add_argument("--n-boot", type=int, default=100)
     ap.add_argument("--n-boot-tiled", type=int, default=200)
     ap.add_argument("--n-noise", type=int, default=20, help="noise inputs per case (stepdown)")

@@ -98,23 +98,45 @@ def _coins() -> list[tuple[str, np.ndarray, np.ndarray]]:
     return out
 
 
-def _cell() -> tuple[str, np.ndarray, np.ndarray]:
+#: where the cell lies in ``cell`` (the region it is cut from)
+_CELL_BOX = (300, 460, 350, 500)
+
+
+def _cell_mask() -> np.ndarray:
+    """The cell's mask in the whole ``cell`` image (Otsu inside its box, largest part)."""
     from scipy import ndimage
     from skimage import filters, measure
 
-    image = _image("cell")[300:460, 350:500]
-    mask = ndimage.binary_fill_holes(image > filters.threshold_otsu(image))
+    y0, y1, x0, x1 = _CELL_BOX
+    region = _image("cell")[y0:y1, x0:x1]
+    mask = ndimage.binary_fill_holes(region > filters.threshold_otsu(region))
     labels = measure.label(mask)
-    largest = labels == np.argmax(np.bincount(labels.ravel())[1:]) + 1
-    return ("cell", *_bbox(image, largest))
+    full = np.zeros(_image("cell").shape[:2], bool)
+    full[y0:y1, x0:x1] = labels == np.argmax(np.bincount(labels.ravel())[1:]) + 1
+    return full
+
+
+def _cell() -> tuple[str, np.ndarray, np.ndarray]:
+    return ("cell", *_bbox(_image("cell"), _cell_mask()))
+
+
+def _cat_mask() -> np.ndarray:
+    """The cat's head in ``chelsea``: ears at the top edge, chin near row 290, cheeks at
+    columns 95 and 415 (the inscribed ellipse)."""
+    image = _image("chelsea")
+    yy, xx = np.mgrid[:image.shape[0], :image.shape[1]]
+    return ((yy - 160) / 140.0) ** 2 + ((xx - 255) / 160.0) ** 2 <= 1
 
 
 def _cat() -> tuple[str, np.ndarray, np.ndarray]:
-    image = _image("chelsea")
-    yy, xx = np.mgrid[:image.shape[0], :image.shape[1]]
-    # the head: ears at the top edge, chin near row 290, cheeks at columns 95 and 415
-    mask = ((yy - 160) / 140.0) ** 2 + ((xx - 255) / 160.0) ** 2 <= 1
-    return ("cat's head", *_bbox(image, mask))
+    return ("cat's head", *_bbox(_image("chelsea"), _cat_mask()))
+
+
+def sources() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The single objects (the cell, the cat's head) in the images they are cut from:
+    ``name → (image, mask)``, for concepts made from crops around them."""
+    return {"cell": (_image("cell"), _cell_mask()),
+            "cat's head": (_image("chelsea"), _cat_mask())}
 
 
 def _as_host_channels(pixels: np.ndarray, host: np.ndarray) -> np.ndarray:

@@ -79,7 +79,6 @@ def requirements(r: dict) -> list[tuple[str, bool, str]]:
     noise = r["noise"]["all noise inputs|stepdown"]
     crops = r["crops"]["stepdown"]
     loc = r["localization"]["stepdown"]
-    planted, tiled_noise = r["tiled"]["planted|stepdown"], r["tiled"]["noise|stepdown"]
     lo, hi = loc["delta_ci"]
     return [
         ("noise inputs: map-level p uniform (KS p > 0.05, ≥ 60 inputs)",
@@ -95,6 +94,15 @@ def requirements(r: dict) -> list[tuple[str, bool, str]]:
         ("planted objects: ΔF1 vs Otsu, 95 % CI excludes 0 (≥ 48 fields)",
          loc["n"] >= 48 and lo > 0,
          f"ΔF1 = {loc['delta_f1']:+.3f} [{lo:+.3f}, {hi:+.3f}] over {loc['n']} fields"),
+    ] + _tiled_requirements(r)
+
+
+def _tiled_requirements(r: dict) -> list[tuple[str, bool, str]]:
+    """The tiled requirements, where the article has the tiled section (dinov2 has not)."""
+    if "tiled" not in r:
+        return []
+    planted, tiled_noise = r["tiled"]["planted|stepdown"], r["tiled"]["noise|stepdown"]
+    return [
         ("tiled mosaics: every planted object found",
          planted["objects"] > 0 and planted["found"] == planted["objects"], _found(planted)),
         ("tiled noise mosaics: tile p uniform", (tiled_noise["tile_p_ks"] or 0) > 0.05,
@@ -105,15 +113,31 @@ def requirements(r: dict) -> list[tuple[str, bool, str]]:
 
 
 def _article_section(r: dict) -> list[str]:
+    """One article's section; the subsections of sections it has no results for are left out
+    (dinov2 has no tiled mosaics and no noise-ROI simulation)."""
+    lines = _header(r)
+    for part in (_noise_lines, _texture_lines, _crop_lines, _localization_lines, _tiled_lines,
+                 _simulation_lines, _runtime_lines):
+        lines += part(r)
+    return lines
+
+
+def _header(r: dict) -> list[str]:
+    tiled = f" (tiled: {r['n_boot_tiled']})" if "tiled" in r else ""
+    minutes = f"{r['seconds'] / 60:.1f} min; " if "seconds" in r else ""
     lines = [f"## Article `{r['article']}`: {r['description']}", "",
-             f"Model: {r['model']}. B = {r['n_boot']} (tiled: {r['n_boot_tiled']}); "
-             f"{r['seconds'] / 60:.1f} min; source {r['source']}; "
+             f"Model: {r['model']}. B = {r['n_boot']}{tiled}; "
+             f"{minutes}source {r['source']}; "
              f"`python benchmarks/validate.py {' '.join(r['argv'])}`.", "",
              "### Step-down requirements (METHOD §16)", "", "| requirement | result | |",
              "|---|---|---|"]
     for what, ok, numbers in requirements(r):
         lines.append(f"| {what} | {numbers} | {_yes(ok)} |")
-    lines += ["", "### Noise inputs given as images", "",
+    return lines
+
+
+def _noise_lines(r: dict) -> list[str]:
+    lines = ["", "### Noise inputs given as images", "",
               "White Gaussian noise with a held-out field's mean and sd, at the model's input size "
               "(native) or 2.5 times larger (resized: the preprocessing shrinks and smooths it). "
               "Step-down: KS of the map-level p (counting p randomized within its 1/(B+1) step). "
@@ -128,14 +152,24 @@ def _article_section(r: dict) -> list[str]:
             tokens = None if preset == "stepdown" else n.get("ks_tokens")
             lines.append(f"| {case} | {preset} | {n['n']} | {_f(n.get('ks_map_p'))} | "
                          f"{_f(tokens)} | {_pct(n['any_sig'])} | {_pct(n['frac_sig'])} |")
-    lines += ["", "### Structured noise (spectrum and grey levels of a field, random phases)", "",
+    return lines
+
+
+def _texture_lines(r: dict) -> list[str]:
+    if "texture" not in r:
+        return []
+    lines = ["", "### Structured noise (spectrum and grey levels of a field, random phases)", "",
               "| preset | inputs | KS p of map-level p | any significant | patches significant |",
               "|---|---:|---:|---:|---:|"]
     for preset in PRESETS:
         t = r["texture"][preset]
         lines.append(f"| {preset} | {t['n']} | {_f(t['ks_map_p'])} | {_pct(t['any_sig'])} | "
                      f"{_pct(t['frac_sig'])} |")
-    lines += ["", "### Crops without decisive objects", "",
+    return lines
+
+
+def _crop_lines(r: dict) -> list[str]:
+    lines = ["", "### Crops without decisive objects", "",
               "Evidence: 1 − adjusted p (step-down), posterior⁺ (directional), 1 − lfdr (paper).", "",
               "| preset | crops | patches significant (mean) | worst crop | evidence ≥ 0.5 (mean) | worst crop |",
               "|---|---:|---:|---:|---:|---:|"]
@@ -146,8 +180,12 @@ def _article_section(r: dict) -> list[str]:
     kinds = _kinds(r["crops"]["stepdown"])
     if kinds:
         lines += ["", kinds]
+    return lines
+
+
+def _localization_lines(r: dict) -> list[str]:
     loc = r["localization"]
-    lines += ["", "### Planted objects: localization", "",
+    lines = ["", "### Planted objects: localization", "",
               "Truth: patches at least a quarter covered by a decisive object. ΔF1: paired "
               "difference to raw attention > Otsu, 95 % percentile bootstrap CI over fields.", "",
               "| method | precision | recall | F1 | ΔF1 vs Otsu [95 % CI] |", "|---|---:|---:|---:|---:|"]
@@ -158,7 +196,13 @@ def _article_section(r: dict) -> list[str]:
                      f"{x['f1']:.3f} | {x['delta_f1']:+.3f} [{lo:+.3f}, {hi:+.3f}] |")
     o = loc["otsu"]
     lines.append(f"| raw attention > Otsu | {o['precision']:.3f} | {o['recall']:.3f} | {o['f1']:.3f} | |")
-    lines += ["", "### Tiled mosaics", "",
+    return lines
+
+
+def _tiled_lines(r: dict) -> list[str]:
+    if "tiled" not in r:
+        return []
+    lines = ["", "### Tiled mosaics", "",
               "Mosaics of held-out fields, a few fields of each with decisive objects; pure-noise "
               "mosaics of the same size. Object tiles: tiles whose area holds a decisive pixel. "
               "Under the most attended patch: objects that the model's attention puts first in "
@@ -178,60 +222,95 @@ def _article_section(r: dict) -> list[str]:
         top = "–" if p.get("under_top_patch") is None else f"{p['under_top_patch']}/{p['objects']}"
         lines.append(f"| {preset} | {p.get('mosaics', 1)} | {p['n_tiles']} | {found} | {top} | "
                      f"{obj} | {empty} | {_pct(n['any_sig'])} of {n['n']} | {_f(n['tile_p_ks'])} |")
-    lines += ["", "### The paper's noise-ROI simulation", "",
+    return lines
+
+
+def _simulation_lines(r: dict) -> list[str]:
+    if "simulation" not in r:
+        return []
+    lines = ["", "### The paper's noise-ROI simulation", "",
               "D = Σ mean percentile of the regularized map in a pasted square of noise / the same "
               "for raw attention (< 1: regularization removes attention from the noise).", "",
               "| preset | fields | D ± error |", "|---|---:|---:|"]
     for preset in PRESETS:
         s = r["simulation"][preset]
         lines.append(f"| {preset} | {s['n']} | {s['d']:.3f} ± {s['d_err']:.3f} |")
+    return lines
+
+
+def _runtime_lines(r: dict) -> list[str]:
     rt = r.get("runtime_median_s", {})
     timed = r.get("runtime_sections")
     on = f" on the images of section(s) {', '.join(timed)}" if timed else ""
-    lines += ["", f"Median run time per image{on} (s): " + ", ".join(
+    return ["", f"Median run time per image{on} (s): " + ", ".join(
         f"{p} {rt[p]:.2f}" for p in PRESETS if p in rt) + ".", ""]
-    return lines
 
 
 NOTES = Path(__file__).with_name("validation_notes.md")
 
 
-def write_report(results_dir: Path, out: Path, explanations: str | None = None) -> str:
+def _summary_row(r: dict, preset: str) -> str:
+    n = r["noise"][f"all noise inputs|{preset}"]
+    c, x = r["crops"][preset], r["localization"][preset]
+    lo, hi = x["delta_ci"]
+    if "tiled" in r:
+        p, tn = r["tiled"][f"planted|{preset}"], r["tiled"][f"noise|{preset}"]
+        found, noise_mosaics = f"{p['found']}/{p['objects']}", _pct(tn["any_sig"])
+    else:
+        found = noise_mosaics = "not run (no tiled section)"
+    d = f"{r['simulation'][preset]['d']:.3f}" if "simulation" in r else "not run"
+    return (f"| {r['article']} | {preset} | {_pct(n['any_sig'])} | {_pct(c['mean_sig'])} / "
+            f"{_pct(c['worst_sig'])} | {_pct(c['evidence_half'])} | {x['f1']:.3f} "
+            f"({r['localization']['otsu']['f1']:.3f}) | {x['delta_f1']:+.3f} [{lo:+.3f}, {hi:+.3f}] | "
+            f"{found} | {noise_mosaics} | {d} |")
+
+
+def load_results(results_dir: Path) -> tuple[list[dict], list[dict]]:
+    """The per-preset article runs (``validation_<article>.json``) and the maps runs
+    (``validation_maps_*.json``, the articles × maps table)."""
+    articles, maps = [], []
+    for path in sorted(results_dir.glob("validation_*.json")):
+        data = json.loads(path.read_text())
+        (maps if "articles" in data else articles).append(data)
+    return articles, maps
+
+
+def write_report(results_dir: Path, out: Path, explanations: str | None = None,
+                 maps_notes: str | None = None) -> str:
     """Combine ``validation_*.json`` of every article into ``out``.
 
     ``explanations`` (default: ``validation_notes.md`` beside this file) follows the summary:
-    what is not met and why, written after reading the numbers.
+    what is not met and why, written after reading the numbers. ``maps_notes`` (default:
+    ``validation_maps_notes.md``) does the same for the articles × maps table.
     """
+    from validation_maps_report import maps_section
+
     if explanations is None:
         explanations = NOTES.read_text() if NOTES.is_file() else ""
-    runs = [json.loads(p.read_text()) for p in sorted(results_dir.glob("validation_*.json"))]
-    if not runs:
+    runs, maps = load_results(results_dir)
+    if not runs and not maps:
         raise SystemExit(f"no results in {results_dir}; run validate.py --article NAME first")
-    lines = ["# Validation on two test articles", "",
+    names = ", ".join(f"`--article {r['article']}`" for r in runs)
+    lines = ["# Validation on the test articles", "",
              "Generated by `python benchmarks/validate.py --report` from the per-article runs "
-             "(`--article demo`, `--article phantom`). Every image comes from generator streams "
+             f"({names}) and the per-map runs of `benchmarks/validate_maps.py`. Every image "
+             "comes from generator streams "
              "that neither the models' training nor any tuning of the statistics used. Each "
              "preset runs with its own defaults: `stepdown` (the default: share step-down, "
              "ForwardStop at α = 0.1, half-patch block nulls), `directional` (one-sided p⁺, "
-             "q⁺ ≤ 0.1, Gaussian nulls) and `paper` (the published two-sided procedure).", "",
-             "## Summary", "",
-             "| article | preset | noise inputs with any significant | empty crops: significant (mean / worst) | "
-             "empty crops: evidence ≥ 0.5 | F1 (Otsu) | ΔF1 [95 % CI] | mosaic objects found | "
-             "noise mosaics with any significant | D |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in runs:
-        for preset in PRESETS:
-            n = r["noise"][f"all noise inputs|{preset}"]
-            c, x = r["crops"][preset], r["localization"][preset]
-            p, tn = r["tiled"][f"planted|{preset}"], r["tiled"][f"noise|{preset}"]
-            lo, hi = x["delta_ci"]
-            lines.append(
-                f"| {r['article']} | {preset} | {_pct(n['any_sig'])} | {_pct(c['mean_sig'])} / "
-                f"{_pct(c['worst_sig'])} | {_pct(c['evidence_half'])} | {x['f1']:.3f} "
-                f"({r['localization']['otsu']['f1']:.3f}) | {x['delta_f1']:+.3f} [{lo:+.3f}, {hi:+.3f}] | "
-                f"{p['found']}/{p['objects']} | {_pct(tn['any_sig'])} | {r['simulation'][preset]['d']:.3f} |")
-    lines.append("")
-    if explanations:
+             "q⁺ ≤ 0.1, Gaussian nulls) and `paper` (the published two-sided procedure).", ""]
+    for m in maps:
+        lines += maps_section(m, maps_notes)
+    if runs:
+        lines += ["## The three presets on the attention map: summary", "",
+                  "| article | preset | noise inputs with any significant | empty crops: "
+                  "significant (mean / worst) | empty crops: evidence ≥ 0.5 | F1 (Otsu) | "
+                  "ΔF1 [95 % CI] | mosaic objects found | noise mosaics with any significant | "
+                  "D |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [_summary_row(r, preset) for r in runs for preset in PRESETS]
+        lines.append("")
+    if explanations and runs:
         lines += [explanations.strip(), ""]
     for r in runs:
         lines += _article_section(r)

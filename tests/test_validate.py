@@ -66,8 +66,8 @@ def test_noise_inputs_run_every_preset(validate, articles):
     assert out["grey, resized|paper"]["ks_map_p"] is None  # no map-level p there
 
 
-def test_requirements_and_report_from_results(tmp_path):
-    report = _load("validation_report")
+def _article_result(report) -> dict:
+    """A complete per-article results file of validate.py (every section, every preset)."""
     noise = {"n": 80, "map_p": [], "ks_map_p": 0.4, "ks_tokens": 0.01, "any_sig": 0.05,
              "frac_sig": 0.001}
     crops = {"n": 20, "mean_sig": 0.002, "worst_sig": 0.01, "evidence_half": 0.004,
@@ -92,6 +92,12 @@ def test_requirements_and_report_from_results(tmp_path):
         "simulation": {p: {"d": 0.2, "d_err": 0.1, "n": 8} for p in presets},
         "runtime_median_s": {p: 1.0 for p in presets},
     }
+    return result
+
+
+def test_requirements_and_report_from_results(tmp_path):
+    report = _load("validation_report")
+    result = _article_result(report)
     assert all(ok for _what, ok, _numbers in report.requirements(result))
     worse = json.loads(json.dumps(result))
     worse["crops"]["stepdown"]["worst_sig"] = 0.2
@@ -105,12 +111,68 @@ def test_requirements_and_report_from_results(tmp_path):
                        "under the most attended patch of one of their tiles")]
     (tmp_path / "validation_demo.json").write_text(json.dumps(result))
     text = report.write_report(tmp_path, tmp_path / "v.md", explanations="Why: because.")
-    for heading in ("## Summary", "Why: because.", "### Step-down requirements",
+    for heading in ("## The three presets on the attention map: summary", "Why: because.", "### Step-down requirements",
                     "### Noise inputs given as images", "### Structured noise",
                     "### Crops without decisive objects", "### Planted objects: localization",
                     "### Tiled mosaics", "### The paper's noise-ROI simulation"):
         assert heading in text, heading
     assert "**not met**" not in text
+
+
+def test_report_renders_a_dinov2_result_without_tiled_or_simulation_sections(tmp_path):
+    """validate.py --article dinov2 runs noise, texture, crops and localization only."""
+    report = _load("validation_report")
+    demo = _article_result(report)
+    dinov2 = {k: v for k, v in _article_result(report).items()
+              if k not in ("tiled", "simulation", "n_boot_tiled")}
+    dinov2.update(article="dinov2", description="real", argv=["--article", "dinov2"])
+    checked = [what for what, _ok, _numbers in report.requirements(dinov2)]
+    assert checked and not any(what.startswith("tiled") for what in checked)
+    (tmp_path / "validation_demo.json").write_text(json.dumps(demo))
+    (tmp_path / "validation_dinov2.json").write_text(json.dumps(dinov2))
+    text = report.write_report(tmp_path, tmp_path / "v.md", explanations="")
+    section = text[text.index("## Article `dinov2`"):]
+    assert "### Planted objects: localization" in section
+    assert "### Tiled mosaics" not in section and "noise-ROI simulation" not in section
+    assert "| dinov2 | stepdown |" in text and "not run (no tiled section)" in text
+    assert text.count("### Tiled mosaics") == 1  # the demo article keeps its own
+
+
+def _maps_row(noise_hits: int, n_noise: int, crops: list, loc: list) -> dict:
+    """A row of validate_maps.py's results made by its own summary of per-image records."""
+    maps = _load("validate_maps")
+    raw = {"noise": [[k % 4, k // 4, k < noise_hits, (k + 0.5) / n_noise]
+                     for k in range(n_noise)],
+           "crops": crops, "localization": loc}
+    return {**maps.summarize(raw, 100), "raw": raw, "seconds": 1.0}
+
+
+def test_maps_table_gives_every_row_its_verdict_or_why_it_was_not_run(tmp_path):
+    report = _load("validation_report")
+    quiet = _maps_row(2, 80, [[0, 0.0, 0.0], [1, 0.004, 0.0]],
+                      [[i, 0.5, 0.2, True, True, 1, 1] for i in range(6)])
+    noisy = _maps_row(40, 80, [[0, 0.2, 0.3]], [[0, 0.1, 0.4, False, True, 0, 1]])
+    assert quiet["noise"]["all"]["any_sig"]["k"] == 2 and quiet["crops"]["n"] == 2
+    assert quiet["localization"]["delta_ci"][0] > 0  # F1 0.5 against Otsu's 0.2 every time
+    data = {"articles": {"demo": {
+        "description": "test", "model": "demo", "n_boot": 100, "class_target": "predicted",
+        "planned": {"noise": 80, "crops": 2, "localization": 6}, "source": "abc",
+        "argv": ["--article", "demo"],
+        "rows": {"attention|stepdown": quiet, "cdam|stepdown": noisy,
+                 "heads|stepdown": {"not_run": "out of time"}}}}}
+    (tmp_path / "validation_maps_cpu.json").write_text(json.dumps(data))
+    text = report.write_report(tmp_path, tmp_path / "v.md", maps_notes="Maps: why.")
+    table = text[:text.index("Noise inputs by case")]
+    lines = {tuple(line.split(" | ")[1:3]): line for line in table.splitlines()
+             if line.startswith("| demo |")}
+    assert lines[("attention", "stepdown")].endswith("| all met |")
+    assert "2/80 = 2.5 % [0.3 %–8.7 %]" in lines[("attention", "stepdown")]
+    assert "**not met:** noise 50 % > 10 %" in lines[("cdam", "stepdown")]
+    assert "F1 below Otsu" not in lines[("cdam", "stepdown")]  # one image: no interval
+    assert "1 images: too few for an interval" in lines[("cdam", "stepdown")]
+    assert "not run (out of time)" in lines[("heads", "stepdown")]
+    assert "not run" in lines[("rollout", "stepdown")]  # a row the file lacks
+    assert "Maps: why." in text and "| dinov2 | attention | stepdown | not run" in text
 
 
 class _TiledResult:
