@@ -2,6 +2,8 @@
 
     python benchmarks/bench_tiled.py --size 8192 --n-boot 200
     python benchmarks/bench_tiled.py --size 10000 --n-boot 100 --cli   # the command line's RSS
+    python benchmarks/bench_tiled.py --model vit_small_patch16_224 --size 1024 --n-boot 16 \
+        --device cpu                                   # ViT-S/16 tiles (random init), aim <= 1.3
 
 Prints, measured in one run:
   * forward passes counted (a spy on the attention call) against n_tiles + B,
@@ -59,6 +61,8 @@ def peak_rss_gb(who: int = resource.RUSAGE_SELF) -> float:
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="demo",
+                    help="'demo' or a timm name, random-initialised (e.g. vit_small_patch16_224)")
     ap.add_argument("--size", type=int, default=8192)
     ap.add_argument("--n-boot", type=int, default=200)
     ap.add_argument("--device", default="auto")
@@ -72,7 +76,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     device = resolve_device(args.device)
     dtype = autocast_dtype(device, args.precision)
-    bb = load_backbone("demo").to(device)
+    bb = (load_backbone("demo") if args.model == "demo"
+          else load_backbone(args.model, pretrained=False)).to(device)
     image = field(args.size)
     tail = {} if args.tail is None else {"tail": args.tail}
     config = RunConfig(tiled=True, n_boot=args.n_boot, device=str(device),
@@ -108,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
     bare_after = bare_forward_seconds(bb, x, n_images, chunk, device, dtype)
     bare = (bare_before + bare_after) / 2
     out = {
-        "size": args.size, "grid": list(result.grid_shape), "n_tiles": md["n_tiles"],
+        "model": args.model, "size": args.size, "grid": list(result.grid_shape), "n_tiles": md["n_tiles"],
         "n_boot": args.n_boot, "forward_passes_counted": sum(counted),
         "forward_passes_expected": n_images, "chunk_size": chunk, "device": str(device),
         "threads": torch.get_num_threads(), "pipeline_s": pipeline, "bare_forward_s": bare,
@@ -117,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
         "statistics_share": md["timings"]["statistics_s"] / pipeline,
         "tail": result.null_summary.get("tail"),
     }
-    print(f"demo model, {args.size}x{args.size} field, {md['n_tiles']} tiles of "
+    print(f"{args.model} model, {args.size}x{args.size} field, {md['n_tiles']} tiles of "
           f"{md['tile_shape']}, grid {result.grid_shape}, B={args.n_boot}, chunk {chunk}, "
           f"{device}, {out['threads']} threads")
     print(f"forward passes counted {sum(counted)} = n_tiles + B = {n_images}: "

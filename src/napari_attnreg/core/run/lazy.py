@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,6 +129,67 @@ class LazyImage:
             if block.shape[-1] == 1:
                 block = block[..., 0]
         return block
+
+
+class ChunkCache:
+    """Regions of a chunked image (a slide level) read through its decoded chunks, kept a while.
+
+    A slide's JPEG tiles are larger than a model's tiles and the model's tiles overlap: read
+    region by region, each stored tile was decoded once per model tile touching it (some 30
+    times for 512² JPEG tiles and 128² model tiles with a quarter overlap). Here each stored
+    chunk is decoded once and kept, the least recently used first dropped, up to ``capacity``
+    chunks (by default two rows of chunks across the image: the tiles come row by row). The
+    pixels are those of :meth:`LazyImage.read`. Safe to share between threads.
+    """
+
+    def __init__(self, image: LazyImage, capacity: int | None = None) -> None:
+        chunks = getattr(image.array, "chunks", None)
+        if image.channel_axis == 0 or chunks is None or len(chunks) < 2:
+            raise ValueError("ChunkCache reads chunked images with channels last (or grey).")
+        self.image = image
+        self.chunk = (int(chunks[0]), int(chunks[1]))
+        across = -(-image.shape[1] // self.chunk[1])
+        self.capacity = int(capacity) if capacity is not None else 2 * across + 8
+        self._blocks: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _block(self, cy: int, cx: int) -> np.ndarray:
+        key = (cy, cx)
+        if key in self._blocks:
+            self._blocks.move_to_end(key)
+            return self._blocks[key]
+        (ch, cw), (h, w) = self.chunk, self.image.shape
+        block = self.image.read(slice(cy * ch, min((cy + 1) * ch, h)),
+                                slice(cx * cw, min((cx + 1) * cw, w)))
+        self._blocks[key] = block
+        while len(self._blocks) > self.capacity:
+            self._blocks.popitem(last=False)
+        return block
+
+    def read(self, ys: slice, xs: slice) -> np.ndarray:
+        """Pixels ``[ys, xs]`` (steps of 1, inside the image) as :meth:`LazyImage.read`."""
+        (ch, cw), (h, w) = self.chunk, self.image.shape
+        y0, y1 = max(0, ys.start or 0), min(h, h if ys.stop is None else ys.stop)
+        x0, x1 = max(0, xs.start or 0), min(w, w if xs.stop is None else xs.stop)
+        out = None
+        with self._lock:
+            for cy in range(y0 // ch, (y1 - 1) // ch + 1):
+                for cx in range(x0 // cw, (x1 - 1) // cw + 1):
+                    block = self._block(cy, cx)
+                    if out is None:
+                        out = np.empty((y1 - y0, x1 - x0, *block.shape[2:]), dtype=block.dtype)
+                    by, bx = max(y0, cy * ch), max(x0, cx * cw)
+                    ey, ex = min(y1, (cy + 1) * ch), min(x1, (cx + 1) * cw)
+                    out[by - y0:ey - y0, bx - x0:ex - x0] = \
+                        block[by - cy * ch:ey - cy * ch, bx - cx * cw:ex - cx * cw]
+        if out is None:
+            raise ValueError(f"empty region {ys}, {xs} of an image of {h}x{w} pixels.")
+        return out
+
+    def clear(self) -> None:
+        """Drop the kept chunks."""
+        with self._lock:
+            self._blocks.clear()
 
 
 def open_lazy(path: str | Path, *, channel_axis: int | None = None) -> LazyImage:

@@ -41,6 +41,7 @@ from napari_attnreg.core.run.images import (
     to_channels_last,
 )
 from napari_attnreg.core.run.lazy import (
+    ChunkCache,
     LazyImage,
     TileReader,
     intensity_range,
@@ -256,6 +257,8 @@ def _region_reader(image: LazyImage, width: int) -> Callable[[int, int, int, int
     col_axis = 2 if image.channel_axis == 0 else 1
     strips = chunks is None or len(chunks) <= col_axis or int(chunks[col_axis]) >= sw
     bands = strips or image.level is None  # a slide's tissue tiles: only their own chunks
+    # a slide's stored tiles are decoded once each, not once per overlapping model tile
+    cache = ChunkCache(image) if not bands and image.channel_axis != 0 else None
     band: dict[str, Any] = {}
     lock = threading.Lock()  # the reading thread and the null's reads share the band
 
@@ -264,6 +267,8 @@ def _region_reader(image: LazyImage, width: int) -> Callable[[int, int, int, int
             rh, rw = max(1, round(h * scale)), max(1, round(w * scale))
             y, x = min(round(y * scale), sh - rh), min(round(x * scale), sw - rw)
             h, w = rh, rw
+        if cache is not None:
+            return cache.read(slice(y, y + h), slice(x, x + w))
         if not bands:
             return image.read(slice(y, y + h), slice(x, x + w))
         with lock:

@@ -111,16 +111,18 @@ class TileLayout:
         _, ly, _, lx = self._owners
         return ly[:, None] * self.tile_grid[1] + lx[None, :]
 
-    def tile_tokens(self) -> np.ndarray:
-        """``(n_tiles, tgh·tgw)`` flat image-grid index of every token of every tile."""
+    def tile_tokens(self, indices: np.ndarray | None = None) -> np.ndarray:
+        """``(n, tgh·tgw)`` flat image-grid index of every token of the tiles ``indices``
+        (all tiles, in order, by default)."""
         tgh, tgw = self.tile_grid
         gw = self.grid_shape[1]
-        rows = []
-        for index in range(self.n_tiles):
-            y, x = self.origin(index)
-            ty, tx = y // self.patch[0], x // self.patch[1]
-            rows.append(((ty + np.arange(tgh))[:, None] * gw + tx + np.arange(tgw)[None, :]).ravel())
-        return np.stack(rows)
+        iy, ix = (np.divmod(np.arange(self.n_tiles), len(self.starts[1])) if indices is None
+                  else np.divmod(np.asarray(indices, dtype=np.int64), len(self.starts[1])))
+        ty = np.asarray(self.starts[0], dtype=np.int64)[iy] // self.patch[0]
+        tx = np.asarray(self.starts[1], dtype=np.int64)[ix] // self.patch[1]
+        rows = (ty[:, None] + np.arange(tgh))[:, :, None] * gw
+        cols = (tx[:, None] + np.arange(tgw))[:, None, :]
+        return (rows + cols).reshape(-1, tgh * tgw)
 
     def assemble(self, tile_maps: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
         """``(n_tiles, ..., tgh, tgw)`` per-tile token maps → ``(..., gh, gw)`` image map."""
@@ -190,32 +192,25 @@ def run_tiles(layout: TileLayout, keep: np.ndarray | None = None) -> RunTiles:
         return RunTiles(order=np.arange(layout.n_tiles), tested=np.arange(n_image),
                         family=layout.tile_index().ravel(), local=layout.local_index().ravel(),
                         family_tokens=layout.tile_tokens(), n_image=n_image)
-    keep = np.asarray(keep, dtype=bool)
-    gh, gw = layout.grid_shape
+    order = np.flatnonzero(np.asarray(keep, dtype=bool))
     tgh, tgw = layout.tile_grid
     (ph, pw), (th, tw) = layout.patch, layout.tile
-    best = np.full((gh, gw), np.inf)
-    owner = np.full((gh, gw), -1, dtype=np.int64)
-    corner = np.zeros((gh, gw, 2), dtype=np.int64)
-    order = np.flatnonzero(keep)
-    for rank, index in enumerate(order):  # C order: on a tie the first tile owns, as in _owners
-        y, x = layout.origin(int(index))
-        ty, tx = y // ph, x // pw
-        dy = np.abs((np.arange(tgh) + 0.5) * ph - th / 2)
-        dx = np.abs((np.arange(tgw) + 0.5) * pw - tw / 2)
-        distance = dy[:, None] + dx[None, :]
-        block = (slice(ty, ty + tgh), slice(tx, tx + tgw))
-        nearer = distance < best[block]
-        best[block] = np.where(nearer, distance, best[block])
-        owner[block] = np.where(nearer, rank, owner[block])
-        corner[block] = np.where(nearer[..., None], (ty, tx), corner[block])
-    tested = np.flatnonzero(owner.ravel() >= 0)
-    gy, gx = np.divmod(tested, gw)
-    local = (gy - corner.reshape(-1, 2)[tested, 0]) * tgw + gx - corner.reshape(-1, 2)[tested, 1]
-    inverse = np.full(n_image, -1, dtype=np.int64)
-    inverse[tested] = np.arange(tested.size)
-    return RunTiles(order=order, tested=tested, family=owner.ravel()[tested], local=local,
-                    family_tokens=inverse[layout.tile_tokens()[order]], n_image=n_image)
+    # every (run tile, local token) pair: the image token, its distance to the tile's centre
+    tokens = layout.tile_tokens(order)
+    dy = np.abs((np.arange(tgh) + 0.5) * ph - th / 2)
+    dx = np.abs((np.arange(tgw) + 0.5) * pw - tw / 2)
+    distance = np.broadcast_to((dy[:, None] + dx[None, :]).ravel(), tokens.shape)
+    rank = np.broadcast_to(np.arange(order.size)[:, None], tokens.shape)
+    # per image token the nearest centre; on a tie the first tile (C order), as in _owners
+    pairs = np.lexsort((rank.ravel(), distance.ravel(), tokens.ravel()))
+    flat = tokens.ravel()[pairs]
+    first = np.ones(flat.size, dtype=bool)
+    first[1:] = flat[1:] != flat[:-1]
+    winner = pairs[first]
+    tested = flat[first]
+    family, local = np.divmod(winner, tgh * tgw)
+    return RunTiles(order=order, tested=tested, family=family, local=local,
+                    family_tokens=np.searchsorted(tested, tokens), n_image=n_image)
 
 
 def make_layout(shape: tuple[int, int], *, tile: tuple[int, int], patch: tuple[int, int],

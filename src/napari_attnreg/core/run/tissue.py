@@ -151,15 +151,21 @@ def tiles_in_tissue(mask: np.ndarray, layout: TileLayout,
     # summed-area table: any tile's tissue count in four look-ups
     table = np.zeros((mh + 1, mw + 1))
     table[1:, 1:] = np.cumsum(np.cumsum(mask, axis=0, dtype=np.float64), axis=1)
-    keep = np.zeros(layout.n_tiles, dtype=bool)
     th, tw = layout.tile
-    for index in range(layout.n_tiles):
-        y, x = layout.origin(index)
-        y0, y1 = _span(y, th, h, mh)
-        x0, x1 = _span(x, tw, w, mw)
-        inside = table[y1, x1] - table[y0, x1] - table[y1, x0] + table[y0, x0]
-        keep[index] = inside >= fraction * (y1 - y0) * (x1 - x0)
-    return keep
+    y0, y1 = _spans(layout.starts[0], th, h, mh)
+    x0, x1 = _spans(layout.starts[1], tw, w, mw)
+    inside = (table[y1[:, None], x1[None, :]] - table[y0[:, None], x1[None, :]]
+              - table[y1[:, None], x0[None, :]] + table[y0[:, None], x0[None, :]])
+    # (fraction · height) · width, in the order the per-tile formula multiplied
+    least = fraction * (y1 - y0)[:, None] * (x1 - x0)[None, :]
+    return (inside >= least).ravel()  # C order over the starts, as the tiles
+
+
+def _spans(starts: tuple[int, ...], size: int, length: int,
+           mask_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """The extents of tiles starting at ``starts`` along one axis in mask pixels."""
+    lo, hi = np.array([_span(s, size, length, mask_length) for s in starts]).T
+    return lo, hi
 
 
 def _span(start: int, size: int, length: int, mask_length: int) -> tuple[int, int]:
