@@ -161,3 +161,27 @@ def test_a_token_left_out_of_the_test_is_saved_and_read_back_as_nan(results, tmp
                            patch_size=res.patch_size, metadata=elsewhere).save(tmp_path / "x")
     with pytest.raises(ValueError, match="step_p map has 1 values outside"):
         AttentionResult.load(path)
+
+
+def test_a_tiled_result_whose_summary_outgrows_the_fixed_bound_reopens(tiny_backbone, tmp_path,
+                                                                        monkeypatch):
+    """A slide's step-down summary holds per-token arrays (39 M values for a 50,000² slide),
+    above the fixed bound on summaries; the bound follows the grid, so it reopens."""
+    from napari_attnreg.core.results import result_file
+
+    rng = np.random.default_rng(1)
+    image = (400 + 50 * rng.standard_normal((256, 256))).astype(np.uint16)
+    res = regularize(image, tiny_backbone, tiled=True, **FAST)
+    largest = max(np.asarray(v).size for k, v in res.null_summary.items()
+                  if k.startswith("stepdown_"))
+    assert largest > res.grid_shape[0] * res.grid_shape[1]  # steps of overlapping tiles
+    monkeypatch.setattr(result_file, "MAX_SUMMARY_ELEMENTS", 64)  # a slide, scaled down
+    path = res.save(tmp_path / "tiled.attnreg.npz")
+    back = AttentionResult.load(path)
+    np.testing.assert_array_equal(back.null_summary["stepdown_step_token"],
+                                  res.null_summary["stepdown_step_token"])
+    np.testing.assert_array_equal(back.significant(), res.significant())
+    # a member beyond what any grid of this size can hold is still refused
+    monkeypatch.setattr(result_file, "SUMMARY_ELEMENTS_PER_TOKEN", 1)
+    with pytest.raises(ValueError, match="expected a summary of at most 256 values"):
+        AttentionResult.load(path)

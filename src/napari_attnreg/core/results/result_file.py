@@ -37,6 +37,9 @@ FORMAT_NAME = "napari-attnreg result"
 REQUIRED_HEADER = ("pi0", "thresholds", "image_shape", "model_shape", "patch_size")
 MAX_HEADER_BYTES = 64 << 20  # metadata JSON; real ones are a few kB
 MAX_SUMMARY_ELEMENTS = 1 << 24
+#: Per-token summaries may hold this many values per token of the grid (a few arrays,
+#: overlapping tiles counting their shared tokens again).
+SUMMARY_ELEMENTS_PER_TOKEN = 16
 #: No member is read into more memory than this, whatever its header declares.
 MAX_MEMBER_BYTES = 4 << 30
 MAX_HEADS = 4096
@@ -116,10 +119,15 @@ class _Reader:
         if not isinstance(summary, dict):
             raise self.fail("null_summary in the metadata is not a dictionary.")
         summary = dict(summary)
+        # A tiled step-down keeps per-token summaries (each token's family, the families'
+        # steps), so a slide's summary grows with its grid: the bound follows the grid, as
+        # the maps' own shapes do, and still refuses a member no result could hold.
+        limit = max(MAX_SUMMARY_ELEMENTS, SUMMARY_ELEMENTS_PER_TOKEN * grid[0] * grid[1])
         for name in self.members:
             if name.startswith("null_summary__"):
                 summary[name.split("__", 1)[1]] = self.array(
-                    name, lambda s: math.prod(s) <= MAX_SUMMARY_ELEMENTS, "a small summary")
+                    name, lambda s: math.prod(s) <= limit,
+                    f"a summary of at most {limit} values")
         return dict(attention=maps.pop("attention"), maps=maps, pi0=self.pi0(header),
                     thresholds=self.thresholds(header),
                     image_shape=image_shape, model_shape=model_shape, patch_size=patch,
