@@ -16,8 +16,8 @@ from napari_attnreg.notebook.option_controls import build_control
 from napari_attnreg.notebook.options_panel import link_all
 from napari_attnreg.notebook.state import ExplorerState
 
-#: Slider width: label (150 px) + track (about 310 px) + readout; the width of the image above.
-SLIDER_WIDTH = "540px"
+#: Slider width: label (150 px) + track (about 350 px) + readout; about the width of the image above.
+SLIDER_WIDTH = "580px"
 SLIDER_LABEL_WIDTH = "150px"  # "α FWER / p threshold" whole, not cut
 #: z threshold the slider shows while the z mask is off.
 Z_TH_WHEN_ON = 0.0
