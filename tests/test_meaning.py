@@ -20,6 +20,17 @@ def test_each_preset_says_what_a_patch_was_compared_with():
         significance_meaning("bogus")
 
 
+@pytest.mark.parametrize("preset", ["stepdown", "directional", "paper"])
+def test_the_claim_is_about_the_tested_map_not_attention(preset):
+    cdam = {"map": "cdam", "map_label": "CDAM", "map_signed": True, "sign": "for",
+            "target": "concept", "n_boot": 50, "method": "patch"}
+    text = result_meaning(preset, cdam)
+    assert text.startswith("Tested map: CDAM for concept. Significant = CDAM for concept ")
+    assert "attention" not in text.split("Significant = ")[1].split(" on ")[0]
+    plain = result_meaning(preset, {"n_boot": 50, "method": "patch"})
+    assert plain.startswith("Significant = attention ")
+
+
 def test_under_the_stepdown_a_pooled_null_rule_is_refused_with_the_preset_rules(
         tiny_backbone, blob_image):
     res = regularize(blob_image, tiny_backbone, n_boot=4, device="cpu")

@@ -151,7 +151,8 @@ class MapDisplay:
             text = (f"{self.info.label} kept where the rule calls it significant (the "
                     f"{self.info.sign} side), zero elsewhere.")
         else:
-            text = "Attention kept where the rule calls it significant, zero elsewhere."
+            what = "Attention" if self.info.is_default else self.info.label
+            text = f"{what[:1].upper()}{what[1:]} kept where the rule calls it significant, zero elsewhere."
         return text if self.info.is_default else f"Tested map: {self.info.caption()}. {text}"
 
     def values(self, result: AttentionResult, thresholds: dict[str, Any] | None = None) -> np.ndarray:

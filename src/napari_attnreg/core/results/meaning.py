@@ -46,7 +46,7 @@ def null_record(metadata: Mapping[str, Any]) -> str | None:
 
 
 def significance_meaning(preset: str, n_boot: int | None = None, method: str | None = None,
-                         block_size: int | None = None) -> str:
+                         block_size: int | None = None, what: str = "attention") -> str:
     """One sentence: what a significant patch of a ``preset`` run is significant against.
 
     Examples
@@ -59,7 +59,7 @@ blocks shuffled (B = 100 null images); not a detection of an object or an abnorm
 
     nulls = null_words(method, block_size)
     count = f" (B = {n_boot} null images)" if n_boot else ""
-    claim = get_procedure(preset).compared_with(nulls, count)
+    claim = get_procedure(preset).compared_with(nulls, count, what)
     return f"Significant = {claim}; not a detection of an object or an abnormality."
 
 
@@ -68,9 +68,11 @@ def result_meaning(preset: str, metadata: Mapping[str, Any]) -> str:
     ``block_size`` as the run recorded them), after the tested map when it is not attention."""
     from napari_attnreg.core.results.map_info import MapInfo
 
-    text = significance_meaning(preset, metadata.get("n_boot"), metadata.get("method"),
-                                metadata.get("block_size"))
     info = MapInfo.of(metadata)
+    # the claim is about the tested map (a CDAM patch is not "attention more concentrated")
+    text = significance_meaning(preset, metadata.get("n_boot"), metadata.get("method"),
+                                metadata.get("block_size"),
+                                what="attention" if info.is_default else info.caption())
     return text if info.is_default else f"Tested map: {info.caption()}. {text}"
 
 

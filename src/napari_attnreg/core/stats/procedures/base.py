@@ -252,10 +252,11 @@ class Procedure:
         """What "significant" means under this procedure, in plain words."""
         return self.side
 
-    def compared_with(self, nulls: str, count: str) -> str:
+    def compared_with(self, nulls: str, count: str, what: str = "attention") -> str:
         """The claim a significant patch makes against ``nulls`` (the run's null images in
-        words; ``count`` says how many), e.g. "attention higher here than ..."."""
-        return f"attention {self.side} here, against {nulls}{count}"
+        words; ``count`` says how many) about the tested map ``what``, e.g. "attention higher
+        here than ..."."""
+        return f"{what} {self.side} here, against {nulls}{count}"
 
     def __repr__(self) -> str:
         return f"<procedure {self.name!r}>"

@@ -76,7 +76,7 @@ class Directional(Procedure):
         return "the patch's attention is higher than noise input gives (false discovery rate)"
 
 
-    def compared_with(self, nulls: str, count: str) -> str:
-        return f"attention higher here than the model gives to {nulls}{count}"
+    def compared_with(self, nulls: str, count: str, what: str = "attention") -> str:
+        return f"{what} higher here than the model gives to {nulls}{count}"
 
 PROCEDURE = Directional()

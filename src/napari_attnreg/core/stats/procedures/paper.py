@@ -71,8 +71,8 @@ class Paper(Procedure):
                 "discovery rate on z)")
 
 
-    def compared_with(self, nulls: str, count: str) -> str:
-        return (f"attention differing from the model's on {nulls}{count}, above or below "
+    def compared_with(self, nulls: str, count: str, what: str = "attention") -> str:
+        return (f"{what} differing from the model's on {nulls}{count}, above or below "
                 "(the published two-sided test)")
 
 PROCEDURE = Paper()

@@ -77,7 +77,7 @@ class StepDown(Procedure):
                 "of the attention than null images made of the image's own half-patch blocks")
 
 
-    def compared_with(self, nulls: str, count: str) -> str:
-        return f"attention more concentrated here than on {nulls}{count}"
+    def compared_with(self, nulls: str, count: str, what: str = "attention") -> str:
+        return f"{what} more concentrated here than on {nulls}{count}"
 
 PROCEDURE = StepDown()
