@@ -201,9 +201,10 @@ def test_an_untiled_run_records_no_tiling_and_a_tiled_one_no_input_size(blob_ima
 
     ex = AttentionExplorer(blob_image, "demo", view="image", target_size=64, tile_scale=2.0)
     options = ex.options_panel.advanced.values()
-    assert run_config(ex, options).tile_scale == 1.0 and run_config(ex, options).target_size == 64
+    assert run_config(ex.session, options).tile_scale == 1.0
+    assert run_config(ex.session, options).target_size == 64
     ex.tiled = True
     assert ex.options_panel.advanced.controls["target_size"].disabled
-    config = run_config(ex, ex.options_panel.advanced.values())
+    config = run_config(ex.session, ex.options_panel.advanced.values())
     assert config.tile_scale == 2.0 and config.target_size == "model"
     ex.close()

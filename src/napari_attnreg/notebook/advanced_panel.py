@@ -85,6 +85,16 @@ class AdvancedPanel(W.Accordion):
         rows.insert(rows.index(self.controls[name]) + 1, widget)
         self.children[0].children = tuple(rows)
 
+    def show_setting(self, name: str, value: Any) -> None:
+        """Show a value set in code (``session.update_settings``) in its control, so the
+        next Run, which pushes the panel's values to the session, keeps it."""
+        held = self.held(name)
+        if held is not None and same_setting(held, value):  # e.g. a concept already held
+            return
+        current = self.values().get(name, self.options[name].default)
+        if not same_setting(current, value):
+            self._show_initial(name, value)
+
     def _show_initial(self, name: str, value: Any) -> None:
         control = self.controls[name]
         if isinstance(value, np.ndarray):  # a concept given in code: its numbers stay here

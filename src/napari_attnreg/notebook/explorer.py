@@ -231,6 +231,9 @@ class AttentionExplorer(W.VBox):
                               self.options_panel.advanced.values,
                               lambda: model_spec(state.model_name, arch=self._arch,
                                                  given=self._given))
+        # the run reads the session (as napari's does): an option set there in code shows in
+        # its control, so Run, which pushes the panel to the session, keeps it
+        self.session.events.settings_changed.connect(self._show_settings_from_code)
         view.on_region = self._on_drawn_region
         self._parts = [self.run_panel, view]
         self.controls: dict[str, W.Widget] = {
@@ -305,6 +308,14 @@ class AttentionExplorer(W.VBox):
         if result is None:
             raise ValueError("Nothing to export yet: press Run (or call run()) first.")
         return write_geojson(path, result)
+
+    def _show_settings_from_code(self, changes: dict[str, Any]) -> None:
+        if self.runs.pushing:
+            return
+        advanced = self.options_panel.advanced
+        for name, value in changes.items():
+            if name in advanced.controls and value is not None:
+                advanced.show_setting(name, value)
 
     # ---- runs ---------------------------------------------------------------------------
     def run(self, *, wait: bool = False) -> AttentionResult | None:

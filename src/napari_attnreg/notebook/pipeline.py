@@ -18,9 +18,9 @@ from napari_attnreg.core.run.engine import RunConfig
 from napari_attnreg.core.run.options import options_in, reset_inapplicable, validate_options
 from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
 from napari_attnreg.core.run.service import Job, ModelSpec
-from napari_attnreg.notebook.advanced_panel import ELSEWHERE, STATE_OPTIONS
+from napari_attnreg.notebook.advanced_panel import ELSEWHERE, STATE_OPTIONS, read_back_options
 from napari_attnreg.notebook.option_controls import check_opacity
-from napari_attnreg.notebook.state import ExplorerState
+from napari_attnreg.session import Session
 
 #: Options of :class:`RunConfig` the explorer's own arguments and controls set.
 CONTROLLED = {*STATE_OPTIONS, *ELSEWHERE, *(o.name for o in options_in("thresholds")), "extra"}
@@ -77,25 +77,30 @@ def model_spec(name: str, *, arch: str | None, given: Backbone | None) -> ModelS
     return ModelSpec("timm", name)
 
 
-def run_config(state: ExplorerState, options: dict[str, Any],
+def run_config(session: Session, options: Mapping[str, Any],
                thresholds: Mapping[str, Any] | None = None) -> RunConfig:
-    """The validated RunConfig of the current controls (ValueError says what is wrong).
+    """The validated RunConfig of the session's settings, read as napari's dock reads them.
 
-    ``thresholds``: those the run starts with (default: the controls').
+    The explorer's own traits reach the session as they change (``SessionLink``); the
+    Advanced panel's ``options`` (those that differ from their defaults) are pushed at Run,
+    every other option of the panel put back to unset, so the session never keeps a value the
+    panel no longer shows. ``thresholds``: those the run starts with (default: the session's
+    thresholds for a new run). Raises ValueError for an invalid combination.
     """
-    own = {name: getattr(state, name) for name in STATE_OPTIONS}
+    pushed = {o.name: o.unset for o in read_back_options()}
+    session.update_settings({**pushed, **options})
     # options the run does not read go back to unset: an untiled run records no tiling
-    config = RunConfig(**reset_inapplicable({**own, **options}),
-                       **dict(thresholds or state.thresholds()))
+    settings = {**session.settings, **dict(thresholds or session.run_thresholds())}
+    config = RunConfig(**reset_inapplicable(settings))
     config.validate()
     return config
 
 
-def make_job(state: ExplorerState, spec: ModelSpec, stack: PlaneStack, plane: PlaneIndex,
-             options: dict[str, Any], task_id: int,
+def make_job(session: Session, spec: ModelSpec, stack: PlaneStack, plane: PlaneIndex,
+             options: Mapping[str, Any], task_id: int,
              thresholds: Mapping[str, Any] | None = None) -> Job:
-    """One plane of ``stack`` with the controls' options, tagged with ``task_id``."""
-    config = run_config(state, options, thresholds)
+    """One plane of ``stack`` with the session's settings, tagged with ``task_id``."""
+    config = run_config(session, options, thresholds)
     if plane:  # the result says which plane it is (as napari's and the CLI's do)
         config.extra = {**config.extra, "slice": list(plane)}
     return Job(spec, stack, [tuple(plane)], config, task_id=task_id)

@@ -50,6 +50,8 @@ class PlaneRuns:
         self.pending: tuple | None = None
         self.generation = 0
         self.last_error: BaseException | None = None
+        #: Run is pushing the panel's options to the session (not settings set in code)
+        self.pushing = False
 
     def fingerprint(self, plane: tuple[int, ...]) -> str:
         # taken at Run and at the end: the user's array may be edited in place meanwhile (the
@@ -68,13 +70,16 @@ class PlaneRuns:
             return None
         plane = tuple(self.state.slice_index)
         model = self._model()
+        self.pushing = True
         try:  # a re-run of this plane keeps the thresholds chosen for it
-            job = make_job(self.state, model, self.image_panel.stack, plane, self._advanced(),
+            job = make_job(self.session, model, self.image_panel.stack, plane, self._advanced(),
                            self.run_panel.next_task_id(),
                            thresholds=self.session.run_thresholds())
         except ValueError as err:
             self.fail(err)
             return None
+        finally:
+            self.pushing = False
         self.pending = (plane, self.generation, self.fingerprint(plane))
         where = f" on plane {plane}" if plane else ""
         tiled = ", tiled" if self.state.tiled else ""
