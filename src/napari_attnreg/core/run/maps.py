@@ -15,7 +15,11 @@
   pooled-null presets (paper, directional) test each family alone against its own null
   columns and take the q-values over all families' tokens together, the local fdr per family
   (:mod:`napari_attnreg.core.stats.pooled_families`). Per token, the statistics reported are
-  those of the family (head) that gives it the most attention.
+  those of the family (head) that gives it the most attention. A head tested this way is a
+  whole map against the null images' same head: one that is uneven all over the image (it
+  maps background structure that the nulls erase) while nearly even on every null image is
+  significant at nearly every step, so nearly all its tokens are kept — as the step-down
+  prescribes (tests/test_stepdown_uneven_head.py; docs/validation.md, phantom ``heads``).
 - :func:`map_checks`: the sanity check and the attention-sink check as diagnostics.
 """
 
