@@ -117,3 +117,24 @@ def test_settings_set_in_code_reach_the_options(viewer_widget):
     widget.session.update_settings(n_boot=33)
     assert widget.options.value("n_boot") == 33
     assert widget.run_config().n_boot == 33
+
+
+def test_only_the_chosen_images_maps_show_colour_bars(two_results):
+    """napari draws every visible map's bar in one corner: two images' bars lay over each
+    other (#28 item 4). The chosen image's maps keep theirs."""
+    from napari_attnreg._napari.layers import CONTINUOUS_KINDS, find_output
+
+    viewer, widget, a, b = two_results
+    rec_a, rec_b = _record(widget, "A"), _record(widget, "B")
+
+    def bars(record):
+        return {kind: find_output(viewer, record, kind).colorbar.visible
+                for kind in CONTINUOUS_KINDS}
+
+    assert all(bars(rec_b).values()) and not any(bars(rec_a).values())
+    viewer.layers.selection.active = a
+    assert all(bars(rec_a).values()) and not any(bars(rec_b).values())
+    shown = [layer for layer in viewer.layers
+             if getattr(layer, "colorbar", None) is not None and layer.colorbar.visible
+             and layer.visible]
+    assert not [layer for layer in shown if layer.name.startswith("B ")]

@@ -10,7 +10,7 @@ the GUI thread.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -380,6 +380,24 @@ def title_colorbar(layer: Any) -> None:
     overlay.position = layer.colorbar.position
     overlay.font_size = layer.colorbar.font_size
     overlay.visible = True
+
+
+def show_colorbars_of(viewer: Any, records: Sequence[RunRecord], shown: RunRecord) -> None:
+    """Colour bars (and their titles) for the maps of ``shown`` only.
+
+    napari draws every visible layer's bar in the same canvas corner, so with two images'
+    results on screen their bars lay over each other; the chosen image's bars are the ones
+    its thresholds, inspector and ROI table speak about.
+    """
+    for record in records:
+        for kind in CONTINUOUS_KINDS:
+            layer = find_output(viewer, record, kind)
+            if layer is None:
+                continue
+            layer.colorbar.visible = record is shown
+            overlay = getattr(layer, "name_overlay", None)
+            if overlay is not None:
+                overlay.visible = record is shown
 
 
 def refresh_thresholds(viewer: Any, record: RunRecord) -> dict[str, Any]:

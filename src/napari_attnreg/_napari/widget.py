@@ -50,7 +50,7 @@ from napari_attnreg._napari.dock_scroll import (
 )
 from napari_attnreg._napari.figure import FigureButton, GeoJsonButton
 from napari_attnreg._napari.inspector import PatchInspector
-from napari_attnreg._napari.layers import refresh_thresholds
+from napari_attnreg._napari.layers import refresh_thresholds, show_colorbars_of
 from napari_attnreg._napari.model_picker import ModelPanel
 from napari_attnreg._napari.options_panel import OptionsPanel
 from napari_attnreg._napari.outline import adopt_read_outlines
@@ -311,6 +311,7 @@ class AttentionWidget(QWidget):
         self.save_button.setEnabled(record is not None)
         if record is not None:
             self._show_summary(record)
+            show_colorbars_of(self.viewer, self.records(), record)
         elif self._summary_shown:  # another image's count must not stay on screen
             self._summary_shown = False
             self.run_panel.show_status("No result for this image yet: press Run.")
@@ -322,6 +323,8 @@ class AttentionWidget(QWidget):
     def _on_result_added(self, key: Any) -> None:
         if key == self.session.selected_key:  # a re-run of the image shown
             self._show_selected()
+        elif (shown := self.current_record()) is not None:  # another image's new bars
+            show_colorbars_of(self.viewer, self.records(), shown)
 
     def _on_run_shortcut(self, viewer: Any = None) -> None:
         if not self.run_panel.busy:
