@@ -97,8 +97,9 @@ class TokenMaps:
     ----------
     observed : torch.Tensor
         ``(gh, gw)`` float32: the map the statistics test (mean of heads or one head).
-    heads : torch.Tensor
-        ``(n_heads, gh, gw)`` float32.
+    heads : torch.Tensor or None
+        ``(n_heads, gh, gw)`` float32; None where the run does not keep per-head maps
+        (a tiled run whose grid is too large, :data:`~.tiled_engine.TILED_HEADS_MAX_VALUES`).
     image_shape, model_shape, patch_size : (int, int)
         As in :class:`AttentionResult`.
     channel_map : str
@@ -106,7 +107,7 @@ class TokenMaps:
     """
 
     observed: torch.Tensor
-    heads: torch.Tensor
+    heads: torch.Tensor | None
     image_shape: tuple[int, int]
     model_shape: tuple[int, int]
     patch_size: tuple[int, int]
@@ -279,7 +280,8 @@ class Run:
             pi0=float(stats.pi0),
             thresholds=config.thresholds(), image_shape=maps.image_shape,
             model_shape=maps.model_shape, patch_size=maps.patch_size,
-            head_attention=maps.heads.cpu().numpy().astype(np.float64), null_summary=summary,
+            head_attention=None if maps.heads is None
+            else maps.heads.cpu().numpy().astype(np.float64), null_summary=summary,
             null_scores=kept, metadata=metadata,
         )
 

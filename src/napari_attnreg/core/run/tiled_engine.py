@@ -374,7 +374,7 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
 
             observed, stats = _tile_statistics(owned, layout, tiles.scores, nulls.scores,
                                                config, run, scope, scorer.needs)
-            maps = TokenMaps(observed, _assemble(owned, layout, tiles.heads),
+            maps = TokenMaps(observed, _head_maps(owned, layout, tiles.heads),
                              tiled.image_shape, layout.shape, backbone.patch_size,
                              tiled.channel_map.kind)
             kept = _kept_nulls(owned, layout, nulls.scores, scope) if config.keep_nulls else None
@@ -541,6 +541,22 @@ def _in_tissue(tiled: TiledImage) -> Callable[[int, int], bool] | None:
         return bool(mask[my, mx])
 
     return accept
+
+
+#: Most values (heads × image tokens) of the per-head maps a tiled result keeps. A whole slide's
+#: grid is tens of millions of tokens: its head maps in float64 (1.25 GB for 4 heads on a
+#: 50,000² slide) plus their float32 assembly would be the largest part of the run's memory,
+#: and a tiled run never needs them (it refuses ``map="heads"``, the one reader of them in the
+#: patch report). 2**24 values keep them for every field up to 8192² with a ViT-S/16 or the
+#: demo model.
+TILED_HEADS_MAX_VALUES = 2**24
+
+
+def _head_maps(owned: RunTiles, layout: TileLayout, heads: torch.Tensor) -> torch.Tensor | None:
+    """The per-head maps on the image grid, or None above :data:`TILED_HEADS_MAX_VALUES`."""
+    if heads.shape[1] * owned.n_image > TILED_HEADS_MAX_VALUES:
+        return None
+    return _assemble(owned, layout, heads)
 
 
 def _assemble(owned: RunTiles, layout: TileLayout, tile_maps: torch.Tensor) -> torch.Tensor:

@@ -56,12 +56,18 @@ class Diagnostic:
 
 def normalized_entropy(attention: np.ndarray) -> float:
     """``H(A)/log T`` of an attention map (1 = perfectly uniform)."""
-    a = np.asarray(attention, dtype=np.float64).reshape(-1)
+    # in place on one float64 copy: a whole slide's grid is tens of millions of tokens, and
+    # each temporary of the plain formula would be another 300 MB (the same values, bit for bit)
+    a = np.array(attention, dtype=np.float64).reshape(-1)
     if a.size < 2:
         return 1.0
-    a = a / a.sum()
+    size = a.size
+    a /= a.sum()
     nz = a[a > 0]
-    return float(-(nz * np.log(nz)).sum() / math.log(a.size))
+    del a
+    terms = np.log(nz)
+    terms *= nz
+    return float(-terms.sum() / math.log(size))
 
 
 def diagnose(
