@@ -44,8 +44,9 @@ def test_directional_numbers_are_the_directional_statistics(tiny_backbone, blob_
     assert res.preset == "directional" and res.thresholds["rule"] == "q"
     assert res.thresholds["z_th"] is None and res.thresholds["q_th"] == 0.1
     s = _recompute(res, D.directional_statistics)
-    for name, field in (("step_p", "p"), ("adjusted_p", "q"), ("evidence", "posterior")):
-        np.testing.assert_array_equal(res.maps[name].ravel(), getattr(s, field), err_msg=name)
+    assert list(res.maps) == ["z", "p", "q", "lfdr", "posterior"]  # its own maps, by name
+    for name in ("p", "q", "lfdr", "posterior"):
+        np.testing.assert_array_equal(res.maps[name].ravel(), getattr(s, name), err_msg=name)
     assert res.pi0 == s.pi0 and res.metadata["pi0_method"] == "bh"
     assert res.null_summary["lfdr_fit"] == "grenander"
 
