@@ -121,3 +121,35 @@ def test_draws_do_not_depend_on_the_work_block(image, method, monkeypatch):
     monkeypatch.setitem(nulls_mod.DRAW_BLOCK_VALUES, "cpu", 1000)
     torch.testing.assert_close(null_images(image, range(5), NullConfig(method), seed=2,
                                            patch_size=8), whole, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("seed", [0, 7, 2**63 - 1, 2**64 - 1, -5])
+def test_keys_made_on_the_device_are_the_host_keys(image, seed):
+    # the engines pass ranges, keyed on the device so that no chunk waits for the one before;
+    # the null images must be those of the per-index host keys, bit for bit
+    from napari_attnreg.core.run.nulls import _image_keys, _signed, image_seed
+
+    for indices in (range(0, 300), range(999, 1003), range(2**40, 2**40 + 4), range(3, 90, 7)):
+        for stream in (0, 0x243F6A8885A308D3, 0x13198A2E03707344):
+            host = torch.tensor([_signed(image_seed(seed, i) ^ stream) for i in indices])
+            assert torch.equal(_image_keys(seed, indices, "cpu", stream), host)
+    for method in ("normal", "uniform", "pixel", "patch"):
+        as_range = null_images(image, range(3, 9), NullConfig(method), seed=seed, patch_size=8)
+        as_list = null_images(image, list(range(3, 9)), NullConfig(method), seed=seed,
+                              patch_size=8)
+        torch.testing.assert_close(as_range, as_list, rtol=0, atol=0)
+
+
+def test_a_range_of_null_images_is_keyed_without_the_host_loop(image, monkeypatch):
+    import napari_attnreg.core.run.nulls as nulls_mod
+
+    want = {m: null_images(image, range(4), NullConfig(m), seed=3, patch_size=8)
+            for m in ("normal", "uniform", "pixel", "patch")}
+
+    def host_keys(*args):
+        raise AssertionError("a range was keyed on the host")
+
+    monkeypatch.setattr(nulls_mod, "image_seed", host_keys)
+    for method, nulls in want.items():
+        got = null_images(image, range(4), NullConfig(method), seed=3, patch_size=8)
+        torch.testing.assert_close(got, nulls, rtol=0, atol=0)

@@ -108,8 +108,7 @@ def _words(seed: int, indices: Sequence[int], count: int, device: torch.device |
            stream: int = 0, whole_rows: bool = False) -> Iterator[tuple[tuple, torch.Tensor]]:
     """Random 64-bit words for null images ``indices``: ``(where, words)`` blocks of the
     ``(len(indices), count)`` array (``out[where] = f(words)`` fills it)."""
-    keys = torch.tensor([_signed(image_seed(seed, i) ^ stream) for i in indices],
-                        dtype=torch.int64, device=device)
+    keys = _image_keys(seed, indices, device, stream)
     steps = torch.arange(1, count + 1, dtype=torch.int64, device=device) * _signed(_GAMMA)
     block = DRAW_BLOCK_VALUES.get(torch.device(device).type, DRAW_BLOCK_VALUES["cuda"])
     if count > block and not whole_rows:  # a large image: its values in column blocks, one image at a time
@@ -122,6 +121,24 @@ def _words(seed: int, indices: Sequence[int], count: int, device: torch.device |
     for start in range(0, len(keys), rows):
         part = slice(start, min(len(keys), start + rows))
         yield (part, slice(None)), _mix(keys[part, None] + steps)
+
+
+def _image_keys(seed: int, indices: Sequence[int], device: torch.device | str,
+                stream: int) -> torch.Tensor:
+    """``image_seed(seed, i) ^ stream`` for every ``i`` of ``indices``, as int64 on ``device``.
+
+    A ``range`` (what the engines pass) is keyed on the device itself: building the keys on
+    the host and copying them would wait for the device's queued work at every chunk, so the
+    host could not queue the next chunk (or the map checks) while a chunk runs.
+    """
+    if isinstance(indices, range) and len(indices) and indices.start >= 0:
+        index = torch.arange(indices.start, indices.stop, indices.step, dtype=torch.int64,
+                             device=device)
+        keys = _mix(index.bitwise_xor_(_signed(_splitmix64(int(seed) & _MASK64)))
+                    .add_(_signed(_GAMMA)))
+        return _shift_right(keys, 1).bitwise_xor_(_signed(stream))
+    return torch.tensor([_signed(image_seed(seed, i) ^ stream) for i in indices],
+                        dtype=torch.int64, device=device)
 
 
 def _unit(words: torch.Tensor, low_bits: bool = False) -> torch.Tensor:
@@ -205,7 +222,7 @@ def null_images(
     if image.ndim != 3:
         raise ValueError(f"image must be (C, H, W), got {tuple(image.shape)}")
     x = image.float()
-    indices = list(indices)
+    indices = indices if isinstance(indices, range) else list(indices)
     if config.method == "normal":
         mean, std = normal_moments(x, config)
         out = normal_draws(seed, indices, tuple(x.shape), x.device).mul_(std).add_(mean)
@@ -312,7 +329,7 @@ def prepared_nulls(prepared, source: torch.Tensor, indices: Sequence[int], confi
 
     original = original.to(source.device)
     per_batch = max(1, SOURCE_NULL_BATCH_VALUES // original.numel())
-    indices = list(indices)
+    indices = indices if isinstance(indices, range) else list(indices)
     parts = []
     for start in range(0, len(indices), per_batch):
         big = null_images(original, indices[start:start + per_batch], config, seed=seed,
