@@ -209,7 +209,7 @@ def test_excluded_sinks_are_not_tested(classifier, field, monkeypatch):
     from napari_attnreg.core.run import maps as maps_mod
     from napari_attnreg.core.stats.map_checks import SinkReport
 
-    def one_sink(backbone, image):  # the sink detection itself is tested in test_scorers
+    def one_sink(backbone, image, share=None):  # the sink detection itself is tested in test_scorers
         return SinkReport((5,), (4, 4), np.full(16, 1.0), np.full(16, 1 / 16))
 
     monkeypatch.setattr(maps_mod, "attention_sinks", one_sink)
@@ -282,3 +282,48 @@ def test_resume_records_tell_concepts_apart_number_by_number():
     assert first != run_signature(spec, {"map": "cdam", "target": other, "device": "cpu"})
     assert first == run_signature(spec, {"map": "cdam", "target": concept.copy(),
                                          "device": "cpu"})
+
+
+@pytest.mark.parametrize(("name", "layer"), [("attention", -1), ("attention", 0),
+                                             ("heads", -1), ("rollout", -1), ("cdam", -1)])
+def test_the_map_checks_of_a_run_are_the_checks_computed_alone(name, layer, classifier, field,
+                                                               monkeypatch):
+    # in float32 a run hands the checks its observed map and last-block CLS row instead of
+    # computing them again: the numbers must be exactly those of the checks made alone
+    from napari_attnreg.core.run import engine
+    from napari_attnreg.core.run import maps as maps_mod
+    from napari_attnreg.core.run.config import scorer_of
+    from napari_attnreg.core.run.engine import RunConfig
+    from napari_attnreg.core.stats.map_checks import attention_sinks, sanity_check
+
+    calls = []
+    real = maps_mod.map_checks
+
+    def spy(scorer, backbone, image, **kwargs):
+        calls.append({k: v is not None for k, v in kwargs.items() if k != "seed"})
+        return real(scorer, backbone, image, **kwargs)
+
+    monkeypatch.setattr(engine, "map_checks", spy)
+    result = regularize(field, classifier, map=name, layer=layer, **FAST)
+    assert calls == [{"original": True, "share": layer == -1}]
+    x = prepared(classifier, field)
+    scorer = scorer_of(RunConfig(map=name, layer=layer)).bind(classifier, x)
+    alone = sanity_check(scorer, classifier, x[0], seed=FAST["seed"])
+    sinks = attention_sinks(classifier, x[0])
+    assert result.metadata["map_sanity_rho"] == alone.rho
+    assert result.metadata["sink_tokens"] == list(sinks.tokens)
+
+
+def test_the_map_checks_wait_until_the_null_chunks_are_queued(classifier, field, monkeypatch):
+    # on a GPU the checks' host work overlaps the queued null chunks only if they come after
+    from napari_attnreg.core.run import engine
+
+    order = []
+    real_call, real_check = engine._NullChunks.__call__, engine._check_map
+    monkeypatch.setattr(engine._NullChunks, "__call__",
+                        lambda self, start, size: (order.append("chunk"),
+                                                   real_call(self, start, size))[1])
+    monkeypatch.setattr(engine, "_check_map",
+                        lambda *a: (order.append("checks"), real_check(*a))[1])
+    regularize(field, classifier, **FAST)
+    assert order == ["chunk", "chunk", "checks"]

@@ -146,6 +146,11 @@ def run_engine(
         t0 = time.perf_counter()
         chunk = yield from run.chunks(nulls, n_boot, chunk, stage="nulls", label="null images",
                                       oom_message=NULL_OOM)
+        # On a GPU the null chunks are only queued by now: the checks' host work (a re-drawn
+        # block) runs while the device finishes them, and their passes queue behind them.
+        t1 = time.perf_counter()
+        _check_map(view, backbone, prepared, config, run)
+        run.lap("map_checks_s", t1)
         run.synchronize()
         run.lap("nulls_s", t0)
         run.timings.update(nulls.timings)
@@ -204,13 +209,14 @@ class _ObservedMap:
     display: torch.Tensor
     heads: torch.Tensor
     scorer: Scorer
-    sinks: tuple[int, ...]
     metadata: dict[str, Any]
+    sinks: tuple[int, ...] = ()
 
 
 def _observed(backbone: Backbone, prepared: PreparedImage, config: RunConfig,
               run: Run) -> _ObservedMap:
-    """Every head's CLS attention on the image, the tested map and the map checks.
+    """Every head's CLS attention on the image and the tested map (checked later,
+    :func:`_check_map`).
 
     The image goes through the backbone alone, so its maps do not depend on the chunk size.
     """
@@ -222,11 +228,31 @@ def _observed(backbone: Backbone, prepared: PreparedImage, config: RunConfig,
                   else scorer.score(backbone, x[None]))[0].reshape(-1, *heads.shape[1:])
     if scorer.needs.family is None:
         scores = scores[0]
-    found, numbers, sinks = map_checks(scorer, backbone, x, seed=config.seed)
-    run.map_diagnostics.extend(found)
     display = scores.mean(0) if scorer.needs.family is not None else scores
-    metadata = {**scorer.describe(), **numbers}
-    return _ObservedMap(scores, display, heads, scorer, sinks.tokens, metadata)
+    return _ObservedMap(scores, display, heads, scorer, scorer.describe())
+
+
+def _check_map(view: _ObservedMap, backbone: Backbone, prepared: PreparedImage,
+               config: RunConfig, run: Run) -> None:
+    """The sanity and sink checks of the observed map: diagnostics, metadata, sinks.
+
+    In float32 the checks read the observed map and, for the last block, its CLS attention
+    instead of computing them again (the same numbers, two forward passes fewer). Under
+    autocast they compute their own in float32, as they always did.
+    """
+    x = prepared.tensor.to(run.device)
+    exact = run.dtype is None
+    found, numbers, sinks = map_checks(
+        view.scorer, backbone, x, seed=config.seed,
+        original=view.scores if exact else None,
+        share=view.heads.mean(0) if exact and _is_last(config.layer, backbone) else None)
+    run.map_diagnostics.extend(found)
+    view.metadata.update(numbers)
+    view.sinks = sinks.tokens
+
+
+def _is_last(layer: int, backbone: Backbone) -> bool:
+    return int(layer) in (-1, backbone.depth - 1)
 
 
 def _statistics(view: _ObservedMap, null_scores: torch.Tensor, config: RunConfig,

@@ -175,15 +175,19 @@ def family_evidence(null_summary: dict[str, Any], n_tokens: int) -> np.ndarray:
     return out
 
 
-def map_checks(scorer: Scorer, backbone: Backbone, image: torch.Tensor, *,
-               seed: int) -> tuple[list[dict[str, str]], dict[str, Any], SinkReport]:
+def map_checks(scorer: Scorer, backbone: Backbone, image: torch.Tensor, *, seed: int,
+               original: torch.Tensor | None = None, share: torch.Tensor | None = None,
+               ) -> tuple[list[dict[str, str]], dict[str, Any], SinkReport]:
     """The sanity check and the sink check of one model-ready image ``(C, H, W)``.
 
-    Returns the diagnostics that fired (as dicts), the numbers for the metadata, and the
-    sink report (its tokens are what ``exclude_sinks=True`` leaves out).
+    ``original`` (the scorer's float32 map of the image) and ``share`` (the image's
+    head-mean CLS attention of the last block) spare the checks a forward pass each where
+    the caller has them already. Returns the diagnostics that fired (as dicts), the numbers
+    for the metadata, and the sink report (its tokens are what ``exclude_sinks=True`` leaves
+    out).
     """
-    sanity = sanity_check(scorer, backbone, image, seed=seed)
-    sinks = attention_sinks(backbone, image)
+    sanity = sanity_check(scorer, backbone, image, seed=seed, original=original)
+    sinks = attention_sinks(backbone, image, share=share)
     found = [d.as_dict() for d in (sanity.diagnostic(scorer.name), sinks.diagnostic())
              if d is not None]
     numbers = {"map_sanity_rho": sanity.rho, "sink_tokens": list(sinks.tokens)}

@@ -216,11 +216,14 @@ class Run:
         grand_total = total if grand_total is None else grand_total
         first = size_now = min(chunk, total)
         done = 0
+        queued = _QueuedChunks(self.device)
         while done < total:
             self.check_cancel()
             size = min(size_now, total - done)
             try:
+                queued.wait_for_room()
                 step(done, size)
+                queued.add()
             except Exception as err:
                 if not is_oom(err):
                     raise
@@ -284,6 +287,31 @@ class Run:
             else maps.heads.cpu().numpy().astype(np.float64), null_summary=summary,
             null_scores=kept, metadata=metadata,
         )
+
+
+class _QueuedChunks:
+    """At most :attr:`AHEAD` chunks queued on a GPU that has not finished them.
+
+    A GPU runs a chunk while the host queues the next (and, after the last, the map checks),
+    so the device never waits for the host; bounding the queue keeps the progress and a
+    cancel at most one chunk behind what the device has done.
+    """
+
+    AHEAD = 2
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.events: list[Any] | None = [] if device.type == "cuda" else None
+
+    def wait_for_room(self) -> None:
+        if self.events is not None and len(self.events) >= self.AHEAD:
+            self.events.pop(0).synchronize()
+
+    def add(self) -> None:
+        if self.events is not None:
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(self.device))
+            self.events.append(event)
 
 
 def statistics(observed: torch.Tensor, null_scores: torch.Tensor, config: RunConfig,

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 from dataclasses import dataclass, replace
 
@@ -60,22 +61,50 @@ class SanityCheck:
 def redraw_last_block(backbone: Backbone, seed: int) -> Backbone:
     """A backbone whose last block is re-drawn from the model's initialisation.
 
-    Only that block is copied: the other blocks share the given model's weights (a large
-    model is never duplicated), and the given backbone is never changed. The draw happens
-    on the CPU with its own seeded generator state, so it is the same on every device.
+    Only that block is copied: the other blocks are the given model's own modules and
+    weights (a large model is never duplicated), and the given backbone is never changed:
+    the modules on the path to the last block are shallow copies that hold the new block.
+    The draw happens on the CPU with its own seeded generator state, so it is the same on
+    every device.
     """
     # out of inference mode: a block drawn or moved to the GPU inside it would hold inference
     # tensors, which the backward pass of a gradient map cannot save (seen on an H100)
     with torch.inference_mode(False):
-        model = copy_module(backbone.model, lambda t: t)  # shares every weight
-        layers = blocks(replace(backbone, model=model))
-        fresh = copy_module(layers[-1], lambda t: t.to("cpu", copy=True))
+        last = blocks(backbone)[-1]
+        fresh = copy_module(last, lambda t: t.to("cpu", copy=True))
         with torch.random.fork_rng(devices=[]), torch.no_grad():
             torch.manual_seed(seed)
             for module in fresh.modules():
-                _init_module(model, module)
-        layers[len(layers) - 1] = fresh.to(backbone.device)
+                _init_module(backbone.model, module)
+        model = _with_module(backbone.model, last, fresh.to(backbone.device))
     return replace(backbone, model=model)
+
+
+def _with_module(root: nn.Module, old: nn.Module, new: nn.Module) -> nn.Module:
+    """``root`` with its submodule ``old`` replaced by ``new``, ``root`` left as it was.
+
+    Copying the whole module tree cost more than the check's forward pass (tens of ms of
+    Python for a ViT-B); only the modules on the path to ``old`` are copied, shallowly.
+    """
+    path = next((name for name, module in root.named_modules() if module is old), None)
+    if not path:
+        raise ValueError(f"{type(old).__name__} is not a submodule of {type(root).__name__}.")
+    *parents, leaf = path.split(".")
+    top = node = _shallow(root)
+    for name in parents:
+        child = _shallow(node._modules[name])
+        node._modules[name] = child
+        node = child
+    node._modules[leaf] = new
+    return top
+
+
+def _shallow(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` sharing its submodules, weights and hooks, with its own list
+    of submodules (so replacing one never reaches ``module``)."""
+    clone = copy.copy(module)
+    clone.__dict__["_modules"] = dict(module._modules)
+    return clone
 
 
 def _init_module(model: nn.Module, module: nn.Module) -> None:
@@ -95,7 +124,7 @@ def _init_module(model: nn.Module, module: nn.Module) -> None:
 
 
 def sanity_check(scorer: Scorer, backbone: Backbone, image: torch.Tensor,
-                 seed: int) -> SanityCheck:
+                 seed: int, original: torch.Tensor | None = None) -> SanityCheck:
     """Spearman's ρ between ``scorer``'s map of ``image`` and the map with the last block
     re-drawn (one extra forward, and backward for gradient maps).
 
@@ -107,10 +136,13 @@ def sanity_check(scorer: Scorer, backbone: Backbone, image: torch.Tensor,
     image : tensor ``(C, H, W)``
         The model-ready image.
     seed : int
+    original : tensor, optional
+        ``scorer``'s float32 map of ``image``, where the caller has it (saves a pass).
     """
     x = image[None].to(backbone.device)
     with torch.inference_mode():
-        original = scorer.score(backbone, x)
+        if original is None:
+            original = scorer.score(backbone, x)
         redrawn = scorer.score(redraw_last_block(backbone, seed), x)
     a = original.reshape(-1).cpu().numpy()
     b = redrawn.reshape(-1).cpu().numpy()
@@ -163,13 +195,19 @@ def sink_tokens(norm_ratio: np.ndarray, share: np.ndarray,
     return tuple(int(t) for t in np.flatnonzero(hit))
 
 
-def attention_sinks(backbone: Backbone, image: torch.Tensor) -> SinkReport:
-    """The sinks of one model-ready image ``(C, H, W)`` (one forward pass and the CLS row)."""
+def attention_sinks(backbone: Backbone, image: torch.Tensor,
+                    share: torch.Tensor | None = None) -> SinkReport:
+    """The sinks of one model-ready image ``(C, H, W)`` (one forward pass and the CLS row).
+
+    ``share``: the image's head-mean CLS attention of the last block ``(gh, gw)`` in float32,
+    where the caller has it (saves the CLS row's pass).
+    """
     x = image[None].to(backbone.device)
     out = _last_block_output(backbone, x)[0, backbone.num_prefix_tokens:].float()
     norms = out.norm(dim=-1).cpu().numpy().astype(np.float64)
-    with torch.inference_mode():
-        share = cls_attention(backbone, x, layer=-1, head="mean")[0]
+    if share is None:
+        with torch.inference_mode():
+            share = cls_attention(backbone, x, layer=-1, head="mean")[0]
     grid = (int(share.shape[0]), int(share.shape[1]))
     share_np = share.reshape(-1).cpu().numpy().astype(np.float64)
     ratio = norms / max(float(np.median(norms)), 1e-12)
