@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> dict:
         _sync(device)
         pipeline.append(time.perf_counter() - t0)
         stats_t.append(result.metadata["timings"]["statistics_s"])
+        stages = result.metadata["timings"]
         chunk = result.metadata["chunk_size"]
         bare.append(bare_forward_seconds(bb, x, args.n_boot + 1, chunk, device, dtype))
     p, b, s = statistics.median(pipeline), statistics.median(bare), statistics.median(stats_t)
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
         "chunk_size": chunk, "pipeline_s": p, "bare_forward_s": b, "ratio": p / b,
         "pipeline_img_per_s": (args.n_boot + 1) / p, "bare_img_per_s": (args.n_boot + 1) / b,
         "throughput_vs_bare": b / p, "statistics_s": s, "statistics_share": s / p,
-        "threads": torch.get_num_threads(),
+        "threads": torch.get_num_threads(), "stages_last_run": stages,
     }
     print(f"model {args.model}  input {args.size}x{args.size}  grid {out['grid']}  "
           f"B={args.n_boot}  device {device}  {out['precision']}  chunk {chunk}  threads {out['threads']}")
@@ -137,6 +138,8 @@ def main(argv: list[str] | None = None) -> dict:
           f"{args.n_boot + 1} images, batch {chunk})")
     print(f"ratio pipeline / bare forward = {out['ratio']:.3f}   (throughput {out['throughput_vs_bare']:.3f}x bare)")
     print(f"statistics alone {s * 1e3:7.1f} ms  = {100 * out['statistics_share']:.2f}% of the pipeline")
+    print("stages of the last run (ms): " + ", ".join(
+        f"{k.removesuffix('_s')} {1e3 * v:.1f}" for k, v in stages.items()))
     if args.naive:
         n = args.naive
         t = naive_seconds(bb, x, n, device)

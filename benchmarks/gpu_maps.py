@@ -136,17 +136,23 @@ def throughput(backbone, name: str, concept, n_boot: int, side: int, device: str
     rng = np.random.default_rng(3)
     img = noise_image(rng, side, True)
     opts = {"n_boot": n_boot, "seed": 0, "device": device, **map_options(name, concept)}
-    regularize(img, backbone, **{**opts, "n_boot": 16})  # warm-up (kernels, autotuning)
-    _sync(torch.device(device))
-    t = time.perf_counter()
-    r = regularize(img, backbone, **opts)
-    _sync(torch.device(device))
-    pipeline = time.perf_counter() - t
+    # warm-up at the timed size (kernels, autotuning, the allocator's blocks for the chunk),
+    # then the median of three, as bench_pipeline.py does
+    regularize(img, backbone, **opts)
+    runs = []
+    for _ in range(3):
+        _sync(torch.device(device))
+        t = time.perf_counter()
+        r = regularize(img, backbone, **opts)
+        _sync(torch.device(device))
+        runs.append(time.perf_counter() - t)
+    pipeline = float(np.median(runs))
     chunk = int(r.metadata.get("chunk_size") or 256)
     dev = torch.device(device)
     bare = bare_seconds(backbone, n_boot + 1, chunk, side, dev, backward=False)
     row = {"map": name, "n_boot": n_boot, "chunk": chunk, "pipeline_s": pipeline,
-           "bare_forward_s": bare, "throughput_vs_bare": bare / pipeline}
+           "bare_forward_s": bare, "throughput_vs_bare": bare / pipeline,
+           "timings": r.metadata.get("timings")}
     if name in ("cdam", "gradcam"):
         fb = bare_seconds(backbone, n_boot + 1, chunk, side, dev, backward=True)
         row.update(bare_fwd_bwd_s=fb, throughput_vs_fwd_bwd=fb / pipeline)
@@ -164,6 +170,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--calib-boot", type=int, default=200)
     ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--maps", default="attention,heads,rollout,cdam,gradcam")
+    ap.add_argument("--calibrate", default=None,
+                    help="maps whose calibration is run (default: every map of --maps; 'none')")
     ap.add_argument("--budget-s", type=float, default=270.0)
     args = ap.parse_args(argv)
     from napari_attnreg.core.models.backbones import load_backbone
@@ -195,14 +203,17 @@ def main(argv: list[str] | None = None) -> dict:
         except Exception as err:  # noqa: BLE001
             out["errors"].append(f"throughput {name}: {err!r}\n{traceback.format_exc()}")
             log(out["errors"][-1])
-    for name in maps:
+    calibrated = ([] if args.calibrate == "none" else
+                  args.calibrate.split(",") if args.calibrate else maps)
+    for name in calibrated:
         remaining = end - time.perf_counter()
         if remaining <= 5:
             out["errors"].append(f"calibration {name}: skipped (budget)")
             continue
         n = args.n if name == "attention" else args.n_other
         # each map gets a fair share of what is left, the default map the most
-        share = remaining * (0.4 if name == "attention" else 1 / (len(maps) - maps.index(name)))
+        share = remaining * (0.4 if name == "attention" else
+                             1 / (len(calibrated) - calibrated.index(name)))
         try:
             out["calibration"] += calibration(backbone, name, concept, n, args.calib_boot, side,
                                               args.device, time.perf_counter() + share)

@@ -9,7 +9,9 @@ Figures (each one measured by ``bench_pipeline.py`` / ``bench_tiled.py`` in this
   default), timm random-init weights: ViT-B/16@224, ViT-L/16@224, DINOv2-S/14 with four
   registers @518 and ViT-S/8@480;
 * tiled 8192² and 32768² synthetic fields with the demo model, B = 200, with the tail
-  approximation (``tail="gpd"``, the tiled default) and without it (``tail="none"``).
+  approximation (``tail="gpd"``, the tiled default) and without it (``tail="none"``);
+* a tiled 8192² field in ViT-S/16 tiles (random init), B = 200, against the bare forward of
+  the same tiles.
 
 ``--cpu-small`` measures the same kinds of figure at sizes a CPU finishes in minutes. Every
 figure runs in its own ``try``: an error is recorded in the output and the next one runs; a
@@ -50,6 +52,9 @@ CPU_MODELS = [
 #: (field side, B) of the tiled figures, each run with the tail and without.
 GPU_FIELDS = [(8192, 200), (32768, 200)]
 CPU_FIELDS = [(1024, 200), (2048, 200)]
+#: (field side, B) of the tiled figure with ViT-S/16 tiles (aim: pipeline ≤ 1.3× bare).
+GPU_VITS_FIELD = (8192, 200)
+CPU_VITS_FIELD = (1024, 16)
 
 
 def log(message: str) -> None:
@@ -74,11 +79,12 @@ def pipeline_figure(model: str, size: int, n_boot: int, device: str, precision: 
     return {**out, "printout": text}
 
 
-def tiled_figure(size: int, n_boot: int, device: str, precision: str, tail: str) -> dict:
+def tiled_figure(size: int, n_boot: int, device: str, precision: str, tail: str,
+                 model: str = "demo") -> dict:
     import bench_tiled
 
     out, text = quietly(bench_tiled.main, [
-        "--size", str(size), "--n-boot", str(n_boot), "--device", device,
+        "--model", model, "--size", str(size), "--n-boot", str(n_boot), "--device", device,
         "--precision", precision, "--tail", tail])
     return {**out, "printout": text}
 
@@ -98,6 +104,10 @@ def plan(args: argparse.Namespace) -> list[tuple[str, object]]:
             jobs.append((f"tiled {size}² B={n_boot} tail={tail}",
                          lambda s=size, b=n_boot, t=tail: tiled_figure(s, b, device,
                                                                        "auto", t)))
+    size, n_boot = CPU_VITS_FIELD if small else GPU_VITS_FIELD
+    jobs.append((f"tiled ViT-S/16 tiles {size}² B={n_boot}",
+                 lambda: tiled_figure(size, n_boot, device, "auto", "gpd",
+                                      model="vit_small_patch16_224")))
     return jobs
 
 

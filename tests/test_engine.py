@@ -286,3 +286,27 @@ def test_a_large_upscale_is_a_diagnostic_too(tiny_backbone, rng):
         res = regularize(small, tiny_backbone, n_boot=4, device="cpu", target_size=160)
     assert any("enlarge" in d.message.lower() or "upscal" in d.message.lower()
                for d in res.diagnostics if d.severity == "warning"), res.diagnostics
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on a lent GPU)")
+def test_on_a_gpu_chunks_queued_ahead_give_the_result_of_chunks_waited_for(
+        tiny_backbone, blob_image, monkeypatch):
+    # the host queues up to two chunks ahead of the device and runs the map checks while
+    # the last ones finish: the result must be that of a run that waits for every chunk,
+    # the progress must still count every chunk, and the CPU must agree to rounding
+    from napari_attnreg.core.run import passes
+
+    opts = dict(n_boot=48, chunk_size=4, preset="stepdown", precision="float32")
+    events = []
+    ahead = regularize(blob_image, tiny_backbone, device="cuda", progress=events.append, **opts)
+    monkeypatch.setattr(passes._QueuedChunks, "AHEAD", 1)
+    waited = regularize(blob_image, tiny_backbone, device="cuda", **opts)
+    assert [e.done for e in events if e.stage == "nulls"] == list(range(4, 49, 4))
+    for name, values in waited.maps.items():
+        np.testing.assert_array_equal(ahead.maps[name], values, err_msg=name)
+    assert ahead.metadata["map_sanity_rho"] == waited.metadata["map_sanity_rho"]
+    cpu = regularize(blob_image, tiny_backbone, device="cpu", **opts)
+    np.testing.assert_allclose(ahead.maps["z"], cpu.maps["z"], rtol=1e-2, atol=1e-3)
+    assert ahead.metadata["sink_tokens"] == cpu.metadata["sink_tokens"]
+    assert ahead.metadata["map_sanity_rho"] == pytest.approx(cpu.metadata["map_sanity_rho"],
+                                                             abs=0.02)

@@ -209,10 +209,10 @@ def test_excluded_sinks_are_not_tested(classifier, field, monkeypatch):
     from napari_attnreg.core.run import maps as maps_mod
     from napari_attnreg.core.stats.map_checks import SinkReport
 
-    def one_sink(backbone, image, share=None):  # the sink detection itself is tested in test_scorers
+    def one_sink(norms, share):  # the sink detection itself is tested in test_scorers
         return SinkReport((5,), (4, 4), np.full(16, 1.0), np.full(16, 1 / 16))
 
-    monkeypatch.setattr(maps_mod, "attention_sinks", one_sink)
+    monkeypatch.setattr(maps_mod, "sinks_from_tensors", one_sink)
     result = regularize(field, classifier, exclude_sinks=True, **FAST)
     assert np.isnan(result.posterior.ravel()[5]) and result.metadata["excluded_tokens"] == [5]
     assert not result.significant().ravel()[5]
@@ -305,7 +305,7 @@ def test_the_map_checks_of_a_run_are_the_checks_computed_alone(name, layer, clas
 
     monkeypatch.setattr(engine, "map_checks", spy)
     result = regularize(field, classifier, map=name, layer=layer, **FAST)
-    assert calls == [{"original": True, "share": layer == -1}]
+    assert calls == [{"original": True, "share": layer == -1, "amp": True}]
     x = prepared(classifier, field)
     scorer = scorer_of(RunConfig(map=name, layer=layer)).bind(classifier, x)
     alone = sanity_check(scorer, classifier, x[0], seed=FAST["seed"])

@@ -153,3 +153,25 @@ def test_a_range_of_null_images_is_keyed_without_the_host_loop(image, monkeypatc
     for method, nulls in want.items():
         got = null_images(image, range(4), NullConfig(method), seed=3, patch_size=8)
         torch.testing.assert_close(got, nulls, rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on a lent GPU)")
+@pytest.mark.parametrize("method", ["normal", "uniform", "pixel", "patch"])
+def test_on_a_gpu_the_nulls_are_keyed_as_on_the_host_and_chunk_invariant(image, method):
+    from napari_attnreg.core.run.nulls import _image_keys, _signed, image_seed
+
+    for stream in (0, 0x13198A2E03707344):
+        host = torch.tensor([_signed(image_seed(9, i) ^ stream) for i in range(500, 900)])
+        assert torch.equal(_image_keys(9, range(500, 900), "cuda", stream).cpu(), host)
+    gpu = image.cuda()
+    cfg = NullConfig(method)
+    torch.cuda.set_sync_debug_mode("error")  # a chunk's draws must never wait for the device
+    try:
+        whole = null_images(gpu, range(40), cfg, seed=9, patch_size=8)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    parts = torch.cat([null_images(gpu, range(0, 7), cfg, seed=9, patch_size=8),
+                       null_images(gpu, range(7, 40), cfg, seed=9, patch_size=8)])
+    torch.testing.assert_close(whole, parts, rtol=0, atol=0)
+    listed = null_images(gpu, list(range(40)), cfg, seed=9, patch_size=8)
+    torch.testing.assert_close(whole, listed, rtol=0, atol=0)

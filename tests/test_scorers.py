@@ -412,3 +412,38 @@ def test_the_redrawn_block_holds_ordinary_tensors_inside_inference_mode(monkeypa
     with torch.inference_mode():
         scores = make_scorer("cdam", target=3).score(redrawn, torch.randn(1, 3, 224, 224))
     assert scores.shape == (1, 196)
+
+
+def test_what_the_initialisation_leaves_alone_keeps_the_trained_values(timm_bb):
+    # the re-drawn block starts as NaN, not as a copy read back from the device: a layer
+    # scale (no reset in timm) and a non-persistent buffer must still hold the trained values
+    from torch import nn
+
+    from napari_attnreg.core.stats.map_checks import redraw_last_block
+
+    block = timm_bb.model.blocks[-1]
+    block.kept_scale = nn.Parameter(torch.full((block.norm1.normalized_shape[0],), 0.37))
+    block.register_buffer("cache", torch.arange(5.0), persistent=False)
+    try:
+        fresh = redraw_last_block(timm_bb, seed=1).model.blocks[-1]
+        assert torch.equal(fresh.kept_scale, block.kept_scale)
+        assert torch.equal(fresh.cache, block.cache)
+        assert not any(torch.isnan(t).any() for t in fresh.state_dict().values())
+        assert not torch.equal(fresh.attn.qkv.weight, block.attn.qkv.weight)
+    finally:
+        del block.kept_scale, block.cache
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on a lent GPU)")
+def test_on_a_gpu_the_redraw_is_the_cpu_redraw_and_never_waits_for_the_device(timm_bb):
+    from napari_attnreg.core.stats.map_checks import redraw_last_block
+
+    gpu = timm_bb.on("cuda")
+    torch.cuda.set_sync_debug_mode("error")  # a blocking copy or a read-back raises
+    try:
+        redrawn = redraw_last_block(gpu, seed=4)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    on_cpu = redraw_last_block(timm_bb, seed=4).model.state_dict()
+    for name, value in redrawn.model.state_dict().items():
+        torch.testing.assert_close(value.cpu(), on_cpu[name], rtol=0, atol=0, msg=name)

@@ -149,7 +149,7 @@ def run_engine(
         # On a GPU the null chunks are only queued by now: the checks' host work (a re-drawn
         # block) runs while the device finishes them, and their passes queue behind them.
         t1 = time.perf_counter()
-        _check_map(view, backbone, prepared, config, run)
+        _check_map(view, backbone, config, run)
         run.lap("map_checks_s", t1)
         run.synchronize()
         run.lap("nulls_s", t0)
@@ -201,8 +201,9 @@ class _ObservedMap:
 
     ``scores`` is the tested map on the grid (``(gh, gw)``; ``(H, gh, gw)`` for a head
     family), ``display`` the map a result shows (the head mean for a head family), ``heads``
-    every head's CLS attention, ``scorer`` the map bound to the image's target, ``sinks``
-    the attention sinks found and ``metadata`` the map's entries of the result's metadata.
+    every head's CLS attention, ``scorer`` the map bound to the image's target,
+    ``metadata`` the map's entries of the result's metadata, ``image`` the model-ready
+    image on the device and ``sinks`` the attention sinks found (by :func:`_check_map`).
     """
 
     scores: torch.Tensor
@@ -210,6 +211,7 @@ class _ObservedMap:
     heads: torch.Tensor
     scorer: Scorer
     metadata: dict[str, Any]
+    image: torch.Tensor
     sinks: tuple[int, ...] = ()
 
 
@@ -229,23 +231,21 @@ def _observed(backbone: Backbone, prepared: PreparedImage, config: RunConfig,
     if scorer.needs.family is None:
         scores = scores[0]
     display = scores.mean(0) if scorer.needs.family is not None else scores
-    return _ObservedMap(scores, display, heads, scorer, scorer.describe())
+    return _ObservedMap(scores, display, heads, scorer, scorer.describe(), x)
 
 
-def _check_map(view: _ObservedMap, backbone: Backbone, prepared: PreparedImage,
-               config: RunConfig, run: Run) -> None:
+def _check_map(view: _ObservedMap, backbone: Backbone, config: RunConfig, run: Run) -> None:
     """The sanity and sink checks of the observed map: diagnostics, metadata, sinks.
 
-    In float32 the checks read the observed map and, for the last block, its CLS attention
-    instead of computing them again (the same numbers, two forward passes fewer). Under
-    autocast they compute their own in float32, as they always did.
+    The checks read the observed map and, for the last block, its CLS attention instead of
+    computing them again (two forward passes fewer), and run their own passes in the run's
+    precision, so both maps a check compares come from the same arithmetic. In float32
+    (every CPU run by default) the numbers are those of the checks made alone.
     """
-    x = prepared.tensor.to(run.device)
-    exact = run.dtype is None
+    # the image already on the device: copying it up again would wait for the queued nulls
     found, numbers, sinks = map_checks(
-        view.scorer, backbone, x, seed=config.seed,
-        original=view.scores if exact else None,
-        share=view.heads.mean(0) if exact and _is_last(config.layer, backbone) else None)
+        view.scorer, backbone, view.image, seed=config.seed, original=view.scores,
+        share=view.heads.mean(0) if _is_last(config.layer, backbone) else None, amp=run.amp)
     run.map_diagnostics.extend(found)
     view.metadata.update(numbers)
     view.sinks = sinks.tokens

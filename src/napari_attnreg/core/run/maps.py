@@ -25,6 +25,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,7 +35,13 @@ import torch
 
 from napari_attnreg.core.models.backbones import Backbone
 from napari_attnreg.core.models.scorers import Scorer, make_scorer
-from napari_attnreg.core.stats.map_checks import SinkReport, attention_sinks, sanity_check
+from napari_attnreg.core.stats.map_checks import (
+    SinkReport,
+    sanity_from_maps,
+    sanity_maps,
+    sink_tensors,
+    sinks_from_tensors,
+)
 
 SIGNS = ("for", "against")
 #: Exact zeros are raised to this share of their map's mean (far below any real value).
@@ -177,17 +185,21 @@ def family_evidence(null_summary: dict[str, Any], n_tokens: int) -> np.ndarray:
 
 def map_checks(scorer: Scorer, backbone: Backbone, image: torch.Tensor, *, seed: int,
                original: torch.Tensor | None = None, share: torch.Tensor | None = None,
+               amp: Callable[[], AbstractContextManager] = nullcontext,
                ) -> tuple[list[dict[str, str]], dict[str, Any], SinkReport]:
     """The sanity check and the sink check of one model-ready image ``(C, H, W)``.
 
-    ``original`` (the scorer's float32 map of the image) and ``share`` (the image's
-    head-mean CLS attention of the last block) spare the checks a forward pass each where
-    the caller has them already. Returns the diagnostics that fired (as dicts), the numbers
-    for the metadata, and the sink report (its tokens are what ``exclude_sinks=True`` leaves
-    out).
+    ``original`` (the scorer's map of the image) and ``share`` (the image's head-mean CLS
+    attention of the last block) spare the checks a forward pass each where the caller has
+    them already; both are computed under ``amp``, the autocast context the checks' own
+    passes run in. Every pass is queued before anything is read back, so on a GPU they run
+    back to back behind whatever the device still has queued. Returns the diagnostics that
+    fired (as dicts), the numbers for the metadata, and the sink report (its tokens are what
+    ``exclude_sinks=True`` leaves out).
     """
-    sanity = sanity_check(scorer, backbone, image, seed=seed, original=original)
-    sinks = attention_sinks(backbone, image, share=share)
+    maps = sanity_maps(scorer, backbone, image, seed, original, amp)
+    tensors = sink_tensors(backbone, image, share, amp)
+    sanity, sinks = sanity_from_maps(*maps, seed), sinks_from_tensors(*tensors)
     found = [d.as_dict() for d in (sanity.diagnostic(scorer.name), sinks.diagnostic())
              if d is not None]
     numbers = {"map_sanity_rho": sanity.rho, "sink_tokens": list(sinks.tokens)}

@@ -13,7 +13,10 @@
 from __future__ import annotations
 
 import copy
+import math
 import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -61,22 +64,38 @@ class SanityCheck:
 def redraw_last_block(backbone: Backbone, seed: int) -> Backbone:
     """A backbone whose last block is re-drawn from the model's initialisation.
 
-    Only that block is copied: the other blocks are the given model's own modules and
-    weights (a large model is never duplicated), and the given backbone is never changed:
-    the modules on the path to the last block are shallow copies that hold the new block.
-    The draw happens on the CPU with its own seeded generator state, so it is the same on
-    every device.
+    Only that block is new: the other blocks are the given model's own modules and weights
+    (a large model is never duplicated), and the given backbone is never changed: the
+    modules on the path to the last block are shallow copies that hold the new block. The
+    draw happens on the CPU with its own seeded generator state, so it is the same on every
+    device; what the library's initialisation leaves alone (a layer scale without a reset)
+    keeps the trained values.
+
+    Nothing here waits for the device: the trained block is never read back to the host
+    (its kept values are taken on the device), and the draw goes up from pinned memory, so
+    on a GPU the host draws while the device still runs the work queued before.
     """
     # out of inference mode: a block drawn or moved to the GPU inside it would hold inference
     # tensors, which the backward pass of a gradient map cannot save (seen on an H100)
-    with torch.inference_mode(False):
+    with torch.inference_mode(False), torch.no_grad():
         last = blocks(backbone)[-1]
-        fresh = copy_module(last, lambda t: t.to("cpu", copy=True))
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
+        # NaN marks what the initialisation did not draw
+        fresh = copy_module(last, lambda t: torch.full(t.shape, math.nan, dtype=t.dtype))
+        with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             for module in fresh.modules():
                 _init_module(backbone.model, module)
-        model = _with_module(backbone.model, last, fresh.to(backbone.device))
+        device = torch.device(backbone.device)
+        if device.type == "cuda":
+            fresh = copy_module(fresh, lambda t: t.pin_memory().to(device, non_blocking=True))
+        else:
+            fresh = fresh.to(device)
+        trained = {**dict(last.named_parameters()), **dict(last.named_buffers())}
+        for name, tensor in [*fresh.named_parameters(), *fresh.named_buffers()]:
+            if tensor.is_floating_point():
+                kept = trained[name].detach()
+                tensor.data.copy_(torch.where(torch.isnan(tensor), kept, tensor))
+        model = _with_module(backbone.model, last, fresh)
     return replace(backbone, model=model)
 
 
@@ -124,7 +143,8 @@ def _init_module(model: nn.Module, module: nn.Module) -> None:
 
 
 def sanity_check(scorer: Scorer, backbone: Backbone, image: torch.Tensor,
-                 seed: int, original: torch.Tensor | None = None) -> SanityCheck:
+                 seed: int, original: torch.Tensor | None = None,
+                 amp: Callable[[], AbstractContextManager] = nullcontext) -> SanityCheck:
     """Spearman's ρ between ``scorer``'s map of ``image`` and the map with the last block
     re-drawn (one extra forward, and backward for gradient maps).
 
@@ -137,15 +157,32 @@ def sanity_check(scorer: Scorer, backbone: Backbone, image: torch.Tensor,
         The model-ready image.
     seed : int
     original : tensor, optional
-        ``scorer``'s float32 map of ``image``, where the caller has it (saves a pass).
+        ``scorer``'s map of ``image``, where the caller has it (saves a pass), computed
+        under ``amp``.
+    amp : callable, optional
+        The autocast context both maps are computed in (default: none, float32).
     """
+    return sanity_from_maps(*sanity_maps(scorer, backbone, image, seed, original, amp), seed)
+
+
+def sanity_maps(scorer: Scorer, backbone: Backbone, image: torch.Tensor, seed: int,
+                original: torch.Tensor | None = None,
+                amp: Callable[[], AbstractContextManager] = nullcontext,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two maps :func:`sanity_check` compares, on the device (nothing read back yet)."""
     x = image[None].to(backbone.device)
-    with torch.inference_mode():
+    redrawn_backbone = redraw_last_block(backbone, seed)
+    with torch.inference_mode(), amp():
         if original is None:
             original = scorer.score(backbone, x)
-        redrawn = scorer.score(redraw_last_block(backbone, seed), x)
-    a = original.reshape(-1).cpu().numpy()
-    b = redrawn.reshape(-1).cpu().numpy()
+        redrawn = scorer.score(redrawn_backbone, x)
+    return original, redrawn
+
+
+def sanity_from_maps(original: torch.Tensor, redrawn: torch.Tensor, seed: int) -> SanityCheck:
+    """Spearman's ρ of the two maps of :func:`sanity_maps`."""
+    a = original.reshape(-1).float().cpu().numpy()
+    b = redrawn.reshape(-1).float().cpu().numpy()
     if np.ptp(a) == 0 or np.ptp(b) == 0:
         return SanityCheck(float("nan"), seed)
     return SanityCheck(float(stats.spearmanr(a, b).statistic), seed)
@@ -196,21 +233,35 @@ def sink_tokens(norm_ratio: np.ndarray, share: np.ndarray,
 
 
 def attention_sinks(backbone: Backbone, image: torch.Tensor,
-                    share: torch.Tensor | None = None) -> SinkReport:
+                    share: torch.Tensor | None = None,
+                    amp: Callable[[], AbstractContextManager] = nullcontext) -> SinkReport:
     """The sinks of one model-ready image ``(C, H, W)`` (one forward pass and the CLS row).
 
-    ``share``: the image's head-mean CLS attention of the last block ``(gh, gw)`` in float32,
-    where the caller has it (saves the CLS row's pass).
+    ``share``: the image's head-mean CLS attention of the last block ``(gh, gw)``, where the
+    caller has it (saves the CLS row's pass); ``amp``: the autocast context of the passes.
     """
+    return sinks_from_tensors(*sink_tensors(backbone, image, share, amp))
+
+
+def sink_tensors(backbone: Backbone, image: torch.Tensor, share: torch.Tensor | None = None,
+                 amp: Callable[[], AbstractContextManager] = nullcontext,
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every patch token's last-block output norm and CLS share, on the device."""
     x = image[None].to(backbone.device)
-    out = _last_block_output(backbone, x)[0, backbone.num_prefix_tokens:].float()
-    norms = out.norm(dim=-1).cpu().numpy().astype(np.float64)
-    if share is None:
-        with torch.inference_mode():
-            share = cls_attention(backbone, x, layer=-1, head="mean")[0]
+    with amp():
+        out = _last_block_output(backbone, x)[0, backbone.num_prefix_tokens:].float()
+        if share is None:
+            with torch.inference_mode():
+                share = cls_attention(backbone, x, layer=-1, head="mean")[0]
+    return out.norm(dim=-1), share
+
+
+def sinks_from_tensors(norms: torch.Tensor, share: torch.Tensor) -> SinkReport:
+    """The :class:`SinkReport` of :func:`sink_tensors`' norms and shares."""
     grid = (int(share.shape[0]), int(share.shape[1]))
-    share_np = share.reshape(-1).cpu().numpy().astype(np.float64)
-    ratio = norms / max(float(np.median(norms)), 1e-12)
+    norms_np = norms.cpu().numpy().astype(np.float64)
+    share_np = share.reshape(-1).float().cpu().numpy().astype(np.float64)
+    ratio = norms_np / max(float(np.median(norms_np)), 1e-12)
     return SinkReport(sink_tokens(ratio, share_np), grid, ratio, share_np)
 
 
