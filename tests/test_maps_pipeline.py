@@ -327,3 +327,33 @@ def test_the_map_checks_wait_until_the_null_chunks_are_queued(classifier, field,
                         lambda *a: (order.append("checks"), real_check(*a))[1])
     regularize(field, classifier, **FAST)
     assert order == ["chunk", "chunk", "checks"]
+
+
+@pytest.mark.parametrize("name", ["attention", "heads", "cdam"])
+def test_a_first_chunk_queued_before_the_observed_pass_changes_nothing(name, classifier, field,
+                                                                       monkeypatch):
+    # on a GPU the first null chunk is queued before the observed pass (its launching then
+    # overlaps the chunk); here the CPU is made to take that path: same result, same progress,
+    # and a map with a target never takes it (its nulls are scored for the observed target)
+    from napari_attnreg.core.run import engine
+
+    def run():
+        events = []
+        result = regularize(field, classifier, map=name, progress=events.append, **FAST)
+        return result, [(e.stage, e.done) for e in events]
+
+    plain, plain_events = run()
+    queued = []
+    real = engine._NullChunks.__call__
+    monkeypatch.setattr(engine, "_queues_ahead", lambda run: True)
+    monkeypatch.setattr(engine, "_observed", lambda *a, real_obs=engine._observed: (
+        queued.append("observed"), real_obs(*a))[1])
+    monkeypatch.setattr(engine._NullChunks, "__call__", lambda self, start, size: (
+        queued.append(start), real(self, start, size))[1])
+    early, early_events = run()
+    assert early_events == plain_events
+    for key, values in plain.maps.items():
+        np.testing.assert_array_equal(early.maps[key], values, err_msg=key)
+    assert early.metadata["map_sanity_rho"] == plain.metadata["map_sanity_rho"]
+    targeted = name == "cdam"
+    assert queued[:2] == (["observed", 0] if targeted else [0, "observed"])

@@ -165,3 +165,29 @@ def test_stepdown_map_level_p_of_resized_noise_is_not_small(demo):
     jitter = np.random.default_rng(0).random(N_INPUTS) / (N_BOOT + 1)
     assert stats.kstest(np.asarray(p_map) - jitter, "uniform").pvalue > 0.01
     assert anything <= 4
+
+
+def test_the_normalisation_is_made_once_per_device_not_per_gpu_chunk():
+    # copying the mean and std up for every chunk made the host wait for the chunk before
+    from napari_attnreg.core.run.images import ChannelMap, _normalisation
+
+    cmap = ChannelMap(1, 3, (0.5, 0.4, 0.3), (0.2, 0.25, 0.3))
+    x = torch.rand(2, 1, 8, 8)
+    with torch.inference_mode():
+        first = cmap(x)
+    again = cmap(x)
+    torch.testing.assert_close(first, again, rtol=0, atol=0)
+    manual = (x.expand(-1, 3, -1, -1) - torch.tensor([0.5, 0.4, 0.3])[:, None, None]) \
+        / torch.tensor([0.2, 0.25, 0.3])[:, None, None]
+    torch.testing.assert_close(again, manual, rtol=0, atol=0)
+    m, s = _normalisation((0.5, 0.4, 0.3), (0.2, 0.25, 0.3), x.device)
+    assert not m.is_inference() and not s.is_inference()
+    assert _normalisation.cache_info().hits >= 1
+    if torch.cuda.is_available():
+        y = x.cuda()
+        cmap(y)
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            cmap(y)  # the second chunk on a GPU: no copy from the host
+        finally:
+            torch.cuda.set_sync_debug_mode("default")

@@ -67,6 +67,7 @@ from napari_attnreg.core.run.passes import (
     Run,
     RunCancelled,
     TokenMaps,
+    is_oom,
     rewarn,
 )
 from napari_attnreg.core.run.tiled_engine import prepare_tiled, run_tiled
@@ -137,15 +138,18 @@ def run_engine(
 
     with torch.inference_mode():
         t0 = time.perf_counter()
-        view = _observed(backbone, prepared, config, run)
-        run.lap("observed_s", t0)
+        # on the device before anything is queued: a copy up waits for the queued work
+        x = prepared.tensor.to(run.device)
+        nulls = _NullChunks(prepared, backbone, config, run, scorer_of(config))
+        early = _queue_first_chunk(nulls, run, chunk)
+        t1 = time.perf_counter()
+        view = _observed(backbone, x, config, run)
+        nulls.scorer = view.scorer  # bound to the observed image's target
+        run.lap("observed_s", t1)
         yield run.progress("observed", 0, n_boot, chunk, "observed attention")
 
-        nulls = _NullChunks(prepared, backbone, config, run, view.scorer,
-                            tokens=view.scores.numel())
-        t0 = time.perf_counter()
         chunk = yield from run.chunks(nulls, n_boot, chunk, stage="nulls", label="null images",
-                                      oom_message=NULL_OOM)
+                                      oom_message=NULL_OOM, start=early)
         # On a GPU the null chunks are only queued by now: the checks' host work (a re-drawn
         # block) runs while the device finishes them, and their passes queue behind them.
         t1 = time.perf_counter()
@@ -215,14 +219,13 @@ class _ObservedMap:
     sinks: tuple[int, ...] = ()
 
 
-def _observed(backbone: Backbone, prepared: PreparedImage, config: RunConfig,
+def _observed(backbone: Backbone, x: torch.Tensor, config: RunConfig,
               run: Run) -> _ObservedMap:
-    """Every head's CLS attention on the image and the tested map (checked later,
-    :func:`_check_map`).
+    """Every head's CLS attention on the model-ready image ``x`` (on the device) and the
+    tested map (checked later, :func:`_check_map`).
 
     The image goes through the backbone alone, so its maps do not depend on the chunk size.
     """
-    x = prepared.tensor.to(run.device)
     with run.amp():
         heads = cls_attention(backbone, x[None], layer=config.layer, head="all")[0].float()
         scorer = scorer_of(config).bind(backbone, x[None])
@@ -280,23 +283,49 @@ def _statistics(view: _ObservedMap, null_scores: torch.Tensor, config: RunConfig
     return stats
 
 
+def _queue_first_chunk(nulls: _NullChunks, run: Run, chunk: int) -> int:
+    """Queue the first chunk of nulls on a GPU before the observed pass; the nulls queued.
+
+    The observed image alone is a pass of tiny kernels whose launching keeps the host busy
+    while the device idles; queued behind a chunk of nulls, that launching overlaps the
+    chunk. Only for maps without a target: a target ("predicted") is read from the observed
+    image and every null is scored for it. Out of memory here leaves the chunk to the loop,
+    which halves it.
+    """
+    if not _queues_ahead(run) or nulls.scorer.needs.target:
+        return 0
+    run.check_cancel()
+    try:
+        nulls(0, chunk)
+    except Exception as err:
+        if not is_oom(err):
+            raise
+        return 0
+    return chunk
+
+
+def _queues_ahead(run: Run) -> bool:
+    """Whether the host queues work ahead of the device (a GPU; a CPU runs it as asked)."""
+    return run.device.type == "cuda"
+
+
 class _NullChunks:
     """The step of the null pass: draw null images ``start .. start + size``, score them.
 
     The nulls are drawn in the image's own channels and go through its channel map, as the
-    image did; each chunk is scored by the run's map (bound to the observed image's target).
-    ``scores`` is ``(B, tokens)`` on the device; ``timings`` splits the pass into drawing and
-    forward time (chunks that ran out of memory are not counted).
+    image did; each chunk is scored by ``scorer``, the run's map (bound to the observed
+    image's target once that is known). ``scores`` is ``(B, tokens)`` on the device, made
+    with the first chunk; ``timings`` splits the pass into drawing and forward time (chunks
+    that ran out of memory are not counted).
     """
 
     def __init__(self, prepared: PreparedImage, backbone: Backbone, config: RunConfig,
-                 run: Run, scorer: Scorer, tokens: int) -> None:
+                 run: Run, scorer: Scorer) -> None:
         self.prepared, self.backbone, self.config, self.run = prepared, backbone, config, run
         self.source = prepared.source.to(run.device)
         self.null_config = null_config(config, backbone.patch_size[0])
         self.scorer = scorer
-        self.scores = torch.empty((int(config.n_boot), tokens), dtype=torch.float32,
-                                  device=run.device)
+        self.scores: torch.Tensor | None = None
         self.timings = {"null_generation_s": 0.0, "null_forward_s": 0.0}
 
     def __call__(self, start: int, size: int) -> None:
@@ -309,7 +338,11 @@ class _NullChunks:
         tb = time.perf_counter()
         with self.run.amp():  # a gradient map leaves inference mode itself, chunk by chunk
             maps = score_chunk(self.scorer, self.backbone, batch, config.layer)
-        self.scores[start:start + size] = maps.reshape(size, -1).float()
+        maps = maps.reshape(size, -1)
+        if self.scores is None:
+            self.scores = torch.empty((int(config.n_boot), maps.shape[1]), dtype=torch.float32,
+                                      device=self.run.device)
+        self.scores[start:start + size] = maps
         self.timings["null_generation_s"] += tb - ta
         self.timings["null_forward_s"] += time.perf_counter() - tb
 

@@ -8,6 +8,7 @@ The per-axis scale factors are kept so every map lands exactly on the original i
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -74,9 +75,22 @@ class ChannelMap:
             pad = images.new_zeros(images.shape[0], max(0, self.model_channels - images.shape[1]),
                                    *images.shape[2:])
             images = torch.cat([images, pad], 1)[:, : self.model_channels]
-        m = torch.tensor(self.mean, dtype=torch.float32, device=images.device)[:, None, None]
-        s = torch.tensor(self.std, dtype=torch.float32, device=images.device)[:, None, None]
+        m, s = _normalisation(self.mean, self.std, images.device)
         return ((images.float() - m) / s).contiguous()
+
+
+@functools.lru_cache(maxsize=64)
+def _normalisation(mean: tuple[float, ...], std: tuple[float, ...],
+                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's mean and std as ``(C, 1, 1)`` tensors on ``device``, made once.
+
+    Copying them up for every chunk of nulls made the host wait for the chunk before: a
+    copy from the host waits for the device's queued work.
+    """
+    with torch.inference_mode(False):  # plain tensors: a gradient map may save them
+        m = torch.tensor(mean, dtype=torch.float32, device=device)[:, None, None]
+        s = torch.tensor(std, dtype=torch.float32, device=device)[:, None, None]
+    return m, s
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,7 @@ class Run:
 
     def chunks(self, step: Callable[[int, int], None], total: int, chunk: int, *, stage: str,
                label: str, oom_message: str, offset: int = 0,
-               grand_total: int | None = None) -> Generator[Progress, None, int]:
+               grand_total: int | None = None, start: int = 0) -> Generator[Progress, None, int]:
         """Run ``step(start, size)`` over ``total`` images in chunks of at most ``chunk``.
 
         Parameters
@@ -201,6 +201,9 @@ class Run:
         offset, grand_total : int
             Where this pass starts in the run's count, and the run's total (default
             ``total``): a tiled run counts tiles and nulls together.
+        start : int
+            Images ``0 .. start`` were done (queued) before the loop; their progress comes
+            first.
 
         Yields
         ------
@@ -215,7 +218,10 @@ class Run:
         """
         grand_total = total if grand_total is None else grand_total
         first = size_now = min(chunk, total)
-        done = 0
+        done = start
+        if start:
+            yield self.progress(stage, offset + done, grand_total, size_now,
+                                f"{done}/{total} {label}")
         queued = _QueuedChunks(self.device)
         while done < total:
             self.check_cancel()
