@@ -424,14 +424,15 @@ def test_what_the_initialisation_leaves_alone_keeps_the_trained_values(timm_bb):
     block = timm_bb.model.blocks[-1]
     block.kept_scale = nn.Parameter(torch.full((block.norm1.normalized_shape[0],), 0.37))
     block.register_buffer("cache", torch.arange(5.0), persistent=False)
+    block.register_buffer("index", torch.arange(7))
     try:
         fresh = redraw_last_block(timm_bb, seed=1).model.blocks[-1]
         assert torch.equal(fresh.kept_scale, block.kept_scale)
-        assert torch.equal(fresh.cache, block.cache)
+        assert torch.equal(fresh.cache, block.cache) and torch.equal(fresh.index, block.index)
         assert not any(torch.isnan(t).any() for t in fresh.state_dict().values())
         assert not torch.equal(fresh.attn.qkv.weight, block.attn.qkv.weight)
     finally:
-        del block.kept_scale, block.cache
+        del block.kept_scale, block.cache, block.index
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on a lent GPU)")

@@ -80,7 +80,7 @@ def redraw_last_block(backbone: Backbone, seed: int) -> Backbone:
     with torch.inference_mode(False), torch.no_grad():
         last = blocks(backbone)[-1]
         # NaN marks what the initialisation did not draw
-        fresh = copy_module(last, lambda t: torch.full(t.shape, math.nan, dtype=t.dtype))
+        fresh = copy_module(last, _untouched)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             for module in fresh.modules():
@@ -92,11 +92,19 @@ def redraw_last_block(backbone: Backbone, seed: int) -> Backbone:
             fresh = fresh.to(device)
         trained = {**dict(last.named_parameters()), **dict(last.named_buffers())}
         for name, tensor in [*fresh.named_parameters(), *fresh.named_buffers()]:
-            if tensor.is_floating_point():
-                kept = trained[name].detach()
-                tensor.data.copy_(torch.where(torch.isnan(tensor), kept, tensor))
+            kept = trained[name].detach()
+            tensor.data.copy_(torch.where(torch.isnan(tensor), kept, tensor)
+                              if tensor.is_floating_point() else kept)
         model = _with_module(backbone.model, last, fresh)
     return replace(backbone, model=model)
+
+
+def _untouched(tensor: torch.Tensor) -> torch.Tensor:
+    """A host tensor shaped like ``tensor`` that marks values no initialisation drew: NaN,
+    or zeros for integer buffers (never re-drawn; the trained ones are always kept)."""
+    if tensor.is_floating_point():
+        return torch.full(tensor.shape, math.nan, dtype=tensor.dtype)
+    return torch.zeros(tensor.shape, dtype=tensor.dtype)
 
 
 def _with_module(root: nn.Module, old: nn.Module, new: nn.Module) -> nn.Module:
