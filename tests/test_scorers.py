@@ -435,6 +435,41 @@ def test_what_the_initialisation_leaves_alone_keeps_the_trained_values(timm_bb):
         del block.kept_scale, block.cache, block.index
 
 
+def test_the_draw_is_made_once_per_block_and_seed_and_never_holds_trained_values(monkeypatch):
+    # a folder run with one model re-draws the last block once, not once per image (a ViT-B
+    # draw costs more host time than the checks' passes); the trained values are read anew
+    import gc
+
+    from napari_attnreg.core.stats import map_checks
+
+    backbone = tiny_vit("vit_tiny_patch16_224")
+    block = backbone.model.blocks[-1]
+    block.register_buffer("kept", torch.full((3,), 0.5))  # not drawn: the trained value stays
+    draws = []
+    real_init = map_checks._init_module
+    monkeypatch.setattr(map_checks, "_init_module",
+                        lambda model, module: draws.append(module) or real_init(model, module))
+    first = redraw_last_block(backbone, seed=2).model.blocks[-1]
+    n_draw = len(draws)
+    assert n_draw > 0
+    again = redraw_last_block(backbone, seed=2).model.blocks[-1]
+    assert len(draws) == n_draw  # kept, not drawn again
+    for (name, a), b in zip(first.state_dict().items(), again.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    with torch.no_grad():
+        block.kept.fill_(0.25)  # a changed trained value is taken at the next use
+    assert torch.equal(redraw_last_block(backbone, seed=2).model.blocks[-1].kept,
+                       torch.full((3,), 0.25))
+    assert torch.equal(first.kept, torch.full((3,), 0.5))  # an earlier copy is left as it was
+    other = redraw_last_block(backbone, seed=3).model.blocks[-1]
+    assert len(draws) == 2 * n_draw  # another seed is another draw
+    assert not torch.equal(other.attn.qkv.weight, first.attn.qkv.weight)
+
+    del block, first, again, other, backbone
+    gc.collect()
+    assert not [m for m in map_checks._DRAWN.keys() if hasattr(m, "kept")]  # weak keys
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on a lent GPU)")
 def test_on_a_gpu_the_redraw_is_the_cpu_redraw_and_never_waits_for_the_device(timm_bb):
     from napari_attnreg.core.stats.map_checks import redraw_last_block
