@@ -214,8 +214,8 @@ def test_geometry_scale_and_saved_result(demo, tmp_path):
 
 
 def test_large_images_are_scaled_in_one_copy_like_small_ones():
+    from napari_attnreg.core.run.device_scaling import scale_large
     from napari_attnreg.core.run.images import scale_intensity
-    from napari_attnreg.core.run.tiled_engine import scale_large
 
     rng = np.random.default_rng(0)
     small = (rng.random((300, 200)) * 4000).astype(np.uint16)

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from napari_attnreg.core.models.attention import cls_attention
-from napari_attnreg.core.models.backbones import Backbone
+from napari_attnreg.core.models.backbones import Backbone, resolve_device
 from napari_attnreg.core.models.scorers import Needs, Scorer
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.config import (
@@ -33,11 +33,11 @@ from napari_attnreg.core.run.config import (
     scorer_of,
     tests_shares,
 )
+from napari_attnreg.core.run.device_scaling import scale_on_device
 from napari_attnreg.core.run.images import (
     ChannelMap,
     PreparedImage,
     check_values,
-    scale_intensity,
     to_channels_last,
 )
 from napari_attnreg.core.run.lazy import (
@@ -84,8 +84,10 @@ class TiledImage:
     source : torch.Tensor
         ``(c, H, W)`` in [0, 1] at the tiled pixel size.
     channel_map : ChannelMap
-    display : np.ndarray
-        The scaled original, for figures.
+    display_part : callable
+        ``display_part(step)`` → the scaled original at stride ``step``, made on the host
+        when asked (:attr:`display` is stride 1, for figures; a tissue mask takes a
+        thumbnail).
     image_shape : (int, int)
         ``(H0, W0)`` of the original image.
     layout : TileLayout
@@ -103,13 +105,18 @@ class TiledImage:
 
     source: torch.Tensor
     channel_map: ChannelMap
-    display: np.ndarray
+    display_part: Callable[[int], np.ndarray]
     image_shape: tuple[int, int]
     layout: TileLayout
     reader: Callable[[int, int, int, int], torch.Tensor] | None = None
     read_raw: Callable[[int], np.ndarray] | None = None
     finish: Callable[[Sequence[np.ndarray], torch.device], torch.Tensor] | None = None
     tissue: TissueMask | None = None
+
+    @property
+    def display(self) -> np.ndarray:
+        """The scaled original ``(H0, W0[, c])``, for figures."""
+        return self.display_part(1)
 
     def tiles(self, indices: Sequence[int]) -> torch.Tensor:
         """``(len(indices), c, th, tw)`` crops of the image."""
@@ -128,10 +135,14 @@ class TiledImage:
         return run_tiles(self.layout, None if self.tissue is None else self.tissue.tiles)
 
 
-def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig) -> TiledImage:
+def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig,
+                  device: torch.device | str | None = None) -> TiledImage:
     """Scale intensities over the whole image, resize by ``tile_scale``, lay out the tiles.
 
-    A :class:`PreparedImage` is tiled at the size it was prepared at (``tile_scale`` unused).
+    An array in memory is scaled and resized on ``device`` (default: the run's,
+    ``config.device``), where its tiles are cut: the raw pixels are uploaded once, in their
+    own dtype. A :class:`PreparedImage` is tiled at the size it was prepared at
+    (``tile_scale`` unused).
     """
     if isinstance(image, TiledImage):
         return image
@@ -145,7 +156,7 @@ def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig) -> TiledIma
                                                 tiled.layout))
     if isinstance(image, PreparedImage):
         source, channel_map = image.source, image.channel_map
-        display, image_shape = image.display, image.image_shape
+        display_part, image_shape = _strided(image.display), image.image_shape
     else:
         from napari_attnreg.core.run.planes import as_plain_array  # a masked array is refused (#18)
 
@@ -157,14 +168,12 @@ def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig) -> TiledIma
         if h0 < patch[0] or w0 < patch[1]:
             raise ValueError(f"The image ({h0}x{w0} px) is smaller than one {patch[0]}x{patch[1]} "
                              "patch of this model; use a larger image or a smaller tile_scale.")
-        display = scale_large(arr)
-        chw = torch.from_numpy(np.ascontiguousarray(display))
-        chw = chw[None] if chw.ndim == 2 else chw.permute(2, 0, 1)
+        chw, display_part = scale_on_device(arr, resolve_device(device or config.device))
         h, w = work_shape((h0, w0), patch, config.tile_scale)
         if (h, w) != (h0, w0):
-            chw = F.interpolate(chw[None].float(), size=(h, w), mode="bilinear",
+            chw = F.interpolate(chw[None], size=(h, w), mode="bilinear",
                                 antialias=h < h0 or w < w0, align_corners=False)[0]
-        source = chw.float().contiguous()
+        source = chw.contiguous()
         channel_map = ChannelMap(int(source.shape[0]), len(backbone.mean),
                                  tuple(float(v) for v in backbone.mean),
                                  tuple(float(v) for v in backbone.std))
@@ -172,10 +181,10 @@ def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig) -> TiledIma
     layout = make_layout(tuple(source.shape[1:]), tile=tuple(backbone.input_size[1:]),
                          patch=patch, overlap=tile_overlap(config, backbone))
     spec = tissue_spec(config, image)
-    step = max(1, int(np.ceil(np.sqrt(display.shape[0] * display.shape[1] / THUMBNAIL_PIXELS))))
+    step = max(1, int(np.ceil(np.sqrt(image_shape[0] * image_shape[1] / THUMBNAIL_PIXELS))))
     tissue = (None if isinstance(spec, str) and spec == "none"
-              else tissue_for(spec, display[::step, ::step], layout))
-    return TiledImage(source=source, channel_map=channel_map, display=display,
+              else tissue_for(spec, display_part(step), layout))
+    return TiledImage(source=source, channel_map=channel_map, display_part=_kept(display_part),
                       image_shape=(int(image_shape[0]), int(image_shape[1])), layout=layout,
                       tissue=tissue)
 
@@ -236,7 +245,7 @@ def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> Ti
                              tuple(float(v) for v in backbone.mean),
                              tuple(float(v) for v in backbone.std))
     display = sample[0].numpy() if sample.shape[0] == 1 else sample.permute(1, 2, 0).numpy()
-    return TiledImage(source=sample, channel_map=channel_map, display=display,
+    return TiledImage(source=sample, channel_map=channel_map, display_part=_strided(display),
                       image_shape=(h, w), layout=layout, reader=reader, read_raw=read_raw,
                       finish=finish)
 
@@ -281,35 +290,22 @@ def _region_reader(image: LazyImage, width: int) -> Callable[[int, int, int, int
     return read
 
 
-EXACT_SCALING_PIXELS = 1 << 24  # up to 4096², percentiles from every pixel, like prepare_image
+def _strided(display: np.ndarray) -> Callable[[int], np.ndarray]:
+    return lambda step: display[::step, ::step]
 
 
-def scale_large(arr: np.ndarray, percentiles: tuple[float, float] = (0.5, 99.8)) -> np.ndarray:
-    """:func:`~napari_attnreg.core.run.images.scale_intensity` in one float32 copy of the image.
+def _kept(part: Callable[[int], np.ndarray]) -> Callable[[int], np.ndarray]:
+    """``part`` with its full-size image kept once made (a figure and a batch both ask)."""
+    made: dict[int, np.ndarray] = {}
 
-    Images up to 4096² pixels are scaled by ``scale_intensity`` itself. Larger ones take
-    their percentiles from a regular grid of about 16 M pixels and are scaled in place:
-    the full-image percentile and out-of-place arithmetic would need several more float32
-    copies (2 GB for a 10000² image).
-    """
-    n_pixels = arr.shape[0] * arr.shape[1]
-    if n_pixels <= EXACT_SCALING_PIXELS or arr.dtype in (np.uint8, np.bool_):
-        return scale_intensity(arr, percentiles)
-    step = int(np.ceil(np.sqrt(n_pixels / EXACT_SCALING_PIXELS)))
-    lo, hi = (float(v) for v in np.percentile(arr[::step, ::step].astype(np.float32), percentiles))
-    out = arr.astype(np.float32)
-    if hi <= lo:  # spiky data: fall back to the full range
-        lo, hi = float(out.min()), float(out.max())
-    if hi > lo:
-        out -= np.float32(lo)
-        out /= np.float32(hi - lo)
-        np.clip(out, 0.0, 1.0, out=out)
-    else:
-        out[...] = 0.0
-    if float(out.max()) - float(out.min()) <= 0:
-        raise ValueError("The image is constant (every pixel has the same value), so attention on "
-                         "it has nothing to find; check that the right layer/channel was chosen.")
-    return out
+    def kept(step: int) -> np.ndarray:
+        if step != 1:
+            return part(step)
+        if 1 not in made:
+            made[1] = part(1)
+        return made[1]
+
+    return kept
 
 
 def latency_chunk(backbone: Backbone, tile: tuple[int, int], seconds: float = 1.0) -> int:
@@ -342,7 +338,7 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
     if isinstance(image, LazyImage):  # what the file says, unless the caller said it
         config = replace(config, extra={**image.run_extra(), **config.extra})
     run = Run.start(config, cancel)
-    tiled = prepare_tiled(image, backbone, config)
+    tiled = prepare_tiled(image, backbone, config, run.device)
     backbone = backbone.on(run.device)  # a copy on another device; the shared one never moves
     tiled = replace(tiled, source=tiled.source.to(run.device))
     layout, owned = tiled.layout, tiled.run_tiles()
