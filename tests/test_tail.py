@@ -104,6 +104,26 @@ def test_tails_kept_in_the_counting_pass_equal_a_second_pass(monkeypatch, n_tok)
     np.testing.assert_array_equal(one_pass.tail_used, two_pass.tail_used)
 
 
+@pytest.mark.parametrize("shared", [True, False])
+def test_the_second_pass_covers_only_the_families_it_needs(monkeypatch, shared):
+    # a few planted families out of many: the tails of the others are never wanted
+    obs, null = _families(40, 150, 16, seed=9)
+    obs[:5, 0] *= 8.0
+    if not shared:  # one null per family
+        null = null[None].repeat(40, 1, 1) * torch.linspace(0.9, 1.1, 40)[:, None, None]
+    one_pass = sd.step_down(obs, null, tail="gpd")
+    monkeypatch.setattr(sd, "_running_top", lambda *args: None)
+    passed = []
+    real = sd._null_step_blocks
+    monkeypatch.setattr(sd, "_null_step_blocks", lambda null, order, *a, **k: passed.append(
+        order.shape[0]) or real(null, order, *a, **k))
+    two_pass = sd.step_down(obs, null, tail="gpd")
+    assert one_pass.tail.steps > 0
+    assert passed[0] == 40 and 0 < passed[1] < 40  # the counting pass, then the tails' pass
+    np.testing.assert_array_equal(one_pass.step_p, two_pass.step_p)
+    np.testing.assert_array_equal(one_pass.tail_used, two_pass.tail_used)
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_a_tiled_run_fits_the_shared_first_step_once(monkeypatch):
     from napari_attnreg import regularize
