@@ -71,6 +71,39 @@ def test_null_step_statistic_matches_the_loop_in_small_blocks(monkeypatch):
     np.testing.assert_allclose(got, m, rtol=1e-12)
 
 
+def _many_families(shared: bool, device: str = "cpu"):
+    rng = np.random.default_rng(4)
+    obs = torch.from_numpy(np.exp(rng.normal(0, 0.5, (60, 25)))).to(device)
+    obs[:6, 0] *= 6.0
+    shape = (150, 25) if shared else (60, 150, 25)
+    return obs, torch.from_numpy(np.exp(rng.normal(0, 0.5, shape))).float().to(device)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_the_block_size_never_changes_a_value(monkeypatch, shared):
+    # a GPU takes blocks of many null maps where a CPU takes one map of every family
+    obs, null = _many_families(shared)
+    results = []
+    for budget in (1, 10**9):  # one null map per block; all of them in one block
+        monkeypatch.setattr(sd, "_block_budget", lambda null, b=budget: b)
+        results.append(sd.step_down(obs, null, tail="gpd"))
+    small, large = results
+    assert small.tail.steps > 0
+    for name in ("step_statistic", "step_p", "adjusted_p", "tail_used"):
+        np.testing.assert_array_equal(getattr(small, name), getattr(large, name), err_msg=name)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on a lent GPU)")
+@pytest.mark.parametrize("shared", [True, False])
+def test_on_a_gpu_large_blocks_give_the_values_of_one_map_blocks(monkeypatch, shared):
+    obs, null = _many_families(shared, "cuda")
+    large = sd.step_down(obs, null, tail="gpd")
+    monkeypatch.setattr(sd, "_block_budget", lambda null: 1)
+    small = sd.step_down(obs, null, tail="gpd")
+    for name in ("step_statistic", "step_p", "adjusted_p", "tail_used"):
+        np.testing.assert_array_equal(getattr(small, name), getattr(large, name), err_msg=name)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_forwardstop_against_its_formula(seed):
     rng = np.random.default_rng(seed)

@@ -122,10 +122,7 @@ def _null_step_blocks(null: torch.Tensor, order: torch.Tensor, shared: bool, dty
     """
     n_fam, n_tok = order.shape
     n_boot = null.shape[0] if shared else null.shape[1]
-    # the work arrays (about five float64 copies of a block) stay near the size of the
-    # float32 null itself, and never below one null map of every family
-    budget = max(n_fam * n_tok, min(BLOCK_ELEMENTS, null.numel() // 10))
-    rows = max(1, budget // (n_fam * n_tok))
+    rows = max(1, _block_budget(null) // (n_fam * n_tok))
     backwards = order.flip(-1)
     for start in range(0, n_boot, rows):
         stop = min(n_boot, start + rows)
@@ -137,6 +134,26 @@ def _null_step_blocks(null: torch.Tensor, order: torch.Tensor, shared: bool, dty
         largest = rev.cummax(-1).values
         m = largest.div_(rev.cumsum_(-1))
         yield start, stop, (m if reverse else m.flip(-1))
+
+
+#: Largest block on a GPU, in null values: there a block is a dozen kernel launches, and a
+#: field of many tiles made one-map blocks (F·T above BLOCK_ELEMENTS), so the pass was bound
+#: by launching (2,209 ViT-S/16 tiles: 200 blocks). 2**25 float64 values are 256 MB a copy.
+GPU_BLOCK_ELEMENTS = 1 << 25
+
+
+def _block_budget(null: torch.Tensor) -> int:
+    """Null values per block: every family's null map at least.
+
+    On a CPU the work arrays (about five float64 copies of a block) stay near the size of
+    the float32 null itself and within the caches; on a GPU blocks are as large as a tenth
+    of its free memory allows, up to :data:`GPU_BLOCK_ELEMENTS`. Every row of a block is
+    made alone, so the block size never changes a value.
+    """
+    if null.device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(null.device)
+        return min(GPU_BLOCK_ELEMENTS, free // (10 * 8 * 5))
+    return min(BLOCK_ELEMENTS, null.numel() // 10)
 
 
 _PENDING_ROWS = 8  # null maps gathered before the running top is merged again
