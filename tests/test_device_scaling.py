@@ -94,3 +94,19 @@ def test_a_tiled_image_in_memory_is_scaled_once_and_its_display_made_only_when_a
     assert np.array_equal(tiled.display, scale_large(image)) and calls == [image.shape]
     tiled.display  # noqa: B018 -- made once, kept
     assert calls == [image.shape]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA (run on a lent GPU)"))])
+def test_tiles_are_the_crops_at_their_origins(device):
+    from napari_attnreg.core.run.tiled_engine import _crops, gathered_crops
+    from napari_attnreg.core.run.tiling import make_layout
+
+    source = torch.rand(3, 296, 256, device=device)
+    layout = make_layout((296, 256), tile=(128, 128), patch=(8, 8), overlap=32)
+    picked = [layout.n_tiles - 1, 0, 3, 3]  # any order, the last (edge) tile, repeats
+    origins = np.array([layout.origin(i) for i in picked])
+    for crops in (_crops(source, layout, picked), gathered_crops(source, origins, (128, 128))):
+        assert crops.shape == (4, 3, 128, 128) and crops.is_contiguous()
+        for k, (y, x) in enumerate(origins):
+            assert torch.equal(crops[k], source[:, y:y + 128, x:x + 128])

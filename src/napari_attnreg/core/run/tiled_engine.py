@@ -123,16 +123,39 @@ class TiledImage:
         th, tw = self.layout.tile
         if self.read_raw is not None and self.finish is not None:
             return self.finish([self.read_raw(i) for i in indices], torch.device("cpu"))
-        crops = []
-        for i in indices:
-            y, x = self.layout.origin(i)
-            crops.append(self.reader(y, x, th, tw) if self.reader is not None
-                         else self.source[:, y:y + th, x:x + tw])
-        return torch.stack(crops)
+        if self.reader is not None:
+            crops = [self.reader(*self.layout.origin(i), th, tw) for i in indices]
+            return torch.stack(crops)
+        return _crops(self.source, self.layout, indices)
 
     def run_tiles(self) -> RunTiles:
         """The tiles run and the tokens they own (every tile without a tissue mask)."""
         return run_tiles(self.layout, None if self.tissue is None else self.tissue.tiles)
+
+
+def _crops(source: torch.Tensor, layout: TileLayout, indices: Sequence[int]) -> torch.Tensor:
+    """``(n, c, th, tw)`` tiles of ``source`` ``(c, H, W)``.
+
+    On a GPU in one gather: a slice per tile is a Python step and a launch per tile (2,209
+    of them for an 8192² field). On a CPU the slices are copied faster (144 tiles of 2048²
+    RGB: 30 ms against 65 ms for the gather).
+    """
+    th, tw = layout.tile
+    origins = np.array([layout.origin(i) for i in indices], dtype=np.int64).reshape(-1, 2)
+    if source.device.type == "cpu":
+        return torch.stack([source[:, y:y + th, x:x + tw] for y, x in origins.tolist()])
+    return gathered_crops(source, origins, (th, tw))
+
+
+def gathered_crops(source: torch.Tensor, origins: np.ndarray,
+                   tile: tuple[int, int]) -> torch.Tensor:
+    """``(n, c, th, tw)`` crops of ``source`` at ``origins`` ``(n, 2)``, in one gather."""
+    device = source.device
+    rows = (torch.from_numpy(origins[:, 0]).to(device)[:, None, None]
+            + torch.arange(tile[0], device=device)[None, :, None])
+    cols = (torch.from_numpy(origins[:, 1]).to(device)[:, None, None]
+            + torch.arange(tile[1], device=device)[None, None, :])
+    return source[:, rows, cols].transpose(0, 1).contiguous()
 
 
 def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig,
