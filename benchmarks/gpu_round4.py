@@ -11,7 +11,9 @@ Figures (each one measured by ``bench_pipeline.py`` / ``bench_tiled.py`` in this
 * tiled 8192² and 32768² synthetic fields with the demo model, B = 200, with the tail
   approximation (``tail="gpd"``, the tiled default) and without it (``tail="none"``);
 * a tiled 8192² field in ViT-S/16 tiles (random init), B = 200, against the bare forward of
-  the same tiles.
+  the same tiles;
+* preparing an in-memory 8192² field for a tiled run (uint16 grey and uint8 RGB) on the
+  device, against the host's way (``bench_tiled_prepare.py``).
 
 ``--cpu-small`` measures the same kinds of figure at sizes a CPU finishes in minutes. Every
 figure runs in its own ``try``: an error is recorded in the output and the next one runs; a
@@ -89,6 +91,13 @@ def tiled_figure(size: int, n_boot: int, device: str, precision: str, tail: str,
     return {**out, "printout": text}
 
 
+def prepare_figure(size: int, device: str) -> dict:
+    import bench_tiled_prepare
+
+    out, text = quietly(bench_tiled_prepare.main, ["--size", str(size), "--device", device])
+    return {**out, "printout": text}
+
+
 def plan(args: argparse.Namespace) -> list[tuple[str, object]]:
     small = args.cpu_small
     device = "cpu" if small else args.device
@@ -108,6 +117,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, object]]:
     jobs.append((f"tiled ViT-S/16 tiles {size}² B={n_boot}",
                  lambda: tiled_figure(size, n_boot, device, "auto", "gpd",
                                       model="vit_small_patch16_224")))
+    side = 2048 if small else 8192
+    jobs.append((f"tiled prepare {side}²", lambda: prepare_figure(side, device)))
     return jobs
 
 
@@ -194,6 +205,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 def _headline(result: dict) -> str:
+    if "rows" in result:  # the preparation figure
+        return ", ".join(f"{r['image']}: device {r['device_s']:.3f} s, host "
+                         f"{r['host_s']:.3f} s" for r in result["rows"])
     if "throughput_vs_bare" in result:
         return (f"throughput {result['throughput_vs_bare']:.3f}× bare, statistics "
                 f"{100 * result['statistics_share']:.1f} %")
