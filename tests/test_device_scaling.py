@@ -110,3 +110,24 @@ def test_tiles_are_the_crops_at_their_origins(device):
         assert crops.shape == (4, 3, 128, 128) and crops.is_contiguous()
         for k, (y, x) in enumerate(origins):
             assert torch.equal(crops[k], source[:, y:y + 128, x:x + 128])
+
+
+def test_uint16_pixels_widened_on_the_device_keep_their_values():
+    # a GPU gets uint16 as the int16 of the same bits (torch's uint16 has few GPU kernels)
+    from napari_attnreg.core.run.device_scaling import upload
+
+    pixels = np.array([[0, 1, 32767], [32768, 40000, 65535]], dtype=np.uint16)
+    widened = upload(pixels, torch.device("cpu"), widen=True)
+    assert widened.dtype == torch.int32
+    assert widened.tolist() == pixels.astype(np.int64).tolist()
+    assert upload(pixels, torch.device("cpu")).dtype == torch.uint16  # the CPU keeps them
+
+
+@pytest.mark.parametrize("name", ["uint16", "uint16, sampled"])
+def test_widened_uint16_scales_as_the_host_does(monkeypatch, name):
+    from napari_attnreg.core.run import device_scaling
+
+    real = device_scaling.upload
+    monkeypatch.setattr(device_scaling, "upload",
+                        lambda arr, device: real(arr, device, widen=True))
+    _check_same_as_the_host(IMAGES[name], "cpu")

@@ -115,7 +115,7 @@ def scale_on_device(arr: np.ndarray, device: torch.device | str,
         host = scale_large(arr)
         return (_channels_first(torch.from_numpy(host)).to(device).contiguous(),
                 lambda step: host[::step, ::step])
-    raw = _channels_first(torch.from_numpy(np.ascontiguousarray(arr)).to(device))
+    raw = _channels_first(upload(arr, device))
     scaling = scaling_of(arr, raw)
     if not scaling.divisor > 0:
         raise ValueError(CONSTANT)
@@ -124,6 +124,21 @@ def scale_on_device(arr: np.ndarray, device: torch.device | str,
     if float(high) - float(low) <= 0:
         raise ValueError(CONSTANT)
     return out.contiguous(), lambda step: scaling.on_host(arr[::step, ::step])
+
+
+def upload(arr: np.ndarray, device: torch.device, *, widen: bool | None = None) -> torch.Tensor:
+    """``arr``'s pixels on ``device`` as they are stored (one copy up, in their own bytes).
+
+    uint16 goes up as the int16 of the same bits and is widened there to int32 (``widen``,
+    default: on any device but the CPU): torch's unsigned 16-bit type has few GPU kernels.
+    """
+    pixels = np.ascontiguousarray(arr)
+    if widen is None:
+        widen = device.type != "cpu"
+    if pixels.dtype == np.uint16 and widen:
+        bits = torch.from_numpy(pixels.view(np.int16)).to(device)
+        return bits.to(torch.int32).bitwise_and_(0xFFFF)
+    return torch.from_numpy(pixels).to(device)
 
 
 def scaling_of(arr: np.ndarray, raw: torch.Tensor) -> Scaling:
