@@ -131,3 +131,16 @@ def test_widened_uint16_scales_as_the_host_does(monkeypatch, name):
     monkeypatch.setattr(device_scaling, "upload",
                         lambda arr, device: real(arr, device, widen=True))
     _check_same_as_the_host(IMAGES[name], "cpu")
+
+
+@pytest.mark.parametrize("name", ["uint16", "int16", "int8", "float16, 2 channels", "float32",
+                                  "float32, spiky"])
+def test_every_way_to_the_percentiles_gives_numpys(name):
+    from napari_attnreg.core.run.device_scaling import percentiles
+
+    arr = IMAGES[name]
+    expected = tuple(float(v) for v in np.percentile(arr.astype(np.float32), (0.5, 99.8)))
+    values = torch.from_numpy(arr)
+    ways = ["numpy", "sort"] + (["histogram"] if arr.dtype.kind in "iu" else [])
+    for by in ways:  # a GPU sorts; a CPU counts integers and asks NumPy for floats
+        assert percentiles(values, arr.dtype, by=by) == expected, by

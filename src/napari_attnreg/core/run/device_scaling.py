@@ -162,18 +162,23 @@ def scaling_of(arr: np.ndarray, raw: torch.Tensor) -> Scaling:
     return Scaling(torch.float32, float(np.float32(lo)), float(np.float32(hi - lo)))
 
 
-def percentiles(values: torch.Tensor, dtype: np.dtype,
-                q: tuple[float, float] = PERCENTILES) -> tuple[float, float]:
+def percentiles(values: torch.Tensor, dtype: np.dtype, q: tuple[float, float] = PERCENTILES,
+                *, by: str | None = None) -> tuple[float, float]:
     """``np.percentile(values.astype(float32), q)`` (linear) of device values, exactly.
 
-    Integers up to 16 bits: order statistics from a histogram; floats: from a sort on a GPU,
-    and NumPy's own percentile of the host's values on a CPU.
+    On a CPU, NumPy's own percentile of floats and a histogram of integers (up to 16 bits);
+    on a GPU the order statistics of a sort (a GPU's histogram counts with atomics, which
+    torch's deterministic mode refuses). ``by`` (``"numpy"``, ``"histogram"``, ``"sort"``)
+    chooses the way for a test.
     """
     flat = values.reshape(-1)
-    if flat.device.type == "cpu" and dtype.kind == "f":
-        result = np.percentile(flat.numpy().astype(np.float32), q)
+    if by is None:
+        on_cpu = flat.device.type == "cpu"
+        by = "sort" if not on_cpu else "numpy" if dtype.kind == "f" else "histogram"
+    if by == "numpy":
+        result = np.percentile(flat.cpu().numpy().astype(np.float32), q)
         return float(result[0]), float(result[1])
-    if dtype.kind in "iu":
+    if by == "histogram":
         statistic = _histogram_order(flat)
     else:
         ordered = torch.sort(flat.float()).values
