@@ -261,3 +261,23 @@ def test_inputs_are_never_changed():
     stepdown_statistics(torch.from_numpy(a), torch.from_numpy(null), tail="gpd")
     np.testing.assert_array_equal(a, a_copy)
     np.testing.assert_array_equal(null, null_copy)
+
+
+def test_token_and_step_order_are_numpys_put_and_take_along_axis():
+    # done by torch's scatter and gather on the host's threads (30 M values for a slide)
+    rng = np.random.default_rng(5)
+    order = np.argsort(rng.random((7, 13)), axis=1)
+    fam = sd.StepDownFamilies(order=order, step_statistic=rng.random((7, 13)),
+                              step_p=rng.random((7, 13)), adjusted_p=rng.random((7, 13)),
+                              group_end=rng.random((7, 13)) > 0.5,
+                              tail_used=rng.random((7, 13)) > 0.5, n_boot=10,
+                              tail=sd.TailFit.unused("none"))
+    for values in (fam.step_p, fam.group_end, rng.integers(0, 99, (7, 13)).astype(np.int32)):
+        expected = np.empty_like(values)
+        np.put_along_axis(expected, order, values, axis=1)
+        got = fam.in_token_order(values)
+        assert got.dtype == values.dtype and np.array_equal(got, expected)
+        assert np.array_equal(fam.in_step_order(got), values)  # and back
+    shared = np.arange(13, dtype=np.int32)[None]  # one row for every family
+    assert np.array_equal(fam.in_step_order(shared), np.take_along_axis(
+        np.repeat(shared, 7, axis=0), order, axis=1))

@@ -31,6 +31,7 @@ Example
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,10 +92,23 @@ class StepDownFamilies:
         return self.step_p[:, 0]
 
     def in_token_order(self, ordered: np.ndarray) -> np.ndarray:
-        """``(F, T)`` values in step order → the same values at their token positions."""
-        out = np.empty_like(ordered)
-        np.put_along_axis(out, self.order, ordered, axis=1)
-        return out
+        """``(F, T)`` values in step order → the same values at their token positions.
+
+        A scatter in torch, on the host's threads: NumPy's ``put_along_axis`` took 0.85 s
+        for the three calls of a 32768² field (30 M values), the largest host cost of its
+        statistics.
+        """
+        values = torch.from_numpy(np.ascontiguousarray(ordered))
+        return torch.empty_like(values).scatter_(1, self._order_tensor, values).numpy()
+
+    def in_step_order(self, by_token: np.ndarray) -> np.ndarray:
+        """``(F, T)`` (or ``(1, T)``, broadcast) values at token positions → in step order."""
+        values = torch.from_numpy(np.ascontiguousarray(by_token))
+        return torch.gather(values.expand(self.order.shape[0], -1), 1, self._order_tensor).numpy()
+
+    @functools.cached_property
+    def _order_tensor(self) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(self.order, dtype=np.int64))
 
     def ranks(self) -> np.ndarray:
         """``(F, T)`` step of each token (0 = largest attention)."""

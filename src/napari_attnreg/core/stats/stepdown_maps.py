@@ -122,8 +122,8 @@ def _token_maps(fams: StepDownFamilies, family_of: np.ndarray | None, local: np.
     summary = {
         "stepdown_family": family_of.astype(np.int32),
         # the image token under each step of each family, so a rule marks what any tile keeps
-        "stepdown_step_token": np.take_along_axis(np.asarray(family_tokens), fams.order,
-                                                  axis=1).astype(np.int32),
+        "stepdown_step_token": fams.in_step_order(
+            np.asarray(family_tokens, dtype=np.int32)),
         "stepdown_step_p": fams.step_p,
         "stepdown_adjusted_p": fams.adjusted_p,
         "stepdown_group_end": fams.group_end,
