@@ -82,12 +82,12 @@ def pipeline_figure(model: str, size: int, n_boot: int, device: str, precision: 
 
 
 def tiled_figure(size: int, n_boot: int, device: str, precision: str, tail: str,
-                 model: str = "demo") -> dict:
+                 model: str = "demo", repeats: int = 1) -> dict:
     import bench_tiled
 
     out, text = quietly(bench_tiled.main, [
         "--model", model, "--size", str(size), "--n-boot", str(n_boot), "--device", device,
-        "--precision", precision, "--tail", tail])
+        "--precision", precision, "--tail", tail, "--repeats", str(repeats)])
     return {**out, "printout": text}
 
 
@@ -110,13 +110,16 @@ def plan(args: argparse.Namespace) -> list[tuple[str, object]]:
                                                                        precision, repeats)))
     for size, n_boot in (CPU_FIELDS if small else GPU_FIELDS):
         for tail in ("gpd", "none"):
+            # the median of three where a run takes about a second (first-use costs of new
+            # batch shapes were 0.06 s of a 0.08 s null pass on the H100)
             jobs.append((f"tiled {size}² B={n_boot} tail={tail}",
-                         lambda s=size, b=n_boot, t=tail: tiled_figure(s, b, device,
-                                                                       "auto", t)))
+                         lambda s=size, b=n_boot, t=tail: tiled_figure(
+                             s, b, device, "auto", t, repeats=1 if small or s > 8192 else 3)))
     size, n_boot = CPU_VITS_FIELD if small else GPU_VITS_FIELD
     jobs.append((f"tiled ViT-S/16 tiles {size}² B={n_boot}",
                  lambda: tiled_figure(size, n_boot, device, "auto", "gpd",
-                                      model="vit_small_patch16_224")))
+                                      model="vit_small_patch16_224",
+                                      repeats=1 if small else 3)))
     side = 2048 if small else 8192
     jobs.append((f"tiled prepare {side}²", lambda: prepare_figure(side, device)))
     return jobs
