@@ -259,22 +259,28 @@ def step_down(observed: torch.Tensor | np.ndarray, null_scores: torch.Tensor | n
         exceed += beats[0] if len(beats) == 1 else beats.sum(0)
         if tops is not None:
             tops.add(m)
-    counts = exceed.flip(-1).cpu().numpy()
-    step_p = (1.0 + counts) / (1.0 + n_boot)
+    # on the device: for many tiles these (F, T) passes cost as much as the null pass
+    work = device if device.type != "mps" else torch.device("cpu")  # no float64 on MPS
+    counts_t = exceed.flip(-1).to(work)
+    # NumPy's (1 + counts) / (1 + B), made where the counts are; the divisor is a tensor
+    # because CUDA divides by a scalar through its reciprocal (not always the same bits)
+    step_p_t = (counts_t.to(torch.float64) + 1.0).div_(
+        torch.full((1,), 1.0 + n_boot, dtype=torch.float64, device=work))
     s_np = s.cpu().numpy()
-    tail_used = np.zeros(step_p.shape, dtype=bool)
     fit = TailFit.unused(tail)
     if tail == "gpd":
         step_p, tail_used, fit = tail_pvalues(
-            step_p, counts, s_np, n_boot,
+            step_p_t.cpu().numpy(), counts_t.cpu().numpy(), s_np, n_boot,
             (lambda wanted, k: tops.columns(wanted)) if tops is not None else
             (lambda wanted, k: _null_tops(null_scores, order, shared, dtype, wanted, k)),
             shared_first=shared)
-    # on the device: for many tiles these (F, T) passes cost as much as the null pass
-    work = device if device.type != "mps" else torch.device("cpu")  # no float64 on MPS
+        step_p_t = torch.as_tensor(step_p, device=work)
+    else:
+        step_p = step_p_t.cpu().numpy()
+        tail_used = np.zeros(step_p.shape, dtype=bool)
     ends = torch.ones(a_sorted.shape, dtype=torch.bool, device=work)
     ends[:, :-1] = (a_sorted[:, :-1] != a_sorted[:, 1:]).to(work)
-    running = torch.as_tensor(step_p, device=work).cummax(dim=1).values
+    running = step_p_t.cummax(dim=1).values
     adjusted, group_end = _tie_max(running, ends).cpu().numpy(), ends.cpu().numpy()
     return StepDownFamilies(order=order.cpu().numpy(), step_statistic=s_np, step_p=step_p,
                             adjusted_p=adjusted, group_end=group_end, tail_used=tail_used,
