@@ -13,7 +13,9 @@ Figures (each one measured by ``bench_pipeline.py`` / ``bench_tiled.py`` in this
 * a tiled 8192² field in ViT-S/16 tiles (random init), B = 200, against the bare forward of
   the same tiles;
 * preparing an in-memory 8192² field for a tiled run (uint16 grey and uint8 RGB) on the
-  device, against the host's way (``bench_tiled_prepare.py``).
+  device, against the host's way (``bench_tiled_prepare.py``);
+* profiles (``profile_run.py``) of ViT-B/16 at B = 1000 and of the ViT-S/16 tiles: the
+  device's idle gaps and the host functions that ran in them.
 
 ``--cpu-small`` measures the same kinds of figure at sizes a CPU finishes in minutes. Every
 figure runs in its own ``try``: an error is recorded in the output and the next one runs; a
@@ -108,6 +110,16 @@ def plan(args: argparse.Namespace) -> list[tuple[str, object]]:
         jobs.append((f"pipeline {label} B={n_boot}",
                      lambda m=model, s=size, b=n_boot: pipeline_figure(m, s, b, device,
                                                                        precision, repeats)))
+    # where the device waits in the two runs short of their aims (ViT-B/16 untiled,
+    # ViT-S/16 tiles): a profiler trace after a warm-up
+    untiled, tiled = ((("vit_small_patch16_224", 48), (CPU_VITS_FIELD))
+                      if small else (("vit_base_patch16_224", 1000), GPU_VITS_FIELD))
+    common = ["--device", device, "--precision", precision]
+    jobs.append((f"profile {untiled[0]} B={untiled[1]}", lambda: profile_figure(
+        ["--model", untiled[0], "--n-boot", str(untiled[1]), *common])))
+    jobs.append((f"profile ViT-S/16 tiles {tiled[0]}² B={tiled[1]}", lambda: profile_figure(
+        ["--tiled", "--model", "vit_small_patch16_224", "--size", str(tiled[0]),
+         "--n-boot", str(tiled[1]), "--device", device, "--precision", "auto"])))
     for size, n_boot in (CPU_FIELDS if small else GPU_FIELDS):
         for tail in ("gpd", "none"):
             # the median of three where a run takes about a second (first-use costs of new
@@ -123,6 +135,13 @@ def plan(args: argparse.Namespace) -> list[tuple[str, object]]:
     side = 2048 if small else 8192
     jobs.append((f"tiled prepare {side}²", lambda: prepare_figure(side, device)))
     return jobs
+
+
+def profile_figure(argv: list[str]) -> dict:
+    import profile_run
+
+    out, text = quietly(profile_run.main, argv)
+    return {**out, "printout": text}
 
 
 def environment() -> dict:
@@ -155,6 +174,17 @@ def markdown(records: list[dict], env: dict) -> str:
             if r.get("pipeline_s") and r.get("bare_forward_s") else "",
             f"{_num(stats)} ({100 * share:.1f} %)" if stats is not None and share else
             _num(stats), r.get("chunk_size", ""), tail_text))
+    for rec in records:  # profiles: where the device waited
+        r = rec.get("result") or {}
+        if "wall_ms" not in r:
+            continue
+        lines += ["", f"### {rec['figure']}", "", _headline(r), ""]
+        lines += [f"* idle {g['length_ms']:.2f} ms at {g['start_ms']:.1f} ms, "
+                  f"{100 * g['host_share']:.0f} % in " + " > ".join(g["host"])
+                  for g in r.get("gaps", [])]
+        if r.get("idle_by_host_function_ms"):
+            lines += ["", "idle by host function (ms): " + ", ".join(
+                f"{k} {v:.2f}" for k, v in r["idle_by_host_function_ms"].items())]
     return "\n".join(lines) + "\n"
 
 
@@ -208,6 +238,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 def _headline(result: dict) -> str:
+    if "wall_ms" in result:  # a profile
+        if "device_busy_ms" not in result:
+            return f"{result['wall_ms']:.0f} ms under the profiler (host only)"
+        worst = next(iter(result["idle_by_host_function_ms"].items()), ("", 0.0))
+        return (f"device busy {100 * result['device_busy_share']:.1f} % of "
+                f"{result['wall_ms']:.1f} ms; most idle in {worst[0]} ({worst[1]:.1f} ms)")
     if "rows" in result:  # the preparation figure
         return ", ".join(f"{r['image']}: device {r['device_s']:.3f} s, host "
                          f"{r['host_s']:.3f} s" for r in result["rows"])
