@@ -35,9 +35,18 @@ def test_a_large_tiled_grid_drops_its_head_maps_and_keeps_its_statistics(demo, m
     # the grid is "large" for this run: above the bound, the heads are neither kept nor built
     monkeypatch.setattr(tiled_mod, "TILED_HEADS_MAX_VALUES", kept.attention.size)
     monkeypatch.setattr(tiled_mod, "_assemble", spy)
+    made_heads = []
+    real_close = tiled_mod._ObservedTiles.close
+
+    def close(self):
+        made_heads.append(self.heads)
+        real_close(self)
+
+    monkeypatch.setattr(tiled_mod._ObservedTiles, "close", close)
     dropped = regularize(image, demo, **OPTS)
     assert dropped.head_attention is None
     assert not any(len(shape) == 4 for shape in assembled)  # (tiles, heads, th, tw): never
+    assert made_heads and all(h is None for h in made_heads)  # nor held in the pass
     np.testing.assert_array_equal(dropped.attention, kept.attention)
     for name, values in kept.maps.items():
         np.testing.assert_array_equal(dropped.maps[name], values, err_msg=name)

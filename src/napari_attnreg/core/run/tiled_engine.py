@@ -375,7 +375,8 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
     run.lap("prepare_s", run.t_start)
 
     scorer = scorer_of(config)  # a tiled class map states its target (validate_map)
-    tiles = _ObservedTiles(tiled, owned.order, backbone, config, run, chunk, scorer)
+    tiles = _ObservedTiles(tiled, owned.order, backbone, config, run, chunk, scorer,
+                           keep_heads=keeps_head_maps(owned, backbone.num_heads))
     try:
         with torch.inference_mode():
             t0 = time.perf_counter()
@@ -460,19 +461,23 @@ class _ObservedTiles:
     ``start .. + size``.
 
     ``heads`` is ``(n_run, n_heads, tgh, tgw)`` and ``scores`` ``(n_run, tile tokens)``, both
-    on the CPU (a large image has many tiles). A lazy image's tiles come from a
+    on the CPU (a large image has many tiles); ``heads`` is None when the result will not
+    keep the per-head maps (:func:`keeps_head_maps`). A lazy image's tiles come from a
     :class:`TileReader` thread, two chunks ahead.
     """
 
     def __init__(self, tiled: TiledImage, order: np.ndarray, backbone: Backbone,
-                 config: RunConfig, run: Run, chunk: int, scorer: Scorer) -> None:
+                 config: RunConfig, run: Run, chunk: int, scorer: Scorer,
+                 keep_heads: bool = True) -> None:
         self.tiled, self.backbone, self.config, self.run = tiled, backbone, config, run
         self.scorer = scorer
         self.order = [int(i) for i in order]
-        self.heads = torch.empty((len(self.order), backbone.num_heads,
-                                  *tiled.layout.tile_grid), dtype=torch.float32)
-        self.scores = torch.empty((len(self.order), self.heads[0, 0].numel()),
-                                  dtype=torch.float32)
+        grid = tiled.layout.tile_grid
+        # a slide's heads of every run tile would be the run's largest array (0.4 GB for
+        # a 50,000² field in ViT-S/16 tiles): made only when the result keeps them
+        self.heads = (torch.empty((len(self.order), backbone.num_heads, *grid),
+                                  dtype=torch.float32) if keep_heads else None)
+        self.scores = torch.empty((len(self.order), grid[0] * grid[1]), dtype=torch.float32)
         self.reader = (TileReader(tiled.read_raw, self.order, depth=2 * chunk)
                        if tiled.read_raw is not None else None)
 
@@ -484,7 +489,8 @@ class _ObservedTiles:
         with self.run.amp():
             heads = cls_attention(self.backbone, self.tiled.channel_map(batch),
                                   layer=self.config.layer, head="all").float().cpu()
-        self.heads[start:start + size] = heads
+        if self.heads is not None:
+            self.heads[start:start + size] = heads
         if self.scorer.needs.cls_heads:  # one reduction over the head axis for the chunk
             self.scores[start:start + size] = self.scorer.from_heads(heads.flatten(2))
         else:
@@ -573,9 +579,15 @@ def _in_tissue(tiled: TiledImage) -> Callable[[int, int], bool] | None:
 TILED_HEADS_MAX_VALUES = 2**24
 
 
-def _head_maps(owned: RunTiles, layout: TileLayout, heads: torch.Tensor) -> torch.Tensor | None:
-    """The per-head maps on the image grid, or None above :data:`TILED_HEADS_MAX_VALUES`."""
-    if heads.shape[1] * owned.n_image > TILED_HEADS_MAX_VALUES:
+def keeps_head_maps(owned: RunTiles, n_heads: int) -> bool:
+    """Whether a tiled result keeps its per-head maps: up to :data:`TILED_HEADS_MAX_VALUES`."""
+    return n_heads * owned.n_image <= TILED_HEADS_MAX_VALUES
+
+
+def _head_maps(owned: RunTiles, layout: TileLayout,
+               heads: torch.Tensor | None) -> torch.Tensor | None:
+    """The per-head maps on the image grid, or None when the result does not keep them."""
+    if heads is None or not keeps_head_maps(owned, heads.shape[1]):
         return None
     return _assemble(owned, layout, heads)
 
