@@ -182,6 +182,9 @@ def markdown(records: list[dict], env: dict) -> str:
         lines += [f"* idle {g['length_ms']:.2f} ms at {g['start_ms']:.1f} ms, "
                   f"{100 * g['host_share']:.0f} % in " + " > ".join(g["host"])
                   for g in r.get("gaps", [])]
+        if r.get("host_functions_ms"):
+            lines += ["host functions (ms): " + ", ".join(
+                f"{k} {v:.1f}" for k, v in r["host_functions_ms"].items())]
         if r.get("idle_by_host_function_ms"):
             lines += ["", "idle by host function (ms): " + ", ".join(
                 f"{k} {v:.2f}" for k, v in r["idle_by_host_function_ms"].items())]

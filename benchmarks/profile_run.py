@@ -132,10 +132,11 @@ def summarize_trace(trace: dict[str, Any], *, top: int = 12, min_gap_us: float =
     else:
         lo = min(e["ts"] for e in events)
         hi = max(e["ts"] + e["dur"] for e in events)
-    thread = window[0].get("tid") if window else None
     frames = [e for e in events if e.get("cat") == "python_function"
-              and PACKAGE in e.get("name", "") and lo <= e["ts"] <= hi
-              and (thread is None or e.get("tid") == thread)]
+              and PACKAGE in e.get("name", "") and lo <= e["ts"] <= hi]
+    # the run's own thread, not a tile reader's (if the trace names threads alike)
+    thread = window[0].get("tid") if window else None
+    frames = [e for e in frames if e.get("tid") == thread] or frames
     device = [e for e in events if e.get("cat") in DEVICE_CATEGORIES]
     busy = _merged([(max(lo, e["ts"]), min(hi, e["ts"] + e["dur"])) for e in device
                     if e["ts"] < hi and e["ts"] + e["dur"] > lo])
