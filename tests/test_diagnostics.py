@@ -100,6 +100,16 @@ def test_stepdown_findings_by_hand():
     assert "raise the number" in with_tail and "tail='gpd'" not in with_tail  # it is on
     assert "p_resolution" not in {d.code for d in diagnose(peaked, step_level=(0.005, 0.09, 1),
                                                            **common)}
+    # the tail refused for some tiles: information, with the count's resolution
+    refused = {"first_wanted": 12, "first_rejected": 12, "null_maps": 200}
+    note = {d.code: d for d in diagnose(peaked, tail_fit=refused, **common)}["tail_rejected"]
+    assert note.severity == "info" and "12 of the 12 tiles" in note.message
+    assert "1/(B + 1) = 0.005" in note.message and "more null images" in note.message
+    one = {d.code: d for d in diagnose(peaked, tail_fit={**refused, "first_wanted": 1,
+                                                         "first_rejected": 1}, **common)}
+    assert "the map's p-value" in one["tail_rejected"].message
+    for fine in ({**refused, "first_rejected": 0}, {"method": "none"}, None):
+        assert "tail_rejected" not in {d.code for d in diagnose(peaked, tail_fit=fine, **common)}
 
 
 # ---- issue #17: the model's domain against the image's kind ------------------------------------

@@ -147,3 +147,54 @@ def test_a_tiled_run_fits_the_shared_first_step_once(monkeypatch):
     assert (counts[:, 0] < tail.MIN_EXCEEDING).sum() > 1  # several tiles needed step 1 ...
     assert (steps == 0).sum() == 1  # ... and its null sample was fitted once
     assert result.metadata["tail_fit"]["fits"] == len(steps)
+
+
+def test_the_record_says_when_the_first_step_kept_its_count():
+    rng = np.random.default_rng(8)
+    null = rng.gamma(2.0, 1.0, (200, 1))
+    step_p = np.full((3, 1), 1 / 201)
+    counts = np.zeros((3, 1), dtype=np.int64)
+    observed = np.full((3, 1), null.max() * 1.2)
+
+    def tops(wanted, k):
+        return torch.from_numpy(np.sort(null[:, 0])[::-1][:k].copy())[None].repeat(
+            len(wanted[0]), 1)
+
+    _p, used, fit = tail.tail_pvalues(step_p, counts, observed, 200, tops, shared_first=True)
+    assert (fit.first_wanted, fit.first_rejected, fit.null_maps) == (3, 0, 200) and used.all()
+    with pytest.MonkeyPatch.context() as mp:  # a test that refuses every fit
+        mp.setattr(tail, "ad_critical_values", lambda shape, n: np.full(np.shape(shape), -1.0))
+        p, used, fit = tail.tail_pvalues(step_p, counts, observed, 200, tops, shared_first=True)
+    assert (fit.first_wanted, fit.first_rejected, fit.fits) == (3, 3, 1) and not used.any()
+    np.testing.assert_array_equal(p, step_p)  # the counts stay
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_tiled_run_whose_shared_fit_is_refused_says_so(monkeypatch):
+    from napari_attnreg import regularize
+    from napari_attnreg.core.models.backbones import load_backbone
+    from napari_attnreg.core.run import passes
+    from napari_attnreg.testing.synthetic import TRAINING_SCALE, make_cell_image
+
+    image = make_cell_image(2, size=(384, 384), scale=TRAINING_SCALE, abnormal=True).image
+    opts = {"n_boot": 100, "device": "cpu", "tiled": True}
+    bb = load_backbone("demo")
+    kept = regularize(image, bb, **opts)
+    assert kept.metadata["tail_fit"]["first_rejected"] == 0
+    assert "tail_rejected" not in {d["code"] for d in kept.metadata["diagnostics"]}
+    monkeypatch.setattr(tail, "ad_critical_values",
+                        lambda shape, n: np.full(np.shape(shape), -1.0))
+    levels = []
+    real = passes._step_level
+    monkeypatch.setattr(passes, "_step_level", lambda *a: levels.append(real(*a)) or levels[-1])
+    refused = regularize(image, bb, **opts)
+    fit = refused.metadata["tail_fit"]
+    assert fit["first_wanted"] > 1 and fit["first_rejected"] == fit["first_wanted"]
+    found = {d["code"]: d for d in refused.metadata["diagnostics"]}
+    assert found["tail_rejected"]["severity"] == "info"
+    assert f"{fit['first_wanted']} of the {fit['first_wanted']} tiles" in found[
+        "tail_rejected"]["message"]
+    assert "1/(B + 1) = 0.0099" in found["tail_rejected"]["message"]
+    # what the run can reach is the count's 1/(B + 1), not the tail's floor
+    assert levels[-1][0] == pytest.approx(1 / 101) and levels[-1][3:] == (True, True)
+    assert refused.p_map >= kept.p_map

@@ -391,6 +391,7 @@ def run_metadata(config: RunConfig, backbone: Backbone, run: Run, chunk: int,
         smallest_p=_smallest_p(config, stats), q_th=config.q_th if config.rule == "q" else None,
         concentration=stats.null_summary.get("concentration_ratio"),
         step_level=_step_level(config, stats) if stepdown else None,
+        tail_fit=stats.null_summary.get("tail") if stepdown else None,
         random_init=backbone.is_random_init, model_name=backbone.name,
         domain=getattr(backbone, "domain", None),
         domain_note=getattr(backbone, "description", None),
@@ -407,13 +408,20 @@ def _package_version() -> str:
         return "unknown"
 
 
-def _step_level(config: RunConfig, stats: Any) -> tuple[float, float, int, bool] | None:
+def _step_level(config: RunConfig, stats: Any) -> tuple[float, float, int, bool, bool] | None:
     """(smallest step p, the largest first-step p the default rule can reject, families,
-    whether the tail fit is on)."""
+    whether the tail fit is on, whether it was rejected for every first step that wanted it).
+
+    Where the goodness-of-fit test rejected every first-step fit (tiles sharing one null
+    have one), the families' p-values are counts: the smallest is ``1/(B + 1)``.
+    """
     summary = stats.null_summary
     n_fam = int(summary.get("n_families", 1))
     tail_on = config.tail == "gpd"
-    smallest = summary["p_resolution"] / (100.0 if tail_on else 1.0)
+    fit = summary.get("tail") or {}
+    rejected = bool(tail_on and fit.get("first_wanted", 0)
+                    and fit.get("first_rejected", 0) == fit.get("first_wanted", 0))
+    smallest = summary["p_resolution"] / (100.0 if tail_on and not rejected else 1.0)
     alpha = config.q_th if config.rule == "forwardstop" else config.p_th
     if alpha is None or config.rule not in ("forwardstop", "fwer"):
         return None
@@ -421,7 +429,7 @@ def _step_level(config: RunConfig, stats: Any) -> tuple[float, float, int, bool]
     needed = alpha / n_fam
     if config.rule == "forwardstop":
         needed = -np.expm1(-needed)
-    return smallest, float(needed), n_fam, tail_on
+    return smallest, float(needed), n_fam, tail_on, rejected
 
 
 def _smallest_p(config: RunConfig, stats: Any) -> float | None:

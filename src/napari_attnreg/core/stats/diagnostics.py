@@ -82,6 +82,7 @@ def diagnose(
     q_th: float | None = None,
     concentration: float | None = None,
     step_level: tuple[float, ...] | None = None,
+    tail_fit: dict[str, Any] | None = None,
     random_init: bool,
     model_name: str,
     domain: str | None = None,
@@ -112,6 +113,9 @@ def diagnose(
         Step-down: the smallest step p the run can give, the largest first-step p its rule
         can reject, the number of families (tiles) and whether the tail fit is on; when the
         first is larger, nothing can ever be significant.
+    tail_fit : dict, optional
+        Step-down: what the tail approximation did (:class:`~.tail.TailFit` as a dict); a
+        first-step fit its goodness-of-fit test rejected is worth a word.
     random_init : bool
         The backbone has no trained weights.
     model_name, domain, domain_note : str
@@ -170,6 +174,7 @@ def diagnose(
             f"patch: raise the number of null images (B) about "
             f"{smallest_p * n_tokens / q_th:.0f}-fold, or use the p or lfdr rule."))
     found += _stepdown_findings(concentration, step_level)
+    found += _tail_findings(tail_fit)
     if lfdr_fit not in _PRIMARY_FITS:
         found.append(Diagnostic(
             "fit_fallback", "warning",
@@ -208,6 +213,23 @@ def _stepdown_findings(concentration: float | None,
             f"to call anything significant{where} ({needed:.2g}): raise the number of null "
             "images (B)" + advice))
     return found
+
+
+def _tail_findings(tail_fit: dict[str, Any] | None) -> list[Diagnostic]:
+    rejected = int((tail_fit or {}).get("first_rejected", 0))
+    if not rejected:
+        return []
+    wanted, n_boot = int(tail_fit["first_wanted"]), int(tail_fit["null_maps"])
+    which = ("the map's p-value" if wanted == 1 else
+             f"{rejected} of the {wanted} tiles whose p-value needed it")
+    whose = "its p-value is" if rejected == 1 else "their p-values are"
+    return [Diagnostic(
+        # info: a count is a valid p-value, only a coarser one
+        "tail_rejected", "info",
+        f"The tail approximation was refused for {which}: the largest null values did not "
+        f"follow its generalized Pareto tail closely enough (goodness-of-fit test at 0.05), "
+        f"so {whose} the plain count, no smaller than 1/(B + 1) = {1 / (n_boot + 1):.2g}. "
+        "That is valid, only coarser; more null images (B) give finer counts and a new fit.")]
 
 
 #: Kinds of image a run can state (``--image-kind``, DICOM Modality, OME metadata).

@@ -76,6 +76,12 @@ class TailFit:
         Why nothing was approximated, when that is the case.
     fits : int
         Distinct null samples fitted (a sample shared by several families counts once).
+    first_wanted, first_rejected : int
+        Families (tiles) whose first step, their p-value, wanted a tail, and those of them
+        whose fit was rejected: their p-value stayed the count, no smaller than
+        ``1 / (B + 1)``. Where the tiles share one null, that is one fit for all.
+    null_maps : int
+        The null maps ``B`` the counts come from.
     """
 
     method: str
@@ -84,6 +90,9 @@ class TailFit:
     floored: int = 0
     note: str = ""
     fits: int = 0
+    first_wanted: int = 0
+    first_rejected: int = 0
+    null_maps: int = 0
 
     @classmethod
     def unused(cls, method: str, note: str = "") -> TailFit:
@@ -288,5 +297,8 @@ def tail_pvalues(step_p: np.ndarray, counts: np.ndarray, step_statistic: np.ndar
     out = step_p.copy()
     out[fam[usable], step[usable]] = p[usable]
     used[fam[usable], step[usable]] = True
+    first = step == 0
     return out, used, TailFit("gpd", int(usable.sum()), int((~usable).sum()),
-                              int((floored & usable).sum()), fits=int(unique.size))
+                              int((floored & usable).sum()), fits=int(unique.size),
+                              first_wanted=int(first.sum()),
+                              first_rejected=int((first & ~usable).sum()), null_maps=n_boot)
