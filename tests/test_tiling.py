@@ -302,3 +302,41 @@ def test_stepdown_tiles_are_families_and_any_tile_can_keep_a_token(demo, scope):
     np.minimum.at(best, tile_tokens.ravel(),
                   np.maximum(ns["stepdown_adjusted_p"], family_adjusted).ravel())
     np.testing.assert_allclose(res.posterior.ravel(), 1 - best)
+
+
+@QUIET
+@pytest.mark.parametrize("chunk", [3, 7, 64])
+def test_per_tile_nulls_land_in_their_tile_and_row(demo, monkeypatch, chunk):
+    """Null job j is null j % B of run tile j // B, whatever the chunks cut through."""
+    seen = {}
+    real_init = tiled_mod._NullTiles.__init__
+
+    def keep(self, *a, **k):
+        real_init(self, *a, **k)
+        seen["nulls"] = self
+
+    def draw(self, jobs):  # a null tile whose every pixel is (its job + 1) / 1000
+        c = self.tiled.source.shape[0]
+        return torch.stack([torch.full((c, *self.tiled.layout.tile), (j + 1) / 1000.0)
+                            for j in jobs])
+
+    def score(tiled, backbone, config, run, images, scorer):  # a map that names its job
+        n_tok = tiled.layout.tile_grid[0] * tiled.layout.tile_grid[1]
+        job = images.reshape(len(images), -1)[:, 0] * 1000.0
+        return job[:, None] * 100 + torch.arange(n_tok, dtype=images.dtype) / n_tok
+
+    monkeypatch.setattr(tiled_mod._NullTiles, "__init__", keep)
+    monkeypatch.setattr(tiled_mod._NullTiles, "_draw", draw)
+    monkeypatch.setattr(tiled_mod, "_forward", score)
+    image = make_cell_image(3, size=(300, 260), scale=TRAINING_SCALE).image
+    res = regularize(image, demo, n_boot=5, chunk_size=chunk, device="cpu", tiled=True,
+                     tile_overlap=0, null_scope="tile")
+    nulls = seen["nulls"]
+    n_tiles, n_tok = res.metadata["n_tiles"], nulls.tile_tokens
+    scores = nulls.scores.numpy().reshape(5, n_tiles, n_tok)
+    for tile in range(n_tiles):
+        for b in range(5):
+            job = tile * 5 + b
+            expected = (job + 1) * 100 + np.arange(n_tok) / n_tok
+            np.testing.assert_allclose(scores[b, tile], expected, rtol=1e-6,
+                                       err_msg=f"tile {tile}, null {b}")
