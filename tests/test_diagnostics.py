@@ -95,6 +95,10 @@ def test_stepdown_findings_by_hand():
     tiles = {d.code: d for d in diagnose(peaked, step_level=(0.005, 0.0002, 400), **common)}
     assert "over 400 tiles" in tiles["p_resolution"].message and "tail='gpd'" in tiles[
         "p_resolution"].message
+    # BH selects tiles that share the smallest p when enough of them do: not "nothing"
+    assert "at least 25 of them reach that p together" in tiles["p_resolution"].message
+    assert "anything" not in tiles["p_resolution"].message
+    assert "call anything significant" in too_few["p_resolution"].message  # one map: nothing
     with_tail = {d.code: d for d in diagnose(peaked, step_level=(0.0002, 1.4e-5, 7225, True),
                                              **common)}["p_resolution"].message
     assert "raise the number" in with_tail and "tail='gpd'" not in with_tail  # it is on

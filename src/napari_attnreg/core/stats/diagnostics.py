@@ -204,14 +204,21 @@ def _stepdown_findings(concentration: float | None,
     if step_level is not None and step_level[0] > step_level[1]:
         smallest, needed, n_fam, *tail = step_level
         n_fam = int(n_fam)
-        where = f" over {n_fam} tiles" if n_fam > 1 else ""
         # with the tail fit on, its floor 1/(100(B+1)) is the limit: only B helps
         advice = " or use tail='gpd'." if n_fam > 1 and not (tail and tail[0]) else "."
-        found.append(Diagnostic(
-            "p_resolution", "warning",
-            f"The smallest p this run can give ({smallest:.2g}) is above what the rule needs "
-            f"to call anything significant{where} ({needed:.2g}): raise the number of null "
-            "images (B)" + advice))
+        if n_fam == 1:
+            message = (f"The smallest p this run can give ({smallest:.2g}) is above what the "
+                       f"rule needs to call anything significant ({needed:.2g})")
+        else:
+            # Benjamini–Hochberg selects k tiles that share a p ≤ α·k/n: tiles at the
+            # smallest p can still be selected, but only in a crowd of at least this many
+            crowd = math.ceil(smallest / needed - 1e-9)
+            message = (f"The smallest p this run can give ({smallest:.2g}) is above what a "
+                       f"lone tile needs to be significant over {n_fam} tiles ({needed:.2g}): "
+                       f"tiles are found only when at least {crowd} of them reach that p "
+                       "together, so a few tiles with an object can be missed")
+        found.append(Diagnostic("p_resolution", "warning",
+                                message + "; raise the number of null images (B)" + advice))
     return found
 
 
