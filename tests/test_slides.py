@@ -119,6 +119,46 @@ def test_the_automatic_mask_finds_the_stained_tissue_and_not_the_glass():
     assert auto_tissue_mask(img[:200, :200]).all()
 
 
+def _glass(shape: tuple[int, ...], dtype=np.uint8, level: float = 236.0) -> np.ndarray:
+    """Blank glass: a near-white field with the grain of a scan, nothing on it."""
+    rng = np.random.default_rng(1)
+    return (level + rng.normal(0, 2.0, shape)).clip(0, np.iinfo(dtype).max).astype(dtype)
+
+
+@pytest.mark.parametrize("thumb", [
+    _glass((256, 256, 3)),                                  # RGB glass
+    _glass((256, 256)),                                     # grey 8-bit glass
+    _glass((256, 256), np.uint16, level=3800.0),            # grey 12-bit glass in 16 bits
+], ids=["rgb", "grey8", "grey16"])
+def test_the_automatic_mask_finds_no_tissue_on_blank_glass(thumb):
+    # Otsu splits any field in two; the grain of glass is not tissue (it was half of it)
+    assert not auto_tissue_mask(thumb).any()
+
+
+def test_the_automatic_mask_finds_grey_tissue_in_any_bit_depth():
+    rgb = _slide_pixels(512)
+    grey8 = rgb.mean(-1).astype(np.uint8)
+    grey16 = (grey8.astype(np.uint16) * 16)  # 12 bits used of 16
+    t = int(512 * TISSUE[0])
+    for grey in (grey8, grey16):
+        mask = auto_tissue_mask(grey)
+        assert mask[:t - 2, :t - 2].mean() > 0.99 and mask[t + 2:, :].mean() < 0.01
+
+
+def test_an_all_glass_slide_is_a_clear_error_not_a_run_on_glass(tmp_path):
+    from napari_attnreg.core.run.api import regularize
+
+    path = tmp_path / "glass.svs"
+    img = _glass((512, 512, 3))
+    with tifffile.TiffWriter(path) as tif:
+        tif.write(img, tile=(256, 256), description=_aperio(512, 512), photometric="rgb",
+                  metadata=None)
+        tif.write(img[::4, ::4].copy(), tile=(128, 128), description=_aperio(128, 128),
+                  photometric="rgb", metadata=None)
+    with pytest.raises(ValueError, match="No tile is at least"):
+        regularize(open_slide(path), "demo", tiled=True, n_boot=4, device="cpu")
+
+
 def test_only_tiles_at_least_a_tenth_tissue_are_kept():
     layout = make_layout((1024, 1024), tile=(256, 256), patch=(16, 16), overlap=0)
     mask = np.zeros((64, 64), bool)

@@ -71,6 +71,11 @@ class TissueMask:
 def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
     """Tissue pixels of a thumbnail: Otsu on saturation (colour) or darkness (grey).
 
+    Otsu's threshold always splits an image in two, even one of glass alone (its grain), so
+    each class is also judged on its own level: in colour the tissue class must be more
+    saturated than glass (:data:`GLASS_SATURATION`) and the glass class less; in grey the two
+    must differ in darkness by that much of the brightest value.
+
     Parameters
     ----------
     thumbnail : np.ndarray
@@ -79,26 +84,33 @@ def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
     Returns
     -------
     np.ndarray of bool
-        ``(h, w)``; all True when the thumbnail holds no glass.
+        ``(h, w)``; all True when the thumbnail holds no glass, all False when it holds no
+        tissue.
     """
     from skimage.color import rgb2hsv
     from skimage.filters import gaussian, threshold_otsu
 
     image = np.asarray(thumbnail, dtype=np.float64)
-    if image.ndim == 3 and image.shape[-1] >= 3:
+    colour = image.ndim == 3 and image.shape[-1] >= 3
+    if colour:
         top = 255.0 if np.asarray(thumbnail).dtype == np.uint8 else max(float(image.max()), 1e-12)
         signal = rgb2hsv(np.clip(image[..., :3] / top, 0.0, 1.0))[..., 1]
     else:
         grey = image[..., 0] if image.ndim == 3 else image
-        lo, hi = float(grey.min()), float(grey.max())
-        signal = (hi - grey) / (hi - lo) if hi > lo else np.zeros_like(grey)
+        # darkness as a share of white (8 bits) or of the brightest pixel (other types)
+        top = 255.0 if np.asarray(thumbnail).dtype == np.uint8 else float(grey.max())
+        signal = (top - grey) / top if top > 0 else np.zeros_like(grey)
     # pixel noise (a stain's grain, JPEG blocks) would speckle the mask: threshold the local mean
     signal = gaussian(signal, sigma=SMOOTHING_SIGMA, preserve_range=True)
     if float(signal.max()) - float(signal.min()) < 1e-6:
-        return np.full(signal.shape, float(signal.mean()) > GLASS_SATURATION)
-    threshold = threshold_otsu(signal)
-    low = signal <= threshold
-    if float(signal[low].mean()) > GLASS_SATURATION:  # both classes are tissue
+        return np.full(signal.shape, colour and float(signal.mean()) > GLASS_SATURATION)
+    low = signal <= threshold_otsu(signal)
+    glass, tissue = float(signal[low].mean()), float(signal[~low].mean())
+    if not colour:  # a grey thumbnail of one tone is glass (a crop of tissue: tissue_mask='none')
+        return ~low if tissue - glass > GLASS_SATURATION else np.zeros(signal.shape, dtype=bool)
+    if tissue <= GLASS_SATURATION:  # both classes are glass: the split is its grain
+        return np.zeros(signal.shape, dtype=bool)
+    if glass > GLASS_SATURATION:  # both classes are tissue
         return np.ones(signal.shape, dtype=bool)
     return ~low
 
