@@ -433,3 +433,138 @@ def test_patch_nulls_of_a_masked_image_take_their_tiles_from_the_tissue():
     again = ImageNull(source, config, (64, 64), 16,
                       accept=lambda y, x: y + 32 >= 128).draw(range(20), seed=3)
     assert torch.equal(on_tissue, again)  # redraws come from the seeded stream
+
+
+# -- a slide layer in the dock: the level asked, the slide's mask, a Labels layer as mask ----
+
+@pytest.fixture
+def slide_dock(slide, make_napari_viewer):
+    """(viewer, dock, layer): the slide opened through the plugin (level 0, 0.25 µm), the
+    dock on the CPU with a small B."""
+    import timm  # noqa: F401  # before the viewer: see tests/napari/conftest.py
+
+    from napari_attnreg._napari.widget import AttentionWidget
+
+    viewer = make_napari_viewer()
+    [layer] = viewer.open(str(slide), plugin="napari-attnreg")
+    widget = AttentionWidget(viewer)
+    viewer.window.add_dock_widget(widget)
+    controls = widget.options.controls
+    controls["device"].setCurrentText("cpu")
+    controls["n_boot"].setValue(8)
+    return viewer, widget, layer
+
+
+def _dock_run(widget, qtbot):
+    with qtbot.waitSignal(widget.run_finished, timeout=120_000):
+        assert widget.run() is not None, widget.run_panel.status_label.text()
+    record = widget.current_record()
+    assert record is not None, widget.run_panel.status_label.text()
+    return record
+
+
+@pytest.mark.gui
+def test_the_dock_runs_a_slide_at_the_level_asked_with_its_mask_placed_on_the_layer(
+        slide_dock, qtbot, tmp_path):
+    from PIL import Image
+
+    from napari_attnreg._napari.figure import export_figure
+    from napari_attnreg.core.results.figure import pixel_size
+
+    viewer, widget, layer = slide_dock
+    controls = widget.options.controls
+    controls["tiled"].setChecked(True)
+    controls["level"].setValue(1)  # the layer shows level 0
+    record = _dock_run(widget, qtbot)
+    result = record.results[()]
+    md = result.metadata
+    # level 1 was read (1024², 0.5 µm), not the layer's 2048² pixels, and the record says so
+    assert result.image_shape == (1024, 1024) and md["slide_level"] == 1
+    assert record.params["level"] == 1 and result.spatial["scale"] == pytest.approx((0.5, 0.5))
+    # a slide's default mask: the glass was not run
+    assert md["tissue_mask"].startswith("auto") and md["n_tissue_tiles"] < md["n_tiles_total"]
+    assert viewer.layers["slide.svs tissue"].data.any()
+    # token (i, j) of the 8-pixel patches of level 1 covers level-0 pixels 16·i .. 16·i + 15
+    attention = record.outputs["attention"]
+    first = np.asarray(attention.data_to_world((0, 0)))
+    last = np.asarray(attention.data_to_world((127, 127)))
+    assert first == pytest.approx(layer.data_to_world((7.5, 7.5)))
+    assert last == pytest.approx(layer.data_to_world((2039.5, 2039.5)))
+    # the figure draws the pixels analysed, with a scale bar (the layer's units are pint's)
+    assert pixel_size(result) == pytest.approx((0.5, 0.5))
+    png = export_figure(viewer, record, layer, tmp_path / "slide.png")
+    assert Image.open(png).size[1] >= 1024
+
+
+@pytest.mark.gui
+def test_an_untiled_dock_run_of_a_slide_reads_the_level_asked(slide_dock, qtbot):
+    viewer, widget, layer = slide_dock
+    widget.options.controls["level"].setValue(2)
+    record = _dock_run(widget, qtbot)
+    result = record.results[()]
+    assert result.image_shape == (512, 512) and result.metadata["slide_level"] == 2
+    assert result.spatial["scale"] == pytest.approx((1.0, 1.0))
+
+
+@pytest.mark.gui
+def test_a_labels_layer_is_the_tissue_mask_and_a_painted_mask_layer_is_kept(slide_dock, qtbot):
+    viewer, widget, layer = slide_dock
+    controls = widget.options.controls
+    controls["tiled"].setChecked(True)
+    controls["level"].setValue(2)
+    # painted at a quarter of the layer's resolution: placed by its scale, not its shape
+    painted = np.zeros((512, 512), np.uint8)
+    painted[:128, :128] = 1
+    viewer.add_labels(painted, name="my tissue", scale=(1.0, 1.0), translate=(0.375, 0.375))
+    controls["tissue_mask"].setText("my tissue")
+    record = _dock_run(widget, qtbot)
+    md = record.results[()].metadata
+    assert md["tissue_mask"] == "Labels layer 'my tissue'"
+    used = np.asarray(record.results[()].null_summary["tissue_mask"])
+    rows, cols = np.nonzero(used)
+    assert used.any() and rows.max() < used.shape[0] // 4 + 2 and cols.max() < used.shape[1] // 4 + 2
+    assert 0 < md["n_tissue_tiles"] < 9  # the top-left quarter of 512² in 128² tiles
+
+    controls["tissue_mask"].setText("no such layer")
+    assert widget.run() is None
+    assert "'my tissue'" in widget.run_panel.status_label.text()
+
+    # the automatic mask's layer, painted on by the analyst, survives a rerun
+    controls["tissue_mask"].setText("auto")
+    _dock_run(widget, qtbot)
+    auto = viewer.layers["slide.svs tissue"]
+    edited = np.asarray(auto.data).copy()
+    edited[:4, :4] = 1 - edited[:4, :4]
+    auto.data = edited
+    _dock_run(widget, qtbot)
+    tissue = [lay for lay in viewer.layers if lay.name.startswith("slide.svs tissue")]
+    assert auto in viewer.layers and len(tissue) == 2
+    # a run without a mask removes the one it would otherwise leave on screen, not the edited one
+    controls["tissue_mask"].setText("none")
+    _dock_run(widget, qtbot)
+    assert [lay for lay in viewer.layers if lay.name.startswith("slide.svs tissue")] == [auto]
+
+
+@pytest.mark.gui
+def test_a_layer_that_is_no_slide_does_not_record_a_slide_level(make_napari_viewer, qtbot):
+    import timm  # noqa: F401
+
+    from napari_attnreg._napari.option_controls import value_of
+    from napari_attnreg._napari.widget import AttentionWidget
+    from napari_attnreg.core.run.options import option
+
+    viewer = make_napari_viewer()
+    viewer.add_image(_slide_pixels(256), name="plain", rgb=True)
+    widget = AttentionWidget(viewer)
+    viewer.window.add_dock_widget(widget)
+    controls = widget.options.controls
+    controls["device"].setCurrentText("cpu")
+    controls["n_boot"].setValue(8)
+    controls["level"].setValue(1)
+    record = _dock_run(widget, qtbot)
+    assert record.params["level"] is None and "slide_level" not in record.results[()].metadata
+    # an empty resolution reads "auto"; its least value is a value, not "empty"
+    mpp = controls["mpp"]
+    assert mpp.text() == "auto" and value_of(mpp, option("mpp")) is None
+    mpp.setValue(0.01)
+    assert value_of(mpp, option("mpp")) == pytest.approx(0.01)

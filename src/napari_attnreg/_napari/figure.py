@@ -33,8 +33,14 @@ def figure_map(viewer: Any, record: Any) -> str:
 
 
 def plane_image(source: Any, record: Any, plane: tuple[int, ...]) -> np.ndarray:
-    """The source layer's image of ``plane``: ``(H, W)``, or ``(H, W, C)`` for colour."""
+    """The source layer's image of ``plane``: ``(H, W)``, or ``(H, W, C)`` for colour.
+
+    A slide run at another level than its layer shows draws the pixels it analysed, read
+    again from the slide.
+    """
     geometry = record.geometry
+    if getattr(record, "grid", None) is not None:
+        return analysed_pixels(record.grid, source)
     data = source.data[0] if getattr(source, "multiscale", False) else source.data
     index: list[Any] = [slice(None)] * geometry.ndim
     for axis, i in zip(geometry.stack_axes, plane):
@@ -44,6 +50,32 @@ def plane_image(source: Any, record: Any, plane: tuple[int, ...]) -> np.ndarray:
         image = np.moveaxis(image, 0, -1)
         image = image if image.shape[-1] in (3, 4) else image[..., 0]
     return image
+
+
+def analysed_pixels(grid: Any, source: Any) -> np.ndarray:
+    """The slide's pixels a run analysed (``grid.shape``), for its figure.
+
+    Raises
+    ------
+    ValueError
+        Above the untiled pixel budget (a figure at the resolution analysed could not be
+        held), or the slide file is gone.
+    """
+    from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
+    from napari_attnreg.io.readers import open_for_run
+
+    h, w = grid.shape
+    if h * w > MAX_UNTILED_PIXELS:
+        raise ValueError(f"A figure draws the image at the resolution analysed, {h}x{w} pixels "
+                         f"here, above the {MAX_UNTILED_PIXELS:,} a figure can hold; run at a "
+                         "coarser Slide level or Slide resolution for a figure.")
+    path = Path(str(grid.slide.get("path", "")))
+    if not path.is_file():
+        raise ValueError(f"The slide file {path} of {source.name!r} is no longer there; open "
+                         "it again to export this figure.")
+    stack, _info = open_for_run(path, {"tiled": False, "level": grid.slide.get("level"),
+                                       "mpp": grid.slide.get("mpp")})  # one of the two
+    return np.asarray(stack.data)
 
 
 def export_figure(viewer: Any, record: Any, source: Any, path: str | Path, *,

@@ -139,3 +139,43 @@ def token_transform(geometry: SourceGeometry, result: AttentionResult,
     if geometry.units:
         transform["units"] = geometry.units
     return transform
+
+
+@dataclass(frozen=True)
+class AnalysedGrid:
+    """The pixels a run analysed, where they are not the source layer's own: a slide read at
+    another pyramid level or resolution than the level its layer shows.
+
+    Analysed pixel ``i`` covers layer pixels ``[f·i, f·(i + 1))`` (``f = factor``), so its
+    centre sits at layer pixel ``f·i + (f − 1)/2``; output layers are placed by that rule,
+    exactly as a token covers its patch's pixels (:func:`token_transform`).
+
+    Attributes
+    ----------
+    shape : (int, int)
+        ``(H, W)`` of the analysed image.
+    factor : (float, float)
+        Layer pixels per analysed pixel along rows and columns (above 1: coarser).
+    slide : dict
+        ``path``, ``level`` and ``mpp`` of the slide read, so a figure can read the same
+        pixels again.
+    """
+
+    shape: tuple[int, int]
+    factor: tuple[float, float]
+    slide: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def place(self, geometry: SourceGeometry) -> SourceGeometry:
+        """The analysed image's geometry on a layer placed by ``geometry``."""
+        f = np.ones(geometry.ndim)
+        f[-2:] = self.factor
+        offset = np.zeros(geometry.ndim)
+        offset[-2:] = (f[-2:] - 1) / 2
+        return SourceGeometry(
+            shape=(*geometry.shape[:-2], *self.shape), rgb=geometry.rgb,
+            channel_axis=geometry.channel_axis,
+            scale=tuple(float(v) for v in np.asarray(geometry.scale) * f),
+            translate=tuple(float(v) for v in np.asarray(geometry.translate)
+                            + geometry.linear_matrix() @ offset),
+            rotate=geometry.rotate, shear=geometry.shear, affine=geometry.affine,
+            units=geometry.units)

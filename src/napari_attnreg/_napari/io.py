@@ -179,15 +179,34 @@ def tissue_layer(result: Any, source_name: str) -> LayerData | None:
         return None
     mask = np.asarray(mask, dtype=np.uint8)
     spatial = result.spatial
-    scale = tuple(float(result.image_shape[a]) / mask.shape[a] * float(spatial["scale"][a])
-                  for a in range(2))
+    # a mask pixel covers f analysed pixels: its centre is (f - 1)/2 of them in
+    f = [float(result.image_shape[a]) / mask.shape[a] for a in range(2)]
+    scale = tuple(f[a] * float(spatial["scale"][a]) for a in range(2))
+    translate = tuple(float(spatial["translate"][a]) + (f[a] - 1) / 2 * float(spatial["scale"][a])
+                      for a in range(2))
     md = result.metadata
-    return (mask, {"name": f"{source_name} tissue", "scale": scale,
-                   "translate": tuple(float(v) for v in spatial["translate"]),
+    return (mask, {"name": f"{source_name} tissue", "scale": scale, "translate": translate,
                    "units": tuple(str(u) for u in spatial["units"]),
                    "opacity": 0.35, "metadata": {"tissue": {
                        "source": md.get("tissue_mask"), "tiles": md.get("n_tissue_tiles"),
-                       "of": md.get("n_tiles_total")}}}, "labels")
+                       "of": md.get("n_tiles_total"), "image": source_name,
+                       "digest": _digest(mask)}}}, "labels")
+
+
+def tissue_untouched(layer: Any, source_name: str) -> bool:
+    """Whether ``layer`` is the tissue mask a run of ``source_name`` added, as it was added
+    (the analyst has not painted on it)."""
+    meta = layer.metadata.get("tissue") if isinstance(layer.metadata, dict) else None
+    return (isinstance(meta, dict) and meta.get("image") == source_name
+            and meta.get("digest") is not None
+            and meta.get("digest") == _digest(np.asarray(layer.data, dtype=np.uint8)))
+
+
+def _digest(mask: np.ndarray) -> str:
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(mask, dtype=np.uint8).tobytes()
+                          + str(mask.shape).encode()).hexdigest()
 
 
 def read_geojson_layers(path: str | list[str]) -> list[LayerData]:

@@ -16,7 +16,7 @@ from napari_attnreg.core.run.options import Option, ascii_int
 QT_INT_MAX = 2**31 - 1
 #: What an empty value (None) shows as, where it is not "auto" (chosen by the engine or the
 #: preset, as each option's help says): here it means none at all.
-EMPTY_TEXT = {"merge": "none", "channel_axis": "none"}
+EMPTY_TEXT = {"merge": "none", "channel_axis": "none", "z_th": "none"}
 
 
 def make_control(opt: Option, value: Any = None, choices: tuple | None = None) -> QWidget:
@@ -41,9 +41,13 @@ def make_control(opt: Option, value: Any = None, choices: tuple | None = None) -
         control.setSingleStep(int(opt.step or 1))
     elif opt.kind == "float":
         control = QDoubleSpinBox()
-        control.setDecimals(opt.decimals if opt.decimals is not None else 2)
-        control.setRange(opt.minimum if opt.minimum is not None else -1e9,
-                         opt.maximum if opt.maximum is not None else 1e9)
+        decimals = opt.decimals if opt.decimals is not None else 2
+        control.setDecimals(decimals)
+        low = opt.minimum if opt.minimum is not None else -1e9
+        if opt.allow_none:  # one shown digit below the minimum stands for "empty"; the
+            low -= 10.0 ** -decimals  # minimum itself stays a value one can choose
+            control.setSpecialValueText(EMPTY_TEXT.get(opt.name, "auto"))
+        control.setRange(low, opt.maximum if opt.maximum is not None else 1e9)
         control.setSingleStep(opt.step or 0.1)
     else:
         control = QLineEdit()

@@ -14,17 +14,28 @@ from typing import Any
 
 import numpy as np
 
-from napari_attnreg._napari.geometry import SourceGeometry
+from napari_attnreg._napari.geometry import AnalysedGrid, SourceGeometry
 from napari_attnreg.core.run.service import Job, Outcome, plane_fingerprint
 
 
 @dataclass
 class PendingRun:
-    """A started run: its job, the source layer and where the source sat at the start."""
+    """A started run: its job, the source layer and where the source sat at the start.
+
+    ``grid`` ties the pixels the run analysed to the layer's, when the run read a slide at
+    another level or resolution (:mod:`.slide_run`); ``source_data`` is the layer's data at
+    the start (the job's own, unless the job reads the slide's file).
+    """
 
     job: Job
     layer: Any
     geometry: SourceGeometry
+    grid: AnalysedGrid | None = None
+    source_data: Any = None
+
+    def placed(self, geometry: SourceGeometry) -> SourceGeometry:
+        """Where the run's analysed image lies on a layer placed by ``geometry``."""
+        return geometry if self.grid is None else self.grid.place(geometry)
 
     def problem(self, viewer: Any, outcome: Outcome) -> str | None:
         """Why the result must not be attached now (None: the source is as the run read it)."""
@@ -36,10 +47,12 @@ class PendingRun:
             return f"{layer.name!r} changed shape during the run; nothing was added. Run it again."
         changed = (f"The data of {layer.name!r} changed during the run; the result of the old "
                    "content was not added. Run it again.")
-        if layer.data is not self.job.stack.data:
+        read = self.source_data if self.source_data is not None else self.job.stack.data
+        if layer.data is not read:
             return changed
-        # in-place edits: in-memory planes are re-read and compared (lazy data is not re-read)
-        if isinstance(layer.data, np.ndarray):
+        # in-place edits: in-memory planes are re-read and compared (lazy data is not re-read;
+        # a slide read from its file is not the layer's pixels)
+        if isinstance(layer.data, np.ndarray) and getattr(self.job.stack, "data", None) is read:
             stack = replace(self.job.stack, data=layer.data)
             for plane, fingerprint in outcome.fingerprints.items():
                 if plane_fingerprint(stack.read(plane)[0]) != fingerprint:

@@ -95,7 +95,8 @@ class RunRecords:
         """Put the outcome's finished planes into the session and add or update this dock's
         output layers."""
         source = pending.layer
-        geometry = SourceGeometry.from_layer(source, pending.geometry.channel_axis)  # moved?
+        # moved since the start? (and a slide read at another level lies over the layer)
+        geometry = pending.placed(SourceGeometry.from_layer(source, pending.geometry.channel_axis))
         params = run_params(outcome, pending)
         results = dict(outcome.results)
         old = self._records.get(source.unique_id)
@@ -105,7 +106,7 @@ class RunRecords:
             results = {**old.results, **results}  # another slice: keep the planes computed before
         # a re-run updates this dock's layers in place
         record = RunRecord(self.session, source.unique_id, source.name, geometry,
-                           outputs=old.outputs if old is not None else {})
+                           outputs=old.outputs if old is not None else {}, grid=pending.grid)
         self._records[source.unique_id] = record
         entry = self.session.add(source.unique_id, results, params=params)
         remember(entry.run.run_id, entry.results)  # the writer saves them with the layers
@@ -175,7 +176,7 @@ class RunRecords:
         source = self.source_of(record)
         if source is None:
             return
-        geometry = SourceGeometry.from_layer(source, record.geometry.channel_axis)
+        geometry = record.placed(SourceGeometry.from_layer(source, record.geometry.channel_axis))
         if geometry.shape == record.geometry.shape and not geometry.same_grid(record.geometry):
             record.geometry = geometry
             place_outputs(self.viewer, record)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from napari_attnreg._napari.geometry import SourceGeometry
+from napari_attnreg._napari.geometry import AnalysedGrid, SourceGeometry
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.planes import PlaneIndex
 from napari_attnreg.core.run.thresholds import Thresholds
@@ -29,6 +29,13 @@ class RunRecord:
     geometry: SourceGeometry
     #: The output layers of this run, by kind (object identity, not names or metadata).
     outputs: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: The analysed pixels on the layer's, when the run read a slide at another level (then
+    #: ``geometry`` is the analysed image's, placed over the layer).
+    grid: AnalysedGrid | None = None
+
+    def placed(self, layer_geometry: SourceGeometry) -> SourceGeometry:
+        """The analysed image's geometry over a source layer placed by ``layer_geometry``."""
+        return layer_geometry if self.grid is None else self.grid.place(layer_geometry)
 
     # ---- read from the session (results, params, run id, thresholds) -----------------------
     @property

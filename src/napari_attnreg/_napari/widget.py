@@ -63,6 +63,7 @@ from napari_attnreg._napari.run_panel import RunPanel
 from napari_attnreg._napari.run_record import RunRecord
 from napari_attnreg._napari.settings import run_defaults
 from napari_attnreg._napari.slice_cue import SliceCue
+from napari_attnreg._napari.slide_run import labels_mask
 from napari_attnreg._napari.source_panel import SourcePanel
 from napari_attnreg._napari.status import (
     WARNING_COLOR,
@@ -331,11 +332,19 @@ class AttentionWidget(QWidget):
             self.run()
 
     # ---- run -----------------------------------------------------------------------------
-    def run_config(self) -> RunConfig:
-        """The :class:`RunConfig` the controls describe (raises ValueError when invalid)."""
+    def run_config(self, layer: Any = None, geometry: Any = None) -> RunConfig:
+        """The :class:`RunConfig` the controls describe (raises ValueError when invalid).
+
+        With the image ``layer`` (and its ``geometry``), a *Tissue mask* that names a Labels
+        layer becomes that layer's mask on the image's pixel grid.
+        """
         self._push_settings(with_source=True)
         # a re-run keeps the thresholds chosen for its image (Session.run_thresholds)
-        config = RunConfig(**{**self.session.settings, **self.session.run_thresholds()})
+        values = {**self.session.settings, **self.session.run_thresholds()}
+        if layer is not None:
+            values["tissue_mask"] = labels_mask(self.viewer, values.get("tissue_mask"), layer,
+                                                geometry)
+        config = RunConfig(**values)
         config.validate()
         return config
 
@@ -364,6 +373,7 @@ class AttentionWidget(QWidget):
 
     def _build_job(self, planes: list[tuple[int, ...]] | None = None) -> PendingRun:
         from napari_attnreg._napari.geometry import SourceGeometry
+        from napari_attnreg._napari.slide_run import slide_run
 
         layer = self.current_layer()
         if layer is None:
@@ -374,17 +384,21 @@ class AttentionWidget(QWidget):
                              "its own image layer (e.g. layer.data[1]) and run on that.")
         axis = self.source.channel_axis()
         geometry = SourceGeometry.from_layer(layer, axis)
-        config = self.run_config()
-        # what the file says (DICOM Modality → the off-domain check) and where the layer lies
+        config = self.run_config(layer, geometry)
+        # a slide layer: the slide read again at the level asked, placed over the layer
+        image, grid, config = slide_run(layer, config)
+        placed = geometry if grid is None else grid.place(geometry)
+        # what the file says (DICOM Modality → the off-domain check) and where the image lies
         found = ImageInfo.from_layer_metadata(layer.metadata).run_extra()
-        config = replace(config, extra={**config.extra, **found, "spatial": geometry.spatial()})
+        config = replace(config, extra={**config.extra, **found, "spatial": placed.spatial()})
         # napari's image axes are the last two (three with RGB): no layout guessing here
-        stack = PlaneStack(layer.data, geometry.stack_axes,
-                           layer.data.ndim - 1 if layer.rgb else axis, bool(layer.rgb))
+        stack = image if image is not None else PlaneStack(
+            layer.data, geometry.stack_axes, layer.data.ndim - 1 if layer.rgb else axis,
+            bool(layer.rgb))
         job = Job(self.model_spec(), stack,
                   self.source.planes(layer, geometry) if planes is None else planes, config,
                   task_id=self.run_panel.next_task_id())
-        return PendingRun(job, layer, geometry)
+        return PendingRun(job, layer, geometry, grid=grid, source_data=layer.data)
 
     def run(self, planes: list[tuple[int, ...]] | None = None) -> Any:
         """Start a run on the chosen layer; returns the worker (None if it could not start).
@@ -444,15 +458,20 @@ class AttentionWidget(QWidget):
                                        + self.run_panel.status_label.text())
 
     def _show_tissue(self, outcome: Outcome, source_name: str) -> None:
-        """A tiled run's tissue mask as a Labels layer over its image (a rerun replaces it)."""
-        from napari_attnreg._napari.io import tissue_layer
+        """A tiled run's tissue mask as a Labels layer over its image.
+
+        A rerun replaces the mask this dock added before, and removes it when the new run has
+        none (it would show a mask the run did not use); a mask layer the analyst has painted
+        on is theirs, and stays.
+        """
+        from napari_attnreg._napari.io import tissue_layer, tissue_untouched
 
         made = tissue_layer(outcome.results[()], source_name) if () in outcome.results else None
+        for old in [lay for lay in self.viewer.layers if tissue_untouched(lay, source_name)]:
+            self.viewer.layers.remove(old)
         if made is not None:
             data, kwargs, _ = made
-            if kwargs["name"] in self.viewer.layers:
-                self.viewer.layers.remove(kwargs["name"])
-            self.viewer.add_labels(data, **kwargs)
+            self.viewer.add_labels(data, **kwargs)  # napari numbers a name already taken
 
     def _on_finished(self, outcome: Outcome) -> None:
         self._pending = None

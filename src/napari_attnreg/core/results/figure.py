@@ -19,6 +19,19 @@ import numpy as np
 
 #: Length units a scale bar may be labelled in, with their size in metres.
 METRES = {"nm": 1e-9, "µm": 1e-6, "mm": 1e-3, "cm": 1e-2, "m": 1.0}
+#: Other names of those units: napari stores a layer's units by pint's long names, so a
+#: layer given "µm" reports "micrometer", and that is what a run from napari records.
+UNIT_NAMES = {"nanometer": "nm", "micrometer": "µm", "micron": "µm", "um": "µm",
+              "\u03bcm": "µm", "millimeter": "mm", "centimeter": "cm", "meter": "m",
+              "metre": "m", "nanometre": "nm", "micrometre": "µm", "millimetre": "mm",
+              "centimetre": "cm"}
+
+
+def length_unit(name: Any) -> str | None:
+    """The symbol of a length unit (``"micrometer"`` → ``"µm"``), None if not a length."""
+    text = str(name).strip()
+    text = UNIT_NAMES.get(text.lower(), text)
+    return text if text in METRES else None
 #: The figure's resolution (dots per inch written into the PNG).
 FIGURE_DPI = 200
 #: Images smaller than this (long side, pixels) are drawn at an integer multiple, so the
@@ -36,16 +49,16 @@ def pixel_size(result: Any) -> tuple[float, float] | None:
     """The (row, column) physical size of a pixel a result records (its ``spatial``), when
     it is in one known length unit; None for pixels or anything unusable."""
     spatial = result.spatial
-    units = set(spatial["units"])
+    units = {length_unit(u) for u in spatial["units"]}
     dy, dx = spatial["scale"]
-    ok = len(units) == 1 and units <= set(METRES) and all(
+    ok = len(units) == 1 and None not in units and all(
         math.isfinite(v) and v > 0 for v in (dy, dx))
     return (dy, dx) if ok else None
 
 
 def pixel_unit(result: Any) -> str:
-    """The length unit of :func:`pixel_size`."""
-    return result.spatial["units"][0]
+    """The length unit of :func:`pixel_size`, as its symbol."""
+    return length_unit(result.spatial["units"][0]) or str(result.spatial["units"][0])
 
 
 def scale_bar(width_px: int, pixel_size: float, unit: str,

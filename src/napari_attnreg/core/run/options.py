@@ -266,8 +266,8 @@ _OPTIONS: tuple[Option, ...] = (
            minimum=0, maximum=4096, step=8, allow_none=True, when_tiled=True),
     Option("level", "Slide level", "int", None, "Slides (SVS, NDPI, pyramidal TIFF): the "
            "pyramid level to read, 0 = full resolution (empty = 0, or the level --mpp "
-           "chooses). Other images ignore it.", "tiling", advanced=True, minimum=0,
-           maximum=32, allow_none=True),
+           "chooses; in napari, the level the layer shows). Other images ignore it.",
+           "tiling", advanced=True, minimum=0, maximum=32, allow_none=True),
     Option("mpp", "Slide resolution (µm/px)", "float", None, "Slides: micrometres per pixel to "
            "analyse at; the coarsest level at least this fine is read and resampled (empty = "
            "the level's own). Give a level or a resolution, not both.", "tiling",
@@ -275,8 +275,9 @@ _OPTIONS: tuple[Option, ...] = (
            allow_none=True),
     Option("tissue_mask", "Tissue mask", "text", None, "Tiled runs: only tiles at least 10 % "
            "tissue are run and tested. 'auto' = Otsu on a thumbnail's saturation (the default "
-           "for slides), 'none' = every tile (the default for other images), or a mask image "
-           "file (> 0 = tissue) of the whole image at any resolution.", "tiling",
+           "for slides), 'none' = every tile (the default for other images), a mask image "
+           "file (> 0 = tissue) of the whole image at any resolution, or in napari the name "
+           "of a Labels layer painted over the image.", "tiling",
            advanced=True, allow_none=True, when_tiled=True),
     Option("tail", "Tail approximation", "choice", None, "Step-down: fit a generalized Pareto "
            "tail to the null where fewer than 10 null images reach a step, so p-values can go "

@@ -115,6 +115,18 @@ def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
     return ~low
 
 
+@dataclass(frozen=True)
+class NamedMask:
+    """A mask array and where it came from (e.g. ``"Labels layer 'tissue'"``), which the
+    result records instead of ``"array"``."""
+
+    array: np.ndarray
+    source: str
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return np.asarray(self.array, dtype=dtype)
+
+
 def read_mask(value: Any) -> tuple[np.ndarray, str]:
     """A user's mask (a file name or an array) as a boolean image and how to name it.
 
@@ -139,7 +151,7 @@ def read_mask(value: Any) -> tuple[np.ndarray, str]:
                 array = iio.imread(path)
         source = f"file {path.name}"
     else:
-        array, source = np.asarray(value), "array"
+        array, source = np.asarray(value), str(getattr(value, "source", "array"))
     array = np.squeeze(array)
     if array.ndim == 3 and array.shape[-1] in (3, 4):  # a mask saved as RGB(A)
         array = array[..., :3].max(axis=-1)

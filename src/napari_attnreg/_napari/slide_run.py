@@ -1,0 +1,128 @@
+"""A run of a slide layer: the slide read again from its file, at the level or resolution the
+options ask for, with the slide's tissue mask, and placed over the layer.
+
+napari shows a slide as one pyramid level (the finest one an untiled run can hold, see
+:func:`napari_attnreg._napari.io.read_slide_layers`). A tiled run reads the slide itself tile
+by tile, as the command line does: at the layer's level unless *Slide level* or *Slide
+resolution* says otherwise, and with the automatic tissue mask unless *Tissue mask* says
+otherwise. An untiled run at another level reads that level whole (within the untiled pixel
+budget). Either way the analysed pixels are tied to the layer's by an :class:`AnalysedGrid`,
+so the output layers lie on the tissue they were computed from. No Qt in here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from napari_attnreg._napari.geometry import AnalysedGrid
+from napari_attnreg.core.run.config import RunConfig
+
+
+def slide_of(layer: Any) -> dict[str, Any] | None:
+    """The ``metadata["slide"]`` record the plugin's slide reader gives a layer (None: not a
+    slide layer)."""
+    slide = layer.metadata.get("slide") if isinstance(layer.metadata, dict) else None
+    return slide if isinstance(slide, dict) and slide.get("path") else None
+
+
+def slide_run(layer: Any, config: RunConfig) -> tuple[Any, AnalysedGrid | None, RunConfig]:
+    """What a run of ``layer`` reads: ``(image, grid, config)``.
+
+    ``image`` is None when the run reads the layer's own pixels (not a slide, or an untiled
+    run at the layer's level); else the slide opened again (a lazily read image for a tiled
+    run, the level's pixels for an untiled one). ``grid`` places the analysed pixels on the
+    layer's (None: they are the layer's). ``config`` records the level read; a layer that is
+    not a slide drops ``level`` and ``mpp``, which only slides take.
+
+    Raises
+    ------
+    ValueError
+        The slide file is gone, the level or resolution is not in the slide, or an untiled
+        run of the level would exceed the pixel budget (the message names Tiled).
+    """
+    slide = slide_of(layer)
+    asked = config.level is not None or config.mpp is not None
+    if slide is None:
+        return None, None, replace(config, level=None, mpp=None)
+    if not config.tiled and not asked:
+        return None, None, replace(config, level=slide.get("level"))
+    from napari_attnreg.io.readers import open_for_run
+    from napari_attnreg.io.slides import open_slide
+
+    path = Path(str(slide["path"]))
+    if not path.is_file():
+        raise ValueError(f"The slide file of {layer.name!r} ({path}) is no longer there; a "
+                         "tiled run, or a run at another level, reads the slide from its file. "
+                         "Open the slide again.")
+    level = config.level if asked else slide.get("level")
+    opened = open_slide(path, level=level, mpp=config.mpp)  # checks the level / resolution
+    image, _info = open_for_run(path, {"tiled": config.tiled, "level": level, "mpp": config.mpp})
+    grid = _grid(layer, slide, opened)
+    config = replace(config, level=opened.level,
+                     extra={**config.extra, "slide_level": opened.level,
+                            "slide_resample": opened.scale})
+    return image, grid, config
+
+
+def _grid(layer: Any, slide: dict[str, Any], opened: Any) -> AnalysedGrid | None:
+    """How the pixels read sit on the layer's (None: they are the layer's own)."""
+    shown = tuple(int(n) for n in layer.data.shape[:2])
+    analysed = tuple(int(n) for n in opened.analysed_shape)
+    if opened.level == slide.get("level") and opened.scale == 1 and analysed == shown:
+        return None
+    if opened.mpp and slide.get("mpp"):
+        factor = (float(opened.mpp) / float(slide["mpp"]),) * 2
+    else:  # no pixel size: the ratio of the sizes (a level's size is rounded, < 1 px off)
+        factor = (shown[0] / analysed[0], shown[1] / analysed[1])
+    # read again (a figure): by level, or by resolution where the level was resampled
+    again = ({"mpp": opened.mpp} if opened.scale != 1 else {"level": opened.level})
+    return AnalysedGrid(analysed, factor, {"path": str(slide["path"]), **again})
+
+
+#: Longest side of the grid a Labels layer's tissue mask is sampled on: a tile's tissue share
+#: needs no more, and an image-sized int64 grid of a large layer would be half a gigabyte.
+MASK_SIDE = 2048
+
+
+def labels_mask(viewer: Any, value: Any, layer: Any, geometry: Any) -> Any:
+    """The *Tissue mask* option with a Labels layer's name replaced by its mask.
+
+    The Labels layer is sampled (nearest) over the image layer's extent through both layers'
+    transforms, so a mask painted on the image, or the tissue layer of an earlier run, lines
+    up whatever its resolution. Other values (``auto``, ``none``, a file) pass unchanged.
+
+    Raises
+    ------
+    ValueError
+        The name is neither a Labels layer nor a file (the message lists the Labels layers),
+        or the layer marks no tissue over the image.
+    """
+    if not isinstance(value, str) or value.strip().lower() in ("", "auto", "none"):
+        return value
+    from napari.layers import Labels
+
+    from napari_attnreg._napari.roi_geometry import labels_roi_on_image
+    from napari_attnreg.core.run.tissue import NamedMask
+
+    name = value.strip()
+    labels = [lay for lay in viewer.layers if isinstance(lay, Labels)]
+    chosen = next((lay for lay in labels if lay.name == name), None)
+    if chosen is None:
+        if Path(name).is_file():
+            return value
+        known = ", ".join(repr(lay.name) for lay in labels) or "none is open"
+        raise ValueError(f"Tissue mask: {name!r} is neither a Labels layer nor a mask file. "
+                         f"Give 'auto', 'none', a Labels layer's name ({known}) or the path "
+                         "of a mask image.")
+    h, w = geometry.image_shape
+    step = max(1.0, max(h, w) / MASK_SIDE)
+    shape = (max(1, round(h / step)), max(1, round(w / step)))
+    grid = AnalysedGrid(shape, (h / shape[0], w / shape[1]))
+    first = tuple(0 for _ in geometry.stack_axes)
+    mask = labels_roi_on_image(chosen, grid.place(geometry), first) > 0
+    if not mask.any():
+        raise ValueError(f"The Labels layer {name!r} marks no tissue over {layer.name!r}; "
+                         "paint the tissue (any label above 0) or choose 'auto' or 'none'.")
+    return NamedMask(mask, f"Labels layer {name!r}")
