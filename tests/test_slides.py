@@ -14,6 +14,7 @@ tifffile = pytest.importorskip("tifffile")
 from napari_attnreg.core.results.result import AttentionResult  # noqa: E402
 from napari_attnreg.core.run.lazy import (  # noqa: E402
     MAX_UNTILED_PIXELS,
+    LazyImage,
     TileReader,
     check_untiled_size,
 )
@@ -102,7 +103,13 @@ def test_mpp_picks_the_coarsest_level_at_least_as_fine_and_resamples(slide):
 
 @pytest.mark.parametrize("kwargs, match", [({"level": 3}, "levels 0–2"),
                                            ({"mpp": 0.1}, "finer"),
-                                           ({"level": 1, "mpp": 1.0}, "not both")])
+                                           ({"level": 1, "mpp": 1.0}, "not both"),
+                                           ({"level": 1.5}, "whole number"),
+                                           ({"level": "1"}, "whole number"),
+                                           ({"mpp": float("nan")}, "positive number"),
+                                           ({"mpp": "1"}, "positive number"),
+                                           ({"mpp": 0}, "positive number"),
+                                           ({"mpp": -2.0}, "positive number")])
 def test_an_impossible_level_or_resolution_says_what_the_slide_has(slide, kwargs, match):
     with pytest.raises(ValueError, match=match):
         open_slide(slide, **kwargs)
@@ -349,6 +356,8 @@ def test_cli_runs_a_slide_tiled_at_a_level_and_records_the_mask(slide, tmp_path)
     assert md["tissue_mask"].startswith("auto") and md["n_tissue_tiles"] < md["n_tiles_total"]
     assert "tissue_mask" in result.null_summary
     assert result.spatial["scale"] == (0.5, 0.5) and md["image_kind"] == "pathology"
+    # which level was read and its frame (the command line lost them before)
+    assert md["slide_level"] == 1 and md["slide_downsample"] == pytest.approx(2.0)
 
 
 def test_napari_reader_opens_a_slide_in_micrometres(slide):
@@ -568,3 +577,40 @@ def test_a_layer_that_is_no_slide_does_not_record_a_slide_level(make_napari_view
     assert mpp.text() == "auto" and value_of(mpp, option("mpp")) is None
     mpp.setValue(0.01)
     assert value_of(mpp, option("mpp")) == pytest.approx(0.01)
+
+
+def test_a_slide_read_far_coarser_than_its_level_holds_few_regions_at_once(slide, monkeypatch):
+    # at mpp 1.5 from level 0 (0.25 µm) each 128² tile reads a 768² region: the chunk and
+    # the read-ahead are bounded by the regions' bytes, and the values are the stacked ones
+    import torch
+
+    from napari_attnreg.core.models.backbones import load_backbone
+    from napari_attnreg.core.run import lazy as lazy_module
+    from napari_attnreg.core.run import tiled_engine
+    from napari_attnreg.core.run.config import RunConfig
+    from napari_attnreg.core.run.engine import drain, run_engine
+
+    image = open_slide(slide, level=0)
+    image = LazyImage(image.array, image.channel_axis, image.path, scale=6.0, mpp=1.5, level=0,
+                      overview_array=image.overview_array)
+    backbone = load_backbone("demo")
+    tiled = tiled_engine.prepare_tiled(image, backbone,
+                                       RunConfig(tiled=True, n_boot=4, device="cpu").validate())
+    assert tiled.raw_tile_bytes == 768 * 768 * 3
+    blocks = [tiled.read_raw(i) for i in range(3)]
+    stacked = lazy_module.to_unit(blocks, 0.0, 255.0, (128, 128))
+    one_by_one = torch.cat([lazy_module.to_unit([b], 0.0, 255.0, (128, 128)) for b in blocks])
+    assert torch.equal(stacked, one_by_one)
+
+    depths = []
+    real = tiled_engine.TileReader
+
+    def spy(read, order, depth):
+        depths.append(depth)
+        return real(read, order, depth)
+
+    monkeypatch.setattr(tiled_engine, "TileReader", spy)
+    monkeypatch.setattr(tiled_engine, "RAW_CHUNK_BYTES", 3 * 768 * 768 * 3)
+    result = drain(run_engine(image, backbone, RunConfig(tiled=True, n_boot=4, device="cpu",
+                                                         tissue_mask="none")))
+    assert depths == [3] and result.metadata["chunk_size"] <= 3

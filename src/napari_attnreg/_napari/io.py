@@ -80,7 +80,8 @@ def read_slide_layers(path: str | list[str]) -> list[LayerData]:
     kwargs: dict[str, Any] = {
         "name": Path(path).name, "rgb": rgb,
         "scale": scale, "units": ("µm", "µm") if image.mpp else ("pixel", "pixel"),
-        "metadata": {"slide": {"path": path, "level": image.level, "mpp": image.mpp}}}
+        "metadata": {"slide": {"path": path, "level": image.level, "mpp": image.mpp,
+                               "downsample": image.downsample}}}
     return [(image.array, kwargs, "image")]
 
 

@@ -46,8 +46,11 @@ def slide_run(layer: Any, config: RunConfig) -> tuple[Any, AnalysedGrid | None, 
     asked = config.level is not None or config.mpp is not None
     if slide is None:
         return None, None, replace(config, level=None, mpp=None)
-    if not config.tiled and not asked:
-        return None, None, replace(config, level=slide.get("level"))
+    if not config.tiled and not asked:  # the layer's pixels: its level, full resolution's frame
+        said = {"slide_level": slide.get("level"), "slide_resample": 1.0,
+                "slide_downsample": float(slide.get("downsample") or 1.0)}
+        return None, None, replace(config, level=slide.get("level"),
+                                   extra={**config.extra, **said})
     from napari_attnreg.io.readers import open_for_run
     from napari_attnreg.io.slides import open_slide
 
@@ -60,9 +63,8 @@ def slide_run(layer: Any, config: RunConfig) -> tuple[Any, AnalysedGrid | None, 
     opened = open_slide(path, level=level, mpp=config.mpp)  # checks the level / resolution
     image, _info = open_for_run(path, {"tiled": config.tiled, "level": level, "mpp": config.mpp})
     grid = _grid(layer, slide, opened)
-    config = replace(config, level=opened.level,
-                     extra={**config.extra, "slide_level": opened.level,
-                            "slide_resample": opened.scale})
+    config = replace(config, level=opened.level, extra={**config.extra, **{
+        k: v for k, v in opened.run_extra().items() if k.startswith("slide_")}})
     return image, grid, config
 
 

@@ -18,6 +18,7 @@ Example
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,6 +154,7 @@ def open_slide(path: str | Path, *, level: int | None = None,
         Not a readable slide (the message names it), tiffslide missing, or an impossible
         level or resolution (the message lists the slide's levels).
     """
+    _check_choice(level, mpp)
     tiffslide = _tiffslide()
     path = Path(path)
     if not path.is_file():
@@ -171,9 +173,20 @@ def open_slide(path: str | Path, *, level: int | None = None,
                          "(expected height x width [x colours]).")
     image = LazyImage(array, -1 if len(array.shape) == 3 else None, str(path), scale=scale,
                       mpp=None if level_mpp is None else level_mpp * scale, level=chosen,
-                      overview_array=overview)
+                      overview_array=overview, downsample=pyramid.downsamples[chosen])
     object.__setattr__(image, "_slide", slide)  # the zarr store reads through its open file
     return image
+
+
+def _check_choice(level: Any, mpp: Any) -> None:
+    """Refuse a level that is no whole number and an mpp that is no positive number."""
+    if level is not None and (isinstance(level, bool) or not isinstance(level, numbers.Real)
+                              or not float(level).is_integer()):
+        raise ValueError(f"level must be a whole number (0 = full resolution), got {level!r}.")
+    if mpp is not None and (isinstance(mpp, bool) or not isinstance(mpp, numbers.Real)
+                            or _positive(mpp) is None):
+        raise ValueError(f"mpp must be a positive number of micrometres per pixel, got "
+                         f"{mpp!r}.")
 
 
 def _overview_level(group: Any, pyramid: SlideLevels, chosen: int) -> Any:

@@ -78,6 +78,8 @@ class LazyImage:
     level: int | None = None
     #: A coarser level of the same image, ``(h, w[, C])`` zarr-like, for thumbnails.
     overview_array: Any = None
+    #: Full-resolution (level 0) pixels per stored pixel of the level read (slides).
+    downsample: float = 1.0
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -101,7 +103,9 @@ class LazyImage:
                                 "units": ["µm", "µm"]}
         if self.level is not None:  # the level read, whichever option chose it
             extra.update(image_kind="pathology", image_kind_source="slide file",
-                         slide_level=self.level, slide_resample=self.scale)
+                         slide_level=self.level, slide_resample=self.scale,
+                         # full-resolution pixels per analysed pixel: QuPath's frame
+                         slide_downsample=float(self.downsample) * float(self.scale))
         return extra
 
     def overview(self, max_pixels: int = SAMPLE_PIXELS) -> np.ndarray:

@@ -381,7 +381,9 @@ def _run_plane(job: Job, config: RunConfig, backbone: Backbone, number: int, pla
     image, channel_axis = _read_plane(job.stack, plane, config)
     # now, not after the run: a numpy plane is a view, and would show a later in-place edit
     fingerprint = plane_fingerprint(image) if isinstance(image, np.ndarray) else None
-    extra = {**config.extra, "model_load_s": load_s if number == 0 else 0.0}
+    # what a slide says (the level read, its resampling), unless the caller said it
+    said = image.run_extra() if hasattr(image, "run_extra") else {}
+    extra = {**said, **config.extra, "model_load_s": load_s if number == 0 else 0.0}
     if plane:  # unless the caller names planes its own way (the batch: "0-3")
         extra.setdefault("plane", list(plane))
     plane_config = replace(config, channel_axis=channel_axis, extra=extra)

@@ -101,6 +101,10 @@ class TiledImage:
         ``(n, c, th, tw)`` in [0, 1], scaled and resampled on ``device``.
     tissue : TissueMask, optional
         The tiles that are run (all when None).
+    raw_tile_bytes : int
+        Bytes of one tile's stored pixels as :attr:`read_raw` gives them (0: not read
+        lazily). A slide read much coarser than its level reads a region many times the
+        tile's size per tile, which bounds the tiles read ahead and per chunk.
     """
 
     source: torch.Tensor
@@ -112,6 +116,7 @@ class TiledImage:
     read_raw: Callable[[int], np.ndarray] | None = None
     finish: Callable[[Sequence[np.ndarray], torch.device], torch.Tensor] | None = None
     tissue: TissueMask | None = None
+    raw_tile_bytes: int = 0
 
     @property
     def display(self) -> np.ndarray:
@@ -261,7 +266,11 @@ def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> Ti
         return read_region(y, x, th, tw)
 
     def finish(blocks: Sequence[np.ndarray], device: torch.device) -> torch.Tensor:
-        return to_unit(blocks, lo, hi, (th, tw), device)
+        if image.scale == 1:
+            return to_unit(blocks, lo, hi, (th, tw), device)
+        # regions larger than the tile: each shrunk alone (the same values), so a chunk
+        # never holds every region's float copy at once
+        return torch.cat([to_unit([block], lo, hi, (th, tw), device) for block in blocks])
 
     def reader(y: int, x: int, rh: int, rw: int) -> torch.Tensor:
         return to_unit([read_region(y, x, rh, rw)], lo, hi, (rh, rw))[0]
@@ -270,9 +279,11 @@ def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> Ti
                              tuple(float(v) for v in backbone.mean),
                              tuple(float(v) for v in backbone.std))
     display = sample[0].numpy() if sample.shape[0] == 1 else sample.permute(1, 2, 0).numpy()
+    region = (max(1, round(th * image.scale)), max(1, round(tw * image.scale)))
+    raw_bytes = region[0] * region[1] * int(sample.shape[0]) * np.dtype(image.dtype).itemsize
     return TiledImage(source=sample, channel_map=channel_map, display_part=_strided(display),
                       image_shape=(h, w), layout=layout, reader=reader, read_raw=read_raw,
-                      finish=finish)
+                      finish=finish, raw_tile_bytes=raw_bytes)
 
 
 def _region_reader(image: LazyImage, width: int) -> Callable[[int, int, int, int], np.ndarray]:
@@ -372,6 +383,8 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
     n_null = int(config.n_boot) * (n_tiles if scope == "tile" else 1)
     total = n_tiles + n_null  # progress counts forward passes: the tiles, then the nulls
     chunk = _chunk_size(config, backbone, layout.tile, run)
+    if tiled.raw_tile_bytes and not config.chunk_size:  # regions many times a tile's size
+        chunk = min(chunk, raw_tiles_in(tiled.raw_tile_bytes))
     run.lap("prepare_s", run.t_start)
 
     scorer = scorer_of(config)  # a tiled class map states its target (validate_map)
@@ -422,6 +435,16 @@ def _tissue_record(tiled: TiledImage, stats: Any) -> dict[str, Any]:
 
 #: Most tiles per chunk: the memory budget decides below it (a small model's tiles are cheap).
 TILED_MAX_CHUNK = 4096
+#: Stored pixels held per chunk, and again read ahead, of an image read lazily. A slide read
+#: at 8 µm from a 0.25 µm level reads a 4096² region (50 MB) per 128² tile: without a bound
+#: a chunk and its read-ahead held gigabytes (24 GB for a 30000² slide at --mpp 8).
+RAW_CHUNK_BYTES = 256 << 20
+
+
+def raw_tiles_in(raw_tile_bytes: int, budget: int | None = None) -> int:
+    """Tiles whose stored pixels fit ``budget`` (default :data:`RAW_CHUNK_BYTES`; at least one)."""
+    budget = RAW_CHUNK_BYTES if budget is None else budget
+    return max(1, int(budget // max(1, raw_tile_bytes)))
 
 
 def tiled_chunk_size(config: RunConfig, backbone: Backbone, tile: tuple[int, int],
@@ -478,7 +501,9 @@ class _ObservedTiles:
         self.heads = (torch.empty((len(self.order), backbone.num_heads, *grid),
                                   dtype=torch.float32) if keep_heads else None)
         self.scores = torch.empty((len(self.order), grid[0] * grid[1]), dtype=torch.float32)
-        self.reader = (TileReader(tiled.read_raw, self.order, depth=2 * chunk)
+        depth = min(2 * chunk, raw_tiles_in(tiled.raw_tile_bytes)) if tiled.raw_tile_bytes \
+            else 2 * chunk
+        self.reader = (TileReader(tiled.read_raw, self.order, depth=depth)
                        if tiled.read_raw is not None else None)
 
     def __call__(self, start: int, size: int) -> None:
