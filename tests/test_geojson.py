@@ -94,3 +94,19 @@ def test_cli_geojson_writes_one_file_beside_each_result(tmp_path):
     collection = json.loads(geo.read_text(encoding="utf-8"))
     assert collection["type"] == "FeatureCollection"
     assert collection["properties"]["image_shape"] == [64, 64]
+
+
+def test_a_slide_read_coarser_is_written_in_its_full_resolution_pixels(result_with_regions):
+    # QuPath places annotations in level-0 pixels: a result of level 2 (downsample 4) read
+    # at 1.5x its resolution (mpp) is 6 level-0 pixels per analysed pixel
+    result, _mask = result_with_regions
+    plain = significant_features(result)
+    result.metadata["slide_downsample"] = 6.0
+    slide = significant_features(result)
+    assert slide["properties"]["full_resolution_per_pixel"] == 6.0
+    for a, b in zip(plain["features"], slide["features"]):
+        outer_a = np.asarray(a["geometry"]["coordinates"][0])
+        outer_b = np.asarray(b["geometry"]["coordinates"][0])
+        np.testing.assert_allclose(outer_b, 6.0 * outer_a)
+        assert b["properties"]["measurements"]["area_px"] == pytest.approx(
+            36.0 * a["properties"]["measurements"]["area_px"])

@@ -1,10 +1,12 @@
 """GeoJSON exchange with QuPath and other slide tools: significant regions out, ROIs in.
 
 Coordinates are image pixels, ``(x, y)`` with the image's top-left corner at ``(0, 0)``
-(QuPath's convention). Each significant region is one ``Feature`` whose ``Polygon`` covers
-exactly its patches (:mod:`napari_attnreg.core.results.outline`), classified
-``"significant"`` and carrying its statistics as QuPath ``measurements``. Annotations read
-back become an ROI label image (one label per feature, in file order).
+(QuPath's convention); for a slide read at a coarser level or resolution, its full-resolution
+(level 0) pixels, as QuPath places annotations on any slide. Each significant region is one
+``Feature`` whose ``Polygon`` covers exactly its patches
+(:mod:`napari_attnreg.core.results.outline`), classified ``"significant"`` and carrying its
+statistics as QuPath ``measurements``. Annotations read back become an ROI label image (one
+label per feature, in file order).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import shapely
+from shapely.affinity import scale
 from shapely.geometry import mapping, shape
 
 from napari_attnreg.core.results.display import SIGNIFICANT_RGB
@@ -39,10 +42,11 @@ def significant_features(result: Any, thresholds: Mapping[str, Any] | None = Non
 
     shown = with_thresholds(result, dict(thresholds) if thresholds is not None else None)
     mask = shown.significant()
+    frame = full_resolution_factor(shown)
     features = []
     for region in mask_regions(mask):
         tokens = _tokens_inside(region, mask.shape)
-        placed = to_pixels(region, shown.token_scale)
+        placed = scale(to_pixels(region, shown.token_scale), frame, frame, origin=(0, 0))
         features.append({
             "type": "Feature",
             "geometry": mapping(placed),
@@ -61,7 +65,20 @@ def significant_features(result: Any, thresholds: Mapping[str, Any] | None = Non
     return {"type": "FeatureCollection", "features": features,
             "properties": {"preset": shown.preset, "rule": rule_text(shown.thresholds_used),
                            "meaning": result_meaning(shown.preset, shown.metadata),
-                           "image_shape": list(shown.image_shape)}}
+                           "image_shape": list(shown.image_shape),
+                           # pixels of the frame per analysed pixel (a slide: its level 0)
+                           "full_resolution_per_pixel": frame}}
+
+
+def full_resolution_factor(result: Any) -> float:
+    """Full-resolution (level 0) pixels per analysed pixel of a slide's result (1 for
+    other images, and for results made before the slide's downsample was recorded)."""
+    value = result.metadata.get("slide_downsample")
+    try:
+        factor = float(value)
+    except (TypeError, ValueError):
+        return 1.0
+    return factor if np.isfinite(factor) and factor > 0 else 1.0
 
 
 def _tokens_inside(region: Any, grid: tuple[int, int]) -> np.ndarray:
