@@ -360,6 +360,29 @@ def test_cli_runs_a_slide_tiled_at_a_level_and_records_the_mask(slide, tmp_path)
     assert md["slide_level"] == 1 and md["slide_downsample"] == pytest.approx(2.0)
 
 
+def test_an_ome_pyramid_is_read_at_the_level_asked_with_its_ome_pixel_size(tmp_path):
+    # an OME-TIFF pyramid (sub-IFDs, 0.5 µm in its OME-XML): --level used to be ignored
+    # while the result recorded it
+    from napari_attnreg.cli import main
+
+    path = tmp_path / "pyramid.ome.tif"
+    img = _slide_pixels(1024)
+    with tifffile.TiffWriter(path, ome=True) as tif:
+        tif.write(img, tile=(256, 256), subifds=2, photometric="rgb",
+                  metadata={"axes": "YXS", "PhysicalSizeX": 0.5, "PhysicalSizeY": 0.5})
+        for k in (2, 4):
+            tif.write(img[::k, ::k].copy(), tile=(128, 128), subfiletype=1, photometric="rgb")
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--tiled", "--level", "2", "--out", str(out), "--n-boot", "4",
+                 "--device", "cpu", "--quiet"]) == 0
+    result = AttentionResult.load(next(out.glob("*.attnreg.npz")))
+    md = result.metadata
+    assert result.image_shape == (256, 256) and md["slide_level"] == 2
+    assert result.spatial["scale"] == pytest.approx((2.0, 2.0))
+    # a microscopy pyramid, not a stained slide: no automatic tissue mask
+    assert md["image_kind"] == "microscopy" and md["tissue_mask"] == "none"
+
+
 def test_napari_reader_opens_a_slide_in_micrometres(slide):
     from napari_attnreg._napari.io import get_reader
 

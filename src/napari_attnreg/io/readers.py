@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -250,15 +250,23 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
         impossible slide level.
     """
     from napari_attnreg.core.run.lazy import check_untiled_size
-    from napari_attnreg.io.slides import is_slide, open_slide
+    from napari_attnreg.io.slides import is_pyramid, is_slide, open_slide
 
     path, tiled = Path(path), bool(opts.get("tiled"))
-    if is_slide(path):
-        slide = open_slide(path, level=opts.get("level"), mpp=opts.get("mpp"))
+    asked = opts.get("level") is not None or opts.get("mpp") is not None
+    slide_file = is_slide(path)
+    if slide_file or (asked and is_pyramid(path)):
+        # an OME pyramid at a chosen level: read as a slide, its pixel size from its OME-XML
+        info = None if slide_file else image_info(path)
+        full = (info.pixel_size[0] if info is not None and info.pixel_size
+                and info.unit == "µm" else None)
+        slide = open_slide(path, level=opts.get("level"), mpp=opts.get("mpp"), full_mpp=full)
+        info = slide_info(slide) if slide_file else replace(
+            info, pixel_size=None if slide.mpp is None else (slide.mpp, slide.mpp))
         if tiled:
-            return slide, slide_info(slide)
+            return slide, info
         check_untiled_size(slide.analysed_shape, str(path))
-        return PlaneStack.from_array(_slide_pixels(slide)), slide_info(slide)
+        return PlaneStack.from_array(_slide_pixels(slide)), info
     lazy_ok = tiled and opts.get("tile_scale", 1.0) == 1 and all(
         opts.get(k) is None for k in ("channels", "merge", "channel_axis"))
     lazy = read_lazy(path) if lazy_ok and not files else None

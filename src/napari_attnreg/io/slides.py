@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,22 @@ def is_slide(path: str | Path) -> bool:
             return (not tif.is_ome and bool(tif.series)
                     and len(tif.series[0].levels) > 1)
     except Exception:  # noqa: BLE001 - any decoder error: not a slide (the reader reports it)
+        return False
+
+
+def is_pyramid(path: str | Path) -> bool:
+    """A TIFF holding several resolutions of one image: a slide, or an OME-TIFF pyramid
+    (which napari opens through the OME reader; a run at a chosen level reads it as a
+    slide)."""
+    path = Path(path)
+    if not path.is_file() or path.suffix.lower() not in (".tif", ".tiff", *SLIDE_SUFFIXES):
+        return False
+    import tifffile
+
+    try:
+        with tifffile.TiffFile(path, _multifile=False) as tif:
+            return bool(tif.series) and len(tif.series[0].levels) > 1
+    except Exception:  # noqa: BLE001 - any decoder error: not a pyramid (the reader reports it)
         return False
 
 
@@ -135,7 +151,7 @@ def _positive(value: Any) -> float | None:
 
 
 def open_slide(path: str | Path, *, level: int | None = None,
-               mpp: float | None = None) -> LazyImage:
+               mpp: float | None = None, full_mpp: float | None = None) -> LazyImage:
     """A slide level (or resolution) as a :class:`LazyImage` whose pixels stay on disk.
 
     Parameters
@@ -147,6 +163,9 @@ def open_slide(path: str | Path, *, level: int | None = None,
     mpp : float, optional
         Micrometres per pixel to analyse at instead: the coarsest level at least this fine,
         resampled to it as tiles are read.
+    full_mpp : float, optional
+        Micrometres per full-resolution pixel, where the slide's own tags do not say (an
+        OME-TIFF pyramid states it in its OME-XML).
 
     Raises
     ------
@@ -163,6 +182,8 @@ def open_slide(path: str | Path, *, level: int | None = None,
         slide = tiffslide.TiffSlide(path)
         pyramid = slide_levels(slide)
         group = slide.zarr_group
+    if pyramid.mpp is None and full_mpp is not None:
+        pyramid = replace(pyramid, mpp=_positive(full_mpp))
     chosen, scale = pyramid.choose(level, mpp)
     with decoding(path, "slide"):
         array = group[str(chosen)]

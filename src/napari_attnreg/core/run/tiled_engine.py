@@ -225,10 +225,12 @@ THUMBNAIL_PIXELS = 1 << 22
 
 def tissue_spec(config: RunConfig, image: Any) -> Any:
     """The run's ``tissue_mask``: as given, else ``"auto"`` for a slide and ``"none"`` for
-    any other image."""
+    any other image (a microscopy pyramid read at a level, e.g. an OME-TIFF, included)."""
     if config.tissue_mask is not None:
         return config.tissue_mask
-    return "auto" if isinstance(image, LazyImage) and image.level is not None else "none"
+    slide = isinstance(image, LazyImage) and image.level is not None
+    return "auto" if slide and config.extra.get("image_kind", "pathology") == "pathology" \
+        else "none"
 
 
 CPU_FLOPS = 2e10  # a modest CPU's sustained float32 rate; sizes chunks for ~1 s each
