@@ -226,6 +226,35 @@ def test_a_tiled_run_runs_and_tests_only_the_tissue_tiles(slide):
     assert md["slide_level"] == 1 and md["slide_resample"] == 1
 
 
+def test_captions_and_figures_count_and_draw_only_the_tissue_tested(slide, tmp_path):
+    from PIL import Image
+
+    from napari_attnreg.core.results.display import (
+        run_caption,
+        significance_caption,
+        tissue_tokens,
+    )
+    from napari_attnreg.core.results.figure import publication_figure
+
+    image = open_slide(slide, level=2)  # 512² with its tissue in the top-left 55 %
+    result = _run(image)
+    md = result.metadata
+    tested = tissue_tokens(result)
+    gh, gw = result.grid_shape
+    t = int(gh * TISSUE[0])
+    assert tested[:t - 1, :t - 1].all() and not tested[-2:, :].any() and not tested[:, -2:].any()
+    assert not result.significant()[~tested].any()
+    assert f"{int(tested.sum())} tissue patches" in significance_caption(result).replace("/", " ")
+    assert f"tiled: {md['n_tissue_tiles']} of {md['n_tiles_total']} tiles" in run_caption(result)
+    assert tissue_tokens(_run(image, tissue_mask="none")) is None
+    # the figure leaves the glass uncovered: its pixels are the image's own
+    pixels = image.read(slice(None), slice(None))
+    png = publication_figure(result, pixels, tmp_path / "f.png", scale=1)
+    drawn = np.asarray(Image.open(png).convert("RGB"))
+    corner = drawn[480:500, 480:500].reshape(-1, 3).astype(int)
+    assert np.abs(corner - pixels[480:500, 480:500].reshape(-1, 3)).max() <= 2
+
+
 def test_tissue_mask_none_runs_every_tile_and_a_users_mask_is_used(slide, tmp_path):
     image = open_slide(slide, level=2)
     every = _run(image, tissue_mask="none")

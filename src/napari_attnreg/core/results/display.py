@@ -204,19 +204,40 @@ def rule_text(thresholds: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def tissue_tokens(result: AttentionResult) -> np.ndarray | None:
+    """Boolean token grid of the tokens a tiled run with a tissue mask tested (those of its
+    tissue tiles); None for a run without a mask. The others were never run: attention 0 and
+    p = 1 there say nothing about them."""
+    md = result.metadata
+    tiles = result.null_summary.get("tissue_tiles")
+    ys, xs, shape = md.get("tile_origins_y"), md.get("tile_origins_x"), md.get("tile_shape")
+    if tiles is None or not (ys and xs and shape):
+        return None
+    (ph, pw), (th, tw) = result.patch_size, shape
+    tested = np.zeros(result.grid_shape, dtype=bool)
+    for index in np.flatnonzero(np.asarray(tiles, dtype=bool).reshape(-1)):
+        y, x = int(ys[index // len(xs)]) // ph, int(xs[index % len(xs)]) // pw
+        tested[y:y + th // ph, x:x + tw // pw] = True
+    return tested
+
+
 def significance_caption(result: AttentionResult | Sequence[AttentionResult],
                          thresholds: dict[str, Any] | None = None) -> str:
     """``"12/256 patches significant (q ≤ 0.1), above the null"`` for status lines.
 
-    A sequence of results (the planes of a stack) is counted together.
+    A sequence of results (the planes of a stack) is counted together; with a tissue mask
+    the count is of the patches tested (``"12/3,600 tissue patches significant"``).
     """
     results = [result] if isinstance(result, AttentionResult) else list(result)
     shown = [with_thresholds(r, thresholds) for r in results]
     masks = [r.significant() for r in shown]
-    kept, total = sum(int(m.sum()) for m in masks), sum(m.size for m in masks)
+    tissue = [tissue_tokens(r) for r in results]
+    kept = sum(int(m.sum()) for m in masks)
+    total = sum(int(t.sum()) if t is not None else m.size for m, t in zip(masks, tissue))
+    what = "tissue patches" if any(t is not None for t in tissue) else "patches"
     side = results[0].procedure.side
     planes = f" in {len(results)} planes" if len(results) > 1 else ""
-    caption = (f"{kept}/{total} patches significant{planes} "
+    caption = (f"{kept}/{total} {what} significant{planes} "
                f"({rule_text(shown[0].thresholds_used)}), {side}")
     if len(results) == 1 and results[0].p_map is not None:  # the map-level answer
         caption += f" · {map_level_text(results[0])}"
@@ -255,7 +276,9 @@ def run_caption(result: AttentionResult, *, planes: int = 1) -> str:
     if not info.is_default:  # the tested map right after the model: "demo · CDAM for concept"
         parts.insert(1, info.caption())
     if md.get("tiled"):
-        parts.append(f"tiled: {md.get('n_tiles', '?')} tiles")
+        masked = md.get("n_tissue_tiles") is not None and md.get("n_tiles_total") is not None
+        parts.append(f"tiled: {md.get('n_tiles', '?')} of {md['n_tiles_total']} tiles (tissue)"
+                     if masked else f"tiled: {md.get('n_tiles', '?')} tiles")
     if planes > 1:
         parts.append(f"{planes} planes")
     else:

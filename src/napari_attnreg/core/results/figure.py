@@ -123,7 +123,11 @@ def publication_figure(result: Any, image: np.ndarray, path: str | Path, *,
     from matplotlib.figure import Figure
 
     from napari_attnreg.core.files import atomic_write
-    from napari_attnreg.core.results.display import MAPS_BY_KEY, with_thresholds
+    from napari_attnreg.core.results.display import (
+        MAPS_BY_KEY,
+        tissue_tokens,
+        with_thresholds,
+    )
 
     if map_key not in MAPS_BY_KEY:
         raise ValueError(f"unknown map {map_key!r}; choose one of {', '.join(MAPS_BY_KEY)}.")
@@ -144,7 +148,11 @@ def publication_figure(result: Any, image: np.ndarray, path: str | Path, *,
               interpolation="nearest")
     view = MAPS_BY_KEY[map_key].for_result(shown)  # the tested map named; signed: centred at 0
     vmin, vmax = view.limits(shown)
-    mapped = ax.imshow(shown.to_pixels(view.values(shown, shown.thresholds)), cmap=view.colormap,
+    values = np.asarray(view.values(shown, shown.thresholds), dtype=float)
+    tested = tissue_tokens(shown)
+    if tested is not None:  # glass was never run: the image shows through, not a map of 0
+        values = np.where(tested, values, np.nan)
+    mapped = ax.imshow(shown.to_pixels(values), cmap=view.colormap,
                        alpha=MAP_ALPHA, vmin=vmin, vmax=vmax, extent=extent,
                        interpolation="nearest")
     ax.set_xlim(0, w)
