@@ -4,7 +4,9 @@ A whole-slide image is mostly glass. A tiled run with a tissue mask runs only th
 area is at least :data:`TISSUE_FRACTION` tissue, and only those tiles are families of the
 step-down's Benjamini–Hochberg step, so glass neither costs forward passes nor dilutes the
 family's level. The automatic mask is Otsu's threshold on the HSV saturation of a thumbnail
-(stained tissue is coloured, glass is grey-white); on a grey image, on its darkness.
+(stained tissue is coloured, glass is grey-white); on a grey image, on its brightness, the
+background being the class nearer its extreme: bright glass (brightfield: tissue is darker)
+or a black field (dark-field, fluorescence: tissue is brighter).
 
 Example
 -------
@@ -30,6 +32,9 @@ TISSUE_FRACTION = 0.10
 #: Below this mean saturation the darker/greyer Otsu class is glass; above it the thumbnail has
 #: no glass (a crop inside the tissue) and every pixel is tissue, instead of half the tissue
 #: being cut away by a threshold between two stains.
+#: On a grey thumbnail, the least difference in brightness (as a share of white) between
+#: the two Otsu classes for one of them to be tissue; below it the thumbnail is one tone
+#: (blank glass, an empty black field) and holds no tissue.
 GLASS_SATURATION = 0.08
 #: Thumbnail pixels the saturation is averaged over before the threshold (Gaussian sigma).
 SMOOTHING_SIGMA = 2.0
@@ -46,7 +51,10 @@ class TissueMask:
     mask : np.ndarray of bool
         ``(h, w)`` at any resolution covering the whole image (a thumbnail's).
     source : str
-        How it was made: ``"auto (Otsu on saturation)"``, ``"file <name>"``, ``"array"``.
+        How it was made: ``"auto (Otsu on saturation)"`` (colour),
+        ``"auto (Otsu on darkness, bright background)"`` or
+        ``"auto (Otsu on brightness, dark background)"`` (grey), ``"file <name>"``,
+        ``"array"``.
     tiles : np.ndarray of bool
         ``(n_tiles,)``: the tiles that are run.
     fraction : float
@@ -68,13 +76,23 @@ class TissueMask:
                 "n_tissue_tiles": self.n_tissue, "n_tiles_total": int(self.tiles.size)}
 
 
+#: How :func:`auto_tissue` names what it thresholded.
+AUTO_COLOUR = "auto (Otsu on saturation)"
+AUTO_BRIGHT_BACKGROUND = "auto (Otsu on darkness, bright background)"
+AUTO_DARK_BACKGROUND = "auto (Otsu on brightness, dark background)"
+AUTO_ONE_TONE = "auto (Otsu on brightness, one tone: no tissue)"
+
+
 def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
-    """Tissue pixels of a thumbnail: Otsu on saturation (colour) or darkness (grey).
+    """Tissue pixels of a thumbnail: Otsu on saturation (colour) or brightness (grey).
 
     Otsu's threshold always splits an image in two, even one of glass alone (its grain), so
     each class is also judged on its own level: in colour the tissue class must be more
     saturated than glass (:data:`GLASS_SATURATION`) and the glass class less; in grey the two
-    must differ in darkness by that much of the brightest value.
+    must differ in brightness by that much of the top value (255 for 8 bits, else the top of
+    the bits used), and the background is the class nearer its extreme: the bright class
+    when its mean is nearer white than the dark class's is to black (glass of a brightfield
+    slide), else the dark class (the black field of a dark-field or fluorescence slide).
 
     Parameters
     ----------
@@ -87,6 +105,12 @@ def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
         ``(h, w)``; all True when the thumbnail holds no glass, all False when it holds no
         tissue.
     """
+    return auto_tissue(thumbnail)[0]
+
+
+def auto_tissue(thumbnail: np.ndarray) -> tuple[np.ndarray, str]:
+    """:func:`auto_tissue_mask` and how it was made (``"auto (Otsu on saturation)"``,
+    ``"auto (Otsu on darkness, bright background)"``, ...), which the result records."""
     from skimage.color import rgb2hsv
     from skimage.filters import gaussian, threshold_otsu
 
@@ -97,22 +121,43 @@ def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
         signal = rgb2hsv(np.clip(image[..., :3] / top, 0.0, 1.0))[..., 1]
     else:
         grey = image[..., 0] if image.ndim == 3 else image
-        # darkness as a share of white (8 bits) or of the brightest pixel (other types)
-        top = 255.0 if np.asarray(thumbnail).dtype == np.uint8 else float(grey.max())
-        signal = (top - grey) / top if top > 0 else np.zeros_like(grey)
+        black, white = _grey_range(np.asarray(thumbnail).dtype, grey)
+        signal = (grey - black) / (white - black)  # brightness: 0 black, 1 white
     # pixel noise (a stain's grain, JPEG blocks) would speckle the mask: threshold the local mean
     signal = gaussian(signal, sigma=SMOOTHING_SIGMA, preserve_range=True)
     if float(signal.max()) - float(signal.min()) < 1e-6:
-        return np.full(signal.shape, colour and float(signal.mean()) > GLASS_SATURATION)
+        if colour:
+            return np.full(signal.shape, float(signal.mean()) > GLASS_SATURATION), AUTO_COLOUR
+        return np.zeros(signal.shape, dtype=bool), AUTO_ONE_TONE
     low = signal <= threshold_otsu(signal)
-    glass, tissue = float(signal[low].mean()), float(signal[~low].mean())
-    if not colour:  # a grey thumbnail of one tone is glass (a crop of tissue: tissue_mask='none')
-        return ~low if tissue - glass > GLASS_SATURATION else np.zeros(signal.shape, dtype=bool)
-    if tissue <= GLASS_SATURATION:  # both classes are glass: the split is its grain
-        return np.zeros(signal.shape, dtype=bool)
-    if glass > GLASS_SATURATION:  # both classes are tissue
-        return np.ones(signal.shape, dtype=bool)
-    return ~low
+    lower, upper = float(signal[low].mean()), float(signal[~low].mean())
+    if not colour:
+        if upper - lower <= GLASS_SATURATION:  # one tone: glass, or an empty black field
+            return np.zeros(signal.shape, dtype=bool), AUTO_ONE_TONE
+        if 1.0 - upper < lower:  # the bright class is nearer white: glass, tissue is darker
+            return low, AUTO_BRIGHT_BACKGROUND
+        return ~low, AUTO_DARK_BACKGROUND  # a black field, tissue is brighter
+    if upper <= GLASS_SATURATION:  # both classes are glass: the split is its grain
+        return np.zeros(signal.shape, dtype=bool), AUTO_COLOUR
+    if lower > GLASS_SATURATION:  # both classes are tissue
+        return np.ones(signal.shape, dtype=bool), AUTO_COLOUR
+    return ~low, AUTO_COLOUR
+
+
+def _grey_range(dtype: np.dtype, grey: np.ndarray) -> tuple[float, float]:
+    """``(black, white)`` of a grey thumbnail: 0 and 255 for 8 bits; otherwise 0 (or the
+    least value, when negative) and the top of the bits used (4095 for 12 bits stored in
+    16; 1 for floats in 0..1), so that bright tissue on a black field is not taken for
+    white glass because it is the brightest thing on the slide."""
+    if dtype == np.uint8:
+        return 0.0, 255.0
+    black = min(0.0, float(grey.min()))
+    top = float(grey.max())
+    if top <= 1.0:
+        white = 1.0
+    else:
+        white = float(2.0 ** np.ceil(np.log2(top + 1.0)) - 1.0)
+    return black, max(white, black + 1e-12)
 
 
 @dataclass(frozen=True)
@@ -130,6 +175,9 @@ class NamedMask:
 def read_mask(value: Any) -> tuple[np.ndarray, str]:
     """A user's mask (a file name or an array) as a boolean image and how to name it.
 
+    Files are TIFFs, ``.npy`` arrays (read without unpickling) or any image imageio reads;
+    singleton axes are dropped and an RGB(A) mask is merged.
+
     Raises
     ------
     ValueError
@@ -141,7 +189,9 @@ def read_mask(value: Any) -> tuple[np.ndarray, str]:
             raise ValueError(f"tissue_mask: no such mask file {path}; give 'auto', 'none' or "
                              "the path of a mask image.")
         with decoding(path, "mask image"):
-            if path.suffix.lower() in (".tif", ".tiff"):
+            if path.suffix.lower() == ".npy":  # numpy's own format: never unpickle objects
+                array = np.load(path, allow_pickle=False)
+            elif path.suffix.lower() in (".tif", ".tiff"):
                 import tifffile
 
                 array = tifffile.imread(path)
@@ -152,12 +202,14 @@ def read_mask(value: Any) -> tuple[np.ndarray, str]:
         source = f"file {path.name}"
     else:
         array, source = np.asarray(value), str(getattr(value, "source", "array"))
+    given = np.shape(array)  # as the file or the caller had it, for the message
     array = np.squeeze(array)
     if array.ndim == 3 and array.shape[-1] in (3, 4):  # a mask saved as RGB(A)
         array = array[..., :3].max(axis=-1)
     if array.ndim != 2 or min(array.shape) < 1:
-        raise ValueError(f"tissue_mask must be a 2D mask (labels > 0 = tissue), got shape "
-                         f"{array.shape}.")
+        raise ValueError(f"tissue_mask must be a 2D mask (labels > 0 = tissue) with more than "
+                         f"one row and one column, got shape {given}"
+                         + (f" ({source})." if source != "array" else "."))
     return array > 0, source
 
 
@@ -214,7 +266,7 @@ def tissue_for(spec: Any, thumbnail: np.ndarray | None, layout: TileLayout,
     if isinstance(spec, str) and spec == "auto":
         if thumbnail is None:
             raise ValueError("tissue_mask='auto' needs the image's thumbnail.")
-        mask, source = auto_tissue_mask(thumbnail), "auto (Otsu on saturation)"
+        mask, source = auto_tissue(thumbnail)
     else:
         mask, source = read_mask(spec)
     tiles = tiles_in_tissue(mask, layout, fraction)
