@@ -17,7 +17,7 @@ except PackageNotFoundError:  # source tree without an install
     __version__ = "unknown"
 
 _PUBLIC = {
-    "regularize": "napari_attnreg.core.run.api",
+    "regularize": "napari_attnreg.api",
     "regularize_stack": "napari_attnreg.core.run.api",
     "StackResults": "napari_attnreg.core.run.api",
     "PartialStackWarning": "napari_attnreg.core.run.api",

@@ -266,7 +266,7 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
         if tiled:
             return slide, info
         check_untiled_size(slide.analysed_shape, str(path))
-        return PlaneStack.from_array(_slide_pixels(slide)), info
+        return PlaneStack.from_array(slide.read_whole()), info
     lazy_ok = tiled and opts.get("tile_scale", 1.0) == 1 and all(
         opts.get(k) is None for k in ("channels", "merge", "channel_axis"))
     lazy = read_lazy(path) if lazy_ok and not files else None
@@ -282,17 +282,6 @@ def slide_info(image: LazyImage) -> ImageInfo:
     """What an opened slide says: µm per analysed pixel, and that it is a pathology image."""
     size = None if image.mpp is None else (float(image.mpp), float(image.mpp))
     return ImageInfo(size, "µm" if size else None, "pathology", "slide file")
-
-
-def _slide_pixels(slide: LazyImage) -> np.ndarray:
-    """A slide level read whole (an untiled run), resampled to its resolution if asked."""
-    pixels = slide.read(slice(None), slice(None))
-    if slide.scale == 1:
-        return pixels
-    from skimage.transform import resize
-
-    shape = (*slide.analysed_shape, *pixels.shape[2:])
-    return resize(pixels, shape, preserve_range=True, anti_aliasing=True).astype(pixels.dtype)
 
 
 def header_plane_shape(path: str | Path) -> tuple[int, int] | None:

@@ -9,8 +9,10 @@ script expects: a result, a :class:`StackResults`, or the error itself.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -25,6 +27,7 @@ from napari_attnreg.core.run.engine import (
     check_model_options,
     resolve_device,
 )
+from napari_attnreg.core.run.lazy import LazyImage, check_untiled_size
 from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack, as_plain_array
 from napari_attnreg.core.run.service import (
     Job,
@@ -43,14 +46,18 @@ def regularize(
     progress: Callable[[Progress], Any] | None = None,
     cancel: CancelToken | None = None,
     arch: str | None = None,
+    provenance: dict[str, Any] | None = None,
     **options: Any,
 ) -> AttentionResult:
     """Bootstrap significance and regularized attention maps for one 2D image.
 
     Parameters
     ----------
-    image : array-like
-        2D grayscale, RGB(A) or multichannel (``channel_axis=``), any numeric dtype.
+    image : array-like or LazyImage
+        2D grayscale, RGB(A) or multichannel (``channel_axis=``), any numeric dtype; or an
+        image read on demand (:func:`~napari_attnreg.io.slides.open_slide`,
+        :func:`~.lazy.open_lazy`), read whole for an untiled run after the pixel-budget
+        check. ``napari_attnreg.regularize`` also takes a file's path.
     model : str, Backbone or nn.Module
         ``"demo"`` (bundled), a timm name, a weights file (with ``arch=``) or a module.
     progress : callable, optional
@@ -58,6 +65,9 @@ def regularize(
     cancel : CancelToken, optional
     arch : str, optional
         timm architecture of a weights file.
+    provenance : dict, optional
+        What the image's file says (pixel size as ``spatial``, kind of image), recorded in
+        the result's metadata as the command line records it.
     **options
         Any :class:`RunConfig` field: ``method`` ("normal", "uniform", "pixel", "patch"),
         ``n_boot`` (200), ``seed`` (0), ``device`` ("auto"), ``chunk_size``, ``precision``,
@@ -71,7 +81,10 @@ def regularize(
     Raises
     ------
     ValueError
-        An option, or an image that cannot be analysed (the message says why).
+        An option, or an image that cannot be analysed (the message says why): an untiled
+        run of an image above the pixel budget, or ``level=`` / ``mpp=`` with an image
+        already opened (give them to ``open_slide``, or pass the path to
+        ``napari_attnreg.regularize``).
     RunCancelled
         ``cancel`` was set before the result was complete.
 
@@ -88,7 +101,15 @@ def regularize(
     >>> result.posterior.shape, result.regularized("p", p_th=0.05).max()  # doctest: +SKIP
     """
     config = _config_from(options, "regularize")
+    if provenance:  # what the image's file said (napari_attnreg.regularize opened it)
+        config = replace(config, extra={**provenance, **config.extra})
     spec = _checked_model(model, arch, config)
+    if isinstance(image, (str, os.PathLike)):
+        raise ValueError(f"{image!s}: this regularize() takes pixels, not a file; use "
+                         "napari_attnreg.regularize(path, ...), which opens files as the "
+                         "command line does.")
+    if isinstance(image, LazyImage):
+        image, config = _lazy_for_run(image, config)
     job = Job(spec, _single_image(image, config.channel_axis), [()], config)
 
     def events(step: JobProgress) -> None:
@@ -119,6 +140,38 @@ def _checked_model(model: Any, arch: str | None, config: RunConfig) -> ModelSpec
     check_model_options(config, load_model(spec))
     resolve_device(config.device)
     return spec
+
+
+def _lazy_for_run(image: LazyImage, config: RunConfig) -> tuple[Any, RunConfig]:
+    """An image read on demand, as a run takes it: refused with a slide level or resolution
+    it was not opened at; read whole, after the pixel-budget check, for an untiled run."""
+    _check_opened_at(image, config)
+    if config.tiled:
+        return image, config  # read tile by tile; the service records its run_extra()
+    check_untiled_size(image.analysed_shape, image.path or "The image")
+    pixels = image.read_whole()  # resampled to the resolution it was opened at
+    extra = {**image.run_extra(), **config.extra}  # pixel size, slide level: as a tiled run's
+    return PlaneStack.from_array(pixels), replace(config, extra=extra)
+
+
+def _check_opened_at(image: LazyImage, config: RunConfig) -> None:
+    """Refuse ``level`` / ``mpp`` other than those ``image`` was opened at: they would be
+    recorded in the result without having chosen the pixels."""
+    level_differs = config.level is not None and (image.level is None
+                                                  or int(config.level) != image.level)
+    mpp_differs = config.mpp is not None and (
+        image.mpp is None or abs(float(config.mpp) / image.mpp - 1.0) > 0.02)
+    if not (level_differs or mpp_differs):
+        return
+    asked = ", ".join(f"{k}={getattr(config, k)!r}" for k in ("level", "mpp")
+                      if getattr(config, k) is not None)
+    opened = ("a single-resolution image" if image.level is None
+              else f"level {image.level}" + (f" ({image.mpp:.3g} µm per pixel)"
+                                             if image.mpp else ""))
+    raise ValueError(f"{asked} cannot choose the pixels of an image already opened: "
+                     f"{image.path or 'it'} was opened at {opened}. Give level=/mpp= to "
+                     "open_slide(path, level=..., mpp=...), or pass the file's path to "
+                     "regularize() with them.")
 
 
 def _single_image(image: Any, channel_axis: int | None) -> Any:

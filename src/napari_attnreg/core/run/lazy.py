@@ -121,6 +121,19 @@ class LazyImage:
     def dtype(self) -> np.dtype:
         return np.dtype(self.array.dtype)
 
+    def read_whole(self) -> np.ndarray:
+        """The whole image at the size it is analysed (:attr:`analysed_shape`), in memory:
+        the level's pixels, resampled (anti-aliased) when it was opened at a coarser
+        resolution. For an untiled run; check the pixel budget first
+        (:func:`check_untiled_size`)."""
+        pixels = self.read(slice(None), slice(None))
+        if self.scale == 1:
+            return pixels
+        from skimage.transform import resize
+
+        shape = (*self.analysed_shape, *pixels.shape[2:])
+        return resize(pixels, shape, preserve_range=True, anti_aliasing=True).astype(pixels.dtype)
+
     def read(self, ys: slice, xs: slice) -> np.ndarray:
         """Pixels ``[ys, xs]`` as ``(h, w)`` or ``(h, w, C≤3)`` (alpha dropped)."""
         with decoding(self.path):  # tiles are decoded here, long after the file was opened

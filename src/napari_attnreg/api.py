@@ -1,0 +1,71 @@
+"""``napari_attnreg.regularize``: the core's :func:`~napari_attnreg.core.run.api.regularize`,
+which also takes the path of an image file and opens it as the command line does.
+
+A slide is opened at ``level=`` / ``mpp=`` (read tile by tile when ``tiled=True``), a TIFF or
+OME-Zarr of one image is read on demand by a tiled run, anything else is read into memory
+after the untiled pixel-budget check; what the file says (pixel size, kind of image) is
+recorded in the result. Reading files belongs to :mod:`napari_attnreg.io`, above the core,
+hence this module at the package's top.
+
+Example
+-------
+>>> from napari_attnreg import regularize
+>>> result = regularize("biopsy.svs", tiled=True, mpp=1.0)      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.run import api as core_api
+from napari_attnreg.core.run.planes import PlaneStack
+
+#: The options :func:`~napari_attnreg.io.readers.open_for_run` reads.
+OPEN_OPTIONS = ("tiled", "level", "mpp", "tile_scale", "channels", "merge", "channel_axis")
+
+
+def regularize(image: Any, model: Any = "demo", **kwargs: Any) -> AttentionResult:
+    """Bootstrap significance and regularized attention maps for one 2D image or image file.
+
+    Parameters
+    ----------
+    image : array-like, LazyImage, str or Path
+        As :func:`napari_attnreg.core.run.api.regularize` takes it, or the path of an image
+        file (a slide, a TIFF, an OME-Zarr, a PNG, ...), opened with the run's options.
+    model, **kwargs
+        As :func:`napari_attnreg.core.run.api.regularize` (``progress``, ``cancel``,
+        ``arch`` and the run's options).
+
+    Returns
+    -------
+    AttentionResult
+
+    Raises
+    ------
+    ValueError
+        A missing or unreadable file, a file of several planes (read it and use
+        :func:`~napari_attnreg.core.run.api.regularize_stack`), or what the core raises.
+    """
+    if not isinstance(image, (str, os.PathLike)):
+        return core_api.regularize(image, model, **kwargs)
+    from napari_attnreg.io.readers import open_for_run
+
+    path = Path(image)
+    if not path.exists():
+        raise ValueError(f"regularize: no such image file {path}; give an existing file, an "
+                         "array or an opened image (open_slide, open_lazy).")
+    opts = {k: kwargs[k] for k in OPEN_OPTIONS if kwargs.get(k) is not None}
+    if kwargs.get("tiled") is not None:
+        opts["tiled"] = bool(kwargs["tiled"])
+    source, info = open_for_run(path, opts)
+    if isinstance(source, PlaneStack) and source.n_planes > 1:
+        raise ValueError(f"{path} holds {source.n_planes} planes (stack shape "
+                         f"{source.stack_shape}); regularize() analyses one 2D image: read it "
+                         "and use regularize_stack(), or run the file with 'attnreg run'.")
+    provenance = {**info.run_extra(), "source": str(path)}
+    if hasattr(source, "level") and source.level is not None:  # opened at these already
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("level", "mpp")}
+    return core_api.regularize(source, model, provenance=provenance, **kwargs)
