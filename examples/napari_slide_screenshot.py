@@ -4,8 +4,9 @@
 
 A synthetic Aperio-style slide (2048² at 0.25 µm, two coarser levels, 70 % glass) is written
 to a temporary folder and opened in napari through the plugin's reader, in micrometres. The
-dock runs it tiled (the bundled demo model) with the automatic tissue mask: only the tiles on
-tissue are run and tested, and the mask is shown as a Labels layer over the slide. Without a
+dock runs it tiled (the bundled demo model), reading the slide from its file with its
+automatic tissue mask (a slide's default): only the tiles on tissue are run and tested, and
+the mask is shown as a Labels layer over the slide. Without a
 display it re-runs itself under ``xvfb-run``.
 """
 
@@ -74,8 +75,7 @@ def main() -> None:
     viewer.window.add_dock_widget(widget, name="Attention Regularization")
     widget.options.controls["device"].setCurrentText("cpu")
     widget.options.controls["n_boot"].setValue(args.n_boot)
-    widget.options.controls["tiled"].setChecked(True)
-    widget.options.controls["tissue_mask"].setText("auto")
+    widget.options.controls["tiled"].setChecked(True)  # a slide's mask is automatic
     t0 = time.perf_counter()
     run_and_wait(widget)
     result = widget.current_record().results[()]
