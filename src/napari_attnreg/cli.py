@@ -39,7 +39,7 @@ def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
               opts: dict[str, Any], quiet: bool = False, *, recursive: bool = False,
               overwrite: bool = False, workers: int | None = None,
               scheduler: str | None = None, inputs_in_out: bool = False,
-              figure: str = "publication") -> Any:
+              figure: str = "publication", geojson: bool = False) -> Any:
     """Process image files, folders and globs (see :mod:`napari_attnreg.batch.run`).
 
     The inputs are found first (nothing to run fails before torch loads and before the
@@ -47,7 +47,8 @@ def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
     this machine) the device are checked, once; the model is loaded only when some output
     needs computing. Files inside ``out_dir`` are not inputs
     (a run must not analyse its own figures) unless ``inputs_in_out`` (the demo's fallback
-    image lives there).
+    image lives there). ``geojson``: also ``NAME.geojson`` beside each result (a user's file
+    of that name, or one edited since, is replaced only with ``overwrite``).
 
     Returns
     -------
@@ -70,7 +71,8 @@ def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
     check_run(opts, device=not (workers or scheduler))  # one message, before anything loads
     prepare_output_dir(out_dir)  # a wrong --out fails before any image is read
     report = run_batch(items, out_dir, model, arch, opts, overwrite=overwrite, quiet=quiet,
-                       figure=FIGURES[figure], workers=workers, scheduler=scheduler, on_model=_announce_model)
+                       figure=FIGURES[figure], workers=workers, scheduler=scheduler,
+                       on_model=_announce_model, geojson=geojson)
     done = sum(r["status"] == "done" for r in report.rows)
     print(f"{done} done, {len(report.rows) - done - len(report.failed)} skipped, "
           f"{len(report.failed)} failed; summary: {report.summary}", file=sys.stderr)
@@ -101,7 +103,7 @@ def _announce_model(backbone: Any) -> None:
 
 
 def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False,
-             figure: str = "publication") -> Any:
+             figure: str = "publication", geojson: bool = False) -> Any:
     """The bundled demo model on the bundled sample image.
 
     A source checkout without the trained demo files falls back, loudly, to a random-init
@@ -123,13 +125,14 @@ def run_demo(out_dir: Path, opts: dict[str, Any], quiet: bool = False,
     fallback = image.parent == out_dir
     if (DEMO_DIR / "demo_vit.safetensors").is_file():
         return run_files([image], out_dir, "demo", None, opts, quiet, inputs_in_out=fallback,
-                         figure=figure)
+                         figure=figure, geojson=geojson)
     from napari_attnreg.core.models.backbones import load_backbone
 
     print("NOTE: the bundled demo model is missing from this install; falling back to a "
           "random-init vit_small_patch16_224.", file=sys.stderr)
     return run_files([image], out_dir, load_backbone("vit_small_patch16_224", pretrained=False),
-                     None, opts, quiet, inputs_in_out=fallback, figure=figure)
+                     None, opts, quiet, inputs_in_out=fallback, figure=figure,
+                     geojson=geojson)
 
 
 def concept_from_files(files: list[Path], model: Any, arch: str | None) -> Any:
@@ -164,7 +167,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         "key and scale bar, as napari's Export figure) or 'overview' (the image "
                         "and every map side by side, with the run's diagnostics)")
     p.add_argument("--geojson", action="store_true", help="also write each result's significant "
-                   "regions as GeoJSON polygons in image pixels (QuPath), beside its .npz")
+                   "regions as GeoJSON polygons in image pixels (QuPath), beside its .npz (an "
+                   "existing one the tool did not write, or edited since, is kept unless "
+                   "--overwrite)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -233,17 +238,13 @@ def main(argv: list[str] | None = None) -> int:
             opts["target"] = concept_from_files(args.concept, model,
                                                 getattr(args, "arch", None))
         if args.command == "demo":
-            report = run_demo(args.out, opts, args.quiet, figure=args.figure)
+            report = run_demo(args.out, opts, args.quiet, figure=args.figure,
+                              geojson=args.geojson)
         else:
             report = run_files(args.images, args.out, args.model, args.arch, opts, args.quiet,
                                recursive=args.recursive, overwrite=args.overwrite,
                                workers=args.workers, scheduler=args.scheduler,
-                               figure=args.figure)
-        if args.geojson:
-            from napari_attnreg.io.geojson import write_geojson_beside
-
-            for path in write_geojson_beside(row.get("output") for row in report.rows):
-                print(f"wrote {path}", file=sys.stderr)
+                               figure=args.figure, geojson=args.geojson)
     except (ValueError, BackboneError, MemoryError) as err:
         print(f"attnreg: error: {err}", file=sys.stderr)
         return 2

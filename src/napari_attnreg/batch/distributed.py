@@ -136,16 +136,16 @@ def run_on_dask(task: Callable[..., list[Row]], items: Sequence[BatchItem], out_
                 model: Any, arch: str | None, opts: dict[str, Any], *, overwrite: bool = False,
                 quiet: bool = False, figure: Callable[..., Any] | None = None,
                 workers: int | None = None,
-                scheduler: str | None = None) -> Iterator[list[Row]]:
+                scheduler: str | None = None, geojson: bool = False) -> Iterator[list[Row]]:
     """Submit one task per item; yield each item's summary rows as its task finishes.
 
     Parameters
     ----------
     task : callable
-        ``task(item, out_dir, model, arch, opts, overwrite=, quiet=, figure=)``
+        ``task(item, out_dir, model, arch, opts, overwrite=, quiet=, figure=, geojson=)``
         → the item's rows; :func:`~napari_attnreg.batch.run.process_item`, importable on
         every worker.
-    items, out_dir, model, arch, opts, overwrite, figure
+    items, out_dir, model, arch, opts, overwrite, figure, geojson
         As for :func:`~napari_attnreg.batch.run.run_batch`; ``model`` must be a name or a
         file every worker can load, not a loaded model.
     quiet : bool
@@ -172,7 +172,7 @@ def run_on_dask(task: Callable[..., list[Row]], items: Sequence[BatchItem], out_
     try:
         futures = {
             client.submit(task, item, out_dir, model, arch, opts, overwrite=overwrite,
-                          quiet=True, figure=figure, pure=False,
+                          quiet=True, figure=figure, geojson=geojson, pure=False,
                           key=f"attnreg-{batch}-{i}-{tokenize(str(item.source))}"): item
             for i, item in enumerate(items)
         }

@@ -27,6 +27,7 @@ from napari_attnreg.io.readers import IMAGE_SUFFIXES, is_zarr
 
 RESULT_SUFFIX = ".attnreg.npz"
 FIGURE_SUFFIX = ".attnreg.png"
+GEOJSON_SUFFIX = ".geojson"
 
 
 @dataclass(frozen=True)
@@ -242,6 +243,11 @@ def output_artefacts(result: Path, figure: bool) -> dict[str, Path]:
     if figure:
         found["figure"] = result.with_name(result.name[: -len(RESULT_SUFFIX)] + FIGURE_SUFFIX)
     return found
+
+
+def geojson_path(result: Path) -> Path:
+    """``NAME.geojson`` beside ``NAME.attnreg.npz`` (``--geojson``; QuPath opens it)."""
+    return result.with_name(result.name[: -len(RESULT_SUFFIX)] + GEOJSON_SUFFIX)
 
 
 def prepare_output_dir(out_dir: str | Path) -> Path:

@@ -8,7 +8,12 @@ the size of every artefact. The input's bytes are fingerprinted too
 (:func:`content_digest`), since copies made with ``cp -p``, ``rsync -t`` or tar keep sizes and
 modification times while the content changes. A resumed batch skips an output only when all of that still
 matches; otherwise it redoes the output and says why, or refuses when the output belongs to
-another input of the same name.
+another input of the same name. Files an option names (a tissue mask) are fingerprinted by
+their content as well (:func:`option_files`).
+
+The record also says which files beside the result are the tool's (:func:`owns`): a figure
+or GeoJSON that was there before the tool wrote one, or a GeoJSON edited since, is the
+user's, and a batch without ``--overwrite`` leaves it as it is.
 
 Everything here is known without loading the model (its identity comes from the name and
 the weights file), so a batch whose outputs are all complete never loads it.
@@ -40,6 +45,9 @@ SAMPLE_BLOCK_BYTES = 64 << 10
 #: chunking; the scores agree to float32 rounding): a resume keeps outputs made with others.
 ROUNDING_ONLY = ("chunk_size", "memory_fraction")
 MAX_RECORD_BYTES = 1 << 20  # a record is a few hundred bytes; a larger one is not ours
+#: Artefacts that analysts edit in other programs (QuPath): recorded with their digest, so an
+#: edited one is no longer the tool's and is never replaced without ``--overwrite``.
+EDITED_ELSEWHERE = ("geojson",)
 
 
 @dataclass(frozen=True)
@@ -111,7 +119,8 @@ def content_digest(files: Sequence[Path], root: Path | None = None) -> str:
 def model_identity(spec: ModelSpec) -> dict[str, Any]:
     """Which model a run uses, without loading it: its name, and the SHA-256 of its weights
     where they are a local file (a weights file, the bundled models, a given backbone's
-    file). Hub weights are named, not hashed (hashing would need the download)."""
+    file), the :func:`content_digest` of a local transformers folder's files. Hub weights are
+    named, not hashed (hashing would need the download)."""
     from napari_attnreg.core.models.backbones import DEMO_DIR
     from napari_attnreg.core.models.catalogue import is_bundled
     from napari_attnreg.core.models.weights_hash import file_sha256, weights_sha256
@@ -122,8 +131,15 @@ def model_identity(spec: ModelSpec) -> dict[str, Any]:
         return {"model": name, "weights": weights, "weights_sha256": weights_sha256(weights, name)}
     if spec.source == "file":
         path = Path(name).expanduser().resolve()
-        sha = file_sha256(path) if path.is_file() else None  # a transformers folder: its path
-        return {"model": str(path), "arch": spec.arch, "weights_sha256": sha}
+        sha = file_sha256(path) if path.is_file() else None
+        found = {"model": str(path), "arch": spec.arch, "weights_sha256": sha}
+        if path.is_dir():  # a transformers folder: the content of its files
+            files = sorted(p for p in path.rglob("*") if p.is_file())
+            try:
+                found["weights_blake2b"] = content_digest(files, root=path)
+            except OSError:  # unreadable: loading it reports that
+                found["weights_blake2b"] = None
+        return found
     bundled = DEMO_DIR / f"{name}_vit.safetensors"
     if spec.source == "demo" or is_bundled(name):
         return {"model": name, "weights_sha256": file_sha256(bundled) if bundled.is_file() else None}
@@ -150,10 +166,36 @@ def run_signature(spec: ModelSpec, opts: Mapping[str, Any]) -> dict[str, Any]:
     config = RunConfig(**dict(opts)).validate()
     options = {k: v for k, v in asdict(config).items() if k not in ("extra", *ROUNDING_ONLY)}
     options["device"] = str(resolve_device(config.device))  # "auto" is the CPU on a CPU node
-    run = {**model_identity(spec), **options}
+    run = {**model_identity(spec), **options, **option_files(config)}
     # through JSON so that tuples and lists, paths and strings compare equal after a reload
     return json.loads(json.dumps(run, sort_keys=True,  # a concept vector: every number
                                  default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v)))
+
+
+def option_files(config: RunConfig) -> dict[str, Any]:
+    """The content of every file an option names, as ``{option}_file``: its size and
+    :func:`content_digest`, so a file rewritten under the same name (a repainted tissue mask)
+    changes the run, as the model's weights file does (:func:`model_identity`; a concept
+    from ``--concept`` is its vector, already in ``target``).
+
+    Raises
+    ------
+    ValueError
+        The file cannot be read (it was there when the options were checked).
+    """
+    from napari_attnreg.core.run.tissue import TISSUE_MODES
+
+    files: dict[str, Any] = {}
+    mask = config.tissue_mask  # validated: a mode, a file's path (read as given) or an array
+    if isinstance(mask, (str, os.PathLike)) and str(mask).strip().lower() not in TISSUE_MODES:
+        path = Path(mask)
+        try:
+            files["tissue_mask_file"] = {"size": path.stat().st_size,
+                                         "blake2b": content_digest([path])}
+        except OSError as err:
+            raise ValueError(f"tissue_mask: cannot read the mask file {path} "
+                             f"({err.strerror or err}).") from None
+    return files
 
 
 def record_path(result: Path) -> Path:
@@ -162,13 +204,53 @@ def record_path(result: Path) -> Path:
 
 
 def write_record(result: Path, stamp: Mapping[str, Any], run: Mapping[str, Any],
-                 artefacts: Mapping[str, Path]) -> Path:
-    """Record a complete output; call it after every artefact has been written."""
+                 artefacts: Mapping[str, Path], kept: Mapping[str, Path] | None = None) -> Path:
+    """Record a complete output; call it after every artefact has been written.
+
+    ``kept``: files of the output's names that were there before and not the tool's, left
+    as they were (:func:`owns`); they are recorded as the user's, so a resume neither redoes
+    the output for them nor ever replaces them without ``--overwrite``.
+    """
+    entries = {kind: _artefact_entry(kind, p) for kind, p in artefacts.items()}
+    entries.update({kind: {"file": p.name, "kept": True} for kind, p in (kept or {}).items()})
     record = {"format": RECORD_FORMAT, "version": RECORD_VERSION, "input": dict(stamp),
-              "run": dict(run),
-              "artefacts": {kind: {"file": p.name, "size": p.stat().st_size}
-                            for kind, p in artefacts.items()}}
+              "run": dict(run), "artefacts": entries}
     return write_text_atomic(record_path(result), json.dumps(record, indent=1))
+
+
+def _artefact_entry(kind: str, path: Path) -> dict[str, Any]:
+    entry: dict[str, Any] = {"file": path.name, "size": path.stat().st_size}
+    if kind in EDITED_ELSEWHERE:
+        entry["blake2b"] = content_digest([path])
+    return entry
+
+
+def add_artefact(result: Path, kind: str, path: Path) -> None:
+    """Add a file written beside a kept output (a GeoJSON asked for later) to its record."""
+    record = _read_record(record_path(result))
+    if record is None:
+        return
+    record["artefacts"][kind] = _artefact_entry(kind, path)
+    write_text_atomic(record_path(result), json.dumps(record, indent=1))
+
+
+def owns(result: Path, kind: str, path: Path) -> bool:
+    """Whether ``path``, an existing file named as the output's ``kind``, is the tool's:
+    its record names it as written by the tool (not kept from the user) and, for the kinds
+    other programs edit (:data:`EDITED_ELSEWHERE`: a GeoJSON opened in QuPath), its content
+    is still what the tool wrote. Anything else is someone's file, replaced only when asked
+    (``--overwrite``)."""
+    record = _read_record(record_path(result))
+    entry = None if record is None else record["artefacts"].get(kind)
+    if not isinstance(entry, dict) or entry.get("file") != path.name or entry.get("kept"):
+        return False
+    if kind not in EDITED_ELSEWHERE:
+        return True
+    try:
+        return (path.stat().st_size == entry.get("size")
+                and content_digest([path]) == entry.get("blake2b"))
+    except OSError:
+        return False
 
 
 def _read_record(path: Path) -> dict[str, Any] | None:
@@ -226,12 +308,21 @@ def decide(result: Path, artefacts: Mapping[str, Path], stamp: Mapping[str, Any]
     if changed:
         return Decision("redo", f"the options changed ({', '.join(changed)})")
     for kind, path in artefacts.items():
-        entry = record["artefacts"].get(kind)
-        if not isinstance(entry, dict) or entry.get("file") != path.name:
-            return Decision("redo", f"no {kind} was recorded for it")
-        if not path.is_file() or path.stat().st_size != entry.get("size"):
-            return Decision("redo", f"its {kind} {path.name} is missing or incomplete")
+        missing = _artefact_missing(kind, path, record["artefacts"].get(kind))
+        if missing:
+            return Decision("redo", missing)
     return Decision("skip")
+
+
+def _artefact_missing(kind: str, path: Path, entry: Any) -> str:
+    """Why the recorded artefact ``kind`` is not complete at ``path`` ("" when it is)."""
+    if not isinstance(entry, dict) or entry.get("file") != path.name:
+        return f"no {kind} was recorded for it"
+    if entry.get("kept"):  # the user's file under this name: left alone while it is there
+        return "" if path.exists() else f"its {kind} {path.name} is missing"
+    if not path.is_file() or path.stat().st_size != entry.get("size"):
+        return f"its {kind} {path.name} is missing or incomplete"
+    return ""
 
 
 def _same_but_digest(recorded: Mapping[str, Any], stamp: Mapping[str, Any]) -> bool:

@@ -34,11 +34,19 @@ from napari_attnreg.batch.figure import figure_view
 from napari_attnreg.batch.items import (
     RESULT_SUFFIX,
     BatchItem,
+    geojson_path,
     output_artefacts,
     output_path,
     prepare_output_dir,
 )
-from napari_attnreg.batch.resume import decide, input_stamp, run_signature, write_record
+from napari_attnreg.batch.resume import (
+    add_artefact,
+    decide,
+    input_stamp,
+    owns,
+    run_signature,
+    write_record,
+)
 from napari_attnreg.batch.summary import (
     BatchReport,
     FolderLock,
@@ -83,6 +91,7 @@ class _ItemContext:
     quiet: bool
     extra: dict[str, Any]  # what the file says (pixel size, kind), for the result's metadata
     before_run: Callable[[], Any] | None
+    geojson: bool = False  # also NAME.geojson, the significant regions for QuPath
 
 
 def check_run(opts: dict[str, Any], *, device: bool = True) -> RunConfig:
@@ -144,7 +153,8 @@ class ModelOnFirstUse:
 def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
                  opts: dict[str, Any], *, overwrite: bool = False, quiet: bool = True,
                  figure: Figure | None = None,
-                 before_run: Callable[[], Any] | None = None) -> list[Row]:
+                 before_run: Callable[[], Any] | None = None,
+                 geojson: bool = False) -> list[Row]:
     """Run every plane of one file through the pipeline service and write its results.
 
     Parameters
@@ -167,6 +177,13 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
     before_run : callable, optional
         Called before each plane that is computed (a serial batch's :class:`ModelOnFirstUse`);
         what it raises ends the batch.
+    geojson : bool
+        Also write ``NAME.geojson`` (the significant regions) beside each result; for a kept
+        result only when it is missing.
+
+    Without ``overwrite`` no file the tool did not write is replaced: a figure or GeoJSON
+    that was there before (or a GeoJSON edited since the tool wrote it) is left as it is,
+    saying so (:func:`~napari_attnreg.batch.resume.owns`), as a foreign result file is refused.
 
     Returns
     -------
@@ -185,7 +202,7 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
         stamp = input_stamp(item.source, item.files)
         ctx = _ItemContext(item, Path(out_dir), spec, dict(opts), figure, stamp,
                            run_signature(spec, opts), overwrite, quiet, {},
-                           before_run)  # extra: once the file is read
+                           before_run, geojson)  # extra: once the file is read
         whole, _ = _resume(ctx, None)
         if whole is not None:
             return [whole]
@@ -232,8 +249,7 @@ def _plane_row(ctx: _ItemContext, source: PlaneStack | LazyImage, index: PlaneIn
     kept, why = _resume(ctx, plane)
     if kept is not None:
         return kept
-    label = str(ctx.item.relative) + ("" if plane is None else
-                                      f" plane {'-'.join(map(str, plane))}")
+    label = _label(ctx, plane)
     if why:
         print(f"{label}: redoing it: {why}", file=sys.stderr)
     t0 = time.perf_counter()  # wall_seconds: loading the model (first run), run, outputs
@@ -243,15 +259,62 @@ def _plane_row(ctx: _ItemContext, source: PlaneStack | LazyImage, index: PlaneIn
     if index not in outcome.results:
         return failed_row(ctx.item, plane, outcome.errors.get(index) or outcome.message)
     result, out = outcome.results[index], output_path(ctx.out_dir, ctx.item, plane)
+    kept = _users_files(ctx, out, label)
     try:
-        artefacts = _write_outputs(out, result, outcome.displays[index], ctx.figure, label)
+        artefacts = _write_outputs(out, result, outcome.displays[index], ctx.figure, label,
+                                   geojson=ctx.geojson, kept=kept)
     except (ValueError, MemoryError, OSError) as err:  # this image's outputs: report, go on
         return failed_row(ctx.item, plane, user_message(err))
-    _write_record(out, ctx.stamp, ctx.run, artefacts)
+    _write_record(out, ctx.stamp, ctx.run, artefacts, kept)
     written = "".join(f"\n  -> {path}" for path in artefacts.values())
     print(f"{label}: {result.summary()}{written}")
     return {**result_row(ctx.item, plane, out, result, time.perf_counter() - t0, "done"),
             "note": why}
+
+
+def _label(ctx: _ItemContext, plane: tuple[int, ...] | None) -> str:
+    return str(ctx.item.relative) + ("" if plane is None else
+                                     f" plane {'-'.join(map(str, plane))}")
+
+
+def _users_files(ctx: _ItemContext, out: Path, label: str) -> dict[str, Path]:
+    """The files beside ``out`` this output would replace that are not the tool's (by kind),
+    each named with ``--overwrite`` on stderr; none under ``--overwrite``."""
+    wanted = output_artefacts(out, ctx.figure is not None)
+    if ctx.geojson:
+        wanted["geojson"] = geojson_path(out)
+    kept = {kind: path for kind, path in wanted.items() if kind != "result"
+            and not ctx.overwrite and (path.exists() or path.is_symlink())
+            and not owns(out, kind, path)}
+    for path in kept.values():
+        _say_kept(label, path)
+    return kept
+
+
+def _say_kept(label: str, path: Path) -> None:
+    print(f"{label}: left {path} as it is: napari-attnreg did not write it (or it was "
+          "changed since); use --overwrite to replace it", file=sys.stderr)
+
+
+def _geojson_of_kept(ctx: _ItemContext, out: Path, plane: tuple[int, ...] | None) -> None:
+    """``--geojson`` for a kept (current) result: written only where there is none; an
+    existing one is left alone (the tool's is current; anyone else's is theirs)."""
+    path = geojson_path(out)
+    if path.exists() or path.is_symlink():
+        if not owns(out, "geojson", path):
+            _say_kept(_label(ctx, plane), path)
+        return
+    from napari_attnreg.core.results.result import AttentionResult
+    from napari_attnreg.io.geojson import write_geojson
+
+    try:
+        write_geojson(path, AttentionResult.load(out))
+        add_artefact(out, "geojson", path)
+    except (ValueError, OSError) as err:
+        print(f"{_label(ctx, plane)}: warning: no GeoJSON written ({user_message(err)})",
+              file=sys.stderr)
+        return
+    print(f"{_label(ctx, plane)}: wrote {path}", file=sys.stderr)
 
 
 def _run(ctx: _ItemContext, source: PlaneStack | LazyImage, index: PlaneIndex,
@@ -276,30 +339,44 @@ def _resume(ctx: _ItemContext, plane: tuple[int, ...] | None) -> tuple[Row | Non
         return failed_row(ctx.item, plane, decision.reason), ""
     if decision.action == "skip":
         kept = kept_row(ctx.item, plane, out)
-        return (kept, "") if kept is not None else (None, "its result file is unreadable")
+        if kept is None:
+            return None, "its result file is unreadable"
+        if ctx.geojson:
+            _geojson_of_kept(ctx, out, plane)
+        return kept, ""
     return None, decision.reason
 
 
 def _write_outputs(out: Path, result: Any, display: np.ndarray, figure: Figure | None,
-                   label: str) -> dict[str, Path]:
-    """The result file, then its figure (each written atomically); returns the artefacts.
+                   label: str, *, geojson: bool = False,
+                   kept: dict[str, Path] | None = None) -> dict[str, Path]:
+    """The result file, then its figure and GeoJSON (each written atomically) except those
+    ``kept`` (the user's files under their names); returns the artefacts written.
 
     The figure's title is the label and the summary line; the figure itself lists the
     result's diagnostics below it (once: the summary is taken without them)."""
+    kept = kept or {}
     artefacts = output_artefacts(out, figure is not None)
+    if geojson:
+        artefacts["geojson"] = geojson_path(out)
+    artefacts = {kind: path for kind, path in artefacts.items() if kind not in kept}
     result.save(out)
-    if figure is not None:
+    if "figure" in artefacts:
         small, shown = figure_view(result, display)
         figure(small, shown, artefacts["figure"],
                f"{label} — {result.summary(diagnostics=False)}")
+    if "geojson" in artefacts:
+        from napari_attnreg.io.geojson import write_geojson
+
+        write_geojson(artefacts["geojson"], result)
     return artefacts
 
 
 def _write_record(out: Path, stamp: dict[str, Any], run: dict[str, Any],
-                  artefacts: dict[str, Path]) -> None:
+                  artefacts: dict[str, Path], kept: dict[str, Path] | None = None) -> None:
     """The resume record, last; not writing it only means the output is redone next time."""
     try:
-        write_record(out, stamp, run, artefacts)
+        write_record(out, stamp, run, artefacts, kept)
     except OSError as err:
         print(f"attnreg: warning: no resume record for {out} ({err.strerror or err}); a "
               "resumed batch will redo it.", file=sys.stderr)
@@ -337,7 +414,8 @@ def run_batch(items: Sequence[BatchItem], out_dir: str | Path, model: Any, arch:
               opts: dict[str, Any], *, overwrite: bool = False, quiet: bool = False,
               figure: Figure | None = None, workers: int | None = None,
               scheduler: str | None = None,
-              on_model: Callable[[Backbone], Any] | None = None) -> BatchReport:
+              on_model: Callable[[Backbone], Any] | None = None,
+              geojson: bool = False) -> BatchReport:
     """Process every item, serially or on Dask (``workers`` local processes or ``scheduler``).
 
     Parameters are those of :func:`process_item`, ``workers`` / ``scheduler`` for a Dask run
@@ -366,16 +444,16 @@ def run_batch(items: Sequence[BatchItem], out_dir: str | Path, model: Any, arch:
     with FolderLock(out_dir):  # a second batch into this folder is refused until this ends
         return _run_locked(items, out_dir, model, arch, opts, overwrite=overwrite, quiet=quiet,
                            figure=figure, workers=workers, scheduler=scheduler,
-                           on_model=on_model)
+                           on_model=on_model, geojson=geojson)
 
 
 def _run_locked(items: Sequence[BatchItem], out_dir: Path, model: Any, arch: str | None,
                 opts: dict[str, Any], *, overwrite: bool, quiet: bool, figure: Figure | None,
                 workers: int | None, scheduler: str | None,
-                on_model: Callable[[Backbone], Any] | None) -> BatchReport:
+                on_model: Callable[[Backbone], Any] | None, geojson: bool) -> BatchReport:
     distributed = bool(workers or scheduler)
     summary = SummaryFile(out_dir / "summary.csv")
-    settings = {"overwrite": overwrite, "quiet": quiet, "figure": figure}
+    settings = {"overwrite": overwrite, "quiet": quiet, "figure": figure, "geojson": geojson}
     per_item: Iterable[list[Row]]
     if distributed:
         per_item = run_on_dask(process_item, items, out_dir, model, arch, opts, **settings,
