@@ -33,8 +33,9 @@ def slide_run(layer: Any, config: RunConfig) -> tuple[Any, AnalysedGrid | None, 
     ``image`` is None when the run reads the layer's own pixels (not a slide, or an untiled
     run at the layer's level); else the slide opened again (a lazily read image for a tiled
     run, the level's pixels for an untiled one). ``grid`` places the analysed pixels on the
-    layer's (None: they are the layer's). ``config`` records the level read; a layer that is
-    not a slide drops ``level`` and ``mpp``, which only slides take.
+    layer's (None: they are the layer's). ``config`` records the level asked (the layer's
+    when none was) and the level read (``slide_level``); a layer that is not a slide drops
+    ``level`` and ``mpp``, which only slides take.
 
     Raises
     ------
@@ -63,8 +64,10 @@ def slide_run(layer: Any, config: RunConfig) -> tuple[Any, AnalysedGrid | None, 
     opened = open_slide(path, level=level, mpp=config.mpp)  # checks the level / resolution
     image, _info = open_for_run(path, {"tiled": config.tiled, "level": level, "mpp": config.mpp})
     grid = _grid(layer, slide, opened)
-    config = replace(config, level=opened.level, extra={**config.extra, **{
-        k: v for k, v in opened.run_extra().items() if k.startswith("slide_")}})
+    # the level read is recorded as slide_level; ``level`` keeps what was asked (a level, or
+    # none beside a resolution: both together are refused)
+    config = replace(config, level=level if config.mpp is None else None, extra={
+        **config.extra, **{k: v for k, v in opened.run_extra().items() if k.startswith("slide_")}})
     return image, grid, config
 
 
