@@ -666,3 +666,15 @@ def test_a_slide_read_far_coarser_than_its_level_holds_few_regions_at_once(slide
     result = drain(run_engine(image, backbone, RunConfig(tiled=True, n_boot=4, device="cpu",
                                                          tissue_mask="none")))
     assert depths == [3] and result.metadata["chunk_size"] <= 3
+
+
+@pytest.mark.gui
+def test_the_tissue_mask_field_offers_the_labels_layers(slide_dock):
+    viewer, widget, _layer = slide_dock
+    completer = widget.options.controls["tissue_mask"].completer()
+    offered = completer.model().stringList()
+    assert offered == ["auto", "none"]
+    viewer.add_labels(np.zeros((64, 64), np.uint8), name="painted")
+    assert completer.model().stringList() == ["auto", "none", "painted"]
+    viewer.layers.remove("painted")
+    assert completer.model().stringList() == ["auto", "none"]

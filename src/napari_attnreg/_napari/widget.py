@@ -26,8 +26,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from qtpy.QtCore import QEvent, QTimer, Signal
+from qtpy.QtCore import QEvent, QStringListModel, Qt, QTimer, Signal
 from qtpy.QtWidgets import (
+    QCompleter,
     QDockWidget,
     QFormLayout,
     QGridLayout,
@@ -205,6 +206,22 @@ class AttentionWidget(QWidget):
         # outlines a reader opened (result files, saved folders) keep thin at any zoom too
         self.viewer.layers.events.inserted.connect(self._on_layer_inserted)
         self._on_layer_inserted()
+        # Tissue mask: 'auto', 'none', a file, or a Labels layer by name (offered as typed)
+        self._mask_names = QStringListModel(self)
+        completer = QCompleter(self._mask_names, self)
+        completer.setCaseSensitivity(Qt.CaseInsensitive)
+        mask_field = self.options.controls["tissue_mask"]
+        mask_field.setCompleter(completer)
+        mask_field.setPlaceholderText("auto (slides) / none / a Labels layer / a mask file")
+        self.viewer.layers.events.inserted.connect(self._offer_mask_layers)
+        self.viewer.layers.events.removed.connect(self._offer_mask_layers)
+        self._offer_mask_layers()
+
+    def _offer_mask_layers(self, event: Any = None) -> None:
+        from napari.layers import Labels
+
+        labels = [lay.name for lay in self.viewer.layers if isinstance(lay, Labels)]
+        self._mask_names.setStringList(["auto", "none", *labels])
 
     def _on_layer_inserted(self, event: Any = None) -> None:
         adopt_read_outlines(self.viewer)
@@ -550,3 +567,5 @@ class AttentionWidget(QWidget):
         self.slice_cue.disconnect_viewer()
         self._records.stop_following()
         self.run_panel.unbind_shortcut(self.viewer, self._on_run_shortcut)
+        self.viewer.layers.events.inserted.disconnect(self._offer_mask_layers)
+        self.viewer.layers.events.removed.disconnect(self._offer_mask_layers)
