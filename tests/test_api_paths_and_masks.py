@@ -272,3 +272,25 @@ def test_a_degenerate_mask_reports_the_shape_it_had(tmp_path, shape):
         read_mask(tmp_path / "thin.npy")
     with pytest.raises(ValueError, match=re.escape(f"got shape {shape}")):
         read_mask(np.ones(shape, bool))
+
+
+def test_a_probability_map_is_tissue_at_one_half_and_says_so(tmp_path):
+    prob = np.full((64, 64), 0.02, np.float32)  # a classifier's glass, never exactly 0
+    prob[:20, :30] = 0.9
+    mask, source = read_mask(prob)
+    assert mask[:20, :30].all() and mask.sum() == 20 * 30
+    assert source == "array (probability ≥ 0.5)"
+    labels = np.zeros((64, 64), np.float32)  # 0/1 floats stay labels
+    labels[5, 5] = 1.0
+    assert read_mask(labels)[0].sum() == 1 and read_mask(labels)[1] == "array"
+
+
+def test_a_mask_painted_in_the_alpha_channel_is_read_from_it(tmp_path):
+    rgba = np.zeros((32, 48, 4), np.uint8)
+    rgba[4:10, 6:20, 3] = 255
+    path = tmp_path / "alpha.png"
+    import imageio.v3 as iio
+
+    iio.imwrite(path, rgba)
+    mask, _ = read_mask(str(path))
+    assert mask.sum() == 6 * 14 and mask[4:10, 6:20].all()

@@ -176,7 +176,9 @@ def read_mask(value: Any) -> tuple[np.ndarray, str]:
     """A user's mask (a file name or an array) as a boolean image and how to name it.
 
     Files are TIFFs, ``.npy`` arrays (read without unpickling) or any image imageio reads;
-    singleton axes are dropped and an RGB(A) mask is merged.
+    singleton axes are dropped and an RGB(A) mask is merged (its alpha, when the colour is
+    black throughout). Labels > 0 are tissue; a float map in [0, 1] with values between is a
+    probability, and tissue is ≥ 0.5.
 
     Raises
     ------
@@ -205,12 +207,25 @@ def read_mask(value: Any) -> tuple[np.ndarray, str]:
     given = np.shape(array)  # as the file or the caller had it, for the message
     array = np.squeeze(array)
     if array.ndim == 3 and array.shape[-1] in (3, 4):  # a mask saved as RGB(A)
-        array = array[..., :3].max(axis=-1)
+        colour = array[..., :3].max(axis=-1)
+        # painted in the alpha channel alone (black, opaque where tissue): the alpha is it
+        array = array[..., 3] if array.shape[-1] == 4 and not colour.any() else colour
     if array.ndim != 2 or min(array.shape) < 1:
         raise ValueError(f"tissue_mask must be a 2D mask (labels > 0 = tissue) with more than "
                          f"one row and one column, got shape {given}"
                          + (f" ({source})." if source != "array" else "."))
+    if _is_probability_map(array):  # a classifier's tissue probability: > 0 would be all
+        return array >= 0.5, f"{source} (probability ≥ 0.5)"
     return array > 0, source
+
+
+def _is_probability_map(array: np.ndarray) -> bool:
+    """Floats in [0, 1] with values between 0 and 1: a probability, not labels."""
+    if array.dtype.kind != "f" or not array.size:
+        return False
+    finite = array[np.isfinite(array)]
+    return bool(finite.size and finite.min() >= 0.0 and finite.max() <= 1.0
+                and np.any((finite > 0.0) & (finite < 1.0)))
 
 
 def tiles_in_tissue(mask: np.ndarray, layout: TileLayout,
