@@ -678,3 +678,32 @@ def test_the_tissue_mask_field_offers_the_labels_layers(slide_dock):
     assert completer.model().stringList() == ["auto", "none", "painted"]
     viewer.layers.remove("painted")
     assert completer.model().stringList() == ["auto", "none"]
+
+
+@pytest.mark.gui
+def test_qupath_annotations_lie_over_a_slide_shown_at_a_coarser_level(slide, make_napari_viewer,
+                                                                     tmp_path):
+    import json
+
+    import timm  # noqa: F401
+
+    from napari_attnreg._napari.widget import AttentionWidget
+
+    image = open_slide(slide, level=2)  # downsample 4, 1 µm
+    viewer = make_napari_viewer()
+    layer = viewer.add_image(np.asarray(image.array), name="slide", rgb=True, scale=(1.0, 1.0),
+                             metadata={"slide": {"path": str(slide), "level": 2, "mpp": 1.0,
+                                                 "downsample": 4.0}})
+    widget = AttentionWidget(viewer)
+    viewer.window.add_dock_widget(widget)
+    # QuPath's frame: full-resolution pixels, (x, y) from the top-left corner
+    square = [[400, 200], [600, 200], [600, 320], [400, 320], [400, 200]]
+    path = tmp_path / "qupath.geojson"
+    path.write_text(json.dumps({"type": "FeatureCollection", "features": [{
+        "type": "Feature", "properties": {"objectType": "annotation"},
+        "geometry": {"type": "Polygon", "coordinates": [square]}}]}))
+    [shapes] = viewer.open(str(path), plugin="napari-attnreg")
+    corner = shapes.data_to_world(shapes.data[0][0])
+    # the corner of level-0 pixel (200, 400) is the corner of level-2 pixel (50, 100)
+    assert np.asarray(corner) == pytest.approx(layer.data_to_world((49.5, 99.5)))
+    assert shapes.metadata["geojson"]["placed"] == "slide"

@@ -225,8 +225,11 @@ def read_geojson_layers(path: str | list[str]) -> list[LayerData]:
             # (x, y) from the top-left corner -> napari's (row, col) with pixel centres at 0
             shapes.append(xy[:, ::-1] - 0.5)
     name = path.name[: -len(".geojson")] + " ROIs"
+    # in the file's pixels (a slide's: full resolution); the dock lays them over a slide layer
     return [(shapes, {"name": name, "shape_type": "polygon", "edge_color": "yellow",
-                      "face_color": "transparent", "edge_width": 1.0}, "shapes")]
+                      "face_color": "transparent", "edge_width": 1.0,
+                      "metadata": {"geojson": {"path": str(path), "frame": "pixels"}}},
+             "shapes")]
 
 
 def source_layer_name(path: str) -> str:

@@ -131,3 +131,28 @@ def labels_mask(viewer: Any, value: Any, layer: Any, geometry: Any) -> Any:
         raise ValueError(f"The Labels layer {name!r} marks no tissue over {layer.name!r}; "
                          "paint the tissue (any label above 0) or choose 'auto' or 'none'.")
     return NamedMask(mask, f"Labels layer {name!r}")
+
+
+def place_on_slide(shapes: Any, slide_layer: Any) -> bool:
+    """Lay a Shapes layer read from GeoJSON (full-resolution pixels, QuPath's frame) over a
+    slide layer shown at any level, in its units; True when it was placed.
+
+    Full-resolution pixel centre ``c`` lies at ``(c − (k − 1)/2)/k`` pixels of a level
+    downsampled ``k`` times. Only a layer still where the reader put it is moved.
+    """
+    import numpy as np
+
+    slide = slide_of(slide_layer)
+    meta = shapes.metadata.get("geojson") if isinstance(shapes.metadata, dict) else None
+    if slide is None or not isinstance(meta, dict) or meta.get("placed") or shapes.ndim != 2:
+        return False
+    if not (np.allclose(shapes.scale, 1.0) and np.allclose(shapes.translate, 0.0)):
+        return False  # moved by the analyst (or a script): theirs
+    k = float(slide.get("downsample") or 1.0)
+    scale = np.asarray(slide_layer.scale[-2:], dtype=float) / k
+    shapes.scale = tuple(scale)
+    shapes.translate = tuple(np.asarray(slide_layer.translate[-2:], dtype=float)
+                             - (k - 1) / 2 * scale)
+    shapes.units = tuple(slide_layer.units[-2:])
+    meta["placed"] = slide_layer.name
+    return True

@@ -64,7 +64,7 @@ from napari_attnreg._napari.run_panel import RunPanel
 from napari_attnreg._napari.run_record import RunRecord
 from napari_attnreg._napari.settings import run_defaults
 from napari_attnreg._napari.slice_cue import SliceCue
-from napari_attnreg._napari.slide_run import labels_mask
+from napari_attnreg._napari.slide_run import labels_mask, place_on_slide, slide_of
 from napari_attnreg._napari.source_panel import SourcePanel
 from napari_attnreg._napari.status import (
     WARNING_COLOR,
@@ -217,6 +217,20 @@ class AttentionWidget(QWidget):
         self.viewer.layers.events.removed.connect(self._offer_mask_layers)
         self._offer_mask_layers()
 
+    def _place_annotations(self, layer: Any) -> None:
+        """QuPath annotations read from GeoJSON go over the slide they were drawn on: the
+        image chosen in the dock when it is a slide, else the only slide open."""
+        from napari.layers import Image, Shapes
+
+        if not isinstance(layer, Shapes):
+            return
+        chosen = self.current_layer()
+        slides = [lay for lay in self.viewer.layers
+                  if isinstance(lay, Image) and slide_of(lay) is not None]
+        target = chosen if chosen in slides else (slides[0] if len(slides) == 1 else None)
+        if target is not None:
+            place_on_slide(layer, target)
+
     def _offer_mask_layers(self, event: Any = None) -> None:
         from napari.layers import Labels
 
@@ -225,6 +239,7 @@ class AttentionWidget(QWidget):
 
     def _on_layer_inserted(self, event: Any = None) -> None:
         adopt_read_outlines(self.viewer)
+        self._place_annotations(getattr(event, "value", None))
         # a reader adds its layers one by one: take the result up once all of them are in
         QTimer.singleShot(0, self.adopt_reopened)
 
