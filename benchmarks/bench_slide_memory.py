@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python benchmarks/bench_slide_memory.py --size 50000 --n-boot 100
     PYTHONPATH=src python benchmarks/bench_slide_memory.py --size 20000 --json out.json
+    PYTHONPATH=src python benchmarks/bench_slide_memory.py --size 12000 --levels 2 -- --mpp 16
 
 Writes a synthetic pyramidal TIFF to a temporary folder (``--tmp``, default the system's):
 ``size``² RGB, JPEG tiles of 512², levels 1, 1/2, 1/4, … down to about 2048², its pixel size
@@ -86,13 +87,15 @@ def level_tiles(side: int, radii: np.ndarray, seed: int):
             yield tile_pixels(ty, tx, side, radii, rng)
 
 
-def write_slide(path: Path, size: int, tissue: float, mpp: float = 0.5) -> list[int]:
-    """The pyramidal TIFF; returns the level sides."""
+def write_slide(path: Path, size: int, tissue: float, mpp: float = 0.5,
+                levels: int | None = None) -> list[int]:
+    """The pyramidal TIFF (``levels`` levels, default down to about 2048²); returns the
+    level sides."""
     import tifffile
 
     radii = blob_radii(tissue)
     sides = [size]
-    while sides[-1] > 2048:
+    while sides[-1] > 2048 if levels is None else len(sides) < levels:
         sides.append(sides[-1] // 2)
     per_cm = 1e4 / mpp
     with tifffile.TiffWriter(path, bigtiff=True) as tif:
@@ -197,18 +200,21 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--n-boot", type=int, default=100)
     ap.add_argument("--tmp", default=None, help="folder for the slide and the outputs")
     ap.add_argument("--keep", action="store_true", help="keep the slide (reused when present)")
+    ap.add_argument("--levels", type=int, default=None,
+                    help="pyramid levels (at least 2; default down to about 2048²): few levels "
+                         "and a coarse --mpp make each tile read a large region")
     ap.add_argument("--json", default=None)
     ap.add_argument("cli_args", nargs="*", help="more `attnreg run` options (after --)")
     args = ap.parse_args(argv)
 
     tmp = Path(args.tmp or tempfile.gettempdir()) / f"attnreg_slide_{args.size}"
     tmp.mkdir(parents=True, exist_ok=True)
-    path = tmp / f"slide_{args.size}_{args.tissue:g}.tif"
+    path = tmp / f"slide_{args.size}_{args.tissue:g}_{args.levels or 'all'}.tif"
     out: dict = {"size": args.size, "tissue": args.tissue, "n_boot": args.n_boot,
                  "cpus": os.cpu_count()}
     if not path.exists():
         t0 = time.perf_counter()
-        out["levels"] = write_slide(path, args.size, args.tissue)
+        out["levels"] = write_slide(path, args.size, args.tissue, levels=args.levels)
         out["write_s"] = time.perf_counter() - t0
         print(f"wrote {path} ({path.stat().st_size / 1e6:.0f} MB, levels {out['levels']}) "
               f"in {out['write_s']:.0f} s", flush=True)
