@@ -418,8 +418,13 @@ def test_napari_reader_opens_a_slide_in_micrometres(slide):
     reader = get_reader(str(slide))
     assert reader is not None
     [(data, kwargs, kind)] = reader(str(slide))
-    assert kind == "image" and data.shape == (SIZE, SIZE, 3) and kwargs["rgb"]
+    # the whole pyramid, full resolution first, read as napari draws it
+    assert kind == "image" and kwargs["multiscale"] and kwargs["rgb"]
+    assert [level.shape for level in data] == [(SIZE >> k, SIZE >> k, 3) for k in range(3)]
+    assert not any(isinstance(level, np.ndarray) for level in data)
     assert kwargs["scale"] == (0.25, 0.25) and kwargs["metadata"]["slide"]["level"] == 0
+    # within the untiled pixel budget: an untiled run in the dock takes full resolution
+    assert kwargs["metadata"]["slide"]["run_level"] == 0
     from napari_attnreg.io.readers import ImageInfo
 
     info = ImageInfo.from_layer_metadata(kwargs["metadata"])
@@ -447,6 +452,7 @@ def test_napari_opens_a_slide_through_the_plugin(slide, make_napari_viewer):
     viewer = make_napari_viewer()
     [layer] = viewer.open(str(slide), plugin="napari-attnreg")
     assert layer.rgb and layer.data.shape == (SIZE, SIZE, 3)
+    assert layer.multiscale and len(layer.data) == 3
     assert tuple(layer.scale) == pytest.approx((0.25, 0.25))
     assert layer.metadata["slide"]["mpp"] == pytest.approx(0.25)
 
@@ -565,6 +571,81 @@ def test_an_untiled_dock_run_of_a_slide_reads_the_level_asked(slide_dock, qtbot)
     result = record.results[()]
     assert result.image_shape == (512, 512) and result.metadata["slide_level"] == 2
     assert result.spatial["scale"] == pytest.approx((1.0, 1.0))
+
+
+@pytest.mark.gui
+def test_a_pyramid_above_the_budget_runs_untiled_at_the_finest_level_it_holds(
+        slide, make_napari_viewer, qtbot, monkeypatch, tmp_path):
+    import timm  # noqa: F401  # before the viewer: see tests/napari/conftest.py
+
+    from napari_attnreg._napari.figure import export_figure
+    from napari_attnreg._napari.widget import AttentionWidget
+    from napari_attnreg.core.run import lazy
+
+    # a budget of level 1's pixels: level 0 (2048²) is too large to hold, level 1 is not
+    monkeypatch.setattr(lazy, "MAX_UNTILED_PIXELS", 1024 * 1024)
+    viewer = make_napari_viewer()
+    [layer] = viewer.open(str(slide), plugin="napari-attnreg")
+    assert layer.multiscale and layer.metadata["slide"]["run_level"] == 1
+    widget = AttentionWidget(viewer)
+    viewer.window.add_dock_widget(widget)
+    widget.options.controls["device"].setCurrentText("cpu")
+    widget.options.controls["n_boot"].setValue(8)
+    record = _dock_run(widget, qtbot)
+    result = record.results[()]
+    assert result.image_shape == (1024, 1024) and result.metadata["slide_level"] == 1
+    assert record.params["level"] == 1
+    # the outputs lie on the full-resolution pixels the layer is made of: an untiled run
+    # resizes level 1 to the model's input, so a token spans SIZE / n level-0 pixels
+    attention = record.outputs["attention"]
+    n = attention.data.shape[0]
+    span = SIZE / n
+    assert np.asarray(attention.data_to_world((0, 0))) == pytest.approx(
+        layer.data_to_world(((span - 1) / 2,) * 2))
+    assert np.asarray(attention.data_to_world((n - 1, n - 1))) == pytest.approx(
+        layer.data_to_world((SIZE - (span + 1) / 2,) * 2))
+    assert export_figure(viewer, record, layer, tmp_path / "pyramid.png").is_file()
+
+    # a tiled run of the pyramid reads full resolution tile by tile, as `attnreg run --tiled`
+    widget.options.controls["tiled"].setChecked(True)
+    pending = widget._build_job()
+    assert pending.job.config.extra["slide_level"] == 0 and pending.grid is None
+    assert pending.job.stack.analysed_shape == (SIZE, SIZE)
+
+
+@pytest.mark.gui
+def test_a_concept_from_regions_on_a_slide_pyramid_reads_the_level_a_run_reads(
+        slide, make_napari_viewer, monkeypatch):
+    import timm  # noqa: F401  # before the viewer: see tests/napari/conftest.py
+
+    from napari_attnreg._napari.concept_roi import capture_request
+    from napari_attnreg.core.run import lazy
+
+    monkeypatch.setattr(lazy, "MAX_UNTILED_PIXELS", 1024 * 1024)
+    viewer = make_napari_viewer()
+    [layer] = viewer.open(str(slide), plugin="napari-attnreg")
+    # drawn in full-resolution pixels: rows 400–800, columns 1000–1600 of level 0
+    box = np.array([[400.0, 1000.0], [400.0, 1600.0], [800.0, 1600.0], [800.0, 1000.0]])
+    viewer.add_shapes([box], shape_type="rectangle", name="glands", scale=layer.scale)
+    request = capture_request(viewer, layer, None)
+    assert request.image.shape == (1024, 1024, 3)  # level 1, as an untiled run reads it
+    np.testing.assert_array_equal(request.image, np.asarray(layer.data[1]))
+    rows, cols = np.nonzero(request.labels)
+    assert (rows.min(), rows.max()) == (200, 399) and (cols.min(), cols.max()) == (500, 799)
+
+
+@pytest.mark.gui
+def test_a_multiscale_layer_that_is_no_slide_is_still_refused(make_napari_viewer):
+    import timm  # noqa: F401
+
+    from napari_attnreg._napari.widget import AttentionWidget
+
+    viewer = make_napari_viewer()
+    pixels = _slide_pixels(512)
+    viewer.add_image([pixels, pixels[::2, ::2]], name="pyr", rgb=True, multiscale=True)
+    widget = AttentionWidget(viewer)
+    assert widget.run() is None
+    assert "layer.data[1]" in widget.run_panel.status_label.text()
 
 
 @pytest.mark.gui

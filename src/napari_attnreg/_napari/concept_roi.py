@@ -107,11 +107,11 @@ def capture_request(viewer: Any, image_layer: Any, channel_axis: int | None,
     if image_layer is None:
         raise ValueError("Choose the image under 'Image' first: the concept is built from "
                          "regions on it.")
-    if image_layer.multiscale:
-        raise ValueError(f"{image_layer.name!r} is a multiscale image; add one level as its "
-                         "own image layer to build a concept on it.")
+    data, grid = _pixels_of(image_layer)
     layer = roi_layer(viewer)
     geometry = SourceGeometry.from_layer(image_layer, channel_axis)
+    if grid is not None:  # a slide pyramid: the regions drawn over the level read
+        geometry = grid.place(geometry)
     plane = shown_plane(geometry, viewer.dims.point) or ()
     labels = roi_labels(layer, geometry, plane)
     selected = sorted(getattr(layer, "selected_data", ()) or ())
@@ -121,11 +121,38 @@ def capture_request(viewer: Any, image_layer: Any, channel_axis: int | None,
         raise ValueError(f"{layer.name!r} has no region on {image_layer.name!r}"
                          + (f" (plane {list(plane)})" if plane else "")
                          + ": outline a few examples of the concept on this image.")
-    stack = PlaneStack(image_layer.data, geometry.stack_axes,
-                       image_layer.data.ndim - 1 if image_layer.rgb else channel_axis,
+    stack = PlaneStack(data, geometry.stack_axes,
+                       data.ndim - 1 if image_layer.rgb else channel_axis,
                        bool(image_layer.rgb))
     image, plane_axis = stack.read(plane)
     return RoiRequest(image, plane_axis, labels, layer.name, **(channel_options or {}))
+
+
+def _pixels_of(image_layer: Any) -> tuple[Any, Any]:
+    """``(pixels, grid)`` the concept is built from: the layer's own (grid None), or for a
+    slide pyramid the level an untiled run reads (``run_level``), tied to the layer's
+    full-resolution pixels by an :class:`~napari_attnreg._napari.geometry.AnalysedGrid`.
+
+    Raises
+    ------
+    ValueError
+        A multiscale layer that is no slide (which level to read is not known).
+    """
+    from napari_attnreg._napari.geometry import AnalysedGrid
+    from napari_attnreg._napari.slide_run import slide_of
+
+    if not image_layer.multiscale:
+        return image_layer.data, None
+    slide = slide_of(image_layer)
+    if slide is None:
+        raise ValueError(f"{image_layer.name!r} is a multiscale image; add one level as its "
+                         "own image layer to build a concept on it.")
+    level = min(int(slide.get("run_level") or 0), len(image_layer.data) - 1)
+    data = image_layer.data[level]
+    full, shape = image_layer.data[0].shape[:2], tuple(int(n) for n in data.shape[:2])
+    if level == 0:
+        return data, None
+    return data, AnalysedGrid(shape, (full[0] / shape[0], full[1] / shape[1]))
 
 
 def build_concept(request: RoiRequest, spec: Any) -> np.ndarray:

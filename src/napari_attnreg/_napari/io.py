@@ -58,31 +58,37 @@ def _is_slide(path: str) -> bool:
 def read_slide_layers(path: str | list[str]) -> list[LayerData]:
     """A slide (SVS, NDPI, pyramidal TIFF) as one image layer in micrometres, read lazily.
 
-    The layer is the finest level an untiled run takes (napari's run panel runs one level
-    held in memory); the command line and ``regularize`` read any level tile by tile
-    (``--tiled --level N``). ``metadata["slide"]`` names the file, the level and its pixel
-    size, which a run records as the command line does.
+    A slide with several levels is a multiscale layer: napari shows its full resolution
+    where one zooms in, reading only the tiles on screen, and its coarser levels further
+    out. ``metadata["slide"]`` names the file, the level the layer's pixels are (0 for a
+    pyramid), its pixel size, and ``run_level``: the finest level a run in napari's dock
+    holds in memory when it is not tiled (a tiled run reads level 0, or the level asked,
+    tile by tile, as ``attnreg run --tiled`` does). A slide of one level is that level (napari
+    then reads all of it to draw it).
     """
     from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
     from napari_attnreg.io.slides import open_slide
 
     path = str(path[0] if isinstance(path, list) else path)
-    image = open_slide(path)
-    level = 0
-    while image.analysed_shape[0] * image.analysed_shape[1] > MAX_UNTILED_PIXELS:
+    levels = [open_slide(path)]
+    while True:
         try:
-            image = open_slide(path, level=level + 1)
-        except ValueError:  # no coarser level: the coarsest one it is
+            levels.append(open_slide(path, level=len(levels)))
+        except ValueError:  # no coarser level
             break
-        level += 1
-    scale = (image.mpp, image.mpp) if image.mpp else (1.0, 1.0)
-    rgb = image.channel_axis == -1 and image.array.shape[-1] in (3, 4)
+    sizes = [image.analysed_shape[0] * image.analysed_shape[1] for image in levels]
+    run_level = next((k for k, n in enumerate(sizes) if n <= MAX_UNTILED_PIXELS),
+                     len(levels) - 1)
+    shown = [image.array for image in levels]
+    full = levels[0]
+    scale = (full.mpp, full.mpp) if full.mpp else (1.0, 1.0)
+    rgb = full.channel_axis == -1 and full.array.shape[-1] in (3, 4)
     kwargs: dict[str, Any] = {
-        "name": Path(path).name, "rgb": rgb,
-        "scale": scale, "units": ("µm", "µm") if image.mpp else ("pixel", "pixel"),
-        "metadata": {"slide": {"path": path, "level": image.level, "mpp": image.mpp,
-                               "downsample": image.downsample}}}
-    return [(image.array, kwargs, "image")]
+        "name": Path(path).name, "rgb": rgb, "multiscale": len(shown) > 1,
+        "scale": scale, "units": ("µm", "µm") if full.mpp else ("pixel", "pixel"),
+        "metadata": {"slide": {"path": path, "level": 0, "mpp": full.mpp, "downsample": 1.0,
+                               "levels": len(shown), "run_level": run_level}}}
+    return [(shown if len(shown) > 1 else full.array, kwargs, "image")]
 
 
 def _is_dicom(path: str) -> bool:

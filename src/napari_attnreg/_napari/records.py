@@ -24,6 +24,7 @@ from napari_attnreg._napari.layers import (
 from napari_attnreg._napari.pending import PendingRun
 from napari_attnreg._napari.reopen import RESULT_FILES_KEY, load_linked, remember
 from napari_attnreg._napari.run_record import RunRecord
+from napari_attnreg._napari.slide_run import slide_of
 from napari_attnreg._napari.status import TRANSFORM_EVENTS
 from napari_attnreg.core.run.service import Outcome
 from napari_attnreg.session import Session
@@ -147,7 +148,8 @@ class RunRecords:
 
         return next((lay for lay in self.viewer.layers
                      if isinstance(lay, Image) and lay.name == meta.get("source")
-                     and META_KEY not in lay.metadata and not lay.multiscale
+                     and META_KEY not in lay.metadata
+                     and (not lay.multiscale or slide_of(lay) is not None)
                      and lay.ndim == 2 + len(next(iter(meta.get("planes") or [[]])))
                      and lay.unique_id not in self._records), None)
 

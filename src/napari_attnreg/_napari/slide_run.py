@@ -1,13 +1,15 @@
 """A run of a slide layer: the slide read again from its file, at the level or resolution the
 options ask for, with the slide's tissue mask, and placed over the layer.
 
-napari shows a slide as one pyramid level (the finest one an untiled run can hold, see
-:func:`napari_attnreg._napari.io.read_slide_layers`). A tiled run reads the slide itself tile
-by tile, as the command line does: at the layer's level unless *Slide level* or *Slide
-resolution* says otherwise, and with the automatic tissue mask unless *Tissue mask* says
-otherwise. An untiled run at another level reads that level whole (within the untiled pixel
-budget). Either way the analysed pixels are tied to the layer's by an :class:`AnalysedGrid`,
-so the output layers lie on the tissue they were computed from. No Qt in here.
+napari shows a slide as a pyramid whose pixels are level 0's (see
+:func:`napari_attnreg._napari.io.read_slide_layers`), or as the one level a layer holds. A
+tiled run reads the slide itself tile by tile, as the command line does: at the layer's level
+(full resolution for a pyramid) unless *Slide level* or *Slide resolution* says otherwise,
+and with the automatic tissue mask unless *Tissue mask* says otherwise. An untiled run reads
+a level whole (within the untiled pixel budget): the one asked, else the finest the budget
+holds (``run_level``). Either way the analysed pixels are tied to the layer's by an
+:class:`AnalysedGrid`, so the output layers lie on the tissue they were computed from. No Qt
+in here.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def slide_run(layer: Any, config: RunConfig) -> tuple[Any, AnalysedGrid | None, 
     asked = config.level is not None or config.mpp is not None
     if slide is None:
         return None, None, replace(config, level=None, mpp=None)
-    if not config.tiled and not asked:  # the layer's pixels: its level, full resolution's frame
+    pyramid = bool(getattr(layer, "multiscale", False))
+    if not config.tiled and not asked and not pyramid:  # the layer's own pixels
         said = {"slide_level": slide.get("level"), "slide_resample": 1.0,
                 "slide_downsample": float(slide.get("downsample") or 1.0)}
         return None, None, replace(config, level=slide.get("level"),
@@ -60,7 +63,12 @@ def slide_run(layer: Any, config: RunConfig) -> tuple[Any, AnalysedGrid | None, 
         raise ValueError(f"The slide file of {layer.name!r} ({path}) is no longer there; a "
                          "tiled run, or a run at another level, reads the slide from its file. "
                          "Open the slide again.")
-    level = config.level if asked else slide.get("level")
+    if asked:
+        level = config.level
+    elif config.tiled or not pyramid:
+        level = slide.get("level")
+    else:  # an untiled run of a pyramid: the finest level the pixel budget holds
+        level = int(slide.get("run_level") or 0)
     opened = open_slide(path, level=level, mpp=config.mpp)  # checks the level / resolution
     image, _info = open_for_run(path, {"tiled": config.tiled, "level": level, "mpp": config.mpp})
     grid = _grid(layer, slide, opened)
@@ -73,7 +81,7 @@ def slide_run(layer: Any, config: RunConfig) -> tuple[Any, AnalysedGrid | None, 
 
 def _grid(layer: Any, slide: dict[str, Any], opened: Any) -> AnalysedGrid | None:
     """How the pixels read sit on the layer's (None: they are the layer's own)."""
-    shown = tuple(int(n) for n in layer.data.shape[:2])
+    shown = tuple(int(n) for n in layer.data.shape[:2])  # a pyramid's: level 0's
     analysed = tuple(int(n) for n in opened.analysed_shape)
     if opened.level == slide.get("level") and opened.scale == 1 and analysed == shown:
         return None

@@ -411,7 +411,7 @@ class AttentionWidget(QWidget):
         if layer is None:
             raise ValueError(f"Add an image layer ({sample_menu_hint()}) and choose it under "
                              "'Image'.")
-        if layer.multiscale:
+        if layer.multiscale and slide_of(layer) is None:  # a slide's pyramid is read from file
             raise ValueError(f"{layer.name!r} is a multiscale (pyramid) image; add one level as "
                              "its own image layer (e.g. layer.data[1]) and run on that.")
         axis = self.source.channel_axis()
