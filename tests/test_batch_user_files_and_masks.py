@@ -137,6 +137,43 @@ def test_the_geojson_of_a_skipped_result_is_not_rewritten_and_an_edited_one_is_k
     assert geo.stat().st_size > 0 and made is not None
 
 
+def test_a_result_redone_without_geojson_or_figure_leaves_none_of_its_old_files_stale(
+        tmp_path, capsys):
+    from napari_attnreg.batch.resume import owns
+
+    src, out = tmp_path / "a.tif", tmp_path / "out"
+    tifffile.imwrite(src, _img(1))
+    assert main(["run", str(src), "--out", str(out), "--geojson", *FAST]) == 0
+    geo, figure = out / "a.tif.geojson", out / "a.tif.attnreg.png"
+    result = out / "a.tif.attnreg.npz"
+    assert geo.is_file() and figure.is_file()
+    capsys.readouterr()
+    # redone (another seed) without a GeoJSON and without a figure (the Python batch's
+    # figure=None; the command line always makes one)
+    from napari_attnreg.batch.items import collect_inputs
+    from napari_attnreg.batch.run import run_batch
+
+    run_batch(collect_inputs([src]), out, "demo", None,
+              {"n_boot": 4, "device": "cpu", "seed": 9}, quiet=True, figure=None)
+    err = capsys.readouterr().err
+    assert _statuses(out) == ["done"]
+    # the tool's GeoJSON now describes the new result and is still the tool's ...
+    assert f"rewrote {geo}" in err and owns(result, "geojson", geo)
+    from napari_attnreg.io.geojson import write_geojson
+
+    write_geojson(tmp_path / "expected.geojson", AttentionResult.load(result))
+    assert geo.read_bytes() == (tmp_path / "expected.geojson").read_bytes()
+    # ... and its figure of the replaced result is gone, not left beside the new one
+    assert not figure.exists() and f"removed {figure}" in err
+    # a later run asking for the GeoJSON finds the tool's own, current: nothing to ask
+    run_batch(collect_inputs([src]), out, "demo", None,
+              {"n_boot": 4, "device": "cpu", "seed": 9}, quiet=True, figure=None,
+              geojson=True)
+    err = capsys.readouterr().err
+    assert _statuses(out) == ["skipped (exists)"] and "--overwrite" not in err
+    assert geo.read_bytes() == (tmp_path / "expected.geojson").read_bytes()
+
+
 # ---- 3. --level with --mpp: once, before any file -------------------------------------------
 def test_level_and_mpp_together_are_refused_before_any_file(tmp_path, capsys):
     with pytest.raises(ValueError, match="slide level or a resolution .*not both"):
@@ -161,7 +198,7 @@ def test_a_tissue_mask_on_an_untiled_run_is_refused(tmp_path, capsys):
     mask = tmp_path / "mask.png"
     _mask(mask, slice(0, 8))
     for value in ("auto", str(mask), np.ones((4, 4), bool)):
-        with pytest.raises(ValueError, match="tissue_mask applies to tiled runs.*tiled=True"):
+        with pytest.raises(ValueError, match="tissue mask applies to tiled runs.*tiled=True"):
             RunConfig(tissue_mask=value).validate()
     RunConfig(tissue_mask="none").validate()  # no mask: what an untiled run does anyway
     RunConfig(tissue_mask=None).validate()

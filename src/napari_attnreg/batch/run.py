@@ -260,11 +260,13 @@ def _plane_row(ctx: _ItemContext, source: PlaneStack | LazyImage, index: PlaneIn
         return failed_row(ctx.item, plane, outcome.errors.get(index) or outcome.message)
     result, out = outcome.results[index], output_path(ctx.out_dir, ctx.item, plane)
     kept = _users_files(ctx, out, label)
+    stale = _tool_files_not_asked(ctx, out)  # read before the record is rewritten
     try:
         artefacts = _write_outputs(out, result, outcome.displays[index], ctx.figure, label,
-                                   geojson=ctx.geojson, kept=kept)
+                                   geojson=ctx.geojson or "geojson" in stale, kept=kept)
     except (ValueError, MemoryError, OSError) as err:  # this image's outputs: report, go on
         return failed_row(ctx.item, plane, user_message(err))
+    _retire_stale(stale, artefacts, label)
     _write_record(out, ctx.stamp, ctx.run, artefacts, kept)
     written = "".join(f"\n  -> {path}" for path in artefacts.values())
     print(f"{label}: {result.summary()}{written}")
@@ -289,6 +291,35 @@ def _users_files(ctx: _ItemContext, out: Path, label: str) -> dict[str, Path]:
     for path in kept.values():
         _say_kept(label, path)
     return kept
+
+
+def _tool_files_not_asked(ctx: _ItemContext, out: Path) -> dict[str, Path]:
+    """The files the tool wrote beside the output before (still as it wrote them) that this
+    run was not asked for: left alone they would describe the old result, and the new record
+    would no longer call them the tool's."""
+    earlier = {"figure": output_artefacts(out, True)["figure"], "geojson": geojson_path(out)}
+    asked = {"figure": ctx.figure is not None, "geojson": ctx.geojson}
+    return {kind: path for kind, path in earlier.items()
+            if not asked[kind] and path.is_file() and owns(out, kind, path)}
+
+
+def _retire_stale(stale: dict[str, Path], written: dict[str, Path], label: str) -> None:
+    """Say what became of the tool's earlier files a redo was not asked for: its GeoJSON is
+    rewritten from the new result (QuPath projects point at it); a figure this run makes
+    none of (``--figure none``) is removed rather than left showing the old result."""
+    for kind, path in stale.items():
+        if kind in written:
+            print(f"{label}: rewrote {path} from the new result (napari-attnreg wrote it "
+                  "for the result this one replaces)", file=sys.stderr)
+            continue
+        try:
+            path.unlink()
+        except OSError as err:
+            print(f"{label}: warning: could not remove {path}, which shows the replaced "
+                  f"result ({user_message(err)})", file=sys.stderr)
+        else:
+            print(f"{label}: removed {path}: it showed the result this one replaces, and "
+                  "this run makes no figure", file=sys.stderr)
 
 
 def _say_kept(label: str, path: Path) -> None:
