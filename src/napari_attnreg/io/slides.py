@@ -111,7 +111,8 @@ class SlideLevels:
             return level, 1.0
         if self.mpp is None:
             raise ValueError("The slide does not state its pixel size (mpp), so a resolution "
-                             "cannot be chosen; choose a level (--level) instead.")
+                             "cannot be chosen; choose a level instead ('Slide level' in "
+                             "napari, level= in Python, --level on the command line).")
         if mpp < self.mpp * (1 - MPP_TOLERANCE):
             raise ValueError(f"mpp={mpp:g} µm is finer than the slide's full resolution "
                              f"({self.mpp:g} µm per pixel); use mpp ≥ {self.mpp:g}.")

@@ -156,13 +156,15 @@ def validate_tiling(config: RunConfig) -> None:
     if config.tissue_mask is not None and not config.tiled and not (
             isinstance(config.tissue_mask, str) and config.tissue_mask == "none"):
         # an untiled run reads no mask: recording one would claim tiles were left out
-        raise ValueError("tissue_mask applies to tiled runs only; pass tiled=True (--tiled) or "
-                         "leave it unset.")
+        raise ValueError("A tissue mask applies to tiled runs only: run tiled ('Tiled' in "
+                         "napari, tiled=True in Python, --tiled on the command line) or leave "
+                         "the mask unset.")
     if config.level is not None and config.mpp is not None:
         # the wording of io.slides (SlideLevels.choose), said once here before any slide is
         # read (mpp itself is checked finite and in range by validate_options)
-        raise ValueError("Give a slide level or a resolution (mpp), not both: leave level "
-                         "(--level) or mpp (--mpp) unset.")
+        raise ValueError("Give a slide level or a resolution (mpp), not both: leave one "
+                         "empty ('Slide level' / 'Slide resolution' in napari, level= / mpp= "
+                         "in Python, --level / --mpp on the command line).")
     work_shape((1, 1), (1, 1), config.tile_scale)  # checks tile_scale
     if config.tile_overlap is not None and (
             not isinstance(config.tile_overlap, (int, np.integer)) or config.tile_overlap < 0):

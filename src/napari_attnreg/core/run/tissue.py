@@ -287,6 +287,7 @@ def tissue_for(spec: Any, thumbnail: np.ndarray | None, layout: TileLayout,
     tiles = tiles_in_tissue(mask, layout, fraction)
     if not tiles.any():
         raise ValueError(f"No tile is at least {fraction:.0%} tissue by the tissue mask "
-                         f"({source}); check the mask, or run every tile with "
-                         "tissue_mask='none' (--tissue-mask none).")
+                         f"({source}); check the mask, or run every tile with the "
+                         "mask 'none' (Tissue mask in napari, tissue_mask='none' in Python, "
+                         "--tissue-mask none on the command line).")
     return TissueMask(mask=mask, source=source, tiles=tiles, fraction=fraction)
