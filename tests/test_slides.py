@@ -550,7 +550,7 @@ def test_the_dock_runs_a_slide_at_the_level_asked_with_its_mask_placed_on_the_la
     assert record.params["level"] == 1 and result.spatial["scale"] == pytest.approx((0.5, 0.5))
     # a slide's default mask: the glass was not run
     assert md["tissue_mask"].startswith("auto") and md["n_tissue_tiles"] < md["n_tiles_total"]
-    assert viewer.layers["slide.svs tissue"].data.any()
+    assert viewer.layers["slide tissue"].data.any()
     # token (i, j) of the 8-pixel patches of level 1 covers level-0 pixels 16·i .. 16·i + 15
     attention = record.outputs["attention"]
     first = np.asarray(attention.data_to_world((0, 0)))
@@ -635,6 +635,91 @@ def test_a_concept_from_regions_on_a_slide_pyramid_reads_the_level_a_run_reads(
 
 
 @pytest.mark.gui
+def test_a_saved_slide_session_refers_to_the_slide_and_reopens_as_a_result_the_dock_knows(
+        slide_dock, qtbot, tmp_path, make_napari_viewer, monkeypatch):
+    import json
+    import shutil
+
+    from napari_attnreg._napari.io import write_outputs
+    from napari_attnreg._napari.widget import AttentionWidget
+    from napari_attnreg.io import export
+
+    viewer, widget, layer = slide_dock
+    controls = widget.options.controls
+    controls["tiled"].setChecked(True)
+    controls["level"].setValue(1)
+    record = _dock_run(widget, qtbot)
+    saved = [layer, *record.outputs.values()]
+    folder = tmp_path / "session"
+    written = write_outputs(str(folder), [lay.as_layer_data_tuple() for lay in saved])
+    # the slide's pixels are not copied: the record names its file
+    entries = json.loads((folder / "provenance.json").read_text())["layers"]
+    [entry] = [e for e in entries if e.get("slide")]
+    assert entry["file"] is None and entry["slide"] == str(layer.metadata["slide"]["path"])
+    assert not any("slide.ome" in Path(p).name for p in written)
+    # one OME-TIFF of a slide above the pixel budget is refused, saying what to do instead
+    monkeypatch.setattr(export, "MAX_UNTILED_PIXELS", 1024 * 1024)
+    with pytest.raises(ValueError, match="whole-slide image.*folder"):
+        write_outputs(str(tmp_path / "slide.ome.tif"), [layer.as_layer_data_tuple()])
+    assert not (tmp_path / "slide.ome.tif").exists()
+
+    again = make_napari_viewer()
+    dock = AttentionWidget(again)
+    again.window.add_dock_widget(dock)
+    opened = again.open(str(folder), plugin="napari-attnreg")
+    reopened = again.layers[layer.name]
+    assert reopened in opened and reopened.multiscale and reopened.metadata["slide"]
+    assert tuple(reopened.scale) == pytest.approx(tuple(layer.scale))
+    # the level-1 result is the dock's again, lying over the level-0 pixels as it did
+    qtbot.waitUntil(lambda: dock.current_record() is not None, timeout=10_000)
+    known = dock.current_record()
+    assert known.run_id == record.run_id and known.grid.factor == pytest.approx((2.0, 2.0))
+    attention = known.outputs["attention"]
+    assert np.asarray(attention.data_to_world((0, 0))) == pytest.approx(
+        reopened.data_to_world((7.5, 7.5)))
+
+    # a folder whose slide file is gone still opens its result layers, with a warning
+    moved = tmp_path / "moved"
+    shutil.copytree(folder, moved)
+    record_file = moved / "provenance.json"
+    data = json.loads(record_file.read_text())
+    for e in data["layers"]:
+        if e.get("slide"):
+            e["slide"] = str(tmp_path / "gone.svs")
+    record_file.write_text(json.dumps(data))
+    third = make_napari_viewer()
+    with pytest.warns(UserWarning, match="gone.svs"):
+        layers = third.open(str(moved), plugin="napari-attnreg")
+    assert layers and all(not lay.multiscale for lay in layers)
+
+
+@pytest.mark.gui
+def test_a_command_line_result_of_a_level_opens_over_the_slide_pyramid_as_the_docks(
+        slide, tmp_path, make_napari_viewer, qtbot):
+    import timm  # noqa: F401  # before the viewer: see tests/napari/conftest.py
+
+    from napari_attnreg._napari.widget import AttentionWidget
+    from napari_attnreg.cli import main
+
+    out = tmp_path / "out"
+    assert main(["run", str(slide), "--tiled", "--level", "2", "--out", str(out),
+                 "--n-boot", "4", "--device", "cpu", "--quiet"]) == 0
+    viewer = make_napari_viewer()
+    dock = AttentionWidget(viewer)
+    viewer.window.add_dock_widget(dock)
+    [layer] = viewer.open(str(slide), plugin="napari-attnreg")
+    viewer.open(str(next(out.glob("*.attnreg.npz"))), plugin="napari-attnreg")
+    qtbot.waitUntil(lambda: dock.current_record() is not None, timeout=10_000)
+    record = dock.current_record()
+    assert record.grid.factor == pytest.approx((4.0, 4.0))
+    assert record.grid.slide == {"path": str(slide), "level": 2}
+    # token (0, 0) of the 8-pixel patches of level 2 covers level-0 pixels 0 .. 31
+    attention = record.outputs["attention"]
+    assert np.asarray(attention.data_to_world((0, 0))) == pytest.approx(
+        layer.data_to_world((15.5, 15.5)))
+
+
+@pytest.mark.gui
 def test_a_multiscale_layer_that_is_no_slide_is_still_refused(make_napari_viewer):
     import timm  # noqa: F401
 
@@ -674,17 +759,17 @@ def test_a_labels_layer_is_the_tissue_mask_and_a_painted_mask_layer_is_kept(slid
     # the automatic mask's layer, painted on by the analyst, survives a rerun
     controls["tissue_mask"].setText("auto")
     _dock_run(widget, qtbot)
-    auto = viewer.layers["slide.svs tissue"]
+    auto = viewer.layers["slide tissue"]
     edited = np.asarray(auto.data).copy()
     edited[:4, :4] = 1 - edited[:4, :4]
     auto.data = edited
     _dock_run(widget, qtbot)
-    tissue = [lay for lay in viewer.layers if lay.name.startswith("slide.svs tissue")]
+    tissue = [lay for lay in viewer.layers if lay.name.startswith("slide tissue")]
     assert auto in viewer.layers and len(tissue) == 2
     # a run without a mask removes the one it would otherwise leave on screen, not the edited one
     controls["tissue_mask"].setText("none")
     _dock_run(widget, qtbot)
-    assert [lay for lay in viewer.layers if lay.name.startswith("slide.svs tissue")] == [auto]
+    assert [lay for lay in viewer.layers if lay.name.startswith("slide tissue")] == [auto]
 
 
 @pytest.mark.gui

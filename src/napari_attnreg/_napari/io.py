@@ -84,7 +84,7 @@ def read_slide_layers(path: str | list[str]) -> list[LayerData]:
     scale = (full.mpp, full.mpp) if full.mpp else (1.0, 1.0)
     rgb = full.channel_axis == -1 and full.array.shape[-1] in (3, 4)
     kwargs: dict[str, Any] = {
-        "name": Path(path).name, "rgb": rgb, "multiscale": len(shown) > 1,
+        "name": source_layer_name(path), "rgb": rgb, "multiscale": len(shown) > 1,
         "scale": scale, "units": ("µm", "µm") if full.mpp else ("pixel", "pixel"),
         "metadata": {"slide": {"path": path, "level": 0, "mpp": full.mpp, "downsample": 1.0,
                                "levels": len(shown), "run_level": run_level}}}
@@ -134,24 +134,49 @@ def read_ome_tiff_layers(path: str | list[str]) -> list[LayerData]:
 
 def read_saved_folder(path: str | list[str]) -> list[LayerData]:
     """A folder the writer made: the OME-TIFF files its ``provenance.json`` lists, in the
-    order they were saved (stacking order), each as :func:`read_ome_tiff_layers` reads it."""
+    order they were saved (stacking order), each as :func:`read_ome_tiff_layers` reads it;
+    a slide the record names (saved by reference, not copied) is opened again from its file
+    where it was placed. A slide file that is gone is said in a warning; the folder's other
+    layers still open."""
     folder = Path(path[0] if isinstance(path, list) else path)
     try:
         entries = json.loads((folder / PROVENANCE_FILE).read_text(encoding="utf-8"))["layers"]
-        files = [e["file"] for e in entries]
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+        listed = [(e.get("file"), e) for e in entries]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"{folder / PROVENANCE_FILE} does not list saved layers ({err}).") \
             from None
-    # only files inside the folder: a name such as "../x" in an edited record is skipped
-    found = [folder / f for f in files if isinstance(f, str) and Path(f).name == f
-             and is_ome_tiff(folder / f)]
-    if not found:
+    layers: list[LayerData] = []
+    for file, entry in listed:
+        if entry.get("slide") and file is None:
+            layers.extend(_saved_slide(entry, folder))
+        # only files inside the folder: a name such as "../x" in an edited record is skipped
+        elif isinstance(file, str) and Path(file).name == file and is_ome_tiff(folder / file):
+            layers.extend(read_ome_tiff_layers(str(folder / file)))
+    if not layers:
         raise ValueError(f"None of the layers {folder / PROVENANCE_FILE} lists is in {folder}.")
     from napari_attnreg._napari.reopen import link_result_files, saved_result_files
 
-    layers = [layer for file in found for layer in read_ome_tiff_layers(str(file))]
     # the run's results the writer saved beside the maps: a dock takes them up as its own
     return link_result_files(layers, saved_result_files(folder, layers))
+
+
+def _saved_slide(entry: dict[str, Any], folder: Path) -> list[LayerData]:
+    """The slide a saved folder refers to, opened again under the name and placement it had
+    (nothing, with a warning, when its file is gone or is no slide any more)."""
+    import warnings
+
+    slide = Path(str(entry["slide"]))
+    if not slide.is_absolute():
+        slide = folder / slide
+    if not (slide.is_file() and _is_slide(str(slide))):
+        warnings.warn(f"{folder / PROVENANCE_FILE} refers to the slide {slide}, which is no "
+                      f"longer there (or no slide); open it to see "
+                      f"{entry.get('name')!r} with its results.", stacklevel=2)
+        return []
+    [(data, kwargs, kind)] = read_slide_layers(str(slide))
+    placed = {key: tuple(entry[key]) for key in ("scale", "translate")
+              if isinstance(entry.get(key), list) and len(entry[key]) == 2}
+    return [(data, {**kwargs, **placed, "name": entry.get("name") or kwargs["name"]}, kind)]
 
 
 def read_result_layers(path: str | list[str]) -> list[LayerData]:

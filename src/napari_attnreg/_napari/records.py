@@ -24,7 +24,7 @@ from napari_attnreg._napari.layers import (
 from napari_attnreg._napari.pending import PendingRun
 from napari_attnreg._napari.reopen import RESULT_FILES_KEY, load_linked, remember
 from napari_attnreg._napari.run_record import RunRecord
-from napari_attnreg._napari.slide_run import slide_of
+from napari_attnreg._napari.slide_run import saved_grid, slide_of
 from napari_attnreg._napari.status import TRANSFORM_EVENTS
 from napari_attnreg.core.run.service import Outcome
 from napari_attnreg.session import Session
@@ -129,12 +129,16 @@ class RunRecords:
                 self.waiting.append(str(meta.get("source")))
                 continue
             results = load_linked(meta)
+            first = next(iter(results.values()))
+            # a slide's result at another level lies over the slide layer's pixels
+            grid = saved_grid(source, first)
             geometry = SourceGeometry.from_layer(source)
-            if geometry.shape[-2:] != tuple(next(iter(results.values())).image_shape):
+            if grid is None and geometry.shape[-2:] != tuple(first.image_shape):
                 self.waiting.append(str(meta.get("source")))  # same name, another image
                 continue
+            geometry = geometry if grid is None else grid.place(geometry)
             record = RunRecord(self.session, source.unique_id, source.name, geometry,
-                               outputs=outputs)
+                               outputs=outputs, grid=grid)
             self._records[source.unique_id] = record
             entry = self.session.add(source.unique_id, results, params=meta.get("run") or {},
                                      run_id=run_id, thresholds=meta.get("thresholds"))

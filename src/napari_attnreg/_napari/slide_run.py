@@ -94,6 +94,35 @@ def _grid(layer: Any, slide: dict[str, Any], opened: Any) -> AnalysedGrid | None
     return AnalysedGrid(analysed, factor, {"path": str(slide["path"]), **again})
 
 
+def saved_grid(layer: Any, result: Any) -> AnalysedGrid | None:
+    """How a saved result of a slide (a folder the writer saved, a command-line result file)
+    sits on a slide layer that shows another level: None when the result is of the layer's
+    own pixels, or the layer is no slide, or the two do not share a unit of length.
+
+    The factor is the ratio of their pixel sizes (the result's ``spatial`` record against the
+    layer's scale), so a result of level 2 lies over a pyramid's level-0 pixels.
+    """
+    slide = slide_of(layer)
+    shown = tuple(int(n) for n in layer.data.shape[:2])
+    analysed = tuple(int(n) for n in result.image_shape)
+    spatial = getattr(result, "spatial", None) or {}
+    if slide is None or analysed == shown or not spatial.get("scale"):
+        return None
+    from napari_attnreg.core.results.figure import length_unit
+
+    units = [length_unit(u) for u in spatial.get("units") or []]
+    if None in units or units != [length_unit(u) for u in layer.units[-2:]]:
+        return None  # pixels, or another unit: no ratio of sizes to go by
+    factor = tuple(float(a) / float(b) for a, b in zip(spatial["scale"], layer.scale[-2:]))
+    md = result.metadata
+    if not all(f >= 1 - 1e-6 for f in factor) or any(
+            abs(n * f - m) > f for n, f, m in zip(analysed, factor, shown)):
+        return None  # not a level or resolution of this slide
+    again = ({"mpp": float(spatial["scale"][0])} if md.get("slide_resample", 1.0) != 1.0
+             else {"level": md.get("slide_level")})
+    return AnalysedGrid(analysed, (factor[0], factor[1]), {"path": str(slide["path"]), **again})
+
+
 #: Longest side of the grid a Labels layer's tissue mask is sampled on: a tile's tissue share
 #: needs no more, and an image-sized int64 grid of a large layer would be half a gigabyte.
 MASK_SIDE = 2048

@@ -20,6 +20,7 @@ import numpy as np
 from napari_attnreg.core.files import atomic_write, write_text_atomic
 from napari_attnreg.core.models.weights_hash import bundled_weights, file_sha256
 from napari_attnreg.core.results.meaning import null_record
+from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
 from napari_attnreg.core.stats.presets import THRESHOLD_KEYS
 from napari_attnreg.io.ometiff import LAYER_NAMESPACE, META_KEY
 
@@ -155,7 +156,9 @@ def save_outputs(folder: str | Path, layer_data: Sequence[LayerData],
     list of Path
         The files written: one ``<layer name>.ome.tif`` per layer, ``roi_table.csv`` when
         rows were given, and ``provenance.json`` (how the results were made, per layer,
-        with each layer's scale and translate).
+        with each layer's scale and translate). A slide layer (:func:`slide_file`) gets no
+        file: its ``provenance.json`` entry names the slide, which the folder's reader opens
+        again.
     """
     if not layer_data:
         raise ValueError("Nothing to save: give at least one image or labels layer.")
@@ -164,9 +167,15 @@ def save_outputs(folder: str | Path, layer_data: Sequence[LayerData],
     written: list[Path] = []
     entries: list[dict[str, Any]] = []
     used: set[str] = set()
-    # every layer checked and converted before any file is written: all or nothing
-    arrays = [_ome_array(data, attrs, layer_type) for data, attrs, layer_type in layer_data]
+    # every layer checked and converted before any file is written: all or nothing; a
+    # slide's pixels stay in its file (gigabytes as float32), the record names the file
+    arrays = [None if slide_file(attrs, layer_type) else _ome_array(data, attrs, layer_type)
+              for data, attrs, layer_type in layer_data]
     for array, (data, attrs, layer_type) in zip(arrays, layer_data):
+        if array is None:
+            entries.append({**_layer_entry(None, data, attrs, layer_type),
+                            "slide": slide_file(attrs, layer_type)})
+            continue
         path = folder / _unique_name(str(attrs.get("name") or layer_type), used)
         written.append(_write_array(path, array, attrs, layer_type))
         entries.append(_layer_entry(path.name, data, attrs, layer_type))
@@ -186,10 +195,32 @@ def save_layer(path: str | Path, layer: LayerData) -> list[Path]:
     suffix = next((s for s in OME_SUFFIXES if lower.endswith(s)), None)
     if suffix is None:
         raise ValueError(f"Save one layer under an OME-TIFF name (*.ome.tif), not {path.name}.")
+    slide = slide_file(attrs, layer_type)
+    if slide is not None and _pixels(data, attrs) > MAX_UNTILED_PIXELS:
+        raise ValueError(
+            f"{attrs.get('name')!r} is a whole-slide image whose pixels are in {slide}; one "
+            f"OME-TIFF of them ({_pixels(data, attrs):,} pixels as float32) is not written. "
+            "Save it with other layers into a folder (the folder refers to the slide file), "
+            "or save the result layers alone.")
     path.parent.mkdir(parents=True, exist_ok=True)
     tiff = write_ome_tiff(path, data, attrs, layer_type)
     sidecar = path.with_name(path.name[: -len(suffix)] + ".provenance.json")
     return [tiff, _write_record(sidecar, [_layer_entry(path.name, data, attrs, layer_type)])]
+
+
+def slide_file(attrs: Mapping[str, Any], layer_type: str) -> str | None:
+    """The slide file an image layer shows (the plugin's slide reader records it in
+    ``metadata["slide"]``), or None: its pixels are that file's, so a saved folder refers to
+    the file instead of copying them."""
+    metadata = attrs.get("metadata") or {}
+    slide = metadata.get("slide") if isinstance(metadata, Mapping) else None
+    path = slide.get("path") if isinstance(slide, Mapping) else None
+    return str(path) if layer_type == "image" and path else None
+
+
+def _pixels(data: Any, attrs: Mapping[str, Any]) -> int:
+    shape = np.shape(data[0] if attrs.get("multiscale") else data)
+    return int(np.prod(shape[:2])) if len(shape) >= 2 else 0
 
 
 def _write_record(path: Path, entries: list[dict[str, Any]], roi_table: str | None = None) -> Path:
@@ -354,7 +385,7 @@ def _unique_name(name: str, used: set[str]) -> str:
     return candidate + ".ome.tif"
 
 
-def _layer_entry(file: str, data: Any, attrs: Mapping[str, Any],
+def _layer_entry(file: str | None, data: Any, attrs: Mapping[str, Any],
                  layer_type: str) -> dict[str, Any]:
     metadata = attrs.get("metadata") or {}
     ours = isinstance(metadata, Mapping) and isinstance(metadata.get(META_KEY), Mapping)

@@ -67,12 +67,17 @@ class ImageInfo:
         does not say.
     kind_source : str
         Where ``kind`` came from (``"DICOM Modality CT"``, ``"OME metadata"``).
+    origin : float
+        Where the centre of pixel 0 lies, in ``unit``: 0, except for a slide read at a
+        coarser level, whose pixel 0 is centred among the full-resolution pixels it spans
+        (:attr:`~napari_attnreg.core.run.lazy.LazyImage.pixel_origin`).
     """
 
     pixel_size: tuple[float, float] | None = None
     unit: str | None = None
     kind: str | None = None
     kind_source: str = ""
+    origin: float = 0.0
 
     @classmethod
     def from_layer_metadata(cls, metadata: Mapping[str, Any]) -> ImageInfo:
@@ -116,7 +121,8 @@ class ImageInfo:
         extra: dict[str, Any] = {}
         if self.pixel_size is not None and self.unit:
             extra["spatial"] = {  # AttentionResult.spatial reads it back
-                "scale": [float(v) for v in self.pixel_size], "translate": [0.0, 0.0],
+                "scale": [float(v) for v in self.pixel_size],
+                "translate": [float(self.origin)] * 2,
                 "units": [self.unit, self.unit]}
         if self.kind:
             extra.update(image_kind=self.kind, image_kind_source=self.kind_source)
@@ -262,7 +268,8 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
                 and info.unit == "µm" else None)
         slide = open_slide(path, level=opts.get("level"), mpp=opts.get("mpp"), full_mpp=full)
         info = slide_info(slide) if slide_file else replace(
-            info, pixel_size=None if slide.mpp is None else (slide.mpp, slide.mpp))
+            info, pixel_size=None if slide.mpp is None else (slide.mpp, slide.mpp),
+            origin=slide.pixel_origin)
         if tiled:
             return slide, info
         check_untiled_size(slide.analysed_shape, str(path))
@@ -281,7 +288,8 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
 def slide_info(image: LazyImage) -> ImageInfo:
     """What an opened slide says: µm per analysed pixel, and that it is a pathology image."""
     size = None if image.mpp is None else (float(image.mpp), float(image.mpp))
-    return ImageInfo(size, "µm" if size else None, "pathology", "slide file")
+    return ImageInfo(size, "µm" if size else None, "pathology", "slide file",
+                     image.pixel_origin)
 
 
 def header_plane_shape(path: str | Path) -> tuple[int, int] | None:

@@ -93,14 +93,25 @@ class LazyImage:
         h, w = self.shape
         return (max(1, round(h / self.scale)), max(1, round(w / self.scale)))
 
+    @property
+    def pixel_origin(self) -> float:
+        """Where the centre of analysed pixel 0 lies, in µm, when full-resolution pixel 0's
+        centre is at 0 (a slide viewer's frame: napari's slide layer, QuPath): an analysed
+        pixel of a level downsampled ``d`` times spans ``d`` full-resolution pixels, so its
+        centre is ``(d − 1)/2`` of them further on. 0 for images that are no slide level."""
+        if self.mpp is None or self.level is None:
+            return 0.0
+        d = float(self.downsample) * float(self.scale)
+        return (d - 1) / 2 * float(self.mpp) / d
+
     def run_extra(self) -> dict[str, Any]:
         """What a run of this image records when the caller gave nothing else
         (``RunConfig.extra``): the pixel size in µm as ``spatial``; of a slide, that it is a
         pathology image, the level read and its resampling."""
         extra: dict[str, Any] = {}
         if self.mpp is not None:
-            extra["spatial"] = {"scale": [float(self.mpp)] * 2, "translate": [0.0, 0.0],
-                                "units": ["µm", "µm"]}
+            extra["spatial"] = {"scale": [float(self.mpp)] * 2,
+                                "translate": [self.pixel_origin] * 2, "units": ["µm", "µm"]}
         if self.level is not None:  # the level read, whichever option chose it
             extra.update(image_kind="pathology", image_kind_source="slide file",
                          slide_level=self.level, slide_resample=self.scale,
