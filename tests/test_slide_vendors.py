@@ -413,6 +413,70 @@ def test_napari_reads_a_vendors_slide_as_a_pyramid_in_micrometres(vendor_files, 
     assert np.abs(corner.astype(int) - _expected(key, 1)[10:20, 5:15]).mean() < 4
 
 
+# -- tiles this environment cannot decode ----------------------------------------------------
+
+@pytest.fixture
+def without_jpeg2000(monkeypatch):
+    """This environment as with an imagecodecs built without OpenJPEG: its ``jpeg2k_decode``
+    is imagecodecs' stand-in, which raises DelayedImportError when called."""
+    import imagecodecs
+
+    def stub_decode(*args, **kwargs):
+        raise imagecodecs.DelayedImportError("jpeg2k_decode")
+
+    monkeypatch.setattr(imagecodecs, "jpeg2k_decode", stub_decode)
+    for code in (33003, 33004, 33005, 34712):  # tifffile keeps the decoders it looked up
+        monkeypatch.delitem(tifffile.TIFF.DECOMPRESSORS._codecs, code, raising=False)
+
+
+def test_a_jpeg2000_slide_without_the_codec_says_what_to_install(vendor_files,
+                                                                  without_jpeg2000):
+    from napari_attnreg._napari.io import get_reader
+
+    path = vendor_files["svs-j2k"]
+    for read in (lambda: open_slide(path, level=1), lambda: get_reader(str(path))(str(path))):
+        with pytest.raises(ValueError) as err:
+            read()
+        message = str(err.value)
+        assert str(path) in message and "JPEG 2000" in message and "33005" in message
+        assert "pip install --upgrade imagecodecs" in message
+    # a slide of JPEG tiles opens as before
+    assert open_slide(vendor_files["svs-jpeg"], level=1).read(slice(0, 8), slice(0, 8)).any()
+
+
+def test_a_batch_reports_the_undecodable_slide_and_runs_the_others(vendor_files, tmp_path,
+                                                                    without_jpeg2000):
+    import csv
+
+    from napari_attnreg.cli import main
+
+    folder = tmp_path / "slides"
+    folder.mkdir()
+    for key in ("svs-j2k", "svs-jpeg"):
+        (folder / vendor_files[key].name).write_bytes(vendor_files[key].read_bytes())
+    out = tmp_path / "out"
+    code = main(["run", str(folder), "--tiled", "--level", "1", "--n-boot", "8",
+                 "--device", "cpu", "--out", str(out), "--quiet"])
+    assert code != 0
+    with open(out / "summary.csv", newline="", encoding="utf-8") as handle:
+        rows = {Path(row["source"]).name: row for row in csv.DictReader(handle)}
+    assert rows["jpeg.svs"]["status"] == "done"
+    assert rows["j2k.svs"]["status"].startswith("failed")
+    assert "JPEG 2000" in rows["j2k.svs"]["status"] and "imagecodecs" in rows["j2k.svs"]["status"]
+
+
+def test_a_slide_in_a_compression_tifffile_does_not_know_is_refused_by_name(vendor_files,
+                                                                          tmp_path):
+    path = tmp_path / "unknown.svs"
+    path.write_bytes(vendor_files["svs-j2k"].read_bytes())
+    with tifffile.TiffFile(path, mode="r+b") as tif:
+        for page in tif.pages:
+            if page.is_tiled:
+                page.tags["Compression"].overwrite(65535)
+    with pytest.raises(ValueError, match=r"unknown\.svs: .*TIFF compression 65535.*no decoder"):
+        open_slide(path, level=1)
+
+
 @pytest.mark.gui
 def test_napari_draws_a_leica_slide_composed_on_the_glass(vendor_files, make_napari_viewer):
     import timm  # noqa: F401  # before the viewer: see tests/napari/conftest.py

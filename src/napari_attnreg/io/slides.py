@@ -7,7 +7,9 @@ per pixel: the coarsest level at least that fine, resampled to it tile by tile),
 :class:`~napari_attnreg.core.run.lazy.LazyImage` that a tiled run reads tile by tile. The
 slide's pixel size reaches the result as any file's does (:class:`ImageInfo`), and the
 coarsest level small enough serves as the thumbnail a tissue mask is computed from.
-Needs ``tiffslide`` (the ``slides`` extra), imported only when a slide is opened.
+Needs ``tiffslide`` (the ``slides`` extra), imported only when a slide is opened. A slide
+whose tiles are compressed in a way this environment cannot decode (JPEG 2000 without the
+codec in ``imagecodecs``) is refused when it is opened, saying what to install.
 
 Example
 -------
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -37,7 +40,12 @@ SLIDE_SUFFIXES = (".svs", ".ndpi")
 SLIDE_CONTENT_SUFFIXES = (".tif", ".tiff", ".scn", ".bif")
 #: A requested resolution within this fraction of a level's is read at that level unresampled.
 MPP_TOLERANCE = 0.02
-
+#: Scanners' TIFF compressions by the names users know them by, for messages (tifffile's
+#: name of the code otherwise).
+CODEC_NAMES = {7: "JPEG", 33003: "JPEG 2000 (Aperio, YCbCr)", 33004: "JPEG 2000",
+               33005: "JPEG 2000 (Aperio, RGB)", 34712: "JPEG 2000", 34934: "JPEG XR",
+               22610: "JPEG XR (Hamamatsu)", 50002: "JPEG XL", 52546: "JPEG XL",
+               50001: "WebP", 34927: "WebP"}
 
 
 def _tiffslide() -> Any:
@@ -221,6 +229,7 @@ def open_slide(path: str | Path, *, level: int | None = None,
         pyramid = replace(pyramid, mpp=_positive(full_mpp))
     chosen, scale = pyramid.choose(level, mpp)
     coarse = _overview_index(pyramid, chosen)
+    _check_codecs(path, slide, [chosen] if coarse is None else [chosen, coarse])
     with decoding(path, "slide"):
         array = _level_array(slide, group, chosen)
         overview = None if coarse is None else _level_array(slide, group, coarse)
@@ -337,3 +346,70 @@ class ComposedLevel:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         whole = self[:, :, :]
         return whole if dtype is None else whole.astype(dtype)
+
+
+#: Decoders that decoded a stored tile in this process: slides compressed the same way are not
+#: tried again (a JPEG 2000 tile takes tens of milliseconds, for each level napari opens).
+_WORKING_DECODERS: set[Any] = set()
+
+
+def _check_codecs(path: Path, slide: Any, levels: Sequence[int]) -> None:
+    """Refuse, saying what to install, a slide whose tiles at ``levels`` this environment
+    cannot decode: found when it is opened, not as a decoder's error from deep inside the
+    first tile a run or napari reads (there it read as a damaged file)."""
+    props = slide.properties
+    composition = props.get("tiffslide.series-composition")
+    series = (list(composition["located_series"]) if composition
+              else [props.get("tiffslide.series-index", 0)])
+    tif = slide.ts_tifffile
+    for index in series:
+        for k in levels:
+            page = tif.series[index].levels[k].keyframe
+            problem = _undecodable(page)
+            if problem:
+                raise ValueError(_codec_message(path, int(page.compression), problem))
+
+
+def _undecodable(page: Any) -> str | None:
+    """Why ``page``'s tiles cannot be decoded here, or None: tifffile has no decoder for its
+    compression, or imagecodecs was built without that codec (its stand-in raises
+    ImportError when called, so one stored tile is decoded to find out)."""
+    from tifffile import TIFF
+
+    if page.compression == 1:
+        return None
+    if page.compression not in TIFF.DECOMPRESSORS:
+        return "tifffile has no decoder for it"
+    decoder = TIFF.DECOMPRESSORS[page.compression]
+    if decoder in _WORKING_DECODERS:
+        return None
+    counts = page.databytecounts
+    index = next((i for i, n in enumerate(counts) if n), None)
+    if index is None:  # nothing stored: nothing to decode
+        return None
+    handle = page.parent.filehandle
+    try:
+        with handle.lock:
+            handle.seek(page.dataoffsets[index])
+            data = handle.read(counts[index])
+        page.decode(data, index, jpegtables=page.jpegtables, jpegheader=page.jpegheader)
+    except ImportError as err:
+        return str(err) or type(err).__name__
+    except Exception:  # noqa: BLE001 - damaged bytes: reading the tiles reports them
+        return None
+    _WORKING_DECODERS.add(decoder)
+    return None
+
+
+def _codec_message(path: Path, code: int, problem: str) -> str:
+    from tifffile import COMPRESSION
+
+    try:
+        name = CODEC_NAMES.get(code) or COMPRESSION(code).name
+    except ValueError:
+        name = "a scheme tifffile does not know"
+    return (f"{path}: its tiles are compressed with {name} (TIFF compression {code}), which "
+            f"this Python environment cannot decode ({problem}). Install the codec: pip "
+            "install --upgrade imagecodecs tifffile (the imagecodecs wheels on PyPI include "
+            "JPEG 2000, JPEG XR and JPEG XL); or convert the slide to a pyramidal TIFF with "
+            "JPEG tiles, e.g. vips tiffsave SLIDE out.tif --tile --pyramid --compression jpeg.")
