@@ -342,6 +342,15 @@ def test_a_leica_level_is_indexed_as_a_numpy_array_of_the_composed_slide(vendor_
         level[1024, 0]
 
 
+def test_opening_an_ndpi_or_bif_slide_raises_no_warning(vendor_files):
+    # tiffslide warned on every NDPI and BIF opened that it parses their metadata in part
+    for key in ("ndpi", "bif"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            open_slide(vendor_files[key], level=1)
+        assert [str(w.message) for w in caught if issubclass(w.category, UserWarning)] == []
+
+
 def test_is_slide_leaves_plain_and_ome_tiffs_and_other_scn_files_to_their_readers(tmp_path):
     plain = tmp_path / "plain.tif"
     tifffile.imwrite(plain, _pixels(256, 256), photometric="rgb")

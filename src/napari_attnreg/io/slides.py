@@ -20,9 +20,11 @@ Example
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -221,7 +223,7 @@ def open_slide(path: str | Path, *, level: int | None = None,
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"No such slide file: {path}")
-    with decoding(path, "slide"):
+    with decoding(path, "slide"), _tiffslide_notes_silenced():
         slide = tiffslide.TiffSlide(path)
         pyramid = slide_levels(slide)
         group = slide.zarr_group
@@ -262,6 +264,17 @@ def _overview_index(pyramid: SlideLevels, chosen: int) -> int | None:
         if h * w <= SAMPLE_PIXELS:
             return k
     return None
+
+
+@contextlib.contextmanager
+def _tiffslide_notes_silenced() -> Iterator[None]:
+    """Without tiffslide's warning, on every NDPI or BIF opened, that it parses their metadata
+    only in part: the levels and the pixel size, all a run takes, it reads (a BIF's pixel
+    size is read here), and the warning only alarmed users."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*(hamamatsu|ventana)-format metadata",
+                                category=UserWarning)
+        yield
 
 
 def _level_array(slide: Any, group: Any, level: int) -> Any:
