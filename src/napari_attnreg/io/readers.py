@@ -43,7 +43,7 @@ from napari_attnreg.core.run.planes import PlaneStack
 TIFF_SUFFIXES = (".tif", ".tiff")
 #: File name endings a folder scan takes as images (an OME-Zarr is a ``*.zarr`` folder).
 IMAGE_SUFFIXES = (*TIFF_SUFFIXES, ".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp",
-                  *DICOM_SUFFIXES, ".svs", ".ndpi")
+                  *DICOM_SUFFIXES, ".svs", ".ndpi", ".scn", ".bif")
 
 
 #: OME length units as figures and records write them.

@@ -1,4 +1,5 @@
-"""Whole-slide images (Aperio SVS, Hamamatsu NDPI, pyramidal TIFF) opened without reading them.
+"""Whole-slide images opened without reading them: Aperio SVS, Hamamatsu NDPI, Philips TIFF,
+Leica SCN, Ventana BIF and other pyramidal TIFFs (what tiffslide reads).
 
 A slide is a pyramid: the scanner's full resolution (level 0) and coarser copies of it. A run
 reads one level, chosen by number (``level``) or by physical resolution (``mpp``, micrometres
@@ -6,7 +7,9 @@ per pixel: the coarsest level at least that fine, resampled to it tile by tile),
 :class:`~napari_attnreg.core.run.lazy.LazyImage` that a tiled run reads tile by tile. The
 slide's pixel size reaches the result as any file's does (:class:`ImageInfo`), and the
 coarsest level small enough serves as the thumbnail a tissue mask is computed from.
-Needs ``tiffslide`` (the ``slides`` extra), imported only when a slide is opened.
+Needs ``tiffslide`` (the ``slides`` extra), imported only when a slide is opened. A slide
+whose tiles are compressed in a way this environment cannot decode (JPEG 2000 without the
+codec in ``imagecodecs``) is refused when it is opened, saying what to install.
 
 Example
 -------
@@ -17,19 +20,34 @@ Example
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from napari_attnreg.core.files import decoding
 from napari_attnreg.core.run.lazy import SAMPLE_PIXELS, LazyImage
 
-#: File endings that are always slides; a ``.tif``/``.tiff`` is one when it is pyramidal.
+#: File endings that are always slides.
 SLIDE_SUFFIXES = (".svs", ".ndpi")
+#: Endings of files that are slides when their content says so (a scanner's metadata, or
+#: several levels without OME metadata): Philips and Ventana write ``.tif(f)`` too, and
+#: Bio-Rad's gel images share ``.scn`` with Leica's slides.
+SLIDE_CONTENT_SUFFIXES = (".tif", ".tiff", ".scn", ".bif")
 #: A requested resolution within this fraction of a level's is read at that level unresampled.
 MPP_TOLERANCE = 0.02
+#: Scanners' TIFF compressions by the names users know them by, for messages (tifffile's
+#: name of the code otherwise).
+CODEC_NAMES = {7: "JPEG", 33003: "JPEG 2000 (Aperio, YCbCr)", 33004: "JPEG 2000",
+               33005: "JPEG 2000 (Aperio, RGB)", 34712: "JPEG 2000", 34934: "JPEG XR",
+               22610: "JPEG XR (Hamamatsu)", 50002: "JPEG XL", 52546: "JPEG XL",
+               50001: "WebP", 34927: "WebP"}
 
 
 def _tiffslide() -> Any:
@@ -42,21 +60,23 @@ def _tiffslide() -> Any:
 
 
 def is_slide(path: str | Path) -> bool:
-    """An SVS/NDPI file, or a TIFF that is a slide pyramid (SVS, NDPI, or several levels
-    without OME metadata: OME pyramids are read by the OME reader)."""
+    """An SVS/NDPI file, or a TIFF (``.tif``, ``.tiff``, ``.scn``, ``.bif``) that is a slide:
+    a scanner's (Aperio, Hamamatsu, Philips, Leica, Ventana) by its metadata, or a pyramid
+    of several levels without OME metadata (OME pyramids are read by the OME reader)."""
     path = Path(path)
     suffix = path.suffix.lower()
     if not path.is_file():
         return False
     if suffix in SLIDE_SUFFIXES:
         return True
-    if suffix not in (".tif", ".tiff"):
+    if suffix not in SLIDE_CONTENT_SUFFIXES:
         return False
     import tifffile
 
     try:
         with tifffile.TiffFile(path, _multifile=False) as tif:
-            if tif.is_svs or tif.is_ndpi:
+            # the formats tiffslide parses, as it detects them (by the first page)
+            if tif.is_svs or tif.is_ndpi or tif.is_philips or tif.is_scn or tif.is_bif:
                 return True
             return (not tif.is_ome and bool(tif.series)
                     and len(tif.series[0].levels) > 1)
@@ -137,10 +157,34 @@ def slide_levels(slide: Any) -> SlideLevels:
     props = slide.properties
     sizes = [_positive(props.get(f"tiffslide.mpp-{a}")) for a in "xy"]
     known = [s for s in sizes if s is not None]
+    mpp = float(sum(known) / len(known)) if known else None
+    vendor = str(props.get("tiffslide.vendor") or "generic")
+    tif = slide.ts_tifffile
+    if tif.is_bif:  # tiffslide parses a Ventana slide as a generic TIFF
+        vendor = "ventana"
+        mpp = mpp if mpp is not None else _ventana_mpp(tif)
     return SlideLevels(dimensions=tuple((int(h), int(w)) for w, h in slide.level_dimensions),
                        downsamples=tuple(float(d) for d in slide.level_downsamples),
-                       mpp=float(sum(known) / len(known)) if known else None,
-                       vendor=str(props.get("tiffslide.vendor") or "generic"))
+                       mpp=mpp, vendor=vendor)
+
+
+def _ventana_mpp(tif: Any) -> float | None:
+    """µm per level-0 pixel of a Ventana BIF: ``ScanRes`` of the ``iScan`` element in the
+    first image's XMP (tag 700), where the scanner states it (OpenSlide reads it there; the
+    resolution tags tiffslide reads are often absent)."""
+    from xml.etree import ElementTree
+
+    xmp = tif.pages.first.tags.valueof(700)
+    if isinstance(xmp, bytes):
+        xmp = xmp.decode("utf-8", "replace")
+    if not isinstance(xmp, str):
+        return None
+    try:
+        root = ElementTree.fromstring(xmp.strip().rstrip("\x00"))
+    except ElementTree.ParseError:
+        return None
+    iscan = root if root.tag == "iScan" else root.find(".//iScan")
+    return None if iscan is None else _positive(iscan.get("ScanRes"))
 
 
 def _positive(value: Any) -> float | None:
@@ -179,16 +223,18 @@ def open_slide(path: str | Path, *, level: int | None = None,
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"No such slide file: {path}")
-    with decoding(path, "slide"):
+    with decoding(path, "slide"), _tiffslide_notes_silenced():
         slide = tiffslide.TiffSlide(path)
         pyramid = slide_levels(slide)
         group = slide.zarr_group
     if pyramid.mpp is None and full_mpp is not None:
         pyramid = replace(pyramid, mpp=_positive(full_mpp))
     chosen, scale = pyramid.choose(level, mpp)
+    coarse = _overview_index(pyramid, chosen)
+    _check_codecs(path, slide, [chosen] if coarse is None else [chosen, coarse])
     with decoding(path, "slide"):
-        array = group[str(chosen)]
-        overview = _overview_level(group, pyramid, chosen)
+        array = _level_array(slide, group, chosen)
+        overview = None if coarse is None else _level_array(slide, group, coarse)
     level_mpp = pyramid.level_mpp(chosen)
     if len(array.shape) not in (2, 3):
         raise ValueError(f"{path}: slide levels of shape {array.shape} are not supported "
@@ -211,10 +257,172 @@ def _check_choice(level: Any, mpp: Any) -> None:
                          f"{mpp!r}.")
 
 
-def _overview_level(group: Any, pyramid: SlideLevels, chosen: int) -> Any:
+def _overview_index(pyramid: SlideLevels, chosen: int) -> int | None:
     """The finest level coarser than ``chosen`` that has at most ``SAMPLE_PIXELS`` pixels."""
     for k in range(chosen + 1, len(pyramid.dimensions)):
         h, w = pyramid.dimensions[k]
         if h * w <= SAMPLE_PIXELS:
-            return group[str(k)]
+            return k
     return None
+
+
+@contextlib.contextmanager
+def _tiffslide_notes_silenced() -> Iterator[None]:
+    """Without tiffslide's warning, on every NDPI or BIF opened, that it parses their metadata
+    only in part: the levels and the pixel size, all a run takes, it reads (a BIF's pixel
+    size is read here), and the warning only alarmed users."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*(hamamatsu|ventana)-format metadata",
+                                category=UserWarning)
+        yield
+
+
+def _level_array(slide: Any, group: Any, level: int) -> Any:
+    """Level ``level`` as an array read on demand: the zarr array of the level, or, for a
+    slide tiffslide composes from several stored images (a Leica SCN), :class:`ComposedLevel`."""
+    if slide.properties.get("tiffslide.series-composition"):
+        return ComposedLevel(slide, level)
+    return group[str(level)]
+
+
+class ComposedLevel:
+    """A level of a slide whose scanned regions are stored as separate images (a Leica SCN),
+    placed on the whole slide as tiffslide composes them (OpenSlide's frame: outside the
+    regions, zeros), read on demand and indexed as the zarr array of a plain slide's level.
+
+    Only region by region through ``TiffSlide.read_region``, whose location is in level-0
+    pixels: a level's pixel ``x`` is asked for at a level-0 ``x'`` that tiffslide maps back to
+    ``x`` exactly (its downsamples need not be whole numbers).
+    """
+
+    def __init__(self, slide: Any, level: int) -> None:
+        w, h = slide.level_dimensions[level]
+        index = next(iter(slide.properties["tiffslide.series-composition"]["located_series"]))
+        stored = slide.ts_tifffile.series[index].levels[level]
+        self._slide, self._level = slide, level
+        self._downsample = float(slide.level_downsamples[level])
+        self.shape = (int(h), int(w), int(stored.shape[-1]))
+        self.dtype = np.dtype(stored.dtype)
+        # the stored tiles: ChunkCache reads the level in blocks of this size
+        page = stored.keyframe
+        self.chunks = (int(page.tilelength or 256), int(page.tilewidth or 256), self.shape[2])
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:  # napari's layer data protocol asks for it
+        return math.prod(self.shape)
+
+    def _level0(self, x: int) -> int:
+        """The level-0 coordinate tiffslide maps to this level's ``x``."""
+        base = math.ceil(x * self._downsample)
+        while int(base / self._downsample) < x:
+            base += 1
+        while base > 0 and int((base - 1) / self._downsample) >= x:
+            base -= 1
+        return base
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        key = key if isinstance(key, tuple) else (key,)
+        if any(k is Ellipsis for k in key):
+            at = next(i for i, k in enumerate(key) if k is Ellipsis)
+            key = (*key[:at], *(slice(None),) * (self.ndim - len(key) + 1), *key[at + 1:])
+        key = (*key, *(slice(None),) * (self.ndim - len(key)))
+        if len(key) != self.ndim:
+            raise IndexError(f"too many indices for an array of shape {self.shape}")
+        picks, drop = [], []
+        for axis, (k, n) in enumerate(zip(key, self.shape, strict=True)):
+            if isinstance(k, numbers.Integral):
+                k = range(n)[k]  # IndexError when out of range, as numpy
+                picks.append(range(k, k + 1))
+                drop.append(axis)
+            elif isinstance(k, slice):
+                picks.append(range(n)[k])
+            else:
+                raise IndexError(f"a composed slide level takes whole numbers and slices, "
+                                 f"not {k!r}")
+        if any(r.step < 0 for r in picks):
+            raise IndexError("a composed slide level is read with positive steps only")
+        (ys, xs, cs) = picks
+        if not (len(ys) and len(xs) and len(cs)):
+            out = np.zeros((len(ys), len(xs), len(cs)), self.dtype)
+        else:
+            y0, x0 = ys.start, xs.start
+            height, width = ys[-1] - y0 + 1, xs[-1] - x0 + 1
+            block = self._slide.read_region((self._level0(x0), self._level0(y0)), self._level,
+                                            (width, height), as_array=True, padding=False)
+            out = np.asarray(block)[::ys.step, ::xs.step][..., cs.start:cs.stop:cs.step]
+        return out.reshape([n for a, n in enumerate(out.shape) if a not in drop])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = self[:, :, :]
+        return whole if dtype is None else whole.astype(dtype)
+
+
+#: Decoders that decoded a stored tile in this process: slides compressed the same way are not
+#: tried again (a JPEG 2000 tile takes tens of milliseconds, for each level napari opens).
+_WORKING_DECODERS: set[Any] = set()
+
+
+def _check_codecs(path: Path, slide: Any, levels: Sequence[int]) -> None:
+    """Refuse, saying what to install, a slide whose tiles at ``levels`` this environment
+    cannot decode: found when it is opened, not as a decoder's error from deep inside the
+    first tile a run or napari reads (there it read as a damaged file)."""
+    props = slide.properties
+    composition = props.get("tiffslide.series-composition")
+    series = (list(composition["located_series"]) if composition
+              else [props.get("tiffslide.series-index", 0)])
+    tif = slide.ts_tifffile
+    for index in series:
+        for k in levels:
+            page = tif.series[index].levels[k].keyframe
+            problem = _undecodable(page)
+            if problem:
+                raise ValueError(_codec_message(path, int(page.compression), problem))
+
+
+def _undecodable(page: Any) -> str | None:
+    """Why ``page``'s tiles cannot be decoded here, or None: tifffile has no decoder for its
+    compression, or imagecodecs was built without that codec (its stand-in raises
+    ImportError when called, so one stored tile is decoded to find out)."""
+    from tifffile import TIFF
+
+    if page.compression == 1:
+        return None
+    if page.compression not in TIFF.DECOMPRESSORS:
+        return "tifffile has no decoder for it"
+    decoder = TIFF.DECOMPRESSORS[page.compression]
+    if decoder in _WORKING_DECODERS:
+        return None
+    counts = page.databytecounts
+    index = next((i for i, n in enumerate(counts) if n), None)
+    if index is None:  # nothing stored: nothing to decode
+        return None
+    handle = page.parent.filehandle
+    try:
+        with handle.lock:
+            handle.seek(page.dataoffsets[index])
+            data = handle.read(counts[index])
+        page.decode(data, index, jpegtables=page.jpegtables, jpegheader=page.jpegheader)
+    except ImportError as err:
+        return str(err) or type(err).__name__
+    except Exception:  # noqa: BLE001 - damaged bytes: reading the tiles reports them
+        return None
+    _WORKING_DECODERS.add(decoder)
+    return None
+
+
+def _codec_message(path: Path, code: int, problem: str) -> str:
+    from tifffile import COMPRESSION
+
+    try:
+        name = CODEC_NAMES.get(code) or COMPRESSION(code).name
+    except ValueError:
+        name = "a scheme tifffile does not know"
+    return (f"{path}: its tiles are compressed with {name} (TIFF compression {code}), which "
+            f"this Python environment cannot decode ({problem}). Install the codec: pip "
+            "install --upgrade imagecodecs tifffile (the imagecodecs wheels on PyPI include "
+            "JPEG 2000, JPEG XR and JPEG XL); or convert the slide to a pyramidal TIFF with "
+            "JPEG tiles, e.g. vips tiffsave SLIDE out.tif --tile --pyramid --compression jpeg.")
