@@ -248,6 +248,7 @@ def test_a_sparse_level_places_frames_by_their_positions_and_a_missing_tile_is_g
     np.testing.assert_array_equal(pixels, expected)
 
 
+@pytest.mark.filterwarnings("ignore:Invalid value for VR UI")  # the UID cut in half
 def test_a_truncated_file_is_a_clear_error(slide, tmp_path):
     folder = tmp_path / "cut"
     folder.mkdir()
@@ -260,7 +261,7 @@ def test_a_truncated_file_is_a_clear_error(slide, tmp_path):
         open_for_run(folder / "level0.dcm", {"tiled": True})
 
 
-# -- command line, batch ------------------------------------------------------------------
+# -- command line, batch, napari ------------------------------------------------------------
 
 def _result(out: Path, name: str) -> AttentionResult:
     return AttentionResult.load(out / f"{name}.attnreg.npz")
@@ -304,3 +305,29 @@ def test_regularize_opens_a_dicom_slide_at_a_level(slide):
 
     result = regularize(slide, "demo", tiled=True, level=1, n_boot=4, device="cpu")
     assert result.metadata["slide_level"] == 1 and result.spatial["scale"] == (0.5, 0.5)
+
+
+def test_the_napari_reader_opens_a_dicom_slide_as_a_pyramid(slide):
+    from napari_attnreg._napari.io import get_reader, read_dicom_wsi_layers
+    from napari_attnreg.io.readers import ImageInfo
+
+    for path in (str(slide), str(slide / "level1.dcm"), [str(p) for p in slide.glob("*.dcm")]):
+        assert get_reader(path) is read_dicom_wsi_layers
+    [(data, kwargs, kind)] = read_dicom_wsi_layers(str(slide))
+    assert kind == "image" and kwargs["multiscale"] and kwargs["rgb"]
+    assert [level.shape for level in data] == [(H, W, 3), (H // 2, W // 2, 3)]
+    assert kwargs["scale"] == (0.25, 0.25) and kwargs["name"] == "slide"
+    info = ImageInfo.from_layer_metadata(kwargs["metadata"])
+    assert info.pixel_size == (0.25, 0.25) and info.kind == "pathology"
+
+
+@pytest.mark.gui
+def test_napari_shows_a_dicom_slide_through_the_plugin(slide, make_napari_viewer):
+    import timm  # noqa: F401  # before the viewer: see tests/napari/conftest.py
+
+    viewer = make_napari_viewer()
+    [layer] = viewer.open(str(slide), plugin="napari-attnreg")
+    assert layer.multiscale and len(layer.data) == 2 and layer.rgb
+    assert tuple(layer.scale) == pytest.approx((0.25, 0.25))
+    viewer.reset_view()
+    np.testing.assert_array_equal(np.asarray(layer.data[1][:10, :10]), _pixels()[:20:2, :20:2])
