@@ -55,8 +55,12 @@ def _smooth(h: int = H, w: int = W) -> np.ndarray:
 
 def write_level(path: Path, img: np.ndarray, mm: float, *, jpeg: bool = False,
                 sparse: bool = False, image_type: str = "VOLUME", series: str = "",
-                number: int = 1, drop: tuple[int, int] | None = None) -> Path:
-    """One DICOM WSI instance of ``img`` in 256² frames (``drop``: a tile left out, sparse)."""
+                number: int = 1, drop: tuple[int, int] | None = None,
+                encapsulation: str = "bot") -> Path:
+    """One DICOM WSI instance of ``img`` in 256² frames (``drop``: a tile left out, sparse).
+    JPEG frames are one fragment each after a basic offset table (``bot``), without one
+    (``none``), two fragments each (``split``) or after an extended offset table
+    (``extended``)."""
     h, w = img.shape[:2]
     frames, places = [], []
     for r in range(-(-h // TILE)):
@@ -109,7 +113,13 @@ def write_level(path: Path, img: np.ndarray, mm: float, *, jpeg: bool = False,
             buffer = io.BytesIO()
             Image.fromarray(tile).save(buffer, format="JPEG", quality=95)
             encoded.append(buffer.getvalue())
-        ds.PixelData = pydicom.encaps.encapsulate(encoded)
+        if encapsulation == "extended":
+            ds.PixelData, ds.ExtendedOffsetTable, ds.ExtendedOffsetTableLengths = \
+                pydicom.encaps.encapsulate_extended(encoded)
+        else:
+            ds.PixelData = pydicom.encaps.encapsulate(
+                encoded, fragments_per_frame=2 if encapsulation == "split" else 1,
+                has_bot=encapsulation != "none")
     else:
         ds.PixelData = np.stack(frames).tobytes()
     ds["PixelData"].VR = "OB"
@@ -236,6 +246,15 @@ def test_jpeg_frames_decode_close_to_the_source(tmp_path):
     assert np.abs(pixels - img).mean() < 2 and np.abs(pixels - img).max() < 40
     region = image.read(slice(240, 300), slice(500, 530)).astype(int)
     assert np.abs(region - img[240:300, 500:530]).mean() < 2
+
+
+@pytest.mark.parametrize("encapsulation", ["none", "split", "extended"])
+def test_jpeg_frames_are_found_with_or_without_an_offset_table(tmp_path, encapsulation):
+    img = _smooth(300, 520)  # 2x3 tiles
+    path = write_level(tmp_path / "level.dcm", img, 0.00025, jpeg=True,
+                       encapsulation=encapsulation)
+    pixels = open_dicom_slide(path).read(slice(None), slice(None)).astype(int)
+    assert np.abs(pixels - img).mean() < 2
 
 
 def test_a_sparse_level_places_frames_by_their_positions_and_a_missing_tile_is_glass(tmp_path):

@@ -243,6 +243,11 @@ class DicomLevel:
                 self._fh.close()
                 self._fh = None
 
+    def __del__(self) -> None:
+        fh = self.__dict__.get("_fh")
+        if fh is not None:
+            fh.close()
+
 
 def _indexer(positions: np.ndarray) -> slice | np.ndarray:
     """A run of consecutive positions as a slice (a block copy), else the positions."""
