@@ -1,7 +1,8 @@
 """npe2 reader and writer adapters over :mod:`napari_attnreg.io` (no Qt here).
 
 The reader takes DICOM (a folder of ``.dcm`` files, one file, a multi-frame file), OME-TIFF,
-slides (SVS, NDPI, pyramidal TIFF: :func:`read_slide_layers`), a folder the writer saved
+slides (SVS, NDPI, pyramidal TIFF: :func:`read_slide_layers`; DICOM whole-slide images:
+:func:`read_dicom_wsi_layers`), a folder the writer saved
 (its ``provenance.json`` lists the layers) and result files (``*.attnreg.npz``,
 :meth:`AttentionResult.save`), and declines everything else (returns None) so napari's other
 readers get it. The writer saves image/labels layers as
@@ -32,7 +33,9 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
     """npe2 reader: a function for a DICOM or OME-TIFF path, None for anything else."""
     if isinstance(path, list):  # napari passes a list when several files are dropped
         if len(path) != 1:
-            return None if not all(_is_dicom(p) for p in path) else read_dicom_files
+            if not all(_is_dicom(p) for p in path):
+                return None
+            return read_dicom_wsi_layers if _is_dicom_wsi(path[0]) else read_dicom_files
         path = path[0]
     if is_ome_tiff(path):
         return read_ome_tiff_layers
@@ -45,7 +48,7 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
     if str(path).lower().endswith(".geojson") and Path(path).is_file():
         return read_geojson_layers
     if _is_dicom(path):
-        return read_dicom_layers
+        return read_dicom_wsi_layers if _is_dicom_wsi(path) else read_dicom_layers
     return None
 
 
@@ -89,6 +92,42 @@ def read_slide_layers(path: str | list[str]) -> list[LayerData]:
         "metadata": {"slide": {"path": path, "level": 0, "mpp": full.mpp, "downsample": 1.0,
                                "levels": len(shown), "run_level": run_level}}}
     return [(shown if len(shown) > 1 else full.array, kwargs, "image")]
+
+
+def _is_dicom_wsi(path: str) -> bool:
+    from napari_attnreg.io.dicom_wsi import is_dicom_wsi
+
+    return is_dicom_wsi(path)
+
+
+def read_dicom_wsi_layers(path: str | list[str]) -> list[LayerData]:
+    """A DICOM whole-slide image (a file, a slide's folder, or its files dropped together) as
+    :func:`read_slide_layers` reads an SVS: one image layer in micrometres, a multiscale
+    one over the slide's VOLUME levels (its label and overview left out), each level decoded
+    tile by tile as napari draws it; ``metadata["slide"]`` as there."""
+    from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
+    from napari_attnreg.io.dicom_wsi import wsi_pyramid
+
+    if isinstance(path, list):
+        folders = {str(Path(p).parent) for p in path}
+        path = path[0] if len(path) == 1 else folders.pop() if len(folders) == 1 else ""
+        if not path:
+            raise ValueError("Drop the files of one DICOM slide at a time, or drop its folder.")
+    slide = wsi_pyramid(path)
+    shown = list(slide.levels)
+    sizes = [h * w for h, w in slide.pyramid.dimensions]
+    run_level = next((k for k, n in enumerate(sizes) if n <= MAX_UNTILED_PIXELS),
+                     len(shown) - 1)
+    mpp = slide.pyramid.mpp
+    name = Path(path).name if Path(path).is_dir() else source_layer_name(str(path))
+    kwargs: dict[str, Any] = {
+        "name": name, "rgb": shown[0].ndim == 3, "multiscale": len(shown) > 1,
+        "scale": (mpp, mpp) if mpp else (1.0, 1.0),
+        "units": ("µm", "µm") if mpp else ("pixel", "pixel"),
+        "metadata": {"slide": {"path": str(path), "level": 0, "mpp": mpp, "downsample": 1.0,
+                               "levels": len(shown), "run_level": run_level,
+                               "format": "DICOM WSI"}}}
+    return [(shown if len(shown) > 1 else shown[0], kwargs, "image")]
 
 
 def _is_dicom(path: str) -> bool:

@@ -32,6 +32,9 @@ DICOM_SUFFIXES = (".dcm", ".dicom")
 #: The 4-byte marker after the 128-byte preamble of a DICOM Part 10 file.
 _MAGIC_OFFSET, _MAGIC = 128, b"DICM"
 LayerKwargs = dict[str, Any]
+#: SOP Class UID of VL Whole Slide Microscopy Image Storage: a slide level whose frames are
+#: tiles, read by :mod:`napari_attnreg.io.dicom_wsi`, never as a volume here.
+WSI_SOP_CLASS = "1.2.840.10008.5.1.4.1.1.77.1.6"
 
 
 class DicomHeaderError(UnreadableFileError):
@@ -92,9 +95,9 @@ def dicom_files(path: str | Path) -> list[Path]:
 
 #: Header elements :func:`group_series` reads (the rest of a header stays unread, and the
 #: pixel data is only seen to be there: its value is deferred, never read).
-_GROUPING_TAGS = ("SeriesNumber", "SeriesInstanceUID", "NumberOfFrames",
-                  "ImageOrientationPatient", "ImagePositionPatient", "Rows", "Columns",
-                  "RescaleSlope", "RescaleIntercept", "PixelData")
+_GROUPING_TAGS = ("SOPClassUID", "ImageType", "SeriesNumber", "SeriesInstanceUID",
+                  "NumberOfFrames", "ImageOrientationPatient", "ImagePositionPatient", "Rows",
+                  "Columns", "RescaleSlope", "RescaleIntercept", "PixelData")
 
 
 def group_series(files: Sequence[str | Path]) -> list[tuple[str, tuple[Path, ...]]]:
@@ -134,7 +137,10 @@ def group_series(files: Sequence[str | Path]) -> list[tuple[str, tuple[Path, ...
             continue
         key = _volume_key(ds)
         groups[key].append(f)
-        first.setdefault(key, ds)
+        if key[2] != "slide" or _wsi_level(ds):  # a slide is named after a level of it
+            first.setdefault(key, ds)
+    for key in [k for k in groups if k[2] == "slide" and k not in first]:
+        del groups[key]  # a slide's label or overview alone: no slide to analyse
     keys = sorted(groups, key=lambda k: (k[0], k[1], str(k[2:])))
     uids = [k[1] for k in keys]
     taken: dict[str, int] = {}
@@ -182,6 +188,12 @@ def read_dicom(path: str | Path, files: Sequence[str | Path] | None = None,
     for f in files:
         with decoding(f, "DICOM file"):
             ds = pydicom.dcmread(f)
+        if _value(ds, "SOPClassUID") == WSI_SOP_CLASS:
+            raise ValueError(
+                f"{f} is a DICOM whole-slide image, whose {_int(_value(ds, 'NumberOfFrames'))} "
+                "frames are tiles of one slide level, not slices of a volume: open it (or its "
+                "folder) in napari with napari-attnreg, run it with 'attnreg run PATH --tiled "
+                "[--level N]', or open it with napari_attnreg.io.dicom_wsi.open_dicom_slide.")
         if "PixelData" not in ds and not _lost_pixel_data(f, ds):
             continue  # DICOMDIR, structured reports, presentation states
         try:
@@ -323,11 +335,20 @@ def _volume_key(ds: Any) -> tuple[Any, ...]:
     never stacked with the axial ones; every multi-frame file is a volume of its own."""
     number = _int(_value(ds, "SeriesNumber"))
     uid = str(_value(ds, "SeriesInstanceUID") or "")
+    if _value(ds, "SOPClassUID") == WSI_SOP_CLASS:  # a slide's levels, label, ...: one slide
+        return number, uid, "slide"
     if _int(_value(ds, "NumberOfFrames")) > 1:
         return number, uid, "file", str(ds.filename)
     orientation = _numbers(ds, "ImageOrientationPatient", 6)  # checked: 6 numbers or None
     tilt = tuple(round(v, 3) for v in orientation) if orientation else None
     return number, uid, "slices", tilt, _int(_value(ds, "Rows")), _int(_value(ds, "Columns"))
+
+
+def _wsi_level(ds: Any) -> bool:
+    """A slide's pyramid level (ImageType VOLUME), not its label, overview or thumbnail."""
+    kind = _value(ds, "ImageType")
+    kind = [kind] if isinstance(kind, str) else list(kind or [])
+    return len(kind) < 3 or str(kind[2]).upper() not in ("LABEL", "OVERVIEW", "THUMBNAIL")
 
 
 def _int(value: Any) -> int:
@@ -341,6 +362,8 @@ def _part_name(ds: Any, key: tuple[Any, ...]) -> str:
     """``axial``/``coronal``/``sagittal`` (slices) or the file name (multi-frame)."""
     if key[2] == "file":
         return Path(str(ds.filename)).name
+    if key[2] == "slide":
+        return "slide"
     normal = np.abs(_slice_normal(ds))
     return ("sagittal", "coronal", "axial")[int(np.argmax(normal))] + \
         ("" if key[4:] == (0, 0) else f" {key[4]}x{key[5]}")

@@ -243,7 +243,8 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
                  ) -> tuple[PlaneStack | LazyImage, ImageInfo]:
     """An input as a run reads it, with what the file says about its pixels.
 
-    A slide (SVS, NDPI, pyramidal TIFF) is opened at the level or resolution of ``opts``
+    A slide (SVS, NDPI, pyramidal TIFF, DICOM WSI: a file or a folder of a slide's
+    instances) is opened at the level or resolution of ``opts``
     (``level``, ``mpp``); a tiled run reads it, and any TIFF/OME-Zarr holding one image, on
     demand; other inputs are read into memory (a DICOM series: its ``files``, once). An
     untiled run of an image above the pixel budget is refused from the size the file's
@@ -256,18 +257,25 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
         impossible slide level.
     """
     from napari_attnreg.core.run.lazy import check_untiled_size
+    from napari_attnreg.io.dicom_wsi import is_dicom_wsi, open_dicom_slide
     from napari_attnreg.io.slides import is_pyramid, is_slide, open_slide
 
     path, tiled = Path(path), bool(opts.get("tiled"))
     asked = opts.get("level") is not None or opts.get("mpp") is not None
     slide_file = is_slide(path)
-    if slide_file or (asked and is_pyramid(path)):
+    dicom_slide = not slide_file and is_dicom_wsi(path, files)
+    if slide_file or dicom_slide or (asked and is_pyramid(path)):
         # an OME pyramid at a chosen level: read as a slide, its pixel size from its OME-XML
-        info = None if slide_file else image_info(path)
+        info = None if slide_file or dicom_slide else image_info(path)
         full = (info.pixel_size[0] if info is not None and info.pixel_size
                 and info.unit == "µm" else None)
-        slide = open_slide(path, level=opts.get("level"), mpp=opts.get("mpp"), full_mpp=full)
-        info = slide_info(slide) if slide_file else replace(
+        if dicom_slide:  # a DICOM WSI: a slide, never a stack of its tiles
+            slide = open_dicom_slide(path, level=opts.get("level"), mpp=opts.get("mpp"),
+                                     files=files)
+        else:
+            slide = open_slide(path, level=opts.get("level"), mpp=opts.get("mpp"),
+                               full_mpp=full)
+        info = slide_info(slide) if info is None else replace(
             info, pixel_size=None if slide.mpp is None else (slide.mpp, slide.mpp),
             origin=slide.pixel_origin)
         if tiled:
