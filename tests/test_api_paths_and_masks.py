@@ -182,6 +182,26 @@ def test_regularize_takes_the_path_of_an_ordinary_image(tmp_path):
     assert result.image_shape[:2] == (96, 96) and result.metadata["source"] == str(path)
 
 
+@pytest.mark.parametrize("option", [{"level": 1}, {"mpp": 2.0}], ids=["level", "mpp"])
+def test_a_slide_level_for_an_image_of_one_resolution_is_refused_not_recorded(
+        tmp_path, capsys, option):
+    from napari_attnreg.cli import main
+
+    path = tmp_path / "cells.tif"
+    tifffile.imwrite(path, _brightfield(size=96))
+    for tiled in (True, False):  # read whole, it was recorded as read at the level asked
+        with pytest.raises(ValueError, match="neither a slide nor a pyramid.*Leave them"):
+            regularize(path, "demo", tiled=tiled, **option, **FAST)
+    with pytest.raises(ValueError, match="pixels are given already"):
+        regularize(_brightfield(size=96), "demo", **option, **FAST)
+    flag = [f"--{next(iter(option))}", str(next(iter(option.values())))]
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--tiled", *flag, "--out", str(out), "--model", "demo",
+                 "--n-boot", "4", "--device", "cpu", "--quiet"]) == 1
+    assert "neither a slide nor a pyramid" in capsys.readouterr().err
+    assert not list(out.glob("*.attnreg.npz"))
+
+
 def test_a_missing_path_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="no such image file"):
         regularize(tmp_path / "nothing.svs", "demo", tiled=True, **FAST)

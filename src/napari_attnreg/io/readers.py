@@ -282,6 +282,13 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
             return slide, info
         check_untiled_size(slide.analysed_shape, str(path))
         return PlaneStack.from_array(slide.read_whole()), info
+    if asked:  # read at full resolution, it would be recorded as read at the level asked
+        raise ValueError(
+            f"{path.name} is neither a slide nor a pyramid: it has one resolution, so a slide "
+            "level or resolution does not apply ('Slide level' / 'Slide resolution' in "
+            "napari, level= / mpp= in Python, --level / --mpp on the command line). Leave "
+            "them unset, or analyse it coarser with the downsample option (tile_scale, "
+            "--tile-scale).")
     lazy_ok = tiled and opts.get("tile_scale", 1.0) == 1 and all(
         opts.get(k) is None for k in ("channels", "merge", "channel_axis"))
     lazy = read_lazy(path) if lazy_ok and not files else None

@@ -110,6 +110,12 @@ def regularize(
                          "command line does.")
     if isinstance(image, LazyImage):
         image, config = _lazy_for_run(image, config)
+    elif provenance is None and (config.level is not None or config.mpp is not None):
+        # pixels given as they are: a level would be recorded without having chosen them
+        raise ValueError("level=/mpp= choose which pixels of a slide are read; these pixels "
+                         "are given already. Leave them unset, open the slide at them "
+                         "(open_slide(path, level=..., mpp=...)), or pass the file's path "
+                         "to napari_attnreg.regularize with them.")
     job = Job(spec, _single_image(image, config.channel_axis), [()], config)
 
     def events(step: JobProgress) -> None:
