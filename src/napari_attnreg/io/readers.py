@@ -238,7 +238,8 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
     """An input as a run reads it, with what the file says about its pixels.
 
     A slide (SVS, NDPI, pyramidal TIFF) is opened at the level or resolution of ``opts``
-    (``level``, ``mpp``); a tiled run reads it, and any TIFF/OME-Zarr holding one image, on
+    (``level``, ``mpp``), and so is an OME-TIFF pyramid given one (``channel``: one of its
+    channels, as a napari channel layer runs); a tiled run reads it, and any TIFF/OME-Zarr holding one image, on
     demand; other inputs are read into memory (a DICOM series: its ``files``, once). An
     untiled run of an image above the pixel budget is refused from the size the file's
     header states, before its pixels are read.
@@ -256,13 +257,18 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
     asked = opts.get("level") is not None or opts.get("mpp") is not None
     slide_file = is_slide(path)
     if slide_file or (asked and is_pyramid(path)):
-        # an OME pyramid at a chosen level: read as a slide, its pixel size from its OME-XML
-        info = None if slide_file else image_info(path)
-        full = (info.pixel_size[0] if info is not None and info.pixel_size
-                and info.unit == "µm" else None)
-        slide = open_slide(path, level=opts.get("level"), mpp=opts.get("mpp"), full_mpp=full)
-        info = slide_info(slide) if slide_file else replace(
-            info, pixel_size=None if slide.mpp is None else (slide.mpp, slide.mpp))
+        if slide_file:
+            slide = open_slide(path, level=opts.get("level"), mpp=opts.get("mpp"))
+            info = slide_info(slide)
+        else:  # an OME pyramid (is_slide leaves those out) at a chosen level: read by its
+            # OME axes (colour, grey, channels: ``channel`` picks one), its pixel size from
+            # its OME-XML; a microscope's image
+            from napari_attnreg.io.ometiff import open_ome_level
+
+            slide = open_ome_level(path, level=opts.get("level"), mpp=opts.get("mpp"),
+                                   channel=opts.get("channel"))
+            info = replace(image_info(path), unit="µm" if slide.mpp else None,
+                           pixel_size=None if slide.mpp is None else (slide.mpp, slide.mpp))
         if tiled:
             return slide, info
         check_untiled_size(slide.analysed_shape, str(path))
