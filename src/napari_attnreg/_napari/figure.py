@@ -74,7 +74,8 @@ def analysed_pixels(grid: Any, source: Any) -> np.ndarray:
         raise ValueError(f"The slide file {path} of {source.name!r} is no longer there; open "
                          "it again to export this figure.")
     stack, _info = open_for_run(path, {"tiled": False, "level": grid.slide.get("level"),
-                                       "mpp": grid.slide.get("mpp")})  # one of the two
+                                       "mpp": grid.slide.get("mpp"),  # one of the two
+                                       "channel": grid.slide.get("channel")})
     return np.asarray(stack.data)
 
 

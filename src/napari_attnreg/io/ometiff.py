@@ -3,9 +3,10 @@
 The scale comes from the OME-XML ``PhysicalSizeX/Y/Z`` (and ``TimeIncrement``) of the first
 image, the axes from tifffile's series axes (``"TZCYX"``, ``"YXS"``, ...): a ``C`` axis
 becomes napari's ``channel_axis`` (one layer per channel, named from the OME channel names), a
-trailing ``S`` axis of 3 or 4 samples an RGB(A) image. :func:`open_ome_level` opens one level
-of a pyramid (several resolutions of a 2D image, e.g. bfconvert's or QuPath's sub-IFDs) for a
-run, as :func:`~napari_attnreg.io.slides.open_slide` opens a slide's.
+trailing ``S`` axis of 3 or 4 samples an RGB(A) image. A pyramid (several resolutions of a
+2D image, e.g. bfconvert's or QuPath's sub-IFDs) is all its levels, read on demand, for
+napari's multiscale layers; :func:`open_ome_level` opens one level for a run, as
+:func:`~napari_attnreg.io.slides.open_slide` opens a slide's.
 
 A layer this package saved (:func:`napari_attnreg.io.export.write_ome_tiff`) comes back as the
 layer it was: its type (a Labels layer stays Labels), name, shape, scale, translate, units,
@@ -75,7 +76,8 @@ def read_ome_tiff_layers(path: str | Path, lazy_bytes: int = LAZY_BYTES
     ``"image"``), name, shape and placement (``scale``, ``translate``, ``units``, ``rotate``,
     ``shear``, ``affine``), its contrast limits and our metadata; a placement that cannot be
     used (edited, damaged) is set aside with a warning. Any other OME-TIFF is an image (or
-    one image per channel) as :func:`read_ome_tiff` describes.
+    one image per channel) as :func:`read_ome_tiff` describes; a pyramid of a 2D image is
+    its levels, full resolution first, each read on demand (``multiscale`` is True).
     """
     import tifffile
 
@@ -85,8 +87,10 @@ def read_ome_tiff_layers(path: str | Path, lazy_bytes: int = LAZY_BYTES
         if ome:
             series = tif.series[0]
             axes = series.axes.upper()
+            levels = _lazy(path, every_level=True) if _is_pyramid(series) else None
             nbytes = int(np.prod(series.shape)) * np.dtype(series.dtype).itemsize
-            data = _lazy(path) if nbytes > lazy_bytes else None
+            data = _lazy(path) if levels is None and nbytes > lazy_bytes else None
+            data = levels[0] if levels else data
             data = series.asarray() if data is None else data
             xml = tif.ome_metadata
             pixels = _pixels(tifffile.xml2dict(xml))
@@ -96,7 +100,14 @@ def read_ome_tiff_layers(path: str | Path, lazy_bytes: int = LAZY_BYTES
     saved = _saved_layer(path, data, xml)
     if saved is not None:
         return [saved]
-    return [(d, kwargs, "image") for d, kwargs in _image_layers(path, data, axes, pixels)]
+    return [(d, kwargs, "image")
+            for d, kwargs in _image_layers(path, levels or [data], axes, pixels)]
+
+
+def _is_pyramid(series: Any) -> bool:
+    """Several resolutions of one 2D image (grey, colour or channels): napari draws it as a
+    multiscale layer. A pyramid of planes (Z, T) stays its full resolution, as before."""
+    return len(series.levels) > 1 and set(series.axes.upper()) <= set("YXCS")
 
 
 def read_ome_tiff(path: str | Path, lazy_bytes: int = LAZY_BYTES
@@ -112,9 +123,10 @@ def read_ome_tiff(path: str | Path, lazy_bytes: int = LAZY_BYTES
     Returns
     -------
     list of (np.ndarray, dict)
-        The full-resolution array of the first series and ``name``, ``scale``, ``units``,
-        ``axis_labels``, ``rgb``, ``channel_axis`` (when there are channels) and
-        ``metadata`` (``{"ome": {...}, "source_path": ...}``). Scale and labels cover the
+        The full-resolution array of the first series (of a pyramid of a 2D image: its
+        levels, full resolution first, each read on demand, with ``multiscale`` True) and
+        ``name``, ``scale``, ``units``, ``axis_labels``, ``rgb``, ``channel_axis`` (when there
+        are channels) and ``metadata`` (``{"ome": {...}, "source_path": ...}``). Scale and labels cover the
         axes of one channel layer, i.e. without ``C``. A layer this package saved has the
         keyword arguments it was saved with instead (see :func:`read_ome_tiff_layers`,
         which also says its layer type).
@@ -122,9 +134,11 @@ def read_ome_tiff(path: str | Path, lazy_bytes: int = LAZY_BYTES
     return [(data, kwargs) for data, kwargs, _ in read_ome_tiff_layers(path, lazy_bytes)]
 
 
-def _image_layers(path: str | Path, data: Any, axes: str, pixels: dict[str, Any]
-                  ) -> list[tuple[np.ndarray, LayerKwargs]]:
-    """An OME-TIFF not saved by us: its physical sizes, axes and channels."""
+def _image_layers(path: str | Path, levels: list[Any], axes: str, pixels: dict[str, Any]
+                  ) -> list[tuple[Any, LayerKwargs]]:
+    """An OME-TIFF not saved by us: its physical sizes, axes and channels. ``levels`` holds
+    the full resolution, then the coarser levels of a pyramid (a multiscale layer)."""
+    data = levels[0]
     rgb = axes.endswith("S") and data.shape[-1] in (3, 4)
     if "S" in axes and not rgb:  # samples that are not colour are channels
         if "C" in axes:
@@ -133,7 +147,7 @@ def _image_layers(path: str | Path, data: Any, axes: str, pixels: dict[str, Any]
         axes = axes.replace("S", "C")
     channel_axis = axes.index("C") if "C" in axes and data.shape[axes.index("C")] > 1 else None
     if "C" in axes and channel_axis is None:  # one channel: drop the axis
-        data = data[(slice(None),) * axes.index("C") + (0,)]
+        levels = [d[(slice(None),) * axes.index("C") + (0,)] for d in levels]
         axes = axes.replace("C", "")
     spatial = [a for a in axes if a not in "CS"]
     scale, units, physical = [], [], {}
@@ -153,6 +167,8 @@ def _image_layers(path: str | Path, data: Any, axes: str, pixels: dict[str, Any]
         "metadata": {"source_path": str(path),
                      "ome": {"path": str(path), "axes": axes, "physical_size": physical}},
     }
+    if len(levels) > 1:
+        kwargs["multiscale"] = True
     if len(set(units)) > 1 or units[0] != "pixel":
         kwargs["units"] = tuple(units)
     if channel_axis is not None:
@@ -160,11 +176,12 @@ def _image_layers(path: str | Path, data: Any, axes: str, pixels: dict[str, Any]
         names = _channel_names(pixels)
         if len(names) == data.shape[channel_axis]:
             kwargs["name"] = [f"{kwargs['name']} · {n}" for n in names]
-    return [(data, kwargs)]
+    return [(levels if len(levels) > 1 else levels[0], kwargs)]
 
 
-def _lazy(path: str | Path) -> Any | None:
-    """The first series as a dask array over tifffile's zarr view, or None without dask/zarr."""
+def _lazy(path: str | Path, every_level: bool = False) -> Any | None:
+    """The first series as a dask array over tifffile's zarr view (with ``every_level``, a
+    list of its levels, full resolution first), or None without dask/zarr."""
     try:
         import dask.array as da
         import zarr
@@ -173,13 +190,11 @@ def _lazy(path: str | Path) -> Any | None:
     import tifffile
 
     node = zarr.open(tifffile.imread(path, aszarr=True, series=0), mode="r")
-    return da.from_zarr(node if hasattr(node, "shape") else node["0"])  # pyramid: level 0
-
-
-def _is_pyramid(series: Any) -> bool:
-    """Several resolutions of one 2D image (grey, colour or channels) (a pyramid of planes, Z
-    or T, is read at full resolution)."""
-    return len(series.levels) > 1 and set(series.axes.upper()) <= set("YXCS")
+    if hasattr(node, "shape"):  # one level
+        return [da.from_zarr(node)] if every_level else da.from_zarr(node)
+    if not every_level:
+        return da.from_zarr(node["0"])  # pyramid: level 0
+    return [da.from_zarr(node[str(k)]) for k in range(len(node))]
 
 
 # ---- one level of a pyramid, for a run ----------------------------------------------------

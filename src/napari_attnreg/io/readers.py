@@ -95,7 +95,7 @@ class ImageInfo:
             return cls(size, "mm" if size else None, kind,
                        f"DICOM Modality {modality}" if kind else "")
         slide = metadata.get("slide")
-        if isinstance(slide, Mapping):
+        if isinstance(slide, Mapping) and slide.get("kind") != "ome":  # OME: microscopy
             mpp = slide.get("mpp")
             return cls((float(mpp), float(mpp)) if mpp else None, "µm" if mpp else None,
                        "pathology", "slide file")
