@@ -350,3 +350,42 @@ def test_napari_shows_a_dicom_slide_through_the_plugin(slide, make_napari_viewer
     assert tuple(layer.scale) == pytest.approx((0.25, 0.25))
     viewer.reset_view()
     np.testing.assert_array_equal(np.asarray(layer.data[1][:10, :10]), _pixels()[:20:2, :20:2])
+
+
+@pytest.mark.gui
+def test_the_dock_runs_a_dicom_slide_and_a_saved_session_reopens_it(
+        slide, make_napari_viewer, qtbot, tmp_path):
+    import timm  # noqa: F401  # before the viewer: see tests/napari/conftest.py
+
+    from napari_attnreg._napari.io import write_outputs
+    from napari_attnreg._napari.widget import AttentionWidget
+
+    viewer = make_napari_viewer()
+    [layer] = viewer.open(str(slide), plugin="napari-attnreg")
+    widget = AttentionWidget(viewer)
+    viewer.window.add_dock_widget(widget)
+    controls = widget.options.controls
+    controls["device"].setCurrentText("cpu")
+    controls["n_boot"].setValue(4)
+    controls["tiled"].setChecked(True)
+    controls["level"].setValue(1)
+    with qtbot.waitSignal(widget.run_finished, timeout=120_000):
+        assert widget.run() is not None, widget.run_panel.status_label.text()
+    record = widget.current_record()
+    assert record is not None, widget.run_panel.status_label.text()
+    result = record.results[()]
+    assert result.metadata["slide_level"] == 1 and record.grid.factor == pytest.approx((2, 2))
+    # level 1, cut to whole 8-pixel patches by the tiling
+    level1 = np.asarray(layer.data[1]).shape[:2]
+    assert all(0 <= n - m < 8 for n, m in zip(level1, result.image_shape))
+
+    folder = tmp_path / "session"
+    write_outputs(str(folder), [lay.as_layer_data_tuple()
+                                for lay in (layer, *record.outputs.values())])
+    again = make_napari_viewer()
+    dock = AttentionWidget(again)
+    again.window.add_dock_widget(dock)
+    again.open(str(folder), plugin="napari-attnreg")
+    assert again.layers[layer.name].multiscale
+    qtbot.waitUntil(lambda: dock.current_record() is not None, timeout=10_000)
+    assert dock.current_record().run_id == record.run_id

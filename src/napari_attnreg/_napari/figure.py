@@ -70,11 +70,12 @@ def analysed_pixels(grid: Any, source: Any) -> np.ndarray:
                          f"here, above the {MAX_UNTILED_PIXELS:,} a figure can hold; run at a "
                          "coarser Slide level or Slide resolution for a figure.")
     path = Path(str(grid.slide.get("path", "")))
-    if not path.is_file():
+    if not path.exists():  # a file, or a DICOM slide's folder
         raise ValueError(f"The slide file {path} of {source.name!r} is no longer there; open "
                          "it again to export this figure.")
     stack, _info = open_for_run(path, {"tiled": False, "level": grid.slide.get("level"),
-                                       "mpp": grid.slide.get("mpp")})  # one of the two
+                                       "mpp": grid.slide.get("mpp"),  # one of the two
+                                       "channel": grid.slide.get("channel")})
     return np.asarray(stack.data)
 
 

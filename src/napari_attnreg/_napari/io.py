@@ -152,7 +152,15 @@ def read_dicom_files(paths: list[str]) -> list[LayerData]:
 
 def read_ome_tiff_layers(path: str | list[str]) -> list[LayerData]:
     """Read an OME-TIFF with its physical scale and channels; an output layer saved by the
-    dock comes back placed, typed, named and drawn as the dock made it."""
+    dock comes back placed, typed, named and drawn as the dock made it.
+
+    An OME-TIFF pyramid (bfconvert's, QuPath's: several resolutions of a 2D image) is a
+    multiscale layer, one per channel as a single resolution is: napari reads only the tiles
+    on screen. Each layer carries a ``metadata["slide"]`` record as a slide's does
+    (:func:`read_slide_layers`), with ``kind`` ``"ome"`` and, for a channel layer, its
+    ``channel``: the dock runs it from the file at the finest level the untiled pixel budget
+    holds, or tiled at full resolution, without a slide's automatic tissue mask.
+    """
     from napari_attnreg._napari.layers import KINDS, META_KEY, output_style
     from napari_attnreg._napari.outline import outline_layer_data
     from napari_attnreg.io.ometiff import read_ome_tiff_layers as read
@@ -165,10 +173,35 @@ def read_ome_tiff_layers(path: str | list[str]) -> list[LayerData]:
         if kind in KINDS and (kind == "significant") == (layer_type == "labels"):
             kwargs = {**output_style(kind, kwargs.get("contrast_limits"),
                                      signed=bool(ours.get("map_signed"))), **kwargs}
+        if layer_type == "image" and kwargs.get("multiscale"):
+            kwargs = _ome_pyramid_record(str(path), data, kwargs)
         layers.append((data, kwargs, layer_type))
         if kind == "significant" and layer_type == "labels":  # drawn by its thin outline
             layers.append(outline_layer_data(data, kwargs))
     return layers
+
+
+def _ome_pyramid_record(path: str, levels: list[Any], kwargs: dict[str, Any]
+                        ) -> dict[str, Any]:
+    """``kwargs`` with the ``metadata["slide"]`` record of an OME pyramid: per channel (a
+    list napari's channel split hands out) when the layers are channels."""
+    from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
+    from napari_attnreg.io.ometiff import micrometres
+
+    ome = kwargs["metadata"]["ome"]
+    axes = str(ome["axes"])  # the axes of ``levels``: Y, X and C or S
+    y, x = axes.index("Y"), axes.index("X")
+    sizes = [int(level.shape[y]) * int(level.shape[x]) for level in levels]
+    run_level = next((k for k, n in enumerate(sizes) if n <= MAX_UNTILED_PIXELS),
+                     len(levels) - 1)
+    record = {"path": path, "kind": "ome", "level": 0,
+              "mpp": micrometres(ome.get("physical_size") or {}), "downsample": 1.0,
+              "levels": len(levels), "run_level": run_level}
+    axis = kwargs.get("channel_axis")
+    if axis is None:
+        return {**kwargs, "metadata": {**kwargs["metadata"], "slide": record}}
+    return {**kwargs, "metadata": [{**kwargs["metadata"], "slide": {**record, "channel": c}}
+                                   for c in range(int(levels[0].shape[axis]))]}
 
 
 def read_saved_folder(path: str | list[str]) -> list[LayerData]:
@@ -185,9 +218,10 @@ def read_saved_folder(path: str | list[str]) -> list[LayerData]:
         raise ValueError(f"{folder / PROVENANCE_FILE} does not list saved layers ({err}).") \
             from None
     layers: list[LayerData] = []
+    reopened: set[str] = set()  # a file whose channel layers were saved: opened once
     for file, entry in listed:
         if entry.get("slide") and file is None:
-            layers.extend(_saved_slide(entry, folder))
+            layers.extend(_saved_slide(entry, folder, reopened))
         # only files inside the folder: a name such as "../x" in an edited record is skipped
         elif isinstance(file, str) and Path(file).name == file and is_ome_tiff(folder / file):
             layers.extend(read_ome_tiff_layers(str(folder / file)))
@@ -199,20 +233,29 @@ def read_saved_folder(path: str | list[str]) -> list[LayerData]:
     return link_result_files(layers, saved_result_files(folder, layers))
 
 
-def _saved_slide(entry: dict[str, Any], folder: Path) -> list[LayerData]:
-    """The slide a saved folder refers to, opened again under the name and placement it had
-    (nothing, with a warning, when its file is gone or is no slide any more)."""
+def _saved_slide(entry: dict[str, Any], folder: Path, reopened: set[str]) -> list[LayerData]:
+    """The slide or pyramid a saved folder refers to, opened again by the reader that opened
+    it, under the name and placement it had (nothing, with a warning, when its file is gone
+    or no reader takes it any more; nothing when it is open already)."""
     import warnings
 
-    slide = Path(str(entry["slide"]))
+    record = entry["slide"] if isinstance(entry["slide"], dict) else {"path": entry["slide"]}
+    slide = Path(str(record.get("path")))
     if not slide.is_absolute():
         slide = folder / slide
-    if not (slide.is_file() and _is_slide(str(slide))):
+    reader = get_reader(str(slide)) if slide.exists() else None
+    if str(slide) in reopened:
+        return []
+    if reader is None or reader in (read_saved_folder, read_result_layers):
         warnings.warn(f"{folder / PROVENANCE_FILE} refers to the slide {slide}, which is no "
                       f"longer there (or no slide); open it to see "
                       f"{entry.get('name')!r} with its results.", stacklevel=2)
         return []
-    [(data, kwargs, kind)] = read_slide_layers(str(slide))
+    reopened.add(str(slide))
+    layers = reader(str(slide))
+    if len(layers) != 1 or layers[0][1].get("channel_axis") is not None:
+        return layers  # a pyramid's channel layers: as the reader names and places them
+    [(data, kwargs, kind)] = layers
     placed = {key: tuple(entry[key]) for key in ("scale", "translate")
               if isinstance(entry.get(key), list) and len(entry[key]) == 2}
     return [(data, {**kwargs, **placed, "name": entry.get("name") or kwargs["name"]}, kind)]

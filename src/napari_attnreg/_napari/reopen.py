@@ -43,11 +43,17 @@ def result_file_name(plane: tuple[int, ...]) -> str:
 def _run_meta(layer_data: Sequence[LayerData]) -> Mapping[str, Any] | None:
     """The output metadata to take the run from: a threshold-dependent layer's (it holds the
     thresholds in force), else any output layer's."""
-    ours = [kw["metadata"][META_KEY] for _, kw, _ in layer_data
-            if isinstance((kw.get("metadata") or {}).get(META_KEY), Mapping)
-            and kw["metadata"][META_KEY].get("run_id")]
+    ours = [meta for _, kw, _ in layer_data if isinstance(meta := _ours(kw), Mapping)
+            and meta.get("run_id")]
     live = [m for m in ours if m.get("kind") in ("significant", "regularized")]
     return (live or ours or [None])[0]
+
+
+def _ours(kwargs: Mapping[str, Any]) -> Any:
+    """The plugin's output metadata of a layer's kwargs (None for other layers, and for the
+    channel layers of one file, whose ``metadata`` is a list, one per channel)."""
+    metadata = kwargs.get("metadata")
+    return metadata.get(META_KEY) if isinstance(metadata, Mapping) else None
 
 
 def write_result_files(folder: str | Path, layer_data: Sequence[LayerData]) -> list[Path]:
@@ -72,7 +78,7 @@ def link_result_files(layers: list[LayerData], files: Mapping[tuple[int, ...], P
         return layers
     listed = [[list(p), str(f)] for p, f in files.items()]
     for _, kwargs, _ in layers:
-        meta = (kwargs.get("metadata") or {}).get(META_KEY)
+        meta = _ours(kwargs)
         if isinstance(meta, dict):
             meta[RESULT_FILES_KEY] = listed
     return layers

@@ -10,6 +10,10 @@ a level whole (within the untiled pixel budget): the one asked, else the finest 
 holds (``run_level``). Either way the analysed pixels are tied to the layer's by an
 :class:`AnalysedGrid`, so the output layers lie on the tissue they were computed from. No Qt
 in here.
+
+An OME-TIFF pyramid (``kind`` ``"ome"`` in the record) runs the same way, read by its OME
+axes (:func:`~napari_attnreg.io.ometiff.open_ome_level`; a channel layer reads its
+``channel``), and as a microscope's image: no automatic tissue mask.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from napari_attnreg.core.run.config import RunConfig
 
 
 def slide_of(layer: Any) -> dict[str, Any] | None:
-    """The ``metadata["slide"]`` record the plugin's slide reader gives a layer (None: not a
-    slide layer)."""
+    """The ``metadata["slide"]`` record the plugin's readers give a layer of a pyramid file
+    (None: none): a slide's, or an OME-TIFF pyramid's (``kind`` ``"ome"``). Either is read
+    again from its file at any level, and lies in full-resolution pixels (QuPath's GeoJSON
+    frame) scaled to its units."""
     slide = layer.metadata.get("slide") if isinstance(layer.metadata, dict) else None
     return slide if isinstance(slide, dict) and slide.get("path") else None
 
@@ -59,7 +65,7 @@ def slide_run(layer: Any, config: RunConfig) -> tuple[Any, AnalysedGrid | None, 
     from napari_attnreg.io.slides import open_slide
 
     path = Path(str(slide["path"]))
-    if not path.is_file():
+    if not path.exists():  # a file, or the folder of a DICOM slide's instances
         raise ValueError(f"The slide file of {layer.name!r} ({path}) is no longer there; a "
                          "tiled run, or a run at another level, reads the slide from its file. "
                          "Open the slide again.")
@@ -69,8 +75,19 @@ def slide_run(layer: Any, config: RunConfig) -> tuple[Any, AnalysedGrid | None, 
         level = slide.get("level")
     else:  # an untiled run of a pyramid: the finest level the pixel budget holds
         level = int(slide.get("run_level") or 0)
-    opened = open_slide(path, level=level, mpp=config.mpp)  # checks the level / resolution
-    image, _info = open_for_run(path, {"tiled": config.tiled, "level": level, "mpp": config.mpp})
+    channel = slide.get("channel")
+    if slide.get("kind") == "ome":  # by its OME axes; a channel layer reads its channel
+        from napari_attnreg.io.ometiff import open_ome_level
+
+        opened = open_ome_level(path, level=level, mpp=config.mpp, channel=channel)
+    elif slide.get("format") == "DICOM WSI":
+        from napari_attnreg.io.dicom_wsi import open_dicom_slide
+
+        opened = open_dicom_slide(path, level=level, mpp=config.mpp)
+    else:
+        opened = open_slide(path, level=level, mpp=config.mpp)  # checks the level / resolution
+    image, _info = open_for_run(path, {"tiled": config.tiled, "level": level, "mpp": config.mpp,
+                                       "channel": channel})
     grid = _grid(layer, slide, opened)
     # the level read is recorded as slide_level; ``level`` keeps what was asked (a level, or
     # none beside a resolution: both together are refused)
@@ -91,6 +108,8 @@ def _grid(layer: Any, slide: dict[str, Any], opened: Any) -> AnalysedGrid | None
         factor = (shown[0] / analysed[0], shown[1] / analysed[1])
     # read again (a figure): by level, or by resolution where the level was resampled
     again = ({"mpp": opened.mpp} if opened.scale != 1 else {"level": opened.level})
+    if slide.get("channel") is not None:  # a channel layer of an OME pyramid
+        again["channel"] = slide["channel"]
     return AnalysedGrid(analysed, factor, {"path": str(slide["path"]), **again})
 
 
@@ -115,8 +134,11 @@ def saved_grid(layer: Any, result: Any) -> AnalysedGrid | None:
         return None  # pixels, or another unit: no ratio of sizes to go by
     factor = tuple(float(a) / float(b) for a, b in zip(spatial["scale"], layer.scale[-2:]))
     md = result.metadata
+    # the analysed image is the level, less what a tiled run cut to whole patches
+    cut = [int(p) for p in getattr(result, "patch_size", (1, 1))]
     if not all(f >= 1 - 1e-6 for f in factor) or any(
-            abs(n * f - m) > f for n, f, m in zip(analysed, factor, shown)):
+            not -f <= m - n * f <= (c + 1) * f
+            for n, f, m, c in zip(analysed, factor, shown, cut)):
         return None  # not a level or resolution of this slide
     again = ({"mpp": float(spatial["scale"][0])} if md.get("slide_resample", 1.0) != 1.0
              else {"level": md.get("slide_level")})

@@ -172,9 +172,10 @@ def save_outputs(folder: str | Path, layer_data: Sequence[LayerData],
     arrays = [None if slide_file(attrs, layer_type) else _ome_array(data, attrs, layer_type)
               for data, attrs, layer_type in layer_data]
     for array, (data, attrs, layer_type) in zip(arrays, layer_data):
-        if array is None:
-            entries.append({**_layer_entry(None, data, attrs, layer_type),
-                            "slide": slide_file(attrs, layer_type)})
+        if array is None:  # the slide's record (its file, level, channel ...): JSON values
+            record = {k: v for k, v in dict(attrs["metadata"]["slide"]).items()
+                      if isinstance(v, (str, int, float, bool)) or v is None}
+            entries.append({**_layer_entry(None, data, attrs, layer_type), "slide": record})
             continue
         path = folder / _unique_name(str(attrs.get("name") or layer_type), used)
         written.append(_write_array(path, array, attrs, layer_type))

@@ -3,7 +3,10 @@
 The scale comes from the OME-XML ``PhysicalSizeX/Y/Z`` (and ``TimeIncrement``) of the first
 image, the axes from tifffile's series axes (``"TZCYX"``, ``"YXS"``, ...): a ``C`` axis
 becomes napari's ``channel_axis`` (one layer per channel, named from the OME channel names), a
-trailing ``S`` axis of 3 or 4 samples an RGB(A) image.
+trailing ``S`` axis of 3 or 4 samples an RGB(A) image. A pyramid (several resolutions of a
+2D image, e.g. bfconvert's or QuPath's sub-IFDs) is all its levels, read on demand, for
+napari's multiscale layers; :func:`open_ome_level` opens one level for a run, as
+:func:`~napari_attnreg.io.slides.open_slide` opens a slide's.
 
 A layer this package saved (:func:`napari_attnreg.io.export.write_ome_tiff`) comes back as the
 layer it was: its type (a Labels layer stays Labels), name, shape, scale, translate, units,
@@ -22,14 +25,19 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from xml.etree import ElementTree
 
 import numpy as np
 
 from napari_attnreg.core.files import decoding
+
+if TYPE_CHECKING:  # the run's modules load torch: imported where a level is opened
+    from napari_attnreg.core.run.lazy import LazyImage
 
 OME_SUFFIXES = (".ome.tif", ".ome.tiff", ".ome.tf2", ".ome.tf8", ".ome.btf")
 #: OME axis letter → (OME-XML size attribute, its unit attribute, the OME default unit).
@@ -68,7 +76,8 @@ def read_ome_tiff_layers(path: str | Path, lazy_bytes: int = LAZY_BYTES
     ``"image"``), name, shape and placement (``scale``, ``translate``, ``units``, ``rotate``,
     ``shear``, ``affine``), its contrast limits and our metadata; a placement that cannot be
     used (edited, damaged) is set aside with a warning. Any other OME-TIFF is an image (or
-    one image per channel) as :func:`read_ome_tiff` describes.
+    one image per channel) as :func:`read_ome_tiff` describes; a pyramid of a 2D image is
+    its levels, full resolution first, each read on demand (``multiscale`` is True).
     """
     import tifffile
 
@@ -78,8 +87,10 @@ def read_ome_tiff_layers(path: str | Path, lazy_bytes: int = LAZY_BYTES
         if ome:
             series = tif.series[0]
             axes = series.axes.upper()
+            levels = _lazy(path, every_level=True) if _is_pyramid(series) else None
             nbytes = int(np.prod(series.shape)) * np.dtype(series.dtype).itemsize
-            data = _lazy(path) if nbytes > lazy_bytes else None
+            data = _lazy(path) if levels is None and nbytes > lazy_bytes else None
+            data = levels[0] if levels else data
             data = series.asarray() if data is None else data
             xml = tif.ome_metadata
             pixels = _pixels(tifffile.xml2dict(xml))
@@ -89,7 +100,14 @@ def read_ome_tiff_layers(path: str | Path, lazy_bytes: int = LAZY_BYTES
     saved = _saved_layer(path, data, xml)
     if saved is not None:
         return [saved]
-    return [(d, kwargs, "image") for d, kwargs in _image_layers(path, data, axes, pixels)]
+    return [(d, kwargs, "image")
+            for d, kwargs in _image_layers(path, levels or [data], axes, pixels)]
+
+
+def _is_pyramid(series: Any) -> bool:
+    """Several resolutions of one 2D image (grey, colour or channels): napari draws it as a
+    multiscale layer. A pyramid of planes (Z, T) stays its full resolution, as before."""
+    return len(series.levels) > 1 and set(series.axes.upper()) <= set("YXCS")
 
 
 def read_ome_tiff(path: str | Path, lazy_bytes: int = LAZY_BYTES
@@ -105,9 +123,10 @@ def read_ome_tiff(path: str | Path, lazy_bytes: int = LAZY_BYTES
     Returns
     -------
     list of (np.ndarray, dict)
-        The full-resolution array of the first series and ``name``, ``scale``, ``units``,
-        ``axis_labels``, ``rgb``, ``channel_axis`` (when there are channels) and
-        ``metadata`` (``{"ome": {...}, "source_path": ...}``). Scale and labels cover the
+        The full-resolution array of the first series (of a pyramid of a 2D image: its
+        levels, full resolution first, each read on demand, with ``multiscale`` True) and
+        ``name``, ``scale``, ``units``, ``axis_labels``, ``rgb``, ``channel_axis`` (when there
+        are channels) and ``metadata`` (``{"ome": {...}, "source_path": ...}``). Scale and labels cover the
         axes of one channel layer, i.e. without ``C``. A layer this package saved has the
         keyword arguments it was saved with instead (see :func:`read_ome_tiff_layers`,
         which also says its layer type).
@@ -115,9 +134,11 @@ def read_ome_tiff(path: str | Path, lazy_bytes: int = LAZY_BYTES
     return [(data, kwargs) for data, kwargs, _ in read_ome_tiff_layers(path, lazy_bytes)]
 
 
-def _image_layers(path: str | Path, data: Any, axes: str, pixels: dict[str, Any]
-                  ) -> list[tuple[np.ndarray, LayerKwargs]]:
-    """An OME-TIFF not saved by us: its physical sizes, axes and channels."""
+def _image_layers(path: str | Path, levels: list[Any], axes: str, pixels: dict[str, Any]
+                  ) -> list[tuple[Any, LayerKwargs]]:
+    """An OME-TIFF not saved by us: its physical sizes, axes and channels. ``levels`` holds
+    the full resolution, then the coarser levels of a pyramid (a multiscale layer)."""
+    data = levels[0]
     rgb = axes.endswith("S") and data.shape[-1] in (3, 4)
     if "S" in axes and not rgb:  # samples that are not colour are channels
         if "C" in axes:
@@ -126,7 +147,7 @@ def _image_layers(path: str | Path, data: Any, axes: str, pixels: dict[str, Any]
         axes = axes.replace("S", "C")
     channel_axis = axes.index("C") if "C" in axes and data.shape[axes.index("C")] > 1 else None
     if "C" in axes and channel_axis is None:  # one channel: drop the axis
-        data = data[(slice(None),) * axes.index("C") + (0,)]
+        levels = [d[(slice(None),) * axes.index("C") + (0,)] for d in levels]
         axes = axes.replace("C", "")
     spatial = [a for a in axes if a not in "CS"]
     scale, units, physical = [], [], {}
@@ -146,6 +167,8 @@ def _image_layers(path: str | Path, data: Any, axes: str, pixels: dict[str, Any]
         "metadata": {"source_path": str(path),
                      "ome": {"path": str(path), "axes": axes, "physical_size": physical}},
     }
+    if len(levels) > 1:
+        kwargs["multiscale"] = True
     if len(set(units)) > 1 or units[0] != "pixel":
         kwargs["units"] = tuple(units)
     if channel_axis is not None:
@@ -153,11 +176,12 @@ def _image_layers(path: str | Path, data: Any, axes: str, pixels: dict[str, Any]
         names = _channel_names(pixels)
         if len(names) == data.shape[channel_axis]:
             kwargs["name"] = [f"{kwargs['name']} · {n}" for n in names]
-    return [(data, kwargs)]
+    return [(levels if len(levels) > 1 else levels[0], kwargs)]
 
 
-def _lazy(path: str | Path) -> Any | None:
-    """The first series as a dask array over tifffile's zarr view, or None without dask/zarr."""
+def _lazy(path: str | Path, every_level: bool = False) -> Any | None:
+    """The first series as a dask array over tifffile's zarr view (with ``every_level``, a
+    list of its levels, full resolution first), or None without dask/zarr."""
     try:
         import dask.array as da
         import zarr
@@ -166,7 +190,195 @@ def _lazy(path: str | Path) -> Any | None:
     import tifffile
 
     node = zarr.open(tifffile.imread(path, aszarr=True, series=0), mode="r")
-    return da.from_zarr(node if hasattr(node, "shape") else node["0"])  # pyramid: level 0
+    if hasattr(node, "shape"):  # one level
+        return [da.from_zarr(node)] if every_level else da.from_zarr(node)
+    if not every_level:
+        return da.from_zarr(node["0"])  # pyramid: level 0
+    return [da.from_zarr(node[str(k)]) for k in range(len(node))]
+
+
+# ---- one level of a pyramid, for a run ----------------------------------------------------
+#: OME length units in micrometres (slides state their pixel size in µm).
+_MICROMETRES = {"nm": 1e-3, "µm": 1.0, "um": 1.0, "mm": 1e3, "cm": 1e4, "m": 1e6}
+
+
+def micrometres(physical: dict[str, Any]) -> float | None:
+    """µm per pixel from an OME ``physical_size`` record (``{"Y": (0.5, "µm"), ...}``): the
+    mean of Y and X, as a slide's mpp is; None when either is missing or not a length."""
+    sizes = []
+    for axis in "YX":
+        value = physical.get(axis)
+        factor = _MICROMETRES.get(str(value[1])) if value else None
+        if factor is None:
+            return None
+        sizes.append(float(value[0]) * factor)
+    return sum(sizes) / 2
+
+
+@dataclass(frozen=True)
+class OmePyramid:
+    """The levels of an OME-TIFF pyramid's first image, opened without reading pixels.
+
+    Attributes
+    ----------
+    path : str
+    axes : str
+        Axis letters of every level (``"YXS"``, ``"YX"``, ``"CYX"``, ...).
+    levels : tuple
+        zarr arrays, full resolution first.
+    mpp : float or None
+        Micrometres per full-resolution pixel, when the OME-XML states lengths.
+    """
+
+    path: str
+    axes: str
+    levels: tuple[Any, ...]
+    mpp: float | None
+
+    @property
+    def plane_shapes(self) -> tuple[tuple[int, int], ...]:
+        """``(H, W)`` of each level."""
+        y, x = self.axes.index("Y"), self.axes.index("X")
+        return tuple((int(a.shape[y]), int(a.shape[x])) for a in self.levels)
+
+    def slide_levels(self) -> Any:
+        """The :class:`~napari_attnreg.io.slides.SlideLevels` a level or resolution is
+        chosen from, as a slide's."""
+        from napari_attnreg.io.slides import SlideLevels
+
+        dims = self.plane_shapes
+        h0, w0 = dims[0]
+        downsamples = tuple((h0 / h + w0 / w) / 2 for h, w in dims)
+        return SlideLevels(dims, downsamples, self.mpp, "OME-TIFF")
+
+
+def ome_pyramid(path: str | Path) -> OmePyramid | None:
+    """The OME-TIFF's pyramid, or None when it holds one resolution, a pyramid of planes
+    (Z or T), or zarr is not installed.
+
+    Raises
+    ------
+    ValueError
+        The file is not a readable OME-TIFF (the message names it).
+    """
+    import tifffile
+
+    try:
+        import zarr
+    except ImportError:
+        return None
+    with decoding(path), tifffile.TiffFile(path, _multifile=False) as tif:
+        if not tif.is_ome or not tif.series:
+            raise ValueError(f"{path} is no OME-TIFF (it has no OME-XML metadata).")
+        series = tif.series[0]
+        if not _is_pyramid(series):
+            return None
+        axes = series.axes.upper()
+        pixels = _pixels(tifffile.xml2dict(tif.ome_metadata))
+    physical = {}
+    for axis in "YX":
+        size_key, unit_key, default_unit = _PHYSICAL[axis]
+        value = _physical_size(path, axis, pixels.get(size_key))
+        if value:
+            physical[axis] = (value, str(pixels.get(unit_key, default_unit)))
+    with decoding(path):
+        group = zarr.open(tifffile.imread(path, aszarr=True, series=0), mode="r")
+        levels = tuple(group[str(k)] for k in range(len(group)))
+    return OmePyramid(str(path), axes, levels, micrometres(physical))
+
+
+def open_ome_level(path: str | Path, *, level: int | None = None, mpp: float | None = None,
+                   channel: int | None = None) -> LazyImage:
+    """One level (or resolution) of an OME-TIFF pyramid as a :class:`LazyImage` whose pixels
+    stay on disk, as :func:`~napari_attnreg.io.slides.open_slide` opens a slide's.
+
+    Parameters
+    ----------
+    path : str or Path
+    level : int, optional
+        Pyramid level (0 = full resolution, the default).
+    mpp : float, optional
+        Micrometres per pixel instead: the coarsest level at least this fine, resampled.
+    channel : int, optional
+        The one channel to read (napari's layer of that channel); by default colour, or all
+        channels when there are at most 3.
+
+    Raises
+    ------
+    ValueError
+        Not an OME-TIFF pyramid, an impossible level or resolution (the message lists the
+        levels), a channel that is not there, or more than 3 channels and none chosen.
+    """
+    from napari_attnreg.core.run.lazy import SAMPLE_PIXELS, LazyImage
+
+    if level is not None and (isinstance(level, bool) or not isinstance(level, numbers.Real)
+                              or not float(level).is_integer()):
+        raise ValueError(f"level must be a whole number (0 = full resolution), got {level!r}.")
+    if mpp is not None and (isinstance(mpp, bool) or not isinstance(mpp, numbers.Real)
+                            or not 0 < mpp < math.inf):
+        raise ValueError(f"mpp must be a positive number of micrometres per pixel, got "
+                         f"{mpp!r}.")
+    pyramid = ome_pyramid(path)
+    if pyramid is None:
+        raise ValueError(f"{path} is not an OME-TIFF pyramid of a 2D image (it holds one "
+                         "resolution, or planes), or zarr is not installed; open it without "
+                         "a level or resolution.")
+    axes = pyramid.axes
+    rgb = axes.endswith("S") and pyramid.levels[0].shape[-1] in (3, 4)
+    # the channel axis (non-colour samples are channels, as napari's layers have them)
+    channels = None if rgb or not {"C", "S"} & set(axes) else \
+        axes.index("C") if "C" in axes else axes.index("S")
+    n = 0 if channels is None else int(pyramid.levels[0].shape[channels])
+    if channel is None and n == 1:
+        channel = 0
+    if channel is not None and not (channels is not None and 0 <= channel < n):
+        raise ValueError(f"{path} has no channel {channel} (it has "
+                         f"{n or 'no'} channel{'' if n == 1 else 's'}).")
+    if channel is None and n > 3:
+        raise ValueError(f"{path} has {n} channels: a run of a pyramid level reads up to 3 "
+                         "at once; in napari each channel is a layer that runs on its own.")
+    levels = pyramid.slide_levels()
+    chosen, scale = levels.choose(level, mpp)
+    picked = None if channels is None else channel
+    array = _LevelView(pyramid.levels[chosen], axes, channels, picked)
+    overview = next((_LevelView(pyramid.levels[k], axes, channels, picked)
+                     for k in range(chosen + 1, len(pyramid.levels))
+                     if math.prod(levels.dimensions[k]) <= SAMPLE_PIXELS), None)
+    level_mpp = levels.level_mpp(chosen)
+    return LazyImage(array, -1 if len(array.shape) == 3 else None, str(path), scale=scale,
+                     mpp=None if level_mpp is None else level_mpp * scale, level=chosen,
+                     overview_array=overview, downsample=levels.downsamples[chosen])
+
+
+class _LevelView:
+    """A pyramid level indexed as ``(H, W)`` or ``(H, W, C)`` (channels last, as
+    :class:`~napari_attnreg.core.run.lazy.LazyImage` reads them): one channel picked, or the channel axis moved last.
+    Indexing reads only the rows and columns asked for (the level's zarr chunks)."""
+
+    def __init__(self, array: Any, axes: str, channels: int | None,
+                 channel: int | None) -> None:
+        self.array, self.channels, self.channel = array, channels, channel
+        self.y, self.x = axes.index("Y"), axes.index("X")
+        kept = [self.y, self.x] + ([axes.index("S")] if "S" in axes and channels is None
+                                   else [])
+        if channels is not None and channel is None:
+            kept.append(channels)
+        self.kept = kept
+        self.shape = tuple(int(array.shape[a]) for a in kept)
+        self.dtype = array.dtype
+        self.chunks = tuple(int(array.chunks[a]) for a in kept)
+
+    def __getitem__(self, key: tuple[slice, slice]) -> np.ndarray:
+        ys, xs = key
+        index: list[Any] = [slice(None)] * len(self.array.shape)
+        index[self.y], index[self.x] = ys, xs
+        if self.channel is not None:
+            index[self.channels] = self.channel
+        block = np.asarray(self.array[tuple(index)])
+        # the axes left, in the file's order, to (rows, columns[, channels])
+        left = sorted(a for a in range(len(self.array.shape))
+                      if not (a == self.channels and self.channel is not None))
+        return np.moveaxis(block, [left.index(a) for a in self.kept], range(len(self.kept)))
 
 
 #: A physical pixel size outside this range (in its unit) is not a real measurement.

@@ -100,7 +100,7 @@ class ImageInfo:
             return cls(size, "mm" if size else None, kind,
                        f"DICOM Modality {modality}" if kind else "")
         slide = metadata.get("slide")
-        if isinstance(slide, Mapping):
+        if isinstance(slide, Mapping) and slide.get("kind") != "ome":  # OME: microscopy
             mpp = slide.get("mpp")
             return cls((float(mpp), float(mpp)) if mpp else None, "µm" if mpp else None,
                        "pathology", "slide file")
@@ -244,8 +244,9 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
     """An input as a run reads it, with what the file says about its pixels.
 
     A slide (SVS, NDPI, pyramidal TIFF, DICOM WSI: a file or a folder of a slide's
-    instances) is opened at the level or resolution of ``opts``
-    (``level``, ``mpp``); a tiled run reads it, and any TIFF/OME-Zarr holding one image, on
+    instances) is opened at the level or resolution of ``opts`` (``level``, ``mpp``), and so
+    is an OME-TIFF pyramid given one (``channel``: one of its channels, as a napari channel
+    layer runs); a tiled run reads it, and any TIFF/OME-Zarr holding one image, on
     demand; other inputs are read into memory (a DICOM series: its ``files``, once). An
     untiled run of an image above the pixel budget is refused from the size the file's
     header states, before its pixels are read.
@@ -265,19 +266,23 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
     slide_file = is_slide(path)
     dicom_slide = not slide_file and is_dicom_wsi(path, files)
     if slide_file or dicom_slide or (asked and is_pyramid(path)):
-        # an OME pyramid at a chosen level: read as a slide, its pixel size from its OME-XML
-        info = None if slide_file or dicom_slide else image_info(path)
-        full = (info.pixel_size[0] if info is not None and info.pixel_size
-                and info.unit == "µm" else None)
-        if dicom_slide:  # a DICOM WSI: a slide, never a stack of its tiles
+        if slide_file:
+            slide = open_slide(path, level=opts.get("level"), mpp=opts.get("mpp"))
+            info = slide_info(slide)
+        elif dicom_slide:  # a DICOM WSI: a slide, never a stack of its tiles
             slide = open_dicom_slide(path, level=opts.get("level"), mpp=opts.get("mpp"),
                                      files=files)
-        else:
-            slide = open_slide(path, level=opts.get("level"), mpp=opts.get("mpp"),
-                               full_mpp=full)
-        info = slide_info(slide) if info is None else replace(
-            info, pixel_size=None if slide.mpp is None else (slide.mpp, slide.mpp),
-            origin=slide.pixel_origin)
+            info = slide_info(slide)
+        else:  # an OME pyramid (is_slide leaves those out) at a chosen level: read by its
+            # OME axes (colour, grey, channels: ``channel`` picks one), its pixel size from
+            # its OME-XML; a microscope's image
+            from napari_attnreg.io.ometiff import open_ome_level
+
+            slide = open_ome_level(path, level=opts.get("level"), mpp=opts.get("mpp"),
+                                   channel=opts.get("channel"))
+            info = replace(image_info(path), unit="µm" if slide.mpp else None,
+                           pixel_size=None if slide.mpp is None else (slide.mpp, slide.mpp),
+                           origin=slide.pixel_origin)
         if tiled:
             return slide, info
         check_untiled_size(slide.analysed_shape, str(path))
