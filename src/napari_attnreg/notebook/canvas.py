@@ -51,7 +51,8 @@ class OverlayCanvas:
         if result is not None:
             gh, gw = result.grid_shape
             ids = np.arange(gh * gw, dtype=np.int64).reshape(gh, gw)
-            self.token_index = self.image.grid.sample_tokens(result, ids)
+            # a result of another slide level than the picture lies on it by its own grid
+            self.token_index = self.image.grid_for(result).sample_tokens(result, ids)
         self.redraw()
 
     def line_width(self) -> int:
@@ -71,7 +72,7 @@ class OverlayCanvas:
         return values, vmin, vmax
 
     def redraw(self) -> None:
-        if self.image.stack is None:
+        if self.image.source is None:
             return
         lut, result = self.display.lut(self.result), self.result
         values = outline = None
@@ -99,7 +100,7 @@ class OverlayCanvas:
         """Cursor readout: pixel, and the statistics of the patch under it (core.display's
         lookup, as napari and the tests read it)."""
         if self.result is not None:
-            return describe_pixel(self.result, row, col)
+            return describe_pixel(self.result, *self.image.on_result(self.result, row, col))
         r, c = round(row), round(col)
         h0, w0 = self.image.plane_shape
         return f"x={c} y={r}" if 0 <= r < h0 and 0 <= c < w0 else ""
