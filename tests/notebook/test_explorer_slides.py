@@ -175,6 +175,21 @@ def test_a_level_gives_a_result_that_lies_on_the_overview(slide, reads, opened):
     ex.close()
 
 
+def test_glass_the_tissue_mask_left_out_shows_the_slide_not_a_map_of_zero(slide):
+    # tokens of tiles that were never run have attention 0 and p = 1, which say nothing: the
+    # publication figure lets the image show through there, and so must the explorer's view
+    ex = AttentionExplorer(str(slide), "demo", tiled=True, level=2, overlay="attention",
+                           outline=False, **FAST)
+    result = ex.run(wait=True)
+    assert result is not None, ex.status
+    assert result.metadata["n_tissue_tiles"] < result.metadata["n_tiles_total"]
+    image = np.round(ex.image_panel.base * 255).astype(np.uint8)
+    far = slice(700, None)  # display pixels over glass, far from every tissue tile
+    np.testing.assert_array_equal(ex.rendered[far, far], image[far, far])
+    assert np.abs(ex.rendered[:300, :300].astype(int) - image[:300, :300]).mean() > 5
+    ex.close()
+
+
 def test_a_resolution_reads_the_level_at_least_as_fine_and_resamples(slide):
     ex = AttentionExplorer(str(slide), "demo", tiled=True, **FAST)
     _set(ex, mpp="0.75")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from napari_attnreg.core.results.display import describe_pixel, map_display
+from napari_attnreg.core.results.display import describe_pixel, map_display, tissue_tokens
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.notebook import render
 from napari_attnreg.notebook.display_panel import DisplayPanel
@@ -69,6 +69,9 @@ class OverlayCanvas:
         if self.state.overlay == "regularized":
             # removed tokens are transparent, so the image shows where attention was not real
             values = np.where(values != 0, values, np.nan)
+        tested = tissue_tokens(result)
+        if tested is not None:  # glass the tissue mask left out was never run: as the figure,
+            values = np.where(tested, values, np.nan)  # the image shows through, not a 0
         return values, vmin, vmax
 
     def redraw(self) -> None:
