@@ -16,12 +16,16 @@ Example
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run import api as core_api
 from napari_attnreg.core.run.planes import PlaneStack
+
+if TYPE_CHECKING:
+    from napari_attnreg.core.run.lazy import LazyImage
 
 #: The options :func:`~napari_attnreg.io.readers.open_for_run` reads.
 OPEN_OPTIONS = ("tiled", "level", "mpp", "tile_scale", "channels", "merge", "channel_axis")
@@ -51,21 +55,50 @@ def regularize(image: Any, model: Any = "demo", **kwargs: Any) -> AttentionResul
     """
     if not isinstance(image, (str, os.PathLike)):
         return core_api.regularize(image, model, **kwargs)
-    from napari_attnreg.io.readers import open_for_run
-
     path = Path(image)
     if not path.exists():
         raise ValueError(f"regularize: no such image file {path}; give an existing file, an "
                          "array or an opened image (open_slide, open_lazy).")
-    opts = {k: kwargs[k] for k in OPEN_OPTIONS if kwargs.get(k) is not None}
-    if kwargs.get("tiled") is not None:
-        opts["tiled"] = bool(kwargs["tiled"])
-    source, info = open_for_run(path, opts)
+    source, provenance = open_path(path, kwargs)
     if isinstance(source, PlaneStack) and source.n_planes > 1:
         raise ValueError(f"{path} holds {source.n_planes} planes (stack shape "
                          f"{source.stack_shape}); regularize() analyses one 2D image: read it "
                          "and use regularize_stack(), or run the file with 'attnreg run'.")
-    provenance = {**info.run_extra(), "source": str(path)}
     if hasattr(source, "level") and source.level is not None:  # opened at these already
         kwargs = {k: v for k, v in kwargs.items() if k not in ("level", "mpp")}
     return core_api.regularize(source, model, provenance=provenance, **kwargs)
+
+
+def open_path(path: str | os.PathLike, options: Mapping[str, Any],
+              ) -> tuple[PlaneStack | LazyImage, dict[str, Any]]:
+    """An image file opened for a run with ``options`` as the command line opens it.
+
+    Shared by :func:`regularize` and the notebook explorer, so a path means the same pixels
+    and the same record in every front end.
+
+    Parameters
+    ----------
+    path : str or Path
+    options : mapping
+        Run options; those in :data:`OPEN_OPTIONS` that are set choose how the file is read
+        (a slide's level or resolution, lazily for a tiled run, ...).
+
+    Returns
+    -------
+    (PlaneStack or LazyImage, dict)
+        The image, and what the run records of the file (``RunConfig.extra``: its pixel size
+        as ``spatial``, the kind of image, ``source``).
+
+    Raises
+    ------
+    ValueError
+        As :func:`~napari_attnreg.io.readers.open_for_run`: unreadable, too large for an
+        untiled run (naming tiled), or an impossible slide level.
+    """
+    from napari_attnreg.io.readers import open_for_run
+
+    opts = {k: options[k] for k in OPEN_OPTIONS if options.get(k) is not None}
+    if options.get("tiled") is not None:
+        opts["tiled"] = bool(options["tiled"])
+    source, info = open_for_run(Path(path), opts)
+    return source, {**info.run_extra(), "source": str(path)}

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from napari_attnreg.core.results.display import describe_pixel, map_display
+from napari_attnreg.core.results.display import describe_pixel, map_display, tissue_tokens
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.notebook import render
 from napari_attnreg.notebook.display_panel import DisplayPanel
@@ -51,7 +51,8 @@ class OverlayCanvas:
         if result is not None:
             gh, gw = result.grid_shape
             ids = np.arange(gh * gw, dtype=np.int64).reshape(gh, gw)
-            self.token_index = self.image.grid.sample_tokens(result, ids)
+            # a result of another slide level than the picture lies on it by its own grid
+            self.token_index = self.image.grid_for(result).sample_tokens(result, ids)
         self.redraw()
 
     def line_width(self) -> int:
@@ -68,10 +69,13 @@ class OverlayCanvas:
         if self.state.overlay == "regularized":
             # removed tokens are transparent, so the image shows where attention was not real
             values = np.where(values != 0, values, np.nan)
+        tested = tissue_tokens(result)
+        if tested is not None:  # glass the tissue mask left out was never run: as the figure,
+            values = np.where(tested, values, np.nan)  # the image shows through, not a 0
         return values, vmin, vmax
 
     def redraw(self) -> None:
-        if self.image.stack is None:
+        if self.image.source is None:
             return
         lut, result = self.display.lut(self.result), self.result
         values = outline = None
@@ -99,7 +103,7 @@ class OverlayCanvas:
         """Cursor readout: pixel, and the statistics of the patch under it (core.display's
         lookup, as napari and the tests read it)."""
         if self.result is not None:
-            return describe_pixel(self.result, row, col)
+            return describe_pixel(self.result, *self.image.on_result(self.result, row, col))
         r, c = round(row), round(col)
         h0, w0 = self.image.plane_shape
         return f"x={c} y={r}" if 0 <= r < h0 and 0 <= c < w0 else ""

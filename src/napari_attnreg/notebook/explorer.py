@@ -58,6 +58,12 @@ from napari_attnreg.session import Session
 
 #: Default of the threshold arguments: take the preset's value (``z_th=None`` is "no z mask").
 FROM_PRESET = "from preset"
+#: Why the draw buttons are off in a plain-image view.
+NO_DRAWING = "Drawing needs ipympl; pass roi=mask instead."
+#: Why a slide takes no regions of interest here.
+NO_ROI_ON_DISK = ("Regions of interest are drawn on an image held in memory; this one stays on "
+                  "disk (a slide, shown from its overview). Draw them in napari, or give the "
+                  "explorer one level in memory: open_slide(path, level=2).read_whole().")
 
 
 def _section(title: str) -> W.HTML:
@@ -69,10 +75,16 @@ class AttentionExplorer(W.VBox):
 
     Parameters
     ----------
-    image : array-like
+    image : array-like, str, Path or LazyImage
         2D grayscale, RGB(A) ``(H, W, 3|4)``, any dtype (16-bit and float are percentile
         scaled). nD stacks ``(..., H, W)`` (or ``(..., H, W, 3)``) get one slider per
-        leading axis to choose the plane that is analysed.
+        leading axis to choose the plane that is analysed. Or the path of any image file
+        ``attnreg run`` reads (a run opens it as the command line does and records what it
+        says, pixel size included), or an opened slide
+        (:func:`~napari_attnreg.io.slides.open_slide`). A slide is shown from its overview
+        and never read whole for display; a run reads it at the *Slide level* / *Slide
+        resolution* of the Advanced options (an opened slide: at the level it was opened
+        at), tile by tile when tiled, with the automatic *Tissue mask* by default.
     model : str or Backbone or nn.Module
         ``"demo"`` (bundled), a catalogue id, a timm name, a weights file (with ``arch``) or
         a loaded model.
@@ -243,7 +255,7 @@ class AttentionExplorer(W.VBox):
                         "clear": self.roi_panel.clear, "export": self.roi_panel.export}
         if not view.can_draw:
             self.controls["draw"].disabled = True
-            self.controls["draw"].tooltip = "Drawing needs ipympl; pass roi=mask instead."
+            self.controls["draw"].tooltip = NO_DRAWING
         side = W.VBox([_section("Run"), self.options_panel, self.run_panel,
                        _section("Display"), self.display_panel,
                        _section("Regions of interest"), self.roi_panel],
@@ -295,9 +307,23 @@ class AttentionExplorer(W.VBox):
         result = self.result
         if result is None:
             raise ValueError("Nothing to draw yet: press Run (or call run()) first.")
-        panel = self.image_panel
-        image = panel.display_image(*panel.stack.read(panel.state.slice_index))
+        result, image = self._figure_image(result)
         return publication_figure(result, image, path, map_key=map_key, scale=scale)
+
+    def _figure_image(self, result: AttentionResult) -> tuple[AttentionResult, np.ndarray]:
+        """The image under a figure: at the resolution analysed, as napari's figure (a slide
+        level read again from its file); above the untiled pixel budget, the overview under
+        the result brought to its size, as the command line's figure."""
+        panel = self.image_panel
+        plane = tuple(panel.state.slice_index)
+        pixels = panel.source.figure_pixels(result, plane)
+        if pixels is None:
+            from napari_attnreg.batch.figure import FIGURE_MAX_SIDE, figure_view
+
+            overview = panel.source.display_pixels(plane, FIGURE_MAX_SIDE ** 2)
+            return figure_view(result, panel.display_image(*overview))
+        h, w = result.image_shape  # a tiled run of a file read on demand: whole patches only
+        return result, panel.display_image(*pixels)[:h, :w]
 
     def export_geojson(self, path: str | Path) -> Path:
         """Write :attr:`result`'s significant regions as GeoJSON polygons in image pixels
@@ -352,7 +378,8 @@ class AttentionExplorer(W.VBox):
     # ---- the image and the plane on screen ------------------------------------------------
     def set_image(self, image: Any, *, channel_axis: int | None = None,
                   rgb: bool | None = None) -> None:
-        """Show another image. A bad one keeps the current image and says why in the status."""
+        """Show another image (an array, a file's path or an opened slide, as the
+        constructor takes). A bad one keeps the current image and says why in the status."""
         if self.run_panel.busy:
             self._set_status("Cannot change the image during a run; cancel it first.", "warning")
             return
@@ -365,28 +392,41 @@ class AttentionExplorer(W.VBox):
         except ValueError as err:
             self.runs.last_error = err
             self._set_status(str(err), "error")
-            self.run_panel.set_ready(self.image_panel.stack is not None)  # a previous one stays
+            self.run_panel.set_ready(self.image_panel.source is not None)  # a previous one stays
             return False
         self.runs.generation += 1  # a result of the previous image is dropped
         self.run_panel.set_ready(True)
         self.session.clear()  # results of the previous image belong to its pixels only
         self.roi_panel.labels = None
+        self._allow_drawing()
         self._set_status("nD image: choose the plane to analyse with the slider(s), then Run."
                          if lead else "Ready: press Run.", "info")
         return True
 
     def _plane_shape(self) -> tuple[int, int]:
-        if self.image_panel.stack is None:
+        source = self.image_panel.source
+        if source is None:
             raise ValueError("There is no usable image to draw regions on; give the explorer "
                              "an image first (explorer.set_image(...)).")
+        if source.stack is None:
+            raise ValueError(NO_ROI_ON_DISK)
         return self.image_panel.plane_shape
+
+    def _allow_drawing(self) -> None:
+        # regions are label images of the plane: a slide's would be as large as the slide
+        draw, can_draw = self.controls["draw"], self.canvas.view.can_draw
+        on_disk = self.image_panel.source.stack is None
+        if on_disk:
+            self.state.draw_mode = "off"
+        draw.disabled = on_disk or not can_draw
+        draw.tooltip = NO_ROI_ON_DISK if on_disk else (None if can_draw else NO_DRAWING)
 
     def _select_plane_on_screen(self) -> None:
         plane = tuple(self.state.slice_index)
         self.session.select(plane if plane in self.session else None)
 
     def _slice_changed(self, _change: dict) -> None:
-        if not self._parts or self.image_panel.stack is None:
+        if not self._parts or self.image_panel.source is None:
             return
         try:
             self.image_panel.show_plane()
@@ -410,7 +450,7 @@ class AttentionExplorer(W.VBox):
     def _concept_source(self) -> tuple[np.ndarray, int | None, np.ndarray | None]:
         """The plane on screen, its channel axis and the drawn regions ('Concept from ROI')."""
         self._plane_shape()  # a ValueError without a usable image
-        image, channel_axis = self.image_panel.stack.read(tuple(self.state.slice_index))
+        image, channel_axis = self.image_panel.source.stack.read(tuple(self.state.slice_index))
         return image, channel_axis, self.roi_panel.labels
 
     def _load_model(self) -> Any:
@@ -458,8 +498,7 @@ class AttentionExplorer(W.VBox):
         entry = self.session.selected
         if entry is None:
             raise ValueError("No result on this plane yet: run the analysis first.")
-        data = self.image_panel.stack.data
-        source = self._image_name or f"array {tuple(data.shape)} {data.dtype}"
+        source = self._image_name or self.image_panel.source.name
         plane = f" plane {entry.key}" if entry.key else ""
         return provenance(entry.any_result.metadata, source=source + plane,
                           thresholds=entry.thresholds)

@@ -1,4 +1,10 @@
-"""The image being analysed: a 2D image or an nD stack, the plane on screen and its sliders."""
+"""The image being analysed: a 2D image, an nD stack or a slide, the plane on screen and its
+sliders.
+
+What the image is (an array, a file read into memory, a slide left on disk) is its
+:mod:`~.sources` object; this panel draws it on a :class:`~.render.DisplayGrid` of at most
+``max_display`` pixels a side: a plane subsampled, a slide from its overview.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,16 @@ from typing import Any
 import ipywidgets as W
 import numpy as np
 
+from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.images import scale_intensity, to_channels_last
-from napari_attnreg.core.run.planes import PlaneStack
+from napari_attnreg.io.geojson import full_resolution_factor
 from napari_attnreg.notebook import render
+from napari_attnreg.notebook.sources import DiskSource, MemorySource, open_source
 from napari_attnreg.notebook.state import ExplorerState
+
+#: Overview pixels read per display pixel: twice the display's resolution a side, so the
+#: nearest-pixel sampling onto the display grid picks from a finer image than it shows.
+OVERVIEW_PER_DISPLAY = 4
 
 
 def check_max_display(max_display: Any) -> int:
@@ -20,18 +32,6 @@ def check_max_display(max_display: Any) -> int:
         raise ValueError(f"max_display must be a whole number of pixels ≥ 1 (e.g. 768, the "
                          f"long side of the displayed image), got {max_display!r}.")
     return int(max_display)
-
-
-def plane_stack(image: Any, channel_axis: int | None, rgb: bool | None) -> PlaneStack:
-    """The image as a :class:`PlaneStack`: leading axes are planes (one slider each).
-
-    As documented for the explorer, a trailing axis of length 3 or 4 is taken as colour
-    unless ``rgb=False`` or a ``channel_axis`` says otherwise.
-    """
-    shape = np.shape(image)
-    if rgb is None and channel_axis is None:
-        rgb = len(shape) >= 3 and shape[-1] in (3, 4)
-    return PlaneStack.from_array(image, channel_axis=channel_axis, rgb=rgb or None, stack=True)
 
 
 class ImagePanel(W.HBox):
@@ -45,27 +45,36 @@ class ImagePanel(W.HBox):
         self.state = state
         self.max_display = check_max_display(max_display)
         self._display_options = {k: run_options.get(k) for k in ("channels", "merge")}
-        self.stack: PlaneStack | None = None
+        self.source: MemorySource | DiskSource | None = None
         self.sliders: list[W.IntSlider] = []
 
     def load(self, image: Any, *, channel_axis: int | None, rgb: bool | None) -> tuple[int, ...]:
-        """Take a new image (all checks first: a bad one leaves the current one); returns the
-        stack shape (``()`` for a 2D image).
+        """Take a new image, array, file or slide (all checks first: a bad one leaves the
+        current one); returns the stack shape (``()`` for a 2D image).
 
         Raises
         ------
         ValueError
-            An empty, NaN/Inf, constant or wrongly shaped image (the core's messages).
+            An empty, NaN/Inf, constant or wrongly shaped image, or an unreadable file (the
+            core's and the readers' messages).
         """
-        stack = plane_stack(image, channel_axis, rgb)
-        first = stack.planes()[0]
-        base = self.display_image(*stack.read(first))
-        self.stack = stack
-        self.plane_shape = stack.plane_shape
-        self.grid = render.DisplayGrid.for_shape(self.plane_shape, self.max_display)
-        self.base = self.grid.sample(base)
-        self._build_sliders(stack.stack_shape)
-        return stack.stack_shape
+        source = open_source(image, channel_axis=channel_axis, rgb=rgb)
+        grid = render.DisplayGrid.for_shape(source.plane_shape, self.max_display)
+        base = self._base(source, grid, tuple(0 for _ in source.stack_shape))
+        self.source, self.grid, self.base = source, grid, base
+        self.plane_shape = source.plane_shape
+        self._build_sliders(source.stack_shape)
+        return source.stack_shape
+
+    def _base(self, source: MemorySource | DiskSource, grid: render.DisplayGrid,
+              plane: tuple[int, ...]) -> np.ndarray:
+        """The display image of ``plane`` on ``grid``: a plane subsampled, or a slide's
+        overview (another pixel grid over the same picture)."""
+        hd, wd = grid.shape
+        pixels = self.display_image(*source.display_pixels(plane, OVERVIEW_PER_DISPLAY * hd * wd))
+        if pixels.shape[:2] != grid.image_shape:
+            grid = grid.over(pixels.shape[:2])
+        return grid.sample(pixels)
 
     def display_image(self, plane: np.ndarray, channel_axis: int | None) -> np.ndarray:
         """The plane as float [0, 1] grey or RGB, as the model's input preparation scales it."""
@@ -77,7 +86,25 @@ class ImagePanel(W.HBox):
 
     def show_plane(self) -> None:
         """Recompute the display image of the plane on screen (ValueError: it stays as it was)."""
-        self.base = self.grid.sample(self.display_image(*self.stack.read(self.state.slice_index)))
+        self.base = self._base(self.source, self.grid, tuple(self.state.slice_index))
+
+    def _ratio(self, result: AttentionResult) -> float:
+        # result pixels per picture pixel: a slide shown at level 0 with a level-1 result, 0.5
+        return self.source.downsample / full_resolution_factor(result)
+
+    def grid_for(self, result: AttentionResult) -> render.DisplayGrid:
+        """The display grid over ``result``'s pixels: :attr:`grid` itself, or, for a result
+        of another slide level than the picture's (the overview stays the picture), the same
+        display pixels over the result's grid."""
+        ratio = self._ratio(result)
+        if ratio == 1 and tuple(result.image_shape) == self.grid.image_shape:
+            return self.grid
+        return self.grid.over(result.image_shape, (ratio, ratio))
+
+    def on_result(self, result: AttentionResult, row: float, col: float) -> tuple[float, float]:
+        """A point of the picture (pixel centres at whole numbers) in ``result``'s pixels."""
+        ratio = self._ratio(result)
+        return (row + 0.5) * ratio - 0.5, (col + 0.5) * ratio - 0.5
 
     def _build_sliders(self, lead: tuple[int, ...]) -> None:
         self.sliders = [

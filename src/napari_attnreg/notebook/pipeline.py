@@ -16,10 +16,11 @@ from napari_attnreg.core.models.catalogue import find
 from napari_attnreg.core.models.weights import WEIGHT_SUFFIXES
 from napari_attnreg.core.run.engine import RunConfig
 from napari_attnreg.core.run.options import options_in, reset_inapplicable, validate_options
-from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
+from napari_attnreg.core.run.planes import PlaneIndex
 from napari_attnreg.core.run.service import Job, ModelSpec
 from napari_attnreg.notebook.advanced_panel import ELSEWHERE, STATE_OPTIONS, read_back_options
 from napari_attnreg.notebook.option_controls import check_opacity
+from napari_attnreg.notebook.sources import DiskSource, MemorySource
 from napari_attnreg.session import Session
 
 #: Options of :class:`RunConfig` the explorer's own arguments and controls set.
@@ -96,11 +97,15 @@ def run_config(session: Session, options: Mapping[str, Any],
     return config
 
 
-def make_job(session: Session, spec: ModelSpec, stack: PlaneStack, plane: PlaneIndex,
-             options: Mapping[str, Any], task_id: int,
+def make_job(session: Session, spec: ModelSpec, source: MemorySource | DiskSource,
+             plane: PlaneIndex, options: Mapping[str, Any], task_id: int,
              thresholds: Mapping[str, Any] | None = None) -> Job:
-    """One plane of ``stack`` with the session's settings, tagged with ``task_id``."""
+    """One plane of ``source`` with the session's settings, tagged with ``task_id``.
+
+    The job reads the image shown; ``source.prepare`` (in the run's worker) turns it into
+    what the run reads: a file opened again with the run's options, a slide at its level.
+    """
     config = run_config(session, options, thresholds)
     if plane:  # the result says which plane it is (as napari's and the CLI's do)
         config.extra = {**config.extra, "slice": list(plane)}
-    return Job(spec, stack, [tuple(plane)], config, task_id=task_id)
+    return Job(spec, source.run_image, [tuple(plane)], config, task_id=task_id)

@@ -1,7 +1,9 @@
 """One run at a time on the plane on screen; its result goes into the session if still valid.
 
-An outcome is dropped when it is stale: an older task, another image given meanwhile, or
-pixels of the plane edited in place during the run (the stack never copies the user's array).
+An outcome is dropped when it is stale: an older task, another image given meanwhile, pixels
+of the plane edited in place during the run (the stack never copies the user's array), or the
+image's file changed meanwhile (a slide is never read to tell: its path, size, time and level
+are).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from napari_attnreg.core.results.result import AttentionResult
-from napari_attnreg.core.run.service import ModelSpec, Outcome, plane_fingerprint, user_message
+from napari_attnreg.core.run.service import ModelSpec, Outcome, user_message
 from napari_attnreg.notebook.image_panel import ImagePanel
 from napari_attnreg.notebook.pipeline import make_job
 from napari_attnreg.notebook.run_panel import RunPanel
@@ -55,8 +57,9 @@ class PlaneRuns:
 
     def fingerprint(self, plane: tuple[int, ...]) -> str:
         # taken at Run and at the end: the user's array may be edited in place meanwhile (the
-        # stack never copies it), and then the result belongs to pixels no longer there
-        return plane_fingerprint(self.image_panel.stack.read(plane)[0])
+        # stack never copies it), or the file rewritten, and then the result belongs to pixels
+        # no longer there
+        return self.image_panel.source.fingerprint(plane)
 
     def start(self, *, wait: bool) -> AttentionResult | None:
         """Run the plane on screen; with ``wait``, its result (None: failed or cancelled)."""
@@ -64,7 +67,8 @@ class PlaneRuns:
             self.run_panel.set_status("A run is already in progress; cancel it first.",
                                       "warning")
             return None
-        if self.image_panel.stack is None:
+        source = self.image_panel.source
+        if source is None:
             self.run_panel.set_status("No usable image: give the explorer a 2D image first "
                                       "(explorer.set_image(...)).", "error")
             return None
@@ -72,7 +76,7 @@ class PlaneRuns:
         model = self._model()
         self.pushing = True
         try:  # a re-run of this plane keeps the thresholds chosen for it
-            job = make_job(self.session, model, self.image_panel.stack, plane, self._advanced(),
+            job = make_job(self.session, model, source, plane, self._advanced(),
                            self.run_panel.next_task_id(),
                            thresholds=self.session.run_thresholds())
         except ValueError as err:
@@ -83,9 +87,12 @@ class PlaneRuns:
         self.pending = (plane, self.generation, self.fingerprint(plane))
         where = f" on plane {plane}" if plane else ""
         tiled = ", tiled" if self.state.tiled else ""
+        # a file, or a slide's level, is opened in the run's worker (an array needs no word)
+        opens = source.path is not None or source.stack is None
         outcome = self.run_panel.start(job, wait=wait, message=(
             f"Starting{where}: {model.label()}, {self.state.preset}, {self.state.method}, "
-            f"B={self.state.n_boot}{tiled} …"))
+            f"B={self.state.n_boot}{tiled} …"), prepare=source.prepare,
+            preparing=f"Opening {source.name} …" if opens else "")
         if outcome is None:  # continues on the event loop
             return None
         entry = self.session.get(plane)  # None when dropped (e.g. pixels edited meanwhile)

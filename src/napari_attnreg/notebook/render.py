@@ -72,6 +72,30 @@ class DisplayGrid:
         cols = np.minimum(((np.arange(wd) + 0.5) * w0 / wd).astype(np.int64), w0 - 1)
         return cls(rows=rows, cols=cols, image_shape=(h0, w0))
 
+    def over(self, image_shape: tuple[int, int],
+             scale: tuple[float, float] | None = None) -> DisplayGrid:
+        """The same display pixels over another pixel grid of the picture: a slide's overview,
+        or a result of another slide level.
+
+        Parameters
+        ----------
+        image_shape : (int, int)
+            ``(H, W)`` of the other grid.
+        scale : (float, float), optional
+            Its pixels per pixel of :attr:`image_shape`'s grid (a level-1 result over a level-0
+            picture: 0.5); default, the same extent (``H / H0``). Display pixels beyond the
+            other grid (a tiled run leaves out the last pixels short of a whole patch) take
+            its last row or column.
+        """
+        hd, wd = self.shape
+        h0, w0 = self.image_shape
+        h, w = (int(v) for v in image_shape)
+        sy, sx = scale if scale is not None else (h / h0, w / w0)
+        # display pixel centres, in this grid's pixels, then in the other grid's
+        rows = np.clip(((np.arange(hd) + 0.5) * h0 / hd * sy).astype(np.int64), 0, h - 1)
+        cols = np.clip(((np.arange(wd) + 0.5) * w0 / wd * sx).astype(np.int64), 0, w - 1)
+        return DisplayGrid(rows=rows, cols=cols, image_shape=(h, w))
+
     @property
     def shape(self) -> tuple[int, int]:
         return (self.rows.size, self.cols.size)

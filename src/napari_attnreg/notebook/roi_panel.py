@@ -85,7 +85,12 @@ class RoiPanel(W.VBox):
         """Per-ROI statistics of a result (carrying the thresholds to use); [] without one."""
         if result is None or self.n_rois == 0:
             return []
-        return roi_table(result, self.labels)
+        labels, (h, w) = self.labels, result.image_shape
+        if labels.shape != (h, w) and labels.shape[0] >= h and labels.shape[1] >= w:
+            # a tiled run of a file read on demand analyses whole patches: the last pixels
+            # short of one are left out, and the result's pixels are the image's from (0, 0)
+            labels = labels[:h, :w]
+        return roi_table(result, labels)
 
     def show(self, result: AttentionResult | None) -> None:
         """The table of ``result`` (or why there is none) with human column headers."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 import ipywidgets as W
@@ -22,6 +22,16 @@ from napari_attnreg.notebook.state import ExplorerState
 LEVEL_COLORS = {"error": "#c62828", "warning": "#b26a00", "success": "#2e7d32"}
 _BAR_STYLES = {"done": "success", "partial": "warning", "cancelled": "warning",
                "failed": "danger"}
+
+
+def _prepared_run(job: Job, prepare: Callable[[Job], Job] | None, preparing: str,
+                  cancel: Any) -> Generator[JobProgress, None, Outcome]:
+    """:func:`run_job` of ``prepare(job)``: reading files happens here, in the worker."""
+    if prepare is not None:
+        if preparing:
+            yield JobProgress(job.task_id, 0, len(job.planes), job.planes[0], None, preparing)
+        job = prepare(job)
+    return (yield from run_job(job, cancel))
 
 
 class RunPanel(W.VBox):
@@ -75,15 +85,23 @@ class RunPanel(W.VBox):
         """The id the next job gets (tag the Job with it)."""
         return self.task_id + 1
 
-    def start(self, job: Job, *, wait: bool, message: str) -> Outcome | None:
-        """Run ``job``; returns its outcome when it ran to the end here (``wait`` or no loop)."""
+    def start(self, job: Job, *, wait: bool, message: str,
+              prepare: Callable[[Job], Job] | None = None,
+              preparing: str = "") -> Outcome | None:
+        """Run ``job``; returns its outcome when it ran to the end here (``wait`` or no loop).
+
+        ``prepare`` turns the job into the one that runs, in the worker thread (a slide level
+        opened and read); ``preparing`` is the status line meanwhile. What it raises ends the
+        run as a failure with its message.
+        """
         self.task_id = job.task_id
         self.t_start = time.perf_counter()
         self.progress.value, self.progress.bar_style = 0.0, "info"
         self.progress_label.value = ""
         self.set_status(message, "info")
         self.state.running = True
-        ended = self.runner.start(lambda token: run_job(job, token), background=not wait)
+        ended = self.runner.start(lambda token: _prepared_run(job, prepare, preparing, token),
+                                  background=not wait)
         return None if ended is None else self._last
 
     def cancel(self) -> None:

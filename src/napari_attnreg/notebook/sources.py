@@ -1,0 +1,366 @@
+"""What the explorer shows and what its runs read: an array, an image file, or a slide.
+
+Two kinds with one interface (the image panel draws them, :class:`~.plane_runs.PlaneRuns`
+runs them):
+
+- :class:`MemorySource`: an array, or an image file read into memory (a TIFF, a PNG, a
+  DICOM series, ...). Its planes are shown, and hold regions of interest, as they are.
+- :class:`DiskSource`: a slide (SVS, NDPI, pyramidal TIFF, OME-TIFF pyramid), a single image
+  too large to hold that a tiled run reads on demand, or an image opened by the caller
+  (:class:`~napari_attnreg.core.run.lazy.LazyImage`). It is never read whole to be shown:
+  the picture is its overview, from a coarse level.
+
+A run of a file opens it again as ``attnreg run`` does (:func:`napari_attnreg.api.open_path`)
+with the run's options (tiled, slide level, resolution), so its result records what the
+command line's records. That happens in the run's worker thread (:meth:`MemorySource.prepare`,
+:meth:`DiskSource.prepare`): reading a slide level for an untiled run takes seconds, and the
+kernel must stay free meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from napari_attnreg.api import OPEN_OPTIONS, open_path
+from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.run.config import RunConfig
+from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS, LazyImage, check_untiled_size
+from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
+from napari_attnreg.core.run.service import Job, plane_fingerprint
+
+
+def plane_stack(image: Any, channel_axis: int | None, rgb: bool | None) -> PlaneStack:
+    """The image as a :class:`PlaneStack`: leading axes are planes (one slider each).
+
+    As documented for the explorer, a trailing axis of length 3 or 4 is taken as colour
+    unless ``rgb=False`` or a ``channel_axis`` says otherwise.
+    """
+    shape = np.shape(image)
+    if rgb is None and channel_axis is None:
+        rgb = len(shape) >= 3 and shape[-1] in (3, 4)
+    return PlaneStack.from_array(image, channel_axis=channel_axis, rgb=rgb or None, stack=True)
+
+
+def file_identity(path: str | Path, *more: Any) -> str:
+    """Path, size and modification time of a file (and ``more``, e.g. the level read): what
+    says that a file changed during a run without reading its pixels."""
+    path = Path(path)
+    try:
+        stat = path.stat()
+        stamp: tuple | None = (stat.st_size, stat.st_mtime_ns)
+    except OSError:  # gone: unlike any stamp taken before
+        stamp = None
+    return repr((str(path.resolve()), stamp, *more))
+
+
+def run_options(job: Job) -> dict[str, Any]:
+    """The options of ``job`` that decide how a file is opened (``api.OPEN_OPTIONS``)."""
+    return {name: getattr(job.config, name) for name in OPEN_OPTIONS}
+
+
+def _with_image(job: Job, image: PlaneStack | LazyImage, provenance: dict[str, Any],
+                **changes: Any) -> Job:
+    """``job`` reading ``image``, recording what its file says (the caller's extra wins)."""
+    config = replace(job.config, **changes, extra={**provenance, **job.config.extra})
+    planes = [()] if isinstance(image, LazyImage) else job.planes
+    return replace(job, stack=image, planes=planes, config=config)
+
+
+@dataclass(frozen=True)
+class MemorySource:
+    """An array, or an image file read into memory.
+
+    Attributes
+    ----------
+    stack : PlaneStack
+        The pixels shown (never copied from the caller's array).
+    path : Path, optional
+        The file they were read from; a run reads it again as the command line does.
+    channel_axis : int, optional
+        The caller's channel axis, for reading the file again the same way.
+    """
+
+    stack: PlaneStack
+    path: Path | None = None
+    channel_axis: int | None = None
+    #: Full-resolution pixels per pixel shown (a slide's picture level; 1 here).
+    downsample: float = 1.0
+
+    @property
+    def plane_shape(self) -> tuple[int, int]:
+        return self.stack.plane_shape
+
+    @property
+    def stack_shape(self) -> tuple[int, ...]:
+        return self.stack.stack_shape
+
+    @property
+    def run_image(self) -> PlaneStack:
+        """What a job reads before :meth:`prepare` (an array's: what it reads)."""
+        return self.stack
+
+    @property
+    def name(self) -> str:
+        """The image in exported tables and messages."""
+        data = self.stack.data
+        return str(self.path) if self.path else f"array {tuple(data.shape)} {data.dtype}"
+
+    def display_pixels(self, plane: PlaneIndex, max_pixels: int) -> tuple[np.ndarray, int | None]:
+        """The plane to draw (the display grid subsamples it) and its channel axis."""
+        return self.stack.read(plane)
+
+    def figure_pixels(self, result: AttentionResult,
+                      plane: PlaneIndex) -> tuple[np.ndarray, int | None] | None:
+        """The pixels ``result`` was computed from (its figure's image)."""
+        return self.stack.read(plane)
+
+    def fingerprint(self, plane: PlaneIndex) -> str:
+        # an array may be edited in place during a run (the stack never copies it); a file's
+        # pixels here are the explorer's own copy, and the run reads the file itself
+        if self.path is not None:
+            return file_identity(self.path)
+        return plane_fingerprint(self.stack.read(plane)[0])
+
+    def prepare(self, job: Job) -> Job:
+        """``job`` as the run reads it: an array as it is; a file opened again with the run's
+        options, as ``attnreg run`` opens it (a tiled run of a TIFF reads it on demand)."""
+        if self.path is None:  # level and mpp choose a slide's pixels: an array has none
+            return replace(job, config=replace(job.config, level=None, mpp=None))
+        image, provenance = open_path(self.path, {**run_options(job),
+                                                  "channel_axis": self.channel_axis})
+        return _with_image(job, image, provenance)
+
+
+@dataclass(frozen=True)
+class DiskSource:
+    """An image whose pixels stay on disk: shown from its overview, read by each run.
+
+    Attributes
+    ----------
+    image : LazyImage
+        The picture's image: level 0 of a file given by its path, or the image the caller
+        opened (which is then what every run reads, at the level it was opened at).
+    path : Path, optional
+        The file a run opens again at the run's level or resolution; None for an opened
+        image.
+    slide : bool
+        A slide: an untiled run with no level asked reads the finest level the pixel budget
+        holds, as napari's dock does.
+    pyramid : bool
+        The file has levels (a slide or an OME-TIFF pyramid): a run records the level read.
+    """
+
+    image: LazyImage
+    path: Path | None = None
+    slide: bool = False
+    pyramid: bool = False
+
+    stack = None  # no pixels in memory: regions of interest need an image in memory
+    stack_shape = ()  # one 2D image
+
+    @property
+    def plane_shape(self) -> tuple[int, int]:
+        return self.image.analysed_shape
+
+    @property
+    def downsample(self) -> float:
+        """Full-resolution (level 0) pixels per pixel of :attr:`plane_shape`."""
+        image = self.image
+        return float(image.downsample) * float(image.scale) if image.level is not None else 1.0
+
+    @property
+    def run_image(self) -> LazyImage:
+        return self.image
+
+    @property
+    def name(self) -> str:
+        return str(self.path or self.image.path or "an opened image")
+
+    def display_pixels(self, plane: PlaneIndex, max_pixels: int) -> tuple[np.ndarray, int | None]:
+        """The overview: a strided read of a coarse level of about ``max_pixels``."""
+        return _channels_last(self.image.overview(max_pixels))
+
+    def figure_pixels(self, result: AttentionResult,
+                      plane: PlaneIndex) -> tuple[np.ndarray, int | None] | None:
+        """The pixels at the resolution ``result`` analysed, read again from the file; None
+        above the untiled pixel budget (a figure could not hold them)."""
+        h, w = result.image_shape
+        if h * w > MAX_UNTILED_PIXELS:
+            return None
+        if self.path is None:
+            return _channels_last(self.image.read_whole())
+        md = result.metadata
+        spatial = md.get("spatial") or {}
+        # read again as napari's figure does: by level, or by resolution where resampled
+        again = ({"mpp": float(spatial["scale"][0])}
+                 if md.get("slide_resample", 1.0) != 1.0 and spatial.get("scale")
+                 else {"level": md.get("slide_level")})
+        image, _ = open_path(self.path, {"tiled": True, **again})
+        if isinstance(image, LazyImage):
+            return _channels_last(image.read_whole())
+        return image.read(())
+
+    def fingerprint(self, plane: PlaneIndex) -> str:
+        # the file's identity: reading a slide to hash its pixels is what must never happen
+        where = self.path or self.image.path
+        if where:
+            return file_identity(where, self.image.level, self.image.scale)
+        return repr(("opened image", id(self.image.array), self.image.shape))
+
+    def prepare(self, job: Job) -> Job:
+        """``job`` as the run reads it, as napari's dock reads a slide.
+
+        Tiled: the file opened at the Advanced panel's level or resolution (level 0 by
+        default), read tile by tile, with the tissue mask the engine chooses for it (auto for
+        a slide, none for an OME pyramid). Untiled: that level, or the finest level the pixel
+        budget holds, read whole. An image the caller opened keeps its own level: ``level`` /
+        ``mpp`` beside it are refused with the words ``regularize`` uses.
+
+        Raises
+        ------
+        ValueError
+            A level or resolution the slide does not have, an untiled run over the pixel
+            budget (naming Tiled), or level/mpp beside an opened image.
+        """
+        config = job.config
+        if self.path is None:
+            image, config = opened_for_run(self.image, config)
+            return replace(job, stack=image, planes=[()], config=config)
+        level = config.level
+        if level is None and config.mpp is None and not config.tiled and self.slide:
+            level = untiled_level(self.path)
+        # a level is opened lazily even for an untiled run, so the run records which
+        # (slide_level, slide_downsample) as a tiled one does; then read whole below
+        lazily = bool(config.tiled) or self.pyramid
+        image, provenance = open_path(self.path, {**run_options(job), "tiled": lazily,
+                                                  "level": level})
+        job = _with_image(job, image, provenance, level=level)
+        if config.tiled or not isinstance(image, LazyImage):
+            return job
+        pixels, config = opened_for_run(image, job.config)  # the pixel budget, then read whole
+        return replace(job, stack=pixels, planes=[()], config=config)
+
+
+def opened_for_run(image: LazyImage, config: RunConfig) -> tuple[PlaneStack | LazyImage,
+                                                                   RunConfig]:
+    """An opened image as ``regularize`` runs it: refused with a level or resolution it was
+    not opened at; read whole, after the untiled pixel-budget check, for an untiled run, with
+    what it says recorded (pixel size, slide level) as a tiled run records it.
+
+    Raises
+    ------
+    ValueError
+        ``level`` / ``mpp`` other than the image's, in ``regularize``'s words, or an untiled
+        run over the pixel budget (naming tiled).
+    """
+    _check_opened_at(image, config)
+    if config.tiled:
+        return image, config  # read tile by tile; the service records its run_extra()
+    check_untiled_size(image.analysed_shape, image.path or "The image")
+    extra = {**image.run_extra(), **config.extra}
+    return PlaneStack.from_array(image.read_whole()), replace(config, extra=extra)
+
+
+def _check_opened_at(image: LazyImage, config: RunConfig) -> None:
+    # regularize()'s refusal, word for word (core.run.api keeps its own private copy: the
+    # explorer may not import it; test_explorer_slides compares the two messages)
+    level_differs = config.level is not None and (image.level is None
+                                                  or int(config.level) != image.level)
+    mpp_differs = config.mpp is not None and (
+        image.mpp is None or abs(float(config.mpp) / image.mpp - 1.0) > 0.02)
+    if not (level_differs or mpp_differs):
+        return
+    asked = ", ".join(f"{k}={getattr(config, k)!r}" for k in ("level", "mpp")
+                      if getattr(config, k) is not None)
+    opened = ("a single-resolution image" if image.level is None
+              else f"level {image.level}" + (f" ({image.mpp:.3g} µm per pixel)"
+                                             if image.mpp else ""))
+    raise ValueError(f"{asked} cannot choose the pixels of an image already opened: "
+                     f"{image.path or 'it'} was opened at {opened}. Give level=/mpp= to "
+                     "open_slide(path, level=..., mpp=...), or pass the file's path to "
+                     "regularize() with them.")
+
+
+def _channels_last(pixels: np.ndarray) -> tuple[np.ndarray, int | None]:
+    """A lazily read image (``(H, W)`` or ``(H, W, C)``) with its channel axis."""
+    return pixels, (None if pixels.ndim == 2 or pixels.shape[-1] in (3, 4) else -1)
+
+
+def untiled_level(path: str | Path) -> int:
+    """The finest level of a slide an untiled run holds in memory (napari's dock reads the
+    same level, its ``run_level``); the coarsest when none fits, which the run then refuses,
+    naming Tiled."""
+    from napari_attnreg.io.slides import open_slide
+
+    level = 0
+    while True:
+        h, w = open_slide(path, level=level).analysed_shape
+        if h * w <= MAX_UNTILED_PIXELS:
+            return level
+        try:
+            open_slide(path, level=level + 1)
+        except ValueError:  # no coarser level
+            return level
+        level += 1
+
+
+def open_source(image: Any, *, channel_axis: int | None,
+                rgb: bool | None) -> MemorySource | DiskSource:
+    """What the explorer was given, as a source.
+
+    Parameters
+    ----------
+    image : array-like, str, Path or LazyImage
+        An array; the path of any file ``attnreg run`` reads; or an opened image
+        (:func:`~napari_attnreg.io.slides.open_slide`, :func:`~napari_attnreg.core.run.
+        lazy.open_lazy`).
+    channel_axis, rgb
+        The layout of an array (``channel_axis`` also overrides a file's own).
+
+    Raises
+    ------
+    ValueError
+        A missing or unreadable file, a layout option that does not apply, or the core's
+        words for an unusable array.
+    """
+    if isinstance(image, LazyImage):
+        if channel_axis is not None or rgb is not None:
+            raise ValueError("channel_axis= and rgb= do not apply to an opened image: it keeps "
+                             "the layout it was opened with.")
+        return DiskSource(image)
+    if isinstance(image, (str, os.PathLike)):
+        if rgb is not None:
+            raise ValueError("rgb= is for arrays: a file's own layout says which axis holds "
+                             "colour (give channel_axis= to override it).")
+        return open_file(Path(image), channel_axis)
+    return MemorySource(plane_stack(image, channel_axis, rgb))
+
+
+def open_file(path: Path, channel_axis: int | None = None) -> MemorySource | DiskSource:
+    """A file as the explorer holds it: a slide, an OME pyramid, or a single image above the
+    pixel budget that can be read on demand stays on disk; anything else is read into memory
+    by the command line's reader, with the layout the file states."""
+    from napari_attnreg.io.readers import header_plane_shape, read_lazy, read_source
+    from napari_attnreg.io.slides import is_pyramid, is_slide, open_slide
+
+    if not path.exists():
+        raise ValueError(f"No such image file: {path}; give an existing file, an array or an "
+                         "opened slide (open_slide).")
+    slide = is_slide(path)
+    if slide or is_pyramid(path):
+        if channel_axis is not None:
+            raise ValueError(f"{path} is a slide pyramid, read with its own colours; "
+                             "channel_axis= does not apply to it.")
+        return DiskSource(open_slide(path), path, slide=slide, pyramid=True)
+    shape = header_plane_shape(path)
+    if channel_axis is None and shape is not None and shape[0] * shape[1] > MAX_UNTILED_PIXELS:
+        lazy = read_lazy(path)  # too large to hold: shown from a strided read, run tiled
+        if lazy is not None:
+            return DiskSource(lazy, path)
+    stack, _info = read_source(path, channel_axis)
+    return MemorySource(stack, path, channel_axis)
