@@ -162,7 +162,7 @@ def test_a_tiled_run_of_a_grey_darkfield_slide_runs_only_its_tissue(darkfield_ti
 def test_regularize_opens_a_slide_path_as_the_command_line_does(svs, as_path):
     result = regularize(as_path(svs), "demo", tiled=True, level=1, **FAST)
     md = result.metadata
-    assert md["slide_level"] == 1 and md["image_kind"] == "pathology"
+    assert md["slide_level"] == 1 and md["image_kind"] == "pathology" and md["level"] == 1
     assert result.spatial["scale"] == (0.5, 0.5) and result.spatial["units"] == ("µm", "µm")
     assert md["source"] == str(svs)
     assert md["tissue_mask"].startswith("auto") and md["n_tissue_tiles"] < md["n_tiles_total"]
@@ -173,6 +173,20 @@ def test_an_untiled_run_of_a_slide_path_reads_its_level_whole(svs):
     assert result.image_shape[:2] == (128, 128)
     assert result.spatial["scale"] == (1.0, 1.0)
     assert result.metadata["image_kind"] == "pathology"
+    # read whole, the level is still recorded (the GeoJSON's full-resolution frame needs it)
+    md = result.metadata
+    assert (md["level"], md["slide_level"], md["slide_downsample"]) == (2, 2, 4.0)
+
+
+def test_an_untiled_command_line_run_of_a_slide_records_its_level(svs, tmp_path):
+    from napari_attnreg import AttentionResult
+    from napari_attnreg.cli import main
+
+    out = tmp_path / "out"
+    assert main(["run", str(svs), "--level", "2", "--out", str(out), "--model", "demo",
+                 "--n-boot", "4", "--device", "cpu", "--quiet"]) == 0
+    md = AttentionResult.load(next(out.glob("*.attnreg.npz"))).metadata
+    assert (md["slide_level"], md["slide_downsample"]) == (2, 4.0)
 
 
 def test_regularize_takes_the_path_of_an_ordinary_image(tmp_path):

@@ -64,8 +64,8 @@ def regularize(image: Any, model: Any = "demo", **kwargs: Any) -> AttentionResul
         raise ValueError(f"{path} holds {source.n_planes} planes (stack shape "
                          f"{source.stack_shape}); regularize() analyses one 2D image: read it "
                          "and use regularize_stack(), or run the file with 'attnreg run'.")
-    if hasattr(source, "level") and source.level is not None:  # opened at these already
-        kwargs = {k: v for k, v in kwargs.items() if k not in ("level", "mpp")}
+    # level/mpp stay: the core checks they are those the file was opened at, and records
+    # them as the command line does
     return core_api.regularize(source, model, provenance=provenance, **kwargs)
 
 

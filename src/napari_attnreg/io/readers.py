@@ -78,6 +78,9 @@ class ImageInfo:
     kind: str | None = None
     kind_source: str = ""
     origin: float = 0.0
+    #: A slide's level read (``slide_level``, ``slide_resample``, ``slide_downsample``), which
+    #: a run of its pixels read whole records as a tiled run of it does.
+    slide: Mapping[str, Any] | None = None
 
     @classmethod
     def from_layer_metadata(cls, metadata: Mapping[str, Any]) -> ImageInfo:
@@ -126,6 +129,7 @@ class ImageInfo:
                 "units": [self.unit, self.unit]}
         if self.kind:
             extra.update(image_kind=self.kind, image_kind_source=self.kind_source)
+        extra.update(self.slide or {})
         return extra
 
 
@@ -286,7 +290,9 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
         if tiled:
             return slide, info
         check_untiled_size(slide.analysed_shape, str(path))
-        return PlaneStack.from_array(slide.read_whole()), info
+        # read whole, the pixels no longer say which level they are: the record does
+        read = {k: v for k, v in slide.run_extra().items() if k.startswith("slide_")}
+        return PlaneStack.from_array(slide.read_whole()), replace(info, slide=read)
     if asked:  # read at full resolution, it would be recorded as read at the level asked
         raise ValueError(
             f"{path.name} is neither a slide nor a pyramid: it has one resolution, so a slide "
