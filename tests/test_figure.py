@@ -207,6 +207,26 @@ def test_the_cli_png_is_the_publication_figure_the_front_ends_write(tmp_path, dr
     assert np.abs(iio.imread(again).astype(int) - png.astype(int)).mean() < 1.0
 
 
+def test_a_tiled_run_of_two_fluorescence_channels_draws_them_red_and_green(tmp_path, drawn):
+    """A tiled run keeps a two-channel image's channels; its figure crashed in matplotlib
+    ("Invalid shape (H, W, 2)") and took the batch down with it."""
+    import tifffile
+
+    from napari_attnreg.cli import main
+
+    rng = np.random.default_rng(0)
+    img = (rng.random((2, 96, 96)) * 4000).astype(np.uint16)
+    img[1, 30:60, 30:60] += 20000  # a bright green object
+    tifffile.imwrite(tmp_path / "two.ome.tif", img, metadata={"axes": "CYX"})
+    assert main(["run", str(tmp_path / "two.ome.tif"), "--tiled", "--out",
+                 str(tmp_path / "out"), "--model", "demo", "--n-boot", "4", "--quiet"]) == 0
+    (fig,) = drawn
+    (image_ax,) = _image_axes(fig)
+    shown = np.asarray(image_ax.get_images()[0].get_array())
+    assert shown.shape[-1] == 3 and not shown[..., 2].any()  # red, green and no blue
+    assert shown[45, 45, 1] > shown[10, 10, 1] and shown[45, 45, 1] > shown[45, 45, 0]
+
+
 def test_the_cli_overview_figure_stays_available(tmp_path, drawn):
     import imageio.v3 as iio
 

@@ -144,7 +144,8 @@ def publication_figure(result: Any, image: np.ndarray, path: str | Path, *,
     ax = fig.add_axes((0, 1 - img_h / fig_h, img_w / fig_w, img_h / fig_h))
     ax.set_axis_off()
     extent = (0, w, h, 0)  # pixel (r, c) covers [c, c + 1) x [r, r + 1)
-    ax.imshow(_display(image), cmap="gray" if image.ndim == 2 else None, extent=extent,
+    drawn = _display(image)
+    ax.imshow(drawn, cmap="gray" if drawn.ndim == 2 else None, extent=extent,
               interpolation="nearest")
     view = MAPS_BY_KEY[map_key].for_result(shown)  # the tested map named; signed: centred at 0
     vmin, vmax = view.limits(shown)
@@ -169,9 +170,17 @@ def publication_figure(result: Any, image: np.ndarray, path: str | Path, *,
 
 
 def _display(image: np.ndarray) -> np.ndarray:
-    """Grey images stretched between their 0.5th and 99.5th percentiles; colour as it is."""
-    if image.ndim == 3:
+    """Grey images stretched between their 0.5th and 99.5th percentiles; colour as it is;
+    one or two fluorescence channels (a tiled run's image keeps them) each stretched so,
+    two drawn red and green as a microscope shows them."""
+    if image.ndim == 3 and image.shape[-1] in (3, 4):
         return image if image.dtype == np.uint8 else np.clip(image, 0, 1)
+    if image.ndim == 3:
+        channels = [_display(image[..., c]) for c in range(min(image.shape[-1], 3))]
+        if len(channels) == 1:
+            return channels[0]
+        channels += [np.zeros_like(channels[0])] * (3 - len(channels))
+        return np.stack(channels, axis=-1)
     lo, hi = np.nanpercentile(image.astype(float), (0.5, 99.5))
     return np.clip((image - lo) / (hi - lo if hi > lo else 1.0), 0, 1)
 
