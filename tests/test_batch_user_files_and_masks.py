@@ -174,6 +174,27 @@ def test_a_result_redone_without_geojson_or_figure_leaves_none_of_its_old_files_
     assert geo.read_bytes() == (tmp_path / "expected.geojson").read_bytes()
 
 
+def test_a_figure_that_fails_to_draw_fails_its_image_not_the_batch(tmp_path, capsys):
+    from napari_attnreg.batch.items import collect_inputs
+    from napari_attnreg.batch.run import run_batch
+
+    for name, seed in (("a.tif", 1), ("b.tif", 2)):
+        tifffile.imwrite(tmp_path / name, _img(seed))
+
+    def figure(result, display, path, title):
+        if "a.tif" in str(path):
+            raise TypeError("Invalid shape (64, 64, 2) for image data")
+        Image.fromarray(np.zeros((4, 4), np.uint8)).save(path)
+        return path
+
+    out = tmp_path / "out"
+    run_batch(collect_inputs([tmp_path / "a.tif", tmp_path / "b.tif"]), out, "demo", None,
+              {"n_boot": 4, "device": "cpu"}, quiet=True, figure=figure)
+    assert _statuses(out) == ["failed: Unexpected TypeError: Invalid shape (64, 64, 2) for "
+                              "image data (details in the log)", "done"]
+    assert "Traceback" in capsys.readouterr().err  # the fault's own report, for a bug report
+
+
 # ---- 3. --level with --mpp: once, before any file -------------------------------------------
 def test_level_and_mpp_together_are_refused_before_any_file(tmp_path, capsys):
     with pytest.raises(ValueError, match="slide level or a resolution .*not both"):

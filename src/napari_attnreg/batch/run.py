@@ -22,6 +22,7 @@ import errno
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -264,7 +265,9 @@ def _plane_row(ctx: _ItemContext, source: PlaneStack | LazyImage, index: PlaneIn
     try:
         artefacts = _write_outputs(out, result, outcome.displays[index], ctx.figure, label,
                                    geojson=ctx.geojson or "geojson" in stale, kept=kept)
-    except (ValueError, MemoryError, OSError) as err:  # this image's outputs: report, go on
+    except Exception as err:  # noqa: BLE001 - this image's outputs: report, and go on
+        if not isinstance(err, (ValueError, MemoryError, OSError)):
+            traceback.print_exc()  # a fault of ours (a figure's drawing): the report needs it
         return failed_row(ctx.item, plane, user_message(err))
     _retire_stale(stale, artefacts, label)
     _write_record(out, ctx.stamp, ctx.run, artefacts, kept)
