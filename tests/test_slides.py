@@ -642,7 +642,6 @@ def test_a_saved_slide_session_refers_to_the_slide_and_reopens_as_a_result_the_d
 
     from napari_attnreg._napari.io import write_outputs
     from napari_attnreg._napari.widget import AttentionWidget
-    from napari_attnreg.io import export
 
     viewer, widget, layer = slide_dock
     controls = widget.options.controls
@@ -658,7 +657,9 @@ def test_a_saved_slide_session_refers_to_the_slide_and_reopens_as_a_result_the_d
     assert entry["file"] is None and entry["slide"] == layer.metadata["slide"]
     assert not any("slide.ome" in Path(p).name for p in written)
     # one OME-TIFF of a slide above the pixel budget is refused, saying what to do instead
-    monkeypatch.setattr(export, "MAX_UNTILED_PIXELS", 1024 * 1024)
+    from napari_attnreg.core.run import lazy
+
+    monkeypatch.setattr(lazy, "MAX_UNTILED_PIXELS", 1024 * 1024)
     with pytest.raises(ValueError, match="whole-slide image.*folder"):
         write_outputs(str(tmp_path / "slide.ome.tif"), [layer.as_layer_data_tuple()])
     assert not (tmp_path / "slide.ome.tif").exists()

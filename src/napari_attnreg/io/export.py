@@ -20,7 +20,6 @@ import numpy as np
 from napari_attnreg.core.files import atomic_write, write_text_atomic
 from napari_attnreg.core.models.weights_hash import bundled_weights, file_sha256
 from napari_attnreg.core.results.meaning import null_record
-from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
 from napari_attnreg.core.stats.presets import THRESHOLD_KEYS
 from napari_attnreg.io.ometiff import LAYER_NAMESPACE, META_KEY
 
@@ -196,6 +195,8 @@ def save_layer(path: str | Path, layer: LayerData) -> list[Path]:
     suffix = next((s for s in OME_SUFFIXES if lower.endswith(s)), None)
     if suffix is None:
         raise ValueError(f"Save one layer under an OME-TIFF name (*.ome.tif), not {path.name}.")
+    from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS  # torch: only when saving
+
     slide = slide_file(attrs, layer_type)
     if slide is not None and _pixels(data, attrs) > MAX_UNTILED_PIXELS:
         raise ValueError(
