@@ -119,7 +119,8 @@ def test_the_record_says_what_the_grey_mask_thresholded():
     colour = tissue_for("auto", _rgb(256), layout)
     assert dark.source == "auto (Otsu on brightness, dark background)"
     assert bright.source == "auto (Otsu on darkness, bright background)"
-    assert colour.source == "auto (Otsu on saturation)"
+    assert colour.source == ("auto (Otsu on chroma, bright background; pen ink and black "
+                             "left out)")
     # the tissue block (top left) is kept in both polarities, the far corner is not
     for made in (dark, bright, colour):
         tiles = made.tiles.reshape(4, 4)

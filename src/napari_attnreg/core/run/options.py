@@ -274,8 +274,9 @@ _OPTIONS: tuple[Option, ...] = (
            advanced=True, minimum=0.01, maximum=1000.0, step=0.25, decimals=2,
            allow_none=True),
     Option("tissue_mask", "Tissue mask", "text", None, "Tiled runs: only tiles at least 10 % "
-           "tissue are run and tested. 'auto' = Otsu on a thumbnail's saturation (a grey "
-           "image's brightness; the default for slides), 'none' = every tile (the default "
+           "tissue are run and tested. 'auto' = Otsu on a thumbnail's chroma, pen ink and "
+           "black left out (a grey or dark-field image's brightness; the default for "
+           "slides), 'none' = every tile (the default "
            "for other images), a mask image file (> 0 = tissue) of the whole image at any "
            "resolution, or in napari the name "
            "of a Labels layer painted over the image.", "tiling",

@@ -3,15 +3,18 @@
 A whole-slide image is mostly glass. A tiled run with a tissue mask runs only the tiles whose
 area is at least :data:`TISSUE_FRACTION` tissue, and only those tiles are families of the
 step-down's Benjamini–Hochberg step, so glass neither costs forward passes nor dilutes the
-family's level. The automatic mask is Otsu's threshold on the HSV saturation of a thumbnail
-(stained tissue is coloured, glass is grey-white); on a grey image, on its brightness, the
-background being the class nearer its extreme: bright glass (brightfield: tissue is darker)
-or a black field (dark-field, fluorescence: tissue is brighter).
+family's level. The automatic mask is Otsu's threshold on the chroma of a thumbnail (stained
+tissue is coloured, glass is grey-white), with pen ink, black (labels, slide edges, padding)
+and the rim of stain blending into glass left out and weakly stained tissue kept; on a grey
+image, or a colour one whose background is black, on its brightness, the background being
+the class nearer its extreme: bright glass (brightfield: tissue is darker) or a black field
+(dark-field, fluorescence: tissue is brighter).
 
 Example
 -------
 >>> thumb = np.zeros((64, 64, 3), np.uint8) + 235; thumb[:20, :20] = (150, 60, 120)
->>> auto_tissue_mask(thumb)[:20, :20].all(), auto_tissue_mask(thumb)[40:, 40:].any()
+>>> mask = auto_tissue_mask(thumb)
+>>> bool(mask[2:18, 2:18].all()), bool(mask[40:, 40:].any())
 (True, False)
 """
 
@@ -29,15 +32,39 @@ from napari_attnreg.core.run.tiling import TileLayout
 #: A tile is run when at least this share of its area is tissue. Low, so that the edge of a
 #: section is analysed; a tile of a few stray pixels (dust, a pen mark's halo) is not.
 TISSUE_FRACTION = 0.10
-#: Below this mean saturation the darker/greyer Otsu class is glass; above it the thumbnail has
-#: no glass (a crop inside the tissue) and every pixel is tissue, instead of half the tissue
-#: being cut away by a threshold between two stains.
-#: On a grey thumbnail, the least difference in brightness (as a share of white) between
-#: the two Otsu classes for one of them to be tissue; below it the thumbnail is one tone
-#: (blank glass, an empty black field) and holds no tissue.
-GLASS_SATURATION = 0.08
-#: Thumbnail pixels the saturation is averaged over before the threshold (Gaussian sigma).
+#: Chroma (brightest minus darkest channel, as a share of white; HSV saturation times value)
+#: below which a colour is grey: glass, a black field, black ink. Saturation alone is not
+#: used: near black it is the ratio of two small numbers, and a dark field's colour noise
+#: (JPEG) reads as strongly saturated. An Otsu class whose mean chroma is below it is glass;
+#: when both are above it the thumbnail has no glass (a crop inside the tissue) and all of it
+#: is tissue, instead of half the tissue being cut away by a threshold between two stains.
+#: On a grey thumbnail, the least difference in brightness (as a share of white) between the
+#: two Otsu classes for one of them to be tissue; below it the thumbnail is one tone (blank
+#: glass, an empty black field) and holds no tissue.
+GLASS_CHROMA = 0.08
+#: Chroma above the glass's own that is stain. Otsu's threshold between glass and strongly
+#: stained tissue lies above weakly stained tissue (fat, pale counterstain) and left it out;
+#: the threshold is at most this far above the glass.
+FAINT_STAIN = 0.05
+#: Under brightfield, a pixel whose brightest channel is below this share of white is black:
+#: black ink, an opaque label, the slide's edge, a scanner's black padding; never tissue.
+BLACK = 0.2
+#: Pen ink on a brightfield slide: HSV hue from, to (degrees) and the least mean chroma of a
+#: mark. Green and cyan: no H&E or IHC stain has these hues. Blue and red: purer than a stain
+#: gets. Hematoxylin's blue never exceeds a chroma of about 0.31 (skimage's stain vectors;
+#: IHC counterstain is below 0.2), where blue marker is 0.4-0.55 (0.42 through JPEG); red
+#: marker is about 0.65 (0.58 through JPEG), eosin and blood below 0.55.
+INK_GREEN = (70.0, 195.0, 0.08)
+INK_BLUE = (195.0, 245.0, 0.33)
+INK_RED = (345.0, 10.0, 0.55)
+#: Holes in the tissue of at most this many thumbnail pixels are tissue (fat cells, lumens).
+HOLE_PIXELS = 64
+#: Thumbnail pixels the colour or brightness is averaged over before the threshold (Gaussian
+#: sigma): pixel noise (a stain's grain, JPEG blocks, dust) would speckle the mask.
 SMOOTHING_SIGMA = 2.0
+#: Radius in thumbnail pixels of the narrowest pen mark and of the narrowest weakly stained
+#: tissue (narrower, it is the rim where stained tissue blends into the glass).
+SMOOTHING_RADIUS = 2
 #: Values of the ``tissue_mask`` option that are not a file.
 TISSUE_MODES = ("auto", "none")
 
@@ -77,22 +104,39 @@ class TissueMask:
 
 
 #: How :func:`auto_tissue` names what it thresholded.
-AUTO_COLOUR = "auto (Otsu on saturation)"
+AUTO_COLOUR = "auto (Otsu on chroma, bright background; pen ink and black left out)"
 AUTO_BRIGHT_BACKGROUND = "auto (Otsu on darkness, bright background)"
 AUTO_DARK_BACKGROUND = "auto (Otsu on brightness, dark background)"
 AUTO_ONE_TONE = "auto (Otsu on brightness, one tone: no tissue)"
 
 
 def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
-    """Tissue pixels of a thumbnail: Otsu on saturation (colour) or brightness (grey).
+    """Tissue pixels of a thumbnail: stained colour on bright glass, or brightness or darkness.
 
     Otsu's threshold always splits an image in two, even one of glass alone (its grain), so
-    each class is also judged on its own level: in colour the tissue class must be more
-    saturated than glass (:data:`GLASS_SATURATION`) and the glass class less; in grey the two
-    must differ in brightness by that much of the top value (255 for 8 bits, else the top of
-    the bits used), and the background is the class nearer its extreme: the bright class
-    when its mean is nearer white than the dark class's is to black (glass of a brightfield
-    slide), else the dark class (the black field of a dark-field or fluorescence slide).
+    each class is also judged on its own level (:data:`GLASS_CHROMA`). Rows and columns
+    along the edges that are all black or all white (a scanner's padding) are never tissue
+    and are left out of the statistics.
+
+    A colour thumbnail is brightfield when most of its grey pixels are bright (glass). Its
+    tissue is where the chroma (brightest minus darkest channel; its median over a few
+    pixels) is above the glass's: above Otsu's threshold, or above the glass's chroma by
+    :data:`FAINT_STAIN` where such weak stain is broader than the rim of strong stain, so
+    that weakly stained tissue beside strongly stained tissue is kept. Black (:data:`BLACK`:
+    black ink, an opaque label, the slide's edge) and pen ink (:data:`INK_GREEN`,
+    :data:`INK_BLUE`, :data:`INK_RED`: green, cyan, and blue or red purer than a stain gets),
+    with the rim of a mark, count as glass; when that "ink" is most of the colour it is the
+    stain itself (a special stain) and is kept. Holes of up to :data:`HOLE_PIXELS` are filled.
+    A colour thumbnail whose grey pixels are mostly dark is a dark-field or fluorescence
+    scan: tissue is the brighter Otsu class of the brightest channel.
+
+    A grey thumbnail (or a colour one without colour) is split on brightness, and the
+    background is the class nearer its extreme: the bright class when its mean is nearer white
+    than the dark class's is to black (glass of a brightfield slide: tissue is the darker
+    class, black below :data:`BLACK` left out of it and of its threshold), else the dark class
+    (the black field of a dark-field or fluorescence slide). Its two classes must differ in
+    brightness by :data:`GLASS_CHROMA` of the top value (255 for 8 bits, else the top of the
+    bits used).
 
     Parameters
     ----------
@@ -109,39 +153,199 @@ def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
 
 
 def auto_tissue(thumbnail: np.ndarray) -> tuple[np.ndarray, str]:
-    """:func:`auto_tissue_mask` and how it was made (``"auto (Otsu on saturation)"``,
+    """:func:`auto_tissue_mask` and how it was made (:data:`AUTO_COLOUR`,
     ``"auto (Otsu on darkness, bright background)"``, ...), which the result records."""
-    from skimage.color import rgb2hsv
-    from skimage.filters import gaussian, threshold_otsu
+    raw = np.asarray(thumbnail)
+    image = raw.astype(np.float32)
+    if image.ndim == 3 and image.shape[-1] >= 3:
+        top = 255.0 if raw.dtype == np.uint8 else max(float(image.max()), 1e-12)
+        rgb = np.clip(image[..., :3] / np.float32(top), 0.0, 1.0)
+        darkest, brightest = _channel_range(rgb)
+        padded = _padding(darkest, brightest)
+        # the colour of each neighbourhood: single pixels of any hue (a stain's grain, JPEG
+        # noise) are not ink, black or tissue
+        local = _smooth(rgb, channel_axis=-1)
+        lowest, value = _channel_range(local)
+        chroma = value - lowest  # no noise blown up near black, as saturation
+        grey = (chroma <= GLASS_CHROMA) & ~padded
+        if not (grey | padded).all():  # some colour: brightfield stain, or a coloured dark field
+            if not grey.any() or np.mean(value[grey] > 0.5) >= 0.5:  # grey is mostly bright: glass
+                return _stained(rgb, brightest - darkest, value, chroma, padded), AUTO_COLOUR
+            return _two_tones(value, padded, dark_background=True)
+        return _two_tones(value, padded)  # colour without colour: grey
+    grey_image = image[..., 0] if image.ndim == 3 else image
+    black, white = _grey_range(raw.dtype, grey_image)
+    brightness = (grey_image - black) / (white - black)  # 0 black, 1 white
+    return _two_tones(_smooth(brightness), _padding(brightness, brightness))
 
-    image = np.asarray(thumbnail, dtype=np.float64)
-    colour = image.ndim == 3 and image.shape[-1] >= 3
-    if colour:
-        top = 255.0 if np.asarray(thumbnail).dtype == np.uint8 else max(float(image.max()), 1e-12)
-        signal = rgb2hsv(np.clip(image[..., :3] / top, 0.0, 1.0))[..., 1]
-    else:
-        grey = image[..., 0] if image.ndim == 3 else image
-        black, white = _grey_range(np.asarray(thumbnail).dtype, grey)
-        signal = (grey - black) / (white - black)  # brightness: 0 black, 1 white
-    # pixel noise (a stain's grain, JPEG blocks) would speckle the mask: threshold the local mean
-    signal = gaussian(signal, sigma=SMOOTHING_SIGMA, preserve_range=True)
-    if float(signal.max()) - float(signal.min()) < 1e-6:
-        if colour:
-            return np.full(signal.shape, float(signal.mean()) > GLASS_SATURATION), AUTO_COLOUR
-        return np.zeros(signal.shape, dtype=bool), AUTO_ONE_TONE
-    low = signal <= threshold_otsu(signal)
-    lower, upper = float(signal[low].mean()), float(signal[~low].mean())
-    if not colour:
-        if upper - lower <= GLASS_SATURATION:  # one tone: glass, or an empty black field
-            return np.zeros(signal.shape, dtype=bool), AUTO_ONE_TONE
-        if 1.0 - upper < lower:  # the bright class is nearer white: glass, tissue is darker
-            return low, AUTO_BRIGHT_BACKGROUND
-        return ~low, AUTO_DARK_BACKGROUND  # a black field, tissue is brighter
-    if upper <= GLASS_SATURATION:  # both classes are glass: the split is its grain
-        return np.zeros(signal.shape, dtype=bool), AUTO_COLOUR
-    if lower > GLASS_SATURATION:  # both classes are tissue
-        return np.ones(signal.shape, dtype=bool), AUTO_COLOUR
-    return ~low, AUTO_COLOUR
+
+def _channel_range(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The darkest and brightest channel of each pixel (elementwise over the three planes:
+    numpy's reduction along a last axis of 3 is several times slower)."""
+    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    return np.minimum(np.minimum(r, g), b), np.maximum(np.maximum(r, g), b)
+
+
+def _smooth(values: np.ndarray, channel_axis: int | None = None) -> np.ndarray:
+    """``values`` averaged over a few thumbnail pixels (:data:`SMOOTHING_SIGMA`)."""
+    from skimage.filters import gaussian
+
+    return gaussian(values, sigma=SMOOTHING_SIGMA, channel_axis=channel_axis)
+
+
+def _two_tones(signal: np.ndarray, padded: np.ndarray,
+               dark_background: bool | None = None) -> tuple[np.ndarray, str]:
+    """Tissue of a grey image (``signal``: its smoothed brightness, 0 black, 1 white) by Otsu's
+    threshold, the background being the class nearer its extreme unless ``dark_background``
+    is given."""
+    from scipy.ndimage import binary_dilation
+    from skimage.morphology import disk
+
+    none = np.zeros(signal.shape, dtype=bool)
+    split = _otsu(signal, ~padded)
+    if split is None or split[2] - split[1] <= GLASS_CHROMA:  # one tone: glass, a black field
+        return none, AUTO_ONE_TONE
+    low, lower, upper = split
+    if dark_background is None:
+        dark_background = not 1.0 - upper < lower  # the bright class nearer white: glass
+    if dark_background:
+        return ~low & ~padded, AUTO_DARK_BACKGROUND  # a black field, tissue is brighter
+    # glass, tissue darker; black (an opaque label, ink, the slide's edge) is neither, nor is
+    # the rim where the smoothing blends it with the glass (as grey as tissue), and it is left
+    # out of the threshold, which it would pull down, cutting the tissue's edges
+    black = binary_dilation(signal < BLACK, structure=disk(2 * SMOOTHING_RADIUS))
+    lit = ~padded & ~black
+    split = _otsu(signal, lit)
+    if split is None or split[2] - split[1] <= GLASS_CHROMA:  # glass and black alone
+        return none, AUTO_ONE_TONE
+    return split[0] & lit, AUTO_BRIGHT_BACKGROUND
+
+
+def _stained(rgb: np.ndarray, pixel_chroma: np.ndarray, value: np.ndarray, chroma: np.ndarray,
+             padded: np.ndarray) -> np.ndarray:
+    """Tissue of a brightfield colour thumbnail: chroma above the glass's, black and pen ink
+    counting as glass (see :func:`auto_tissue_mask`). ``rgb``: the thumbnail (0 to 1), whose
+    pixels say what is ink; ``pixel_chroma``: their chroma, which, ink and black set to none,
+    is the evidence of stain (a textured stain's neighbourhood may average to grey);
+    ``value`` and ``chroma``: each neighbourhood's brightest channel and chroma, which say
+    what is black or grey."""
+    from scipy.ndimage import binary_opening
+    from skimage.filters import median
+    from skimage.morphology import disk
+
+    coloured = chroma > GLASS_CHROMA
+    ink = _ink(rgb, pixel_chroma)
+    if ink.sum() > 0.5 * coloured.sum():  # most of the colour: a stain of ink's hue, not marks
+        ink[:] = False
+    left_out = ink | (value < BLACK) | padded
+    # a median, not a mean: it leaves the tissue's edges where they are, where a mean spreads
+    # strong stain over the glass beside it, past the low threshold for weak stain below
+    evidence = np.round(np.where(left_out, 0.0, pixel_chroma) * 255.0).astype(np.uint8)
+    signal = median(evidence, disk(SMOOTHING_RADIUS)) / 255.0
+    none = np.zeros(signal.shape, dtype=bool)
+    split = _otsu(signal, ~padded)
+    if split is None:  # one colour throughout: a stain's (a crop inside the tissue) or glass
+        return ~left_out if float(signal[~padded].max(initial=0.0)) > GLASS_CHROMA else none
+    low, lower, upper = split
+    if upper <= GLASS_CHROMA:  # both classes are glass: the split is its grain
+        return none
+    if lower > GLASS_CHROMA:  # both classes are tissue
+        return ~left_out
+    # weakly stained tissue lies below a threshold between glass and strong stain: keep it
+    # where it is broad, and not in the rim where the smoothing spread strong stain
+    glass = float(np.median(signal[low & ~padded]))
+    faint = (signal > glass + FAINT_STAIN) & low & ~padded
+    mask = ~low | binary_opening(faint, structure=disk(SMOOTHING_RADIUS))
+    return _fill_small_holes(mask & ~padded, HOLE_PIXELS) & ~left_out
+
+
+def _fill_small_holes(mask: np.ndarray, most: int) -> np.ndarray:
+    """``mask`` with its holes of at most ``most`` pixels filled (fat cells, lumens, a speck
+    of dust on the tissue: glass-coloured, but inside it)."""
+    from scipy.ndimage import label
+
+    holes, _ = label(~mask)
+    sizes = np.bincount(holes.ravel())
+    small = sizes <= most
+    small[0] = False  # the mask itself
+    return mask | small[holes]
+
+
+def _ink(rgb: np.ndarray, pixel_chroma: np.ndarray) -> np.ndarray:
+    """Pen marks (:data:`INK_GREEN`, :data:`INK_BLUE`, :data:`INK_RED`) drawn on the glass.
+
+    A mark is judged whole: by its mean chroma (JPEG's coarse chroma dulls the edges of a thin
+    line, and a stain's grain gives single pixels of any hue, which are no mark: they do not
+    fill a disk of :data:`SMOOTHING_RADIUS`), and by what lies around it, which is mostly
+    glass for a mark: grey pixels, not black (blood in a haemorrhage is as red and as pure as
+    red marker, but lies in tissue; a mark over tissue is in a tissue tile anyway). Pixels,
+    not neighbourhoods: a mean would spread the mark's colour over the glass around it.
+    """
+    from scipy.ndimage import binary_dilation, binary_opening, find_objects, label
+    from skimage.color import rgb2hsv
+    from skimage.morphology import disk
+
+    coloured = pixel_chroma > GLASS_CHROMA
+    glass = ~coloured & (_channel_range(rgb)[1] >= BLACK)
+    hue = np.full(pixel_chroma.shape, -1.0)
+    if coloured.any():  # rgb2hsv of the coloured pixels alone: it is the slow part
+        hue[coloured] = rgb2hsv(rgb[coloured][None])[0, :, 0] * 360.0
+    near, far = disk(SMOOTHING_RADIUS), disk(2 * SMOOTHING_RADIUS + 1)
+    reach = 2 * SMOOTHING_RADIUS + 2
+    ink = np.zeros(pixel_chroma.shape, dtype=bool)
+    for start, end, least in (INK_GREEN, INK_BLUE, INK_RED):
+        band = (hue >= start) & (hue < end) if start < end else (hue >= start) | (hue < end)
+        # the mark's edges, dulled by JPEG, belong to it
+        marks, n = label(binary_opening(band & (pixel_chroma > 0.75 * least), structure=near))
+        if not n:
+            continue
+        counts = np.bincount(marks.ravel(), minlength=n + 1)
+        purity = np.bincount(marks.ravel(), pixel_chroma.ravel(), n + 1) / np.maximum(counts, 1)
+        pure = np.zeros(pixel_chroma.shape, dtype=bool)
+        for k, box in enumerate(find_objects(marks), start=1):
+            if box is None or purity[k] <= least:
+                continue
+            box = tuple(slice(max(b.start - reach, 0), b.stop + reach) for b in box)
+            mark = marks[box] == k
+            around = binary_dilation(mark, structure=far) & ~binary_dilation(mark, structure=near)
+            if glass[box][around].mean() >= 0.5:
+                pure[box] |= mark
+        # with the rim JPEG blended with the glass, of the same hue (not the tissue's)
+        ink |= binary_dilation(pure, structure=near) & band
+    return ink
+
+
+def _otsu(signal: np.ndarray,
+          where: np.ndarray) -> tuple[np.ndarray, float, float] | None:
+    """Otsu's split of ``signal`` over the pixels ``where``: the low class (over the whole
+    image) and the two classes' means; None when those pixels are one value."""
+    from skimage.filters import threshold_otsu
+
+    values = signal[where]
+    if values.size == 0 or float(values.max()) - float(values.min()) < 1e-6:
+        return None
+    low = signal <= threshold_otsu(values)
+    return low, float(signal[low & where].mean()), float(signal[~low & where].mean())
+
+
+def _padding(darkest: np.ndarray, brightest: np.ndarray) -> np.ndarray:
+    """Rows and columns along the edges in which every pixel is black (``brightest`` at most
+    2 % of white) or white (``darkest`` at least 98 %; JPEG moves a flat field by a few
+    levels): a scanner's padding to whole tiles or a frame around the scan, never tissue, and
+    left out of the statistics, where black padding outvoted the glass (values 0 black,
+    1 white)."""
+    flat = (brightest <= 0.02) | (darkest >= 0.98)
+    padded = np.zeros(flat.shape, dtype=bool)
+    for axis in (0, 1):
+        full = flat.all(axis=1 - axis)  # per row (axis 0) or per column (axis 1)
+        lead = int(np.argmin(full)) if not full.all() else full.size
+        trail = int(np.argmin(full[::-1])) if not full.all() else 0
+        index = [slice(None), slice(None)]
+        index[axis] = slice(0, lead)
+        padded[tuple(index)] = True
+        index[axis] = slice(full.size - trail, full.size)
+        padded[tuple(index)] = True
+    return padded
 
 
 def _grey_range(dtype: np.dtype, grey: np.ndarray) -> tuple[float, float]:
