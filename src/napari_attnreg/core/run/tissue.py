@@ -78,7 +78,7 @@ class TissueMask:
     mask : np.ndarray of bool
         ``(h, w)`` at any resolution covering the whole image (a thumbnail's).
     source : str
-        How it was made: ``"auto (Otsu on saturation)"`` (colour),
+        How it was made: :data:`AUTO_COLOUR` (colour, brightfield),
         ``"auto (Otsu on darkness, bright background)"`` or
         ``"auto (Otsu on brightness, dark background)"`` (grey), ``"file <name>"``,
         ``"array"``.
