@@ -236,7 +236,7 @@ def test_the_tissue_mask_option_and_the_rule_for_microscopy_pyramids(slide, tmp_
 def _budget(monkeypatch, pixels: int) -> None:
     """A smaller untiled pixel budget, for the explorer's choice and the core's check."""
     monkeypatch.setattr("napari_attnreg.notebook.sources.MAX_UNTILED_PIXELS", pixels)
-    monkeypatch.setattr("napari_attnreg.notebook.sources.check_untiled_size",
+    monkeypatch.setattr("napari_attnreg.core.run.api.check_untiled_size",
                         functools.partial(check_untiled_size, limit=pixels))
 
 

@@ -23,8 +23,6 @@ Example
 
 from __future__ import annotations
 
-import math
-import numbers
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -35,9 +33,9 @@ from typing import Any
 import numpy as np
 
 from napari_attnreg.core.files import decoding
-from napari_attnreg.core.run.lazy import SAMPLE_PIXELS, LazyImage
+from napari_attnreg.core.run.lazy import LazyImage
 from napari_attnreg.io.dicom import WSI_SOP_CLASS, dicom_files, is_dicom_file
-from napari_attnreg.io.slides import SlideLevels
+from napari_attnreg.io.slides import SlideLevels, check_choice, overview_index
 
 #: Image types (third value of ImageType) that are no pyramid level of the slide.
 NOT_LEVELS = ("LABEL", "OVERVIEW", "THUMBNAIL")
@@ -361,29 +359,17 @@ def open_dicom_slide(path: str | Path, *, level: int | None = None, mpp: float |
         Not a readable DICOM WSI (see :func:`wsi_pyramid`), or an impossible level or
         resolution (the message lists the slide's levels).
     """
-    _check_choice(level, mpp)
+    check_choice(level, mpp)
     slide = wsi_pyramid(path, files)
     chosen, scale = slide.pyramid.choose(level, mpp)
     array = slide.levels[chosen]
     level_mpp = slide.pyramid.level_mpp(chosen)
     # the finest coarser level small enough for a thumbnail (a tissue mask), as for SVS
-    overview = next((a for a in slide.levels[chosen + 1:] if a.shape[0] * a.shape[1]
-                     <= SAMPLE_PIXELS), None)
+    coarse = overview_index(slide.pyramid, chosen)
+    overview = None if coarse is None else slide.levels[coarse]
     return LazyImage(array, -1 if array.ndim == 3 else None, str(path), scale=scale,
                      mpp=None if level_mpp is None else level_mpp * scale, level=chosen,
                      overview_array=overview, downsample=slide.pyramid.downsamples[chosen])
-
-
-def _check_choice(level: Any, mpp: Any) -> None:
-    """Refuse a level that is no whole number and an mpp that is no positive number (as
-    ``open_slide`` does; its check is private to :mod:`~napari_attnreg.io.slides`)."""
-    if level is not None and (isinstance(level, bool) or not isinstance(level, numbers.Real)
-                              or not float(level).is_integer()):
-        raise ValueError(f"level must be a whole number (0 = full resolution), got {level!r}.")
-    if mpp is not None and (isinstance(mpp, bool) or not isinstance(mpp, numbers.Real)
-                            or not math.isfinite(mpp) or mpp <= 0):
-        raise ValueError(f"mpp must be a positive number of micrometres per pixel, got "
-                         f"{mpp!r}.")
 
 
 def _image_type(ds: Any) -> str:

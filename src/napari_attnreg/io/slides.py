@@ -218,7 +218,7 @@ def open_slide(path: str | Path, *, level: int | None = None,
         Not a readable slide (the message names it), tiffslide missing, or an impossible
         level or resolution (the message lists the slide's levels).
     """
-    _check_choice(level, mpp)
+    check_choice(level, mpp)
     tiffslide = _tiffslide()
     path = Path(path)
     if not path.is_file():
@@ -230,7 +230,7 @@ def open_slide(path: str | Path, *, level: int | None = None,
     if pyramid.mpp is None and full_mpp is not None:
         pyramid = replace(pyramid, mpp=_positive(full_mpp))
     chosen, scale = pyramid.choose(level, mpp)
-    coarse = _overview_index(pyramid, chosen)
+    coarse = overview_index(pyramid, chosen)
     _check_codecs(path, slide, [chosen] if coarse is None else [chosen, coarse])
     with decoding(path, "slide"):
         array = _level_array(slide, group, chosen)
@@ -246,7 +246,7 @@ def open_slide(path: str | Path, *, level: int | None = None,
     return image
 
 
-def _check_choice(level: Any, mpp: Any) -> None:
+def check_choice(level: Any, mpp: Any) -> None:
     """Refuse a level that is no whole number and an mpp that is no positive number."""
     if level is not None and (isinstance(level, bool) or not isinstance(level, numbers.Real)
                               or not float(level).is_integer()):
@@ -257,7 +257,7 @@ def _check_choice(level: Any, mpp: Any) -> None:
                          f"{mpp!r}.")
 
 
-def _overview_index(pyramid: SlideLevels, chosen: int) -> int | None:
+def overview_index(pyramid: SlideLevels, chosen: int) -> int | None:
     """The finest level coarser than ``chosen`` that has at most ``SAMPLE_PIXELS`` pixels."""
     for k in range(chosen + 1, len(pyramid.dimensions)):
         h, w = pyramid.dimensions[k]

@@ -28,8 +28,8 @@ import numpy as np
 
 from napari_attnreg.api import OPEN_OPTIONS, open_path
 from napari_attnreg.core.results.result import AttentionResult
-from napari_attnreg.core.run.config import RunConfig
-from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS, LazyImage, check_untiled_size
+from napari_attnreg.core.run.api import lazy_for_run
+from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS, LazyImage
 from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
 from napari_attnreg.core.run.service import Job, plane_fingerprint
 
@@ -229,7 +229,7 @@ class DiskSource:
         """
         config = job.config
         if self.path is None:
-            image, config = opened_for_run(self.image, config)
+            image, config = lazy_for_run(self.image, config)
             return replace(job, stack=image, planes=[()], config=config)
         level = config.level
         if level is None and config.mpp is None and not config.tiled and self.slide:
@@ -242,48 +242,8 @@ class DiskSource:
         job = _with_image(job, image, provenance, level=level)
         if config.tiled or not isinstance(image, LazyImage):
             return job
-        pixels, config = opened_for_run(image, job.config)  # the pixel budget, then read whole
+        pixels, config = lazy_for_run(image, job.config)  # the pixel budget, then read whole
         return replace(job, stack=pixels, planes=[()], config=config)
-
-
-def opened_for_run(image: LazyImage, config: RunConfig) -> tuple[PlaneStack | LazyImage,
-                                                                   RunConfig]:
-    """An opened image as ``regularize`` runs it: refused with a level or resolution it was
-    not opened at; read whole, after the untiled pixel-budget check, for an untiled run, with
-    what it says recorded (pixel size, slide level) as a tiled run records it.
-
-    Raises
-    ------
-    ValueError
-        ``level`` / ``mpp`` other than the image's, in ``regularize``'s words, or an untiled
-        run over the pixel budget (naming tiled).
-    """
-    _check_opened_at(image, config)
-    if config.tiled:
-        return image, config  # read tile by tile; the service records its run_extra()
-    check_untiled_size(image.analysed_shape, image.path or "The image")
-    extra = {**image.run_extra(), **config.extra}
-    return PlaneStack.from_array(image.read_whole()), replace(config, extra=extra)
-
-
-def _check_opened_at(image: LazyImage, config: RunConfig) -> None:
-    # regularize()'s refusal, word for word (core.run.api keeps its own private copy: the
-    # explorer may not import it; test_explorer_slides compares the two messages)
-    level_differs = config.level is not None and (image.level is None
-                                                  or int(config.level) != image.level)
-    mpp_differs = config.mpp is not None and (
-        image.mpp is None or abs(float(config.mpp) / image.mpp - 1.0) > 0.02)
-    if not (level_differs or mpp_differs):
-        return
-    asked = ", ".join(f"{k}={getattr(config, k)!r}" for k in ("level", "mpp")
-                      if getattr(config, k) is not None)
-    opened = ("a single-resolution image" if image.level is None
-              else f"level {image.level}" + (f" ({image.mpp:.3g} µm per pixel)"
-                                             if image.mpp else ""))
-    raise ValueError(f"{asked} cannot choose the pixels of an image already opened: "
-                     f"{image.path or 'it'} was opened at {opened}. Give level=/mpp= to "
-                     "open_slide(path, level=..., mpp=...), or pass the file's path to "
-                     "regularize() with them.")
 
 
 def _channels_last(pixels: np.ndarray) -> tuple[np.ndarray, int | None]:

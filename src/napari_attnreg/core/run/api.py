@@ -109,7 +109,7 @@ def regularize(
                          "napari_attnreg.regularize(path, ...), which opens files as the "
                          "command line does.")
     if isinstance(image, LazyImage):
-        image, config = _lazy_for_run(image, config)
+        image, config = lazy_for_run(image, config)
     elif provenance is None and (config.level is not None or config.mpp is not None):
         # pixels given as they are: a level would be recorded without having chosen them
         raise ValueError("level=/mpp= choose which pixels of a slide are read; these pixels "
@@ -148,10 +148,10 @@ def _checked_model(model: Any, arch: str | None, config: RunConfig) -> ModelSpec
     return spec
 
 
-def _lazy_for_run(image: LazyImage, config: RunConfig) -> tuple[Any, RunConfig]:
+def lazy_for_run(image: LazyImage, config: RunConfig) -> tuple[Any, RunConfig]:
     """An image read on demand, as a run takes it: refused with a slide level or resolution
     it was not opened at; read whole, after the pixel-budget check, for an untiled run."""
-    _check_opened_at(image, config)
+    check_opened_at(image, config)
     if config.tiled:
         return image, config  # read tile by tile; the service records its run_extra()
     check_untiled_size(image.analysed_shape, image.path or "The image")
@@ -160,7 +160,7 @@ def _lazy_for_run(image: LazyImage, config: RunConfig) -> tuple[Any, RunConfig]:
     return PlaneStack.from_array(pixels), replace(config, extra=extra)
 
 
-def _check_opened_at(image: LazyImage, config: RunConfig) -> None:
+def check_opened_at(image: LazyImage, config: RunConfig) -> None:
     """Refuse ``level`` / ``mpp`` other than those ``image`` was opened at: they would be
     recorded in the result without having chosen the pixels."""
     level_differs = config.level is not None and (image.level is None
