@@ -721,6 +721,29 @@ def test_a_command_line_result_of_a_level_opens_over_the_slide_pyramid_as_the_do
 
 
 @pytest.mark.gui
+def test_a_figure_of_a_full_resolution_run_of_a_large_pyramid_is_refused_before_reading(
+        slide, make_napari_viewer, monkeypatch):
+    from types import SimpleNamespace
+
+    import timm  # noqa: F401  # before the viewer: see tests/napari/conftest.py
+
+    from napari_attnreg._napari.figure import plane_image
+    from napari_attnreg._napari.geometry import SourceGeometry
+    from napari_attnreg.core.run import lazy
+
+    viewer = make_napari_viewer()
+    [layer] = viewer.open(str(slide), plugin="napari-attnreg")
+    # a tiled run at level 0 lies on the layer's own pixels (no grid): its figure would read
+    # level 0 whole, gigabytes for a real slide
+    record = SimpleNamespace(geometry=SourceGeometry.from_layer(layer), grid=None)
+    monkeypatch.setattr(lazy, "MAX_UNTILED_PIXELS", 1024 * 1024)
+    with pytest.raises(ValueError, match="2048x2048 pixels.*coarser Slide level"):
+        plane_image(layer, record, ())
+    monkeypatch.undo()
+    assert plane_image(layer, record, ()).shape == (SIZE, SIZE, 3)
+
+
+@pytest.mark.gui
 def test_a_multiscale_layer_that_is_no_slide_is_still_refused(make_napari_viewer):
     import timm  # noqa: F401
 

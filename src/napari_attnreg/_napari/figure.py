@@ -42,6 +42,8 @@ def plane_image(source: Any, record: Any, plane: tuple[int, ...]) -> np.ndarray:
     if getattr(record, "grid", None) is not None:
         return analysed_pixels(record.grid, source)
     data = source.data[0] if getattr(source, "multiscale", False) else source.data
+    if getattr(source, "multiscale", False):  # a pyramid's full resolution: gigabytes
+        _check_drawable(tuple(int(n) for n in data.shape[:2]))
     index: list[Any] = [slice(None)] * geometry.ndim
     for axis, i in zip(geometry.stack_axes, plane):
         index[axis] = i
@@ -50,6 +52,17 @@ def plane_image(source: Any, record: Any, plane: tuple[int, ...]) -> np.ndarray:
         image = np.moveaxis(image, 0, -1)
         image = image if image.shape[-1] in (3, 4) else image[..., 0]
     return image
+
+
+def _check_drawable(shape: tuple[int, int]) -> None:
+    """Refuse a figure of more pixels than the untiled budget, before they are read."""
+    from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
+
+    h, w = shape
+    if h * w > MAX_UNTILED_PIXELS:
+        raise ValueError(f"A figure draws the image at the resolution analysed, {h}x{w} pixels "
+                         f"here, above the {MAX_UNTILED_PIXELS:,} a figure can hold; run at a "
+                         "coarser Slide level or Slide resolution for a figure.")
 
 
 def analysed_pixels(grid: Any, source: Any) -> np.ndarray:
@@ -61,14 +74,9 @@ def analysed_pixels(grid: Any, source: Any) -> np.ndarray:
         Above the untiled pixel budget (a figure at the resolution analysed could not be
         held), or the slide file is gone.
     """
-    from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
     from napari_attnreg.io.readers import open_for_run
 
-    h, w = grid.shape
-    if h * w > MAX_UNTILED_PIXELS:
-        raise ValueError(f"A figure draws the image at the resolution analysed, {h}x{w} pixels "
-                         f"here, above the {MAX_UNTILED_PIXELS:,} a figure can hold; run at a "
-                         "coarser Slide level or Slide resolution for a figure.")
+    _check_drawable(grid.shape)
     path = Path(str(grid.slide.get("path", "")))
     if not path.exists():  # a file, or a DICOM slide's folder
         raise ValueError(f"The slide file {path} of {source.name!r} is no longer there; open "
