@@ -341,7 +341,7 @@ def roi_table(
             **dict(zip(("attention_enrichment", "attention_enrichment_low",
                         "attention_enrichment_high"), attention_enrichment(attention, member))),
             "mean_regularized": float(regularized[member].mean()),
-            "mean_posterior": float(posterior[member].mean()),
+            "mean_posterior": _mean_tested(posterior[member]),
             "frac_significant": float(significant[member].mean()),
             "mean_pct_raw": pct_raw,
             "mean_pct_regularized": pct_reg,
@@ -351,6 +351,13 @@ def roi_table(
             < MIN_SIGNIFICANT_FOR_ENRICHMENT else "",
         })
     return rows
+
+
+def _mean_tested(values: np.ndarray) -> float:
+    """The mean over the tokens that were tested (NaN marks one never tested: glass a tissue
+    mask left out, an attention sink left out); NaN when none of them was."""
+    tested = values[~np.isnan(values)]
+    return float(tested.mean()) if tested.size else math.nan
 
 
 def roi_table_to_csv(rows: list[dict], path: str | Path) -> None:
