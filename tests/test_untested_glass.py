@@ -258,3 +258,24 @@ def test_a_file_with_glass_p1_opens_and_shows_as_before(preset):
         np.testing.assert_array_equal(np.array(view.limits(result)),
                                       expected[f"{preset}__limits__{key}"])
     assert significance_caption(result) == str(expected[f"{preset}__caption"])
+
+
+def test_the_broad_outline_warning_weighs_the_tissue_patches():
+    """An outline over all the tissue of a slide that is mostly glass is broad: its share was
+    taken over every token, glass included, and the warning did not fire."""
+    from dataclasses import replace
+
+    from napari_attnreg.core.results.display import diagnostics_lines
+
+    image, _ = _image()
+    mask = np.zeros((256, 256), bool)
+    mask[:60, :60] = True  # one tile of nine: three quarters of the grid is glass
+    result = regularize(image, "demo", tiled=True, tissue_mask=mask, preset="directional",
+                        **FAST)
+    tested = tissue_tokens(result)
+    assert tested.mean() < 0.5
+    q = np.where(tested, 0.0, np.nan)  # every tissue patch significant at q ≤ 0.1
+    everywhere = replace(result, maps={**result.maps, "q": q})
+    assert everywhere.significant()[tested].all()
+    assert any("significant outline covers 100 % of the patches" in line
+               for line in diagnostics_lines(everywhere))

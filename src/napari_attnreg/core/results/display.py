@@ -258,7 +258,10 @@ def diagnostics_lines(result: AttentionResult, *, include_info: bool = True) -> 
     """
     from napari_attnreg.core.results.meaning import broad_outline_warning
 
-    broad = broad_outline_warning(result.preset, float(np.mean(result.significant())))
+    significant = result.significant()
+    tested = tissue_tokens(result)  # the share of the patches tested: glass was never run
+    broad = broad_outline_warning(result.preset, float(
+        np.mean(significant) if tested is None else significant[tested].mean()))
     lines = [("⚠ " if d.severity == "warning" else "") + d.message
              for d in result.diagnostics if include_info or d.severity == "warning"]
     return ([f"⚠ {broad}"] if broad else []) + lines
