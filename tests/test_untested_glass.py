@@ -279,3 +279,16 @@ def test_the_broad_outline_warning_weighs_the_tissue_patches():
     assert everywhere.significant()[tested].all()
     assert any("significant outline covers 100 % of the patches" in line
                for line in diagnostics_lines(everywhere))
+
+
+def test_the_broad_posterior_diagnostic_weighs_the_tested_patches():
+    """A run's posterior ≥ 0.5 on all its tissue of a mostly-glass slide: the share counted
+    the glass (NaN) as patches below 0.5, and the warning did not fire."""
+    from napari_attnreg.core.stats.diagnostics import diagnose
+
+    posterior = np.full(100, np.nan)
+    posterior[:30] = 0.9  # 30 tissue patches, 70 glass
+    found = diagnose(np.full(100, 0.01), pi0=0.5, lfdr_fit="grenander", posterior=posterior,
+                     random_init=False, model_name="demo")
+    [broad] = [d for d in found if d.code == "broad_posterior"]
+    assert "on 100 % of the patches" in broad.message
