@@ -292,3 +292,24 @@ def test_the_broad_posterior_diagnostic_weighs_the_tested_patches():
                      random_init=False, model_name="demo")
     [broad] = [d for d in found if d.code == "broad_posterior"]
     assert "on 100 % of the patches" in broad.message
+
+
+def test_roi_measures_leave_glass_out_inside_and_outside():
+    """Glass counted outside an ROI (attention 0, never significant) inflated the attention
+    enrichment (3.16 instead of 1.89 on this image) and moved the odds ratio."""
+    from napari_attnreg.core.stats.roi import NOT_TESTED, roi_table, roi_tokens
+
+    result = _run("paper")
+    tested = tissue_tokens(result)
+    labels = np.zeros(result.image_shape, np.int32)
+    labels[:64, :64] = 1  # on the tissue
+    labels[-40:, -40:] = 2  # on the glass alone
+    tissue_roi, glass_roi = roi_table(result, labels)
+    member = roi_tokens(result, labels == 1)
+    inside, outside = result.attention[member], result.attention[tested & ~member]
+    assert tissue_roi["n_tokens"] == int(member.sum())
+    assert tissue_roi["attention_enrichment"] == pytest.approx(inside.mean() / outside.mean())
+    sig = result.significant()
+    assert tissue_roi["frac_significant"] == pytest.approx(sig[member].mean())
+    assert glass_roi["n_tokens"] == 0 and glass_roi["enrichment_test_note"] == NOT_TESTED
+    assert np.isnan(glass_roi["mean_attention"]) and np.isnan(glass_roi["odds_ratio"])

@@ -328,7 +328,9 @@ ROI_COLUMNS = {
 }
 #: What each ROI column means (header tooltips).
 ROI_COLUMN_HELP = {
-    "n_tokens": "Patches whose footprint lies at least half inside the ROI.",
+    "n_tokens": "Patches whose footprint lies at least half inside the ROI (of a slide run "
+                "with a tissue mask, its tissue patches: glass was never run, and no column "
+                "counts it, inside or outside the ROI).",
     "mean_posterior": "Mean of the soft map over the ROI's patches: evidence 1 − adjusted p "
                       "(step-down), P(above null) (directional), 1 − lfdr (paper). The CSV and "
                       "napari's features table name this column mean_posterior for every "
