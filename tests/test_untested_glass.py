@@ -313,3 +313,25 @@ def test_roi_measures_leave_glass_out_inside_and_outside():
     assert tissue_roi["frac_significant"] == pytest.approx(sig[member].mean())
     assert glass_roi["n_tokens"] == 0 and glass_roi["enrichment_test_note"] == NOT_TESTED
     assert np.isnan(glass_roi["mean_attention"]) and np.isnan(glass_roi["odds_ratio"])
+
+
+def test_the_tested_tokens_are_the_union_of_the_run_tiles():
+    from napari_attnreg.core.results.tissue_grid import tissue_token_grid
+
+    rng = np.random.default_rng(3)
+    ys, xs = [0, 12, 24, 30], [0, 12, 20]  # overlapping, the last tiles flush with the edge
+    md = {"tile_origins_y": [8 * y for y in ys], "tile_origins_x": [8 * x for x in xs],
+          "tile_shape": [128, 128]}
+    for _ in range(20):
+        tiles = rng.random(12) < 0.4
+        union = np.zeros((46, 36), bool)
+        for k in np.flatnonzero(tiles):
+            y, x = ys[k // 3], xs[k % 3]
+            union[y:y + 16, x:x + 16] = True
+        np.testing.assert_array_equal(tissue_token_grid(tiles, md, (8, 8), (46, 36)), union)
+    tiles = np.ones(12, bool)
+    # records that are not this grid's describe no tested tokens (the reader refuses NaN)
+    assert tissue_token_grid(tiles[:11], md, (8, 8), (46, 36)) is None
+    assert tissue_token_grid(tiles, {**md, "tile_origins_y": [0, 96, 96, 240]}, (8, 8),
+                             (46, 36)) is None
+    assert tissue_token_grid(tiles, md, (8, 8), (20, 36)) is None

@@ -39,18 +39,28 @@ def tissue_token_grid(tiles: Any, metadata: Mapping[str, Any], patch_size: tuple
                                                 "tile_shape"))
     if tiles is None or not (_ints(ys) and _ints(xs) and _ints(shape) and len(shape) == 2):
         return None
-    run = np.asarray(tiles).reshape(-1)
+    run = np.asarray(tiles)
     if run.size != len(ys) * len(xs) or run.dtype.kind not in "biu":
         return None
-    (ph, pw), (th, tw) = patch_size, shape
+    (ph, pw), (th, tw), (gh, gw) = patch_size, shape, grid_shape
     if min(ph, pw, th, tw) < 1:
         return None
+    rows, cols = np.asarray(ys, np.int64) // ph, np.asarray(xs, np.int64) // pw
+    # a run's tile origins rise strictly inside the grid (which also bounds the work below
+    # for an edited file): others are not this grid's records
+    for starts, size in ((rows, gh), (cols, gw)):
+        if starts[0] < 0 or starts[-1] >= size or np.any(np.diff(starts) <= 0):
+            return None
+    run = run.reshape(len(ys), len(xs)).astype(bool)
     tested = np.zeros(grid_shape, dtype=bool)
-    for index in np.flatnonzero(run.astype(bool)):
-        y, x = int(ys[index // len(xs)]) // ph, int(xs[index % len(xs)]) // pw
-        if not (0 <= y < grid_shape[0] and 0 <= x < grid_shape[1]):
-            return None  # a tile outside the grid: these records are not this grid's
-        tested[y:y + th // ph, x:x + tw // pw] = True
+    # one row of tiles at a time: the union of its run tiles' column spans (a slide's
+    # 35,000 run tiles in 70 ms one by one), then its band of token rows
+    for r in np.flatnonzero(run.any(axis=1)):
+        first = cols[run[r]]
+        edges = np.zeros(gw + 1, dtype=np.int64)
+        np.add.at(edges, first, 1)
+        np.add.at(edges, np.minimum(first + tw // pw, gw), -1)
+        tested[rows[r]:rows[r] + th // ph] |= np.cumsum(edges[:gw]) > 0
     return tested
 
 
