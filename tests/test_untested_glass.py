@@ -335,3 +335,24 @@ def test_the_tested_tokens_are_the_union_of_the_run_tiles():
     assert tissue_token_grid(tiles, {**md, "tile_origins_y": [0, 96, 96, 240]}, (8, 8),
                              (46, 36)) is None
     assert tissue_token_grid(tiles, md, (8, 8), (20, 36)) is None
+
+
+def test_diagnostics_read_the_tissue_tokens_only(monkeypatch):
+    """Glass (attention and z 0, a fill) counted as patches in the diagnostics: more patches
+    (a larger smallest reachable q), a less uniform attention and a narrower z."""
+    from napari_attnreg.core.run import passes
+
+    seen = {}
+    real = passes.diagnose
+
+    def spy(attention, **kw):
+        seen.update(attention=np.asarray(attention), z_sd=kw["z_sd"])
+        return real(attention, **kw)
+
+    monkeypatch.setattr(passes, "diagnose", spy)
+    image, mask = _image()
+    result = regularize(image, "demo", tiled=True, tissue_mask=mask, preset="directional",
+                        **FAST)
+    tested = tissue_tokens(result)
+    np.testing.assert_array_equal(seen["attention"], result.attention[tested])
+    assert seen["z_sd"] == pytest.approx(float(np.std(result.z[tested])))

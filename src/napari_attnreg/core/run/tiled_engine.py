@@ -423,7 +423,8 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
                  tile_origins_y=list(layout.starts[0]), tile_origins_x=list(layout.starts[1]),
                  forward_passes=total, read_on_demand=tiled.reader is not None,
                  **_tissue_record(tiled, stats))
-    result = run.result(config, backbone, stats, maps, chunk=chunk, kept=kept, extra=extra)
+    result = run.result(config, backbone, stats, maps, chunk=chunk, kept=kept, extra=extra,
+                        tested=None if owned.complete else owned.tested)
     yield run.progress("statistics", total, total, chunk, "statistics done")
     return result
 
