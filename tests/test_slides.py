@@ -220,8 +220,10 @@ def test_a_tiled_run_runs_and_tests_only_the_tissue_tiles(slide):
     assert result.null_summary["stepdown_family_p"].shape == (n_tissue,)
     tiles = result.null_summary["tissue_tiles"]
     assert tiles.shape == (n_all,) and tiles.sum() == n_tissue
-    # the glass corner is untested: no attention, p = 1, never significant
-    assert np.all(result.p[-8:, -8:] == 1.0) and np.all(result.attention[-8:, -8:] == 0)
+    # the glass corner was never run: not measured (NaN p), attention 0 (a fill), never
+    # significant
+    assert np.isnan(result.p[-8:, -8:]).all() and np.all(result.attention[-8:, -8:] == 0)
+    assert not result.significant()[-8:, -8:].any()
     assert result.spatial["scale"] == (0.5, 0.5) and result.spatial["units"] == ("µm", "µm")
     assert md["slide_level"] == 1 and md["slide_resample"] == 1
 

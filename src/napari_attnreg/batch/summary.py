@@ -49,9 +49,13 @@ def result_row(item: BatchItem, plane: tuple[int, ...] | None, out: Path, result
 
     ``seconds`` is the wall time this batch spent on the input (None for a kept result);
     ``compute_seconds`` is the result's own time, which its summary line prints."""
+    from napari_attnreg.core.results.display import tissue_tokens
     from napari_attnreg.io.export import provenance
 
     sig = result.significant()
+    # the share of the patches tested: glass a tissue mask left out was never run
+    tested = tissue_tokens(result)
+    n_tested = sig.size if tested is None else int(tested.sum())
     md = result.metadata
     timings = md.get("timings")
     compute = timings.get("total_s") if isinstance(timings, dict) else None
@@ -61,7 +65,8 @@ def result_row(item: BatchItem, plane: tuple[int, ...] | None, out: Path, result
         "output": str(out), "model": md.get("model", ""), "preset": result.preset,
         "B": md.get("n_boot", ""), "seed": md.get("seed", ""),
         "grid": f"{result.grid_shape[0]}x{result.grid_shape[1]}", "pi0": f"{result.pi0:.10g}",
-        "tokens_significant": int(sig.sum()), "fraction_significant": f"{sig.mean():.10g}",
+        "tokens_significant": int(sig.sum()),
+        "fraction_significant": f"{int(sig.sum()) / max(n_tested, 1):.10g}",
         "p_map": "" if result.p_map is None else f"{result.p_map:.6g}",
         "map": md.get("map") or "attention",
         "compute_seconds": "" if compute is None else f"{float(compute):.3f}",

@@ -26,6 +26,7 @@ import numpy as np
 
 from napari_attnreg.core.results.map_info import MapInfo
 from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.results.tissue_grid import tissue_token_grid
 from napari_attnreg.core.stats.presets import presets
 from napari_attnreg.core.stats.procedures import get_procedure
 
@@ -163,8 +164,10 @@ class MapDisplay:
         """Contrast limits that keep the scale stable while thresholds move."""
         if self.key == "posterior":
             return (0.0, 1.0)
-        if self.key == "pvalue":
-            return (0.0, max(1.0, float(neg_log10_p(result).max())))
+        if self.key == "pvalue":  # NaN: a token never tested (glass, a sink) has no p
+            shown = neg_log10_p(result)
+            finite = shown[np.isfinite(shown)]
+            return (0.0, max(1.0, float(finite.max()) if finite.size else 1.0))
         if self.diverging or (self.signed_values and MapInfo.of(result).signed):
             top = max(float(np.abs(result.attention).max()), 1e-12)
             return (-top, top)  # centred at 0: white is "neither for nor against"
@@ -206,19 +209,22 @@ def rule_text(thresholds: dict[str, Any]) -> str:
 
 def tissue_tokens(result: AttentionResult) -> np.ndarray | None:
     """Boolean token grid of the tokens a tiled run with a tissue mask tested (those of its
-    tissue tiles); None for a run without a mask. The others were never run: attention 0 and
-    p = 1 there say nothing about them."""
-    md = result.metadata
-    tiles = result.null_summary.get("tissue_tiles")
-    ys, xs, shape = md.get("tile_origins_y"), md.get("tile_origins_x"), md.get("tile_shape")
-    if tiles is None or not (ys and xs and shape):
-        return None
-    (ph, pw), (th, tw) = result.patch_size, shape
-    tested = np.zeros(result.grid_shape, dtype=bool)
-    for index in np.flatnonzero(np.asarray(tiles, dtype=bool).reshape(-1)):
-        y, x = int(ys[index // len(xs)]) // ph, int(xs[index % len(xs)]) // pw
-        tested[y:y + th // ph, x:x + tw // pw] = True
-    return tested
+    tissue tiles); None for a run without a mask. The others were never run: their p, q,
+    lfdr and posterior are NaN (files of earlier versions hold p = 1 there) and their
+    attention 0, a fill that says nothing about them."""
+    return tissue_token_grid(result.null_summary.get("tissue_tiles"), result.metadata,
+                             result.patch_size, result.grid_shape)
+
+
+#: What a front end says of a patch no tissue tile holds.
+GLASS_TEXT = "not tested: glass outside the tissue mask, never run"
+
+
+def is_glass(result: AttentionResult, i: int, j: int) -> bool:
+    """Whether token ``(i, j)`` is glass a tiled run's tissue mask left out (NaN statistics
+    in a run with a tissue mask; a file of an earlier version holds p = 1 there and reads
+    as before)."""
+    return "tissue_tiles" in result.null_summary and bool(np.isnan(result.evidence[i, j]))
 
 
 def significance_caption(result: AttentionResult | Sequence[AttentionResult],
@@ -252,7 +258,10 @@ def diagnostics_lines(result: AttentionResult, *, include_info: bool = True) -> 
     """
     from napari_attnreg.core.results.meaning import broad_outline_warning
 
-    broad = broad_outline_warning(result.preset, float(np.mean(result.significant())))
+    significant = result.significant()
+    tested = tissue_tokens(result)  # the share of the patches tested: glass was never run
+    broad = broad_outline_warning(result.preset, float(
+        np.mean(significant) if tested is None else significant[tested].mean()))
     lines = [("⚠ " if d.severity == "warning" else "") + d.message
              for d in result.diagnostics if include_info or d.severity == "warning"]
     return ([f"⚠ {broad}"] if broad else []) + lines
@@ -319,7 +328,9 @@ ROI_COLUMNS = {
 }
 #: What each ROI column means (header tooltips).
 ROI_COLUMN_HELP = {
-    "n_tokens": "Patches whose footprint lies at least half inside the ROI.",
+    "n_tokens": "Patches whose footprint lies at least half inside the ROI (of a slide run "
+                "with a tissue mask, its tissue patches: glass was never run, and no column "
+                "counts it, inside or outside the ROI).",
     "mean_posterior": "Mean of the soft map over the ROI's patches: evidence 1 − adjusted p "
                       "(step-down), P(above null) (directional), 1 − lfdr (paper). The CSV and "
                       "napari's features table name this column mean_posterior for every "
@@ -413,6 +424,8 @@ def describe_pixel(result: AttentionResult, row: float, col: float) -> str:
         return ""
     i, j = token
     name = MapInfo.of(result).label
+    if is_glass(result, i, j):  # its attention 0 is a fill, its statistics NaN
+        return f"x={round(col)} y={round(row)} · patch ({i},{j}) {GLASS_TEXT}"
     where = (f"x={round(col)} y={round(row)} · patch ({i},{j}) "
              f"{name}={result.attention[i, j]:.4g}")
     if result.procedure.uses_step_p:

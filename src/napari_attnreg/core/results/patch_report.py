@@ -23,7 +23,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from napari_attnreg.core.results.display import MapInfo, map_level_text, rule_text, token_at
+from napari_attnreg.core.results.display import (
+    GLASS_TEXT,
+    MapInfo,
+    is_glass,
+    map_level_text,
+    rule_text,
+    token_at,
+)
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.stats.tail import MIN_EXCEEDING
 
@@ -45,6 +52,8 @@ class PatchReport:
         ``(name, formatted value)`` of the patch's maps, in reading order.
     significant : bool
         Whether the result's rule (at its thresholds) keeps the patch.
+    tested : bool
+        False for glass a tiled run's tissue mask left out: never run, no statistics.
     rule : str
         That rule in words (``"ForwardStop, α = 0.1"``).
     null_lines : tuple of str
@@ -64,19 +73,21 @@ class PatchReport:
     null_lines: tuple[str, ...]
     null_histogram: tuple[np.ndarray, np.ndarray] | None = field(default=None, compare=False)
     statistic: float | None = None
+    tested: bool = True
 
     @property
     def headline(self) -> str:
         """``"patch (5, 1) · x=12 y=40 · significant (q ≤ 0.1)"``."""
         i, j = self.token
-        verdict = "significant" if self.significant else "not significant"
+        verdict = ("significant" if self.significant else "not significant") if self.tested \
+            else "not tested"
         return (f"patch ({i}, {j}) · x={self.pixel[1]} y={self.pixel[0]} · "
                 f"{verdict} ({self.rule})")
 
     def text(self) -> str:
         """The whole report as plain lines (status bars, tooltips, logs)."""
         values = " · ".join(f"{name} {value}" for name, value in self.values)
-        return "\n".join([self.headline, values, *self.null_lines])
+        return "\n".join([self.headline, *([values] if values else []), *self.null_lines])
 
 
 def patch_report(result: AttentionResult, row: float, col: float) -> PatchReport | None:
@@ -92,6 +103,10 @@ def patch_report(result: AttentionResult, row: float, col: float) -> PatchReport
     significant = bool(result.significant()[i, j])
     common = {"token": token, "pixel": (round(row), round(col)), "significant": significant,
               "rule": rule_text(result.thresholds_used)}
+    if is_glass(result, i, j):  # never run: no value of it is a measurement
+        return PatchReport(values=(), null_lines=(f"{GLASS_TEXT[:1].upper()}{GLASS_TEXT[1:]}: "
+                                                  "no tissue tile holds this patch.",),
+                           tested=False, **common)
     if result.procedure.uses_step_p:
         return PatchReport(values=_stepdown_values(result, i, j),
                            null_lines=tuple(_stepdown_lines(result, i, j)), **common)

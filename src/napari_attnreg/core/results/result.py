@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from napari_attnreg.core.results.result_file import FORMAT_VERSION, read_result_file
+from napari_attnreg.core.results.tissue_grid import tissue_token_grid
 from napari_attnreg.core.stats.diagnostics import Diagnostic, from_metadata
 from napari_attnreg.core.stats.procedures import THRESHOLD_KEYS, Procedure, get_procedure
 from napari_attnreg.core.stats.rules import RULES
@@ -103,7 +104,9 @@ class AttentionResult:
         Exactly those maps, kept read-only. ``z``, ``p``, ``q``, ``lfdr`` and ``posterior``
         are also attributes that read the procedure's map of that role (under step-down
         ``p`` is the step p, ``q`` the adjusted p, ``posterior`` the evidence, and there is
-        no ``lfdr``).
+        no ``lfdr``). Every map but ``z`` is NaN at a token that was not tested: an
+        attention sink left out (``exclude_sinks=True``) or glass a tiled run's tissue mask
+        left out (never run; its ``attention`` and ``z`` hold 0 as a fill).
     pi0 : float
         Estimated proportion of null tokens.
     thresholds : dict
@@ -427,11 +430,17 @@ class AttentionResult:
         sig = self.significant()
         md = self.metadata
         t = self._thresholds()
-        # "patches", as every front end says (core.results.display.significance_caption)
+        # counted over the patches tested, as every front end counts them
+        # (core.results.display.significance_caption): glass a tissue mask left out was
+        # never run, and is no patch that failed the test
+        tissue = tissue_token_grid(self.null_summary.get("tissue_tiles"), md,
+                                   self.patch_size, self.grid_shape)
+        total, what = (sig.size, "patches") if tissue is None \
+            else (int(tissue.sum()), "tissue patches")
         line = (
             f"{md.get('model', '?')} · {self.preset} · {md.get('method', '?')} · "
             f"B={md.get('n_boot', '?')} · grid {self.grid_shape[0]}x{self.grid_shape[1]} · "
-            f"{self._map_level_text()} · {int(sig.sum())}/{sig.size} patches significant "
+            f"{self._map_level_text()} · {int(sig.sum())}/{total} {what} significant "
             f"({t['rule']}) · "
             f"{md.get('timings', {}).get('total_s', float('nan')):.2f} s on {md.get('device', '?')}"
         )

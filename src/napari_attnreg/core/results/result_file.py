@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.lib import format as npy
 
+from napari_attnreg.core.results.tissue_grid import tissue_token_grid
 from napari_attnreg.core.stats.presets import THRESHOLD_KEYS
 from napari_attnreg.core.stats.procedures import Procedure, get_procedure
 from napari_attnreg.core.stats.rules import RULES
@@ -106,15 +107,6 @@ class _Reader:
             raise self.fail(f"model_shape {list(model_shape)} is smaller than one patch "
                             f"{list(patch)}; the file is damaged or was edited.")
         self.check_aspect(header, image_shape, model_shape, patch)
-        maps = self.maps(header, metadata, grid)
-        rows = {"head_attention": (lambda n: n <= MAX_HEADS, f"n ≤ {MAX_HEADS} heads"),
-                "null_scores": (lambda n: n == n_boot, f"n_boot = {n_boot} rows")
-                if n_boot is not None else (lambda n: n <= MAX_BOOT, f"n ≤ {MAX_BOOT} rows")}
-        optional = {
-            name: self.array(name, lambda s, g=grid, ok=rows[name][0]: len(s) == 3
-                             and s[1:] == g and ok(s[0]),
-                             f"(n, {grid[0]}, {grid[1]}) with {rows[name][1]}")
-            for name in ("head_attention", "null_scores") if name in self.members}
         summary = header.get("null_summary") or {}
         if not isinstance(summary, dict):
             raise self.fail("null_summary in the metadata is not a dictionary.")
@@ -128,6 +120,15 @@ class _Reader:
                 summary[name.split("__", 1)[1]] = self.array(
                     name, lambda s: math.prod(s) <= limit,
                     f"a summary of at most {limit} values")
+        maps = self.maps(header, metadata, grid, self.glass(summary, metadata, patch, grid))
+        rows = {"head_attention": (lambda n: n <= MAX_HEADS, f"n ≤ {MAX_HEADS} heads"),
+                "null_scores": (lambda n: n == n_boot, f"n_boot = {n_boot} rows")
+                if n_boot is not None else (lambda n: n <= MAX_BOOT, f"n ≤ {MAX_BOOT} rows")}
+        optional = {
+            name: self.array(name, lambda s, g=grid, ok=rows[name][0]: len(s) == 3
+                             and s[1:] == g and ok(s[0]),
+                             f"(n, {grid[0]}, {grid[1]}) with {rows[name][1]}")
+            for name in ("head_attention", "null_scores") if name in self.members}
         return dict(attention=maps.pop("attention"), maps=maps, pi0=self.pi0(header),
                     thresholds=self.thresholds(header),
                     image_shape=image_shape, model_shape=model_shape, patch_size=patch,
@@ -151,8 +152,9 @@ class _Reader:
                             "it.") from None
 
     def maps(self, header: dict[str, Any], metadata: dict[str, Any],
-             grid: tuple[int, int]) -> dict[str, np.ndarray]:
-        """``attention`` and the procedure's token maps by its names, checked."""
+             grid: tuple[int, int], glass: np.ndarray) -> dict[str, np.ndarray]:
+        """``attention`` and the procedure's token maps by its names, checked; NaN is a
+        damaged value except at a token left out of the test or never run (``glass``)."""
         procedure = self.procedure(header, metadata)
         legacy = header.get("format_version", 0) < 2
         if legacy:
@@ -172,7 +174,7 @@ class _Reader:
                 for m in names}
         probabilities = ("p", "q", "lfdr", "posterior") if legacy \
             else procedure.probability_maps()
-        self._check_values(maps, probabilities, self.untested(metadata, grid))
+        self._check_values(maps, probabilities, self.untested(metadata, grid) | glass)
         if legacy:  # the paper's five fields, each renamed as the procedure declares
             return {"attention": maps["attention"], **procedure.store(_Fields(maps))}
         return maps
@@ -305,6 +307,15 @@ class _Reader:
         mask = np.zeros(n_tokens, dtype=bool)
         mask[np.asarray(excluded, dtype=np.int64)] = True
         return mask.reshape(grid)
+
+    def glass(self, summary: dict[str, Any], metadata: dict[str, Any],
+              patch: tuple[int, int], grid: tuple[int, int]) -> np.ndarray:
+        """Boolean token grid of the tokens a tiled run with a tissue mask never ran (no
+        tissue tile holds them), whose maps hold NaN: derived from the run tiles and the
+        tiles' places the file records, as the front ends derive them (all False without
+        a mask, or where those records do not describe this grid)."""
+        tested = tissue_token_grid(summary.get("tissue_tiles"), metadata, patch, grid)
+        return np.zeros(grid, dtype=bool) if tested is None else ~tested
 
     def _check_values(self, maps: dict[str, np.ndarray], probabilities: tuple[str, ...],
                       untested: np.ndarray) -> None:

@@ -269,8 +269,13 @@ class Run:
 
     def result(self, config: RunConfig, backbone: Backbone, stats: Any, maps: TokenMaps, *,
                chunk: int, kept: np.ndarray | None,
-               extra: dict[str, Any] | None = None) -> AttentionResult:
-        """The run's :class:`AttentionResult`; ``extra`` adds to (or overrides) its metadata."""
+               extra: dict[str, Any] | None = None,
+               tested: np.ndarray | None = None) -> AttentionResult:
+        """The run's :class:`AttentionResult`; ``extra`` adds to (or overrides) its metadata.
+
+        ``tested``: the flat indices of the tokens that were run (a tiled run's tissue
+        tiles); its diagnostics read those alone (None: every token).
+        """
         self.timings["total_s"] = self.elapsed()
         observed = maps.observed.cpu().numpy()
         grid = tuple(maps.observed.shape)
@@ -280,7 +285,8 @@ class Run:
 
         summary = dict(stats.null_summary)
         summary.update(mu0=float(stats.mu0), sigma0=float(stats.sigma0))
-        metadata = run_metadata(config, backbone, self, chunk, maps.channel_map, stats, observed)
+        metadata = run_metadata(config, backbone, self, chunk, maps.channel_map, stats, observed,
+                                tested)
         metadata.update(extra or {})
         return AttentionResult(
             attention=observed.astype(np.float64),
@@ -348,8 +354,18 @@ def rewarn(caught: list[warnings.WarningMessage], kept: type[Warning]) -> list[s
 
 
 def run_metadata(config: RunConfig, backbone: Backbone, run: Run, chunk: int,
-                 channel_map_kind: str, stats: Any, observed: np.ndarray) -> dict[str, Any]:
-    """The metadata of a result: every option, the model, timings, diagnostics."""
+                 channel_map_kind: str, stats: Any, observed: np.ndarray,
+                 tested: np.ndarray | None = None) -> dict[str, Any]:
+    """The metadata of a result: every option, the model, timings, diagnostics.
+
+    ``tested`` (flat token indices) limits the diagnostics to the tokens that were run:
+    glass a tissue mask left out holds attention and z 0 as a fill, which counted as
+    patches made the attention look less uniform, the z less spread and the patches more
+    numerous (the smallest reachable q larger) than they are.
+    """
+    z = np.asarray(stats.z)
+    if tested is not None:
+        observed, z = observed.reshape(-1)[tested], z.reshape(-1)[tested]
     cfg = asdict(config)
     cfg.pop("extra")
     target = as_target(cfg.pop("target"))
@@ -387,7 +403,7 @@ def run_metadata(config: RunConfig, backbone: Backbone, run: Run, chunk: int,
     metadata["diagnostics"] = [d.as_dict() for d in diagnose(
         observed, pi0=float(stats.pi0), lfdr_fit=str(stats.null_summary["lfdr_fit"]),
         pi0_estimated=isinstance(config.pi0_method, str) and config.pi0_method != "bh",
-        z_sd=float(np.std(stats.z)), posterior=None if stepdown else stats.posterior,
+        z_sd=float(np.std(z)), posterior=None if stepdown else stats.posterior,
         smallest_p=_smallest_p(config, stats), q_th=config.q_th if config.rule == "q" else None,
         concentration=stats.null_summary.get("concentration_ratio"),
         step_level=_step_level(config, stats) if stepdown else None,

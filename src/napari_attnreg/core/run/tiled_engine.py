@@ -371,7 +371,9 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
     ``config`` must be resolved. The result's token grid covers the whole image: its
     ``model_shape`` is the tiled pixel size, so ``token_scale`` and ``to_pixels`` are exact.
     With a tissue mask only the tissue tiles are run and tested; tokens no tissue tile holds
-    are untested (attention 0, p = q = 1).
+    were never run: their p, q, lfdr and posterior (evidence) are NaN, "not measured", as
+    for attention sinks left out of the test, and their attention and z hold 0 as a fill
+    (see :func:`_on_image_grid`).
     """
     if isinstance(image, LazyImage):  # what the file says, unless the caller said it
         config = replace(config, extra={**image.run_extra(), **config.extra})
@@ -421,7 +423,8 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
                  tile_origins_y=list(layout.starts[0]), tile_origins_x=list(layout.starts[1]),
                  forward_passes=total, read_on_demand=tiled.reader is not None,
                  **_tissue_record(tiled, stats))
-    result = run.result(config, backbone, stats, maps, chunk=chunk, kept=kept, extra=extra)
+    result = run.result(config, backbone, stats, maps, chunk=chunk, kept=kept, extra=extra,
+                        tested=None if owned.complete else owned.tested)
     yield run.progress("statistics", total, total, chunk, "statistics done")
     return result
 
@@ -662,7 +665,14 @@ def _tile_statistics(owned: RunTiles, layout: TileLayout, scores: torch.Tensor,
 
 
 def _on_image_grid(owned: RunTiles, stats: Any) -> Any:
-    """Statistics of the tested tokens spread over the image grid (untested: p = q = 1)."""
+    """Statistics of the tested tokens spread over the image grid.
+
+    Tokens no run tile holds (glass a tissue mask left out) were never run: p, q, lfdr and
+    posterior are NaN there, the convention of tokens left out of the test
+    (:func:`~.maps.mark_untested`), so a saved p or q map never counts them as tested and
+    not significant. z is 0 there, a fill as the attention's 0 is: the rules read z only
+    with p, which says the token was not tested, and a NaN z would be refused by them.
+    """
     if owned.complete:
         return stats
     summary = dict(stats.null_summary)
@@ -671,10 +681,10 @@ def _on_image_grid(owned: RunTiles, stats: Any) -> Any:
             .astype(np.int32)
         summary["stepdown_family"] = owned.scatter(summary["stepdown_family"], -1) \
             .astype(np.int32)
-    return replace(stats, z=owned.scatter(stats.z, 0.0), p=owned.scatter(stats.p, 1.0),
-                   lfdr=owned.scatter(stats.lfdr, 1.0),
-                   posterior=owned.scatter(stats.posterior, 0.0),
-                   q=owned.scatter(stats.q, 1.0), null_summary=summary)
+    return replace(stats, z=owned.scatter(stats.z, 0.0), p=owned.scatter(stats.p, np.nan),
+                   lfdr=owned.scatter(stats.lfdr, np.nan),
+                   posterior=owned.scatter(stats.posterior, np.nan),
+                   q=owned.scatter(stats.q, np.nan), null_summary=summary)
 
 
 def _kept_nulls(owned: RunTiles, layout: TileLayout, null_scores: torch.Tensor,

@@ -155,7 +155,11 @@ def diagnose(
             "pi0_one", "info",
             "π0 = 1 (at its cap): most patches look like the null, so only patches far above "
             "it can be significant."))
-    broad = None if posterior is None else float(np.mean(np.asarray(posterior) >= 0.5))
+    # the share of the patches tested: NaN marks one never tested (glass a tissue mask left
+    # out, an attention sink left out), which would dilute it
+    tested = None if posterior is None else np.asarray(posterior, dtype=np.float64)
+    tested = None if tested is None else tested[~np.isnan(tested)]
+    broad = float(np.mean(tested >= 0.5)) if tested is not None and tested.size else None
     if broad is not None and broad > BROAD_POSTERIOR:
         spread = f" (sd of z {z_sd:.2f}; the null's is 1)" if z_sd is not None else ""
         found.append(Diagnostic(

@@ -318,11 +318,26 @@ def roi_table(
     regularized = np.asarray(result.regularized(**thresholds), dtype=np.float64)
     attention = np.asarray(result.attention, dtype=np.float64)
     posterior = np.asarray(result.evidence, dtype=np.float64)
+    # glass a tiled run's tissue mask left out was never run (NaN evidence): no measure
+    # counts it, inside an ROI or outside (its attention 0 is a fill, and counted outside it
+    # inflated every enrichment)
+    glass = np.isnan(posterior) if "tissue_tiles" in getattr(result, "null_summary", {}) \
+        else None
+    if glass is not None and glass.any():
+        significant, regularized, attention, posterior = (
+            values[~glass] for values in (significant, regularized, attention, posterior))
 
     rows = []
     for label in np.unique(labels[labels > 0]):
         roi = labels == label
         member = roi_tokens(result, roi)
+        if glass is not None and glass.any():
+            member = member[~glass]
+        if not member.any():  # an ROI on glass alone: nothing in it was tested
+            rows.append({**dict.fromkeys(ROI_COLUMNS, math.nan), "label": int(label),
+                         "area_px": int(roi.sum()), "n_tokens": 0,
+                         "enrichment_test_note": NOT_TESTED})
+            continue
         outside = ~member
         table = np.array([
             [np.sum(significant & member), np.sum(~significant & member)],
@@ -341,7 +356,7 @@ def roi_table(
             **dict(zip(("attention_enrichment", "attention_enrichment_low",
                         "attention_enrichment_high"), attention_enrichment(attention, member))),
             "mean_regularized": float(regularized[member].mean()),
-            "mean_posterior": float(posterior[member].mean()),
+            "mean_posterior": _mean_tested(posterior[member]),
             "frac_significant": float(significant[member].mean()),
             "mean_pct_raw": pct_raw,
             "mean_pct_regularized": pct_reg,
@@ -351,6 +366,17 @@ def roi_table(
             < MIN_SIGNIFICANT_FOR_ENRICHMENT else "",
         })
     return rows
+
+
+#: The note of an ROI that covers only glass a tissue mask left out.
+NOT_TESTED = "not tested: glass outside the tissue mask"
+
+
+def _mean_tested(values: np.ndarray) -> float:
+    """The mean over the tokens that were tested (NaN marks one never tested: glass a tissue
+    mask left out, an attention sink left out); NaN when none of them was."""
+    tested = values[~np.isnan(values)]
+    return float(tested.mean()) if tested.size else math.nan
 
 
 def roi_table_to_csv(rows: list[dict], path: str | Path) -> None:
