@@ -394,6 +394,12 @@ def read_mask(value: Any) -> tuple[np.ndarray, str]:
         if not path.is_file():
             raise ValueError(f"tissue_mask: no such mask file {path}; give 'auto', 'none' or "
                              "the path of a mask image.")
+        if path.suffix.lower() == ".geojson":  # polygons need the slide's frame to be placed
+            raise ValueError(f"tissue_mask: {path.name} is a GeoJSON file, whose polygons are "
+                             "placed on the slide by 'attnreg run' and "
+                             "napari_attnreg.regularize(path or opened image, ...); here, give "
+                             "'auto', 'none', a mask image or (napari) a Labels layer painted "
+                             "over the image.")
         with decoding(path, "mask image"):
             if path.suffix.lower() == ".npy":  # numpy's own format: never unpickle objects
                 array = np.load(path, allow_pickle=False)
