@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from napari_attnreg.core.files import decoding
+from napari_attnreg.core.files import UnreadableFileError, decoding
 from napari_attnreg.core.run.lazy import SAMPLE_PIXELS, LazyImage
 
 #: File endings that are always slides.
@@ -225,7 +225,10 @@ def open_slide(path: str | Path, *, level: int | None = None,
         raise ValueError(f"No such slide file: {path}")
     with decoding(path, "slide"), _tiffslide_notes_silenced():
         slide = tiffslide.TiffSlide(path)
-        pyramid = slide_levels(slide)
+        try:
+            pyramid = slide_levels(slide)
+        except NotImplementedError:  # tiffslide's levels are colour or grey images
+            raise UnreadableFileError(_layout_message(path, slide)) from None
         group = slide.zarr_group
     if pyramid.mpp is None and full_mpp is not None:
         pyramid = replace(pyramid, mpp=_positive(full_mpp))
@@ -244,6 +247,20 @@ def open_slide(path: str | Path, *, level: int | None = None,
                       overview_array=overview, downsample=pyramid.downsamples[chosen])
     object.__setattr__(image, "_slide", slide)  # the zarr store reads through its open file
     return image
+
+
+def _layout_message(path: Path, slide: Any) -> str:
+    """Why a pyramid tiffslide parsed but cannot read is refused, and what to do: its
+    levels are several planes (channels stored as separate images), not a colour or grey
+    image, and without OME metadata nothing says what the planes are."""
+    series = slide.ts_tifffile.series[0]
+    planes = series.shape[series.axes.index(next(a for a in series.axes if a not in "YX"))]
+    return (f"{path} is a pyramid of {planes} planes per level (TIFF axes {series.axes!r}, "
+            "e.g. fluorescence channels stored as separate images) without OME metadata, "
+            "which is not read as a slide (slides are colour or grey). Save it as an OME-TIFF "
+            "pyramid (QuPath, bfconvert, or tifffile with ome=True: its channels are then "
+            "read level by level with --level/--mpp), or its full resolution as a plain "
+            "multichannel TIFF (run with --channel-axis).")
 
 
 def check_choice(level: Any, mpp: Any) -> None:
