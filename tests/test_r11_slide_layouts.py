@@ -86,3 +86,29 @@ def test_what_the_message_offers_runs(svs, tmp_path):
                  "--n-boot", "4", "--device", "cpu", "--quiet"]) == 0
     assert main(["run", str(svs), "--level", "1", "--merge", "mean", "--out",
                  str(tmp_path / "b"), "--n-boot", "4", "--device", "cpu", "--quiet"]) == 0
+
+
+@pytest.mark.parametrize("resolution, unit, mpp", [
+    (72, "INCH", None), (96, "INCH", None), (10, "CENTIMETER", None),  # programs' defaults
+    (50800, "INCH", 0.5), (2000, "MILLIMETER", 0.5)])  # a microscope's
+def test_a_programs_default_resolution_is_not_recorded_as_micrometres(
+        tmp_path, resolution, unit, mpp):
+    """A pyramid saved by a program that writes 72 dpi (or libvips' 1 pixel per mm) was
+    recorded as 353 (or 1000) µm per pixel: scale bars and napari's µm placement a thousand
+    times off, --mpp choosing levels by it."""
+    from napari_attnreg.io.slides import open_slide
+
+    rng = np.random.default_rng(2)
+    img = (rng.random((512, 640, 3)) * 255).astype(np.uint8)
+    path = tmp_path / "exported.tif"
+    with tifffile.TiffWriter(path) as tif:
+        tif.write(img, tile=(256, 256), subifds=1, photometric="rgb", metadata=None,
+                  resolution=(resolution, resolution), resolutionunit=unit)
+        tif.write(img[::2, ::2].copy(), tile=(256, 256), subfiletype=1, photometric="rgb",
+                  metadata=None)
+    image = open_slide(path)
+    assert image.mpp == (pytest.approx(mpp) if mpp else None)
+    assert ("spatial" in image.run_extra()) == (mpp is not None)
+    if mpp is None:
+        with pytest.raises(ValueError, match="dpi: a program's default"):
+            open_slide(path, mpp=1.0)

@@ -42,6 +42,11 @@ SLIDE_SUFFIXES = (".svs", ".ndpi")
 SLIDE_CONTENT_SUFFIXES = (".tif", ".tiff", ".scn", ".bif")
 #: A requested resolution within this fraction of a level's is read at that level unresampled.
 MPP_TOLERANCE = 0.02
+#: µm per full-resolution pixel above which a slide's stated pixel size is no microscope's:
+#: the resolution tags a program writes by default (72 or 96 dpi: 353 or 265 µm; libvips'
+#: 1 pixel per mm: 1000 µm), which would put a section metres wide. A gross photograph at
+#: 600 dpi (42 µm) is below it.
+MAX_SLIDE_MPP = 50.0
 #: Scanners' TIFF compressions by the names users know them by, for messages (tifffile's
 #: name of the code otherwise).
 CODEC_NAMES = {7: "JPEG", 33003: "JPEG 2000 (Aperio, YCbCr)", 33004: "JPEG 2000",
@@ -108,6 +113,9 @@ class SlideLevels:
     downsamples: tuple[float, ...]
     mpp: float | None  # µm per level-0 pixel, when the slide says
     vendor: str
+    #: A pixel size the file states that is no microscope's (above :data:`MAX_SLIDE_MPP`: a
+    #: program's default resolution tags), left out of ``mpp``; messages name it.
+    ignored_mpp: float | None = None
 
     def level_mpp(self, level: int) -> float | None:
         """µm per pixel of ``level``, or None when the slide does not say."""
@@ -130,9 +138,14 @@ class SlideLevels:
                                  f"({self.describe()}); level {level} does not exist.")
             return level, 1.0
         if self.mpp is None:
-            raise ValueError("The slide does not state its pixel size (mpp), so a resolution "
-                             "cannot be chosen; choose a level instead ('Slide level' in "
-                             "napari, level= in Python, --level on the command line).")
+            stated = "" if self.ignored_mpp is None else (
+                f" (its TIFF tags say {self.ignored_mpp:.4g} µm per pixel, "
+                f"{25400 / self.ignored_mpp:.4g} dpi: a program's default, not a "
+                "microscope's)")
+            raise ValueError(f"The slide does not state its pixel size (mpp){stated}, so a "
+                             "resolution cannot be chosen; choose a level instead ('Slide "
+                             "level' in napari, level= in Python, --level on the command "
+                             "line).")
         if mpp < self.mpp * (1 - MPP_TOLERANCE):
             raise ValueError(f"mpp={mpp:g} µm is finer than the slide's full resolution "
                              f"({self.mpp:g} µm per pixel); use mpp ≥ {self.mpp:g}.")
@@ -163,9 +176,12 @@ def slide_levels(slide: Any) -> SlideLevels:
     if tif.is_bif:  # tiffslide parses a Ventana slide as a generic TIFF
         vendor = "ventana"
         mpp = mpp if mpp is not None else _ventana_mpp(tif)
+    ignored = None
+    if mpp is not None and mpp > MAX_SLIDE_MPP:  # 72 dpi and the like: no µm to record
+        mpp, ignored = None, mpp
     return SlideLevels(dimensions=tuple((int(h), int(w)) for w, h in slide.level_dimensions),
                        downsamples=tuple(float(d) for d in slide.level_downsamples),
-                       mpp=mpp, vendor=vendor)
+                       mpp=mpp, vendor=vendor, ignored_mpp=ignored)
 
 
 def _ventana_mpp(tif: Any) -> float | None:
