@@ -54,7 +54,7 @@ def regularize(image: Any, model: Any = "demo", **kwargs: Any) -> AttentionResul
         :func:`~napari_attnreg.core.run.api.regularize_stack`), or what the core raises.
     """
     if not isinstance(image, (str, os.PathLike)):
-        return core_api.regularize(image, model, **kwargs)
+        return core_api.regularize(image, model, **_placed_mask(image, kwargs, {}))
     path = Path(image)
     if not path.exists():
         raise ValueError(f"regularize: no such image file {path}; give an existing file, an "
@@ -66,7 +66,27 @@ def regularize(image: Any, model: Any = "demo", **kwargs: Any) -> AttentionResul
                          "and use regularize_stack(), or run the file with 'attnreg run'.")
     # level/mpp stay: the core checks they are those the file was opened at, and records
     # them as the command line does
-    return core_api.regularize(source, model, provenance=provenance, **kwargs)
+    return core_api.regularize(source, model, provenance=provenance,
+                               **_placed_mask(source, kwargs, provenance))
+
+
+def _placed_mask(image: Any, kwargs: dict[str, Any],
+                 provenance: Mapping[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with a GeoJSON ``tissue_mask`` (QuPath's outline, in full-resolution
+    pixels) rasterized over the image as the run analyses it
+    (:func:`~napari_attnreg.io.geojson.tissue_mask_for_run`); other values as given."""
+    from napari_attnreg.core.run.lazy import LazyImage
+    from napari_attnreg.io.geojson import is_geojson_path, tissue_mask_for_run
+
+    if not is_geojson_path(kwargs.get("tissue_mask")):
+        return kwargs
+    if isinstance(image, LazyImage):
+        shape, extra = image.analysed_shape, {**image.run_extra(), **provenance}
+    else:
+        stack = image if isinstance(image, PlaneStack) else PlaneStack.from_array(
+            image, channel_axis=kwargs.get("channel_axis"))
+        shape, extra = stack.plane_shape, provenance
+    return {**kwargs, "tissue_mask": tissue_mask_for_run(kwargs["tissue_mask"], shape, extra)}
 
 
 def open_path(path: str | os.PathLike, options: Mapping[str, Any],

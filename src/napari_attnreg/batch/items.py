@@ -83,10 +83,18 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
             found.append(Path(text))
             named.add(_key(Path(text)))
     _check_named(inputs, found)
-    unique = list(dict.fromkeys(_key(p) for p in found))
+    # one input per file (a file found twice, or linked under two names, is run once), named
+    # as it was found: a link's own name, not its target's (patient_12.svs ->
+    # raw/S-0001.svs is patient_12's result, beside the other inputs)
+    shown: dict[Path, Path] = {}
+    for p in found:
+        shown.setdefault(_key(p), _as_found(p))
     if exclude is not None:
         skip = Path(exclude).resolve()
-        unique = [p for p in unique if p in named or (skip != p and skip not in p.parents)]
+        shown = {k: p for k, p in shown.items()
+                 if k in named or (skip != k and skip not in k.parents)}
+    named = {shown[k] for k in named if k in shown}
+    unique = list(shown.values())
     if not unique:
         raise ValueError(f"No image files found in {', '.join(map(str, inputs))}; give files, "
                          "folders (with --recursive for subfolders) or glob patterns (files in "
@@ -153,6 +161,12 @@ def _check_named(inputs: Sequence[str | Path], found: list[Path]) -> None:
 def _is_broken_link(path: Path) -> bool:
     """A symbolic link to nothing: an input of its own, which fails with a row saying so."""
     return path.is_symlink() and not path.exists()
+
+
+def _as_found(path: Path) -> Path:
+    """The path an input's outputs are named after: its folder resolved (a folder reached
+    through a link is the real one, found once), its own name as it is, a link's included."""
+    return _key(path.parent) / path.name if path.name else _key(path)
 
 
 def _key(path: Path) -> Path:

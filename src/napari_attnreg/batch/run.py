@@ -26,7 +26,7 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -59,6 +59,7 @@ from napari_attnreg.batch.summary import (
 )
 from napari_attnreg.core.models.backbones import Backbone
 from napari_attnreg.core.run.engine import RunConfig
+from napari_attnreg.core.run.lazy import LazyImage
 from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
 from napari_attnreg.core.run.service import (
     Job,
@@ -69,10 +70,8 @@ from napari_attnreg.core.run.service import (
     run_job_sync,
     user_message,
 )
+from napari_attnreg.io.geojson import is_geojson_path, tissue_mask_for_run
 from napari_attnreg.io.readers import ImageInfo, open_for_run
-
-if TYPE_CHECKING:
-    from napari_attnreg.core.run.lazy import LazyImage
 
 Figure = Callable[[Any, np.ndarray, Path, str], Any]
 
@@ -355,8 +354,17 @@ def _run(ctx: _ItemContext, source: PlaneStack | LazyImage, index: PlaneIndex,
          label: str) -> Outcome:
     """One plane through the pipeline service, with its display image for the figure."""
     plane = "-".join(map(str, index))  # "0-3", as summary.csv names planes
-    config = RunConfig(**ctx.opts, extra={**ctx.extra, "source": str(ctx.item.source),
-                                          "plane": plane})
+    opts = dict(ctx.opts)
+    if is_geojson_path(opts.get("tissue_mask")):  # QuPath's outline, placed on this image
+        lazy = isinstance(source, LazyImage)  # a slide level read on demand records itself
+        shape = source.analysed_shape if lazy else source.plane_shape
+        placed = {**(source.run_extra() if lazy else {}), **ctx.extra}
+        try:
+            opts["tissue_mask"] = tissue_mask_for_run(opts["tissue_mask"], shape, placed)
+        except ValueError as err:
+            return Outcome(0, "failed", message=str(err))
+    config = RunConfig(**opts, extra={**ctx.extra, "source": str(ctx.item.source),
+                                      "plane": plane})
     with _ProgressBar(label, config.n_boot, ctx.quiet) as bar:
         return run_job_sync(Job(ctx.model, source, [index], config, keep_display=True),
                             on_progress=bar.update)

@@ -18,6 +18,7 @@ Example
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections import defaultdict
 from collections.abc import Sequence
@@ -96,6 +97,7 @@ def dicom_files(path: str | Path) -> list[Path]:
 #: Header elements :func:`group_series` reads (the rest of a header stays unread, and the
 #: pixel data is only seen to be there: its value is deferred, never read).
 _GROUPING_TAGS = ("SOPClassUID", "ImageType", "SeriesNumber", "SeriesInstanceUID",
+                  "ContainerIdentifier",
                   "NumberOfFrames", "ImageOrientationPatient", "ImagePositionPatient", "Rows",
                   "Columns", "RescaleSlope", "RescaleIntercept", "PixelData")
 
@@ -117,7 +119,8 @@ def group_series(files: Sequence[str | Path]) -> list[tuple[str, tuple[Path, ...
         ``(label, files)`` in the order :func:`read_dicom` returns volumes; the label is
         ``series_<SeriesNumber>``, with the orientation (``_axial``, ``_sagittal_64x64``)
         when one series gives several volumes and ``_2``, ``_3``, ... when labels still
-        repeat. Files without an image (DICOMDIR, reports) are left out; a file whose
+        repeat; a whole-slide image's is ``slide_<ContainerIdentifier>`` (its barcode), or
+        ``slide_<a level's file name>``. Files without an image (DICOMDIR, reports) are left out; a file whose
         header cannot be read, or holds values that cannot place or scale its image (see
         :func:`check_header`), is a group of its own (reading it reports why), never a
         slice of a series.
@@ -125,6 +128,7 @@ def group_series(files: Sequence[str | Path]) -> list[tuple[str, tuple[Path, ...
     pydicom = _pydicom()
     groups: dict[tuple[Any, ...], list[Path]] = defaultdict(list)
     first: dict[tuple[Any, ...], Any] = {}
+    first_file: dict[tuple[Any, ...], Path] = {}
     for f in map(Path, files):
         try:
             with decoding(f, "DICOM file"):
@@ -139,6 +143,7 @@ def group_series(files: Sequence[str | Path]) -> list[tuple[str, tuple[Path, ...
         groups[key].append(f)
         if key[2] != "slide" or _wsi_level(ds):  # a slide is named after a level of it
             first.setdefault(key, ds)
+            first_file.setdefault(key, f)
     for key in [k for k in groups if k[2] == "slide" and k not in first]:
         del groups[key]  # a slide's label or overview alone: no slide to analyse
     keys = sorted(groups, key=lambda k: (k[0], k[1], str(k[2:])))
@@ -147,12 +152,22 @@ def group_series(files: Sequence[str | Path]) -> list[tuple[str, tuple[Path, ...
     found = []
     for key in keys:
         label = f"series_{key[0] if key[0] != math.inf else 'unreadable'}"
-        if key in first and uids.count(key[1]) > 1:  # one series, several volumes: which
+        if key[2] == "slide":  # slides of one folder share series numbers: name which slide
+            label = _slide_label(first[key], first_file[key])
+        elif key in first and uids.count(key[1]) > 1:  # one series, several volumes: which
             label += "_" + _part_name(first[key], key).replace(" ", "_")
         taken[label] = taken.get(label, 0) + 1
         found.append((label if taken[label] == 1 else f"{label}_{taken[label]}",
                       tuple(sorted(groups[key]))))
     return found
+
+
+def _slide_label(ds: Any, path: Path) -> str:
+    """``slide_<barcode>`` (ContainerIdentifier, the slide's id on its label) or, when the
+    files do not state it, ``slide_<name of a level's file>``: what tells two slides of one
+    folder apart (both are usually series 1)."""
+    ident = str(ds.get("ContainerIdentifier") or "").strip() or path.stem
+    return "slide_" + (re.sub(r"[^\w.-]+", "_", ident).strip("_") or "unnamed")
 
 
 def read_dicom(path: str | Path, files: Sequence[str | Path] | None = None,

@@ -6,7 +6,9 @@ Coordinates are image pixels, ``(x, y)`` with the image's top-left corner at ``(
 ``Feature`` whose ``Polygon`` covers exactly its patches
 (:mod:`napari_attnreg.core.results.outline`), classified ``"significant"`` and carrying its
 statistics as QuPath ``measurements``. Annotations read back become an ROI label image (one
-label per feature, in file order).
+label per feature, in file order), or a run's tissue mask (:func:`geojson_tissue_mask`: the
+tissue a pathologist outlined in QuPath, in the slide's full-resolution pixels, placed on
+whatever level or resolution the run analyses).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from napari_attnreg.core.results.meaning import result_meaning
 from napari_attnreg.core.results.outline import mask_regions, to_pixels
 
 GEOJSON_SUFFIXES = (".geojson",)
+#: Pixels of a tissue mask rasterized from polygons (about 2048², the automatic mask's
+#: thumbnail): fine enough for tiles of a few hundred pixels, small on any slide.
+MASK_PIXELS = 1 << 22
 #: Result files of the command line (``AttentionResult.save``).
 RESULT_SUFFIX = ".attnreg.npz"
 
@@ -73,9 +78,13 @@ def significant_features(result: Any, thresholds: Mapping[str, Any] | None = Non
 def full_resolution_factor(result: Any) -> float:
     """Full-resolution (level 0) pixels per analysed pixel of a slide's result (1 for
     other images, and for results made before the slide's downsample was recorded)."""
-    value = result.metadata.get("slide_downsample")
+    return _slide_downsample(result.metadata)
+
+
+def _slide_downsample(metadata: Mapping[str, Any]) -> float:
+    """``slide_downsample`` of a run's record, 1 when absent or unusable."""
     try:
-        factor = float(value)
+        factor = float(metadata.get("slide_downsample"))
     except (TypeError, ValueError):
         return 1.0
     return factor if np.isfinite(factor) and factor > 0 else 1.0
@@ -153,3 +162,79 @@ def polygons_to_labels(polygons: Sequence[Any], image_shape: tuple[int, int]) ->
 def read_geojson_rois(path: str | Path, image_shape: tuple[int, int]) -> np.ndarray:
     """The polygon annotations of a GeoJSON file (QuPath's export) as an ROI label image."""
     return polygons_to_labels(read_geojson_polygons(path), image_shape)
+
+
+def is_geojson_path(value: Any) -> bool:
+    """A file name (str or path) ending in ``.geojson``: a tissue mask drawn in QuPath."""
+    from os import PathLike
+
+    return isinstance(value, (str, PathLike)) and str(value).strip().lower().endswith(
+        GEOJSON_SUFFIXES)
+
+
+def geojson_tissue_mask(path: str | Path, shape: tuple[int, int],
+                        full_per_pixel: float = 1.0) -> Any:
+    """The polygons of a GeoJSON file as the tissue mask of an analysed image.
+
+    QuPath (and this package's own export) writes coordinates in the slide's full-resolution
+    (level 0) pixels whatever level is shown, so a run at a coarser level or resolution
+    divides them by ``full_per_pixel`` (the result's ``slide_downsample``); holes (interior
+    rings) are not tissue. The mask has at most :data:`MASK_PIXELS` pixels and covers the
+    whole image, as any mask file.
+
+    Parameters
+    ----------
+    path : str or Path
+    shape : (int, int)
+        ``(H, W)`` of the image the run analyses (a slide: its level read, resampled).
+    full_per_pixel : float
+        Full-resolution pixels per analysed pixel (1 for other images).
+
+    Returns
+    -------
+    NamedMask
+        The boolean mask, named after the file (the result records it).
+
+    Raises
+    ------
+    ValueError
+        The file is unreadable, holds no polygon, or its polygons lie outside the image
+        (the message gives both frames: coordinates at a coarser level's scale, say).
+    """
+    from napari_attnreg.core.run.tissue import NamedMask
+
+    path = Path(path)
+    try:
+        polygons = read_geojson_polygons(path)
+    except ValueError as err:
+        raise ValueError(f"tissue_mask: {err} A GeoJSON tissue mask holds the tissue's "
+                         "outline as polygons (QuPath: export the annotations as GeoJSON); or "
+                         "give 'auto', 'none' or a mask image.") from None
+    region = shapely.union_all([shapely.make_valid(p) for p in polygons])
+    h, w = (int(n) for n in shape)
+    f = float(full_per_pixel)
+    if not region.intersects(shapely.box(0, 0, w * f, h * f)):
+        x0, y0, x1, y1 = (round(v) for v in region.bounds)
+        raise ValueError(
+            f"tissue_mask: the polygons of {path.name} (x {x0}–{x1}, y {y0}–{y1}) lie outside "
+            f"the image, which is {round(w * f)}x{round(h * f)} full-resolution pixels; "
+            "GeoJSON coordinates are read as full-resolution (level 0) pixels, as QuPath "
+            "exports them, whatever level or resolution is analysed.")
+    step = max(1.0, float(np.sqrt(h * w / MASK_PIXELS)))
+    mh, mw = max(1, round(h / step)), max(1, round(w / step))
+    # full-resolution pixels -> mask pixels; a mask pixel is tissue when its centre is inside
+    placed = scale(region, mw / (w * f), mh / (h * f), origin=(0, 0))
+    rows, cols = np.mgrid[0:mh, 0:mw]
+    mask = shapely.contains_xy(placed, cols + 0.5, rows + 0.5)
+    return NamedMask(mask, f"file {path.name} (GeoJSON polygons, full-resolution pixels)")
+
+
+def tissue_mask_for_run(value: Any, shape: tuple[int, int],
+                        extra: Mapping[str, Any] | None = None) -> Any:
+    """The ``tissue_mask`` option as the core takes it: a GeoJSON file's polygons
+    rasterized over the analysed image (:func:`geojson_tissue_mask`; ``extra`` is what the
+    run records of the file, whose ``slide_downsample`` places full-resolution coordinates);
+    any other value as given."""
+    if not is_geojson_path(value):
+        return value
+    return geojson_tissue_mask(str(value).strip(), shape, _slide_downsample(extra or {}))

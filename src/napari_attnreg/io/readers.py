@@ -288,6 +288,7 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
                            pixel_size=None if slide.mpp is None else (slide.mpp, slide.mpp),
                            origin=slide.pixel_origin)
         if tiled:
+            _check_tiled_slide(slide, opts)
             return slide, info
         check_untiled_size(slide.analysed_shape, str(path))
         # read whole, the pixels no longer say which level they are: the record does
@@ -309,6 +310,31 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
     if shape is not None:
         check_untiled_size(shape, str(path))
     return read_source(path, opts.get("channel_axis"), files or None)
+
+
+def _check_tiled_slide(slide: LazyImage, opts: Mapping[str, Any]) -> None:
+    """Refuse, saying what to give instead, the options a slide read tile by tile cannot
+    take (the tiled engine's refusal named reading it into memory, which no option does):
+    a coarser analysis is a level or a resolution; channels or merging an untiled run."""
+    scale = opts.get("tile_scale", 1.0)
+    if scale is not None and scale != 1:
+        try:
+            coarser = float(scale)
+        except (TypeError, ValueError):
+            coarser = None
+        instead = (f"--mpp {slide.mpp * coarser:.3g} (mpp={slide.mpp * coarser:.3g} in "
+                   "Python; 'Slide resolution' in napari)" if slide.mpp and coarser
+                   and coarser > 0 else "--level N (level= in Python; 'Slide level' in napari)")
+        raise ValueError(f"A slide (or pyramid) is analysed coarser by reading a coarser "
+                         f"level or resolution, not with the downsample option (tile_scale="
+                         f"{scale}); give {instead} in place of it (and of a level), and "
+                         "leave the downsample at 1.")
+    chosen = [k for k in ("channels", "merge", "channel_axis") if opts.get(k) is not None]
+    if chosen:
+        raise ValueError(f"A slide (or pyramid) level read tile by tile (tiled) is analysed "
+                         f"with its own colours; the option(s) {', '.join(chosen)} apply "
+                         "only to an untiled run of a level that fits in memory (leave out "
+                         "--tiled and give --level or --mpp).")
 
 
 def slide_info(image: LazyImage) -> ImageInfo:

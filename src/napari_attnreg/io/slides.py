@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from napari_attnreg.core.files import decoding
+from napari_attnreg.core.files import UnreadableFileError, decoding
 from napari_attnreg.core.run.lazy import SAMPLE_PIXELS, LazyImage
 
 #: File endings that are always slides.
@@ -42,6 +42,11 @@ SLIDE_SUFFIXES = (".svs", ".ndpi")
 SLIDE_CONTENT_SUFFIXES = (".tif", ".tiff", ".scn", ".bif")
 #: A requested resolution within this fraction of a level's is read at that level unresampled.
 MPP_TOLERANCE = 0.02
+#: µm per full-resolution pixel above which a slide's stated pixel size is no microscope's:
+#: the resolution tags a program writes by default (72 or 96 dpi: 353 or 265 µm; libvips'
+#: 1 pixel per mm: 1000 µm), which would put a section metres wide. A gross photograph at
+#: 600 dpi (42 µm) is below it.
+MAX_SLIDE_MPP = 50.0
 #: Scanners' TIFF compressions by the names users know them by, for messages (tifffile's
 #: name of the code otherwise).
 CODEC_NAMES = {7: "JPEG", 33003: "JPEG 2000 (Aperio, YCbCr)", 33004: "JPEG 2000",
@@ -108,6 +113,9 @@ class SlideLevels:
     downsamples: tuple[float, ...]
     mpp: float | None  # µm per level-0 pixel, when the slide says
     vendor: str
+    #: A pixel size the file states that is no microscope's (above :data:`MAX_SLIDE_MPP`: a
+    #: program's default resolution tags), left out of ``mpp``; messages name it.
+    ignored_mpp: float | None = None
 
     def level_mpp(self, level: int) -> float | None:
         """µm per pixel of ``level``, or None when the slide does not say."""
@@ -130,9 +138,14 @@ class SlideLevels:
                                  f"({self.describe()}); level {level} does not exist.")
             return level, 1.0
         if self.mpp is None:
-            raise ValueError("The slide does not state its pixel size (mpp), so a resolution "
-                             "cannot be chosen; choose a level instead ('Slide level' in "
-                             "napari, level= in Python, --level on the command line).")
+            stated = "" if self.ignored_mpp is None else (
+                f" (its TIFF tags say {self.ignored_mpp:.4g} µm per pixel, "
+                f"{25400 / self.ignored_mpp:.4g} dpi: a program's default, not a "
+                "microscope's)")
+            raise ValueError(f"The slide does not state its pixel size (mpp){stated}, so a "
+                             "resolution cannot be chosen; choose a level instead ('Slide "
+                             "level' in napari, level= in Python, --level on the command "
+                             "line).")
         if mpp < self.mpp * (1 - MPP_TOLERANCE):
             raise ValueError(f"mpp={mpp:g} µm is finer than the slide's full resolution "
                              f"({self.mpp:g} µm per pixel); use mpp ≥ {self.mpp:g}.")
@@ -163,9 +176,12 @@ def slide_levels(slide: Any) -> SlideLevels:
     if tif.is_bif:  # tiffslide parses a Ventana slide as a generic TIFF
         vendor = "ventana"
         mpp = mpp if mpp is not None else _ventana_mpp(tif)
+    ignored = None
+    if mpp is not None and mpp > MAX_SLIDE_MPP:  # 72 dpi and the like: no µm to record
+        mpp, ignored = None, mpp
     return SlideLevels(dimensions=tuple((int(h), int(w)) for w, h in slide.level_dimensions),
                        downsamples=tuple(float(d) for d in slide.level_downsamples),
-                       mpp=mpp, vendor=vendor)
+                       mpp=mpp, vendor=vendor, ignored_mpp=ignored)
 
 
 def _ventana_mpp(tif: Any) -> float | None:
@@ -225,7 +241,10 @@ def open_slide(path: str | Path, *, level: int | None = None,
         raise ValueError(f"No such slide file: {path}")
     with decoding(path, "slide"), _tiffslide_notes_silenced():
         slide = tiffslide.TiffSlide(path)
-        pyramid = slide_levels(slide)
+        try:
+            pyramid = slide_levels(slide)
+        except NotImplementedError:  # tiffslide's levels are colour or grey images
+            raise UnreadableFileError(_layout_message(path, slide)) from None
         group = slide.zarr_group
     if pyramid.mpp is None and full_mpp is not None:
         pyramid = replace(pyramid, mpp=_positive(full_mpp))
@@ -244,6 +263,20 @@ def open_slide(path: str | Path, *, level: int | None = None,
                       overview_array=overview, downsample=pyramid.downsamples[chosen])
     object.__setattr__(image, "_slide", slide)  # the zarr store reads through its open file
     return image
+
+
+def _layout_message(path: Path, slide: Any) -> str:
+    """Why a pyramid tiffslide parsed but cannot read is refused, and what to do: its
+    levels are several planes (channels stored as separate images), not a colour or grey
+    image, and without OME metadata nothing says what the planes are."""
+    series = slide.ts_tifffile.series[0]
+    planes = series.shape[series.axes.index(next(a for a in series.axes if a not in "YX"))]
+    return (f"{path} is a pyramid of {planes} planes per level (TIFF axes {series.axes!r}, "
+            "e.g. fluorescence channels stored as separate images) without OME metadata, "
+            "which is not read as a slide (slides are colour or grey). Save it as an OME-TIFF "
+            "pyramid (QuPath, bfconvert, or tifffile with ome=True: its channels are then "
+            "read level by level with --level/--mpp), or its full resolution as a plain "
+            "multichannel TIFF (run with --channel-axis).")
 
 
 def check_choice(level: Any, mpp: Any) -> None:

@@ -394,6 +394,12 @@ def read_mask(value: Any) -> tuple[np.ndarray, str]:
         if not path.is_file():
             raise ValueError(f"tissue_mask: no such mask file {path}; give 'auto', 'none' or "
                              "the path of a mask image.")
+        if path.suffix.lower() == ".geojson":  # polygons need the slide's frame to be placed
+            raise ValueError(f"tissue_mask: {path.name} is a GeoJSON file, whose polygons are "
+                             "placed on the slide by 'attnreg run' and "
+                             "napari_attnreg.regularize(path or opened image, ...); here, give "
+                             "'auto', 'none', a mask image or (napari) a Labels layer painted "
+                             "over the image.")
         with decoding(path, "mask image"):
             if path.suffix.lower() == ".npy":  # numpy's own format: never unpickle objects
                 array = np.load(path, allow_pickle=False)
@@ -433,14 +439,21 @@ def _is_probability_map(array: np.ndarray) -> bool:
 
 
 def tiles_in_tissue(mask: np.ndarray, layout: TileLayout,
-                    fraction: float = TISSUE_FRACTION) -> np.ndarray:
+                    fraction: float = TISSUE_FRACTION,
+                    covers: tuple[int, int] | None = None) -> np.ndarray:
     """``(n_tiles,)`` bool: the tiles of ``layout`` whose area is at least ``fraction`` tissue.
 
     The mask may have any resolution covering the same image; its aspect ratio must match.
+    ``covers``: ``(H, W)`` of the image the mask covers in the layout's pixels, when the
+    layout is of a part of it (an image read on demand is tiled cropped to whole patches:
+    its last few rows and columns are not analysed, but a thumbnail or a user's mask spans
+    them); default ``layout.shape``.
     """
     mh, mw = mask.shape
-    h, w = layout.shape
-    if abs(mh / mw - h / w) > 0.05 * (h / w) + 2.0 / min(mh, mw):
+    h, w = layout.shape if covers is None else (int(covers[0]), int(covers[1]))
+    # 5 %, and a pixel of rounding on each side of the mask and of the image (a slide
+    # resampled to a few pixels: 10x13)
+    if abs(mh / mw - h / w) > (h / w) * (0.05 + 1.0 / h + 1.0 / w) + 2.0 / min(mh, mw):
         raise ValueError(f"The tissue mask ({mh}x{mw}) does not have the image's proportions "
                          f"({h}x{w}); give a mask of the whole image.")
     # summed-area table: any tile's tissue count in four look-ups
@@ -471,8 +484,11 @@ def _span(start: int, size: int, length: int, mask_length: int) -> tuple[int, in
 
 
 def tissue_for(spec: Any, thumbnail: np.ndarray | None, layout: TileLayout,
-               fraction: float = TISSUE_FRACTION) -> TissueMask | None:
+               fraction: float = TISSUE_FRACTION,
+               covers: tuple[int, int] | None = None) -> TissueMask | None:
     """The :class:`TissueMask` of a run's ``tissue_mask`` option, None for ``"none"``.
+    ``covers``: the extent of the whole image when ``layout`` tiles a crop of it
+    (:func:`tiles_in_tissue`).
 
     Raises
     ------
@@ -488,7 +504,7 @@ def tissue_for(spec: Any, thumbnail: np.ndarray | None, layout: TileLayout,
         mask, source = auto_tissue(thumbnail)
     else:
         mask, source = read_mask(spec)
-    tiles = tiles_in_tissue(mask, layout, fraction)
+    tiles = tiles_in_tissue(mask, layout, fraction, covers)
     if not tiles.any():
         raise ValueError(f"No tile is at least {fraction:.0%} tissue by the tissue mask "
                          f"({source}); check the mask, or run every tile with the "
