@@ -182,8 +182,9 @@ def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig,
         spec = tissue_spec(config, image)
         if isinstance(spec, str) and spec == "none":  # no thumbnail read for nothing
             return tiled
+        # the thumbnail (or a user's mask) covers the whole image, the layout its crop
         return replace(tiled, tissue=tissue_for(spec, image.overview(THUMBNAIL_PIXELS),
-                                                tiled.layout))
+                                                tiled.layout, covers=image.analysed_shape))
     if isinstance(image, PreparedImage):
         source, channel_map = image.source, image.channel_map
         display_part, image_shape = _strided(image.display), image.image_shape

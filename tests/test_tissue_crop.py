@@ -44,3 +44,24 @@ def test_the_automatic_mask_of_a_tiny_coarse_image_is_no_proportions_error():
     with pytest.raises(ValueError, match="proportions"):  # a mask of another image still is
         tiles_in_tissue(np.ones((295, 212), bool), make_layout(
             (96, 128), tile=(128, 128), patch=(8, 8), overlap=32), covers=(100, 133))
+
+
+def test_a_tiled_run_of_an_image_read_on_demand_places_the_mask_unstretched():
+    # the run's own path: a 263-pixel image read on demand is tiled as its 256-pixel crop
+    from napari_attnreg.core.models.backbones import load_backbone
+    from napari_attnreg.core.run.config import RunConfig
+    from napari_attnreg.core.run.lazy import LazyImage
+    from napari_attnreg.core.run.tiled_engine import prepare_tiled
+
+    rng = np.random.default_rng(0)
+    image = LazyImage(rng.integers(0, 255, (263, 263), dtype=np.uint8), None, "field.tif")
+    backbone = load_backbone("demo")
+    mask = np.zeros((263, 263), np.uint8)
+    mask[:, 236:] = 1  # 20 of the last tile's 128 analysed columns (16 %)
+    tiled = prepare_tiled(image, backbone, RunConfig(tiled=True, n_boot=4, tissue_mask=mask))
+    n_rows, n_cols = (len(s) for s in tiled.layout.starts)
+    assert tiled.layout.shape == (256, 256)
+    assert tiled.tissue.tiles.reshape(n_rows, n_cols)[:, -1].all()
+    mask[:, :248] = 0  # 8 of 128 (6 %): stretched onto the crop it read as 11 %
+    with pytest.raises(ValueError, match="No tile is at least"):
+        prepare_tiled(image, backbone, RunConfig(tiled=True, n_boot=4, tissue_mask=mask))
