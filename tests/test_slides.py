@@ -760,6 +760,40 @@ def test_a_multiscale_layer_that_is_no_slide_is_still_refused(make_napari_viewer
 
 
 @pytest.mark.gui
+def test_a_shapes_outline_or_a_qupath_geojson_is_the_docks_tissue_mask(slide_dock, qtbot,
+                                                                       tmp_path):
+    import json
+
+    viewer, widget, layer = slide_dock
+    controls = widget.options.controls
+    controls["tiled"].setChecked(True)
+    controls["level"].setValue(2)
+    # the top-left quarter of the 2048² slide (512 µm at 0.25 µm), outlined in µm
+    viewer.add_shapes([np.array([[0.0, 0.0], [0.0, 128.0], [128.0, 128.0], [128.0, 0.0]])],
+                      shape_type="polygon", name="outline")
+    controls["tissue_mask"].setText("outline")
+    outlined = _dock_run(widget, qtbot).results[()]
+    assert outlined.metadata["tissue_mask"] == "Shapes layer 'outline'"
+    tiles = np.asarray(outlined.null_summary["tissue_tiles"], bool)
+    assert 0 < tiles.sum() < 9
+
+    # the same outline as QuPath exports it: full-resolution pixels, whatever level is read
+    ring = [[0, 0], [512, 0], [512, 512], [0, 512], [0, 0]]
+    path = tmp_path / "tissue.geojson"
+    path.write_text(json.dumps({"type": "FeatureCollection", "features": [
+        {"type": "Feature", "properties": {"objectType": "annotation"},
+         "geometry": {"type": "Polygon", "coordinates": [ring]}}]}))
+    controls["tissue_mask"].setText(str(path))
+    from_file = _dock_run(widget, qtbot).results[()]
+    assert np.array_equal(np.asarray(from_file.null_summary["tissue_tiles"], bool), tiles)
+
+    viewer.add_shapes(name="empty outline")
+    controls["tissue_mask"].setText("empty outline")
+    assert widget.run() is None
+    assert "marks no tissue" in widget.run_panel.status_label.text()
+
+
+@pytest.mark.gui
 def test_a_labels_layer_is_the_tissue_mask_and_a_painted_mask_layer_is_kept(slide_dock, qtbot):
     viewer, widget, layer = slide_dock
     controls = widget.options.controls

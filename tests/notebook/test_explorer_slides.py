@@ -205,6 +205,29 @@ def test_a_resolution_reads_the_level_at_least_as_fine_and_resamples(slide):
     ex.close()
 
 
+def test_a_qupath_geojson_outline_is_the_tissue_mask_at_any_level(slide, tmp_path):
+    # QuPath writes full-resolution pixels: the tissue block (0..1126 of 2048) outlined there
+    side = int(SIZE * TISSUE[0])
+    ring = [[0, 0], [side, 0], [side, side], [0, side], [0, 0]]
+    path = tmp_path / "tissue.geojson"
+    path.write_text(json.dumps({"type": "FeatureCollection", "features": [
+        {"type": "Feature", "geometry": {"type": "Polygon", "coordinates": [ring]}}]}))
+    ex = AttentionExplorer(str(slide), "demo", tiled=True, level=2, **FAST)
+    _set(ex, tissue_mask=str(path))
+    result = ex.run(wait=True)
+    assert result is not None, ex.status
+    md = result.metadata
+    assert md["tissue_mask"].startswith("file tissue.geojson (GeoJSON") and md["slide_level"] == 2
+    ex.close()
+    # the same tiles as the command line's run of the slide with that outline
+    from napari_attnreg.api import regularize
+
+    cli = regularize(str(slide), "demo", tiled=True, level=2, tissue_mask=str(path), **{
+        k: v for k, v in FAST.items() if k != "view"})
+    assert np.array_equal(result.null_summary["tissue_tiles"], cli.null_summary["tissue_tiles"])
+    assert 0 < md["n_tissue_tiles"] < md["n_tiles_total"]
+
+
 def test_the_tissue_mask_option_and_the_rule_for_microscopy_pyramids(slide, tmp_path):
     ex = AttentionExplorer(str(slide), "demo", tiled=True, level=2, **FAST)
     _set(ex, tissue_mask="none")

@@ -151,45 +151,56 @@ MASK_SIDE = 2048
 
 
 def labels_mask(viewer: Any, value: Any, layer: Any, geometry: Any) -> Any:
-    """The *Tissue mask* option with a Labels layer's name replaced by its mask.
+    """The *Tissue mask* option with a layer's name or a GeoJSON file replaced by its mask.
 
-    The Labels layer is sampled (nearest) over the image layer's extent through both layers'
-    transforms, so a mask painted on the image, or the tissue layer of an earlier run, lines
-    up whatever its resolution. Other values (``auto``, ``none``, a file) pass unchanged.
+    A Labels layer (painted tissue, or the tissue layer of an earlier run) or a Shapes layer
+    (an outline drawn in napari, or QuPath's annotations opened from GeoJSON) is sampled
+    over the image layer's extent through both layers' transforms, so it lines up whatever
+    its resolution. A GeoJSON file holds QuPath's outline in the slide's full-resolution
+    pixels, placed here on the image layer's own pixels. Other values (``auto``, ``none``,
+    a mask image file) pass unchanged.
 
     Raises
     ------
     ValueError
-        The name is neither a Labels layer nor a file (the message lists the Labels layers),
-        or the layer marks no tissue over the image.
+        The name is neither such a layer nor a file (the message lists the layers), or the
+        layer or file marks no tissue over the image.
     """
     if not isinstance(value, str) or value.strip().lower() in ("", "auto", "none"):
         return value
-    from napari.layers import Labels
+    from napari.layers import Labels, Shapes
 
-    from napari_attnreg._napari.roi_geometry import labels_roi_on_image
+    from napari_attnreg._napari.roi_geometry import roi_labels
     from napari_attnreg.core.run.tissue import NamedMask
+    from napari_attnreg.io.geojson import geojson_tissue_mask, is_geojson_path
 
     name = value.strip()
-    labels = [lay for lay in viewer.layers if isinstance(lay, Labels)]
-    chosen = next((lay for lay in labels if lay.name == name), None)
+    drawn = [lay for lay in viewer.layers if isinstance(lay, (Labels, Shapes))]
+    chosen = next((lay for lay in drawn if lay.name == name), None)
     if chosen is None:
+        if is_geojson_path(name) and Path(name).is_file():
+            # the layer's first array is the slide level its downsample names (level 0: 1)
+            full_per_pixel = float((slide_of(layer) or {}).get("downsample") or 1.0)
+            return geojson_tissue_mask(name, geometry.image_shape, full_per_pixel)
         if Path(name).is_file():
             return value
-        known = ", ".join(repr(lay.name) for lay in labels) or "none is open"
-        raise ValueError(f"Tissue mask: {name!r} is neither a Labels layer nor a mask file. "
-                         f"Give 'auto', 'none', a Labels layer's name ({known}) or the path "
-                         "of a mask image.")
+        known = ", ".join(repr(lay.name) for lay in drawn) or "none is open"
+        raise ValueError(f"Tissue mask: {name!r} is neither a Labels or Shapes layer nor a "
+                         f"mask file. Give 'auto', 'none', a layer's name ({known}), the path "
+                         "of a mask image or a GeoJSON outline from QuPath.")
     h, w = geometry.image_shape
     step = max(1.0, max(h, w) / MASK_SIDE)
     shape = (max(1, round(h / step)), max(1, round(w / step)))
     grid = AnalysedGrid(shape, (h / shape[0], w / shape[1]))
     first = tuple(0 for _ in geometry.stack_axes)
-    mask = labels_roi_on_image(chosen, grid.place(geometry), first) > 0
+    mask = roi_labels(chosen, grid.place(geometry), first) > 0
+    kind = "Shapes" if isinstance(chosen, Shapes) else "Labels"
     if not mask.any():
-        raise ValueError(f"The Labels layer {name!r} marks no tissue over {layer.name!r}; "
-                         "paint the tissue (any label above 0) or choose 'auto' or 'none'.")
-    return NamedMask(mask, f"Labels layer {name!r}")
+        what = "paint the tissue (any label above 0)" if kind == "Labels" else \
+            "draw the tissue's outline as polygons"
+        raise ValueError(f"The {kind} layer {name!r} marks no tissue over {layer.name!r}; "
+                         f"{what} or choose 'auto' or 'none'.")
+    return NamedMask(mask, f"{kind} layer {name!r}")
 
 
 def place_on_slide(shapes: Any, slide_layer: Any) -> bool:

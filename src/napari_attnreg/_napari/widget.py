@@ -206,13 +206,13 @@ class AttentionWidget(QWidget):
         # outlines a reader opened (result files, saved folders) keep thin at any zoom too
         self.viewer.layers.events.inserted.connect(self._on_layer_inserted)
         self._on_layer_inserted()
-        # Tissue mask: 'auto', 'none', a file, or a Labels layer by name (offered as typed)
+        # Tissue mask: 'auto', 'none', a file, or a Labels or Shapes layer by name (offered as typed)
         self._mask_names = QStringListModel(self)
         completer = QCompleter(self._mask_names, self)
         completer.setCaseSensitivity(Qt.CaseInsensitive)
         mask_field = self.options.controls["tissue_mask"]
         mask_field.setCompleter(completer)
-        mask_field.setPlaceholderText("auto (slides) / none / a Labels layer / a mask file")
+        mask_field.setPlaceholderText("auto (slides) / none / a Labels or Shapes layer / a mask or GeoJSON file")
         self.viewer.layers.events.inserted.connect(self._offer_mask_layers)
         self.viewer.layers.events.removed.connect(self._offer_mask_layers)
         self._offer_mask_layers()
@@ -232,10 +232,10 @@ class AttentionWidget(QWidget):
             place_on_slide(layer, target)
 
     def _offer_mask_layers(self, event: Any = None) -> None:
-        from napari.layers import Labels
+        from napari.layers import Labels, Shapes
 
-        labels = [lay.name for lay in self.viewer.layers if isinstance(lay, Labels)]
-        self._mask_names.setStringList(["auto", "none", *labels])
+        drawn = [lay.name for lay in self.viewer.layers if isinstance(lay, (Labels, Shapes))]
+        self._mask_names.setStringList(["auto", "none", *drawn])
 
     def _on_layer_inserted(self, event: Any = None) -> None:
         adopt_read_outlines(self.viewer)

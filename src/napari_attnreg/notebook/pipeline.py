@@ -18,6 +18,7 @@ from napari_attnreg.core.run.engine import RunConfig
 from napari_attnreg.core.run.options import options_in, reset_inapplicable, validate_options
 from napari_attnreg.core.run.planes import PlaneIndex
 from napari_attnreg.core.run.service import Job, ModelSpec
+from napari_attnreg.io.geojson import geojson_tissue_mask, is_geojson_path
 from napari_attnreg.notebook.advanced_panel import ELSEWHERE, STATE_OPTIONS, read_back_options
 from napari_attnreg.notebook.option_controls import check_opacity
 from napari_attnreg.notebook.sources import DiskSource, MemorySource
@@ -106,6 +107,9 @@ def make_job(session: Session, spec: ModelSpec, source: MemorySource | DiskSourc
     what the run reads: a file opened again with the run's options, a slide at its level.
     """
     config = run_config(session, options, thresholds)
+    if is_geojson_path(config.tissue_mask):  # QuPath's outline, in full-resolution pixels
+        config.tissue_mask = geojson_tissue_mask(str(config.tissue_mask).strip(),
+                                                 source.plane_shape, float(source.downsample))
     if plane:  # the result says which plane it is (as napari's and the CLI's do)
         config.extra = {**config.extra, "slice": list(plane)}
     return Job(spec, source.run_image, [tuple(plane)], config, task_id=task_id)

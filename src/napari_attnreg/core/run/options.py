@@ -278,8 +278,9 @@ _OPTIONS: tuple[Option, ...] = (
            "black left out (a grey or dark-field image's brightness; the default for "
            "slides), 'none' = every tile (the default "
            "for other images), a mask image file (> 0 = tissue) of the whole image at any "
-           "resolution, or in napari the name "
-           "of a Labels layer painted over the image.", "tiling",
+           "resolution, a GeoJSON outline exported from QuPath (full-resolution pixels), "
+           "or in napari the name of a Labels layer painted over the image or a Shapes "
+           "layer outlining it.", "tiling",
            advanced=True, allow_none=True, when_tiled=True),
     Option("tail", "Tail approximation", "choice", None, "Step-down: fit a generalized Pareto "
            "tail to the null where fewer than 10 null images reach a step, so p-values can go "
