@@ -40,6 +40,7 @@ from napari_attnreg.batch.items import (
     output_path,
     prepare_output_dir,
 )
+from napari_attnreg.batch.masks import check_mask_folder, is_mask_folder, mask_for_item
 from napari_attnreg.batch.resume import (
     add_artefact,
     decide,
@@ -115,6 +116,9 @@ def check_run(opts: dict[str, Any], *, device: bool = True) -> RunConfig:
     ValueError
         One message that says what to change; nothing has been loaded or read yet.
     """
+    if is_mask_folder(opts.get("tissue_mask")):  # one mask per input, found for each
+        check_mask_folder(opts["tissue_mask"])
+        opts = {**opts, "tissue_mask": "auto"}  # the other options, checked as with a mask
     config = RunConfig(**opts).validate()
     if device:
         from napari_attnreg.core.models.base import resolve_device
@@ -194,6 +198,11 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
         constant, too small, a write error) is a ``failed: reason`` row, not an exception.
     """
     spec = ModelSpec.from_model(model, arch)
+    if is_mask_folder(opts.get("tissue_mask")):  # this input's own mask, before its record
+        try:
+            opts = {**opts, "tissue_mask": str(mask_for_item(opts["tissue_mask"], item))}
+        except ValueError as err:
+            return [failed_row(item, None, str(err))]
     if item.source.is_symlink() and not item.source.exists():
         return [failed_row(item, None, f"{item.source} is a broken symbolic link (to "
                                        f"{os.readlink(item.source)}, which does not exist)")]

@@ -279,8 +279,9 @@ _OPTIONS: tuple[Option, ...] = (
            "slides), 'none' = every tile (the default "
            "for other images), a mask image file (> 0 = tissue) of the whole image at any "
            "resolution, a GeoJSON outline exported from QuPath (full-resolution pixels), "
-           "or in napari the name of a Labels layer painted over the image or a Shapes "
-           "layer outlining it.", "tiling",
+           "for a batch a folder of masks named after the inputs ('case 12.geojson' for "
+           "'case 12.svs'), or in napari the name of a Labels layer painted over the image "
+           "or a Shapes layer outlining it.", "tiling",
            advanced=True, allow_none=True, when_tiled=True),
     Option("tail", "Tail approximation", "choice", None, "Step-down: fit a generalized Pareto "
            "tail to the null where fewer than 10 null images reach a step, so p-values can go "
@@ -644,6 +645,8 @@ def _tissue_mask(opt: Option, value: Any) -> Any:
     text = str(value).strip()
     if text.lower() in ("", "auto", "none"):
         return text.lower() or None
+    if Path(text).is_dir():  # a batch's folder of masks, one per input (batch.masks)
+        return text
     if not Path(text).is_file():
         raise ValueError(f"tissue_mask: no such mask file {text!r}; give 'auto', 'none' or "
                          "the path of a mask image.")

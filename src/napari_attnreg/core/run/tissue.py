@@ -391,6 +391,10 @@ def read_mask(value: Any) -> tuple[np.ndarray, str]:
     """
     if isinstance(value, (str, Path)):
         path = Path(value)
+        if path.is_dir():
+            raise ValueError(f"tissue_mask: {path} is a folder; a folder of masks, one named "
+                             "after each input, is for a batch ('attnreg run FOLDER --tiled "
+                             "--tissue-mask MASKS'); here give one mask file.")
         if not path.is_file():
             raise ValueError(f"tissue_mask: no such mask file {path}; give 'auto', 'none' or "
                              "the path of a mask image.")
