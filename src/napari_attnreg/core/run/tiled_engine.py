@@ -249,7 +249,11 @@ def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> Ti
     ph, pw = backbone.patch_size
     h0, w0 = image.analysed_shape
     if h0 < ph or w0 < pw:
-        raise ValueError(f"The image ({h0}x{w0} px) is smaller than one {ph}x{pw} patch.")
+        finer = ""
+        if image.mpp is not None:  # the resolution asked for shrank it below a patch
+            finer = (f"; analyse it at a finer resolution (at most "
+                     f"{image.mpp * min(h0 / ph, w0 / pw):.3g} µm per pixel) or a finer level")
+        raise ValueError(f"The image ({h0}x{w0} px) is smaller than one {ph}x{pw} patch{finer}.")
     h, w = h0 // ph * ph, w0 // pw * pw
     if image.overview_array is None and image.scale == 1:
         step = sample_step((h, w))

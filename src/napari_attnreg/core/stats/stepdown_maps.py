@@ -145,6 +145,9 @@ def concentration_ratio(observed: torch.Tensor, null: torch.Tensor) -> float:
     null images do not look like the image to the model (§ diagnostics). The null maps are
     read in blocks, so this never holds more than a fraction of the null in float64.
     """
+    if observed.shape[-1] < 2:  # one patch has no spread (torch would warn, then give NaN)
+        return float("nan")
+
     def row_sd(maps: torch.Tensor) -> torch.Tensor:
         rows = maps.reshape(-1, maps.shape[-1])
         step = max(1, BLOCK_ELEMENTS // rows.shape[1])
