@@ -239,7 +239,7 @@ def open_slide(path: str | Path, *, level: int | None = None,
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"No such slide file: {path}")
-    with decoding(path, "slide"), _tiffslide_notes_silenced():
+    with decoding(path, "slide"), _tiffslide_notes_silenced(), _cut_short(path) as cut:
         slide = tiffslide.TiffSlide(path)
         try:
             pyramid = slide_levels(slide)
@@ -248,7 +248,14 @@ def open_slide(path: str | Path, *, level: int | None = None,
         group = slide.zarr_group
     if pyramid.mpp is None and full_mpp is not None:
         pyramid = replace(pyramid, mpp=_positive(full_mpp))
-    chosen, scale = pyramid.choose(level, mpp)
+    try:
+        chosen, scale = pyramid.choose(level, mpp)
+    except ValueError as err:
+        if cut:  # the level asked for was in the part of the file that is lost
+            raise ValueError(f"{err} {cut[0]}") from None
+        raise
+    if cut:
+        warnings.warn(cut[0], UserWarning, stacklevel=2)
     coarse = overview_index(pyramid, chosen)
     _check_codecs(path, slide, [chosen] if coarse is None else [chosen, coarse])
     with decoding(path, "slide"):
@@ -297,6 +304,34 @@ def overview_index(pyramid: SlideLevels, chosen: int) -> int | None:
         if h * w <= SAMPLE_PIXELS:
             return k
     return None
+
+
+@contextlib.contextmanager
+def _cut_short(path: str | Path) -> Iterator[list[str]]:
+    """Collect, instead of tifffile's raw log line ("<tifffile.TiffPages @8> invalid page
+    offset 511274"), a sentence saying the file is cut short: a copy that stopped early
+    keeps its first pages, and its later levels are lost."""
+    import logging
+
+    found: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "invalid page offset" in record.getMessage() and not found:
+                found.append(f"{Path(path).name} is cut short ({Path(path).stat().st_size} "
+                             "bytes; its list of pages points past its end): the pages after "
+                             "the break are lost, and with them any level there. Copy the "
+                             "file again from the scanner or the archive.")
+
+    logger = logging.getLogger("tifffile")
+    handler, propagate = Catch(), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False  # not printed raw as well
+    try:
+        yield found
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
 @contextlib.contextmanager

@@ -1,0 +1,32 @@
+"""A slide copied only in part: its first pages are there, its later levels are lost."""
+
+from __future__ import annotations
+
+import pytest
+import test_slides  # the slide fixtures (tests/ is on the path, as pytest imports tests)
+
+from napari_attnreg.io.slides import open_slide
+
+slide = test_slides.slide
+
+
+@pytest.fixture
+def cut(slide, tmp_path):
+    data = slide.read_bytes()
+    path = tmp_path / "copied.svs"
+    path.write_bytes(data[:len(data) * 3 // 4])  # a copy that stopped three quarters in
+    return path
+
+
+def test_a_cut_slide_says_so_and_a_lost_level_is_named_as_lost(cut, caplog):
+    with pytest.warns(UserWarning, match=r"copied.svs is cut short .* Copy the file again"):
+        image = open_slide(cut)
+    assert image.level == 0
+    with pytest.raises(ValueError, match=r"level 2 does not exist\. copied.svs is cut short"):
+        open_slide(cut, level=2)
+    assert "invalid page offset" not in caplog.text  # tifffile's raw line is not shown
+
+
+def test_a_whole_slide_opens_without_a_warning(slide, recwarn):
+    open_slide(slide, level=2)
+    assert not [w for w in recwarn if "cut short" in str(w.message)]
