@@ -175,6 +175,7 @@ class _Reader:
         probabilities = ("p", "q", "lfdr", "posterior") if legacy \
             else procedure.probability_maps()
         self._check_values(maps, probabilities, self.untested(metadata, grid) | glass)
+        _glass_not_measured(maps, probabilities, glass)
         if legacy:  # the paper's five fields, each renamed as the procedure declares
             return {"attention": maps["attention"], **procedure.store(_Fields(maps))}
         return maps
@@ -328,6 +329,23 @@ class _Reader:
             if outside.any():
                 raise self.fail(f"the {name} map has {int(outside.sum())} values outside "
                                 "[0, 1] or NaN; the file is damaged or was edited.")
+
+
+def _glass_not_measured(maps: dict[str, np.ndarray], probabilities: tuple[str, ...],
+                        glass: np.ndarray) -> None:
+    """Glass in a file written before it was NaN, read as not measured (in place).
+
+    Those versions filled the tokens no tissue tile holds with p = q = lfdr = 1 and
+    posterior 0, as if tested: reopened, the paper preset's ``base`` rule (z ≥ 0, p not
+    NaN) marked all of that glass significant, and counts and ROI tables took it for
+    tested patches. Only such a fill is replaced: finite values at every glass token.
+    """
+    if not glass.any() or any(np.isnan(maps[name][glass]).any() for name in probabilities):
+        return
+    for name in probabilities:
+        values = np.array(maps[name], dtype=np.float64, copy=True)
+        values[glass] = np.nan
+        maps[name] = values
 
 
 class _Fields:
