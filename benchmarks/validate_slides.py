@@ -53,10 +53,11 @@ STREAM = 27
 #: glass level and noise (8-bit): near-white, mild grain
 GLASS, GLASS_SD = 232.0, 3.0
 #: how each article's grey levels are stored as 8 bits: a fixed linear map, the same for every
-#: slide, from about its 0.5th and 99.9th percentiles (air, background; bright nuclei) to
-#: DARKEST..TISSUE_TOP: tissue darker than the glass and lighter than black, as on a
+#: slide, from its darkest to its brightest levels (air, background; the brightest nuclei of
+#: the brightest fields: nothing is clipped, a mitotic figure of a bright field reaches 1,500)
+#: to DARKEST..TISSUE_TOP: tissue darker than the glass and lighter than black, as on a
 #: brightfield slide (the mask leaves pixels below 20 % of white out as ink or labels)
-TO_8BIT = {"demo": (95.0, 700.0), "phantom": (-1030.0, 600.0), "dinov2": (0.0, 255.0)}
+TO_8BIT = {"demo": (95.0, 2600.0), "phantom": (-1030.0, 700.0), "dinov2": (0.0, 255.0)}
 DARKEST, TISSUE_TOP = 60.0, 200.0
 #: slide side in pixels (whole tiles of each model with its default overlap)
 SIDE = {"demo": 1024, "phantom": 1344, "dinov2": 1344}
@@ -184,12 +185,20 @@ def make_slides(art, index: int, side: int, glass_shares: tuple[float, ...],
 
 
 def run_slide(bb, slide: Slide, preset: str, n_boot: int, seed: int, workdir: Path,
-              **options) -> dict:
-    """Write the slide as an SVS, run it as a user does, and measure it against the truth."""
+              in_memory: bool = False, **options) -> dict:
+    """Write the slide as an SVS, run it as a user does, and measure it against the truth.
+
+    ``in_memory``: the slide's array itself, tiled without a mask (the raw reference)."""
     from napari_attnreg import regularize
     from napari_attnreg.core.stats.paper import StatisticsWarning
 
     path = workdir / "slide.svs"
+    if in_memory:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", StatisticsWarning)
+            r = regularize(slide.image, bb, tiled=True, tissue_mask="none", preset=preset,
+                           n_boot=n_boot, seed=seed, device="cpu", **options)
+        return _measure(r, slide, seed, 0.0)
     write_svs(path, slide.image)
     t0 = time.perf_counter()
     try:
@@ -204,10 +213,15 @@ def run_slide(bb, slide: Slide, preset: str, n_boot: int, seed: int, workdir: Pa
         return {"refused": str(error), "tissue_share": float(slide.tissue.mean())}
     seconds = time.perf_counter() - t0
     path.unlink()
+    return _measure(r, slide, seed, seconds)
+
+
+def _measure(r, slide: Slide, seed: int, seconds: float) -> dict:
+    """A result against the slide's truth (tissue, objects)."""
     md, summary = r.metadata, r.null_summary
     sig = r.significant()
-    kept = np.asarray(summary["tissue_tiles"], bool)
     (th, tw), ys, xs = md["tile_shape"], md["tile_origins_y"], md["tile_origins_x"]
+    kept = np.asarray(summary.get("tissue_tiles", np.ones(len(ys) * len(xs))), bool)
     # the pixels of the analysed image per pixel of the tiled grid (level 0: 1)
     sy, sx = r.image_shape[0] / r.model_shape[0], r.image_shape[1] / r.model_shape[1]
     ph, pw = r.patch_size
@@ -225,8 +239,9 @@ def run_slide(bb, slide: Slide, preset: str, n_boot: int, seed: int, workdir: Pa
     glass_tok = r.token_coverage(~tissue) >= 0.9
     edge = kept & (share >= EDGE_MIN) & (share <= 1 - EDGE_MIN)
     interior = kept & (share >= 1 - INTERIOR_MAX_GLASS)
-    row = {"seconds": seconds, "n_tiles": int(kept.size), "n_run": int(kept.sum()),
-           "mask": md.get("tissue_mask"), "any_sig": bool(sig.any()), "sig_tokens": int(sig.sum()),
+    row = {"seconds": seconds or md["timings"]["total_s"], "n_tiles": int(kept.size),
+           "n_run": int(kept.sum()), "mask": md.get("tissue_mask"), "any_sig": bool(sig.any()),
+           "sig_tokens": int(sig.sum()),
            "sig_on_glass": int((sig & glass_tok).sum()),
            "tissue_share": float(tissue.mean()),
            # the mask against the truth: tissue tiles (≥ 10 % tissue) left out, glass tiles run
@@ -359,19 +374,54 @@ def validate_model(name: str, args) -> dict:
                                "planted": summarize_planted(pl_rows) if pl_rows else None,
                                "null_rows": null_rows, "planted_rows": pl_rows,
                                "median_s": float(np.median([r["seconds"] for r in null_rows + pl_rows
-                                                            if "seconds" in r]))}
+                                                            if "seconds" in r] or [np.nan]))}
                 nl = per[str(g)]["null"]
+                pl = per[str(g)]["planted"] or {}
                 progress(f"{name} {preset} glass {g}: any sig {nl.get('any_sig')}/{nl['n']} "
-                         f"({nl['refused']} refused), "
-                         f"tile KS {nl.get('tile_p_ks')}, planted "
-                         f"{per[str(g)]['planted'] and per[str(g)]['planted']['found']}"
-                         f"/{per[str(g)]['planted'] and per[str(g)]['planted']['objects']}")
+                         f"({nl['refused']} refused), tile KS {nl.get('tile_p_ks')}, planted "
+                         f"{pl.get('found')}/{pl.get('objects')} ({pl.get('refused')} refused)")
             # the same tissue with and without glass: slides significant under each share
             any_by = {g: [r.get("any_sig", -1) for r in per[str(g)]["null_rows"]]
                       for g in args.glass}
             out["presets"][preset] = {"by_glass": per, "any_sig_by_slide": {
                 str(g): [int(v) for v in any_by[g]] for g in args.glass}}
     return out
+
+
+def raw_mosaic(art, index: int, side: int, planted: int) -> Slide:
+    """The 0 %-glass tissue of :func:`make_slides` as the article's own values (no 8 bits)."""
+    cells = (object_cells(tissue_region(side, 0.7, [STREAM, 1, index, planted]),
+                          art.native_size, planted,
+                          np.random.default_rng([STREAM, 0, index, planted])) if planted else set())
+    fs, slide = art.native_size, index + (500 if planted else 0)
+    n = -(-side // fs)
+    image = np.zeros((n * fs, n * fs), np.float32)
+    objects = np.zeros(image.shape, bool)
+    for cell in range(n * n):
+        f = art.native_field(STREAM, slide * 1000 + cell, cell in cells)
+        y, x = divmod(cell, n)
+        image[y * fs:(y + 1) * fs, x * fs:(x + 1) * fs] = f.image
+        objects[y * fs:(y + 1) * fs, x * fs:(x + 1) * fs] = f.decisive
+    return Slide(image[:side, :side], np.ones((side, side), bool), objects[:side, :side],
+                 planted=bool(planted))
+
+
+def raw_reference(name: str, args) -> dict:
+    """The step-down on the 0 %-glass tissues as arrays of the article's own values, tiled
+    without a mask: what the 8-bit storage and the slide path change."""
+    art = ARTICLES[name]
+    bb, side = art.backbone(), SIDE[name]
+    null = [_measure_raw(bb, raw_mosaic(art, i, side, 0), i, args) for i in range(args.n_null)]
+    planted = [_measure_raw(bb, raw_mosaic(art, i, side, args.planted), 1000 + i, args)
+               for i in range(args.n_planted)]
+    progress(f"{name}: raw reference done")
+    return {"null": summarize_null(null, args.n_boot),
+            "planted": summarize_planted(planted) if planted else None,
+            "null_rows": null, "planted_rows": planted}
+
+
+def _measure_raw(bb, slide: Slide, seed: int, args) -> dict:
+    return run_slide(bb, slide, "stepdown", args.n_boot, seed, Path("."), in_memory=True)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -389,6 +439,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--other-share", type=float, default=1 / 3,
                     help="share of the slides the other presets run (at least 2)")
     ap.add_argument("--n-boot", type=int, default=100)
+    ap.add_argument("--raw-reference", action="store_true",
+                    help="only the step-down on the 0 %%-glass tissues as in-memory arrays of "
+                         "the article's own values, no mask (kept beside the slide results)")
     ap.add_argument("--quick", action="store_true",
                     help="a small CPU run: the demo model, 2 null and 1 planted slide, B = 20")
     ap.add_argument("--json", type=Path, help="results file; models not run are kept from it")
@@ -425,6 +478,11 @@ def main(argv: list[str] | None = None) -> dict:
     results.setdefault("models", {})
     for name in args.models:
         t0 = time.perf_counter()
+        if args.raw_reference:
+            results.setdefault("raw_reference", {})[name] = raw_reference(name, args)
+            results["raw_reference"][name].update(n_boot=args.n_boot, argv=list(
+                argv if argv is not None else sys.argv[1:]), source=source_version())
+            continue
         results["models"][name] = validate_model(name, args)
         results["models"][name].update(seconds=time.perf_counter() - t0,
                                        argv=list(argv if argv is not None else sys.argv[1:]),
@@ -478,6 +536,19 @@ def report(results: dict) -> str:
                              f"{nl['any_sig']}/{nl['n']} = {_pct(nl['any_sig_share'])}"
                              f"{_ci_text(nl['any_sig_ci'])}{refused} | {ks} | {edge} | {glass} | {found} "
                              f"| {mask} |")
+    raw = results.get("raw_reference", {})
+    if raw:
+        lines += ["", "Raw reference (step-down, the 0 %-glass tissues as in-memory arrays of the "
+                  "article's own values, tiled without a mask):", "",
+                  "| model | B | null slides with any sig. [95 % CI] | tile p KS p (share < 0.05) "
+                  "| planted objects found [95 % CI] |", "|---|---|---|---|---|"]
+        for name, ref in raw.items():
+            nl, pl = ref["null"], ref["planted"]
+            found = ("–" if not pl or not pl.get("objects") else
+                     f"{pl['found']}/{pl['objects']} = {_pct(pl['recall'])}{_ci_text(pl['recall_ci'])}")
+            lines.append(f"| {name} | {ref['n_boot']} | {nl['any_sig']}/{nl['n']} = "
+                         f"{_pct(nl['any_sig_share'])}{_ci_text(nl['any_sig_ci'])} | "
+                         f"{nl['tile_p_ks']:.3g} ({_pct(nl['tile_p_below_05'])}) | {found} |")
     return "\n".join(lines) + "\n"
 
 
