@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from attention_reference import assert_peaked, hf_explicit, max_diff, peaked
@@ -120,3 +121,16 @@ def test_a_folder_with_a_pickled_weights_file_is_refused_in_our_words(tmp_path):
     text = str(caught.value)
     assert str(tmp_path) in text and "pytorch_model.bin" in text and "safetensors" in text
     assert "weights_only" not in text
+
+
+@pytest.mark.parametrize("model_type", ["vit", "dinov2"])
+def test_a_tiled_cpu_run_sizes_its_chunks_for_a_hugging_face_model(model_type):
+    """The chunk size of a tiled CPU run came from timm's ``patch_embed``: a Hugging Face
+    model (the real DINOv2 article, UNI and the like through transformers) crashed with
+    AttributeError unless chunk_size was given."""
+    from napari_attnreg.core.run.api import regularize
+
+    bb = load_backbone(tiny_model(model_type))
+    image = np.random.default_rng(0).random((150, 150)).astype(np.float32)
+    result = regularize(image, bb, tiled=True, n_boot=4, device="cpu")
+    assert result.metadata["n_tiles"] > 1 and np.isfinite(result.attention).all()

@@ -359,7 +359,7 @@ def latency_chunk(backbone: Backbone, tile: tuple[int, int], seconds: float = 1.
     """
     tokens = (tile[0] // backbone.patch_size[0]) * (tile[1] // backbone.patch_size[1])
     tokens += backbone.num_prefix_tokens
-    width = int(backbone.model.patch_embed.proj.out_channels)
+    width = int(backbone.embed_dim)  # timm and Hugging Face models alike
     # per block: qkv, projection and the 4x MLP (12·T·D² MACs) plus the T² attention
     macs = backbone.depth * (12 * tokens * width**2 + 2 * tokens**2 * width)
     return max(1, int(seconds * CPU_FLOPS / (2 * macs)))
