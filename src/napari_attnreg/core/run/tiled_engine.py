@@ -561,7 +561,8 @@ class _NullTiles:
                                   device=run.device)
         self.image_null = (ImageNull(tiled.source, self.null_config, layout.tile,
                                      backbone.patch_size[0], reader=tiled.reader,
-                                     shape=layout.shape, accept=_in_tissue(tiled))
+                                     shape=layout.shape, accept=_in_tissue(tiled),
+                                     tissue=None if tiled.tissue is None else tiled.tissue.mask)
                            if scope == "image" else None)
 
     def __call__(self, start: int, size: int) -> None:

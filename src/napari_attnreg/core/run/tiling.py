@@ -271,12 +271,18 @@ class ImageNull:
         ``accept(y, x)``: whether a ``patch`` null may take the tile at this origin (a tissue
         mask: glass is not what the image's tiles are); positions are drawn again, from the
         same stream, until one is accepted (at most :data:`MAX_REDRAWS` times).
+    tissue : np.ndarray, optional
+        A boolean mask over the whole image (any resolution): ``normal``, ``uniform`` and
+        ``pixel`` take their statistics and pixels from the tissue alone. Glass is not what
+        the tested tiles are: on a slide that is 70 % glass its brightness set the null's
+        mean and spread, and the tissue's tiles were tested against glass.
     """
 
     def __init__(self, source: torch.Tensor, config: NullConfig, tile: tuple[int, int],
                  patch_size: int, *, reader: Callable[[int, int, int, int], torch.Tensor] | None = None,
                  shape: tuple[int, int] | None = None,
-                 accept: Callable[[int, int], bool] | None = None) -> None:
+                 accept: Callable[[int, int], bool] | None = None,
+                 tissue: np.ndarray | None = None) -> None:
         self.source = source.float()
         self.reader = reader
         self.accept = accept
@@ -284,8 +290,11 @@ class ImageNull:
         self.config = config
         self.tile = (int(tile[0]), int(tile[1]))
         self.patch_size = patch_size
+        self.pool = self.source  # the pixels ``pixel`` draws from
         x = self.source
         c = x.shape[0]
+        if tissue is not None and config.method != "patch":
+            x = self.pool = _tissue_pixels(self.source, tissue)
         # the statistics are taken once per run, not once per chunk: a large image is costly
         if config.method == "normal":
             dims = (1, 2) if config.per_channel else (0, 1, 2)
@@ -307,7 +316,7 @@ class ImageNull:
             return normal_draws(seed, indices, (c, th, tw), x.device).mul_(self.std).add_(self.mean)
         if cfg.method == "uniform":
             return uniform_draws(seed, indices, (c, th, tw), x.device).mul_(self.span).add_(self.low)
-        return resampled_pixels(x, seed, indices, (th, tw))
+        return resampled_pixels(self.pool, seed, indices, (th, tw))
 
     def _patch_tiles(self, indices: Sequence[int], seed: int) -> torch.Tensor:
         x = self.source
@@ -328,6 +337,29 @@ class ImageNull:
             out.append(crop)
         return shuffled_blocks(torch.stack(out), seed, indices,
                                self.config.block_size or self.patch_size)
+
+
+#: Most pixels of the tissue sample the ``normal``, ``uniform`` and ``pixel`` nulls of a masked
+#: run read (a strided sample beyond it, as for an image read on demand).
+TISSUE_SAMPLE_PIXELS = 1 << 24
+
+
+def _tissue_pixels(source: torch.Tensor, tissue: np.ndarray) -> torch.Tensor:
+    """``(c, 1, n)``: the pixels of ``source`` (``(c, H, W)``) that ``tissue`` (a mask of the
+    same extent, any resolution) marks, nearest sampled, from a strided sample of at most
+    :data:`TISSUE_SAMPLE_PIXELS` pixels; all of them where the mask marks none."""
+    c, h, w = source.shape
+    step = max(1, math.ceil(math.sqrt(h * w / TISSUE_SAMPLE_PIXELS)))
+    sample = source[:, ::step, ::step]
+    mask = np.asarray(tissue, dtype=bool)
+    rows = np.minimum(((np.arange(sample.shape[1]) * step + 0.5) * mask.shape[0] / h)
+                      .astype(np.int64), mask.shape[0] - 1)
+    cols = np.minimum(((np.arange(sample.shape[2]) * step + 0.5) * mask.shape[1] / w)
+                      .astype(np.int64), mask.shape[1] - 1)
+    keep = torch.from_numpy(np.ascontiguousarray(mask[np.ix_(rows, cols)])).to(source.device)
+    if not bool(keep.any()):
+        return sample.reshape(c, 1, -1)
+    return sample[:, keep].reshape(c, 1, -1)
 
 
 def work_shape(image_shape: tuple[int, int], patch: tuple[int, int],
