@@ -30,3 +30,13 @@ def test_a_cut_slide_says_so_and_a_lost_level_is_named_as_lost(cut, caplog):
 def test_a_whole_slide_opens_without_a_warning(slide, recwarn):
     open_slide(slide, level=2)
     assert not [w for w in recwarn if "cut short" in str(w.message)]
+
+
+def test_the_command_line_says_so_in_one_line_of_its_own(cut, tmp_path, capsys):
+    from napari_attnreg.cli import main
+
+    main(["run", str(cut), "--tiled", "--level", "0", "--out", str(tmp_path / "out"),
+          "--model", "demo", "--n-boot", "4", "--device", "cpu", "--quiet"])
+    err = capsys.readouterr().err
+    assert "attnreg: warning: copied.svs is cut short" in err
+    assert "UserWarning" not in err and "open_slide(" not in err  # not Python's two lines

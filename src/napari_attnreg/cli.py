@@ -11,7 +11,9 @@ notebook use (:mod:`napari_attnreg.batch.run`); inputs and output names are
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -215,6 +217,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``attnreg`` command."""
+    with _warnings_as_notes():
+        return _main(argv)
+
+
+@contextlib.contextmanager
+def _warnings_as_notes() -> Iterator[None]:
+    """Our own warnings (a slide cut short, a DICOM slice left out) as one line each,
+    ``attnreg: warning: ...``, not Python's two lines with a source line of ours in them;
+    other packages' warnings as Python prints them."""
+    import warnings
+
+    shown = warnings.showwarning
+
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+             line: Any = None) -> None:
+        if "napari_attnreg" in str(filename):
+            print(f"attnreg: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     from napari_attnreg.core.models.errors import BackboneError
 
