@@ -217,6 +217,15 @@ def test_a_slide_level_for_an_image_of_one_resolution_is_refused_not_recorded(
     assert not list(out.glob("*.attnreg.npz"))
 
 
+@pytest.mark.parametrize("name", ["photo.png", "cells.tif"])
+def test_a_damaged_file_with_a_level_is_called_damaged(tmp_path, name):
+    # not "an image of one resolution": the bytes are not an image at all
+    path = tmp_path / name
+    path.write_bytes(b"not an image, whatever its name says")
+    with pytest.raises(ValueError, match="is not a readable image"):
+        regularize(path, "demo", level=1, **FAST)
+
+
 def test_a_missing_path_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="no such image file"):
         regularize(tmp_path / "nothing.svs", "demo", tiled=True, **FAST)

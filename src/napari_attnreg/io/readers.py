@@ -295,6 +295,7 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
         read = {k: v for k, v in slide.run_extra().items() if k.startswith("slide_")}
         return PlaneStack.from_array(slide.read_whole()), replace(info, slide=read)
     if asked:  # read at full resolution, it would be recorded as read at the level asked
+        _check_header(path)  # a damaged file is called damaged, not an image of one resolution
         raise ValueError(
             f"{path.name} is neither a slide nor a pyramid: it has one resolution, so a slide "
             "level or resolution does not apply ('Slide level' / 'Slide resolution' in "
@@ -342,6 +343,22 @@ def slide_info(image: LazyImage) -> ImageInfo:
     size = None if image.mpp is None else (float(image.mpp), float(image.mpp))
     return ImageInfo(size, "µm" if size else None, "pathology", "slide file",
                      image.pixel_origin)
+
+
+def _check_header(path: Path) -> None:
+    """Raise what reading ``path``'s header raises (UnreadableFileError for damaged bytes, a
+    file whose content is not its ending's format); nothing for a readable image file."""
+    if not path.is_file() or path.suffix.lower() in DICOM_SUFFIXES or is_zarr(path):
+        return
+    if path.suffix.lower() in TIFF_SUFFIXES:
+        import tifffile
+
+        with decoding(path), tifffile.TiffFile(path, _multifile=False):
+            return
+    import imageio.v3 as iio
+
+    with decoding(path):
+        iio.improps(path)
 
 
 def header_plane_shape(path: str | Path) -> tuple[int, int] | None:
