@@ -364,3 +364,28 @@ def test_diagnostics_read_the_tissue_tokens_only(monkeypatch):
     tested = tissue_tokens(result)
     np.testing.assert_array_equal(seen["attention"], result.attention[tested])
     assert seen["z_sd"] == pytest.approx(float(np.std(result.z[tested])))
+
+
+def test_the_tested_tokens_are_derived_once_per_result_and_cannot_be_changed():
+    """Every caption, figure and status redraw asks which tokens were tested; a slide's grid
+    took some 15 ms to derive each time. It is now kept, read-only, while the result lives,
+    and a result with other tiles gets its own."""
+    import gc
+    from dataclasses import replace
+
+    from napari_attnreg.core.results import display
+
+    result = _run("stepdown")
+    tested = tissue_tokens(result)
+    assert tissue_tokens(result) is tested  # kept, not derived again
+    assert tissue_tokens(replace(result, metadata=dict(result.metadata))) is tested
+    with pytest.raises(ValueError):
+        tested[0, 0] = not tested[0, 0]  # shared: no caller may change it
+    other_tiles = result.null_summary["tissue_tiles"].copy()
+    other_tiles[np.flatnonzero(other_tiles)[0]] = False
+    other = replace(result, null_summary={**result.null_summary, "tissue_tiles": other_tiles})
+    assert tissue_tokens(other).sum() < tested.sum()  # its own tiles, not the cached grid
+    del other, other_tiles
+    gc.collect()
+    tissue_tokens(result)
+    assert all(ref() is not None for ref, _ in display._TISSUE_TOKENS.values())  # dropped

@@ -18,6 +18,7 @@ Example
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -211,9 +212,36 @@ def tissue_tokens(result: AttentionResult) -> np.ndarray | None:
     """Boolean token grid of the tokens a tiled run with a tissue mask tested (those of its
     tissue tiles); None for a run without a mask. The others were never run: their p, q,
     lfdr and posterior are NaN (files of earlier versions hold p = 1 there) and their
-    attention 0, a fill that says nothing about them."""
-    return tissue_token_grid(result.null_summary.get("tissue_tiles"), result.metadata,
-                             result.patch_size, result.grid_shape)
+    attention 0, a fill that says nothing about them. Read-only: the grid is kept for the
+    next caller."""
+    tiles = result.null_summary.get("tissue_tiles")
+    if not isinstance(tiles, np.ndarray):
+        return tissue_token_grid(tiles, result.metadata, result.patch_size, result.grid_shape)
+    md = result.metadata
+    # the records that place the tiles, by value (a few hundred numbers); the run tiles by
+    # identity, alive through the weak reference (a result and its re-thresholded copies
+    # share them)
+    key = (id(tiles), *(repr(md.get(k)) for k in ("tile_origins_y", "tile_origins_x",
+                                                  "tile_shape")),
+           tuple(result.patch_size), tuple(result.grid_shape))
+    for old in [k for k, (ref, _) in _TISSUE_TOKENS.items() if ref() is None]:
+        del _TISSUE_TOKENS[old]  # a closed result's grid (a slide's is megabytes) goes with it
+    hit = _TISSUE_TOKENS.get(key)
+    if hit is not None and hit[0]() is tiles:
+        return hit[1]
+    tested = tissue_token_grid(tiles, md, result.patch_size, result.grid_shape)
+    if tested is not None:
+        tested.setflags(write=False)  # shared by every caller from now on
+    if len(_TISSUE_TOKENS) >= _TISSUE_TOKENS_KEPT:
+        _TISSUE_TOKENS.pop(next(iter(_TISSUE_TOKENS)))
+    _TISSUE_TOKENS[key] = (weakref.ref(tiles), tested)
+    return tested
+
+
+#: :func:`tissue_tokens` of the last few results: every caption, figure and status redraw
+#: asks again, and a slide's grid takes some 15 ms to derive.
+_TISSUE_TOKENS: dict[tuple, tuple[weakref.ref, np.ndarray | None]] = {}
+_TISSUE_TOKENS_KEPT = 8
 
 
 #: What a front end says of a patch no tissue tile holds.
