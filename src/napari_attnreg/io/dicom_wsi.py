@@ -35,7 +35,7 @@ import numpy as np
 from napari_attnreg.core.files import decoding
 from napari_attnreg.core.run.lazy import LazyImage
 from napari_attnreg.io.dicom import WSI_SOP_CLASS, dicom_files, is_dicom_file
-from napari_attnreg.io.slides import SlideLevels, check_choice, overview_index
+from napari_attnreg.io.slides import SlideLevels, check_choice, overview_index, stated_mpp
 
 #: Image types (third value of ImageType) that are no pyramid level of the slide.
 NOT_LEVELS = ("LABEL", "OVERVIEW", "THUMBNAIL")
@@ -338,11 +338,14 @@ def wsi_pyramid(path: str | Path, files: Sequence[str | Path] | None = None) -> 
     levels = tuple(_level(*by_size[size], size) for size in order)
     (h0, w0), first = order[0], by_size[order[0]]
     spacing = _spacing(first[1])
+    stated = None if spacing is None else 1000.0 * spacing  # mm -> µm
+    # a converter's default (72 dpi as 0.3528 mm and the like) is no pixel size, as in a TIFF
+    mpp, note = stated_mpp(stated, "its DICOM PixelSpacing says")
     pyramid = SlideLevels(
         dimensions=tuple(order),
         downsamples=tuple((h0 / h + w0 / w) / 2 for h, w in order),
-        mpp=None if spacing is None else 1000.0 * spacing,  # mm -> µm
-        vendor=str(first[1].get("Manufacturer", "") or "dicom"))
+        mpp=mpp, vendor=str(first[1].get("Manufacturer", "") or "dicom"),
+        ignored_mpp=None if note is None else stated, ignored_note=note)
     return DicomPyramid(levels, pyramid, tuple(f for f, _, _ in volumes))
 
 

@@ -159,6 +159,11 @@ def _image_layers(path: str | Path, levels: list[Any], axes: str, pixels: dict[s
         units.append(_UNITS.get(unit, "pixel") if value else "pixel")
         if value:
             physical[axis] = (value, unit)
+    if len(levels) > 1 and _stated(physical)[1] is not None:  # a pyramid's default size:
+        for axis in "YX":  # shown in pixels, as the run records it (no µm)
+            k = spatial.index(axis)
+            scale[k], units[k] = 1.0, "pixel"
+            physical.pop(axis)
     kwargs: LayerKwargs = {
         "name": _stem(path),
         "scale": tuple(scale),
@@ -204,15 +209,25 @@ _MICROMETRES = {"nm": 1e-3, "µm": 1.0, "um": 1.0, "mm": 1e3, "cm": 1e4, "m": 1e
 
 def micrometres(physical: dict[str, Any]) -> float | None:
     """µm per pixel from an OME ``physical_size`` record (``{"Y": (0.5, "µm"), ...}``): the
-    mean of Y and X, as a slide's mpp is; None when either is missing or not a length."""
+    mean of Y and X, as a slide's mpp is; None when either is missing or not a length, or
+    when it is no measured size (a program's default, :func:`_stated`)."""
+    return _stated(physical)[0]
+
+
+def _stated(physical: dict[str, Any]) -> tuple[float | None, str | None]:
+    """:func:`~napari_attnreg.io.slides.stated_mpp` of a pyramid's OME physical size: a
+    converter that carries a TIFF's default resolution tags into the OME-XML (72 dpi as
+    352.8 µm) states no pixel size, as the tags themselves do not."""
+    from napari_attnreg.io.slides import stated_mpp
+
     sizes = []
     for axis in "YX":
         value = physical.get(axis)
         factor = _MICROMETRES.get(str(value[1])) if value else None
         if factor is None:
-            return None
+            return None, None
         sizes.append(float(value[0]) * factor)
-    return sum(sizes) / 2
+    return stated_mpp(sum(sizes) / 2, "its OME-XML says")
 
 
 @dataclass(frozen=True)
@@ -227,13 +242,17 @@ class OmePyramid:
     levels : tuple
         zarr arrays, full resolution first.
     mpp : float or None
-        Micrometres per full-resolution pixel, when the OME-XML states lengths.
+        Micrometres per full-resolution pixel, when the OME-XML states lengths (and they are
+        no program's default, :func:`_stated`).
+    ignored_note : str or None
+        What the OME-XML stated when it was ignored, for messages.
     """
 
     path: str
     axes: str
     levels: tuple[Any, ...]
     mpp: float | None
+    ignored_note: str | None = None
 
     @property
     def plane_shapes(self) -> tuple[tuple[int, int], ...]:
@@ -249,7 +268,8 @@ class OmePyramid:
         dims = self.plane_shapes
         h0, w0 = dims[0]
         downsamples = tuple((h0 / h + w0 / w) / 2 for h, w in dims)
-        return SlideLevels(dims, downsamples, self.mpp, "OME-TIFF")
+        return SlideLevels(dims, downsamples, self.mpp, "OME-TIFF",
+                           ignored_note=self.ignored_note)
 
 
 def ome_pyramid(path: str | Path) -> OmePyramid | None:
@@ -284,7 +304,8 @@ def ome_pyramid(path: str | Path) -> OmePyramid | None:
     with decoding(path):
         group = zarr.open(tifffile.imread(path, aszarr=True, series=0), mode="r")
         levels = tuple(group[str(k)] for k in range(len(group)))
-    return OmePyramid(str(path), axes, levels, micrometres(physical))
+    mpp, note = _stated(physical)
+    return OmePyramid(str(path), axes, levels, mpp, ignored_note=note)
 
 
 def open_ome_level(path: str | Path, *, level: int | None = None, mpp: float | None = None,

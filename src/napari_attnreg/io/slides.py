@@ -42,11 +42,25 @@ SLIDE_SUFFIXES = (".svs", ".ndpi")
 SLIDE_CONTENT_SUFFIXES = (".tif", ".tiff", ".scn", ".bif")
 #: A requested resolution within this fraction of a level's is read at that level unresampled.
 MPP_TOLERANCE = 0.02
-#: µm per full-resolution pixel above which a slide's stated pixel size is no microscope's:
-#: the resolution tags a program writes by default (72 or 96 dpi: 353 or 265 µm; libvips'
-#: 1 pixel per mm: 1000 µm), which would put a section metres wide. A gross photograph at
-#: 600 dpi (42 µm) is below it.
-MAX_SLIDE_MPP = 50.0
+#: µm per pixel of the resolution tags programs write when they know no pixel size: a
+#: pyramid stating one of these (within :data:`DEFAULT_MPP_TOLERANCE`) says nothing about its
+#: pixels, and recorded as µm it would put a section metres wide (scale bars and napari's µm
+#: placement a thousand times off, ``--mpp`` choosing levels by it). A size between them is
+#: kept: a radiograph or a gross photograph saved as a pyramid really is 100–200 µm per pixel.
+PROGRAM_DEFAULT_MPP = {
+    25400 / 72: "the classic screen resolution, macOS's and Photoshop's",  # 72 dpi
+    25400 / 96: "Windows' screen resolution",  # 96 dpi
+    25400 / 300: "image editors' and document scanners' print resolution",  # 300 dpi
+    1000.0: "libvips', 1 pixel per mm",
+    10000.0: "1 pixel per cm",
+    25400.0: "1 pixel per inch",
+}
+#: Relative difference within which a stated pixel size is a program's default (the tags are
+#: fractions: 72 dpi is 352.7777… µm, written to a few digits by some programs).
+DEFAULT_MPP_TOLERANCE = 0.002
+#: µm per full-resolution pixel above which a stated pixel size is no image's (10 mm: a
+#: photograph of a whole specimen is a fraction of that), whatever wrote it.
+MAX_SLIDE_MPP = 10000.0
 #: Scanners' TIFF compressions by the names users know them by, for messages (tifffile's
 #: name of the code otherwise).
 CODEC_NAMES = {7: "JPEG", 33003: "JPEG 2000 (Aperio, YCbCr)", 33004: "JPEG 2000",
@@ -113,9 +127,11 @@ class SlideLevels:
     downsamples: tuple[float, ...]
     mpp: float | None  # µm per level-0 pixel, when the slide says
     vendor: str
-    #: A pixel size the file states that is no microscope's (above :data:`MAX_SLIDE_MPP`: a
-    #: program's default resolution tags), left out of ``mpp``; messages name it.
+    #: A pixel size the file states that is no measured one (a program's default resolution
+    #: tags, or above :data:`MAX_SLIDE_MPP`), left out of ``mpp``; messages name it.
     ignored_mpp: float | None = None
+    #: What the file held and why it was ignored (:func:`stated_mpp`), for messages.
+    ignored_note: str | None = None
 
     def level_mpp(self, level: int) -> float | None:
         """µm per pixel of ``level``, or None when the slide does not say."""
@@ -138,10 +154,7 @@ class SlideLevels:
                                  f"({self.describe()}); level {level} does not exist.")
             return level, 1.0
         if self.mpp is None:
-            stated = "" if self.ignored_mpp is None else (
-                f" (its TIFF tags say {self.ignored_mpp:.4g} µm per pixel, "
-                f"{25400 / self.ignored_mpp:.4g} dpi: a program's default, not a "
-                "microscope's)")
+            stated = "" if self.ignored_note is None else f" ({self.ignored_note})"
             raise ValueError(f"The slide does not state its pixel size (mpp){stated}, so a "
                              "resolution cannot be chosen; choose a level instead ('Slide "
                              "level' in napari, level= in Python, --level on the command "
@@ -176,12 +189,41 @@ def slide_levels(slide: Any) -> SlideLevels:
     if tif.is_bif:  # tiffslide parses a Ventana slide as a generic TIFF
         vendor = "ventana"
         mpp = mpp if mpp is not None else _ventana_mpp(tif)
-    ignored = None
-    if mpp is not None and mpp > MAX_SLIDE_MPP:  # 72 dpi and the like: no µm to record
-        mpp, ignored = None, mpp
+    # 72 dpi and the like: no µm to record (a generic TIFF's size is its resolution tags)
+    says = "its TIFF tags say" if vendor == "generic" else f"its {vendor} metadata says"
+    kept, note = stated_mpp(mpp, says)
     return SlideLevels(dimensions=tuple((int(h), int(w)) for w, h in slide.level_dimensions),
                        downsamples=tuple(float(d) for d in slide.level_downsamples),
-                       mpp=mpp, vendor=vendor, ignored_mpp=ignored)
+                       mpp=kept, vendor=vendor, ignored_mpp=None if note is None else mpp,
+                       ignored_note=note)
+
+
+def stated_mpp(mpp: float | None, says: str) -> tuple[float | None, str | None]:
+    """A pyramid's stated µm per full-resolution pixel, kept or ignored.
+
+    Parameters
+    ----------
+    mpp : float or None
+        As the file states it.
+    says : str
+        Where it was stated, for the note: ``"its TIFF tags say"``.
+
+    Returns
+    -------
+    (float or None, str or None)
+        ``(mpp, None)`` when kept; ``(None, note)`` when it is one of the programs' defaults
+        (:data:`PROGRAM_DEFAULT_MPP`) or above :data:`MAX_SLIDE_MPP`, the note saying what
+        the file held and why it is no pixel size.
+    """
+    if mpp is None:
+        return None, None
+    held = f"{says} {mpp:.5g} µm per pixel, {25400 / mpp:.4g} dpi"
+    for default, why in PROGRAM_DEFAULT_MPP.items():
+        if abs(mpp / default - 1) <= DEFAULT_MPP_TOLERANCE:
+            return None, f"{held}: a program's default ({why}), not a measured size"
+    if mpp > MAX_SLIDE_MPP:
+        return None, f"{held}: over {MAX_SLIDE_MPP / 1000:g} mm per pixel, no image's"
+    return mpp, None
 
 
 def _ventana_mpp(tif: Any) -> float | None:

@@ -8,7 +8,7 @@ runs them):
 - :class:`DiskSource`: a slide (SVS, NDPI, pyramidal TIFF, OME-TIFF pyramid), a single image
   too large to hold that a tiled run reads on demand, or an image opened by the caller
   (:class:`~napari_attnreg.core.run.lazy.LazyImage`). It is never read whole to be shown:
-  the picture is its overview, from a coarse level.
+  the picture is a strided read, of a small slide's level itself, else of a coarser level.
 
 A run of a file opens it again as ``attnreg run`` does (:func:`napari_attnreg.api.open_path`)
 with the run's options (tiled, slide level, resolution), so its result records what the
@@ -182,8 +182,10 @@ class DiskSource:
         return str(self.path or self.image.path or "an opened image")
 
     def display_pixels(self, plane: PlaneIndex, max_pixels: int) -> tuple[np.ndarray, int | None]:
-        """The overview: a strided read of a coarse level of about ``max_pixels``."""
-        return _channels_last(self.image.overview(max_pixels))
+        """A strided read of about ``max_pixels``: of the level itself where it shows more
+        than the coarser level (a small slide), else of the coarser level
+        (:meth:`~napari_attnreg.core.run.lazy.LazyImage.picture`)."""
+        return _channels_last(self.image.picture(max_pixels))
 
     def figure_pixels(self, result: AttentionResult,
                       plane: PlaneIndex) -> tuple[np.ndarray, int | None] | None:

@@ -128,6 +128,38 @@ class LazyImage:
         step = max(1, int(np.ceil(np.sqrt(h * w / max_pixels))))
         return source.read(slice(0, h, step), slice(0, w, step))
 
+    def level_shown(self, max_pixels: int) -> bool:
+        """Whether :meth:`picture` reads the level itself rather than its coarser level.
+
+        A slide's coarser level (:attr:`overview_array`) can be 4 or 16 times coarser a side
+        than the level analysed: shown from it, a small slide's figure is a blur of the
+        pixels the model saw. The level is read when its strided read of at most
+        ``max_pixels`` holds more pixels than the coarser level, and it has at most
+        :data:`SAMPLE_PIXELS` (the read then costs no more than the statistics' sample).
+        """
+        if self.overview_array is None:
+            return True
+        h, w = self.shape
+        if h * w > SAMPLE_PIXELS:
+            return False
+        step = max(1, int(np.ceil(np.sqrt(h * w / max_pixels))))
+        oh, ow = (int(v) for v in self.overview_array.shape[:2])
+        return -(-h // step) * -(-w // step) > oh * ow
+
+    def picture(self, max_pixels: int, extent: tuple[int, int] | None = None) -> np.ndarray:
+        """The image for showing it, at about ``max_pixels`` pixels or fewer: a strided read
+        of the level itself where it shows more than its coarser level
+        (:meth:`level_shown`), else of the coarser level (:meth:`overview`, the whole image).
+
+        ``extent``: the level's first rows and columns to show when the level is read (a
+        tiled run's whole patches); default, all of them.
+        """
+        if not self.level_shown(max_pixels):
+            return self.overview(max_pixels)
+        h, w = self.shape if extent is None else extent
+        step = max(1, int(np.ceil(np.sqrt(h * w / max_pixels))))
+        return self.read(slice(0, h, step), slice(0, w, step))
+
     @property
     def dtype(self) -> np.dtype:
         return np.dtype(self.array.dtype)

@@ -87,7 +87,8 @@ class TiledImage:
     display_part : callable
         ``display_part(step)`` → the scaled original at stride ``step``, made on the host
         when asked (:attr:`display` is stride 1, for figures; a tissue mask takes a
-        thumbnail).
+        thumbnail). Of an image read on demand, a strided read: of the level analysed
+        when it shows more than the slide's coarser level, else the statistics' sample.
     image_shape : (int, int)
         ``(H0, W0)`` of the original image.
     layout : TileLayout
@@ -222,6 +223,10 @@ def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig,
 
 #: Pixels of the thumbnail an automatic tissue mask is computed from (about 2048²).
 THUMBNAIL_PIXELS = 1 << 22
+#: Pixels of a lazily read image's display, read from the level analysed when it shows more
+#: than the coarser level (about 2048²: figures are drawn at most 1024 a side, sampled from
+#: a picture twice as fine).
+DISPLAY_PIXELS = 1 << 22
 
 
 def tissue_spec(config: RunConfig, image: Any) -> Any:
@@ -285,10 +290,18 @@ def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> Ti
     channel_map = ChannelMap(int(sample.shape[0]), len(backbone.mean),
                              tuple(float(v) for v in backbone.mean),
                              tuple(float(v) for v in backbone.std))
-    display = sample[0].numpy() if sample.shape[0] == 1 else sample.permute(1, 2, 0).numpy()
+    display_part = _strided(_channels_last(sample))
+    if image.overview_array is not None and image.level_shown(DISPLAY_PIXELS):
+        # a slide small enough is shown from the level analysed, not from its coarser level
+        # (the sample above, which the statistics keep): read when a figure asks for it
+        sh, sw = image.shape
+        extent = (h, w) if image.scale == 1 else (min(sh, round(h * image.scale)),
+                                                  min(sw, round(w * image.scale)))
+        display_part = _made_once(lambda: _channels_last(
+            scaled(image.picture(DISPLAY_PIXELS, extent), lo, hi)))
     region = (max(1, round(th * image.scale)), max(1, round(tw * image.scale)))
     raw_bytes = region[0] * region[1] * int(sample.shape[0]) * np.dtype(image.dtype).itemsize
-    return TiledImage(source=sample, channel_map=channel_map, display_part=_strided(display),
+    return TiledImage(source=sample, channel_map=channel_map, display_part=display_part,
                       image_shape=(h, w), layout=layout, reader=reader, read_raw=read_raw,
                       finish=finish, raw_tile_bytes=raw_bytes)
 
@@ -335,6 +348,26 @@ def _region_reader(image: LazyImage, width: int) -> Callable[[int, int, int, int
 
 def _strided(display: np.ndarray) -> Callable[[int], np.ndarray]:
     return lambda step: display[::step, ::step]
+
+
+def _channels_last(chw: torch.Tensor) -> np.ndarray:
+    """``(c, h, w)`` → ``(h, w)`` for one channel, else ``(h, w, c)`` (a view)."""
+    return chw[0].numpy() if chw.shape[0] == 1 else chw.permute(1, 2, 0).numpy()
+
+
+def _made_once(make: Callable[[], np.ndarray]) -> Callable[[int], np.ndarray]:
+    """``display_part`` of a display read from the file when first asked, then kept: a run
+    that draws no figure never reads it."""
+    made: list[np.ndarray] = []
+    lock = threading.Lock()
+
+    def part(step: int) -> np.ndarray:
+        with lock:
+            if not made:
+                made.append(make())
+        return made[0] if step == 1 else made[0][::step, ::step]
+
+    return part
 
 
 def _kept(part: Callable[[int], np.ndarray]) -> Callable[[int], np.ndarray]:
