@@ -91,6 +91,28 @@ def test_figure_view_scales_the_pixel_size_with_the_display():
     assert result.spatial["scale"] == (0.5, 0.5)  # the result file keeps its own
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8])
+def test_a_shrunk_figure_keeps_lines_a_pixel_wide(dtype):
+    """Sampling every other pixel dropped every 1-px line on an even row of a 2048² slide
+    from its 1024² figure; averaged, each line stays, at half its contrast."""
+    from napari_attnreg.core.results.result import AttentionResult as R
+
+    grid = np.ones((128, 128))
+    result = R(attention=grid, maps=dict(z=grid, p=grid, lfdr=grid, posterior=grid, q=grid),
+               pi0=1.0, thresholds={}, image_shape=(2048, 2048), model_shape=(2048, 2048),
+               patch_size=(16, 16), metadata={})
+    display = np.zeros((2048, 2048, 3), dtype)
+    top = 1.0 if dtype == np.float32 else 255
+    display[::8] = top  # lines on even rows
+    display[4::8, :, 0] = top  # and red ones
+    _, shown = figure_view(result, display)
+    assert shown.shape == (1024, 1024, 3) and shown.dtype == dtype
+    rows = shown[..., 1].astype(float).mean(axis=1) / top
+    assert (rows[::4] > 0.2).all()  # every white line is there
+    assert shown[2::4, :, 0].astype(float).mean() / top > 0.2  # every red one too
+    assert rows[1::4].max() < rows[::4].min()  # and still lines, not a grey wash
+
+
 def test_the_batch_figure_names_each_warning_once(tmp_path, drawn):
     import imageio.v3 as iio
 
