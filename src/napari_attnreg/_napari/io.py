@@ -67,7 +67,11 @@ def read_slide_layers(path: str | list[str]) -> list[LayerData]:
     pyramid), its pixel size, and ``run_level``: the finest level a run in napari's dock
     holds in memory when it is not tiled (a tiled run reads level 0, or the level asked,
     tile by tile, as ``attnreg run --tiled`` does). A slide of one level is that level (napari
-    then reads all of it to draw it).
+    then reads all of it to draw it) when it is small enough for an untiled run
+    (``MAX_UNTILED_PIXELS``); a larger one is shown as a multiscale layer whose finest level
+    is the file's and whose coarser levels are made from it as napari draws them
+    (:mod:`~napari_attnreg._napari.slide_pyramid`), for display only: ``levels`` counts the
+    file's levels, which a run reads, and ``display_levels`` the layer's.
     """
     from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
     from napari_attnreg.io.slides import open_slide
@@ -82,7 +86,7 @@ def read_slide_layers(path: str | list[str]) -> list[LayerData]:
     sizes = [image.analysed_shape[0] * image.analysed_shape[1] for image in levels]
     run_level = next((k for k, n in enumerate(sizes) if n <= MAX_UNTILED_PIXELS),
                      len(levels) - 1)
-    shown = [image.array for image in levels]
+    shown = _with_display_levels([image.array for image in levels])
     full = levels[0]
     scale = (full.mpp, full.mpp) if full.mpp else (1.0, 1.0)
     rgb = full.channel_axis == -1 and full.array.shape[-1] in (3, 4)
@@ -90,8 +94,22 @@ def read_slide_layers(path: str | list[str]) -> list[LayerData]:
         "name": source_layer_name(path), "rgb": rgb, "multiscale": len(shown) > 1,
         "scale": scale, "units": ("µm", "µm") if full.mpp else ("pixel", "pixel"),
         "metadata": {"slide": {"path": path, "level": 0, "mpp": full.mpp, "downsample": 1.0,
-                               "levels": len(shown), "run_level": run_level}}}
+                               "levels": len(levels), "display_levels": len(shown),
+                               "run_level": run_level}}}
     return [(shown if len(shown) > 1 else full.array, kwargs, "image")]
+
+
+def _with_display_levels(levels: list[Any]) -> list[Any]:
+    """A slide's levels as napari shows them: a single level above the untiled pixel budget
+    followed by halved copies made as napari draws them (napari would read a single array
+    whole, gigabytes for such a slide); any other slide's levels as they are."""
+    from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
+
+    if len(levels) != 1 or levels[0].shape[0] * levels[0].shape[1] <= MAX_UNTILED_PIXELS:
+        return levels
+    from napari_attnreg._napari.slide_pyramid import display_levels
+
+    return [levels[0], *display_levels(levels[0])]
 
 
 def _is_dicom_wsi(path: str) -> bool:
@@ -104,7 +122,8 @@ def read_dicom_wsi_layers(path: str | list[str]) -> list[LayerData]:
     """A DICOM whole-slide image (a file, a slide's folder, or its files dropped together) as
     :func:`read_slide_layers` reads an SVS: one image layer in micrometres, a multiscale
     one over the slide's VOLUME levels (its label and overview left out), each level decoded
-    tile by tile as napari draws it; ``metadata["slide"]`` as there."""
+    tile by tile as napari draws it (a single large level with coarser ones made for display,
+    as a slide's); ``metadata["slide"]`` as there."""
     from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
     from napari_attnreg.io.dicom_wsi import wsi_pyramid
 
@@ -114,10 +133,10 @@ def read_dicom_wsi_layers(path: str | list[str]) -> list[LayerData]:
         if not path:
             raise ValueError("Drop the files of one DICOM slide at a time, or drop its folder.")
     slide = wsi_pyramid(path)
-    shown = list(slide.levels)
+    shown = _with_display_levels(list(slide.levels))
     sizes = [h * w for h, w in slide.pyramid.dimensions]
     run_level = next((k for k, n in enumerate(sizes) if n <= MAX_UNTILED_PIXELS),
-                     len(shown) - 1)
+                     len(sizes) - 1)
     mpp = slide.pyramid.mpp
     name = Path(path).name if Path(path).is_dir() else source_layer_name(str(path))
     kwargs: dict[str, Any] = {
@@ -125,7 +144,8 @@ def read_dicom_wsi_layers(path: str | list[str]) -> list[LayerData]:
         "scale": (mpp, mpp) if mpp else (1.0, 1.0),
         "units": ("µm", "µm") if mpp else ("pixel", "pixel"),
         "metadata": {"slide": {"path": str(path), "level": 0, "mpp": mpp, "downsample": 1.0,
-                               "levels": len(shown), "run_level": run_level,
+                               "levels": len(sizes), "display_levels": len(shown),
+                               "run_level": run_level,
                                "format": "DICOM WSI"}}}
     return [(shown if len(shown) > 1 else shown[0], kwargs, "image")]
 

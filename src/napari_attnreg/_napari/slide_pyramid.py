@@ -1,0 +1,195 @@
+"""Coarser levels, for napari's eyes only, of a slide stored as one large level.
+
+napari draws a layer of one array by reading all of it (2.7 GB for a 30000² RGB level, then
+its texture work), where a multiscale layer reads only what the canvas shows, from the level
+nearest the screen's resolution. A slide stored as one level (some scanners and converters
+write single-level SVS or tiled TIFF) gets halved levels here: each pixel of level ``k`` is
+the mean of the ``2^k × 2^k`` file pixels it covers, computed block by block from the file's
+level when napari asks for it, so no read holds more than a block of the file. Blocks are
+kept in a small cache per level; the coarsest level (at most :data:`COARSEST_SIDE` a side)
+fits in it whole, which matters because napari reads all of it for the layer's thumbnail
+at every redraw. No Qt in here.
+
+These levels are never analysed: a run reads the file's own level
+(:mod:`napari_attnreg._napari.slide_run`), and ``metadata["slide"]["levels"]`` counts the
+file's levels only.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+#: Longest side of the coarsest level built: napari shows the whole slide from it.
+COARSEST_SIDE = 2048
+#: File pixels a side of the region one block of a coarse level is computed from: bounds
+#: what one read holds (12 MB of RGB) whatever the level's factor.
+BLOCK_SIDE = 2048
+#: Bytes of computed blocks each coarse level keeps (least recently used dropped first).
+CACHE_BYTES = 64 << 20
+#: Blocks computed at once when a read needs several (JPEG decoding releases the GIL).
+WORKERS = 4
+
+
+def display_levels(level: Any, coarsest: int | None = None) -> list[BlockMeanLevel]:
+    """The halved levels of ``level`` (``(H, W)`` or ``(H, W, C)``, read on demand) down to
+    the first whose longest side is at most ``coarsest`` (default :data:`COARSEST_SIDE`):
+    factors 2, 4, 8, ... of it. Nothing is read here."""
+    coarsest = COARSEST_SIDE if coarsest is None else int(coarsest)
+    if coarsest < 1:
+        raise ValueError(f"coarsest must be at least 1 pixel, got {coarsest}.")
+    side, factor, levels = max(int(n) for n in level.shape[:2]), 1, []
+    while -(-side // factor) > coarsest:
+        factor *= 2
+        levels.append(BlockMeanLevel(level, factor))
+    return levels
+
+
+class BlockMeanLevel:
+    """``source`` reduced ``factor`` times along rows and columns by block means, read on
+    demand and indexed like the source's array (whole numbers and slices with positive
+    steps). Edge blocks that the source's size leaves short are the mean of the pixels they
+    hold. Safe to share between threads (napari may slice off the main thread).
+
+    Parameters
+    ----------
+    source : array-like
+        ``(H, W)`` or ``(H, W, C)``, indexable with slices (a zarr array of a slide level).
+    factor : int
+        Source pixels per pixel of this level along each axis (a power of two here).
+    """
+
+    def __init__(self, source: Any, factor: int, cache_bytes: int = CACHE_BYTES) -> None:
+        if len(source.shape) not in (2, 3) or int(factor) < 1:
+            raise ValueError(f"a block-mean level takes (H, W[, C]) and a factor ≥ 1, got "
+                             f"shape {tuple(source.shape)} and factor {factor}.")
+        self.source, self.factor = source, int(factor)
+        h, w = (int(n) for n in source.shape[:2])
+        self.shape = (-(-h // self.factor), -(-w // self.factor),
+                      *(int(n) for n in source.shape[2:]))
+        self.dtype = np.dtype(source.dtype)
+        self.block = max(1, BLOCK_SIDE // self.factor)  # this level's pixels a block side
+        self.chunks = (self.block, self.block, *self.shape[2:])
+        self.cache_bytes = int(cache_bytes)
+        self._blocks: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:  # napari's layer data protocol asks for it
+        return math.prod(self.shape)
+
+    @property
+    def blocks_held(self) -> int:
+        """Blocks computed and kept (0 until napari first reads the level)."""
+        return len(self._blocks)
+
+    def _compute(self, by: int, bx: int) -> np.ndarray:
+        """Block ``(by, bx)``: the mean of each ``factor²`` source pixels it covers."""
+        f, b = self.factor, self.block
+        h, w = (int(n) for n in self.source.shape[:2])
+        pixels = np.asarray(self.source[by * b * f:min(h, (by + 1) * b * f),
+                                        bx * b * f:min(w, (bx + 1) * b * f)])
+        rows, cols = -(-pixels.shape[0] // f), -(-pixels.shape[1] // f)
+        counts = np.outer(np.minimum(f, pixels.shape[0] - f * np.arange(rows)),
+                          np.minimum(f, pixels.shape[1] - f * np.arange(cols)))
+        if pixels.shape[:2] != (rows * f, cols * f):  # an edge block: zeros add nothing
+            padded = np.zeros((rows * f, cols * f, *pixels.shape[2:]), pixels.dtype)
+            padded[:pixels.shape[0], :pixels.shape[1]] = pixels
+            pixels = padded
+        # exact sums over the blocks (8- and 16-bit pixels in 32 bits), rows then columns:
+        # reshaped sums, ten times faster than np.add.reduceat here; divided by the pixels
+        # each block holds (fewer at an edge)
+        small = self.dtype.kind in "ub" and self.dtype.itemsize <= 2 and f <= 256
+        acc = np.uint32 if small else np.int64 if self.dtype.kind in "iub" else np.float64
+        rest = pixels.shape[2:]
+        total = pixels.reshape(rows, f, cols * f, *rest).sum(axis=1, dtype=acc)
+        total = total.reshape(rows, cols, f, *rest).sum(axis=2, dtype=acc)
+        mean = total / counts.reshape(counts.shape + (1,) * (pixels.ndim - 2))
+        if self.dtype.kind in "iub":
+            info = np.iinfo(self.dtype) if self.dtype.kind != "b" else None
+            mean = np.rint(mean)
+            if info is not None:
+                mean = np.clip(mean, info.min, info.max)
+        return mean.astype(self.dtype)
+
+    def _keep(self, key: tuple[int, int], block: np.ndarray) -> None:
+        with self._lock:
+            if key in self._blocks:
+                return
+            self._blocks[key] = block
+            self._held += block.nbytes
+            while self._held > self.cache_bytes and len(self._blocks) > 1:
+                _, dropped = self._blocks.popitem(last=False)
+                self._held -= dropped.nbytes
+
+    def _blocks_for(self, keys: list[tuple[int, int]]) -> dict[tuple[int, int], np.ndarray]:
+        with self._lock:
+            found = {k: self._blocks[k] for k in keys if k in self._blocks}
+            for k in found:
+                self._blocks.move_to_end(k)
+        missing = [k for k in keys if k not in found]
+        if len(missing) > 1:
+            with ThreadPoolExecutor(max_workers=min(WORKERS, os.cpu_count() or 1,
+                                                    len(missing))) as pool:
+                computed = dict(zip(missing, pool.map(lambda k: self._compute(*k), missing)))
+        else:
+            computed = {k: self._compute(*k) for k in missing}
+        for k, block in computed.items():
+            self._keep(k, block)
+        return {**found, **computed}
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        key = key if isinstance(key, tuple) else (key,)
+        if any(k is Ellipsis for k in key):
+            at = next(i for i, k in enumerate(key) if k is Ellipsis)
+            key = (*key[:at], *(slice(None),) * (self.ndim - len(key) + 1), *key[at + 1:])
+        key = (*key, *(slice(None),) * (self.ndim - len(key)))
+        if len(key) != self.ndim:
+            raise IndexError(f"too many indices for an array of shape {self.shape}")
+        spans, inner = [], []
+        for k, n in zip(key[:2], self.shape[:2], strict=True):
+            if isinstance(k, numbers.Integral):
+                i = range(n)[k]  # IndexError when out of range, as numpy
+                spans.append(range(i, i + 1))
+                inner.append(0)
+            elif isinstance(k, slice):
+                span = range(n)[k]
+                if span.step < 0:
+                    raise IndexError("a block-mean level is read with positive steps only")
+                spans.append(span)
+                inner.append(slice(None, None, span.step))
+            else:
+                raise IndexError(f"a block-mean level takes whole numbers and slices, not {k!r}")
+        ys, xs = spans
+        if not (len(ys) and len(xs)):
+            return np.zeros((len(ys), len(xs), *self.shape[2:]), self.dtype)[(*inner, *key[2:])]
+        y0, y1, x0, x1, b = ys[0], ys[-1] + 1, xs[0], xs[-1] + 1, self.block
+        keys = [(by, bx) for by in range(y0 // b, (y1 - 1) // b + 1)
+                for bx in range(x0 // b, (x1 - 1) // b + 1)]
+        blocks = self._blocks_for(keys)
+        out = np.empty((y1 - y0, x1 - x0, *self.shape[2:]), self.dtype)
+        for (by, bx), block in blocks.items():
+            ty, tx = max(y0, by * b), max(x0, bx * b)
+            ey, ex = min(y1, by * b + block.shape[0]), min(x1, bx * b + block.shape[1])
+            out[ty - y0:ey - y0, tx - x0:ex - x0] = block[ty - by * b:ey - by * b,
+                                                          tx - bx * b:ex - bx * b]
+        return out[(*inner, *key[2:])]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = self[...]
+        return whole if dtype is None else whole.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"BlockMeanLevel(shape={self.shape}, dtype={self.dtype}, factor={self.factor})"
