@@ -1,0 +1,93 @@
+"""A slide in the explorer as a pathologist uses it in JupyterLab (round 12's session): QuPath
+outlines as the tissue mask, bad outlines, the glass left out, and the region tools on a slide.
+Each test here failed before the fix it names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ipywidgets")
+pytest.importorskip("tiffslide")
+tifffile = pytest.importorskip("tifffile")
+
+from napari_attnreg.notebook import AttentionExplorer  # noqa: E402
+
+SIZE = 1024
+FAST = {"n_boot": 4, "device": "cpu", "view": "image", "tiled": True, "level": 1}
+
+
+def _aperio(w: int, h: int) -> str:
+    return (f"Aperio Image Library v10.0.50\n{w}x{h} [0,0 {w}x{h}] (256x256) RAW/RGB"
+            "|AppMag = 40|MPP = 0.25")
+
+
+@pytest.fixture(scope="module")
+def slide(tmp_path_factory) -> Path:
+    """An Aperio SVS of 1024² at 0.25 µm (levels 1/2, 1/4): stained tissue top left, glass."""
+    rng = np.random.default_rng(0)
+    img = np.full((SIZE, SIZE, 3), 236, np.uint8)
+    stain = rng.random((600, 600, 3)) * 90 + np.array([130, 40, 120])
+    img[:600, :600] = stain.clip(0, 255).astype(np.uint8)
+    path = tmp_path_factory.mktemp("slides") / "slide.svs"
+    with tifffile.TiffWriter(path) as tif:
+        tif.write(img, tile=(256, 256), description=_aperio(SIZE, SIZE), photometric="rgb",
+                  metadata=None)
+        tif.write(img[::16, ::16].copy(), description="Aperio Image Library v10.0.50\nthumb",
+                  photometric="rgb", metadata=None)
+        for k in (2, 4):
+            tif.write(img[::k, ::k].copy(), tile=(128, 128),
+                      description=_aperio(SIZE // k, SIZE // k), photometric="rgb",
+                      metadata=None)
+    return path
+
+
+def _outline(path: Path, geometry: dict) -> str:
+    path.write_text(json.dumps({"type": "Feature", "geometry": geometry,
+                                "properties": {"objectType": "annotation"}}))
+    return str(path)
+
+
+def _type_mask(explorer: AttentionExplorer, text: str) -> None:
+    """Type into the Advanced panel's Tissue mask box, as a user does."""
+    explorer.options_panel.advanced.controls["tissue_mask"].value = text
+
+
+# QuPath-looking files whose geometry the GeoJSON reader lets through as Python's or shapely's
+# own error (a TypeError, a KeyError, shapely's GeometryTypeError)
+MALFORMED = {
+    "flat": {"type": "Polygon", "coordinates": [100, 200]},
+    "missing": {"type": "Polygon"},
+    "too deep": {"type": "Polygon", "coordinates": [[[[0, 0], [9, 0], [9, 9], [0, 0]]]]},
+    "unknown type": {"type": "Blob", "coordinates": [[0, 0]]},
+}
+
+
+def test_a_malformed_outline_says_so_in_the_status_and_keeps_the_result(slide, tmp_path):
+    # before: Run raised the reader's TypeError/KeyError into the button's handler, which
+    # JupyterLab only logs; the status line went on showing the previous message, here
+    # another file's error, and the user had no word on the file in the box
+    ring = [[0, 0], [600, 0], [600, 600], [0, 600], [0, 0]]
+    good = _outline(tmp_path / "tissue.geojson", {"type": "Polygon", "coordinates": [ring]})
+    ex = AttentionExplorer(str(slide), "demo", **FAST)
+    _type_mask(ex, good)
+    first = ex.run(wait=True)
+    assert first is not None, ex.status
+    kept = ex.session.latest
+    outside = _outline(tmp_path / "outside.geojson", {"type": "Polygon", "coordinates": [
+        [[x + 5000, y + 5000] for x, y in ring]]})
+    _type_mask(ex, outside)
+    ex.buttons["run"].click()
+    assert "outside.geojson" in ex.status and "lie outside" in ex.status, ex.status
+    for i, (what, geometry) in enumerate(MALFORMED.items()):
+        name = f"bad{i}.geojson"
+        _type_mask(ex, _outline(tmp_path / name, geometry))
+        ex.buttons["run"].click()  # what the browser's click does: must not raise
+        assert name in ex.status and "malformed GeoJSON geometry" in ex.status, (what, ex.status)
+        assert "previous result is kept" in ex.status
+        assert isinstance(ex.last_error, ValueError)
+        assert ex.session.latest is kept and not ex.run_panel.busy
+    ex.close()
