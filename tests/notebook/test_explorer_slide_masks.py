@@ -91,3 +91,40 @@ def test_a_malformed_outline_says_so_in_the_status_and_keeps_the_result(slide, t
         assert isinstance(ex.last_error, ValueError)
         assert ex.session.latest is kept and not ex.run_panel.busy
     ex.close()
+
+
+def test_the_region_tools_on_a_slide_say_why_they_are_off(slide):
+    from napari_attnreg.notebook.explorer import NO_DRAWING, NO_ROI_ON_DISK
+    from napari_attnreg.notebook.roi_panel import DRAW_TOOLTIPS, NO_ROIS
+
+    # before: each draw button kept its own tooltip ("Drag a rectangle"), which the browser
+    # shows instead of the group's, so a disabled button never said why; the table invited
+    # "draw one on the image, or pass roi=mask" and Export asked to "draw or pass ROIs", on
+    # a slide that takes neither
+    ex = AttentionExplorer(str(slide), "demo", **FAST)
+    panel = ex.roi_panel
+    assert panel.draw.disabled and list(panel.draw.tooltips) == [NO_ROI_ON_DISK] * 3
+    assert panel.clear.disabled and panel.export.disabled
+    assert panel.export.tooltip == NO_ROI_ON_DISK
+    assert NO_ROI_ON_DISK in html_text(panel.table.value) and "roi=mask" not in panel.table.value
+    with pytest.raises(ValueError, match="held in memory") as refused:
+        ex.export_roi_csv("rois.csv")
+    assert "draw or pass" not in str(refused.value)
+    # an image in memory takes regions again; this plain-image view cannot draw them
+    ex.set_image(np.random.default_rng(0).random((64, 64)))
+    assert not panel.clear.disabled and not panel.export.disabled
+    assert panel.draw.disabled and list(panel.draw.tooltips) == [NO_DRAWING] * 3
+    assert NO_ROIS in html_text(panel.table.value)
+    ex.close()
+    # a view that draws: every button its own tooltip, enabled
+    pytest.importorskip("ipympl")
+    ex = AttentionExplorer(np.random.default_rng(0).random((64, 64)), "demo", view="ipympl")
+    assert not ex.roi_panel.draw.disabled
+    assert list(ex.roi_panel.draw.tooltips) == list(DRAW_TOOLTIPS)
+    ex.close()
+
+
+def html_text(value: str) -> str:
+    import html
+
+    return html.unescape(value)

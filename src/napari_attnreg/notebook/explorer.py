@@ -253,9 +253,7 @@ class AttentionExplorer(W.VBox):
             **self.thresholds_panel.controls, "draw": self.roi_panel.draw}
         self.buttons = {"run": self.run_panel.run_button, "cancel": self.run_panel.cancel_button,
                         "clear": self.roi_panel.clear, "export": self.roi_panel.export}
-        if not view.can_draw:
-            self.controls["draw"].disabled = True
-            self.controls["draw"].tooltip = NO_DRAWING
+        self.roi_panel.allow(view.can_draw, NO_DRAWING, None)
         side = W.VBox([_section("Run"), self.options_panel, self.run_panel,
                        _section("Display"), self.display_panel,
                        _section("Regions of interest"), self.roi_panel],
@@ -414,12 +412,11 @@ class AttentionExplorer(W.VBox):
 
     def _allow_drawing(self) -> None:
         # regions are label images of the plane: a slide's would be as large as the slide
-        draw, can_draw = self.controls["draw"], self.canvas.view.can_draw
         on_disk = self.image_panel.source.stack is None
         if on_disk:
             self.state.draw_mode = "off"
-        draw.disabled = on_disk or not can_draw
-        draw.tooltip = NO_ROI_ON_DISK if on_disk else (None if can_draw else NO_DRAWING)
+        self.roi_panel.allow(self.canvas.view.can_draw, NO_DRAWING,
+                             NO_ROI_ON_DISK if on_disk else None)
 
     def _select_plane_on_screen(self) -> None:
         plane = tuple(self.state.slice_index)
@@ -505,6 +502,8 @@ class AttentionExplorer(W.VBox):
 
     def export_roi_csv(self, path: str | Path) -> Path:
         """Write :meth:`roi_table` to a CSV file, each row with the run's provenance."""
+        if self.roi_panel.unavailable:  # "draw or pass ROIs" cannot be done here
+            raise ValueError(f"No ROI table to export: {self.roi_panel.unavailable}")
         rows = self.roi_table()
         if not rows:
             raise ValueError("No ROI statistics to export: run the analysis and draw or pass "
