@@ -128,3 +128,23 @@ def html_text(value: str) -> str:
     import html
 
     return html.unescape(value)
+
+
+def test_every_advanced_control_fits_the_section(slide):
+    # seen in JupyterLab: the Advanced section's content box is 338 px wide and its controls
+    # 360 px, so each was cut at the right edge and the section scrolled sideways when a
+    # value was typed (the Tissue mask box), cutting the labels' first letters
+    from napari_attnreg.notebook.advanced_panel import AdvancedPanel
+
+    ex = AttentionExplorer(str(slide), "demo", **FAST)
+    advanced = ex.options_panel.advanced
+    section_px = int(advanced.layout.width.removesuffix("px"))
+    rows = advanced.children[0].children
+    assert ex.concept_panel in rows and advanced.controls["tissue_mask"] in rows
+    for row in rows:
+        width = row.layout.width
+        fits = row.layout.max_width == "100%" or (
+            width is not None and width.endswith("px") and int(width[:-2]) <= section_px - 40)
+        assert fits, (getattr(row, "description", row), width, row.layout.max_width)
+    ex.close()
+    assert isinstance(advanced, AdvancedPanel)
