@@ -148,3 +148,45 @@ def test_every_advanced_control_fits_the_section(slide):
         assert fits, (getattr(row, "description", row), width, row.layout.max_width)
     ex.close()
     assert isinstance(advanced, AdvancedPanel)
+
+
+def _tissue_pixels(explorer: AttentionExplorer) -> np.ndarray:
+    from napari_attnreg.notebook.render import TISSUE_COLOR
+
+    return np.all(explorer.rendered == np.array(TISSUE_COLOR, np.uint8), axis=-1)
+
+
+def test_the_tissue_mask_is_drawn_and_named_in_the_legend(slide, tmp_path):
+    # before: with the default overlay (regularized: transparent wherever nothing is
+    # significant) a masked slide run looked exactly like the slide alone, and nothing on
+    # screen said which part had been tested or that the glass was not measured
+    ex = AttentionExplorer(str(slide), "demo", **FAST)
+    assert ex.run(wait=True) is not None, ex.status
+    assert ex.rendered.shape[:2] == (768, 768)  # 1024² shown at 0.75
+    edge = _tissue_pixels(ex)
+    # the automatic mask's edge runs along the tissue block (600 px of 1024: display 450)
+    assert edge[:400, 440:460].any(axis=1).mean() > 0.9
+    assert not edge[0, :430].any() and not edge[:400, 0].any()  # the slide's border is none
+    assert not edge[500:, 500:].any() and not edge[100:350, 100:350].any()
+    legend = ex.display_panel.legend.value
+    md = ex.result.metadata
+    assert "edge of the tissue mask (auto" in legend
+    assert f"{md['n_tissue_tiles']} of {md['n_tiles_total']} tiles tested" in legend
+    assert "not measured" in legend
+    # a QuPath outline: its own edge, with a hole, at the slide's full-resolution pixels
+    ring = [[0, 0], [400, 0], [400, 400], [0, 400], [0, 0]]
+    hole = [[100, 100], [100, 200], [200, 200], [200, 100], [100, 100]]
+    _type_mask(ex, _outline(tmp_path / "qupath.geojson",
+                            {"type": "Polygon", "coordinates": [ring, hole]}))
+    assert ex.run(wait=True) is not None, ex.status
+    edge = _tissue_pixels(ex)
+    assert edge[:280, 295:305].any(axis=1).mean() > 0.9  # x = 400 → display 300
+    assert edge[80:145, 70:80].any(axis=1).mean() > 0.9  # the hole's left side, x = 100 → 75
+    assert not edge[:280, 340:].any()
+    assert "edge of the tissue mask (file qupath.geojson" in ex.display_panel.legend.value
+    # no mask: nothing drawn, nothing said
+    _type_mask(ex, "none")
+    assert ex.run(wait=True) is not None, ex.status
+    assert not _tissue_pixels(ex).any()
+    assert "tissue mask" not in ex.display_panel.legend.value
+    ex.close()
