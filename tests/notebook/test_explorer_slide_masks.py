@@ -132,9 +132,10 @@ def html_text(value: str) -> str:
 
 def test_every_advanced_control_fits_the_section(slide):
     # seen in JupyterLab: the Advanced section's content box is 338 px wide and its controls
-    # 360 px, so each was cut at the right edge and the section scrolled sideways when a
-    # value was typed (the Tissue mask box), cutting the labels' first letters
-    from napari_attnreg.notebook.advanced_panel import AdvancedPanel
+    # 360 px plus 2 px margins (so 100 % is still 4 px too wide), so each was cut at the
+    # right edge and the section scrolled sideways when a value was typed (the Tissue mask
+    # box), cutting the labels' first letters
+    from napari_attnreg.notebook.advanced_panel import FIT_WIDTH, AdvancedPanel
 
     ex = AttentionExplorer(str(slide), "demo", **FAST)
     advanced = ex.options_panel.advanced
@@ -143,7 +144,7 @@ def test_every_advanced_control_fits_the_section(slide):
     assert ex.concept_panel in rows and advanced.controls["tissue_mask"] in rows
     for row in rows:
         width = row.layout.width
-        fits = row.layout.max_width == "100%" or (
+        fits = row.layout.max_width == FIT_WIDTH or (
             width is not None and width.endswith("px") and int(width[:-2]) <= section_px - 40)
         assert fits, (getattr(row, "description", row), width, row.layout.max_width)
     ex.close()

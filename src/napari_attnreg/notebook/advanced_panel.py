@@ -33,12 +33,17 @@ def read_back_options() -> list[Option]:
     return panel_options(skip=(*ELSEWHERE, *STATE_OPTIONS))
 
 
+#: The widest a control of the section may be: the section's width less its margins.
+FIT_WIDTH = "calc(100% - 4px)"
+
+
 def _fit(widget: W.Widget) -> W.Widget:
     """Let ``widget`` shrink to the section's width. The section's content box is narrower
     than the side panel's 360 px controls (the accordion's padding): in JupyterLab they were
     cut at the right edge, boxes without their right end, and the section scrolled sideways
-    under a typed value, hiding the labels' first letters."""
-    widget.layout.max_width = "100%"
+    under a typed value, hiding the labels' first letters. Each widget also has a margin of
+    2 px a side (ipywidgets' ``--jp-widgets-margin``), outside its width."""
+    widget.layout.max_width = FIT_WIDTH
     return widget
 
 
