@@ -191,3 +191,22 @@ def test_the_tissue_mask_is_drawn_and_named_in_the_legend(slide, tmp_path):
     assert not _tissue_pixels(ex).any()
     assert "tissue mask" not in ex.display_panel.legend.value
     ex.close()
+
+
+def test_the_side_panel_goes_under_the_image_where_the_output_is_narrow(slide):
+    # seen in JupyterLab at 1280 px with the file browser open (its default): the output
+    # area is 848 px wide and the two columns need at least 1000, so the side panel was cut
+    # at the right edge (model and option boxes cut, Export CSV out of sight); a row that
+    # wraps puts it under the image instead, and keeps both side by side where they fit
+    ex = AttentionExplorer(str(slide), "demo", **FAST)
+    top = ex.children[0]
+    image_area, side = top.children
+    needed = (int(image_area.layout.min_width.removesuffix("px"))
+              + int(side.layout.min_width.removesuffix("px")) + 12)
+    assert needed > 848
+    assert top.layout.flex_flow == "row wrap"
+    # and it wraps by its basis, not by its longest line (the model's description), which
+    # put it under the image even in the 1100 px of a window with the file browser closed
+    assert side.layout.flex == f"1 1 {side.layout.min_width}"
+    assert needed <= 1100
+    ex.close()
