@@ -210,3 +210,23 @@ def test_the_side_panel_goes_under_the_image_where_the_output_is_narrow(slide):
     assert side.layout.flex == f"1 1 {side.layout.min_width}"
     assert needed <= 1100
     ex.close()
+
+
+def test_the_overlay_choices_are_named_after_the_map_tested():
+    # seen in JupyterLab: after a run of the attention rollout the overlay menu still offered
+    # "raw attention" and "regularized attention" while the colour bar under the image said
+    # "attention rollout (raw)" and the summary "keeps 0.0% of the attention rollout"
+    from napari_attnreg.core.results.display import map_display
+
+    image = np.random.default_rng(0).random((64, 64))
+    ex = AttentionExplorer(image, "demo", n_boot=4, device="cpu", view="image", map="rollout")
+    names = lambda: dict((v, k) for k, v in ex.display_panel.controls["overlay"].options)  # noqa: E731
+    assert names()["attention"] == "raw attention"  # no result yet: the default map's names
+    result = ex.run(wait=True)
+    assert result is not None, ex.status
+    assert names()["attention"] == "raw attention rollout"
+    assert names()["regularized"] == "regularized attention rollout"
+    ex.overlay = "attention"
+    assert ex.display_panel.colorbar_label.value == map_display("attention", result).title(
+        result.preset) == "attention rollout (raw)"
+    ex.close()

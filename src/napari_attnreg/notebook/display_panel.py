@@ -48,7 +48,7 @@ class DisplayPanel(W.VBox):
                                   tooltip="Outline the patches kept by the rule."),
         }
         link_all(state, self.controls, {k: k for k in self.controls})
-        state.observe(lambda _c: self._name_overlays(), names=["shown_preset"])
+        state.observe(lambda _c: self._name_overlays(), names=["shown_preset", "shown_map"])
         self.children = tuple(self.controls.values())
         self.colorbar = W.Image(format="png", layout=W.Layout(width="200px", height="12px"))
         self.colorbar_lo, self.colorbar_hi, self.colorbar_label = W.Label(), W.Label(), W.Label()
@@ -60,7 +60,7 @@ class DisplayPanel(W.VBox):
     def _name_overlays(self) -> None:
         """Name the overlay choices as the shown result's preset computes them."""
         dropdown, value = self.controls["overlay"], self.state.overlay
-        options = overlay_options(self.state.shown_preset)
+        options = overlay_options(self.state.shown_preset, self.state.shown_map)
         if list(dropdown.options) != options:
             dropdown.options = options
             dropdown.value = value  # new options reset the selection; the state's choice stays
