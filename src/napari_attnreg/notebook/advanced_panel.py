@@ -33,6 +33,20 @@ def read_back_options() -> list[Option]:
     return panel_options(skip=(*ELSEWHERE, *STATE_OPTIONS))
 
 
+#: The widest a control of the section may be: the section's width less its margins.
+FIT_WIDTH = "calc(100% - 4px)"
+
+
+def _fit(widget: W.Widget) -> W.Widget:
+    """Let ``widget`` shrink to the section's width. The section's content box is narrower
+    than the side panel's 360 px controls (the accordion's padding): in JupyterLab they were
+    cut at the right edge, boxes without their right end, and the section scrolled sideways
+    under a typed value, hiding the labels' first letters. Each widget also has a margin of
+    2 px a side (ipywidgets' ``--jp-widgets-margin``), outside its width."""
+    widget.layout.max_width = FIT_WIDTH
+    return widget
+
+
 class AdvancedPanel(W.Accordion):
     """One collapsed section; ``values()`` gives the options that are set.
 
@@ -64,6 +78,8 @@ class AdvancedPanel(W.Accordion):
                        if o.group == group and o.name in placed]
             if members:
                 rows += [W.HTML(f"<i>{title}</i>"), *members]
+        for row in rows:
+            _fit(row)
         super().__init__(children=[W.VBox(rows)], selected_index=None,
                          layout=W.Layout(width="370px"))
         self.set_title(0, "Advanced options")
@@ -82,7 +98,7 @@ class AdvancedPanel(W.Accordion):
     def place_after(self, name: str, widget: W.Widget) -> None:
         """Show ``widget`` right under the control of option ``name``."""
         rows = list(self.children[0].children)
-        rows.insert(rows.index(self.controls[name]) + 1, widget)
+        rows.insert(rows.index(self.controls[name]) + 1, _fit(widget))
         self.children[0].children = tuple(rows)
 
     def show_setting(self, name: str, value: Any) -> None:

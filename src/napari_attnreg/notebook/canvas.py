@@ -87,6 +87,7 @@ class OverlayCanvas:
             if self.state.outline:
                 sig = result.significant()
                 outline = render.boundary(sig.ravel()[self.token_index], self.line_width())
+        tissue = None if result is None else self.tissue_edges(result)
         labels = self.roi_labels()
         roi_edges = None
         if labels is not None and labels.any():
@@ -95,9 +96,31 @@ class OverlayCanvas:
                      and map_display(self.state.overlay, result).diverging)
         self.rendered = render.composite(self.image.base, values, lut=lut, vmin=vmin, vmax=vmax,
                                          opacity=self.state.opacity, outline=outline,
-                                         roi_edges=roi_edges, centre=0.0 if diverging else None)
+                                         roi_edges=roi_edges, centre=0.0 if diverging else None,
+                                         tissue_edges=tissue)
         self.view.show(self.rendered, self.image.plane_shape)
         self.display.show_scale(lut, vmin, vmax, result if values is not None else None)
+
+    def tissue_edges(self, result: AttentionResult) -> np.ndarray | None:
+        """The edge of the tissue mask a tiled run used, on the display grid (None without
+        one): with the default overlay, transparent wherever nothing is significant, it is
+        the only sign of what the run tested; napari shows the mask as a layer.
+
+        The mask covers the whole picture (``core.run.tissue``: as any mask file, whatever
+        level or resolution was read), so its pixels are placed by the picture's frame.
+        """
+        mask = result.null_summary.get("tissue_mask")
+        if mask is None:
+            return None
+        mask = np.asarray(mask, dtype=bool)
+        if mask.ndim != 2 or mask.all() or not mask.any():
+            return None
+        grid, (h0, w0) = self.image.grid, self.image.grid.image_shape
+        mh, mw = mask.shape
+        rows = np.minimum(((grid.rows + 0.5) * mh / h0).astype(np.int64), mh - 1)
+        cols = np.minimum(((grid.cols + 0.5) * mw / w0).astype(np.int64), mw - 1)
+        return render.boundary(mask[rows[:, None], cols[None, :]], self.line_width(),
+                               frame=False)
 
     def describe_pixel(self, row: float, col: float) -> str:
         """Cursor readout: pixel, and the statistics of the patch under it (core.display's

@@ -18,6 +18,18 @@ from napari_attnreg.notebook.state import ExplorerState, overlay_options
 COLORMAPS = ("auto", "magma", "inferno", "viridis", "turbo", "hot", "gray", "magma_r", "viridis_r")
 
 
+def tissue_legend(result: AttentionResult) -> str:
+    """The legend's words for the tissue mask's edge (empty for a run without a mask)."""
+    md = result.metadata
+    if result.null_summary.get("tissue_mask") is None or md.get("n_tissue_tiles") is None:
+        return ""
+    source = html.escape(str(md.get("tissue_mask") or "tissue mask"), quote=False)
+    return (f"<br><span style='color:{render.hex_color(render.TISSUE_COLOR)}'>■</span> "
+            f"edge of the tissue mask ({source}): {md['n_tissue_tiles']} of "
+            f"{md.get('n_tiles_total', '?')} tiles tested; glass outside them was never run "
+            "(not measured), so no map is drawn there.")
+
+
 class DisplayPanel(W.VBox):
     """Overlay choice and look (side panel), plus the colour bar and legend under the image."""
 
@@ -36,7 +48,7 @@ class DisplayPanel(W.VBox):
                                   tooltip="Outline the patches kept by the rule."),
         }
         link_all(state, self.controls, {k: k for k in self.controls})
-        state.observe(lambda _c: self._name_overlays(), names=["shown_preset"])
+        state.observe(lambda _c: self._name_overlays(), names=["shown_preset", "shown_map"])
         self.children = tuple(self.controls.values())
         self.colorbar = W.Image(format="png", layout=W.Layout(width="200px", height="12px"))
         self.colorbar_lo, self.colorbar_hi, self.colorbar_label = W.Label(), W.Label(), W.Label()
@@ -48,7 +60,7 @@ class DisplayPanel(W.VBox):
     def _name_overlays(self) -> None:
         """Name the overlay choices as the shown result's preset computes them."""
         dropdown, value = self.controls["overlay"], self.state.overlay
-        options = overlay_options(self.state.shown_preset)
+        options = overlay_options(self.state.shown_preset, self.state.shown_map)
         if list(dropdown.options) != options:
             dropdown.options = options
             dropdown.value = value  # new options reset the selection; the state's choice stays
@@ -80,4 +92,4 @@ class DisplayPanel(W.VBox):
                    "outline: significant patches." if self.state.outline else "")
         legend = html.escape(view.legend(result.preset), quote=False)
         self.legend.value = (f"<div style='font-size:90%;line-height:1.35'>{legend}{outline}"
-                             "</div>")
+                             f"{tissue_legend(result)}</div>")

@@ -66,6 +66,10 @@ NO_ROI_ON_DISK = ("Regions of interest are drawn on an image held in memory; thi
                   "explorer one level in memory: open_slide(path, level=2).read_whole().")
 
 
+#: The side panel's narrowest width (its controls are 360 px), and its basis in a row.
+SIDE_WIDTH = "380px"
+
+
 def _section(title: str) -> W.HTML:
     return W.HTML(f"<b>{title}</b>")
 
@@ -253,20 +257,25 @@ class AttentionExplorer(W.VBox):
             **self.thresholds_panel.controls, "draw": self.roi_panel.draw}
         self.buttons = {"run": self.run_panel.run_button, "cancel": self.run_panel.cancel_button,
                         "clear": self.roi_panel.clear, "export": self.roi_panel.export}
-        if not view.can_draw:
-            self.controls["draw"].disabled = True
-            self.controls["draw"].tooltip = NO_DRAWING
+        self.roi_panel.allow(view.can_draw, NO_DRAWING, None)
         side = W.VBox([_section("Run"), self.options_panel, self.run_panel,
                        _section("Display"), self.display_panel,
                        _section("Regions of interest"), self.roi_panel],
-                      layout=W.Layout(margin="0 0 0 12px", min_width="380px"))
+                      # wrapping goes by its basis, not by its longest line of text (the
+                      # model's description), which stood it under the image at any width
+                      layout=W.Layout(margin="0 0 0 12px", min_width=SIDE_WIDTH,
+                                      flex=f"1 1 {SIDE_WIDTH}"))
         # the live thresholds sit under the image they change
         # never narrower than the image (+ ipympl's toolbar): the side panel gives way instead
         image_area = W.VBox([self.image_panel, view.widget, self.display_panel.under_image,
                              _section("Thresholds (live)"), self.thresholds_panel],
                             layout=W.Layout(flex="0 0 auto", min_width=f"{width + 48}px"))
-        # flex-start: the tall side panel must not stretch the image column
-        top = W.HBox([image_area, side], layout=W.Layout(align_items="flex-start"))
+        # flex-start: the tall side panel must not stretch the image column; wrap: where the
+        # output is narrower than both columns (JupyterLab at 1280 px with its file browser
+        # open gives 848 px for 1000), the side panel goes under the image instead of being
+        # cut at the right edge, Run, Export and the options' boxes out of sight
+        top = W.HBox([image_area, side], layout=W.Layout(align_items="flex-start",
+                                                         flex_flow="row wrap"))
         self.children = (top, self.run_panel.status, self.summary_panel,
                          self.roi_panel.table)
 
@@ -414,12 +423,11 @@ class AttentionExplorer(W.VBox):
 
     def _allow_drawing(self) -> None:
         # regions are label images of the plane: a slide's would be as large as the slide
-        draw, can_draw = self.controls["draw"], self.canvas.view.can_draw
         on_disk = self.image_panel.source.stack is None
         if on_disk:
             self.state.draw_mode = "off"
-        draw.disabled = on_disk or not can_draw
-        draw.tooltip = NO_ROI_ON_DISK if on_disk else (None if can_draw else NO_DRAWING)
+        self.roi_panel.allow(self.canvas.view.can_draw, NO_DRAWING,
+                             NO_ROI_ON_DISK if on_disk else None)
 
     def _select_plane_on_screen(self) -> None:
         plane = tuple(self.state.slice_index)
@@ -505,6 +513,8 @@ class AttentionExplorer(W.VBox):
 
     def export_roi_csv(self, path: str | Path) -> Path:
         """Write :meth:`roi_table` to a CSV file, each row with the run's provenance."""
+        if self.roi_panel.unavailable:  # "draw or pass ROIs" cannot be done here
+            raise ValueError(f"No ROI table to export: {self.roi_panel.unavailable}")
         rows = self.roi_table()
         if not rows:
             raise ValueError("No ROI statistics to export: run the analysis and draw or pass "

@@ -21,6 +21,8 @@ from napari_attnreg.core.results.result import AttentionResult
 SIGNIFICANT_COLOR: tuple[int, int, int] = SIGNIFICANT_RGB  # type: ignore[assignment]
 #: Colour of ROI outlines.
 ROI_COLOR = (255, 215, 0)
+#: Colour of the edge of a tiled run's tissue mask (QuPath's green for tissue annotations).
+TISSUE_COLOR = (46, 204, 64)
 #: A signed map is fully opaque from this share of its half-range on (napari's alpha ramp).
 CENTRE_FADE = 2.5
 
@@ -121,14 +123,15 @@ def base_rgb(display: np.ndarray) -> np.ndarray:
     return np.clip(arr, 0.0, 1.0)
 
 
-def boundary(mask: np.ndarray, width: int = 1) -> np.ndarray:
-    """Pixels on the edge of a boolean mask, ``width`` pixels to each side of it."""
+def boundary(mask: np.ndarray, width: int = 1, *, frame: bool = True) -> np.ndarray:
+    """Pixels on the edge of a boolean mask, ``width`` pixels to each side of it; with
+    ``frame=False`` the image's own border is no edge (tissue cut by the slide's edge)."""
     m = np.asarray(mask, dtype=bool)
     if not m.any():
         return m
     structure = ndimage.generate_binary_structure(2, 1)
     outer = ndimage.binary_dilation(m, structure, iterations=width)
-    inner = ndimage.binary_erosion(m, structure, iterations=width, border_value=0)
+    inner = ndimage.binary_erosion(m, structure, iterations=width, border_value=int(not frame))
     return outer & ~inner
 
 
@@ -154,6 +157,7 @@ def composite(
     roi_edges: np.ndarray | None = None,
     roi_color: tuple[int, int, int] = ROI_COLOR,
     centre: float | None = None,
+    tissue_edges: np.ndarray | None = None,
 ) -> np.ndarray:
     """Blend a colour-mapped map over an image and draw outlines on top.
 
@@ -169,6 +173,8 @@ def composite(
     opacity : float in [0, 1]
     outline, roi_edges : (h, w) bool, optional
         Pixels painted in ``outline_color`` / ``roi_color``.
+    tissue_edges : (h, w) bool, optional
+        The tissue mask's edge, painted in :data:`TISSUE_COLOR` under the other outlines.
     centre : float, optional
         A signed map's centre (0): values near it fade out, as napari's diverging overlay
         does, so "neither for nor against" leaves the image visible.
@@ -195,6 +201,8 @@ def composite(
             alpha = alpha * np.clip(far * CENTRE_FADE, 0.0, 1.0)[..., None]
         rgb = rgb * (1 - alpha) + colour * alpha
     out = (rgb * 255).round().astype(np.uint8)
+    if tissue_edges is not None:
+        out[np.asarray(tissue_edges, dtype=bool)] = TISSUE_COLOR
     if outline is not None:
         out[np.asarray(outline, dtype=bool)] = outline_color
     if roi_edges is not None:

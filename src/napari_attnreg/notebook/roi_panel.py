@@ -22,6 +22,12 @@ from napari_attnreg.notebook.regions import add_region, as_labels
 from napari_attnreg.notebook.state import ExplorerState
 from napari_attnreg.notebook.views import DRAW_MODES
 
+#: Each draw button's tooltip when drawing is possible.
+DRAW_TOOLTIPS = ("No drawing (zoom and pan)", "Drag a rectangle",
+                 "Click the corners; close on the first point")
+#: What the table says with no regions (on an image that takes them).
+NO_ROIS = "No ROIs: draw one on the image, or pass roi=mask."
+
 
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
@@ -45,10 +51,11 @@ class RoiPanel(W.VBox):
                  on_export: Callable[[str], Any]) -> None:
         super().__init__()
         self.labels: np.ndarray | None = None
+        #: Why this image takes no regions (a slide left on disk); None when it does.
+        self.unavailable: str | None = None
         self._on_change = on_change
         self.draw = W.ToggleButtons(options=list(DRAW_MODES), description="draw ROI",
-                                    tooltips=["No drawing (zoom and pan)", "Drag a rectangle",
-                                              "Click the corners; close on the first point"],
+                                    tooltips=list(DRAW_TOOLTIPS),
                                     style={"description_width": "60px", "button_width": "84px"})
         W.link((state, "draw_mode"), (self.draw, "value"))
         clear = W.Button(description="Clear ROIs", tooltip="Remove every region.",
@@ -63,6 +70,24 @@ class RoiPanel(W.VBox):
         self.clear = clear
         self.table = W.HTML().add_class("attnreg-roi-table")
         self.children = (self.draw, W.HBox([clear]), W.HBox([self.csv_path, self.export]))
+
+    def allow(self, can_draw: bool, why_not: str | None, no_regions: str | None) -> None:
+        """Whether the draw buttons work (``why_not`` says why they do not) and whether the
+        image takes regions at all (``no_regions``: why not, e.g. a slide left on disk).
+
+        Each button carries its own tooltip, which the browser shows instead of the group's,
+        so a disabled button says why on every button; without regions, Clear and Export are
+        off too and the table says why, rather than inviting a drawing that cannot be made.
+        """
+        self.unavailable = no_regions
+        reason = no_regions or (None if can_draw else why_not)
+        self.draw.disabled = reason is not None
+        self.draw.tooltip = reason
+        self.draw.tooltips = [reason] * len(DRAW_TOOLTIPS) if reason else list(DRAW_TOOLTIPS)
+        for button, tip in ((self.clear, "Remove every region."),
+                            (self.export, "Write the ROI table, with how it was computed.")):
+            button.disabled = no_regions is not None
+            button.tooltip = no_regions or tip
 
     @property
     def n_rois(self) -> int:
@@ -95,7 +120,7 @@ class RoiPanel(W.VBox):
     def show(self, result: AttentionResult | None) -> None:
         """The table of ``result`` (or why there is none) with human column headers."""
         if self.n_rois == 0:
-            self.table.value = "<i>No ROIs: draw one on the image, or pass roi=mask.</i>"
+            self.table.value = f"<i>{html.escape(self.unavailable or NO_ROIS)}</i>"
             return
         try:
             rows = self.rows(result)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from napari_attnreg.core.results.map_info import MapInfo
 from napari_attnreg.core.stats.presets import THRESHOLD_KEYS
 from napari_attnreg.notebook.state import ExplorerState
 from napari_attnreg.session import Session
@@ -62,6 +63,8 @@ class SessionLink:
         try:
             with self.state.hold_trait_notifications():
                 self.state.shown_preset = self.session.preset if entry is None else entry.preset
+                self.state.shown_map = ("attention" if entry is None
+                                        else MapInfo.of(entry.any_result).label)
                 for key, value in thresholds.items():
                     setattr(self.state, key, value)
         finally:

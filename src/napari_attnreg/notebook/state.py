@@ -39,11 +39,14 @@ OVERLAYS = (
 )
 
 
-def overlay_options(preset: str) -> list[tuple[str, str]]:
+def overlay_options(preset: str, map_label: str = "attention") -> list[tuple[str, str]]:
     """:data:`OVERLAYS` with the soft map and the p map named as ``preset`` computes them
-    (step-down: "evidence (1 − adjusted p)", its adjusted p), as napari names their layers."""
-    return [(MAPS_BY_KEY[value].title(preset) if value in ("posterior", "pvalue") else label,
-             value) for label, value in OVERLAYS]
+    (step-down: "evidence (1 − adjusted p)", its adjusted p), as napari names their layers,
+    and the raw and regularized maps after the map tested (``"raw attention rollout"``: a
+    rollout result's colour bar says "attention rollout (raw)", not attention)."""
+    names = {"attention": f"raw {map_label}", "regularized": f"regularized {map_label}"}
+    return [(MAPS_BY_KEY[value].title(preset) if value in ("posterior", "pvalue")
+             else names.get(value, label), value) for label, value in OVERLAYS]
 #: The engine's defaults (the tiling options' among them).
 RUN_DEFAULTS = RunConfig()
 _PRESET = default_thresholds(DEFAULT_PRESET)
@@ -64,6 +67,9 @@ class ExplorerState(t.HasTraits):
     #: The preset of what the thresholds show (the selected result's, else ``preset``): its
     #: rules are the ones offered.
     shown_preset = t.Enum(presets(), default_value=DEFAULT_PRESET)
+    #: How the shown result's map is called ("attention", "attention rollout", "CDAM"): the
+    #: raw and regularized overlays are named after it.
+    shown_map = t.Unicode("attention")
     rule = t.Enum(RULES, default_value=_PRESET["rule"])
     q_th = t.Float(_PRESET["q_th"])
     p_th = t.Float(_PRESET["p_th"])
