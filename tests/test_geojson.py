@@ -75,7 +75,7 @@ def test_qupath_annotations_round_trip_as_roi_labels(tmp_path):
 def test_a_file_without_polygons_says_so(tmp_path):
     path = tmp_path / "points.geojson"
     path.write_text(json.dumps({"type": "Point", "coordinates": [0, 0]}), encoding="utf-8")
-    with pytest.raises(ValueError, match="no polygon annotations"):
+    with pytest.raises(ValueError, match="points.geojson holds no polygon"):
         read_geojson_rois(path, (4, 4))
 
 

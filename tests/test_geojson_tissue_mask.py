@@ -159,3 +159,57 @@ def test_the_core_names_a_geojson_mask_instead_of_calling_it_damaged(tmp_path):
     with pytest.raises(ValueError, match="GeoJSON file") as err:
         read_mask(outline)
     assert "complete" not in str(err.value)
+
+
+@pytest.mark.parametrize("geometry", [
+    {"type": "Polygon", "coordinates": [100, 200]},  # flat
+    {"type": "Polygon"},  # no coordinates
+    {"type": "Polygon", "coordinates": [[[[0, 0], [9, 0], [9, 9], [0, 0]]]]},  # too deep
+    {"type": "Blob", "coordinates": [[0, 0]]},  # no GeoJSON type
+])
+def test_a_malformed_outline_is_a_failed_row_naming_the_file_not_a_traceback(
+        slide, tmp_path, capsys, geometry):
+    """The reader let shapely's own error through: the command line printed 58 lines of
+    "TypeError: 'int' object is not iterable" and stopped the batch."""
+    from napari_attnreg.cli import main
+
+    bad = tmp_path / "bad outline.geojson"
+    bad.write_text(json.dumps({"type": "Feature", "properties": {}, "geometry": geometry}))
+    out = tmp_path / "out"
+    code = main(["run", str(slide), "--tiled", "--level", "2", "--tissue-mask", str(bad),
+                 "--out", str(out), "--n-boot", "4", "--device", "cpu", "--quiet"])
+    summary = (out / "summary.csv").read_text(encoding="utf-8")
+    assert code == 1 and "bad outline.geojson: feature 1 holds a malformed GeoJSON" in summary
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_file_of_points_is_refused_as_no_outline_not_as_rois(tmp_path):
+    from napari_attnreg.io.geojson import geojson_tissue_mask
+
+    points = tmp_path / "cells.geojson"
+    points.write_text(json.dumps({"type": "Feature", "properties": {},
+                                  "geometry": {"type": "Point", "coordinates": [5, 5]}}))
+    with pytest.raises(ValueError, match="cells.geojson holds no polygon") as err:
+        geojson_tissue_mask(points, (H, W))
+    assert "ROI" not in str(err.value)
+
+
+def test_an_outline_in_a_coarser_levels_pixels_is_warned_of(slide, tmp_path, capsys):
+    """Drawn on level 2 and exported in its pixels, the outline lands in the top-left
+    sixteenth of the slide: the run tested a few tiles and said nothing of why."""
+    from napari_attnreg.cli import main
+
+    coarse = _geojson(tmp_path / "level2.geojson", [[[x / 4, y / 4] for x, y in OUTLINE]])
+    code = main(["run", str(slide), "--tiled", "--tissue-mask", str(coarse), "--out",
+                 str(tmp_path / "out"), "--n-boot", "4", "--device", "cpu", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert "attnreg: warning: tissue_mask: every polygon of level2.geojson lies in the " \
+           "top-left quarter" in err and "downsample" in err
+    # the right outline, in full-resolution pixels, at a coarser level: no warning
+    right = _geojson(tmp_path / "right.geojson", [OUTLINE])
+    with __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("error")
+        from napari_attnreg.io.geojson import geojson_tissue_mask
+
+        geojson_tissue_mask(right, (H // 4, W // 4), 4.0)

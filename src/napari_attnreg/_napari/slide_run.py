@@ -181,7 +181,8 @@ def labels_mask(viewer: Any, value: Any, layer: Any, geometry: Any) -> Any:
         if is_geojson_path(name) and Path(name).is_file():
             # the layer's first array is the slide level its downsample names (level 0: 1)
             full_per_pixel = float((slide_of(layer) or {}).get("downsample") or 1.0)
-            return geojson_tissue_mask(name, geometry.image_shape, full_per_pixel)
+            return geojson_tissue_mask(name, geometry.image_shape, full_per_pixel,
+                                       slide=slide_of(layer) is not None)
         if Path(name).is_file():
             return value
         known = ", ".join(repr(lay.name) for lay in drawn) or "none is open"

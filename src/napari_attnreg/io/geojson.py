@@ -14,12 +14,14 @@ whatever level or resolution the run analyses).
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import shapely
+import shapely.errors
 from shapely.affinity import scale
 from shapely.geometry import mapping, shape
 
@@ -136,15 +138,24 @@ def read_geojson_polygons(path: str | Path) -> list[Any]:
     if not isinstance(items, list):
         raise ValueError(f"{path}: expected a GeoJSON FeatureCollection, Feature or geometry.")
     polygons = []
-    for item in items:
+    for number, item in enumerate(items, start=1):
         geometry = item.get("geometry", item) if isinstance(item, dict) else None
         if not isinstance(geometry, dict) or "type" not in geometry:
             continue
-        geom = shape(geometry)
+        try:
+            geom = shape(geometry)
+        except (TypeError, KeyError, IndexError, AttributeError, ValueError,
+                shapely.errors.ShapelyError) as err:
+            # shapely's own words (a TypeError of an int, a missing key) said nothing of the
+            # file, and the command line printed them as a traceback
+            raise ValueError(
+                f"{path.name}: feature {number} holds a malformed GeoJSON geometry "
+                f"({type(err).__name__}: {err}); a polygon's coordinates are rings of [x, y] "
+                "pixels, as QuPath's 'Export objects as GeoJSON' writes them.") from None
         if geom.geom_type in ("Polygon", "MultiPolygon") and not geom.is_empty:
             polygons.append(geom)
     if not polygons:
-        raise ValueError(f"{path} holds no polygon annotations to use as ROIs.")
+        raise ValueError(f"{path.name} holds no polygon (points and lines outline no region).")
     return polygons
 
 
@@ -173,7 +184,7 @@ def is_geojson_path(value: Any) -> bool:
 
 
 def geojson_tissue_mask(path: str | Path, shape: tuple[int, int],
-                        full_per_pixel: float = 1.0) -> Any:
+                        full_per_pixel: float = 1.0, slide: bool | None = None) -> Any:
     """The polygons of a GeoJSON file as the tissue mask of an analysed image.
 
     QuPath (and this package's own export) writes coordinates in the slide's full-resolution
@@ -189,6 +200,10 @@ def geojson_tissue_mask(path: str | Path, shape: tuple[int, int],
         ``(H, W)`` of the image the run analyses (a slide: its level read, resampled).
     full_per_pixel : float
         Full-resolution pixels per analysed pixel (1 for other images).
+    slide : bool, optional
+        Whether the image is a slide (default: when ``full_per_pixel`` > 1). A slide's
+        outline that lies wholly in the top-left quarter gets a warning: coordinates of a
+        coarser level, read as full-resolution pixels, land there.
 
     Returns
     -------
@@ -220,6 +235,16 @@ def geojson_tissue_mask(path: str | Path, shape: tuple[int, int],
             f"the image, which is {round(w * f)}x{round(h * f)} full-resolution pixels; "
             "GeoJSON coordinates are read as full-resolution (level 0) pixels, as QuPath "
             "exports them, whatever level or resolution is analysed.")
+    x1, y1 = region.bounds[2:]
+    if (f > 1 if slide is None else slide) and 2 * x1 <= w * f and 2 * y1 <= h * f:
+        # an outline drawn on a coarser level, in its pixels, lies in the top-left
+        # 1/downsample of the slide: the run tested a few tiles, with no word of why
+        warnings.warn(
+            f"tissue_mask: every polygon of {path.name} lies in the top-left quarter of the "
+            f"slide (x ≤ {x1:.0f}, y ≤ {y1:.0f} of {round(w * f)}x{round(h * f)} "
+            "full-resolution pixels). GeoJSON coordinates are read as full-resolution "
+            "pixels, as QuPath exports them; an outline drawn in a coarser level's pixels "
+            "must be multiplied by that level's downsample.", UserWarning, stacklevel=2)
     step = max(1.0, float(np.sqrt(h * w / MASK_PIXELS)))
     mh, mw = max(1, round(h / step)), max(1, round(w / step))
     # full-resolution pixels -> mask pixels; a mask pixel is tissue when its centre is inside
@@ -237,4 +262,6 @@ def tissue_mask_for_run(value: Any, shape: tuple[int, int],
     any other value as given."""
     if not is_geojson_path(value):
         return value
-    return geojson_tissue_mask(str(value).strip(), shape, _slide_downsample(extra or {}))
+    extra = extra or {}
+    return geojson_tissue_mask(str(value).strip(), shape, _slide_downsample(extra),
+                               slide=extra.get("slide_level") is not None)

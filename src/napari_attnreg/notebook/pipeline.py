@@ -11,8 +11,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import shapely.errors
-
 from napari_attnreg.core.models.backbones import Backbone, load_backbone
 from napari_attnreg.core.models.catalogue import find
 from napari_attnreg.core.models.weights import WEIGHT_SUFFIXES
@@ -100,33 +98,6 @@ def run_config(session: Session, options: Mapping[str, Any],
     return config
 
 
-#: What a malformed geometry of a readable GeoJSON file raises (shapely's own words).
-_MALFORMED = (TypeError, KeyError, IndexError, AttributeError, shapely.errors.ShapelyError)
-
-
-def tissue_outline(path: str, source: MemorySource | DiskSource) -> Any:
-    """The tissue mask of a GeoJSON outline (:func:`~napari_attnreg.io.geojson.geojson_tissue_mask`)
-    over ``source``'s picture.
-
-    Raises
-    ------
-    ValueError
-        The reader's words for an unreadable file or one outside the image; for a geometry it
-        cannot take (coordinates missing or nested wrongly, an unknown type), which it lets
-        through as Python's or shapely's own error, what is wrong and what to give instead.
-    """
-    try:
-        return geojson_tissue_mask(path, source.plane_shape, float(source.downsample))
-    except _MALFORMED as err:
-        # raised into the Run button's handler, this reached no status line: the explorer
-        # went on showing the previous message, often another file's
-        raise ValueError(
-            f"tissue_mask: {Path(path).name} holds a malformed GeoJSON geometry "
-            f"({type(err).__name__}: {err}); a tissue outline is a Polygon or MultiPolygon "
-            "whose coordinates are rings of [x, y] full-resolution pixels (QuPath: export the "
-            "annotations as GeoJSON); or give 'auto', 'none' or a mask image.") from err
-
-
 def make_job(session: Session, spec: ModelSpec, source: MemorySource | DiskSource,
              plane: PlaneIndex, options: Mapping[str, Any], task_id: int,
              thresholds: Mapping[str, Any] | None = None) -> Job:
@@ -137,7 +108,9 @@ def make_job(session: Session, spec: ModelSpec, source: MemorySource | DiskSourc
     """
     config = run_config(session, options, thresholds)
     if is_geojson_path(config.tissue_mask):  # QuPath's outline, in full-resolution pixels
-        config.tissue_mask = tissue_outline(str(config.tissue_mask).strip(), source)
+        config.tissue_mask = geojson_tissue_mask(
+            str(config.tissue_mask).strip(), source.plane_shape, float(source.downsample),
+            slide=bool(getattr(source, "slide", False)))
     if plane:  # the result says which plane it is (as napari's and the CLI's do)
         config.extra = {**config.extra, "slice": list(plane)}
     return Job(spec, source.run_image, [tuple(plane)], config, task_id=task_id)
