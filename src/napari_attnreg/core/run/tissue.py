@@ -8,7 +8,8 @@ tissue is coloured, glass is grey-white), with pen ink, black (labels, slide edg
 and the rim of stain blending into glass left out and weakly stained tissue kept; on a grey
 image, or a colour one whose background is black, on its brightness, the background being
 the class nearer its extreme: bright glass (brightfield: tissue is darker) or a black field
-(dark-field, fluorescence: tissue is brighter).
+(dark-field, fluorescence: tissue is brighter). A grey image of one tone is blank glass or an empty field
+when that tone is near white or black or flat, else a field inside the tissue: all tissue.
 
 Example
 -------
@@ -39,9 +40,14 @@ TISSUE_FRACTION = 0.10
 #: when both are above it the thumbnail has no glass (a crop inside the tissue) and all of it
 #: is tissue, instead of half the tissue being cut away by a threshold between two stains.
 #: On a grey thumbnail, the least difference in brightness (as a share of white) between the
-#: two Otsu classes for one of them to be tissue; below it the thumbnail is one tone (blank
-#: glass, an empty black field) and holds no tissue.
+#: two Otsu classes for one of them to be tissue; below it the thumbnail is one tone, judged
+#: by the tone itself (:data:`GLASS_LEVEL`, :data:`BLACK`, its structure).
 GLASS_CHROMA = 0.08
+#: Glass is grey and at least this bright (share of white): a brightfield scanner sets its
+#: white near the glass (about 0.85-0.96). A thumbnail of one tone at least this bright is
+#: blank glass; tissue crops of one tone (a fluorescence field, a CT slice, a grey crop inside
+#: the tissue) are darker.
+GLASS_LEVEL = 0.8
 #: Chroma above the glass's own that is stain. Otsu's threshold between glass and strongly
 #: stained tissue lies above weakly stained tissue (fat, pale counterstain) and left it out;
 #: the threshold is at most this far above the glass.
@@ -80,7 +86,8 @@ class TissueMask:
     source : str
         How it was made: :data:`AUTO_COLOUR` (colour, brightfield),
         ``"auto (Otsu on darkness, bright background)"`` or
-        ``"auto (Otsu on brightness, dark background)"`` (grey), ``"file <name>"``,
+        ``"auto (Otsu on brightness, dark background)"`` (grey), ``"auto (one ... tone ...)"``
+        (grey of one tone: :data:`AUTO_ONE_TONE_TISSUE`, or no tissue), ``"file <name>"``,
         ``"array"``.
     tiles : np.ndarray of bool
         ``(n_tiles,)``: the tiles that are run.
@@ -107,7 +114,10 @@ class TissueMask:
 AUTO_COLOUR = "auto (Otsu on chroma, bright background; pen ink and black left out)"
 AUTO_BRIGHT_BACKGROUND = "auto (Otsu on darkness, bright background)"
 AUTO_DARK_BACKGROUND = "auto (Otsu on brightness, dark background)"
-AUTO_ONE_TONE = "auto (Otsu on brightness, one tone: no tissue)"
+AUTO_ONE_TONE_GLASS = "auto (one tone near white: blank glass, no tissue)"
+AUTO_ONE_TONE_BLACK = "auto (one tone near black: an empty field, no tissue)"
+AUTO_ONE_TONE_FLAT = "auto (one tone without structure, pixel noise alone: no tissue)"
+AUTO_ONE_TONE_TISSUE = "auto (one grey tone, neither glass nor black: all tissue)"
 
 
 def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
@@ -136,7 +146,11 @@ def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
     class, black below :data:`BLACK` left out of it and of its threshold), else the dark class
     (the black field of a dark-field or fluorescence slide). Its two classes must differ in
     brightness by :data:`GLASS_CHROMA` of the top value (255 for 8 bits, else the top of the
-    bits used).
+    bits used); else the thumbnail is one tone, and holds no tissue when that tone is near
+    white (:data:`GLASS_LEVEL`: blank glass), near black (:data:`BLACK`: an empty field) or
+    without structure (an empty field: its smoothed brightness varies no more than its pixel
+    noise), and is all tissue otherwise (a field inside the tissue: fluorescence, a CT slice,
+    a grey crop).
 
     Parameters
     ----------
@@ -171,12 +185,12 @@ def auto_tissue(thumbnail: np.ndarray) -> tuple[np.ndarray, str]:
         if not (grey | padded).all():  # some colour: brightfield stain, or a coloured dark field
             if not grey.any() or np.mean(value[grey] > 0.5) >= 0.5:  # grey is mostly bright: glass
                 return _stained(rgb, brightest - darkest, value, chroma, padded), AUTO_COLOUR
-            return _two_tones(value, padded, dark_background=True)
-        return _two_tones(value, padded)  # colour without colour: grey
+            return _two_tones(value, brightest, padded, dark_background=True)
+        return _two_tones(value, brightest, padded)  # colour without colour: grey
     grey_image = image[..., 0] if image.ndim == 3 else image
     black, white = _grey_range(raw.dtype, grey_image)
     brightness = (grey_image - black) / (white - black)  # 0 black, 1 white
-    return _two_tones(_smooth(brightness), _padding(brightness, brightness))
+    return _two_tones(_smooth(brightness), brightness, _padding(brightness, brightness))
 
 
 def _channel_range(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -193,18 +207,18 @@ def _smooth(values: np.ndarray, channel_axis: int | None = None) -> np.ndarray:
     return gaussian(values, sigma=SMOOTHING_SIGMA, channel_axis=channel_axis)
 
 
-def _two_tones(signal: np.ndarray, padded: np.ndarray,
+def _two_tones(signal: np.ndarray, pixels: np.ndarray, padded: np.ndarray,
                dark_background: bool | None = None) -> tuple[np.ndarray, str]:
-    """Tissue of a grey image (``signal``: its smoothed brightness, 0 black, 1 white) by Otsu's
-    threshold, the background being the class nearer its extreme unless ``dark_background``
-    is given."""
+    """Tissue of a grey image (``signal``: its smoothed brightness, 0 black, 1 white;
+    ``pixels``: the brightness unsmoothed) by Otsu's threshold, the background being the class
+    nearer its extreme unless ``dark_background`` is given; one tone is judged by
+    :func:`_one_tone`."""
     from scipy.ndimage import binary_dilation
     from skimage.morphology import disk
 
-    none = np.zeros(signal.shape, dtype=bool)
     split = _otsu(signal, ~padded)
-    if split is None or split[2] - split[1] <= GLASS_CHROMA:  # one tone: glass, a black field
-        return none, AUTO_ONE_TONE
+    if split is None or split[2] - split[1] <= GLASS_CHROMA:  # no two tones to set apart
+        return _one_tone(signal, pixels, ~padded)
     low, lower, upper = split
     if dark_background is None:
         dark_background = not 1.0 - upper < lower  # the bright class nearer white: glass
@@ -216,9 +230,43 @@ def _two_tones(signal: np.ndarray, padded: np.ndarray,
     black = binary_dilation(signal < BLACK, structure=disk(2 * SMOOTHING_RADIUS))
     lit = ~padded & ~black
     split = _otsu(signal, lit)
-    if split is None or split[2] - split[1] <= GLASS_CHROMA:  # glass and black alone
-        return none, AUTO_ONE_TONE
+    if split is None or split[2] - split[1] <= GLASS_CHROMA:  # black and one tone beside it
+        return _one_tone(signal, pixels, lit)
     return split[0] & lit, AUTO_BRIGHT_BACKGROUND
+
+
+def _one_tone(signal: np.ndarray, pixels: np.ndarray,
+              where: np.ndarray) -> tuple[np.ndarray, str]:
+    """The pixels ``where`` of a grey image of one tone: no tissue when the tone is near white
+    (:data:`GLASS_LEVEL`: blank glass), near black (:data:`BLACK`: an empty field) or without
+    structure (``signal``, the smoothed brightness, varies no more than the noise of the
+    unsmoothed ``pixels``: an empty field, whatever level a camera's offset gives it in 16
+    bits); all of them otherwise: a crop inside the tissue (a fluorescence field, a CT slice,
+    a grey stain), as a colour thumbnail whose two classes are both stained is all tissue."""
+    none = np.zeros(signal.shape, dtype=bool)
+    tone = signal[where]
+    if tone.size == 0:
+        return none, AUTO_ONE_TONE_FLAT
+    level = float(np.median(tone))
+    if level >= GLASS_LEVEL:
+        return none, AUTO_ONE_TONE_GLASS
+    if level < BLACK:
+        return none, AUTO_ONE_TONE_BLACK
+    # the smoothing keeps structure (nuclei, texture) and takes white noise down about 7-fold
+    if float(tone.std()) <= _noise(pixels, where):
+        return none, AUTO_ONE_TONE_FLAT
+    return where.copy(), AUTO_ONE_TONE_TISSUE
+
+
+def _noise(pixels: np.ndarray, where: np.ndarray) -> float:
+    """The standard deviation of the pixel noise of ``pixels`` over ``where``: the median
+    absolute difference between neighbours (scaled to a normal's sd), which the edges of
+    structure, few against the pixels, do not move as they move a standard deviation."""
+    steps = np.concatenate([(pixels[1:] - pixels[:-1])[where[1:] & where[:-1]],
+                            (pixels[:, 1:] - pixels[:, :-1])[where[:, 1:] & where[:, :-1]]])
+    if steps.size == 0:
+        return 0.0
+    return float(1.4826 * np.median(np.abs(steps - np.median(steps))) / np.sqrt(2.0))
 
 
 def _stained(rgb: np.ndarray, pixel_chroma: np.ndarray, value: np.ndarray, chroma: np.ndarray,
