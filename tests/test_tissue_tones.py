@@ -1,5 +1,6 @@
 """The automatic tissue mask judged by tone: a grey thumbnail of one tone (blank glass, an
-empty field, or a field inside the tissue with no glass).
+empty field, or a field inside the tissue with no glass), and grey tissue on a colour slide
+that is darker than its glass (unstained or grey tissue, a mosaic of grey fields).
 """
 
 from __future__ import annotations
@@ -8,12 +9,15 @@ import numpy as np
 import pytest
 import tifffile
 
+from napari_attnreg.core.run.tiling import make_layout
 from napari_attnreg.core.run.tissue import (
     AUTO_ONE_TONE_BLACK,
     AUTO_ONE_TONE_FLAT,
     AUTO_ONE_TONE_GLASS,
     AUTO_ONE_TONE_TISSUE,
     auto_tissue,
+    tiles_in_tissue,
+    tissue_for,
 )
 
 # -- one tone --------------------------------------------------------------------------------
@@ -98,3 +102,147 @@ def test_a_tiled_run_of_a_grey_slide_without_glass_runs_every_tile(tmp_path):
     assert tiled.tissue.source == AUTO_ONE_TONE_TISSUE
     assert tiled.tissue.tiles.all()
 
+
+# -- grey tissue on a colour slide -----------------------------------------------------------
+
+SHAPE = (192, 288)  # a thumbnail: 1/8 of a 1536 x 2304 level
+
+
+def _glass(rng: np.random.Generator, shape=SHAPE) -> np.ndarray:
+    return np.array([236.0, 236.0, 238.0]) + rng.normal(0, 2.0, (*shape, 3))
+
+
+def _he(rng: np.random.Generator, shape=SHAPE) -> np.ndarray:
+    """H&E colours from stain amounts (skimage's stain vectors), with a grain."""
+    from skimage import color
+
+    grain = 1 + 0.3 * rng.standard_normal((*shape, 1))
+    hed = np.concatenate([0.05 * grain, 0.09 * grain[::-1], np.zeros((*shape, 1))], axis=-1)
+    return color.hed2rgb(hed.clip(0, None)) * 255
+
+
+def _grey_photo(name: str, shape=SHAPE, darkest: float = 60, brightest: float = 200) -> np.ndarray:
+    """A real grey photo of scikit-image (gravel, grass, bricks) at a thumbnail's scale, stored
+    as the slide validation stores its fields: 60 (darkest) to 200 (brightest) of 255, grey
+    RGB."""
+    from skimage import data, transform
+
+    photo = transform.resize(getattr(data, name)().astype(float), shape, anti_aliasing=True)
+    photo = darkest + (photo - photo.min()) / (photo.max() - photo.min()) * (brightest - darkest)
+    return np.repeat(photo[..., None], 3, axis=-1)
+
+
+def _ellipse(shape, cy, cx, ry, rx) -> np.ndarray:
+    from skimage import draw
+
+    mask = np.zeros(shape, bool)
+    mask[draw.ellipse(cy, cx, ry, rx, shape=shape)] = True
+    return mask
+
+
+def _jpeg(img: np.ndarray) -> np.ndarray:
+    import imageio.v3 as iio
+
+    img = np.asarray(img).clip(0, 255).astype(np.uint8)
+    return iio.imread(iio.imwrite("<bytes>", img, extension=".jpg", quality=80),
+                      extension=".jpg")
+
+
+def _inside(mask: np.ndarray, by: int = 3) -> np.ndarray:
+    from scipy.ndimage import binary_erosion
+
+    return binary_erosion(mask, iterations=by)
+
+
+def _near(mask: np.ndarray, by: int = 3) -> np.ndarray:
+    from scipy.ndimage import binary_dilation
+
+    return binary_dilation(mask, iterations=by)
+
+
+def _mosaic(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stained tissue and, beside it on the glass, two grey pieces of real photos (gravel,
+    bricks) and a piece of pale unstained tissue (20 % darker than the glass): the thumbnail,
+    the tissue and the grey tissue."""
+    img = _glass(rng)
+    stained = _ellipse(SHAPE, 60, 70, 45, 55)
+    gravel = _ellipse(SHAPE, 140, 80, 40, 60)
+    bricks = _ellipse(SHAPE, 60, 210, 45, 60)
+    pale = _ellipse(SHAPE, 150, 225, 30, 45)
+    img[stained] = _he(rng)[stained]
+    img[gravel] = _grey_photo("gravel")[gravel]
+    img[bricks] = _grey_photo("brick")[bricks]
+    img[pale] = 190 + rng.normal(0, 6.0, (pale.sum(), 1)) + rng.normal(0, 1.0, (pale.sum(), 3))
+    grey = gravel | bricks | pale
+    return _jpeg(img), stained | grey, grey
+
+
+def test_grey_tissue_darker_than_the_glass_of_a_colour_slide_is_tissue():
+    """Grey was glass on a colour slide, however dark: the slide validation's photo mosaics
+    (35 % and 70 % glass) kept 34 and 23 of 106 and 64 tissue tiles."""
+    from napari_attnreg.core.run.tissue import AUTO_COLOUR_GREY
+
+    image, tissue, grey = _mosaic(np.random.default_rng(0))
+    mask, source = auto_tissue(image)
+    assert source == AUTO_COLOUR_GREY
+    assert mask[_inside(grey)].mean() > 0.99
+    assert mask[_inside(tissue)].mean() > 0.99
+    assert mask[~_near(tissue)].mean() < 0.01
+
+
+def test_the_tiles_of_grey_tissue_on_a_colour_slide_are_run():
+    image, tissue, _ = _mosaic(np.random.default_rng(1))
+    layout = make_layout((SHAPE[0] * 8, SHAPE[1] * 8), tile=(128, 128), patch=(8, 8),
+                         overlap=32)
+    run = tissue_for("auto", image, layout).tiles
+    truth = tiles_in_tissue(tissue, layout)
+    assert (truth & ~run).sum() == 0  # no tissue tile left out
+    assert (run & ~tiles_in_tissue(_near(tissue, 2), layout)).sum() == 0  # no glass tile run
+
+
+def test_a_colour_slide_with_more_grey_tissue_than_glass_is_not_taken_for_a_dark_field():
+    """Most grey pixels were dark (grey tissue outweighing the glass), so the slide was taken
+    for a dark-field scan: the glass was its brighter class and run as tissue, the darker
+    grey tissue left out (3 of 6 photo mosaics at 35 % glass: 4 to 6 glass tiles run, 29 to
+    30 tissue tiles left out)."""
+    from napari_attnreg.core.run.tissue import AUTO_COLOUR_GREY
+
+    rng = np.random.default_rng(3)
+    img = _glass(rng)
+    grass = _ellipse(SHAPE, 96, 85, 90, 80)
+    bricks = _ellipse(SHAPE, 96, 215, 90, 65) & ~grass
+    stained = _ellipse(SHAPE, 40, 150, 20, 25) & ~grass & ~bricks
+    img[grass] = _grey_photo("grass", darkest=40, brightest=170)[grass]  # mostly below half
+    img[bricks] = _grey_photo("brick")[bricks]
+    img[stained] = _he(rng)[stained]
+    tissue = grass | bricks | stained
+    assert tissue.mean() > 0.6
+    layout = make_layout((SHAPE[0] * 8, SHAPE[1] * 8), tile=(128, 128), patch=(8, 8),
+                         overlap=32)
+    found = tissue_for("auto", _jpeg(img), layout)
+    assert found.source == AUTO_COLOUR_GREY
+    assert (tiles_in_tissue(tissue, layout) & ~found.tiles).sum() == 0
+    assert (found.tiles & ~tiles_in_tissue(_near(tissue, 2), layout)).sum() == 0
+
+
+def test_lines_and_black_edges_darker_than_the_glass_are_not_tissue():
+    """Glass is grey and bright, and what is darker is tissue, but not the coverslip's edges
+    (dark lines a few pixels wide), a scratch, nor the black edge of the slide and the rim
+    where it blends into the glass."""
+    rng = np.random.default_rng(2)
+    img = _glass(rng)
+    tissue = _ellipse(SHAPE, 100, 150, 50, 70)
+    img[tissue] = _he(rng)[tissue]
+    lines = np.zeros(SHAPE, bool)
+    lines[30:33, :] = True  # the coverslip's edge
+    lines[:, 20:22] = True  # another, thinner
+    lines[150:152, 200:280] = True  # a scratch
+    img[lines] = 120.0
+    edge = np.zeros(SHAPE, bool)
+    edge[-12:] = True
+    img[edge] = np.array([14.0, 14.0, 20.0]) + rng.normal(0, 4.0, (edge.sum(), 3))
+    mask, _ = auto_tissue(_jpeg(img))
+    assert mask[_inside(tissue)].mean() > 0.99
+    assert mask[_near(lines, 2) & ~_near(tissue, 4)].mean() < 0.01
+    assert mask[_near(edge, 6)].mean() < 0.01
+    assert mask[~_near(tissue, 4)].mean() < 0.005

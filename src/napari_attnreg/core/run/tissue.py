@@ -4,11 +4,12 @@ A whole-slide image is mostly glass. A tiled run with a tissue mask runs only th
 area is at least :data:`TISSUE_FRACTION` tissue, and only those tiles are families of the
 step-down's Benjamini–Hochberg step, so glass neither costs forward passes nor dilutes the
 family's level. The automatic mask is Otsu's threshold on the chroma of a thumbnail (stained
-tissue is coloured, glass is grey-white), with pen ink, black (labels, slide edges, padding)
-and the rim of stain blending into glass left out and weakly stained tissue kept; on a grey
-image, or a colour one whose background is black, on its brightness, the background being
-the class nearer its extreme: bright glass (brightfield: tissue is darker) or a black field
-(dark-field, fluorescence: tissue is brighter). A grey image of one tone is blank glass or an empty field
+tissue is coloured, glass is grey-white), with grey clearly darker than the glass (unstained
+or grey tissue) kept, pen ink, black (labels, slide edges, padding) and the rim of stain
+blending into glass left out and weakly stained tissue kept; on a grey image, or a colour one
+whose background is black, on its brightness, the background being the class nearer its
+extreme: bright glass (brightfield: tissue is darker) or a black field (dark-field,
+fluorescence: tissue is brighter). A grey image of one tone is blank glass or an empty field
 when that tone is near white or black or flat, else a field inside the tissue: all tissue.
 
 Example
@@ -45,9 +46,14 @@ TISSUE_FRACTION = 0.10
 GLASS_CHROMA = 0.08
 #: Glass is grey and at least this bright (share of white): a brightfield scanner sets its
 #: white near the glass (about 0.85-0.96). A thumbnail of one tone at least this bright is
-#: blank glass; tissue crops of one tone (a fluorescence field, a CT slice, a grey crop inside
-#: the tissue) are darker.
+#: blank glass; on a colour slide, grey this bright is the glass whose brightness darker grey
+#: tissue is set against (:data:`GREY_TISSUE`). Tissue crops of one tone (a fluorescence
+#: field, a CT slice, a grey crop inside the tissue) are darker.
 GLASS_LEVEL = 0.8
+#: On a colour brightfield slide, grey darker than the slide's glass by more than this share
+#: of white is tissue (unstained or pigment-grey tissue, a fold): glass is grey and bright,
+#: and a scanner's shading of the glass stays well within it.
+GREY_TISSUE = 0.1
 #: Chroma above the glass's own that is stain. Otsu's threshold between glass and strongly
 #: stained tissue lies above weakly stained tissue (fat, pale counterstain) and left it out;
 #: the threshold is at most this far above the glass.
@@ -84,7 +90,8 @@ class TissueMask:
     mask : np.ndarray of bool
         ``(h, w)`` at any resolution covering the whole image (a thumbnail's).
     source : str
-        How it was made: :data:`AUTO_COLOUR` (colour, brightfield),
+        How it was made: :data:`AUTO_COLOUR` or :data:`AUTO_COLOUR_GREY` (colour,
+        brightfield), :data:`AUTO_NO_GLASS` (colour without glass),
         ``"auto (Otsu on darkness, bright background)"`` or
         ``"auto (Otsu on brightness, dark background)"`` (grey), ``"auto (one ... tone ...)"``
         (grey of one tone: :data:`AUTO_ONE_TONE_TISSUE`, or no tissue), ``"file <name>"``,
@@ -112,6 +119,9 @@ class TissueMask:
 
 #: How :func:`auto_tissue` names what it thresholded.
 AUTO_COLOUR = "auto (Otsu on chroma, bright background; pen ink and black left out)"
+AUTO_COLOUR_GREY = ("auto (Otsu on chroma, bright background, and grey darker than the glass; "
+                    "pen ink and black left out)")
+AUTO_NO_GLASS = "auto (colour, no glass: all tissue but pen ink and black)"
 AUTO_BRIGHT_BACKGROUND = "auto (Otsu on darkness, bright background)"
 AUTO_DARK_BACKGROUND = "auto (Otsu on brightness, dark background)"
 AUTO_ONE_TONE_GLASS = "auto (one tone near white: blank glass, no tissue)"
@@ -128,16 +138,22 @@ def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
     along the edges that are all black or all white (a scanner's padding) are never tissue
     and are left out of the statistics.
 
-    A colour thumbnail is brightfield when most of its grey pixels are bright (glass). Its
+    A colour thumbnail is brightfield when most of its grey pixels are bright (glass), or
+    when the brighter Otsu class of its grey pixels is nearer white than the darker class is to
+    black (glass beside more grey tissue than glass). Its
     tissue is where the chroma (brightest minus darkest channel; its median over a few
     pixels) is above the glass's: above Otsu's threshold, or above the glass's chroma by
     :data:`FAINT_STAIN` where such weak stain is broader than the rim of strong stain, so
-    that weakly stained tissue beside strongly stained tissue is kept. Black (:data:`BLACK`:
-    black ink, an opaque label, the slide's edge) and pen ink (:data:`INK_GREEN`,
-    :data:`INK_BLUE`, :data:`INK_RED`: green, cyan, and blue or red purer than a stain gets),
-    with the rim of a mark, count as glass; when that "ink" is most of the colour it is the
-    stain itself (a special stain) and is kept. Holes of up to :data:`HOLE_PIXELS` are filled.
-    A colour thumbnail whose grey pixels are mostly dark is a dark-field or fluorescence
+    that weakly stained tissue beside strongly stained tissue is kept; and where its
+    brightness (a median over a few pixels) is below the glass's (grey at least
+    :data:`GLASS_LEVEL`) by :data:`GREY_TISSUE` over a region broader than a line (unstained
+    or grey tissue; without such glass, all of it is tissue). Black (:data:`BLACK`: black
+    ink, an opaque label, the slide's edge, and the rim where it blends into the glass) and
+    pen ink (:data:`INK_GREEN`, :data:`INK_BLUE`, :data:`INK_RED`: green, cyan, and blue or
+    red purer than a stain gets), with the rim of a mark, count as glass; when that "ink" is
+    most of the colour it is the stain itself (a special stain) and is kept. Holes of up to
+    :data:`HOLE_PIXELS` are filled.
+    Otherwise (its grey pixels mostly dark, nearer black) it is a dark-field or fluorescence
     scan: tissue is the brighter Otsu class of the brightest channel.
 
     A grey thumbnail (or a colour one without colour) is split on brightness, and the
@@ -183,8 +199,10 @@ def auto_tissue(thumbnail: np.ndarray) -> tuple[np.ndarray, str]:
         chroma = value - lowest  # no noise blown up near black, as saturation
         grey = (chroma <= GLASS_CHROMA) & ~padded
         if not (grey | padded).all():  # some colour: brightfield stain, or a coloured dark field
-            if not grey.any() or np.mean(value[grey] > 0.5) >= 0.5:  # grey is mostly bright: glass
-                return _stained(rgb, brightest - darkest, value, chroma, padded), AUTO_COLOUR
+            # grey is mostly bright, or (grey tissue outweighing the glass) its bright class is
+            # nearer white than its dark class is to black: glass
+            if not grey.any() or np.mean(value[grey] > 0.5) >= 0.5 or _bright_grey(value, grey):
+                return _brightfield(rgb, brightest, value, chroma, padded)
             return _two_tones(value, brightest, padded, dark_background=True)
         return _two_tones(value, brightest, padded)  # colour without colour: grey
     grey_image = image[..., 0] if image.ndim == 3 else image
@@ -269,23 +287,69 @@ def _noise(pixels: np.ndarray, where: np.ndarray) -> float:
     return float(1.4826 * np.median(np.abs(steps - np.median(steps))) / np.sqrt(2.0))
 
 
-def _stained(rgb: np.ndarray, pixel_chroma: np.ndarray, value: np.ndarray, chroma: np.ndarray,
-             padded: np.ndarray) -> np.ndarray:
-    """Tissue of a brightfield colour thumbnail: chroma above the glass's, black and pen ink
-    counting as glass (see :func:`auto_tissue_mask`). ``rgb``: the thumbnail (0 to 1), whose
-    pixels say what is ink; ``pixel_chroma``: their chroma, which, ink and black set to none,
-    is the evidence of stain (a textured stain's neighbourhood may average to grey);
-    ``value`` and ``chroma``: each neighbourhood's brightest channel and chroma, which say
-    what is black or grey."""
-    from scipy.ndimage import binary_opening
+def _bright_grey(value: np.ndarray, grey: np.ndarray) -> bool:
+    """Whether the bright Otsu class of ``value`` over the ``grey`` pixels is nearer white than
+    the dark class is to black (glass beside grey tissue, not a black field)."""
+    split = _otsu(value, grey)
+    return split is not None and 1.0 - split[2] < split[1]
+
+
+def _brightfield(rgb: np.ndarray, brightest: np.ndarray, value: np.ndarray,
+                 chroma: np.ndarray, padded: np.ndarray) -> tuple[np.ndarray, str]:
+    """Tissue of a brightfield colour thumbnail and how it was found: stain
+    (:func:`_stained`), and grey clearly darker than the glass (:data:`GREY_TISSUE`), black and
+    pen ink counting as glass. ``rgb``: the thumbnail (0 to 1); ``brightest``: its pixels'
+    brightest channel; ``value`` and ``chroma``: each neighbourhood's brightest channel and
+    chroma, which say what is black or grey."""
+    from scipy.ndimage import binary_dilation, binary_opening, label
     from skimage.filters import median
     from skimage.morphology import disk
 
+    pixel_chroma = brightest - _channel_range(rgb)[0]
     coloured = chroma > GLASS_CHROMA
     ink = _ink(rgb, pixel_chroma)
     if ink.sum() > 0.5 * coloured.sum():  # most of the colour: a stain of ink's hue, not marks
         ink[:] = False
     left_out = ink | (value < BLACK) | padded
+    stained = _stained(pixel_chroma, left_out, padded)
+    # each pixel's brightness as a median, as the stain's evidence: the edges of tissue,
+    # of black and of the glass stay where they are, and a line a few pixels wide (the
+    # coverslip's edge, a scratch, a bubble's rim, black marker) is not a region of its own
+    level = median(np.round(brightest * 255.0).astype(np.uint8), disk(SMOOTHING_RADIUS)) / 255.0
+    # the glass: grey and bright (a crop inside the tissue, or a mosaic of grey fields,
+    # has none)
+    glass = (chroma <= GLASS_CHROMA) & (level >= GLASS_LEVEL) & ~left_out
+    has_glass = int(glass.sum()) > HOLE_PIXELS
+    # darker grey is tissue (unstained or pigment-grey tissue, a fold), not black (an opaque
+    # label, ink, the slide's edge) nor the rim where black blends into the glass (as grey
+    # as tissue), nor thinner than a disk of SMOOTHING_RADIUS
+    darker = (level < float(np.median(level[glass])) - GREY_TISSUE if has_glass
+              else np.ones(level.shape, dtype=bool))
+    black = binary_dilation((level < BLACK) | (value < BLACK),
+                            structure=disk(2 * SMOOTHING_RADIUS))
+    dark = binary_opening(darker & ~black & ~left_out, structure=disk(SMOOTHING_RADIUS))
+    if not has_glass:
+        return (stained | dark) & ~left_out, AUTO_NO_GLASS
+    added = dark & ~stained
+    if not added.any():
+        return stained, AUTO_COLOUR
+    mask = _fill_small_holes((stained | dark) & ~padded, HOLE_PIXELS) & ~left_out
+    # the record names the grey only for a region of it, not the specks of the stain's grain
+    # it fills in
+    regions, n = label(added)
+    grey = n and int(np.bincount(regions.ravel())[1:].max()) > HOLE_PIXELS
+    return mask, AUTO_COLOUR_GREY if grey else AUTO_COLOUR
+
+
+def _stained(pixel_chroma: np.ndarray, left_out: np.ndarray, padded: np.ndarray) -> np.ndarray:
+    """Stained tissue of a brightfield colour thumbnail: chroma above the glass's (see
+    :func:`auto_tissue_mask`). ``pixel_chroma``: the pixels' chroma, which, ``left_out`` (ink,
+    black, padding) set to none, is the evidence of stain (a textured stain's neighbourhood
+    may average to grey)."""
+    from scipy.ndimage import binary_opening
+    from skimage.filters import median
+    from skimage.morphology import disk
+
     # a median, not a mean: it leaves the tissue's edges where they are, where a mean spreads
     # strong stain over the glass beside it, past the low threshold for weak stain below
     evidence = np.round(np.where(left_out, 0.0, pixel_chroma) * 255.0).astype(np.uint8)
