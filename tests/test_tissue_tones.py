@@ -225,6 +225,21 @@ def test_a_colour_slide_with_more_grey_tissue_than_glass_is_not_taken_for_a_dark
     assert (found.tiles & ~tiles_in_tissue(_near(tissue, 2), layout)).sum() == 0
 
 
+def test_a_scan_with_dim_glass_is_judged_on_its_stain():
+    """Glass below GLASS_LEVEL (a dim scan, 72 % of white) is not known for glass by its
+    brightness: the chroma alone finds the tissue, and the glass is not all tissue."""
+    from napari_attnreg.core.run.tissue import AUTO_COLOUR
+
+    rng = np.random.default_rng(4)
+    img = _glass(rng)
+    tissue = _ellipse(SHAPE, 96, 140, 60, 90)
+    img[tissue] = _he(rng)[tissue]
+    mask, source = auto_tissue(_jpeg(img * (184.0 / 236.0)))
+    assert source == AUTO_COLOUR
+    assert mask[_inside(tissue)].mean() > 0.99
+    assert mask[~_near(tissue)].mean() < 0.01
+
+
 def test_lines_and_black_edges_darker_than_the_glass_are_not_tissue():
     """Glass is grey and bright, and what is darker is tissue, but not the coverslip's edges
     (dark lines a few pixels wide), a scratch, nor the black edge of the slide and the rim

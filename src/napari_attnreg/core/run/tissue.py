@@ -91,7 +91,7 @@ class TissueMask:
         ``(h, w)`` at any resolution covering the whole image (a thumbnail's).
     source : str
         How it was made: :data:`AUTO_COLOUR` or :data:`AUTO_COLOUR_GREY` (colour,
-        brightfield), :data:`AUTO_NO_GLASS` (colour without glass),
+        brightfield),
         ``"auto (Otsu on darkness, bright background)"`` or
         ``"auto (Otsu on brightness, dark background)"`` (grey), ``"auto (one ... tone ...)"``
         (grey of one tone: :data:`AUTO_ONE_TONE_TISSUE`, or no tissue), ``"file <name>"``,
@@ -121,7 +121,6 @@ class TissueMask:
 AUTO_COLOUR = "auto (Otsu on chroma, bright background; pen ink and black left out)"
 AUTO_COLOUR_GREY = ("auto (Otsu on chroma, bright background, and grey darker than the glass; "
                     "pen ink and black left out)")
-AUTO_NO_GLASS = "auto (colour, no glass: all tissue but pen ink and black)"
 AUTO_BRIGHT_BACKGROUND = "auto (Otsu on darkness, bright background)"
 AUTO_DARK_BACKGROUND = "auto (Otsu on brightness, dark background)"
 AUTO_ONE_TONE_GLASS = "auto (one tone near white: blank glass, no tissue)"
@@ -147,7 +146,7 @@ def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
     that weakly stained tissue beside strongly stained tissue is kept; and where its
     brightness (a median over a few pixels) is below the glass's (grey at least
     :data:`GLASS_LEVEL`) by :data:`GREY_TISSUE` over a region broader than a line (unstained
-    or grey tissue; without such glass, all of it is tissue). Black (:data:`BLACK`: black
+    or grey tissue; without such glass, the chroma alone). Black (:data:`BLACK`: black
     ink, an opaque label, the slide's edge, and the rim where it blends into the glass) and
     pen ink (:data:`INK_GREEN`, :data:`INK_BLUE`, :data:`INK_RED`: green, cyan, and blue or
     red purer than a stain gets), with the rim of a mark, count as glass; when that "ink" is
@@ -316,20 +315,18 @@ def _brightfield(rgb: np.ndarray, brightest: np.ndarray, value: np.ndarray,
     # of black and of the glass stay where they are, and a line a few pixels wide (the
     # coverslip's edge, a scratch, a bubble's rim, black marker) is not a region of its own
     level = median(np.round(brightest * 255.0).astype(np.uint8), disk(SMOOTHING_RADIUS)) / 255.0
-    # the glass: grey and bright (a crop inside the tissue, or a mosaic of grey fields,
-    # has none)
+    # the glass: grey and bright. None this bright (a scan with dim glass, a crop inside the
+    # tissue): its brightness is unknown and the chroma alone says what is tissue
     glass = (chroma <= GLASS_CHROMA) & (level >= GLASS_LEVEL) & ~left_out
-    has_glass = int(glass.sum()) > HOLE_PIXELS
+    if int(glass.sum()) <= HOLE_PIXELS:
+        return stained, AUTO_COLOUR
     # darker grey is tissue (unstained or pigment-grey tissue, a fold), not black (an opaque
     # label, ink, the slide's edge) nor the rim where black blends into the glass (as grey
     # as tissue), nor thinner than a disk of SMOOTHING_RADIUS
-    darker = (level < float(np.median(level[glass])) - GREY_TISSUE if has_glass
-              else np.ones(level.shape, dtype=bool))
+    darker = level < float(np.median(level[glass])) - GREY_TISSUE
     black = binary_dilation((level < BLACK) | (value < BLACK),
                             structure=disk(2 * SMOOTHING_RADIUS))
     dark = binary_opening(darker & ~black & ~left_out, structure=disk(SMOOTHING_RADIUS))
-    if not has_glass:
-        return (stained | dark) & ~left_out, AUTO_NO_GLASS
     added = dark & ~stained
     if not added.any():
         return stained, AUTO_COLOUR
