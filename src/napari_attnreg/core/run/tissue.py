@@ -91,8 +91,7 @@ class TissueMask:
         ``(h, w)`` at any resolution covering the whole image (a thumbnail's).
     source : str
         How it was made: :data:`AUTO_COLOUR` or :data:`AUTO_COLOUR_GREY` (colour,
-        brightfield),
-        ``"auto (Otsu on darkness, bright background)"`` or
+        brightfield), ``"auto (Otsu on darkness, bright background)"`` or
         ``"auto (Otsu on brightness, dark background)"`` (grey), ``"auto (one ... tone ...)"``
         (grey of one tone: :data:`AUTO_ONE_TONE_TISSUE`, or no tissue), ``"file <name>"``,
         ``"array"``.
@@ -138,12 +137,12 @@ def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
     and are left out of the statistics.
 
     A colour thumbnail is brightfield when most of its grey pixels are bright (glass), or
-    when the brighter Otsu class of its grey pixels is nearer white than the darker class is to
-    black (glass beside more grey tissue than glass). Its
-    tissue is where the chroma (brightest minus darkest channel; its median over a few
-    pixels) is above the glass's: above Otsu's threshold, or above the glass's chroma by
-    :data:`FAINT_STAIN` where such weak stain is broader than the rim of strong stain, so
-    that weakly stained tissue beside strongly stained tissue is kept; and where its
+    when the brighter Otsu class of its grey pixels is nearer white than the darker class is
+    to black (glass beside more grey tissue than glass). Its tissue is where the chroma
+    (brightest minus darkest channel; its median over a few pixels) is above the glass's:
+    above Otsu's threshold, or above the glass's chroma by :data:`FAINT_STAIN` where such
+    weak stain is broader than the rim of strong stain, so that weakly stained tissue beside
+    strongly stained tissue is kept; and where its
     brightness (a median over a few pixels) is below the glass's (grey at least
     :data:`GLASS_LEVEL`) by :data:`GREY_TISSUE` over a region broader than a line (unstained
     or grey tissue; without such glass, the chroma alone). Black (:data:`BLACK`: black
@@ -151,9 +150,9 @@ def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
     pen ink (:data:`INK_GREEN`, :data:`INK_BLUE`, :data:`INK_RED`: green, cyan, and blue or
     red purer than a stain gets), with the rim of a mark, count as glass; when that "ink" is
     most of the colour it is the stain itself (a special stain) and is kept. Holes of up to
-    :data:`HOLE_PIXELS` are filled.
-    Otherwise (its grey pixels mostly dark, nearer black) it is a dark-field or fluorescence
-    scan: tissue is the brighter Otsu class of the brightest channel.
+    :data:`HOLE_PIXELS` are filled. Otherwise (its grey pixels mostly dark, nearer black) it
+    is a dark-field or fluorescence scan: tissue is the brighter Otsu class of the brightest
+    channel.
 
     A grey thumbnail (or a colour one without colour) is split on brightness, and the
     background is the class nearer its extreme: the bright class when its mean is nearer white
