@@ -4,11 +4,13 @@ A whole-slide image is mostly glass. A tiled run with a tissue mask runs only th
 area is at least :data:`TISSUE_FRACTION` tissue, and only those tiles are families of the
 step-down's Benjamini–Hochberg step, so glass neither costs forward passes nor dilutes the
 family's level. The automatic mask is Otsu's threshold on the chroma of a thumbnail (stained
-tissue is coloured, glass is grey-white), with pen ink, black (labels, slide edges, padding)
-and the rim of stain blending into glass left out and weakly stained tissue kept; on a grey
-image, or a colour one whose background is black, on its brightness, the background being
-the class nearer its extreme: bright glass (brightfield: tissue is darker) or a black field
-(dark-field, fluorescence: tissue is brighter).
+tissue is coloured, glass is grey-white), with grey clearly darker than the glass (unstained
+or grey tissue) kept, pen ink, black (labels, slide edges, padding) and the rim of stain
+blending into glass left out and weakly stained tissue kept; on a grey image, or a colour one
+whose background is black, on its brightness, the background being the class nearer its
+extreme: bright glass (brightfield: tissue is darker) or a black field (dark-field,
+fluorescence: tissue is brighter). A grey image of one tone is blank glass or an empty field
+when that tone is near white or black or flat, else a field inside the tissue: all tissue.
 
 Example
 -------
@@ -39,9 +41,19 @@ TISSUE_FRACTION = 0.10
 #: when both are above it the thumbnail has no glass (a crop inside the tissue) and all of it
 #: is tissue, instead of half the tissue being cut away by a threshold between two stains.
 #: On a grey thumbnail, the least difference in brightness (as a share of white) between the
-#: two Otsu classes for one of them to be tissue; below it the thumbnail is one tone (blank
-#: glass, an empty black field) and holds no tissue.
+#: two Otsu classes for one of them to be tissue; below it the thumbnail is one tone, judged
+#: by the tone itself (:data:`GLASS_LEVEL`, :data:`BLACK`, its structure).
 GLASS_CHROMA = 0.08
+#: Glass is grey and at least this bright (share of white): a brightfield scanner sets its
+#: white near the glass (about 0.85-0.96). A thumbnail of one tone at least this bright is
+#: blank glass; on a colour slide, grey this bright is the glass whose brightness darker grey
+#: tissue is set against (:data:`GREY_TISSUE`). Tissue crops of one tone (a fluorescence
+#: field, a CT slice, a grey crop inside the tissue) are darker.
+GLASS_LEVEL = 0.8
+#: On a colour brightfield slide, grey darker than the slide's glass by more than this share
+#: of white is tissue (unstained or pigment-grey tissue, a fold): glass is grey and bright,
+#: and a scanner's shading of the glass stays well within it.
+GREY_TISSUE = 0.1
 #: Chroma above the glass's own that is stain. Otsu's threshold between glass and strongly
 #: stained tissue lies above weakly stained tissue (fat, pale counterstain) and left it out;
 #: the threshold is at most this far above the glass.
@@ -78,9 +90,10 @@ class TissueMask:
     mask : np.ndarray of bool
         ``(h, w)`` at any resolution covering the whole image (a thumbnail's).
     source : str
-        How it was made: :data:`AUTO_COLOUR` (colour, brightfield),
-        ``"auto (Otsu on darkness, bright background)"`` or
-        ``"auto (Otsu on brightness, dark background)"`` (grey), ``"file <name>"``,
+        How it was made: :data:`AUTO_COLOUR` or :data:`AUTO_COLOUR_GREY` (colour,
+        brightfield), ``"auto (Otsu on darkness, bright background)"`` or
+        ``"auto (Otsu on brightness, dark background)"`` (grey), ``"auto (one ... tone ...)"``
+        (grey of one tone: :data:`AUTO_ONE_TONE_TISSUE`, or no tissue), ``"file <name>"``,
         ``"array"``.
     tiles : np.ndarray of bool
         ``(n_tiles,)``: the tiles that are run.
@@ -105,9 +118,14 @@ class TissueMask:
 
 #: How :func:`auto_tissue` names what it thresholded.
 AUTO_COLOUR = "auto (Otsu on chroma, bright background; pen ink and black left out)"
+AUTO_COLOUR_GREY = ("auto (Otsu on chroma, bright background, and grey darker than the glass; "
+                    "pen ink and black left out)")
 AUTO_BRIGHT_BACKGROUND = "auto (Otsu on darkness, bright background)"
 AUTO_DARK_BACKGROUND = "auto (Otsu on brightness, dark background)"
-AUTO_ONE_TONE = "auto (Otsu on brightness, one tone: no tissue)"
+AUTO_ONE_TONE_GLASS = "auto (one tone near white: blank glass, no tissue)"
+AUTO_ONE_TONE_BLACK = "auto (one tone near black: an empty field, no tissue)"
+AUTO_ONE_TONE_FLAT = "auto (one tone without structure, pixel noise alone: no tissue)"
+AUTO_ONE_TONE_TISSUE = "auto (one grey tone, neither glass nor black: all tissue)"
 
 
 def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
@@ -118,17 +136,23 @@ def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
     along the edges that are all black or all white (a scanner's padding) are never tissue
     and are left out of the statistics.
 
-    A colour thumbnail is brightfield when most of its grey pixels are bright (glass). Its
-    tissue is where the chroma (brightest minus darkest channel; its median over a few
-    pixels) is above the glass's: above Otsu's threshold, or above the glass's chroma by
-    :data:`FAINT_STAIN` where such weak stain is broader than the rim of strong stain, so
-    that weakly stained tissue beside strongly stained tissue is kept. Black (:data:`BLACK`:
-    black ink, an opaque label, the slide's edge) and pen ink (:data:`INK_GREEN`,
-    :data:`INK_BLUE`, :data:`INK_RED`: green, cyan, and blue or red purer than a stain gets),
-    with the rim of a mark, count as glass; when that "ink" is most of the colour it is the
-    stain itself (a special stain) and is kept. Holes of up to :data:`HOLE_PIXELS` are filled.
-    A colour thumbnail whose grey pixels are mostly dark is a dark-field or fluorescence
-    scan: tissue is the brighter Otsu class of the brightest channel.
+    A colour thumbnail is brightfield when most of its grey pixels are bright (glass), or
+    when the brighter Otsu class of its grey pixels is nearer white than the darker class is
+    to black (glass beside more grey tissue than glass). Its tissue is where the chroma
+    (brightest minus darkest channel; its median over a few pixels) is above the glass's:
+    above Otsu's threshold, or above the glass's chroma by :data:`FAINT_STAIN` where such
+    weak stain is broader than the rim of strong stain, so that weakly stained tissue beside
+    strongly stained tissue is kept; and where its
+    brightness (a median over a few pixels) is below the glass's (grey at least
+    :data:`GLASS_LEVEL`) by :data:`GREY_TISSUE` over a region broader than a line (unstained
+    or grey tissue; without such glass, the chroma alone). Black (:data:`BLACK`: black
+    ink, an opaque label, the slide's edge, and the rim where it blends into the glass) and
+    pen ink (:data:`INK_GREEN`, :data:`INK_BLUE`, :data:`INK_RED`: green, cyan, and blue or
+    red purer than a stain gets), with the rim of a mark, count as glass; when that "ink" is
+    most of the colour it is the stain itself (a special stain) and is kept. Holes of up to
+    :data:`HOLE_PIXELS` are filled. Otherwise (its grey pixels mostly dark, nearer black) it
+    is a dark-field or fluorescence scan: tissue is the brighter Otsu class of the brightest
+    channel.
 
     A grey thumbnail (or a colour one without colour) is split on brightness, and the
     background is the class nearer its extreme: the bright class when its mean is nearer white
@@ -136,7 +160,11 @@ def auto_tissue_mask(thumbnail: np.ndarray) -> np.ndarray:
     class, black below :data:`BLACK` left out of it and of its threshold), else the dark class
     (the black field of a dark-field or fluorescence slide). Its two classes must differ in
     brightness by :data:`GLASS_CHROMA` of the top value (255 for 8 bits, else the top of the
-    bits used).
+    bits used); else the thumbnail is one tone, and holds no tissue when that tone is near
+    white (:data:`GLASS_LEVEL`: blank glass), near black (:data:`BLACK`: an empty field) or
+    without structure (an empty field: its smoothed brightness varies no more than its pixel
+    noise), and is all tissue otherwise (a field inside the tissue: fluorescence, a CT slice,
+    a grey crop).
 
     Parameters
     ----------
@@ -169,14 +197,16 @@ def auto_tissue(thumbnail: np.ndarray) -> tuple[np.ndarray, str]:
         chroma = value - lowest  # no noise blown up near black, as saturation
         grey = (chroma <= GLASS_CHROMA) & ~padded
         if not (grey | padded).all():  # some colour: brightfield stain, or a coloured dark field
-            if not grey.any() or np.mean(value[grey] > 0.5) >= 0.5:  # grey is mostly bright: glass
-                return _stained(rgb, brightest - darkest, value, chroma, padded), AUTO_COLOUR
-            return _two_tones(value, padded, dark_background=True)
-        return _two_tones(value, padded)  # colour without colour: grey
+            # grey is mostly bright, or (grey tissue outweighing the glass) its bright class is
+            # nearer white than its dark class is to black: glass
+            if not grey.any() or np.mean(value[grey] > 0.5) >= 0.5 or _bright_grey(value, grey):
+                return _brightfield(rgb, brightest, value, chroma, padded)
+            return _two_tones(value, brightest, padded, dark_background=True)
+        return _two_tones(value, brightest, padded)  # colour without colour: grey
     grey_image = image[..., 0] if image.ndim == 3 else image
     black, white = _grey_range(raw.dtype, grey_image)
     brightness = (grey_image - black) / (white - black)  # 0 black, 1 white
-    return _two_tones(_smooth(brightness), _padding(brightness, brightness))
+    return _two_tones(_smooth(brightness), brightness, _padding(brightness, brightness))
 
 
 def _channel_range(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -193,18 +223,18 @@ def _smooth(values: np.ndarray, channel_axis: int | None = None) -> np.ndarray:
     return gaussian(values, sigma=SMOOTHING_SIGMA, channel_axis=channel_axis)
 
 
-def _two_tones(signal: np.ndarray, padded: np.ndarray,
+def _two_tones(signal: np.ndarray, pixels: np.ndarray, padded: np.ndarray,
                dark_background: bool | None = None) -> tuple[np.ndarray, str]:
-    """Tissue of a grey image (``signal``: its smoothed brightness, 0 black, 1 white) by Otsu's
-    threshold, the background being the class nearer its extreme unless ``dark_background``
-    is given."""
+    """Tissue of a grey image (``signal``: its smoothed brightness, 0 black, 1 white;
+    ``pixels``: the brightness unsmoothed) by Otsu's threshold, the background being the class
+    nearer its extreme unless ``dark_background`` is given; one tone is judged by
+    :func:`_one_tone`."""
     from scipy.ndimage import binary_dilation
     from skimage.morphology import disk
 
-    none = np.zeros(signal.shape, dtype=bool)
     split = _otsu(signal, ~padded)
-    if split is None or split[2] - split[1] <= GLASS_CHROMA:  # one tone: glass, a black field
-        return none, AUTO_ONE_TONE
+    if split is None or split[2] - split[1] <= GLASS_CHROMA:  # no two tones to set apart
+        return _one_tone(signal, pixels, ~padded)
     low, lower, upper = split
     if dark_background is None:
         dark_background = not 1.0 - upper < lower  # the bright class nearer white: glass
@@ -216,28 +246,106 @@ def _two_tones(signal: np.ndarray, padded: np.ndarray,
     black = binary_dilation(signal < BLACK, structure=disk(2 * SMOOTHING_RADIUS))
     lit = ~padded & ~black
     split = _otsu(signal, lit)
-    if split is None or split[2] - split[1] <= GLASS_CHROMA:  # glass and black alone
-        return none, AUTO_ONE_TONE
+    if split is None or split[2] - split[1] <= GLASS_CHROMA:  # black and one tone beside it
+        return _one_tone(signal, pixels, lit)
     return split[0] & lit, AUTO_BRIGHT_BACKGROUND
 
 
-def _stained(rgb: np.ndarray, pixel_chroma: np.ndarray, value: np.ndarray, chroma: np.ndarray,
-             padded: np.ndarray) -> np.ndarray:
-    """Tissue of a brightfield colour thumbnail: chroma above the glass's, black and pen ink
-    counting as glass (see :func:`auto_tissue_mask`). ``rgb``: the thumbnail (0 to 1), whose
-    pixels say what is ink; ``pixel_chroma``: their chroma, which, ink and black set to none,
-    is the evidence of stain (a textured stain's neighbourhood may average to grey);
-    ``value`` and ``chroma``: each neighbourhood's brightest channel and chroma, which say
-    what is black or grey."""
-    from scipy.ndimage import binary_opening
+def _one_tone(signal: np.ndarray, pixels: np.ndarray,
+              where: np.ndarray) -> tuple[np.ndarray, str]:
+    """The pixels ``where`` of a grey image of one tone: no tissue when the tone is near white
+    (:data:`GLASS_LEVEL`: blank glass), near black (:data:`BLACK`: an empty field) or without
+    structure (``signal``, the smoothed brightness, varies no more than the noise of the
+    unsmoothed ``pixels``: an empty field, whatever level a camera's offset gives it in 16
+    bits); all of them otherwise: a crop inside the tissue (a fluorescence field, a CT slice,
+    a grey stain), as a colour thumbnail whose two classes are both stained is all tissue."""
+    none = np.zeros(signal.shape, dtype=bool)
+    tone = signal[where]
+    if tone.size == 0:
+        return none, AUTO_ONE_TONE_FLAT
+    level = float(np.median(tone))
+    if level >= GLASS_LEVEL:
+        return none, AUTO_ONE_TONE_GLASS
+    if level < BLACK:
+        return none, AUTO_ONE_TONE_BLACK
+    # the smoothing keeps structure (nuclei, texture) and takes white noise down about 7-fold
+    if float(tone.std()) <= _noise(pixels, where):
+        return none, AUTO_ONE_TONE_FLAT
+    return where.copy(), AUTO_ONE_TONE_TISSUE
+
+
+def _noise(pixels: np.ndarray, where: np.ndarray) -> float:
+    """The standard deviation of the pixel noise of ``pixels`` over ``where``: the median
+    absolute difference between neighbours (scaled to a normal's sd), which the edges of
+    structure, few against the pixels, do not move as they move a standard deviation."""
+    steps = np.concatenate([(pixels[1:] - pixels[:-1])[where[1:] & where[:-1]],
+                            (pixels[:, 1:] - pixels[:, :-1])[where[:, 1:] & where[:, :-1]]])
+    if steps.size == 0:
+        return 0.0
+    return float(1.4826 * np.median(np.abs(steps - np.median(steps))) / np.sqrt(2.0))
+
+
+def _bright_grey(value: np.ndarray, grey: np.ndarray) -> bool:
+    """Whether the bright Otsu class of ``value`` over the ``grey`` pixels is nearer white than
+    the dark class is to black (glass beside grey tissue, not a black field)."""
+    split = _otsu(value, grey)
+    return split is not None and 1.0 - split[2] < split[1]
+
+
+def _brightfield(rgb: np.ndarray, brightest: np.ndarray, value: np.ndarray,
+                 chroma: np.ndarray, padded: np.ndarray) -> tuple[np.ndarray, str]:
+    """Tissue of a brightfield colour thumbnail and how it was found: stain
+    (:func:`_stained`), and grey clearly darker than the glass (:data:`GREY_TISSUE`), black and
+    pen ink counting as glass. ``rgb``: the thumbnail (0 to 1); ``brightest``: its pixels'
+    brightest channel; ``value`` and ``chroma``: each neighbourhood's brightest channel and
+    chroma, which say what is black or grey."""
+    from scipy.ndimage import binary_dilation, binary_opening, label
     from skimage.filters import median
     from skimage.morphology import disk
 
+    pixel_chroma = brightest - _channel_range(rgb)[0]
     coloured = chroma > GLASS_CHROMA
     ink = _ink(rgb, pixel_chroma)
     if ink.sum() > 0.5 * coloured.sum():  # most of the colour: a stain of ink's hue, not marks
         ink[:] = False
     left_out = ink | (value < BLACK) | padded
+    stained = _stained(pixel_chroma, left_out, padded)
+    # each pixel's brightness as a median, as the stain's evidence: the edges of tissue,
+    # of black and of the glass stay where they are, and a line a few pixels wide (the
+    # coverslip's edge, a scratch, a bubble's rim, black marker) is not a region of its own
+    level = median(np.round(brightest * 255.0).astype(np.uint8), disk(SMOOTHING_RADIUS)) / 255.0
+    # the glass: grey and bright. None this bright (a scan with dim glass, a crop inside the
+    # tissue): its brightness is unknown and the chroma alone says what is tissue
+    glass = (chroma <= GLASS_CHROMA) & (level >= GLASS_LEVEL) & ~left_out
+    if int(glass.sum()) <= HOLE_PIXELS:
+        return stained, AUTO_COLOUR
+    # darker grey is tissue (unstained or pigment-grey tissue, a fold), not black (an opaque
+    # label, ink, the slide's edge) nor the rim where black blends into the glass (as grey
+    # as tissue), nor thinner than a disk of SMOOTHING_RADIUS
+    darker = level < float(np.median(level[glass])) - GREY_TISSUE
+    black = binary_dilation((level < BLACK) | (value < BLACK),
+                            structure=disk(2 * SMOOTHING_RADIUS))
+    dark = binary_opening(darker & ~black & ~left_out, structure=disk(SMOOTHING_RADIUS))
+    added = dark & ~stained
+    if not added.any():
+        return stained, AUTO_COLOUR
+    mask = _fill_small_holes((stained | dark) & ~padded, HOLE_PIXELS) & ~left_out
+    # the record names the grey only for a region of it, not the specks of the stain's grain
+    # it fills in
+    regions, n = label(added)
+    grey = n and int(np.bincount(regions.ravel())[1:].max()) > HOLE_PIXELS
+    return mask, AUTO_COLOUR_GREY if grey else AUTO_COLOUR
+
+
+def _stained(pixel_chroma: np.ndarray, left_out: np.ndarray, padded: np.ndarray) -> np.ndarray:
+    """Stained tissue of a brightfield colour thumbnail: chroma above the glass's (see
+    :func:`auto_tissue_mask`). ``pixel_chroma``: the pixels' chroma, which, ``left_out`` (ink,
+    black, padding) set to none, is the evidence of stain (a textured stain's neighbourhood
+    may average to grey)."""
+    from scipy.ndimage import binary_opening
+    from skimage.filters import median
+    from skimage.morphology import disk
+
     # a median, not a mean: it leaves the tissue's edges where they are, where a mean spreads
     # strong stain over the glass beside it, past the low threshold for weak stain below
     evidence = np.round(np.where(left_out, 0.0, pixel_chroma) * 255.0).astype(np.uint8)
