@@ -130,7 +130,8 @@ class AttentionExplorer(W.VBox):
     outline : bool
         Outline the patches kept by the rule.
     roi : array, optional
-        Boolean mask or integer labels ``(H, W)`` of regions for the ROI table.
+        Boolean mask or integer labels ``(H, W)`` of regions for the ROI table (an image in
+        memory; a slide takes shapes: :meth:`add_roi`).
     channel_axis : int, optional
         Channel axis of multichannel data.
     rgb : bool, optional
