@@ -218,3 +218,25 @@ def test_the_regions_exported_as_geojson_lie_on_the_slide_in_qupath(slide, tmp_p
     rows, cols = np.nonzero(labels)
     assert (rows.min(), rows.max(), cols.min(), cols.max()) == (200, 799, 100, 399)
     ex.close()
+
+
+def test_a_threshold_move_does_not_rasterize_the_regions_again(slide, monkeypatch):
+    # every slider move redraws the table: rasterizing a level-0 result's worth of pixels
+    # for each would make the sliders lag on a slide
+    from napari_attnreg.notebook import roi_panel
+
+    calls = []
+    rasterize = roi_panel.polygons_to_labels
+    monkeypatch.setattr(roi_panel, "polygons_to_labels",
+                        lambda *a, **k: calls.append(1) or rasterize(*a, **k))
+    ex = AttentionExplorer(str(slide), "demo", **{**FAST, "level": 2})
+    ex.add_roi(rectangle=RECT)
+    assert ex.run(wait=True) is not None, ex.status
+    before, table = len(calls), ex.roi_panel.table.value
+    assert before >= 1 and "<tr>" in table
+    for p in (0.2, 0.3):
+        ex.state.p_th = p  # what the slider does
+    assert len(calls) == before
+    ex.add_roi(rectangle=(0, 0, 300, 300))  # a new region is rasterized, once
+    assert len(calls) == before + 1 and ex.roi_panel.table.value.count("<tr>") == 3
+    ex.close()

@@ -486,7 +486,7 @@ class AttentionExplorer(W.VBox):
         panel = self.roi_panel
         if panel.on_slide:
             result = self.session.shown()
-            return None if result is None or not panel.polygons else panel.labels_for(result)
+            return None if result is None or not panel.polygons else panel.labels_for(result).copy()
         return None if panel.labels is None else panel.labels.copy()
 
     def set_roi(self, roi: np.ndarray | None) -> None:

@@ -77,6 +77,10 @@ class RoiPanel(W.VBox):
         self.polygons: list[np.ndarray] = []
         #: Full-resolution (level 0) pixels per picture pixel on a slide; None in memory.
         self.slide_downsample: float | None = None
+        # a slide's regions rasterized on the last result's pixels: every threshold move
+        # redraws the table, and rasterizing a level-0 result's worth of pixels each time
+        # would make the sliders lag
+        self._rasterized: tuple[tuple, np.ndarray] | None = None
         #: Why this image takes no regions (a slide left on disk); None when it does.
         self.unavailable: str | None = None
         self._on_change = on_change
@@ -129,6 +133,7 @@ class RoiPanel(W.VBox):
         """No regions, for a new image: a slide's picture with ``slide_downsample``
         full-resolution pixels per pixel, or an image in memory (None)."""
         self.labels, self.polygons, self.slide_downsample = None, [], slide_downsample
+        self._rasterized = None
         self.geojson.layout.display = None if self.on_slide else "none"
 
     @property
@@ -163,7 +168,8 @@ class RoiPanel(W.VBox):
 
     def labels_for(self, result: AttentionResult) -> np.ndarray:
         """A slide's regions as labels on ``result``'s pixels (the level or resolution it
-        analysed, from the same corner as the picture).
+        analysed, from the same corner as the picture); kept for the next call, so read it,
+        do not change it.
 
         Raises
         ------
@@ -177,7 +183,11 @@ class RoiPanel(W.VBox):
                 f"{MAX_ROI_PIXELS:,} pixels: the regions become a label image of that size). "
                 "Run at a coarser level or resolution (Advanced: level or mpp) to measure them.")
         ratio = self.slide_downsample / full_resolution_factor(result)
-        return polygons_to_labels([on_result(v, ratio) for v in self.polygons], (h, w))
+        key = ((h, w), ratio, tuple(v.tobytes() for v in self.polygons))
+        if self._rasterized is None or self._rasterized[0] != key:
+            labels = polygons_to_labels([on_result(v, ratio) for v in self.polygons], (h, w))
+            self._rasterized = (key, labels)
+        return self._rasterized[1]
 
     def _slide_columns(self, result: AttentionResult, label: int) -> dict[str, Any]:
         """Where a slide's region lies in QuPath's frame (full-resolution pixels, the slide's
