@@ -240,3 +240,20 @@ def test_a_threshold_move_does_not_rasterize_the_regions_again(slide, monkeypatc
     ex.add_roi(rectangle=(0, 0, 300, 300))  # a new region is rasterized, once
     assert len(calls) == before + 1 and ex.roi_panel.table.value.count("<tr>") == 3
     ex.close()
+
+
+def test_a_region_lies_where_drawn_on_a_picture_read_from_a_coarser_level(slide):
+    from napari_attnreg.notebook.image_panel import OVERVIEW_PER_DISPLAY
+
+    # 256 display pixels a side: the picture is a strided read of level 1, not level 0; the
+    # view's frame (and so a region's coordinates) stays level 0's
+    ex = AttentionExplorer(str(slide), "demo", max_display=256, **FAST)
+    source = ex.image_panel.source
+    assert not source.image.level_shown(OVERVIEW_PER_DISPLAY * 256 * 256)
+    assert ex.image_panel.plane_shape == (SIZE, SIZE) and ex.image_panel.grid.shape == (256, 256)
+    ex.add_roi(rectangle=RECT)
+    rows, cols = np.nonzero(np.all(ex.rendered == (255, 215, 0), axis=-1))
+    width = ex.canvas.line_width()  # level-0 rows 200..799 are display rows 50..199
+    assert abs(rows.min() - 50) <= width and abs(rows.max() - 199) <= width
+    assert abs(cols.min() - 25) <= width and abs(cols.max() - 99) <= width
+    ex.close()
