@@ -81,7 +81,8 @@ class RoiPanel(W.VBox):
         # redraws the table, and rasterizing a level-0 result's worth of pixels each time
         # would make the sliders lag
         self._rasterized: tuple[tuple, np.ndarray] | None = None
-        #: Why this image takes no regions (a slide left on disk); None when it does.
+        #: Why this image takes no regions; None when it does (every image now: kept for a
+        #: front end that cannot hold them).
         self.unavailable: str | None = None
         self._on_change = on_change
         self.draw = W.ToggleButtons(options=list(DRAW_MODES), description="draw ROI",
@@ -181,7 +182,8 @@ class RoiPanel(W.VBox):
             raise ValueError(
                 f"This result covers {h}×{w} pixels, too many for an ROI table here (at most "
                 f"{MAX_ROI_PIXELS:,} pixels: the regions become a label image of that size). "
-                "Run at a coarser level or resolution (Advanced: level or mpp) to measure them.")
+                "Run at a coarser level or resolution (Advanced options: Slide level or Slide "
+                "resolution) to measure them.")
         ratio = self.slide_downsample / full_resolution_factor(result)
         key = ((h, w), ratio, tuple(v.tobytes() for v in self.polygons))
         if self._rasterized is None or self._rasterized[0] != key:
