@@ -179,7 +179,7 @@ def test_a_slide_region_needs_shapes_and_an_area(slide):
     ex.close()
 
 
-def test_a_result_too_large_for_a_label_image_says_what_to_run(slide, monkeypatch):
+def test_a_result_too_large_for_a_label_image_says_what_to_run(slide, monkeypatch, tmp_path):
     from napari_attnreg.notebook import roi_panel
 
     ex = AttentionExplorer(str(slide), "demo", **{**FAST, "level": 2})
@@ -190,6 +190,10 @@ def test_a_result_too_large_for_a_label_image_says_what_to_run(slide, monkeypatc
     assert "coarser level or resolution" in ex.roi_panel.table.value
     with pytest.raises(ValueError, match="coarser level"):
         ex.roi_table()
+    # the regions still go to QuPath, saying why they carry no measurements
+    doc = json.loads(ex.export_roi_geojson(tmp_path / "rois.geojson").read_text())
+    assert doc["features"][0]["properties"]["measurements"] == {}
+    assert "coarser level" in doc["properties"]["note"]
     ex.close()
 
 

@@ -565,7 +565,11 @@ class AttentionExplorer(W.VBox):
                              "for an image in memory, export the table (export_roi_csv).")
         if not panel.polygons:
             raise ValueError(f"No regions to export. {NO_SLIDE_ROIS}")
-        rows = {row["label"]: row for row in self.roi_table()}
+        note = {}
+        try:
+            rows = {row["label"]: row for row in self.roi_table()}
+        except ValueError as err:  # a result too large to measure: the regions still go out
+            rows, note = {}, {"note": f"no measurements: {err}"}
         features = []
         for label, verts in enumerate(panel.polygons, start=1):
             ring = full_resolution(verts, panel.slide_downsample).tolist()
@@ -582,8 +586,8 @@ class AttentionExplorer(W.VBox):
         if path.suffix.lower() not in GEOJSON_SUFFIXES:
             path = path.with_name(path.name + ".geojson")
         with atomic_write(path) as tmp:
-            Path(tmp).write_text(json.dumps({"type": "FeatureCollection", "features": features},
-                                            indent=1), encoding="utf-8")
+            Path(tmp).write_text(json.dumps({"type": "FeatureCollection", "features": features,
+                                             "properties": note}, indent=1), encoding="utf-8")
         return path
 
     def _export_from_button(self, path: str) -> None:
