@@ -94,34 +94,32 @@ def test_a_malformed_outline_says_so_in_the_status_and_keeps_the_result(slide, t
 
 
 def test_the_region_tools_on_a_slide_say_why_they_are_off(slide):
-    from napari_attnreg.notebook.explorer import NO_DRAWING, NO_ROI_ON_DISK
-    from napari_attnreg.notebook.roi_panel import DRAW_TOOLTIPS, NO_ROIS
+    from napari_attnreg.notebook.explorer import NO_DRAWING
+    from napari_attnreg.notebook.roi_panel import DRAW_TOOLTIPS, NO_ROIS, NO_SLIDE_ROIS
 
-    # before: each draw button kept its own tooltip ("Drag a rectangle"), which the browser
-    # shows instead of the group's, so a disabled button never said why; the table invited
-    # "draw one on the image, or pass roi=mask" and Export asked to "draw or pass ROIs", on
-    # a slide that takes neither
+    # each draw button keeps its own tooltip ("Drag a rectangle"), which the browser shows
+    # instead of the group's, so a disabled button must carry why on every button. A slide
+    # takes regions (shapes on its picture): only a view that cannot draw turns them off
     ex = AttentionExplorer(str(slide), "demo", **FAST)
     panel = ex.roi_panel
-    assert panel.draw.disabled and list(panel.draw.tooltips) == [NO_ROI_ON_DISK] * 3
-    assert panel.clear.disabled and panel.export.disabled
-    assert panel.export.tooltip == NO_ROI_ON_DISK
-    assert NO_ROI_ON_DISK in html_text(panel.table.value) and "roi=mask" not in panel.table.value
-    with pytest.raises(ValueError, match="held in memory") as refused:
+    assert panel.draw.disabled and list(panel.draw.tooltips) == [NO_DRAWING] * 3
+    assert not panel.clear.disabled and not panel.export.disabled
+    assert NO_SLIDE_ROIS in html_text(panel.table.value) and "roi=mask" not in panel.table.value
+    with pytest.raises(ValueError, match="run the analysis"):
         ex.export_roi_csv("rois.csv")
-    assert "draw or pass" not in str(refused.value)
-    # an image in memory takes regions again; this plain-image view cannot draw them
+    # an image in memory: the table invites a mask again
     ex.set_image(np.random.default_rng(0).random((64, 64)))
     assert not panel.clear.disabled and not panel.export.disabled
     assert panel.draw.disabled and list(panel.draw.tooltips) == [NO_DRAWING] * 3
     assert NO_ROIS in html_text(panel.table.value)
     ex.close()
-    # a view that draws: every button its own tooltip, enabled
+    # a view that draws: every button its own tooltip, enabled, on a slide too
     pytest.importorskip("ipympl")
-    ex = AttentionExplorer(np.random.default_rng(0).random((64, 64)), "demo", view="ipympl")
-    assert not ex.roi_panel.draw.disabled
-    assert list(ex.roi_panel.draw.tooltips) == list(DRAW_TOOLTIPS)
-    ex.close()
+    for image in (np.random.default_rng(0).random((64, 64)), str(slide)):
+        ex = AttentionExplorer(image, "demo", view="ipympl")
+        assert not ex.roi_panel.draw.disabled
+        assert list(ex.roi_panel.draw.tooltips) == list(DRAW_TOOLTIPS)
+        ex.close()
 
 
 def html_text(value: str) -> str:

@@ -40,7 +40,9 @@ class OverlayCanvas:
         self.result: AttentionResult | None = None
         self.token_index: np.ndarray | None = None  # display pixel → flat token id
         self.rendered: np.ndarray | None = None
-        self.roi_labels: Callable[[], np.ndarray | None] = lambda: None
+        #: ``(rows, cols) -> labels`` of the regions at those picture pixels (None: none).
+        self.roi_labels: Callable[[np.ndarray, np.ndarray], np.ndarray | None] = \
+            lambda rows, cols: None
         view.describe = self.describe_pixel
 
     def set_result(self, result: AttentionResult | None) -> None:
@@ -88,10 +90,10 @@ class OverlayCanvas:
                 sig = result.significant()
                 outline = render.boundary(sig.ravel()[self.token_index], self.line_width())
         tissue = None if result is None else self.tissue_edges(result)
-        labels = self.roi_labels()
+        labels = self.roi_labels(self.image.grid.rows, self.image.grid.cols)
         roi_edges = None
         if labels is not None and labels.any():
-            roi_edges = render.label_boundaries(self.image.grid.sample(labels), self.line_width())
+            roi_edges = render.label_boundaries(labels, self.line_width())
         diverging = (values is not None and result is not None
                      and map_display(self.state.overlay, result).diverging)
         self.rendered = render.composite(self.image.base, values, lut=lut, vmin=vmin, vmax=vmax,

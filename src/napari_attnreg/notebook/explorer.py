@@ -21,6 +21,7 @@ Example
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 import ipywidgets as W
 import numpy as np
 
+from napari_attnreg.core.files import atomic_write
 from napari_attnreg.core.models.backbones import Backbone
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.thresholds import Thresholds
@@ -46,9 +48,15 @@ from napari_attnreg.notebook.pipeline import (
     model_spec,
 )
 from napari_attnreg.notebook.plane_runs import PlaneRuns
-from napari_attnreg.notebook.regions import region_mask
+from napari_attnreg.notebook.regions import (
+    check_on_picture,
+    full_resolution,
+    rectangle_vertices,
+    region_mask,
+)
+from napari_attnreg.notebook.render import ROI_COLOR
 from napari_attnreg.notebook.result_display import ResultDisplay
-from napari_attnreg.notebook.roi_panel import RoiPanel
+from napari_attnreg.notebook.roi_panel import NO_SLIDE_ROIS, RoiPanel
 from napari_attnreg.notebook.run_panel import RunPanel
 from napari_attnreg.notebook.session_link import SessionLink
 from napari_attnreg.notebook.state import RUN_DEFAULTS, ExplorerState, StateTrait
@@ -60,10 +68,16 @@ from napari_attnreg.session import Session
 FROM_PRESET = "from preset"
 #: Why the draw buttons are off in a plain-image view.
 NO_DRAWING = "Drawing needs ipympl; pass roi=mask instead."
-#: Why a slide takes no regions of interest here.
-NO_ROI_ON_DISK = ("Regions of interest are drawn on an image held in memory; this one stays on "
-                  "disk (a slide, shown from its overview). Draw them in napari, or give the "
-                  "explorer one level in memory: open_slide(path, level=2).read_whole().")
+#: Why 'Concept from ROI' takes no regions on a slide.
+NO_CONCEPT_ON_DISK = ("'Concept from ROI' reads the pixels inside the regions, so it needs an "
+                      "image held in memory; this one stays on disk (a slide, shown from its "
+                      "overview). Give the explorer one level in memory: "
+                      "open_slide(path, level=2).read_whole().")
+#: Why a slide's regions are not given as a mask.
+NO_MASK_ON_SLIDE = ("A slide's regions are shapes on its picture, not a mask as large as the "
+                    "slide: give add_roi(rectangle=(row0, col0, row1, col1)) or "
+                    "add_roi(polygon=[(row, col), ...]) in the picture's pixels "
+                    "(explorer.image_panel.plane_shape), or draw them.")
 
 
 #: The side panel's narrowest width (its controls are 360 px), and its basis in a row.
@@ -116,7 +130,8 @@ class AttentionExplorer(W.VBox):
     outline : bool
         Outline the patches kept by the rule.
     roi : array, optional
-        Boolean mask or integer labels ``(H, W)`` of regions for the ROI table.
+        Boolean mask or integer labels ``(H, W)`` of regions for the ROI table (an image in
+        memory; a slide takes shapes: :meth:`add_roi`).
     channel_axis : int, optional
         Channel axis of multichannel data.
     rgb : bool, optional
@@ -237,10 +252,11 @@ class AttentionExplorer(W.VBox):
         self.thresholds_panel = ThresholdsPanel(state)
         self.display_panel = DisplayPanel(state)
         self.run_panel = RunPanel(state, self.run, lambda outcome: self.runs.finish(outcome))
-        self.roi_panel = RoiPanel(state, self._rois_changed, self._export_from_button)
+        self.roi_panel = RoiPanel(state, self._rois_changed, self._export_from_button,
+                                  self._geojson_from_button)
         self.summary_panel = SummaryPanel()
         self.canvas = OverlayCanvas(state, view, self.image_panel, self.display_panel)
-        self.canvas.roi_labels = lambda: self.roi_panel.labels
+        self.canvas.roi_labels = self.roi_panel.on_grid
         self.display = ResultDisplay(self.session, state, self.canvas, self.summary_panel,
                                      self.roi_panel)
         self.runs = PlaneRuns(state, self.session, self.image_panel, self.run_panel,
@@ -256,7 +272,8 @@ class AttentionExplorer(W.VBox):
             **self.options_panel.controls, **self.display_panel.controls,
             **self.thresholds_panel.controls, "draw": self.roi_panel.draw}
         self.buttons = {"run": self.run_panel.run_button, "cancel": self.run_panel.cancel_button,
-                        "clear": self.roi_panel.clear, "export": self.roi_panel.export}
+                        "clear": self.roi_panel.clear, "export": self.roi_panel.export,
+                        "geojson": self.roi_panel.geojson}
         self.roi_panel.allow(view.can_draw, NO_DRAWING, None)
         side = W.VBox([_section("Run"), self.options_panel, self.run_panel,
                        _section("Display"), self.display_panel,
@@ -406,7 +423,8 @@ class AttentionExplorer(W.VBox):
         self.runs.generation += 1  # a result of the previous image is dropped
         self.run_panel.set_ready(True)
         self.session.clear()  # results of the previous image belong to its pixels only
-        self.roi_panel.labels = None
+        source = self.image_panel.source
+        self.roi_panel.reset(source.downsample if source.stack is None else None)
         self._allow_drawing()
         self._set_status("nD image: choose the plane to analyse with the slider(s), then Run."
                          if lead else "Ready: press Run.", "info")
@@ -417,17 +435,10 @@ class AttentionExplorer(W.VBox):
         if source is None:
             raise ValueError("There is no usable image to draw regions on; give the explorer "
                              "an image first (explorer.set_image(...)).")
-        if source.stack is None:
-            raise ValueError(NO_ROI_ON_DISK)
         return self.image_panel.plane_shape
 
     def _allow_drawing(self) -> None:
-        # regions are label images of the plane: a slide's would be as large as the slide
-        on_disk = self.image_panel.source.stack is None
-        if on_disk:
-            self.state.draw_mode = "off"
-        self.roi_panel.allow(self.canvas.view.can_draw, NO_DRAWING,
-                             NO_ROI_ON_DISK if on_disk else None)
+        self.roi_panel.allow(self.canvas.view.can_draw, NO_DRAWING, None)
 
     def _select_plane_on_screen(self) -> None:
         plane = tuple(self.state.slice_index)
@@ -458,6 +469,8 @@ class AttentionExplorer(W.VBox):
     def _concept_source(self) -> tuple[np.ndarray, int | None, np.ndarray | None]:
         """The plane on screen, its channel axis and the drawn regions ('Concept from ROI')."""
         self._plane_shape()  # a ValueError without a usable image
+        if self.image_panel.source.stack is None:
+            raise ValueError(NO_CONCEPT_ON_DISK)
         image, channel_axis = self.image_panel.source.stack.read(tuple(self.state.slice_index))
         return image, channel_axis, self.roi_panel.labels
 
@@ -468,12 +481,19 @@ class AttentionExplorer(W.VBox):
 
     @property
     def roi_labels(self) -> np.ndarray | None:
-        """Integer ROI labels on the current plane (0 = background), or None."""
-        labels = self.roi_panel.labels
-        return None if labels is None else labels.copy()
+        """Integer ROI labels on the current plane (0 = background), or None; on a slide,
+        on the pixels of the result on screen (None before a run)."""
+        panel = self.roi_panel
+        if panel.on_slide:
+            result = self.session.shown()
+            return None if result is None or not panel.polygons else panel.labels_for(result).copy()
+        return None if panel.labels is None else panel.labels.copy()
 
     def set_roi(self, roi: np.ndarray | None) -> None:
-        """Replace the ROIs by a boolean mask or integer labels on the image plane (None clears)."""
+        """Replace the ROIs by a boolean mask or integer labels on the image plane (None
+        clears). A slide takes shapes instead (:meth:`add_roi`)."""
+        if roi is not None and self.roi_panel.on_slide:
+            raise ValueError(NO_MASK_ON_SLIDE)
         self.roi_panel.set_labels(roi, None if roi is None else self._plane_shape())
 
     def add_roi(self, *, rectangle: Sequence[float] | None = None,
@@ -487,7 +507,18 @@ class AttentionExplorer(W.VBox):
             Two opposite corners in pixel coordinates.
         polygon : sequence of (row, col), optional
         mask : (H, W) bool, optional
+            Not on a slide, whose regions are shapes (a mask would be as large as it).
+
+        On a slide, coordinates are the picture's pixels (:attr:`image_panel.plane_shape
+        <napari_attnreg.notebook.image_panel.ImagePanel.plane_shape>`: a slide opened by its
+        path, its full-resolution pixels), as drawn; the table measures them on whatever
+        level or resolution the result analysed.
         """
+        if self.roi_panel.on_slide:
+            if mask is not None or sum(v is not None for v in (rectangle, polygon)) != 1:
+                raise ValueError(NO_MASK_ON_SLIDE)
+            verts = rectangle_vertices(*rectangle) if rectangle is not None else polygon
+            return self.roi_panel.add_polygon(check_on_picture(verts, self._plane_shape()))
         region = region_mask(self._plane_shape(), rectangle=rectangle, polygon=polygon,
                              mask=mask)
         return self.roi_panel.add(region)
@@ -521,6 +552,44 @@ class AttentionExplorer(W.VBox):
                              "ROIs.")
         return write_table_csv(path, rows, self.provenance())
 
+    def export_roi_geojson(self, path: str | Path) -> Path:
+        """Write a slide's regions as GeoJSON annotations that QuPath opens on the slide:
+        polygons in its full-resolution (level 0) pixels, the top-left corner at 0, whatever
+        level was shown or analysed (:mod:`napari_attnreg.io.geojson`'s frame), each with its
+        row of :meth:`roi_table` as QuPath ``measurements`` once there is a result."""
+        from napari_attnreg.io.geojson import GEOJSON_SUFFIXES
+
+        panel = self.roi_panel
+        if not panel.on_slide:
+            raise ValueError("GeoJSON export is for regions drawn on a slide (QuPath's frame); "
+                             "for an image in memory, export the table (export_roi_csv).")
+        if not panel.polygons:
+            raise ValueError(f"No regions to export. {NO_SLIDE_ROIS}")
+        note = {}
+        try:
+            rows = {row["label"]: row for row in self.roi_table()}
+        except ValueError as err:  # a result too large to measure: the regions still go out
+            rows, note = {}, {"note": f"no measurements: {err}"}
+        features = []
+        for label, verts in enumerate(panel.polygons, start=1):
+            ring = full_resolution(verts, panel.slide_downsample).tolist()
+            measured = {k: v for k, v in rows.get(label, {}).items() if k != "label"
+                        and isinstance(v, (int, float)) and not isinstance(v, bool)
+                        and np.isfinite(v)}
+            features.append({
+                "type": "Feature",
+                "geometry": {"type": "Polygon", "coordinates": [ring + ring[:1]]},
+                "properties": {"objectType": "annotation", "name": f"ROI {label}",
+                               "classification": {"name": "ROI", "color": list(ROI_COLOR)},
+                               "measurements": measured}})
+        path = Path(path)
+        if path.suffix.lower() not in GEOJSON_SUFFIXES:
+            path = path.with_name(path.name + ".geojson")
+        with atomic_write(path) as tmp:
+            Path(tmp).write_text(json.dumps({"type": "FeatureCollection", "features": features,
+                                             "properties": note}, indent=1), encoding="utf-8")
+        return path
+
     def _export_from_button(self, path: str) -> None:
         try:
             written = self.export_roi_csv(path)
@@ -528,6 +597,15 @@ class AttentionExplorer(W.VBox):
             self._set_status(f"CSV not written: {err}", "error")
             return
         self._set_status(f"ROI table written to {written}", "success")
+
+    def _geojson_from_button(self, path: str) -> None:
+        try:
+            written = self.export_roi_geojson(Path(path).with_suffix(".geojson"))
+        except (ValueError, OSError) as err:
+            self._set_status(f"GeoJSON not written: {err}", "error")
+            return
+        self._set_status(f"Regions written to {written} (QuPath: File ▸ Import objects)",
+                         "success")
 
     def _on_drawn_region(self, vertices: np.ndarray) -> None:
         try:

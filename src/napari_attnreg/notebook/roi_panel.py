@@ -1,4 +1,11 @@
-"""Regions of interest: drawn or given labels, their statistics table and its CSV export."""
+"""Regions of interest: drawn or given labels, their statistics table and its CSV export.
+
+On an image in memory the regions are a label image of the plane. On a slide (a file read on
+demand, shown from a strided picture) they are polygons in the picture's pixels, rasterized
+only where they are used: on the display grid to draw their edges, and at the pixels of the
+result on screen for the core's :func:`~napari_attnreg.core.stats.roi.roi_table`, whatever
+level or resolution that result analysed.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +24,17 @@ from napari_attnreg.core.results.display import (
     roi_table_columns,
 )
 from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
 from napari_attnreg.core.stats.roi import roi_table
-from napari_attnreg.notebook.regions import add_region, as_labels
+from napari_attnreg.io.geojson import full_resolution_factor
+from napari_attnreg.notebook.regions import (
+    add_region,
+    as_labels,
+    full_resolution,
+    on_result,
+    polygons_on_grid,
+    polygons_to_labels,
+)
 from napari_attnreg.notebook.state import ExplorerState
 from napari_attnreg.notebook.views import DRAW_MODES
 
@@ -27,6 +43,11 @@ DRAW_TOOLTIPS = ("No drawing (zoom and pan)", "Drag a rectangle",
                  "Click the corners; close on the first point")
 #: What the table says with no regions (on an image that takes them).
 NO_ROIS = "No ROIs: draw one on the image, or pass roi=mask."
+#: The same on a slide, whose regions are shapes on its picture (no full-size mask).
+NO_SLIDE_ROIS = ("No ROIs: draw one on the slide, or call add_roi(rectangle=...) or "
+                 "add_roi(polygon=...) in the picture's pixels.")
+#: Largest result (pixels) whose ROI table is computed: its label image is held in memory.
+MAX_ROI_PIXELS = MAX_UNTILED_PIXELS
 
 
 def _fmt(value: Any) -> str:
@@ -48,10 +69,20 @@ class RoiPanel(W.VBox):
     """
 
     def __init__(self, state: ExplorerState, on_change: Callable[[], Any],
-                 on_export: Callable[[str], Any]) -> None:
+                 on_export: Callable[[str], Any],
+                 on_geojson: Callable[[str], Any] | None = None) -> None:
         super().__init__()
         self.labels: np.ndarray | None = None
-        #: Why this image takes no regions (a slide left on disk); None when it does.
+        #: A slide's regions: ``(n, 2)`` (row, col) vertices in its picture's pixels.
+        self.polygons: list[np.ndarray] = []
+        #: Full-resolution (level 0) pixels per picture pixel on a slide; None in memory.
+        self.slide_downsample: float | None = None
+        # a slide's regions rasterized on the last result's pixels: every threshold move
+        # redraws the table, and rasterizing a level-0 result's worth of pixels each time
+        # would make the sliders lag
+        self._rasterized: tuple[tuple, np.ndarray] | None = None
+        #: Why this image takes no regions; None when it does (every image now: kept for a
+        #: front end that cannot hold them).
         self.unavailable: str | None = None
         self._on_change = on_change
         self.draw = W.ToggleButtons(options=list(DRAW_MODES), description="draw ROI",
@@ -67,9 +98,19 @@ class RoiPanel(W.VBox):
                                tooltip="Write the ROI table, with how it was computed.",
                                layout=W.Layout(width="120px"))
         self.export.on_click(lambda _b: on_export(self.csv_path.value.strip() or "roi_table.csv"))
+        # a slide's regions go to QuPath: only there is the button shown
+        self.geojson = W.Button(description="Export GeoJSON", icon="download",
+                                tooltip="Write the regions as QuPath annotations (the slide's "
+                                        "full-resolution pixels), with their statistics, "
+                                        "beside the CSV path (.geojson).",
+                                layout=W.Layout(width="150px", display="none"))
+        if on_geojson is not None:
+            self.geojson.on_click(lambda _b: on_geojson(
+                self.csv_path.value.strip() or "roi_table.csv"))
         self.clear = clear
         self.table = W.HTML().add_class("attnreg-roi-table")
-        self.children = (self.draw, W.HBox([clear]), W.HBox([self.csv_path, self.export]))
+        self.children = (self.draw, W.HBox([clear, self.geojson]),
+                         W.HBox([self.csv_path, self.export]))
 
     def allow(self, can_draw: bool, why_not: str | None, no_regions: str | None) -> None:
         """Whether the draw buttons work (``why_not`` says why they do not) and whether the
@@ -89,14 +130,75 @@ class RoiPanel(W.VBox):
             button.disabled = no_regions is not None
             button.tooltip = no_regions or tip
 
+    def reset(self, slide_downsample: float | None) -> None:
+        """No regions, for a new image: a slide's picture with ``slide_downsample``
+        full-resolution pixels per pixel, or an image in memory (None)."""
+        self.labels, self.polygons, self.slide_downsample = None, [], slide_downsample
+        self._rasterized = None
+        self.geojson.layout.display = None if self.on_slide else "none"
+
+    @property
+    def on_slide(self) -> bool:
+        return self.slide_downsample is not None
+
     @property
     def n_rois(self) -> int:
+        if self.on_slide:
+            return len(self.polygons)
         return 0 if self.labels is None else len(np.unique(self.labels[self.labels > 0]))
 
     def set_labels(self, roi: np.ndarray | None, shape: tuple[int, int] | None = None) -> None:
         """Replace the regions by a mask or label image of ``shape`` (None clears them)."""
+        if roi is None:
+            self.polygons = []
         self.labels = None if roi is None else as_labels(roi, shape)
         self._on_change()
+
+    def add_polygon(self, vertices: np.ndarray) -> int:
+        """Add a region of a slide, ``(n, 2)`` (row, col) in its picture's pixels; returns its
+        label (drawn over earlier ones where they overlap)."""
+        self.polygons.append(np.asarray(vertices, dtype=np.float64))
+        self._on_change()
+        return len(self.polygons)
+
+    def on_grid(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray | None:
+        """The regions' labels at the picture pixels ``rows × cols`` (the display grid)."""
+        if self.on_slide:
+            return polygons_on_grid(self.polygons, rows, cols) if self.polygons else None
+        return None if self.labels is None else self.labels[rows[:, None], cols[None, :]]
+
+    def labels_for(self, result: AttentionResult) -> np.ndarray:
+        """A slide's regions as labels on ``result``'s pixels (the level or resolution it
+        analysed, from the same corner as the picture); kept for the next call, so read it,
+        do not change it.
+
+        Raises
+        ------
+        ValueError
+            A result too large to hold a label image of (say what run to make instead).
+        """
+        h, w = result.image_shape
+        if h * w > MAX_ROI_PIXELS:
+            raise ValueError(
+                f"This result covers {h}×{w} pixels, too many for an ROI table here (at most "
+                f"{MAX_ROI_PIXELS:,} pixels: the regions become a label image of that size). "
+                "Run at a coarser level or resolution (Advanced options: Slide level or Slide "
+                "resolution) to measure them.")
+        ratio = self.slide_downsample / full_resolution_factor(result)
+        key = ((h, w), ratio, tuple(v.tobytes() for v in self.polygons))
+        if self._rasterized is None or self._rasterized[0] != key:
+            labels = polygons_to_labels([on_result(v, ratio) for v in self.polygons], (h, w))
+            self._rasterized = (key, labels)
+        return self._rasterized[1]
+
+    def _slide_columns(self, result: AttentionResult, label: int) -> dict[str, Any]:
+        """Where a slide's region lies in QuPath's frame (full-resolution pixels, the slide's
+        top-left corner at 0) and the level and pixels per analysed pixel of its row."""
+        xy = full_resolution(self.polygons[label - 1], self.slide_downsample)
+        (x0, y0), (x1, y1) = xy.min(axis=0), xy.max(axis=0)
+        return {"slide_level": result.metadata.get("slide_level"),
+                "full_resolution_per_pixel": full_resolution_factor(result),
+                "x_min": float(x0), "y_min": float(y0), "x_max": float(x1), "y_max": float(y1)}
 
     def add(self, region: np.ndarray) -> int:
         """Paint a boolean region as the next label; returns the label."""
@@ -110,6 +212,9 @@ class RoiPanel(W.VBox):
         """Per-ROI statistics of a result (carrying the thresholds to use); [] without one."""
         if result is None or self.n_rois == 0:
             return []
+        if self.on_slide:
+            return [{**row, **self._slide_columns(result, row["label"])}
+                    for row in roi_table(result, self.labels_for(result))]
         labels, (h, w) = self.labels, result.image_shape
         if labels.shape != (h, w) and labels.shape[0] >= h and labels.shape[1] >= w:
             # a tiled run of a file read on demand analyses whole patches: the last pixels
@@ -120,7 +225,8 @@ class RoiPanel(W.VBox):
     def show(self, result: AttentionResult | None) -> None:
         """The table of ``result`` (or why there is none) with human column headers."""
         if self.n_rois == 0:
-            self.table.value = f"<i>{html.escape(self.unavailable or NO_ROIS)}</i>"
+            empty = NO_SLIDE_ROIS if self.on_slide else NO_ROIS
+            self.table.value = f"<i>{html.escape(self.unavailable or empty)}</i>"
             return
         try:
             rows = self.rows(result)
