@@ -214,3 +214,20 @@ def test_a_dock_run_of_the_pyramid_reads_the_files_level_as_before(
     for point in ((0, 0), tuple(last)):
         assert np.asarray(outputs[1].data_to_world(point)) == pytest.approx(
             np.asarray(outputs[0].data_to_world(point)))
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_a_coarse_level_of_channels_reads_as_the_array_with_its_channel_axis_there(axis):
+    from napari_attnreg._napari.slide_pyramid import BlockMeanLevel, ChannelLevel, ChannelsAt
+
+    pixels = np.arange(9 * 7 * 4, dtype=np.uint16).reshape(9, 7, 4)
+    level = BlockMeanLevel(pixels, 2)
+    view = ChannelsAt(level, axis)
+    want = np.moveaxis(np.asarray(level), -1, axis)
+    assert view.shape == want.shape and view.ndim == 3 and view.dtype == want.dtype
+    np.testing.assert_array_equal(np.asarray(view), want)
+    for key in [(slice(1, 3), slice(None), 2), (1, slice(0, 4, 2), slice(1, 3)), (Ellipsis, 1)]:
+        np.testing.assert_array_equal(view[key], want[key])
+    one = view[(slice(None),) * axis + (3,)]  # napari's channel split: a lazy channel
+    assert isinstance(one, ChannelLevel) and one.shape == (5, 4)
+    np.testing.assert_array_equal(one[1:4, ::2], np.take(want, 3, axis=axis)[1:4, ::2])
