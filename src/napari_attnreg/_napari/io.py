@@ -242,15 +242,16 @@ def _ome_single_level(data: Any, kwargs: dict[str, Any]) -> list[Any] | None:
             <= MAX_UNTILED_PIXELS:
         return None  # planes, a pixel array read at open (no dask), or small: as before
     from napari_attnreg._napari.slide_pyramid import ChannelsAt, display_levels
+    from napari_attnreg.io.ometiff import image_view
 
-    # the means are taken over (rows, columns[, channels]): a CYX image's channels moved last
+    # the means are taken over (rows, columns[, channels]): a CYX image's channels moved
+    # last; read from the file's zarr store, twice as fast as through the layer's dask array
     order = (axes.index("Y"), axes.index("X"), *(a for a, n in enumerate(axes) if n in "CS"))
-    if order != tuple(range(len(axes))):
+    data_yx = image_view(ome["path"])
+    if data_yx is None or tuple(data_yx.shape) != tuple(int(data.shape[a]) for a in order):
         import dask.array as da  # the image is a dask array here (read on demand)
 
         data_yx = da.transpose(data, order)
-    else:
-        data_yx = data
     coarse = display_levels(data_yx)
     axis = kwargs.get("channel_axis")
     if axis is not None:  # one layer per channel: each takes its channel lazily

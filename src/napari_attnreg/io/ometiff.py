@@ -406,6 +406,22 @@ def open_ome_level(path: str | Path, *, level: int | None = None, mpp: float | N
                      overview_array=overview, downsample=levels.downsamples[chosen])
 
 
+def image_view(path: str | Path) -> Any | None:
+    """The first image of an OME-TIFF of one 2D image, full resolution, indexed as
+    ``(H, W)`` or ``(H, W, C)`` (channels last; a single channel dropped, as napari's layer
+    drops it) and read from tifffile's zarr store on demand; None when the file holds planes
+    or zarr is not installed. Blocks of it read faster than through a dask array."""
+    pyramid = ome_pyramid(path, single=True)
+    if pyramid is None:
+        return None
+    axes, array = pyramid.axes, pyramid.levels[0]
+    rgb = axes.endswith("S") and array.shape[-1] in (3, 4)
+    channels = None if rgb or not {"C", "S"} & set(axes) else \
+        axes.index("C") if "C" in axes else axes.index("S")
+    one = channels is not None and int(array.shape[channels]) == 1
+    return _LevelView(array, axes, channels, 0 if one else None)
+
+
 class _LevelView:
     """A pyramid level indexed as ``(H, W)`` or ``(H, W, C)`` (channels last, as
     :class:`~napari_attnreg.core.run.lazy.LazyImage` reads them): one channel picked, or the channel axis moved last.
