@@ -231,3 +231,18 @@ def test_a_coarse_level_of_channels_reads_as_the_array_with_its_channel_axis_the
     one = view[(slice(None),) * axis + (3,)]  # napari's channel split: a lazy channel
     assert isinstance(one, ChannelLevel) and one.shape == (5, 4)
     np.testing.assert_array_equal(one[1:4, ::2], np.take(want, 3, axis=axis)[1:4, ::2])
+
+
+def test_a_channel_layer_of_an_ome_tiff_of_channels_runs_from_its_file(files):
+    """What the dock asks for a channel layer (its record's ``channel``, level 0): that
+    channel of the file's one level, read on demand; all three channels last without one."""
+    from napari_attnreg.core.run.lazy import LazyImage
+    from napari_attnreg.io.readers import open_for_run
+
+    image, _ = open_for_run(files["cyx"], {"tiled": True, "level": 0, "channel": 1})
+    assert isinstance(image, LazyImage) and image.analysed_shape == (H, W) and image.level == 0
+    np.testing.assert_array_equal(np.asarray(image.array[30:60, 5:25]),
+                                  _channels()[1, 30:60, 5:25])
+    every, _ = open_for_run(files["cyx"], {"tiled": True, "level": 0})
+    np.testing.assert_array_equal(np.asarray(every.array[0:4, 0:3]),
+                                  np.moveaxis(_channels()[:, 0:4, 0:3], 0, -1))
