@@ -39,7 +39,7 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
         path = path[0]
     if is_ome_tiff(path):
         return read_ome_tiff_layers
-    if _is_slide(path):
+    if _is_slide(path) or _is_large_tiled_image(path):
         return read_slide_layers
     if (Path(path) / PROVENANCE_FILE).is_file():
         return read_saved_folder
@@ -58,6 +58,21 @@ def _is_slide(path: str) -> bool:
     return is_slide(path)
 
 
+def _is_large_tiled_image(path: str) -> bool:
+    """A tiled TIFF of one image without slide metadata (QuPath's or libvips' export of a
+    slide) above the untiled pixel budget: napari's own reader would read all of it to draw
+    it, so ours shows it as a slide of one level. A smaller one is left to napari, as
+    before."""
+    from napari_attnreg.io.slides import tiled_image_shape
+
+    shape = tiled_image_shape(path)
+    if shape is None:
+        return False
+    from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
+
+    return shape[0] * shape[1] > MAX_UNTILED_PIXELS
+
+
 def read_slide_layers(path: str | list[str]) -> list[LayerData]:
     """A slide (SVS, NDPI, pyramidal TIFF) as one image layer in micrometres, read lazily.
 
@@ -66,7 +81,9 @@ def read_slide_layers(path: str | list[str]) -> list[LayerData]:
     out. ``metadata["slide"]`` names the file, the level the layer's pixels are (0 for a
     pyramid), its pixel size, and ``run_level``: the finest level a run in napari's dock
     holds in memory when it is not tiled (a tiled run reads level 0, or the level asked,
-    tile by tile, as ``attnreg run --tiled`` does). A slide of one level is that level (napari
+    tile by tile, as ``attnreg run --tiled`` does). A tiled TIFF of one image without a
+    scanner's metadata above that budget is read here as such a slide. A slide of one level
+    is that level (napari
     then reads all of it to draw it) when it is small enough for an untiled run
     (``MAX_UNTILED_PIXELS``); a larger one is shown as a multiscale layer whose finest level
     is the file's and whose coarser levels are made from it as napari draws them
@@ -179,15 +196,19 @@ def read_ome_tiff_layers(path: str | list[str]) -> list[LayerData]:
     on screen. Each layer carries a ``metadata["slide"]`` record as a slide's does
     (:func:`read_slide_layers`), with ``kind`` ``"ome"`` and, for a channel layer, its
     ``channel``: the dock runs it from the file at the finest level the untiled pixel budget
-    holds, or tiled at full resolution, without a slide's automatic tissue mask.
+    holds, or tiled at full resolution, without a slide's automatic tissue mask. A 2D image
+    of one resolution above the untiled pixel budget is shown as a single-level slide is:
+    the file's level, read on demand, and coarser levels made from it as napari draws them
+    (:mod:`~napari_attnreg._napari.slide_pyramid`), with the same record (``levels`` 1).
     """
     from napari_attnreg._napari.layers import KINDS, META_KEY, output_style
     from napari_attnreg._napari.outline import outline_layer_data
+    from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
     from napari_attnreg.io.ometiff import read_ome_tiff_layers as read
 
     path = path[0] if isinstance(path, list) else path
     layers = []
-    for data, kwargs, layer_type in read(path):
+    for data, kwargs, layer_type in read(path, lazy_pixels=MAX_UNTILED_PIXELS):
         ours = kwargs.get("metadata", {}).get(META_KEY)
         kind = ours.get("kind") if isinstance(ours, dict) else None
         if kind in KINDS and (kind == "significant") == (layer_type == "labels"):
@@ -195,16 +216,54 @@ def read_ome_tiff_layers(path: str | list[str]) -> list[LayerData]:
                                      signed=bool(ours.get("map_signed"))), **kwargs}
         if layer_type == "image" and kwargs.get("multiscale"):
             kwargs = _ome_pyramid_record(str(path), data, kwargs)
+        elif layer_type == "image" and _ome_single_level(data, kwargs) is not None:
+            shown = _ome_single_level(data, kwargs)
+            kwargs = _ome_pyramid_record(str(path), [data], {**kwargs, "multiscale": True},
+                                         display_levels=len(shown))
+            data = shown
         layers.append((data, kwargs, layer_type))
         if kind == "significant" and layer_type == "labels":  # drawn by its thin outline
             layers.append(outline_layer_data(data, kwargs))
     return layers
 
 
-def _ome_pyramid_record(path: str, levels: list[Any], kwargs: dict[str, Any]
-                        ) -> dict[str, Any]:
+def _ome_single_level(data: Any, kwargs: dict[str, Any]) -> list[Any] | None:
+    """The levels napari shows of an OME-TIFF's 2D image of one resolution above the untiled
+    pixel budget: its array, then halved levels made from it on demand (channels kept
+    where napari's channel split takes them); None for any other image (shown as before)."""
+    from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
+
+    ome = kwargs.get("metadata", {}).get("ome") if isinstance(kwargs.get("metadata"),
+                                                              dict) else None
+    axes = str(ome.get("axes", "")) if isinstance(ome, dict) else ""
+    if not axes or not set(axes) <= set("YXCS") or {"Y", "X"} - set(axes) or \
+            len(axes) != len(data.shape) or isinstance(data, np.ndarray) or \
+            int(data.shape[axes.index("Y")]) * int(data.shape[axes.index("X")]) \
+            <= MAX_UNTILED_PIXELS:
+        return None  # planes, a pixel array read at open (no dask), or small: as before
+    from napari_attnreg._napari.slide_pyramid import ChannelsAt, display_levels
+    from napari_attnreg.io.ometiff import image_view
+
+    # the means are taken over (rows, columns[, channels]): a CYX image's channels moved
+    # last; read from the file's zarr store, twice as fast as through the layer's dask array
+    order = (axes.index("Y"), axes.index("X"), *(a for a, n in enumerate(axes) if n in "CS"))
+    data_yx = image_view(ome["path"])
+    if data_yx is None or tuple(data_yx.shape) != tuple(int(data.shape[a]) for a in order):
+        import dask.array as da  # the image is a dask array here (read on demand)
+
+        data_yx = da.transpose(data, order)
+    coarse = display_levels(data_yx)
+    axis = kwargs.get("channel_axis")
+    if axis is not None:  # one layer per channel: each takes its channel lazily
+        coarse = [ChannelsAt(level, int(axis)) for level in coarse]
+    return [data, *coarse]
+
+
+def _ome_pyramid_record(path: str, levels: list[Any], kwargs: dict[str, Any],
+                        display_levels: int | None = None) -> dict[str, Any]:
     """``kwargs`` with the ``metadata["slide"]`` record of an OME pyramid: per channel (a
-    list napari's channel split hands out) when the layers are channels."""
+    list napari's channel split hands out) when the layers are channels. ``levels`` are the
+    file's; ``display_levels`` counts the layer's when coarser ones were made for display."""
     from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
     from napari_attnreg.io.ometiff import micrometres
 
@@ -217,6 +276,8 @@ def _ome_pyramid_record(path: str, levels: list[Any], kwargs: dict[str, Any]
     record = {"path": path, "kind": "ome", "level": 0,
               "mpp": micrometres(ome.get("physical_size") or {}), "downsample": 1.0,
               "levels": len(levels), "run_level": run_level}
+    if display_levels is not None:
+        record["display_levels"] = int(display_levels)
     axis = kwargs.get("channel_axis")
     if axis is None:
         return {**kwargs, "metadata": {**kwargs["metadata"], "slide": record}}

@@ -193,3 +193,89 @@ class BlockMeanLevel:
 
     def __repr__(self) -> str:
         return f"BlockMeanLevel(shape={self.shape}, dtype={self.dtype}, factor={self.factor})"
+
+
+def _full_key(key: Any, ndim: int) -> tuple[Any, ...]:
+    """``key`` as one index per axis (an Ellipsis and missing trailing axes as full slices)."""
+    key = key if isinstance(key, tuple) else (key,)
+    if any(k is Ellipsis for k in key):
+        at = next(i for i, k in enumerate(key) if k is Ellipsis)
+        key = (*key[:at], *(slice(None),) * (ndim - len(key) + 1), *key[at + 1:])
+    key = (*key, *(slice(None),) * (ndim - len(key)))
+    if len(key) != ndim:
+        raise IndexError(f"too many indices for an array of {ndim} dimensions")
+    return key
+
+
+class ChannelsAt:
+    """A coarse level of channels (``(H, W, C)``, a :class:`BlockMeanLevel`) with its
+    channel axis at ``axis`` (0 for an OME-TIFF's ``CYX``), as napari's ``channel_axis``
+    has it. napari splits such a layer into one layer per channel by taking one index of
+    that axis: here that is a :class:`ChannelLevel`, read on demand, where an index into the
+    block-mean level would compute all of it."""
+
+    def __init__(self, level: Any, axis: int) -> None:
+        if len(level.shape) != 3 or axis not in (0, 1, 2):
+            raise ValueError(f"a level of channels is (H, W, C) with its channel axis at 0, "
+                             f"1 or 2; got shape {tuple(level.shape)} and axis {axis}.")
+        self.level, self.axis = level, int(axis)
+        shape = [int(n) for n in level.shape[:2]]
+        shape.insert(self.axis, int(level.shape[2]))
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(level.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return 3
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __getitem__(self, key: Any) -> Any:
+        key = _full_key(key, 3)
+        c = key[self.axis]
+        yx = [k for i, k in enumerate(key) if i != self.axis]
+        if isinstance(c, numbers.Integral) and all(k == slice(None) for k in yx):
+            return ChannelLevel(self.level, int(range(self.shape[self.axis])[c]))
+        out = np.asarray(self.level[(yx[0], yx[1], c)])
+        # the level's axes (rows, columns, channels) that are left, back in this view's order
+        where = [i for i in range(3) if i != self.axis] + [self.axis]
+        left = [w for w, k in zip(where, (*yx, c)) if not isinstance(k, numbers.Integral)]
+        return out.transpose(np.argsort(left)) if len(left) > 1 else out
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = np.moveaxis(np.asarray(self.level[...]), -1, self.axis)
+        return whole if dtype is None else whole.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"ChannelsAt({self.level!r}, axis={self.axis})"
+
+
+class ChannelLevel:
+    """One channel ``(H, W)`` of a coarse level of channels, read on demand (its blocks are
+    the level's, computed once for all channels)."""
+
+    def __init__(self, level: Any, channel: int) -> None:
+        self.level, self.channel = level, int(channel)
+        self.shape = tuple(int(n) for n in level.shape[:2])
+        self.dtype = np.dtype(level.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        ky, kx = _full_key(key, 2)
+        return np.asarray(self.level[(ky, kx, self.channel)])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = self[...]
+        return whole if dtype is None else whole.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"ChannelLevel({self.level!r}, channel={self.channel})"

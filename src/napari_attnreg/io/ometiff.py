@@ -68,7 +68,8 @@ def is_ome_tiff(path: str | Path) -> bool:
 LAZY_BYTES = 1 << 30
 
 
-def read_ome_tiff_layers(path: str | Path, lazy_bytes: int = LAZY_BYTES
+def read_ome_tiff_layers(path: str | Path, lazy_bytes: int = LAZY_BYTES,
+                         lazy_pixels: int | None = None
                          ) -> list[tuple[np.ndarray, LayerKwargs, str]]:
     """Read an OME-TIFF as napari layer data ``[(data, layer kwargs, layer type)]``.
 
@@ -77,7 +78,9 @@ def read_ome_tiff_layers(path: str | Path, lazy_bytes: int = LAZY_BYTES
     ``shear``, ``affine``), its contrast limits and our metadata; a placement that cannot be
     used (edited, damaged) is set aside with a warning. Any other OME-TIFF is an image (or
     one image per channel) as :func:`read_ome_tiff` describes; a pyramid of a 2D image is
-    its levels, full resolution first, each read on demand (``multiscale`` is True).
+    its levels, full resolution first, each read on demand (``multiscale`` is True). A 2D
+    image of one resolution is read on demand too when it has more than ``lazy_pixels``
+    pixels a plane (napari's reader asks this of an image it shows as a lazy pyramid).
     """
     import tifffile
 
@@ -89,7 +92,10 @@ def read_ome_tiff_layers(path: str | Path, lazy_bytes: int = LAZY_BYTES
             axes = series.axes.upper()
             levels = _lazy(path, every_level=True) if _is_pyramid(series) else None
             nbytes = int(np.prod(series.shape)) * np.dtype(series.dtype).itemsize
-            data = _lazy(path) if levels is None and nbytes > lazy_bytes else None
+            large = nbytes > lazy_bytes or (
+                lazy_pixels is not None and _is_image(series)
+                and _plane_pixels(series) > lazy_pixels)
+            data = _lazy(path) if levels is None and large else None
             data = levels[0] if levels else data
             data = series.asarray() if data is None else data
             xml = tif.ome_metadata
@@ -107,7 +113,31 @@ def read_ome_tiff_layers(path: str | Path, lazy_bytes: int = LAZY_BYTES
 def _is_pyramid(series: Any) -> bool:
     """Several resolutions of one 2D image (grey, colour or channels): napari draws it as a
     multiscale layer. A pyramid of planes (Z, T) stays its full resolution, as before."""
-    return len(series.levels) > 1 and set(series.axes.upper()) <= set("YXCS")
+    return len(series.levels) > 1 and _is_image(series)
+
+
+def _is_image(series: Any) -> bool:
+    """One 2D image (grey, colour or channels): no planes (Z, T) to step through."""
+    return set(series.axes.upper()) <= set("YXCS") and {"Y", "X"} <= set(series.axes.upper())
+
+
+def _plane_pixels(series: Any) -> int:
+    axes = series.axes.upper()
+    return int(series.shape[axes.index("Y")]) * int(series.shape[axes.index("X")])
+
+
+def is_ome_image(path: str | Path) -> bool:
+    """Whether ``path`` is an OME-TIFF whose first image is one 2D image (grey, colour or
+    channels) of one resolution or several: :func:`open_ome_level` opens it for a run."""
+    import tifffile
+
+    if not is_ome_tiff(path):
+        return False
+    try:
+        with tifffile.TiffFile(path, _multifile=False) as tif:
+            return bool(tif.is_ome and tif.series) and _is_image(tif.series[0])
+    except Exception:  # noqa: BLE001 - any decoder error: no image (the reader reports it)
+        return False
 
 
 def read_ome_tiff(path: str | Path, lazy_bytes: int = LAZY_BYTES
@@ -272,9 +302,10 @@ class OmePyramid:
                            ignored_note=self.ignored_note)
 
 
-def ome_pyramid(path: str | Path) -> OmePyramid | None:
-    """The OME-TIFF's pyramid, or None when it holds one resolution, a pyramid of planes
-    (Z or T), or zarr is not installed.
+def ome_pyramid(path: str | Path, single: bool = False) -> OmePyramid | None:
+    """The OME-TIFF's pyramid, or None when it holds one resolution (unless ``single``:
+    then one 2D image of one resolution is a pyramid of one level, as a single-level
+    slide is), a pyramid of planes (Z or T), or zarr is not installed.
 
     Raises
     ------
@@ -291,7 +322,7 @@ def ome_pyramid(path: str | Path) -> OmePyramid | None:
         if not tif.is_ome or not tif.series:
             raise ValueError(f"{path} is no OME-TIFF (it has no OME-XML metadata).")
         series = tif.series[0]
-        if not _is_pyramid(series):
+        if not (_is_pyramid(series) or single and _is_image(series)):
             return None
         axes = series.axes.upper()
         pixels = _pixels(tifffile.xml2dict(tif.ome_metadata))
@@ -303,7 +334,9 @@ def ome_pyramid(path: str | Path) -> OmePyramid | None:
             physical[axis] = (value, str(pixels.get(unit_key, default_unit)))
     with decoding(path):
         group = zarr.open(tifffile.imread(path, aszarr=True, series=0), mode="r")
-        levels = tuple(group[str(k)] for k in range(len(group)))
+        # one resolution: tifffile's store is the level's array, not a group of levels
+        levels = (group,) if hasattr(group, "shape") else \
+            tuple(group[str(k)] for k in range(len(group)))
     mpp, note = _stated(physical)
     return OmePyramid(str(path), axes, levels, mpp, ignored_note=note)
 
@@ -311,7 +344,9 @@ def ome_pyramid(path: str | Path) -> OmePyramid | None:
 def open_ome_level(path: str | Path, *, level: int | None = None, mpp: float | None = None,
                    channel: int | None = None) -> LazyImage:
     """One level (or resolution) of an OME-TIFF pyramid as a :class:`LazyImage` whose pixels
-    stay on disk, as :func:`~napari_attnreg.io.slides.open_slide` opens a slide's.
+    stay on disk, as :func:`~napari_attnreg.io.slides.open_slide` opens a slide's. A 2D
+    image of one resolution is a pyramid of one level (level 0, or a resolution made from
+    it), as a single-level slide is.
 
     Parameters
     ----------
@@ -339,11 +374,11 @@ def open_ome_level(path: str | Path, *, level: int | None = None, mpp: float | N
                             or not 0 < mpp < math.inf):
         raise ValueError(f"mpp must be a positive number of micrometres per pixel, got "
                          f"{mpp!r}.")
-    pyramid = ome_pyramid(path)
+    pyramid = ome_pyramid(path, single=True)
     if pyramid is None:
-        raise ValueError(f"{path} is not an OME-TIFF pyramid of a 2D image (it holds one "
-                         "resolution, or planes), or zarr is not installed; open it without "
-                         "a level or resolution.")
+        raise ValueError(f"{path} is not an OME-TIFF of a 2D image (it holds planes: Z or "
+                         "T), or zarr is not installed; open it without a level or "
+                         "resolution.")
     axes = pyramid.axes
     rgb = axes.endswith("S") and pyramid.levels[0].shape[-1] in (3, 4)
     # the channel axis (non-colour samples are channels, as napari's layers have them)
@@ -369,6 +404,22 @@ def open_ome_level(path: str | Path, *, level: int | None = None, mpp: float | N
     return LazyImage(array, -1 if len(array.shape) == 3 else None, str(path), scale=scale,
                      mpp=None if level_mpp is None else level_mpp * scale, level=chosen,
                      overview_array=overview, downsample=levels.downsamples[chosen])
+
+
+def image_view(path: str | Path) -> Any | None:
+    """The first image of an OME-TIFF of one 2D image, full resolution, indexed as
+    ``(H, W)`` or ``(H, W, C)`` (channels last; a single channel dropped, as napari's layer
+    drops it) and read from tifffile's zarr store on demand; None when the file holds planes
+    or zarr is not installed. Blocks of it read faster than through a dask array."""
+    pyramid = ome_pyramid(path, single=True)
+    if pyramid is None:
+        return None
+    axes, array = pyramid.axes, pyramid.levels[0]
+    rgb = axes.endswith("S") and array.shape[-1] in (3, 4)
+    channels = None if rgb or not {"C", "S"} & set(axes) else \
+        axes.index("C") if "C" in axes else axes.index("S")
+    one = channels is not None and int(array.shape[channels]) == 1
+    return _LevelView(array, axes, channels, 0 if one else None)
 
 
 class _LevelView:

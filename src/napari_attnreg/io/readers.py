@@ -263,14 +263,19 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
     """
     from napari_attnreg.core.run.lazy import check_untiled_size
     from napari_attnreg.io.dicom_wsi import is_dicom_wsi, open_dicom_slide
-    from napari_attnreg.io.slides import is_pyramid, is_slide, open_slide
+    from napari_attnreg.io.ometiff import is_ome_image
+    from napari_attnreg.io.slides import is_pyramid, is_slide, open_slide, tiled_image_shape
 
     path, tiled = Path(path), bool(opts.get("tiled"))
     asked = opts.get("level") is not None or opts.get("mpp") is not None
     slide_file = is_slide(path)
     dicom_slide = not slide_file and is_dicom_wsi(path, files)
-    if slide_file or dicom_slide or (asked and is_pyramid(path)):
-        if slide_file:
+    # a tiled TIFF of one image (no slide metadata) at a level or resolution: a slide of one
+    # level, as napari shows a large one (an OME-TIFF of one 2D image: an OME pyramid's)
+    one_level = asked and not slide_file and tiled_image_shape(path) is not None
+    if slide_file or dicom_slide or one_level or (
+            asked and (is_pyramid(path) or is_ome_image(path))):
+        if slide_file or one_level:
             slide = open_slide(path, level=opts.get("level"), mpp=opts.get("mpp"))
             info = slide_info(slide)
         elif dicom_slide:  # a DICOM WSI: a slide, never a stack of its tiles

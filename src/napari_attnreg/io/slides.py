@@ -119,6 +119,31 @@ def is_pyramid(path: str | Path) -> bool:
         return False
 
 
+def tiled_image_shape(path: str | Path) -> tuple[int, int] | None:
+    """``(H, W)`` of a TIFF that holds one tiled 2D image (grey or colour) of one resolution
+    and no slide or OME metadata (tifffile's, QuPath's or libvips' export of a slide with
+    ``tile=``), else None. Such a file is no slide (:func:`is_slide`): a run reads it as an
+    image, on demand when tiled; napari shows a large one as a slide's single level, and a
+    run at a level or resolution reads it as one (:func:`open_slide` reads any tiled TIFF)."""
+    path = Path(path)
+    if not path.is_file() or path.suffix.lower() not in (".tif", ".tiff"):
+        return None
+    import tifffile
+
+    try:
+        with tifffile.TiffFile(path, _multifile=False) as tif:
+            if tif.is_ome or not tif.series or is_slide(path):
+                return None
+            series = tif.series[0]
+            page, axes = series.pages[0] if series.pages else None, series.axes.upper()
+            if len(series.levels) != 1 or len(series.pages) != 1 or page is None \
+                    or not page.is_tiled or axes not in ("YX", "YXS"):
+                return None
+            return int(series.shape[0]), int(series.shape[1])
+    except Exception:  # noqa: BLE001 - any decoder error: not such an image (the reader says)
+        return None
+
+
 @dataclass(frozen=True)
 class SlideLevels:
     """The pyramid of a slide: level sizes, downsamples and the level-0 pixel size."""
