@@ -62,6 +62,7 @@ from napari_attnreg._napari.results_io import SaveButton, sample_menu_hint
 from napari_attnreg._napari.roi_panel import RoiPanel
 from napari_attnreg._napari.run_panel import RunPanel
 from napari_attnreg._napari.run_record import RunRecord
+from napari_attnreg._napari.run_warnings import add_to_results, collect_warnings
 from napari_attnreg._napari.settings import run_defaults
 from napari_attnreg._napari.slice_cue import SliceCue
 from napari_attnreg._napari.slide_run import labels_mask, place_on_slide, slide_of
@@ -440,11 +441,14 @@ class AttentionWidget(QWidget):
         if self.run_panel.busy:
             self.run_panel.show_error("A run is already in progress; cancel it first.")
             return None
+        raised: list[str] = []  # UserWarnings of reading the options (a GeoJSON outline's)
         try:
-            pending = self._build_job(planes)
+            with collect_warnings(raised):
+                pending = self._build_job(planes)
         except ValueError as err:
-            self.run_panel.show_error(str(err))
+            self.run_panel.show_error(str(err), raised)
             return None
+        pending.warnings = raised
         self._pending = pending
         self.last_outcome = None
         name, n = pending.layer.name, len(pending.job.planes)
@@ -464,17 +468,20 @@ class AttentionWidget(QWidget):
         if self._detached or pending is None:  # the dock was closed: add nothing
             outcome.results, outcome.status = {}, "cancelled"
             return
+        raised = [*pending.warnings, *self.run_panel.run_warnings]
         if not outcome.results:
             if outcome.status == "cancelled":
                 self.run_panel.show_status("Cancelled; nothing was added.")
             else:
-                self.run_panel.show_error(outcome.message)
+                self.run_panel.show_error(outcome.message, raised)
             return
         problem = pending.problem(self.viewer, outcome)
         if problem is not None:
             outcome.results, outcome.status, outcome.message = {}, "failed", problem
             self.run_panel.show_error(problem)
             return
+        # the status line, the warning toast and the saved result then carry them
+        add_to_results(outcome.results.values(), raised)
         record = self._records.attach(outcome, pending)
         self._show_tissue(outcome, record.source_name)
         self._select_current()  # the run's image, when it is still the one chosen
