@@ -72,16 +72,21 @@ def test_an_outline_in_the_top_left_quarter_is_warned_of_in_the_dock_on_every_ru
         assert any(QUARTER in d.message and d.severity == "warning"
                    for d in result.diagnostics)
         text = _plain(widget)
+        assert "Tissue by file half.geojson" in text  # the outline typed, not the automatic mask
         assert f"⚠ tissue_mask: every polygon of half.geojson lies in the {QUARTER}" in text
         assert any(QUARTER in str(n.message) for n in notifications)  # the warning toast
 
 
 def test_a_failed_run_shows_the_warning_that_explains_it(slide_widget, run_and_wait, tmp_path):
-    """An outline too small for any tile (a coarse level's pixels): the error, and below it
-    the warning that says why; the earlier result and layers stay."""
+    """After a run with the automatic mask (named on the status line, with the tiles it left
+    out), an outline too small for any tile (a coarse level's pixels): the error, and below
+    it the warning that says why; the earlier result and layers stay."""
     viewer, widget, layer = slide_widget
     run_and_wait(widget, timeout=120_000)  # the automatic mask
     before, record = list(viewer.layers), widget.current_record()
+    md = record.results[()].metadata
+    assert f"Tissue by {md['tissue_mask']}: the {md['n_tiles_total'] - md['n_tissue_tiles']} " \
+           "tiles with too little tissue are not measured (transparent)." in _plain(widget)
     widget.options.controls["tissue_mask"].setText(_outline(tmp_path / "tiny.geojson", 12, 12))
     outcome = run_and_wait(widget, timeout=120_000)
     assert not outcome.ok
