@@ -1,0 +1,58 @@
+"""The patch inspector over a slide run at a coarser level than its layer shows: the patch
+under the mouse is the one the run analysed there (layer pixels are not analysed pixels)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tiffslide")
+tifffile = pytest.importorskip("tifffile")
+
+H, W = 1024, 448  # level 0; level 1 is 512 x 224, three tiles of the tiny model's 224
+
+
+def _aperio(w: int, h: int) -> str:
+    return (f"Aperio Image Library v10.0.50\n{w}x{h} [0,0 {w}x{h}] (128x128) RAW/RGB"
+            "|AppMag = 20|MPP = 0.5")
+
+
+@pytest.fixture(scope="module")
+def two_level_slide(tmp_path_factory):
+    """An Aperio SVS of two levels: glass in the top half, stained tissue in the bottom half."""
+    rng = np.random.default_rng(5)
+    img = np.full((H, W, 3), 236, np.uint8)
+    stain = (rng.random((H, W, 3)) * 90 + np.array([130, 40, 120])).astype(np.uint8)
+    img[H // 2:] = stain[H // 2:]
+    path = tmp_path_factory.mktemp("inspect") / "two levels.svs"
+    with tifffile.TiffWriter(path) as tif:
+        tif.write(img, tile=(128, 128), description=_aperio(W, H), photometric="rgb",
+                  metadata=None)
+        tif.write(img[::8, ::8].copy(), description="Aperio Image Library v10.0.50\nthumb",
+                  photometric="rgb", metadata=None)
+        tif.write(img[::2, ::2].copy(), tile=(128, 128), description=_aperio(W // 2, H // 2),
+                  photometric="rgb", metadata=None)
+    return path
+
+
+def test_the_inspector_reports_the_analysed_patch_of_a_slide_run_at_level_1(
+        two_level_slide, viewer_widget, run_and_wait):
+    """Hovering the tissue in the slide's bottom half reports its patch (it found none: layer
+    pixels were read as level-1 pixels, off the analysed image), and the glass above is
+    'not tested'."""
+    viewer, widget = viewer_widget
+    [layer] = viewer.open(str(two_level_slide), plugin="napari-attnreg")
+    widget.options.controls["tiled"].setChecked(True)
+    widget.options.set("level", 1)
+    run_and_wait(widget, timeout=120_000)
+    record = widget.current_record()
+    result = record.results[()]
+    assert record.grid is not None and record.grid.factor == pytest.approx((2.0, 2.0))
+    assert result.metadata["n_tissue_tiles"] < result.metadata["n_tiles_total"]
+    sy, sx = result.token_scale
+    for (row, col), tested in (((3 * H // 4, W // 2), True), ((H // 8, W // 3), False), ((H - 3, W - 3), True)):
+        report = widget.inspector.inspect_world(layer.data_to_world((row, col)))
+        assert report is not None, (row, col)
+        # layer pixel r lies in level-1 pixel r // 2
+        assert report.token == (int((row // 2) / sy), int((col // 2) / sx))
+        assert report.tested is tested
