@@ -254,6 +254,8 @@ class AttentionWidget(QWidget):
         except ValueError as err:  # a damaged result file beside the maps: say which
             self.run_panel.show_error(str(err))
             return
+        for record in made:
+            self._show_reopened_tissue(record)
         if made:
             self._select_current()  # shows the result when its image is the one chosen
         elif self._records.waiting and self.current_record() is None:
@@ -511,6 +513,22 @@ class AttentionWidget(QWidget):
         if made is not None:
             data, kwargs, _ = made
             self.viewer.add_labels(data, **kwargs)  # napari numbers a name already taken
+
+    def _show_reopened_tissue(self, record: RunRecord) -> None:
+        """A reopened tiled result's tissue mask, as after its run: a saved folder holds the
+        result layers, not the mask layer, so the tested area was no longer drawn. Not when
+        a mask of that image is open already (a result file's reader adds one)."""
+        from napari_attnreg._napari.io import tissue_layer
+
+        for lay in self.viewer.layers:
+            meta = lay.metadata.get("tissue") if isinstance(lay.metadata, dict) else None
+            if isinstance(meta, dict) and meta.get("image") == record.source_name:
+                return
+        made = tissue_layer(record.results[()], record.source_name) \
+            if () in record.results else None
+        if made is not None:
+            data, kwargs, _ = made
+            self.viewer.add_labels(data, **kwargs)
 
     def _on_finished(self, outcome: Outcome) -> None:
         self._pending = None

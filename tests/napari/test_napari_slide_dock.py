@@ -1,5 +1,6 @@
-"""The patch inspector over a slide run at a coarser level than its layer shows: the patch
-under the mouse is the one the run analysed there (layer pixels are not analysed pixels)."""
+"""A slide run from the dock at a coarser level than its layer shows: the patch inspector
+reports the patch the run analysed under the mouse (layer pixels are not analysed pixels),
+and the saved result reopens with the tissue mask it was run with."""
 
 from __future__ import annotations
 
@@ -56,3 +57,32 @@ def test_the_inspector_reports_the_analysed_patch_of_a_slide_run_at_level_1(
         # layer pixel r lies in level-1 pixel r // 2
         assert report.token == (int((row // 2) / sy), int((col // 2) / sx))
         assert report.tested is tested
+
+
+def test_a_saved_tiled_result_reopens_with_its_tissue_mask_layer(
+        two_level_slide, viewer_widget, run_and_wait, tmp_path, make_napari_viewer, qtbot):
+    """Saved (the dock's Save results) and reopened in a new viewer over the slide, the result
+    brings back the tissue mask layer the run showed, in the same place (a saved folder holds
+    no mask layer: the tested area was no longer drawn)."""
+    from napari_attnreg._napari.results_io import save_results
+    from napari_attnreg._napari.widget import AttentionWidget
+
+    viewer, widget = viewer_widget
+    viewer.open(str(two_level_slide), plugin="napari-attnreg")
+    widget.options.controls["tiled"].setChecked(True)
+    widget.options.set("level", 1)
+    run_and_wait(widget, timeout=120_000)
+    tissue = viewer.layers["two levels tissue"]
+    save_results(viewer, widget.current_record(), [], tmp_path / "saved")
+
+    again = make_napari_viewer()
+    dock = AttentionWidget(again)
+    again.window.add_dock_widget(dock)
+    again.open(str(two_level_slide), plugin="napari-attnreg")
+    again.open(str(tmp_path / "saved"), plugin="napari-attnreg")
+    qtbot.waitUntil(lambda: dock.current_record() is not None, timeout=10_000)
+    [reopened] = [lay for lay in again.layers if lay.name == "two levels tissue"]
+    np.testing.assert_array_equal(reopened.data, tissue.data)
+    np.testing.assert_allclose(reopened.scale, tissue.scale)
+    np.testing.assert_allclose(reopened.translate, tissue.translate)
+    assert reopened.metadata["tissue"]["tiles"] == tissue.metadata["tissue"]["tiles"]
