@@ -118,3 +118,33 @@ def test_a_saved_stack_reopens_with_every_computed_slice(
     reopened = dock.current_record()
     assert sorted(reopened.results) == [(0,), (1,)]
     np.testing.assert_array_equal(reopened.results[(1,)].attention, record.results[(1,)].attention)
+
+
+def test_a_saved_folder_reopens_at_the_thresholds_in_force_when_saved(
+        viewer_widget, run_and_wait, cells_image, tmp_path, make_napari_viewer, qtbot):
+    """Thresholds moved after the run and then saved come back with the folder: the panel
+    and the count show them, as the saved significant layer does (the reopened dock showed
+    the run's first thresholds, which the attention layer's metadata still holds)."""
+    viewer, widget = _run_directional(viewer_widget, run_and_wait, cells_image)
+    panel = widget.thresholds_panel
+    with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
+        panel.q_th_slider.setValue(0.35)
+    moved = widget.thresholds()
+    assert moved["q_th"] == pytest.approx(0.35)
+    record = widget.current_record()
+    saved_significant = record.outputs["significant"].data.copy()
+    viewer.layers.selection = set(record.outputs.values())
+    folder = tmp_path / "saved"
+    viewer.layers.save(str(folder), selected=True, plugin="napari-attnreg")
+
+    viewer2 = make_napari_viewer()
+    widget2 = _dock(viewer2)
+    viewer2.add_image(cells_image, name="cells")
+    viewer2.open(str(folder), plugin="napari-attnreg")
+    qtbot.waitUntil(lambda: widget2.current_record() is not None, timeout=5000)
+    assert widget2.thresholds() == moved
+    assert panel.thresholds() == widget2.thresholds_panel.thresholds()
+    reopened = widget2.current_record()
+    np.testing.assert_array_equal(reopened.outputs["significant"].data, saved_significant)
+    np.testing.assert_array_equal(reopened.shown(()).significant(),
+                                  record.shown(()).significant())

@@ -77,7 +77,9 @@ class NullHistogram(QWidget):
 
 def locate(record: RunRecord, source: Any,
            world: Any) -> tuple[tuple[int, ...], float, float] | None:
-    """(plane, row, col) of the source image under world position ``world`` (None: off it)."""
+    """(plane, row, col) under world position ``world`` (None: off the image): ``row, col``
+    are pixels of the image the run analysed, which for a slide read at another level than
+    its layer shows are not the layer's (:class:`~.geometry.AnalysedGrid`)."""
     data = np.asarray(source.world_to_data(np.asarray(world, dtype=float)), dtype=float)
     geometry = record.geometry
     if data.size < geometry.ndim:
@@ -85,7 +87,11 @@ def locate(record: RunRecord, source: Any,
     plane = tuple(int(np.rint(data[a])) for a in geometry.stack_axes)
     if any(not 0 <= i < geometry.shape[a] for i, a in zip(plane, geometry.stack_axes)):
         return None
-    return plane, float(data[-2]), float(data[-1])
+    row, col = float(data[-2]), float(data[-1])
+    if record.grid is not None:  # analysed pixel i is centred on layer pixel f·i + (f − 1)/2
+        (fy, fx) = record.grid.factor
+        row, col = (row - (fy - 1) / 2) / fy, (col - (fx - 1) / 2) / fx
+    return plane, row, col
 
 
 class PatchInspector(QGroupBox):

@@ -9,7 +9,7 @@ compared here with the layer's data now.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,8 @@ class PendingRun:
     geometry: SourceGeometry
     grid: AnalysedGrid | None = None
     source_data: Any = None
+    #: The UserWarnings raised while the job was built (shown with its result or error).
+    warnings: list[str] = field(default_factory=list)
 
     def placed(self, geometry: SourceGeometry) -> SourceGeometry:
         """Where the run's analysed image lies on a layer placed by ``geometry``."""

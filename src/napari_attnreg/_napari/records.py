@@ -140,8 +140,12 @@ class RunRecords:
             record = RunRecord(self.session, source.unique_id, source.name, geometry,
                                outputs=outputs, grid=grid)
             self._records[source.unique_id] = record
+            # the thresholds in force when saved: the result files were written at them (the
+            # attention layer's metadata, ``meta``, keeps the run's first ones: it does not
+            # depend on them, and a reopened dock showed those over the saved layers)
             entry = self.session.add(source.unique_id, results, params=meta.get("run") or {},
-                                     run_id=run_id, thresholds=meta.get("thresholds"))
+                                     run_id=run_id,
+                                     thresholds=first.thresholds or meta.get("thresholds"))
             remember(run_id, entry.results)
             self._follow(source)
             made.append(record)

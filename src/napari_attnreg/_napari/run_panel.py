@@ -8,8 +8,11 @@ fires, once the worker has ended, with the outcome as applied (or dropped).
 
 from __future__ import annotations
 
+import html
 import weakref
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
+from contextlib import suppress
+from functools import partial
 from typing import Any
 
 from napari.components import ViewerModel
@@ -17,6 +20,8 @@ from qtpy.QtCore import Qt, Signal
 from qtpy.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 from superqt.utils import qthrottled
 
+from napari_attnreg._napari.run_warnings import relay_worker_warning
+from napari_attnreg._napari.status import WARNING_COLOR
 from napari_attnreg.core.run.engine import CancelToken
 
 #: Shortest interval between progress-display refreshes (ms): every repaint recomposites the
@@ -77,6 +82,8 @@ class RunPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.worker: Any = None
+        #: The UserWarnings the running (or last) worker raised, in order.
+        self.run_warnings: list[str] = []
         self.task_id = 0
         self._cancel: CancelToken | None = None
         self._pbar: Any = None
@@ -142,11 +149,18 @@ class RunPanel(QWidget):
     def show_status(self, html_text: str) -> None:
         self.status_label.setText(html_text)
 
-    def show_error(self, message: str) -> None:
+    def show_error(self, message: str, warnings_: Sequence[str] = ()) -> None:
+        """The error on the status line (red) and as a toast; ``warnings_`` the run raised
+        first follow it (⚠), since they often say why it failed (an outline in a coarser
+        level's pixels leaves no tile with tissue)."""
         from napari.utils.notifications import show_error
 
-        self.status_label.setText(f"<span style='color:{ERROR_COLOR}'>{message}</span>")
-        show_error(message)
+        notes = list(dict.fromkeys(warnings_))
+        lines = [f"<span style='color:{ERROR_COLOR}'>{html.escape(message, quote=False)}</span>",
+                 *(f"<span style='color:{WARNING_COLOR}'>⚠ {html.escape(n, quote=False)}</span>"
+                   for n in notes)]
+        self.status_label.setText("<br>".join(lines))
+        show_error("\n".join([message, *(f"⚠ {n}" for n in notes)]))
 
     @staticmethod
     def bind_shortcut(viewer: Any, callback: Any) -> None:
@@ -182,6 +196,13 @@ class RunPanel(QWidget):
         worker = thread_worker(job, start_thread=False,
                                worker_class=_make_worker_class())(spec, self._cancel)
         worker.cancel_token = self._cancel
+        # a UserWarning of the run is the dock's to show (run_warnings), not a fading toast
+        self.run_warnings = []
+        relay = getattr(worker, "_relay_warning", None)  # napari's (every warning as a toast),
+        if relay is not None:  # where its mixin's __init__ ran: not with this worker class
+            with suppress(TypeError, RuntimeError):
+                worker.warned.disconnect(relay)
+        worker.warned.connect(partial(relay_worker_warning, into=self.run_warnings))
         worker.yielded.connect(self._on_progress)
         worker.returned.connect(self._on_returned)
         worker.finished.connect(self._on_finished)

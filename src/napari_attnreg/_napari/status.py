@@ -48,6 +48,9 @@ def summary_html(record: RunRecord) -> tuple[str, str]:
     lines = [html.escape(run_caption(results[0], planes=len(results)), quote=False),
              f"<b>{html.escape(caption, quote=False)}</b>",
              f"<i>{html.escape(meaning, quote=False)}</i>"]
+    tissue = tissue_line(results[0])
+    if tissue:
+        lines.insert(1, html.escape(tissue, quote=False))
     partial = planes_line(record)
     if partial:
         lines.append(f"<span style='color:{WARNING_COLOR}'>{html.escape(partial)}</span>")
@@ -58,6 +61,23 @@ def summary_html(record: RunRecord) -> tuple[str, str]:
     status = f"{record.source_name}: {summary_text(results, record.thresholds)}" + (
         f" · {partial}" if partial else "")
     return "<br>".join(lines), status
+
+
+def tissue_line(result: Any) -> str | None:
+    """Which tissue mask chose a tiled run's tiles, and what the others are (None: an untiled
+    run, or one with no mask). The caption counts the tiles; without this line an analyst who
+    typed an outline could not tell it from the automatic mask."""
+    md = result.metadata
+    source = md.get("tissue_mask")
+    if not md.get("tiled") or not isinstance(source, str) or source == "none":
+        return None
+    tested, total = md.get("n_tissue_tiles"), md.get("n_tiles_total")
+    if tested is None or total is None:
+        return f"Tissue by {source}."
+    if tested >= total:
+        return f"Tissue by {source}: all {total} tiles tested."
+    return (f"Tissue by {source}: the {total - tested} tiles with too little tissue are not "
+            "measured (transparent).")
 
 
 def plane_diagnostics(record: RunRecord, *, include_info: bool = True) -> list[str]:

@@ -62,6 +62,7 @@ from napari_attnreg._napari.results_io import SaveButton, sample_menu_hint
 from napari_attnreg._napari.roi_panel import RoiPanel
 from napari_attnreg._napari.run_panel import RunPanel
 from napari_attnreg._napari.run_record import RunRecord
+from napari_attnreg._napari.run_warnings import add_to_results, collect_warnings
 from napari_attnreg._napari.settings import run_defaults
 from napari_attnreg._napari.slice_cue import SliceCue
 from napari_attnreg._napari.slide_run import labels_mask, place_on_slide, slide_of
@@ -253,6 +254,8 @@ class AttentionWidget(QWidget):
         except ValueError as err:  # a damaged result file beside the maps: say which
             self.run_panel.show_error(str(err))
             return
+        for record in made:
+            self._show_reopened_tissue(record)
         if made:
             self._select_current()  # shows the result when its image is the one chosen
         elif self._records.waiting and self.current_record() is None:
@@ -440,11 +443,14 @@ class AttentionWidget(QWidget):
         if self.run_panel.busy:
             self.run_panel.show_error("A run is already in progress; cancel it first.")
             return None
+        raised: list[str] = []  # UserWarnings of reading the options (a GeoJSON outline's)
         try:
-            pending = self._build_job(planes)
+            with collect_warnings(raised):
+                pending = self._build_job(planes)
         except ValueError as err:
-            self.run_panel.show_error(str(err))
+            self.run_panel.show_error(str(err), raised)
             return None
+        pending.warnings = raised
         self._pending = pending
         self.last_outcome = None
         name, n = pending.layer.name, len(pending.job.planes)
@@ -464,17 +470,20 @@ class AttentionWidget(QWidget):
         if self._detached or pending is None:  # the dock was closed: add nothing
             outcome.results, outcome.status = {}, "cancelled"
             return
+        raised = [*pending.warnings, *self.run_panel.run_warnings]
         if not outcome.results:
             if outcome.status == "cancelled":
                 self.run_panel.show_status("Cancelled; nothing was added.")
             else:
-                self.run_panel.show_error(outcome.message)
+                self.run_panel.show_error(outcome.message, raised)
             return
         problem = pending.problem(self.viewer, outcome)
         if problem is not None:
             outcome.results, outcome.status, outcome.message = {}, "failed", problem
             self.run_panel.show_error(problem)
             return
+        # the status line, the warning toast and the saved result then carry them
+        add_to_results(outcome.results.values(), raised)
         record = self._records.attach(outcome, pending)
         self._show_tissue(outcome, record.source_name)
         self._select_current()  # the run's image, when it is still the one chosen
@@ -504,6 +513,22 @@ class AttentionWidget(QWidget):
         if made is not None:
             data, kwargs, _ = made
             self.viewer.add_labels(data, **kwargs)  # napari numbers a name already taken
+
+    def _show_reopened_tissue(self, record: RunRecord) -> None:
+        """A reopened tiled result's tissue mask, as after its run: a saved folder holds the
+        result layers, not the mask layer, so the tested area was no longer drawn. Not when
+        a mask of that image is open already (a result file's reader adds one)."""
+        from napari_attnreg._napari.io import tissue_layer
+
+        for lay in self.viewer.layers:
+            meta = lay.metadata.get("tissue") if isinstance(lay.metadata, dict) else None
+            if isinstance(meta, dict) and meta.get("image") == record.source_name:
+                return
+        made = tissue_layer(record.results[()], record.source_name) \
+            if () in record.results else None
+        if made is not None:
+            data, kwargs, _ = made
+            self.viewer.add_labels(data, **kwargs)
 
     def _on_finished(self, outcome: Outcome) -> None:
         self._pending = None
