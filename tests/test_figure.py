@@ -259,3 +259,27 @@ def test_the_cli_overview_figure_stays_available(tmp_path, drawn):
                  "demo", "--n-boot", "4", "--quiet", "--figure", "overview"]) == 0
     (fig,) = drawn
     assert len(_image_axes(fig)) == 5  # the image and four maps
+
+
+def test_the_publication_figure_says_what_the_uncoloured_glass_is(tmp_path, drawn):
+    """A masked tiled run leaves its glass uncoloured (the image shows through); nothing on
+    the exported figure said that glass was never measured, where napari and the notebook
+    say so."""
+    from napari_attnreg.core.results.figure import publication_figure
+
+    rng = np.random.default_rng(0)
+    image = rng.random((256, 256)).astype(np.float32)
+    tissue = np.zeros((256, 256), bool)
+    tissue[:128, :128] = True
+    masked = regularize(image, "demo", tiled=True, tissue_mask=tissue, n_boot=4, seed=0,
+                        device="cpu")
+    publication_figure(masked, image, tmp_path / "masked.png")
+    (legend,) = drawn[-1].legends
+    texts = [t.get_text().replace("\n", " ") for t in legend.get_texts()]
+    md = masked.metadata
+    assert len(texts) == 2 and "outside the tissue mask" in texts[1]
+    assert f"{md['n_tissue_tiles']} of {md['n_tiles_total']} tiles run" in texts[1]
+    everything = regularize(image, "demo", tiled=True, n_boot=4, seed=0, device="cpu")
+    publication_figure(everything, image, tmp_path / "all.png")
+    (legend,) = drawn[-1].legends
+    assert len(legend.get_texts()) == 1  # no mask: nothing left uncoloured to explain

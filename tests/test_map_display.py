@@ -122,10 +122,10 @@ def test_the_publication_figure_draws_a_signed_map_centred_at_zero(cdam_result, 
     drawn = {}
     original = figure._draw_side
 
-    def spy(fig, left_height, mapped, view, result, outline):
+    def spy(fig, left_height, mapped, view, result, outline, *rest):
         drawn.update(clim=mapped.get_clim(), cmap=mapped.get_cmap().name, title=view.title(
             result.preset, result.thresholds))
-        return original(fig, left_height, mapped, view, result, outline)
+        return original(fig, left_height, mapped, view, result, outline, *rest)
 
     monkeypatch.setattr(figure, "_draw_side", spy)
     image = np.zeros(cdam_result.image_shape, np.float32)

@@ -162,7 +162,7 @@ def publication_figure(result: Any, image: np.ndarray, path: str | Path, *,
     size = pixel_size(shown)
     if size is not None:
         draw_scale_bar(ax, (h, w), size[1], pixel_unit(shown))
-    _draw_side(fig, (img_w / fig_w, fig_h), mapped, view, shown, outline)
+    _draw_side(fig, (img_w / fig_w, fig_h), mapped, view, shown, outline, tested)
     path = Path(path)
     with atomic_write(path) as tmp:
         fig.savefig(tmp, dpi=dpi, format="png")
@@ -218,9 +218,12 @@ def draw_scale_bar(ax: Any, shape: tuple[int, ...], pixel_size: float, unit: str
 
 
 def _draw_side(fig: Any, left_height: tuple[float, float], mapped: Any, view: Any,
-               result: Any, outline: Any) -> None:
-    """The strip beside the image: the map's colour bar, then the outline's key and rule."""
+               result: Any, outline: Any, tested: np.ndarray | None = None) -> None:
+    """The strip beside the image: the map's colour bar, then the outline's key and rule,
+    and, for a run with a tissue mask (``tested``: the tokens it tested), what the uncoloured
+    glass means."""
     from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     from napari_attnreg.core.results.display import SIGNIFICANT_COLOR, rule_text
     from napari_attnreg.core.results.meaning import result_meaning
@@ -234,7 +237,15 @@ def _draw_side(fig: Any, left_height: tuple[float, float], mapped: Any, view: An
     key = Line2D([], [], color=SIGNIFICANT_COLOR, linewidth=1.5)
     count = int(result.significant().sum())
     label = f"significant ({count} patches; {rule_text(result.thresholds_used)})"
-    fig.legend([key], [textwrap.fill(label, 34)], loc="upper left", fontsize=6,
+    keys, labels = [key], [textwrap.fill(label, 34)]
+    if tested is not None:  # glass shows the image through: say it was never run
+        md = result.metadata
+        run = (f"{md['n_tissue_tiles']} of {md['n_tiles_total']} tiles run"
+               if "n_tissue_tiles" in md and "n_tiles_total" in md else "its tiles run")
+        keys.append(Patch(facecolor="none", edgecolor="0.5", linestyle=":"))
+        labels.append(textwrap.fill(f"no colour: outside the tissue mask ({run}), not "
+                                    "measured", 34))
+    fig.legend(keys, labels, loc="upper left", fontsize=6,
                bbox_to_anchor=(x0 - 0.08 / fig.get_size_inches()[0], 0.38), frameon=False)
     meaning = textwrap.fill(result_meaning(result.preset, result.metadata), 44)
     fig.text(x0 - 0.05 / fig.get_size_inches()[0], 0.24, meaning, fontsize=5, va="top",
