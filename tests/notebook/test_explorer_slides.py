@@ -175,6 +175,8 @@ def test_a_level_gives_a_result_that_lies_on_the_overview(slide, reads, opened):
     # the cursor reads the patch under it in the picture's pixels
     y = 1000 if not opened else 500  # level 0 pixel 1000 = level 1 pixel 500 = patch 62
     assert "patch (62,62)" in ex.canvas.describe_pixel(y, y)
+    # ... and says where it is at full resolution, as napari, QuPath and the GeoJSON do
+    assert ex.canvas.describe_pixel(y, y).startswith("x=1000 y=1000 (level 0) · ")
     ex.close()
 
 

@@ -28,6 +28,7 @@ from shapely.geometry import mapping, shape
 from napari_attnreg.core.results.display import SIGNIFICANT_RGB
 from napari_attnreg.core.results.meaning import result_meaning
 from napari_attnreg.core.results.outline import mask_regions, to_pixels
+from napari_attnreg.core.results.result import slide_downsample
 
 GEOJSON_SUFFIXES = (".geojson",)
 #: Pixels of a tissue mask rasterized from polygons (about 2048², the automatic mask's
@@ -80,16 +81,7 @@ def significant_features(result: Any, thresholds: Mapping[str, Any] | None = Non
 def full_resolution_factor(result: Any) -> float:
     """Full-resolution (level 0) pixels per analysed pixel of a slide's result (1 for
     other images, and for results made before the slide's downsample was recorded)."""
-    return _slide_downsample(result.metadata)
-
-
-def _slide_downsample(metadata: Mapping[str, Any]) -> float:
-    """``slide_downsample`` of a run's record, 1 when absent or unusable."""
-    try:
-        factor = float(metadata.get("slide_downsample"))
-    except (TypeError, ValueError):
-        return 1.0
-    return factor if np.isfinite(factor) and factor > 0 else 1.0
+    return slide_downsample(result.metadata)
 
 
 def _tokens_inside(region: Any, grid: tuple[int, int]) -> np.ndarray:
@@ -263,5 +255,5 @@ def tissue_mask_for_run(value: Any, shape: tuple[int, int],
     if not is_geojson_path(value):
         return value
     extra = extra or {}
-    return geojson_tissue_mask(str(value).strip(), shape, _slide_downsample(extra),
+    return geojson_tissue_mask(str(value).strip(), shape, slide_downsample(extra),
                                slide=extra.get("slide_level") is not None)

@@ -12,7 +12,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from napari_attnreg.core.results.display import describe_pixel, map_display, tissue_tokens
+from napari_attnreg.core.results.display import (
+    describe_pixel,
+    map_display,
+    pixel_text,
+    tissue_tokens,
+)
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.notebook import render
 from napari_attnreg.notebook.display_panel import DisplayPanel
@@ -131,4 +136,8 @@ class OverlayCanvas:
             return describe_pixel(self.result, *self.image.on_result(self.result, row, col))
         r, c = round(row), round(col)
         h0, w0 = self.image.plane_shape
-        return f"x={c} y={r}" if 0 <= r < h0 and 0 <= c < w0 else ""
+        if not (0 <= r < h0 and 0 <= c < w0):
+            return ""
+        # a slide's picture is a coarser level: say where it is at full resolution, as
+        # with a result
+        return pixel_text(r, c, float(getattr(self.image.source, "downsample", 1.0)))

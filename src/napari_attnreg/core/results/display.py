@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from napari_attnreg.core.results.map_info import MapInfo
-from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.results.result import AttentionResult, slide_downsample
 from napari_attnreg.core.results.tissue_grid import tissue_token_grid
 from napari_attnreg.core.stats.presets import presets
 from napari_attnreg.core.stats.procedures import get_procedure
@@ -444,6 +444,18 @@ def token_at(result: AttentionResult, row: float, col: float) -> tuple[int, int]
     return min(int((r + 0.5) / sy), gh - 1), min(int((c + 0.5) / sx), gw - 1)
 
 
+def pixel_text(row: float, col: float, full_resolution_per_pixel: float = 1.0) -> str:
+    """``"x=12 y=40"`` for pixel ``(row, col)`` of the image a run analysed; for a slide
+    analysed at a coarser level, its place in the full-resolution (level 0) frame where
+    QuPath, napari's cursor and exported outlines put it (``"x=49153 y=12801 (level 0)"``):
+    analysed pixel ``i`` is centred on level-0 pixel ``f·i + (f − 1)/2``."""
+    f = float(full_resolution_per_pixel)
+    if f == 1.0:
+        return f"x={round(col)} y={round(row)}"
+    y, x = (int(np.floor(f * round(v) + (f - 1) / 2)) for v in (row, col))
+    return f"x={x} y={y} (level 0)"
+
+
 def describe_pixel(result: AttentionResult, row: float, col: float) -> str:
     """``"x=12 y=40 · patch (2,0) attention=0.031 z=2.10 p=0.004 q=0.04 posterior=0.97"``
     (the tested map's name in place of ``attention``: ``CDAM=-0.002``)."""
@@ -452,10 +464,10 @@ def describe_pixel(result: AttentionResult, row: float, col: float) -> str:
         return ""
     i, j = token
     name = MapInfo.of(result).label
+    xy = pixel_text(row, col, slide_downsample(result.metadata))
     if is_glass(result, i, j):  # its attention 0 is a fill, its statistics NaN
-        return f"x={round(col)} y={round(row)} · patch ({i},{j}) {GLASS_TEXT}"
-    where = (f"x={round(col)} y={round(row)} · patch ({i},{j}) "
-             f"{name}={result.attention[i, j]:.4g}")
+        return f"{xy} · patch ({i},{j}) {GLASS_TEXT}"
+    where = f"{xy} · patch ({i},{j}) {name}={result.attention[i, j]:.4g}"
     if result.procedure.uses_step_p:
         maps = result.maps
         return (f"{where} step p={maps['step_p'][i, j]:.3g} "

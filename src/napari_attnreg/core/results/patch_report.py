@@ -28,10 +28,11 @@ from napari_attnreg.core.results.display import (
     MapInfo,
     is_glass,
     map_level_text,
+    pixel_text,
     rule_text,
     token_at,
 )
-from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.results.result import AttentionResult, slide_downsample
 from napari_attnreg.core.stats.tail import MIN_EXCEEDING
 
 #: Quantiles of the pooled null named in the report.
@@ -74,15 +75,17 @@ class PatchReport:
     null_histogram: tuple[np.ndarray, np.ndarray] | None = field(default=None, compare=False)
     statistic: float | None = None
     tested: bool = True
+    full_resolution_per_pixel: float = 1.0
 
     @property
     def headline(self) -> str:
-        """``"patch (5, 1) · x=12 y=40 · significant (q ≤ 0.1)"``."""
+        """``"patch (5, 1) · x=12 y=40 · significant (q ≤ 0.1)"``; a slide analysed at a
+        coarser level gives x, y at full resolution (``"x=49153 y=12801 (level 0)"``)."""
         i, j = self.token
         verdict = ("significant" if self.significant else "not significant") if self.tested \
             else "not tested"
-        return (f"patch ({i}, {j}) · x={self.pixel[1]} y={self.pixel[0]} · "
-                f"{verdict} ({self.rule})")
+        where = pixel_text(*self.pixel, self.full_resolution_per_pixel)
+        return f"patch ({i}, {j}) · {where} · {verdict} ({self.rule})"
 
     def text(self) -> str:
         """The whole report as plain lines (status bars, tooltips, logs)."""
@@ -102,7 +105,8 @@ def patch_report(result: AttentionResult, row: float, col: float) -> PatchReport
     i, j = token
     significant = bool(result.significant()[i, j])
     common = {"token": token, "pixel": (round(row), round(col)), "significant": significant,
-              "rule": rule_text(result.thresholds_used)}
+              "rule": rule_text(result.thresholds_used),
+              "full_resolution_per_pixel": slide_downsample(result.metadata)}
     if is_glass(result, i, j):  # never run: no value of it is a measurement
         return PatchReport(values=(), null_lines=(f"{GLASS_TEXT[:1].upper()}{GLASS_TEXT[1:]}: "
                                                   "no tissue tile holds this patch.",),

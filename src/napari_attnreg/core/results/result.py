@@ -472,6 +472,17 @@ class AttentionResult:
         return True
 
 
+def slide_downsample(metadata: Mapping[str, Any]) -> float:
+    """Full-resolution (level 0) pixels of a slide per pixel a run analysed: its record's
+    ``slide_downsample`` (a level's downsample times any resampling); 1 when absent or not
+    usable (other images, results saved before it was recorded)."""
+    try:
+        factor = float(metadata.get("slide_downsample"))
+    except (TypeError, ValueError):
+        return 1.0
+    return factor if np.isfinite(factor) and factor > 0 else 1.0
+
+
 def _pair_of(value: Any, kind: type) -> bool:
     """Two finite numbers (``kind`` float) or two short strings (``kind`` str)."""
     if not isinstance(value, (list, tuple)) or len(value) != 2:
