@@ -103,6 +103,12 @@ class MplView:
         self.polygon = PolygonSelector(self.ax, self._polygon_done, useblit=False, props=line)
         self.widget = self.canvas
         self.set_draw_mode("off")
+        # where the cursor rests, so a redraw (a new result, another level) renews the
+        # readout at once: the toolbar only asks again when the mouse moves
+        self._cursor: tuple[float, float] | None = None
+        self.canvas.mpl_connect("motion_notify_event", self._track_cursor)
+        self.canvas.mpl_connect("axes_leave_event", lambda event: self._forget_cursor())
+        self.canvas.mpl_connect("figure_leave_event", lambda event: self._forget_cursor())
 
     # ---- display --------------------------------------------------------------------------
     def show(self, rgb: np.ndarray, image_shape: tuple[int, int]) -> None:
@@ -122,6 +128,7 @@ class MplView:
             self.figure.set_size_inches(w0 * scale / 100, h0 * scale / 100, forward=True)
             self._shape = image_shape
         self.canvas.draw_idle()
+        self._renew_readout()
 
     def displayed(self) -> np.ndarray:
         """The composite currently in the figure, for tests."""
@@ -131,6 +138,19 @@ class MplView:
 
     def _format_coord(self, x: float, y: float) -> str:
         return self.describe(y, x) if self.describe is not None else f"x={x:.1f} y={y:.1f}"
+
+    def _track_cursor(self, event) -> None:
+        inside = event.inaxes is self.ax and event.xdata is not None
+        self._cursor = (float(event.xdata), float(event.ydata)) if inside else None
+
+    def _forget_cursor(self) -> None:
+        self._cursor = None
+
+    def _renew_readout(self) -> None:
+        """The readout of the pixel under a resting cursor, from what is shown now."""
+        toolbar = getattr(self.canvas, "toolbar", None)
+        if self._cursor is not None and toolbar is not None:
+            toolbar.set_message(self._format_coord(*self._cursor))
 
     # ---- ROI drawing ----------------------------------------------------------------------
     def set_draw_mode(self, mode: str) -> None:
