@@ -55,7 +55,8 @@ RULE_HELP = {
     "p": "p ≤ threshold (per patch, no multiple-testing correction)",
     "lfdr": "lfdr ≤ threshold (posterior ≥ 1 − threshold)",
     "pi0": "drop the π0 share of patches with the largest p",
-    "soft": "soft: attention × posterior",
+    "soft": "soft: attention × evidence (posterior; 1 − adjusted p under step-down), outlined "
+            "where the evidence reaches 0.5",
     "base": "z ≥ threshold only",
 }
 RULE_THRESHOLD = {"q": "q_th", "p": "p_th", "lfdr": "l_th", "forwardstop": "q_th",
@@ -199,8 +200,8 @@ def rule_text(thresholds: dict[str, Any]) -> str:
         parts.append(f"{_RULE_SYMBOL[rule]} ≤ {thresholds[RULE_THRESHOLD[rule]]:g}")
     elif rule == "pi0":
         parts.append("drop the π0 share with largest p")
-    elif rule == "soft":
-        parts.append("attention × posterior")
+    elif rule == "soft":  # the procedure's evidence: posterior, or 1 − adjusted p (step-down)
+        parts.append("attention × evidence")
     else:
         parts.append(str(rule))
     if thresholds.get("z_th") is not None and rule != "soft":
@@ -257,7 +258,9 @@ def is_glass(result: AttentionResult, i: int, j: int) -> bool:
 
 def significance_caption(result: AttentionResult | Sequence[AttentionResult],
                          thresholds: dict[str, Any] | None = None) -> str:
-    """``"12/256 patches significant (q ≤ 0.1), above the null"`` for status lines.
+    """``"12/256 patches significant (q ≤ 0.1), above the null"`` for status lines; under the
+    soft rule, which tests nothing, ``"12/256 patches with evidence ≥ 0.5 (attention ×
+    evidence)"``.
 
     A sequence of results (the planes of a stack) is counted together; with a tissue mask
     the count is of the patches tested (``"12/3,600 tissue patches significant"``).
@@ -271,8 +274,14 @@ def significance_caption(result: AttentionResult | Sequence[AttentionResult],
     what = "tissue patches" if any(t is not None for t in tissue) else "patches"
     side = results[0].procedure.side
     planes = f" in {len(results)} planes" if len(results) > 1 else ""
-    caption = (f"{kept}/{total} {what} significant{planes} "
-               f"({rule_text(shown[0].thresholds_used)}), {side}")
+    rule = shown[0].thresholds_used
+    # the soft rule weighs every patch by its evidence and tests none: its outline is where
+    # the evidence reaches one half, which is what the count says
+    verdict = "significant"
+    if rule.get("rule") == "soft":
+        z_th = rule.get("z_th")
+        verdict = "with evidence ≥ 0.5" + (f" and z ≥ {z_th:g}" if z_th is not None else "")
+    caption = f"{kept}/{total} {what} {verdict}{planes} ({rule_text(rule)}), {side}"
     if len(results) == 1 and results[0].p_map is not None:  # the map-level answer
         caption += f" · {map_level_text(results[0])}"
     return caption

@@ -184,7 +184,7 @@ _OPTIONS: tuple[Option, ...] = (
                           "q": "q ≤ threshold (FDR)", "p": "p ≤ threshold",
                           "lfdr": "lfdr ≤ threshold (posterior)",
                           "pi0": "drop the π0 share of largest p",
-                          "soft": "soft: attention × posterior (evidence)",
+                          "soft": "soft: attention × evidence",
                           "base": "z ≥ threshold only"}),
     Option("z_th", "z mask", "float", None,
            "Also require z ≥ this (standardised attention). Empty = no z mask (the directional "
