@@ -19,13 +19,16 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from napari_attnreg.core.files import decoding
+
+if TYPE_CHECKING:  # torch is imported where tiles become tensors: napari's reader probe and
+    # the slide readers import this module for LazyImage and the pixel budget, and must not
+    # pay for torch (seconds, some 500 MB) to say whether they read a file
+    import torch
 
 SAMPLE_PIXELS = 1 << 24  # the strided read for percentiles and null statistics
 
@@ -401,6 +404,8 @@ def intensity_range(sample: np.ndarray,
 
 def scaled(block: np.ndarray, lo: float, hi: float) -> torch.Tensor:
     """``(h, w[, c])`` raw pixels → ``(c, h, w)`` float32 in [0, 1]."""
+    import torch
+
     if block.dtype.kind == "f" and block.dtype.itemsize > 4:  # float64 beyond float32's range
         block = np.clip((block - lo) / (hi - lo), 0.0, 1.0)
         lo, hi = 0.0, 1.0
@@ -417,6 +422,9 @@ def to_unit(blocks: Sequence[np.ndarray], lo: float, hi: float, size: tuple[int,
     of their float size) and a GPU does the arithmetic. On the CPU the values equal
     :func:`scaled`'s.
     """
+    import torch
+    import torch.nn.functional as F
+
     stack = np.stack(blocks)
     if stack.dtype.kind == "f" and stack.dtype.itemsize > 4:  # as scaled(): float64 first
         stack = np.clip((stack - lo) / (hi - lo), 0.0, 1.0)

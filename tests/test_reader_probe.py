@@ -1,0 +1,121 @@
+"""napari's question to our reader (``get_reader(path)``, asked of every file dropped on the
+viewer).
+
+The probe reads a file's tags and description only: before, any ``.tif`` went through the
+slide module, which imported torch (1.6 s and some 500 MB) to say "not ours" of a plain
+TIFF napari opens itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+tifffile = pytest.importorskip("tifffile")
+pytest.importorskip("tiffslide")
+
+HEAVY = ("torch", "timm", "matplotlib", "scipy", "skimage", "safetensors")
+
+
+def _tissue(size: int = 512) -> np.ndarray:
+    rng = np.random.default_rng(3)
+    img = np.full((size, size, 3), 236, np.uint8)
+    img[: size // 2, : size // 2] = (rng.random((size // 2, size // 2, 3)) * 90
+                                     + [130, 40, 120]).astype(np.uint8)
+    return img
+
+
+def _svs(path: Path) -> Path:
+    img = _tissue()
+    description = ("Aperio Image Library v10.0.50\n512x512 [0,0 512x512] (256x256) RAW/RGB"
+                   "|AppMag = 40|MPP = 0.25")
+    with tifffile.TiffWriter(path) as tif:
+        tif.write(img, tile=(256, 256), description=description, photometric="rgb",
+                  metadata=None)
+        tif.write(img[::8, ::8].copy(), description="Aperio Image Library v10.0.50\nthumb",
+                  photometric="rgb", metadata=None)
+        tif.write(img[::2, ::2].copy(), tile=(256, 256), photometric="rgb", metadata=None,
+                  description=description.replace("512x512", "256x256"))
+    return path
+
+
+def _pyramid(path: Path) -> Path:
+    img = _tissue()
+    with tifffile.TiffWriter(path) as tif:
+        tif.write(img, tile=(256, 256), subifds=1, photometric="rgb", metadata=None)
+        tif.write(img[::2, ::2].copy(), tile=(256, 256), subfiletype=1, photometric="rgb",
+                  metadata=None)
+    return path
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    """{kind: path} of every kind of file napari may ask our reader about."""
+    folder = tmp_path_factory.mktemp("probe")
+    paths = {"plain tiff": folder / "plain.tif", "tiled tiff": folder / "export.tif",
+             "svs": _svs(folder / "slide.svs"), "pyramid": _pyramid(folder / "pyramid.tif"),
+             "ome": folder / "cells.ome.tif"}
+    tifffile.imwrite(paths["plain tiff"], np.arange(64 * 64, dtype=np.uint16).reshape(64, 64))
+    tifffile.imwrite(paths["tiled tiff"], _tissue(), tile=(128, 128), photometric="rgb")
+    tifffile.imwrite(paths["ome"], np.zeros((2, 32, 32), np.uint16),
+                     metadata={"axes": "CYX"})
+    if _has_pydicom():
+        from test_dicom_wsi import write_level
+        from test_io_readers import write_ct_slice
+
+        paths["dicom"] = folder / "ct.dcm"
+        write_ct_slice(paths["dicom"], 0.0, 1, np.zeros((8, 8)))
+        wsi = folder / "wsi"
+        wsi.mkdir()
+        write_level(wsi / "level0.dcm", _tissue(), 0.00025, series="1.2.826.0.1.9")
+        paths["dicom wsi"] = wsi
+    return paths
+
+
+def _has_pydicom() -> bool:
+    try:
+        import pydicom
+    except ImportError:
+        return False
+    return int(pydicom.__version__.split(".")[0]) >= 3
+
+
+#: The reader napari gets for each file: None leaves it to napari's own TIFF reader.
+EXPECTED = {"plain tiff": None, "tiled tiff": None, "svs": "read_slide_layers",
+            "pyramid": "read_slide_layers", "ome": "read_ome_tiff_layers",
+            "dicom": "read_dicom_layers", "dicom wsi": "read_dicom_wsi_layers"}
+
+
+def test_asking_the_reader_about_a_file_imports_no_model_stack(files):
+    """The probes in a fresh interpreter, as napari's: which reader each file gets, and what
+    had been imported once it was asked."""
+    code = ("import json, sys\n"
+            "from napari_attnreg._napari.io import get_reader\n"
+            "seen = {}\n"
+            "for kind, path in json.loads(sys.argv[1]).items():\n"
+            "    reader = get_reader(path)\n"
+            f"    heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
+            "    seen[kind] = [getattr(reader, '__name__', None), heavy]\n"
+            "print(json.dumps(seen))\n")
+    done = _python(code, json.dumps({kind: str(path) for kind, path in files.items()}))
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {kind: [EXPECTED[kind], []] for kind in files}
+
+
+def _python(code: str, *args: str, dev: bool = False) -> subprocess.CompletedProcess:
+    """``code`` run by a new interpreter that imports this package from where the tests do."""
+    import napari_attnreg
+
+    src = str(Path(napari_attnreg.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [src, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return subprocess.run([sys.executable, *(["-X", "dev"] if dev else []), "-c", code, *args],
+                          capture_output=True, text=True, env=env)
+
