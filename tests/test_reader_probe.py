@@ -1,17 +1,21 @@
 """napari's question to our reader (``get_reader(path)``, asked of every file dropped on the
-viewer).
+viewer) and the file handles a slide holds.
 
 The probe reads a file's tags and description only: before, any ``.tif`` went through the
 slide module, which imported torch (1.6 s and some 500 MB) to say "not ours" of a plain
-TIFF napari opens itself.
+TIFF napari opens itself. A slide's file stays open while its layer or image reads it and
+is closed when the last of them is gone; before, every slide opened left an unclosed file
+to the garbage collector (a ResourceWarning under ``python -X dev``).
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -119,3 +123,75 @@ def _python(code: str, *args: str, dev: bool = False) -> subprocess.CompletedPro
     return subprocess.run([sys.executable, *(["-X", "dev"] if dev else []), "-c", code, *args],
                           capture_output=True, text=True, env=env)
 
+
+def _open_paths() -> list[str]:
+    """The files this process holds open (Linux: /proc/self/fd)."""
+    fds = Path("/proc/self/fd")
+    if not fds.is_dir():
+        pytest.skip("needs /proc to list the open files")
+    opened = []
+    for fd in os.listdir(fds):
+        try:
+            opened.append(os.readlink(fds / fd))
+        except OSError:  # the listing's own descriptor, closed meanwhile
+            pass
+    return opened
+
+
+def _held(path: Path) -> int:
+    return sum(Path(p) == path.resolve() for p in _open_paths())
+
+
+@pytest.mark.parametrize("kind", ["svs", "pyramid"])
+def test_a_slide_closes_its_file_when_nothing_reads_it(files, kind):
+    from napari_attnreg._napari.io import read_slide_layers
+    from napari_attnreg.io.slides import open_slide
+
+    path = files[kind]
+    want = tifffile.imread(path)
+    gc.collect()
+    before = _held(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        image = open_slide(path)
+        assert _held(path) == before + 1
+        np.testing.assert_array_equal(image.read(slice(0, 9), slice(3, 20)), want[:9, 3:20])
+        del image
+        gc.collect()
+        assert _held(path) == before  # closed, not left to the garbage collector
+
+        # napari's layer keeps the arrays alone: they read the file until they are dropped
+        [(data, _kwargs, _kind)] = read_slide_layers(str(path))
+        gc.collect()
+        np.testing.assert_array_equal(np.asarray(data[0][100:110, 200:230]),
+                                      want[100:110, 200:230])
+        np.testing.assert_array_equal(np.asarray(data[1][5:9, 7:8]), want[::2, ::2][5:9, 7:8])
+        assert _held(path) > before
+        del data
+        gc.collect()
+        assert _held(path) == before
+
+        # a level the slide lacks is refused, and its file closed at once
+        with pytest.raises(ValueError, match="level 7 does not exist"):
+            open_slide(path, level=7)
+        assert _held(path) == before
+
+
+def test_opening_a_slide_leaves_no_unclosed_file_to_the_garbage_collector(files):
+    """As a user saw it: ``python -X dev`` printed 'ResourceWarning: unclosed file' once per
+    slide level opened (napari opens each level of a slide)."""
+    code = ("import gc, warnings\n"
+            "warnings.simplefilter('error', ResourceWarning)\n"
+            "from napari_attnreg._napari.io import get_reader\n"
+            "from napari_attnreg.io.slides import open_slide\n"
+            "import sys\n"
+            "for path in sys.argv[1:]:\n"
+            "    layers = get_reader(path)(path)\n"
+            "    image = open_slide(path)\n"
+            "    image.read(slice(0, 4), slice(0, 4))\n"
+            "    del layers, image\n"
+            "    gc.collect()\n"
+            "print('done')\n")
+    done = _python(code, str(files["svs"]), str(files["pyramid"]), dev=True)
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]
+    assert "ResourceWarning" not in done.stderr, done.stderr[-2000:]

@@ -308,11 +308,43 @@ def open_slide(path: str | Path, *, level: int | None = None,
         raise ValueError(f"No such slide file: {path}")
     with decoding(path, "slide"), _tiffslide_notes_silenced(), _cut_short(path) as cut:
         slide = tiffslide.TiffSlide(path)
+        _close_when_unread(slide)
         try:
             pyramid = slide_levels(slide)
+            group = slide.zarr_group
         except NotImplementedError:  # tiffslide's levels are colour or grey images
-            raise UnreadableFileError(_layout_message(path, slide)) from None
-        group = slide.zarr_group
+            message = _layout_message(path, slide)
+            slide.close()
+            raise UnreadableFileError(message) from None
+        except BaseException:
+            slide.close()
+            raise
+    try:
+        return _slide_level(path, slide, pyramid, group, level=level, mpp=mpp,
+                            full_mpp=full_mpp, cut=cut)
+    except BaseException:  # refused (a level it lacks, a codec missing): nothing reads it
+        slide.close()
+        raise
+
+
+def _close_when_unread(slide: Any) -> None:
+    """Close ``slide``'s file once nothing reads through it any more.
+
+    The image, its level and overview arrays (a napari layer keeps only the arrays) and the
+    zarr stores tiffslide makes for each thread all hold the slide's ``TiffFile``: when the
+    last of them is gone its file is closed here, not left open to the garbage collector
+    (which warned "unclosed file" for every slide opened).
+    """
+    import weakref
+
+    tif = slide.ts_tifffile
+    weakref.finalize(tif, tif.filehandle.close)  # holds the file handle, not the TiffFile
+
+
+def _slide_level(path: Path, slide: Any, pyramid: SlideLevels, group: Any, *,
+                 level: int | None, mpp: float | None, full_mpp: float | None,
+                 cut: list[str]) -> LazyImage:
+    """The level or resolution :func:`open_slide` was asked for, of the opened ``slide``."""
     if pyramid.mpp is None and full_mpp is not None:
         pyramid = replace(pyramid, mpp=_positive(full_mpp))
     try:
@@ -322,7 +354,7 @@ def open_slide(path: str | Path, *, level: int | None = None,
             raise ValueError(f"{err} {cut[0]}") from None
         raise
     if cut:
-        warnings.warn(cut[0], UserWarning, stacklevel=2)
+        warnings.warn(cut[0], UserWarning, stacklevel=3)  # open_slide's caller
     coarse = overview_index(pyramid, chosen)
     _check_codecs(path, slide, [chosen] if coarse is None else [chosen, coarse])
     with decoding(path, "slide"):
