@@ -123,8 +123,9 @@ def tiled_image_shape(path: str | Path) -> tuple[int, int] | None:
     """``(H, W)`` of a TIFF that holds one tiled 2D image (grey or colour) of one resolution
     and no slide or OME metadata (tifffile's, QuPath's or libvips' export of a slide with
     ``tile=``), else None. Such a file is no slide (:func:`is_slide`): a run reads it as an
-    image, on demand when tiled; napari shows a large one as a slide's single level, and a
-    run at a level or resolution reads it as one (:func:`open_slide` reads any tiled TIFF)."""
+    image; a large one (:func:`is_large_tiled_image`) is read as a slide of one level, and
+    so is any such file a run reads at a level or resolution (:func:`open_slide` reads any
+    tiled TIFF)."""
     path = Path(path)
     if not path.is_file() or path.suffix.lower() not in (".tif", ".tiff"):
         return None
@@ -142,6 +143,22 @@ def tiled_image_shape(path: str | Path) -> tuple[int, int] | None:
             return int(series.shape[0]), int(series.shape[1])
     except Exception:  # noqa: BLE001 - any decoder error: not such an image (the reader says)
         return None
+
+
+def is_large_tiled_image(path: str | Path) -> bool:
+    """A tiled TIFF of one image without slide or OME metadata (:func:`tiled_image_shape`)
+    above the untiled pixel budget (``MAX_UNTILED_PIXELS``): a slide of one level to every
+    front end. The command line, ``regularize(path)``, a batch and napari's reader and dock
+    all read it on demand as a slide (:func:`open_slide`: a tiled run takes a slide's
+    automatic tissue mask), where the command line used to read it as a plain image (no
+    mask: the same file gave other results there than in napari). A smaller one is an
+    image like any other."""
+    shape = tiled_image_shape(path)
+    if shape is None:
+        return False
+    from napari_attnreg.core.run import lazy  # read when asked: tests shrink the budget
+
+    return shape[0] * shape[1] > lazy.MAX_UNTILED_PIXELS
 
 
 @dataclass(frozen=True)
