@@ -69,6 +69,12 @@ def files(tmp_path_factory) -> dict[str, Path]:
     tifffile.imwrite(paths["tiled tiff"], _tissue(), tile=(128, 128), photometric="rgb")
     tifffile.imwrite(paths["ome"], np.zeros((2, 32, 32), np.uint16),
                      metadata={"axes": "CYX"})
+    paths["ome pyramid"] = folder / "pyramid.ome.tif"
+    with tifffile.TiffWriter(paths["ome pyramid"], ome=True) as tif:
+        tif.write(_tissue(), tile=(128, 128), subifds=1, photometric="rgb",
+                  metadata={"axes": "YXS", "PhysicalSizeX": 0.5, "PhysicalSizeY": 0.5})
+        tif.write(_tissue()[::2, ::2].copy(), tile=(128, 128), subfiletype=1,
+                  photometric="rgb")
     if _has_pydicom():
         from test_dicom_wsi import write_level
         from test_io_readers import write_ct_slice
@@ -93,6 +99,7 @@ def _has_pydicom() -> bool:
 #: The reader napari gets for each file: None leaves it to napari's own TIFF reader.
 EXPECTED = {"plain tiff": None, "tiled tiff": None, "svs": "read_slide_layers",
             "pyramid": "read_slide_layers", "ome": "read_ome_tiff_layers",
+            "ome pyramid": "read_ome_tiff_layers",
             "dicom": "read_dicom_layers", "dicom wsi": "read_dicom_wsi_layers"}
 
 
@@ -142,8 +149,22 @@ def _held(path: Path) -> int:
     return sum(Path(p) == path.resolve() for p in _open_paths())
 
 
+@pytest.fixture
+def left_to_gc(monkeypatch) -> list[str]:
+    """What the garbage collector warned of while the test ran: a file it had to close
+    warns from a finalizer, where ``warnings`` filters cannot make it an error."""
+    said: list[str] = []
+    warnings.simplefilter("always", ResourceWarning)  # pytest restores the filters after
+
+    def hook(unraisable) -> None:
+        said.append(f"{unraisable.exc_type.__name__}: {unraisable.exc_value}")
+
+    monkeypatch.setattr(sys, "unraisablehook", hook)
+    return said
+
+
 @pytest.mark.parametrize("kind", ["svs", "pyramid"])
-def test_a_slide_closes_its_file_when_nothing_reads_it(files, kind):
+def test_a_slide_closes_its_file_when_nothing_reads_it(files, kind, left_to_gc):
     from napari_attnreg._napari.io import read_slide_layers
     from napari_attnreg.io.slides import open_slide
 
@@ -175,6 +196,45 @@ def test_a_slide_closes_its_file_when_nothing_reads_it(files, kind):
         with pytest.raises(ValueError, match="level 7 does not exist"):
             open_slide(path, level=7)
         assert _held(path) == before
+    assert left_to_gc == []
+
+
+@pytest.mark.parametrize("how", ["open_lazy", "ome layers", "ome level"])
+def test_a_tiff_read_on_demand_closes_its_file_when_nothing_reads_it(files, how,
+                                                                    left_to_gc):
+    """Read through tifffile's zarr store: an image a tiled run reads (``open_lazy``), an
+    OME pyramid's napari layers and the level a run of one reads."""
+    pytest.importorskip("zarr")
+    pytest.importorskip("dask")
+    from napari_attnreg._napari.io import read_ome_tiff_layers
+    from napari_attnreg.core.run.lazy import open_lazy
+    from napari_attnreg.io.ometiff import open_ome_level
+
+    path = files["tiled tiff" if how == "open_lazy" else "ome pyramid"]
+    want = tifffile.imread(path)
+    gc.collect()
+    before = _held(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        if how == "open_lazy":
+            image = open_lazy(path)
+            array = image.array
+        elif how == "ome layers":
+            [(levels, _kwargs, _kind)] = read_ome_tiff_layers(str(path))
+            image, array = None, levels[0]
+        else:
+            image = open_ome_level(path, level=0)
+            array = image.array
+        del image
+        gc.collect()
+        np.testing.assert_array_equal(np.asarray(array[40:50, 100:120]), want[40:50, 100:120])
+        assert _held(path) > before
+        del array
+        if how == "ome layers":
+            del levels
+        gc.collect()
+        assert _held(path) == before
+    assert left_to_gc == []  # closed by us, not by the garbage collector
 
 
 def test_opening_a_slide_leaves_no_unclosed_file_to_the_garbage_collector(files):

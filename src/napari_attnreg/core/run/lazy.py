@@ -314,7 +314,31 @@ def _open_tiff(path: Path, zarr: Any) -> tuple[Any, str]:
         if not tif.series:
             raise ValueError("the TIFF holds no image")
         axes = tif.series[0].axes
-    return _level0(zarr.open(tifffile.imread(path, aszarr=True), mode="r")), axes
+    return _level0(zarr.open(tiff_store(path), mode="r")), axes
+
+
+def tiff_store(path: str | Path, **aszarr: Any) -> Any:
+    """tifffile's zarr store of a TIFF (``aszarr``: ``TiffFile.aszarr``'s keywords, e.g.
+    ``series=0``) whose file is closed once nothing reads through it.
+
+    ``tifffile.imread(path, aszarr=True)`` closes its file and the store opens it again on
+    the first tile read, into a cache that only ``store.close()`` empties, which no array over
+    the store calls: every image opened so left an unclosed file to the garbage collector
+    (a ResourceWarning). Here the store reads through an open ``TiffFile`` that the store's
+    pages hold, closed when the last of them is gone.
+    """
+    import weakref
+
+    import tifffile
+
+    tif = tifffile.TiffFile(path)
+    try:
+        store = tif.aszarr(**aszarr)
+    except BaseException:
+        tif.close()
+        raise
+    weakref.finalize(tif, tif.filehandle.close)  # holds the file handle, not the TiffFile
+    return store
 
 
 def _open_zarr(path: Path, zarr: Any) -> tuple[Any, str]:
