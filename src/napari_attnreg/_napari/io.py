@@ -61,16 +61,12 @@ def _is_slide(path: str) -> bool:
 def _is_large_tiled_image(path: str) -> bool:
     """A tiled TIFF of one image without slide metadata (QuPath's or libvips' export of a
     slide) above the untiled pixel budget: napari's own reader would read all of it to draw
-    it, so ours shows it as a slide of one level. A smaller one is left to napari, as
-    before."""
-    from napari_attnreg.io.slides import tiled_image_shape
+    it, so ours shows it as a slide of one level, as every run reads it
+    (:func:`~napari_attnreg.io.slides.is_large_tiled_image`). A smaller one is left to
+    napari, as before."""
+    from napari_attnreg.io.slides import is_large_tiled_image
 
-    shape = tiled_image_shape(path)
-    if shape is None:
-        return False
-    from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
-
-    return shape[0] * shape[1] > MAX_UNTILED_PIXELS
+    return is_large_tiled_image(path)
 
 
 def read_slide_layers(path: str | list[str]) -> list[LayerData]:

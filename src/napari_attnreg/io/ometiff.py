@@ -222,9 +222,9 @@ def _lazy(path: str | Path, every_level: bool = False) -> Any | None:
         import zarr
     except ImportError:
         return None
-    import tifffile
+    from napari_attnreg.core.run.lazy import tiff_store
 
-    node = zarr.open(tifffile.imread(path, aszarr=True, series=0), mode="r")
+    node = zarr.open(tiff_store(path, series=0), mode="r")
     if hasattr(node, "shape"):  # one level
         return [da.from_zarr(node)] if every_level else da.from_zarr(node)
     if not every_level:
@@ -314,6 +314,8 @@ def ome_pyramid(path: str | Path, single: bool = False) -> OmePyramid | None:
     """
     import tifffile
 
+    from napari_attnreg.core.run.lazy import tiff_store
+
     try:
         import zarr
     except ImportError:
@@ -333,7 +335,7 @@ def ome_pyramid(path: str | Path, single: bool = False) -> OmePyramid | None:
         if value:
             physical[axis] = (value, str(pixels.get(unit_key, default_unit)))
     with decoding(path):
-        group = zarr.open(tifffile.imread(path, aszarr=True, series=0), mode="r")
+        group = zarr.open(tiff_store(path, series=0), mode="r")
         # one resolution: tifffile's store is the level's array, not a group of levels
         levels = (group,) if hasattr(group, "shape") else \
             tuple(group[str(k)] for k in range(len(group)))

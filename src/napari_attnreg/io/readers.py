@@ -248,12 +248,14 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
     """An input as a run reads it, with what the file says about its pixels.
 
     A slide (SVS, NDPI, pyramidal TIFF, DICOM WSI: a file or a folder of a slide's
-    instances) is opened at the level or resolution of ``opts`` (``level``, ``mpp``), and so
-    is an OME-TIFF pyramid given one (``channel``: one of its channels, as a napari channel
-    layer runs); a tiled run reads it, and any TIFF/OME-Zarr holding one image, on
-    demand; other inputs are read into memory (a DICOM series: its ``files``, once). An
-    untiled run of an image above the pixel budget is refused from the size the file's
-    header states, before its pixels are read.
+    instances; a tiled TIFF of one image above the untiled pixel budget,
+    :func:`~napari_attnreg.io.slides.is_large_tiled_image`) is opened at the level or
+    resolution of ``opts`` (``level``, ``mpp``), and so is an OME-TIFF pyramid given one
+    (``channel``: one of its channels, as a napari channel layer runs); a tiled run reads
+    it, and any TIFF/OME-Zarr holding one image, on demand; other inputs are read into
+    memory (a DICOM series: its ``files``, once). An untiled run of an image above the
+    pixel budget is refused from the size the file's header states, before its pixels are
+    read.
 
     Raises
     ------
@@ -264,15 +266,23 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
     from napari_attnreg.core.run.lazy import check_untiled_size
     from napari_attnreg.io.dicom_wsi import is_dicom_wsi, open_dicom_slide
     from napari_attnreg.io.ometiff import is_ome_image
-    from napari_attnreg.io.slides import is_pyramid, is_slide, open_slide, tiled_image_shape
+    from napari_attnreg.io.slides import (
+        is_large_tiled_image,
+        is_pyramid,
+        is_slide,
+        open_slide,
+        tiled_image_shape,
+    )
 
     path, tiled = Path(path), bool(opts.get("tiled"))
     asked = opts.get("level") is not None or opts.get("mpp") is not None
     slide_file = is_slide(path)
     dicom_slide = not slide_file and is_dicom_wsi(path, files)
-    # a tiled TIFF of one image (no slide metadata) at a level or resolution: a slide of one
-    # level, as napari shows a large one (an OME-TIFF of one 2D image: an OME pyramid's)
-    one_level = asked and not slide_file and tiled_image_shape(path) is not None
+    # a tiled TIFF of one image (no slide metadata) above the untiled budget, or at a level
+    # or resolution: a slide of one level, as napari shows and its dock runs it (an OME-TIFF
+    # of one 2D image at a level: an OME pyramid's)
+    one_level = not slide_file and (is_large_tiled_image(path) if not asked
+                                    else tiled_image_shape(path) is not None)
     if slide_file or dicom_slide or one_level or (
             asked and (is_pyramid(path) or is_ome_image(path))):
         if slide_file or one_level:
@@ -293,7 +303,7 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
                            pixel_size=None if slide.mpp is None else (slide.mpp, slide.mpp),
                            origin=slide.pixel_origin)
         if tiled:
-            _check_tiled_slide(slide, opts)
+            _check_tiled_slide(slide, opts, one_level=one_level)
             return slide, info
         check_untiled_size(slide.analysed_shape, str(path))
         # read whole, the pixels no longer say which level they are: the record does
@@ -318,16 +328,26 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
     return read_source(path, opts.get("channel_axis"), files or None)
 
 
-def _check_tiled_slide(slide: LazyImage, opts: Mapping[str, Any]) -> None:
+def _check_tiled_slide(slide: LazyImage, opts: Mapping[str, Any], *,
+                       one_level: bool = False) -> None:
     """Refuse, saying what to give instead, the options a slide read tile by tile cannot
     take (the tiled engine's refusal named reading it into memory, which no option does):
-    a coarser analysis is a level or a resolution; channels or merging an untiled run."""
+    a coarser analysis is a level or a resolution; channels or merging an untiled run.
+    ``one_level``: a tiled TIFF of one image, which has no coarser level to name."""
     scale = opts.get("tile_scale", 1.0)
     if scale is not None and scale != 1:
         try:
             coarser = float(scale)
         except (TypeError, ValueError):
             coarser = None
+        if one_level and not (slide.mpp and coarser and coarser > 0):
+            raise ValueError(
+                f"{Path(slide.path).name} is one large tiled image without a pixel size, read "
+                f"tile by tile as a slide of one level: it has no coarser level to read, and "
+                f"it is too large for the downsample option (tile_scale={scale}), which reads "
+                "an image whole into memory first. Leave the downsample at 1, or save it as a "
+                "pyramid (e.g. vips tiffsave IN out.tif --tile --pyramid) and choose a level "
+                "(--level N).")
         instead = (f"--mpp {slide.mpp * coarser:.3g} (mpp={slide.mpp * coarser:.3g} in "
                    "Python; 'Slide resolution' in napari)" if slide.mpp and coarser
                    and coarser > 0 else "--level N (level= in Python; 'Slide level' in napari)")

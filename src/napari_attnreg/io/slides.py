@@ -123,8 +123,9 @@ def tiled_image_shape(path: str | Path) -> tuple[int, int] | None:
     """``(H, W)`` of a TIFF that holds one tiled 2D image (grey or colour) of one resolution
     and no slide or OME metadata (tifffile's, QuPath's or libvips' export of a slide with
     ``tile=``), else None. Such a file is no slide (:func:`is_slide`): a run reads it as an
-    image, on demand when tiled; napari shows a large one as a slide's single level, and a
-    run at a level or resolution reads it as one (:func:`open_slide` reads any tiled TIFF)."""
+    image; a large one (:func:`is_large_tiled_image`) is read as a slide of one level, and
+    so is any such file a run reads at a level or resolution (:func:`open_slide` reads any
+    tiled TIFF)."""
     path = Path(path)
     if not path.is_file() or path.suffix.lower() not in (".tif", ".tiff"):
         return None
@@ -142,6 +143,22 @@ def tiled_image_shape(path: str | Path) -> tuple[int, int] | None:
             return int(series.shape[0]), int(series.shape[1])
     except Exception:  # noqa: BLE001 - any decoder error: not such an image (the reader says)
         return None
+
+
+def is_large_tiled_image(path: str | Path) -> bool:
+    """A tiled TIFF of one image without slide or OME metadata (:func:`tiled_image_shape`)
+    above the untiled pixel budget (``MAX_UNTILED_PIXELS``): a slide of one level to every
+    front end. The command line, ``regularize(path)``, a batch and napari's reader and dock
+    all read it on demand as a slide (:func:`open_slide`: a tiled run takes a slide's
+    automatic tissue mask), where the command line used to read it as a plain image (no
+    mask: the same file gave other results there than in napari). A smaller one is an
+    image like any other."""
+    shape = tiled_image_shape(path)
+    if shape is None:
+        return False
+    from napari_attnreg.core.run import lazy  # read when asked: tests shrink the budget
+
+    return shape[0] * shape[1] > lazy.MAX_UNTILED_PIXELS
 
 
 @dataclass(frozen=True)
@@ -308,11 +325,43 @@ def open_slide(path: str | Path, *, level: int | None = None,
         raise ValueError(f"No such slide file: {path}")
     with decoding(path, "slide"), _tiffslide_notes_silenced(), _cut_short(path) as cut:
         slide = tiffslide.TiffSlide(path)
+        _close_when_unread(slide)
         try:
             pyramid = slide_levels(slide)
+            group = slide.zarr_group
         except NotImplementedError:  # tiffslide's levels are colour or grey images
-            raise UnreadableFileError(_layout_message(path, slide)) from None
-        group = slide.zarr_group
+            message = _layout_message(path, slide)
+            slide.close()
+            raise UnreadableFileError(message) from None
+        except BaseException:
+            slide.close()
+            raise
+    try:
+        return _slide_level(path, slide, pyramid, group, level=level, mpp=mpp,
+                            full_mpp=full_mpp, cut=cut)
+    except BaseException:  # refused (a level it lacks, a codec missing): nothing reads it
+        slide.close()
+        raise
+
+
+def _close_when_unread(slide: Any) -> None:
+    """Close ``slide``'s file once nothing reads through it any more.
+
+    The image, its level and overview arrays (a napari layer keeps only the arrays) and the
+    zarr stores tiffslide makes for each thread all hold the slide's ``TiffFile``: when the
+    last of them is gone its file is closed here, not left open to the garbage collector
+    (which warned "unclosed file" for every slide opened).
+    """
+    import weakref
+
+    tif = slide.ts_tifffile
+    weakref.finalize(tif, tif.filehandle.close)  # holds the file handle, not the TiffFile
+
+
+def _slide_level(path: Path, slide: Any, pyramid: SlideLevels, group: Any, *,
+                 level: int | None, mpp: float | None, full_mpp: float | None,
+                 cut: list[str]) -> LazyImage:
+    """The level or resolution :func:`open_slide` was asked for, of the opened ``slide``."""
     if pyramid.mpp is None and full_mpp is not None:
         pyramid = replace(pyramid, mpp=_positive(full_mpp))
     try:
@@ -322,7 +371,7 @@ def open_slide(path: str | Path, *, level: int | None = None,
             raise ValueError(f"{err} {cut[0]}") from None
         raise
     if cut:
-        warnings.warn(cut[0], UserWarning, stacklevel=2)
+        warnings.warn(cut[0], UserWarning, stacklevel=3)  # open_slide's caller
     coarse = overview_index(pyramid, chosen)
     _check_codecs(path, slide, [chosen] if coarse is None else [chosen, coarse])
     with decoding(path, "slide"):

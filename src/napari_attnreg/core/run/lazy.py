@@ -19,13 +19,16 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from napari_attnreg.core.files import decoding
+
+if TYPE_CHECKING:  # torch is imported where tiles become tensors: napari's reader probe and
+    # the slide readers import this module for LazyImage and the pixel budget, and must not
+    # pay for torch (seconds, some 500 MB) to say whether they read a file
+    import torch
 
 SAMPLE_PIXELS = 1 << 24  # the strided read for percentiles and null statistics
 
@@ -311,7 +314,31 @@ def _open_tiff(path: Path, zarr: Any) -> tuple[Any, str]:
         if not tif.series:
             raise ValueError("the TIFF holds no image")
         axes = tif.series[0].axes
-    return _level0(zarr.open(tifffile.imread(path, aszarr=True), mode="r")), axes
+    return _level0(zarr.open(tiff_store(path), mode="r")), axes
+
+
+def tiff_store(path: str | Path, **aszarr: Any) -> Any:
+    """tifffile's zarr store of a TIFF (``aszarr``: ``TiffFile.aszarr``'s keywords, e.g.
+    ``series=0``) whose file is closed once nothing reads through it.
+
+    ``tifffile.imread(path, aszarr=True)`` closes its file and the store opens it again on
+    the first tile read, into a cache that only ``store.close()`` empties, which no array over
+    the store calls: every image opened so left an unclosed file to the garbage collector
+    (a ResourceWarning). Here the store reads through an open ``TiffFile`` that the store's
+    pages hold, closed when the last of them is gone.
+    """
+    import weakref
+
+    import tifffile
+
+    tif = tifffile.TiffFile(path)
+    try:
+        store = tif.aszarr(**aszarr)
+    except BaseException:
+        tif.close()
+        raise
+    weakref.finalize(tif, tif.filehandle.close)  # holds the file handle, not the TiffFile
+    return store
 
 
 def _open_zarr(path: Path, zarr: Any) -> tuple[Any, str]:
@@ -401,6 +428,8 @@ def intensity_range(sample: np.ndarray,
 
 def scaled(block: np.ndarray, lo: float, hi: float) -> torch.Tensor:
     """``(h, w[, c])`` raw pixels → ``(c, h, w)`` float32 in [0, 1]."""
+    import torch
+
     if block.dtype.kind == "f" and block.dtype.itemsize > 4:  # float64 beyond float32's range
         block = np.clip((block - lo) / (hi - lo), 0.0, 1.0)
         lo, hi = 0.0, 1.0
@@ -417,6 +446,9 @@ def to_unit(blocks: Sequence[np.ndarray], lo: float, hi: float, size: tuple[int,
     of their float size) and a GPU does the arithmetic. On the CPU the values equal
     :func:`scaled`'s.
     """
+    import torch
+    import torch.nn.functional as F
+
     stack = np.stack(blocks)
     if stack.dtype.kind == "f" and stack.dtype.itemsize > 4:  # as scaled(): float64 first
         stack = np.clip((stack - lo) / (hi - lo), 0.0, 1.0)
