@@ -169,3 +169,22 @@ def test_memory_scales_with_the_regions_not_a_whole_slide():
     assert rows[0]["area_px"] == 2800 * 2000  # rows 1200..3999, cols 3000..4999
     assert rows[0]["n_tokens"] == 6 * 4  # tokens of 500 px at least half inside
     assert 0 < rows[1]["area_px"] < 3000 * 4000 / 2
+
+
+def test_the_odds_ratio_interval_of_a_large_table_is_fast_and_close_to_the_exact_one():
+    # a level-0 ROI holds 10⁵ tokens or more: the exact interval took over a minute per ROI
+    from scipy.stats.contingency import odds_ratio
+
+    table = np.array([[600, 1900], [4000, 20000]])  # smallest margin 2,500 > 2,000
+    ratio, low, high = R._odds_ratio(table)
+    exact = odds_ratio(table, kind="conditional")
+    ci = exact.confidence_interval(0.95)
+    assert ratio == exact.statistic
+    half = R._Z95 * math.sqrt(np.sum(1.0 / table))
+    assert (low, high) == pytest.approx((ratio * math.exp(-half), ratio * math.exp(half)),
+                                        rel=1e-12)
+    assert (low, high) == pytest.approx((ci.low, ci.high), rel=0.01)
+    # small tables keep the exact interval
+    small = np.array([[60, 190], [400, 2000]])
+    ci = odds_ratio(small, kind="conditional").confidence_interval(0.95)
+    assert R._odds_ratio(small)[1:] == (ci.low, ci.high)
