@@ -188,3 +188,16 @@ def test_the_odds_ratio_interval_of_a_large_table_is_fast_and_close_to_the_exact
     small = np.array([[60, 190], [400, 2000]])
     ci = odds_ratio(small, kind="conditional").confidence_interval(0.95)
     assert R._odds_ratio(small)[1:] == (ci.low, ci.high)
+
+
+def test_the_table_percentiles_are_mean_percentile_to_the_bit():
+    # the table sorts the map once for all ROIs; its values stay mean_percentile's
+    result = make_result(grid=(12, 14), image_shape=(48, 56), seed=3)
+    result.attention[:] = np.round(result.attention, 1)  # ties
+    labels = np.zeros((48, 56), dtype=np.int32)
+    labels[4:20, 8:30], labels[30:47, 2:12], labels[0:48, 40:56] = 1, 2, 3
+    attention, regularized = result.attention, result.regularized()
+    for row in R.roi_table(result, labels):
+        member = R.roi_tokens(result, labels == row["label"])
+        assert row["mean_pct_raw"] == R.mean_percentile(attention, attention, member)
+        assert row["mean_pct_regularized"] == R.mean_percentile(regularized, attention, member)

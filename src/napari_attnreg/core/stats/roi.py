@@ -361,6 +361,9 @@ def _rows(result: Any, regions: Any, **given: Any) -> list[dict]:
         significant, regularized, attention, posterior = (
             values[~glass] for values in (significant, regularized, attention, posterior))
 
+    # every ROI ranks against the attention outside it: the map sorted once, each ROI's own
+    # taken off (sorting the outside again per ROI took seconds on a level-0 slide's grid)
+    reference = np.sort(attention, axis=None)
     rows = []
     for label, area_px, member in regions:
         if area_px == 0:  # smaller than a pixel of this result (or off it): nothing to count
@@ -380,8 +383,9 @@ def _rows(result: Any, regions: Any, **given: Any) -> list[dict]:
             [np.sum(significant & outside), np.sum(~significant & outside)],
         ])
         if outside.any():
-            pct_raw = mean_percentile(attention, attention, member)
-            pct_reg = mean_percentile(regularized, attention, member)
+            pct_raw, pct_reg = (_mean_outside_percentile(values[member], attention[member],
+                                                         reference)
+                                for values in (attention, regularized))
         else:
             pct_raw = pct_reg = math.nan
         rows.append({
@@ -402,6 +406,23 @@ def _rows(result: Any, regions: Any, **given: Any) -> list[dict]:
             < MIN_SIGNIFICANT_FOR_ENRICHMENT else "",
         })
     return rows
+
+
+def _mean_outside_percentile(scores: np.ndarray, raw_inside: np.ndarray,
+                             raw_sorted: np.ndarray) -> float:
+    """:func:`mean_percentile` (ties half) of an ROI's ``scores`` among the raw scores outside
+    it, from every raw score sorted once (``raw_sorted``) less the ROI's own (``raw_inside``):
+    the same counts and the same mean, without sorting the outside for every ROI."""
+    inside = np.sort(raw_inside)
+    order = np.argsort(scores, kind="stable")
+    keys = scores[order]  # sorted keys: searchsorted walks the long array once
+    below = (np.searchsorted(raw_sorted, keys, side="left")
+             - np.searchsorted(inside, keys, side="left"))
+    below_or_equal = (np.searchsorted(raw_sorted, keys, side="right")
+                      - np.searchsorted(inside, keys, side="right"))
+    pct = np.empty(scores.size, dtype=np.float64)
+    pct[order] = 100.0 * (below + below_or_equal) / (2.0 * (raw_sorted.size - inside.size))
+    return float(np.mean(pct))  # in the ROI's own order: mean_percentile's sum, to the bit
 
 
 #: The note of an ROI that covers no pixel centre of the result's image (so no token).
