@@ -102,6 +102,16 @@ def test_a_whole_slide_result_is_measured_without_a_label_image():
     assert rows[2]["area_px"] == 0 and rows[2]["enrichment_test_note"] == NO_PIXELS
 
 
+def test_a_labels_layer_on_a_large_image_is_still_measured(monkeypatch):
+    # 4096² < 5000²: shapes go as polygons there, a Labels layer keeps its label image
+    record = make_record(grid=(10, 10), image_shape=(5000, 5000))
+    data = np.zeros((50, 50), dtype=np.uint8)
+    data[5:20, 10:30] = 3
+    layer = Labels(data, scale=(100, 100), translate=(49.5, 49.5), name="painted")
+    (row,) = roi_geometry.record_roi_rows(record, layer)
+    assert row["label"] == 3 and row["area_px"] == 1500 * 2000
+
+
 def test_a_labels_layer_on_a_whole_slide_result_says_what_to_do():
     record = make_record(grid=(100, 100), image_shape=SLIDE)
     layer = Labels(np.zeros((100, 100), dtype=np.uint8), scale=(500, 500), name="painted")

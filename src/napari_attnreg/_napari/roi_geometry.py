@@ -4,7 +4,8 @@ Whatever the ROI layer's scale/translate, each ROI lands on the image's pixels, 
 statistics are the core's :func:`~napari_attnreg.core.stats.roi.roi_table`, never recomputed here.
 On an image plane larger than :data:`LABEL_IMAGE_PIXELS` (a slide analysed at full
 resolution: 50,000² pixels, a 20 GB label image) shapes are measured as polygons instead
-(:func:`~napari_attnreg.core.stats.roi.polygon_roi_table`, the same rows).
+(:func:`~napari_attnreg.core.stats.roi.polygon_roi_table`, the same rows); a Labels layer
+is refused above :data:`MAX_LABELS_LAYER_PIXELS`, saying to draw shapes.
 """
 
 from __future__ import annotations
@@ -23,9 +24,13 @@ from napari_attnreg.core.stats.roi import (
 )
 
 PlaneIndex = tuple[int, ...]
-#: Largest image plane (pixels) whose ROIs become a label image (int64: 128 MiB here); above
-#: it a Shapes layer's shapes are measured as polygons and a Labels layer is refused.
+#: Largest image plane (pixels) whose shapes become a label image (int64: 128 MiB here);
+#: above it they are measured as polygons, with the same rows.
 LABEL_IMAGE_PIXELS = 4096 * 4096
+#: Largest image plane (pixels) a Labels layer's ROIs are measured on: they are resampled
+#: onto it, and the table's temporaries take about :data:`LABELS_BYTES_PER_PIXEL` each.
+MAX_LABELS_LAYER_PIXELS = 16384 * 16384
+LABELS_BYTES_PER_PIXEL = 25
 
 
 def _axis_map(src: SourceGeometry, layer: Any, src_axis: int) -> tuple[float, float]:
@@ -181,9 +186,10 @@ def roi_labels(layer: Any, src: SourceGeometry, plane: PlaneIndex) -> np.ndarray
 def _too_large_for_labels(layer: Any, src: SourceGeometry) -> str:
     h, w = src.image_shape
     return (f"ROI layer {layer.name!r} is a Labels layer, and this result covers {h}×{w} "
-            f"pixels: its labels on them would take {h * w * 8 / 2**30:.1f} GB (at most "
-            f"{LABEL_IMAGE_PIXELS:,} pixels). Draw the ROIs in a Shapes layer (measured as "
-            "polygons at any size), or run at a coarser level or resolution.")
+            f"pixels: measuring its labels on them would take about "
+            f"{h * w * LABELS_BYTES_PER_PIXEL / 2**30:.0f} GB (at most "
+            f"{MAX_LABELS_LAYER_PIXELS:,} pixels). Draw the ROIs in a Shapes layer (measured "
+            "as polygons at any size), or run at a coarser level or resolution.")
 
 
 def record_roi_rows(record: RunRecord, layer: Any,
@@ -196,8 +202,8 @@ def record_roi_rows(record: RunRecord, layer: Any,
     from napari.layers import Shapes
 
     h, w = record.geometry.image_shape
-    large = h * w > LABEL_IMAGE_PIXELS
-    if large and not isinstance(layer, Shapes):
+    large = h * w > LABEL_IMAGE_PIXELS and isinstance(layer, Shapes)
+    if h * w > MAX_LABELS_LAYER_PIXELS and not isinstance(layer, Shapes):
         raise ValueError(_too_large_for_labels(layer, record.geometry))
     rows: list[dict] = []
     for plane in sorted(record.results):
