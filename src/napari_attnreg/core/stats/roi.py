@@ -566,7 +566,7 @@ def polygon_tokens(result: Any, polygons: list[np.ndarray]) -> list[PolygonToken
         tr0, tc0 = int(token_row[y0]), int(t_col[0])
         inside = np.zeros((int(token_row[y1 - 1]) - tr0 + 1, len(starts)), dtype=np.int64)
         # rows × columns and rows × edges of a band stay within BAND_PIXELS
-        step = max(1, BAND_PIXELS // max(c1 - c0, len(v)))
+        step = max(1, BAND_PIXELS // max(c1 - c0, len(v), *(len(w) for w, _ in above)))
         for b0 in range(y0, y1, step):
             b1 = min(b0 + step, y1)
             mask = _band_mask(v[:, 1], v[:, 0], b0, b1, c0, c1)
