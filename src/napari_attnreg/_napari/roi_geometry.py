@@ -30,6 +30,8 @@ LABEL_IMAGE_PIXELS = 4096 * 4096
 #: Largest image plane (pixels) a Labels layer's ROIs are measured on: they are resampled
 #: onto it, and the table's temporaries take about :data:`LABELS_BYTES_PER_PIXEL` each.
 MAX_LABELS_LAYER_PIXELS = 16384 * 16384
+#: What the Labels path holds a pixel: its int64 labels, one ROI's mask, the core's float64
+#: coverage weights and int64 token index.
 LABELS_BYTES_PER_PIXEL = 25
 
 
