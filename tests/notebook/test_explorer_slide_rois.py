@@ -179,18 +179,29 @@ def test_a_slide_region_needs_shapes_and_an_area(slide):
     ex.close()
 
 
-def test_a_result_too_large_for_a_label_image_says_what_to_run(slide, monkeypatch, tmp_path):
+def test_a_result_too_large_for_a_label_image_is_measured_all_the_same(slide, monkeypatch,
+                                                                       tmp_path):
+    # a level-0 run of a whole slide (50,000² px) got "Run at a coarser level" instead of a
+    # table: its regions became a label image of the whole result
+    from napari_attnreg.core.stats import roi as core_roi
     from napari_attnreg.notebook import roi_panel
 
     ex = AttentionExplorer(str(slide), "demo", **{**FAST, "level": 2})
     ex.add_roi(rectangle=RECT)
     assert ex.run(wait=True) is not None, ex.status
+    want = roi_table(ex.session.shown(), ex.roi_labels)
     monkeypatch.setattr(roi_panel, "MAX_ROI_PIXELS", 100)
     ex.display.update_roi_table()
+    _same_rows(ex.roi_table(), want)
+    assert ex.roi_panel.table.value.count("<tr>") == 2
+    with pytest.raises(ValueError, match="roi_table"):  # a label image is still refused
+        _ = ex.roi_labels
+    # regions truly too large to rasterize say what to do, and still go to QuPath
+    monkeypatch.setattr(core_roi, "MAX_RASTER_PIXELS", 100)
+    ex.add_roi(rectangle=(0, 0, 300, 300))
     assert "coarser level or resolution" in ex.roi_panel.table.value
     with pytest.raises(ValueError, match="coarser level"):
         ex.roi_table()
-    # the regions still go to QuPath, saying why they carry no measurements
     doc = json.loads(ex.export_roi_geojson(tmp_path / "rois.geojson").read_text())
     assert doc["features"][0]["properties"]["measurements"] == {}
     assert "coarser level" in doc["properties"]["note"]
@@ -231,8 +242,8 @@ def test_a_threshold_move_does_not_rasterize_the_regions_again(slide, monkeypatc
     from napari_attnreg.notebook import roi_panel
 
     calls = []
-    rasterize = roi_panel.polygons_to_labels
-    monkeypatch.setattr(roi_panel, "polygons_to_labels",
+    rasterize = roi_panel.polygon_tokens
+    monkeypatch.setattr(roi_panel, "polygon_tokens",
                         lambda *a, **k: calls.append(1) or rasterize(*a, **k))
     ex = AttentionExplorer(str(slide), "demo", **{**FAST, "level": 2})
     ex.add_roi(rectangle=RECT)

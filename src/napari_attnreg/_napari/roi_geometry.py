@@ -2,6 +2,10 @@
 
 Whatever the ROI layer's scale/translate, each ROI lands on the image's pixels, and the
 statistics are the core's :func:`~napari_attnreg.core.stats.roi.roi_table`, never recomputed here.
+On an image plane larger than :data:`LABEL_IMAGE_PIXELS` (a slide analysed at full
+resolution: 50,000² pixels, a 20 GB label image) shapes are measured as polygons instead
+(:func:`~napari_attnreg.core.stats.roi.polygon_roi_table`, the same rows); a Labels layer
+is refused above :data:`MAX_LABELS_LAYER_PIXELS`, saying to draw shapes.
 """
 
 from __future__ import annotations
@@ -12,9 +16,23 @@ import numpy as np
 
 from napari_attnreg._napari.geometry import SourceGeometry
 from napari_attnreg._napari.run_record import RunRecord
-from napari_attnreg.core.stats.roi import roi_table
+from napari_attnreg.core.stats.roi import (
+    PolygonTokens,
+    polygon_roi_table,
+    polygon_tokens,
+    roi_table,
+)
 
 PlaneIndex = tuple[int, ...]
+#: Largest image plane (pixels) whose shapes become a label image (int64: 128 MiB here);
+#: above it they are measured as polygons, with the same rows.
+LABEL_IMAGE_PIXELS = 4096 * 4096
+#: Largest image plane (pixels) a Labels layer's ROIs are measured on: they are resampled
+#: onto it, and the table's temporaries take about :data:`LABELS_BYTES_PER_PIXEL` each.
+MAX_LABELS_LAYER_PIXELS = 16384 * 16384
+#: What the Labels path holds a pixel: its int64 labels, one ROI's mask, the core's float64
+#: coverage weights and int64 token index.
+LABELS_BYTES_PER_PIXEL = 25
 
 
 def _axis_map(src: SourceGeometry, layer: Any, src_axis: int) -> tuple[float, float]:
@@ -75,18 +93,11 @@ def labels_roi_on_image(layer: Any, src: SourceGeometry, plane: PlaneIndex) -> n
     return out
 
 
-def shapes_roi_on_image(layer: Any, src: SourceGeometry, plane: PlaneIndex) -> np.ndarray:
-    """A Shapes layer's shapes as labels (shape i → id i+1) on one plane of the image grid.
-
-    Vertices go shapes-data → world → image-data; shapes of an nD layer count on the planes
-    they lie on, those of a 2D layer on every plane. Rasterised by napari's ``to_labels``.
-    """
-    from napari.layers import Shapes
-
+def _plane_shapes(layer: Any, src: SourceGeometry, plane: PlaneIndex
+                  ) -> tuple[list[np.ndarray], list[str], list[int]]:
+    """The shapes of ``layer`` on one plane: (row, col) vertices in the image's pixels, their
+    types and ROI ids (shape i → id i + 1)."""
     _check_plain_transform(src, layer)
-    h, w = src.image_shape
-    if len(layer.data) == 0:
-        return np.zeros((h, w), dtype=np.int64)
     full = np.zeros(src.ndim)
     for axis, i in zip(src.stack_axes, plane):
         full[axis] = i
@@ -109,12 +120,57 @@ def shapes_roi_on_image(layer: Any, src: SourceGeometry, plane: PlaneIndex) -> n
             keep_data.append(pix[:, -2:])
             keep_types.append(kind)
             ids.append(i + 1)
+    return keep_data, keep_types, ids
+
+
+def shapes_roi_on_image(layer: Any, src: SourceGeometry, plane: PlaneIndex) -> np.ndarray:
+    """A Shapes layer's shapes as labels (shape i → id i+1) on one plane of the image grid.
+
+    Vertices go shapes-data → world → image-data; shapes of an nD layer count on the planes
+    they lie on, those of a 2D layer on every plane. Rasterised by napari's ``to_labels``.
+    """
+    from napari.layers import Shapes
+
+    h, w = src.image_shape
+    keep_data, keep_types, ids = _plane_shapes(layer, src, plane)
     if not keep_data:
         return np.zeros((h, w), dtype=np.int64)
     temp = Shapes(keep_data, shape_type=keep_types)
     temp_labels = temp.to_labels(labels_shape=(h, w)).astype(np.int64)
     lut = np.concatenate([[0], ids]).astype(np.int64)
     return lut[temp_labels]
+
+
+def shapes_roi_polygons(layer: Any, src: SourceGeometry, plane: PlaneIndex
+                        ) -> tuple[list[np.ndarray], list[int]]:
+    """A Shapes layer's shapes on one plane as polygons in the image's pixels and their ids,
+    in the order napari's ``to_labels`` paints them (the polygon its masks are filled from:
+    an ellipse's outline points), so :func:`~napari_attnreg.core.stats.roi.polygon_roi_table`
+    gives the rows of :func:`shapes_roi_on_image`'s labels without that image.
+
+    Raises
+    ------
+    ValueError
+        A line or path (no area; its labels are drawn along it, not filled).
+    """
+    from napari.layers import Shapes
+
+    keep_data, keep_types, ids = _plane_shapes(layer, src, plane)
+    if not keep_data:
+        return [], []
+    temp = Shapes(keep_data, shape_type=keep_types)
+    view = temp._data_view  # napari's own shapes: what to_labels fills, in its order
+    polygons, labels = [], []
+    for k in view._z_order[::-1]:
+        shape = view.shapes[k]
+        if not shape._filled:
+            raise ValueError(
+                f"Shape {ids[k]} of {layer.name!r} is a {keep_types[k]}, which has no area; "
+                "draw regions as rectangles, ellipses or polygons.")
+        verts = shape._face_vertices if shape._use_face_vertices else shape.data_displayed
+        polygons.append(np.asarray(verts, dtype=np.float64))
+        labels.append(ids[k])
+    return polygons, labels
 
 
 def roi_labels(layer: Any, src: SourceGeometry, plane: PlaneIndex) -> np.ndarray:
@@ -129,13 +185,47 @@ def roi_labels(layer: Any, src: SourceGeometry, plane: PlaneIndex) -> np.ndarray
                      "those.")
 
 
-def record_roi_rows(record: RunRecord, layer: Any) -> list[dict]:
-    """The core's ROI table for every computed plane of ``record`` (stacks: a ``plane`` column)."""
+def _too_large_for_labels(layer: Any, src: SourceGeometry) -> str:
+    h, w = src.image_shape
+    return (f"ROI layer {layer.name!r} is a Labels layer, and this result covers {h}×{w} "
+            f"pixels: measuring its labels on them would take about "
+            f"{h * w * LABELS_BYTES_PER_PIXEL / 2**30:.0f} GB (at most "
+            f"{MAX_LABELS_LAYER_PIXELS:,} pixels). Draw the ROIs in a Shapes layer (measured "
+            "as polygons at any size), or run at a coarser level or resolution.")
+
+
+def record_roi_rows(record: RunRecord, layer: Any,
+                    cache: dict[tuple, list[PolygonTokens]] | None = None) -> list[dict]:
+    """The core's ROI table for every computed plane of ``record`` (stacks: a ``plane`` column).
+
+    ``cache`` keeps a large plane's polygon tokens between calls (a threshold move changes
+    the rows, not the regions' tokens); the caller owns it.
+    """
+    from napari.layers import Shapes
+
+    h, w = record.geometry.image_shape
+    large = h * w > LABEL_IMAGE_PIXELS and isinstance(layer, Shapes)
+    if h * w > MAX_LABELS_LAYER_PIXELS and not isinstance(layer, Shapes):
+        raise ValueError(_too_large_for_labels(layer, record.geometry))
     rows: list[dict] = []
     for plane in sorted(record.results):
-        labels = roi_labels(layer, record.geometry, plane)
         # the thresholds chosen for this image travel as the result's own (q_th and "no z
         # mask" included): the table of the selected image uses its thresholds, not another's
-        for row in roi_table(record.shown(plane), labels):
+        result = record.shown(plane)
+        if large:
+            polygons, ids = shapes_roi_polygons(layer, record.geometry, plane)
+            key = (plane, tuple(result.image_shape), result.grid_shape, result.token_scale,
+                   tuple(ids), tuple(v.tobytes() for v in polygons))
+            tokens = None if cache is None else cache.get(key)
+            if tokens is None:
+                tokens = polygon_tokens(result, polygons)
+                if cache is not None:
+                    if len(cache) > 4 * len(record.results):
+                        cache.clear()  # shapes edited since: old keys would only pile up
+                    cache[key] = tokens
+            table = polygon_roi_table(result, polygons, labels=ids, tokens=tokens)
+        else:
+            table = roi_table(result, roi_labels(layer, record.geometry, plane))
+        for row in table:
             rows.append({"plane": list(plane), **row} if plane else row)
     return rows

@@ -99,6 +99,9 @@ class RoiPanel(QWidget):
         self._record: RunRecord | None = None
         self._syncing = False  # a selection set from the other side: do not echo it back
         self.rows: list[dict] = []
+        # a slide's shapes rasterized as tokens (record_roi_rows): every threshold move
+        # updates the table, and rasterizing level-0 regions again each time would lag
+        self._token_cache: dict = {}
 
         self.layer_combo = QComboBox()
         self.layer_combo.setToolTip("A Shapes or Labels layer; each shape / label id is one ROI.")
@@ -223,7 +226,7 @@ class RoiPanel(QWidget):
             self.status.setText("Choose a Shapes or Labels layer with ROIs.")
         else:
             try:
-                rows = record_roi_rows(record, layer)
+                rows = record_roi_rows(record, layer, self._token_cache)
             except ValueError as err:
                 self.status.setText(str(err))
             else:

@@ -2,8 +2,10 @@
 
 On an image in memory the regions are a label image of the plane. On a slide (a file read on
 demand, shown from a strided picture) they are polygons in the picture's pixels, rasterized
-only where they are used: on the display grid to draw their edges, and at the pixels of the
-result on screen for the core's :func:`~napari_attnreg.core.stats.roi.roi_table`, whatever
+only where they are used: on the display grid to draw their edges, and inside their own boxes
+on the pixels of the result on screen for the core's
+:func:`~napari_attnreg.core.stats.roi.polygon_roi_table` (the rows of ``roi_table`` without a
+label image of the whole result, which a level-0 slide's would need gigabytes for), whatever
 level or resolution that result analysed.
 """
 
@@ -25,7 +27,12 @@ from napari_attnreg.core.results.display import (
 )
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
-from napari_attnreg.core.stats.roi import roi_table
+from napari_attnreg.core.stats.roi import (
+    PolygonTokens,
+    polygon_roi_table,
+    polygon_tokens,
+    roi_table,
+)
 from napari_attnreg.io.geojson import full_resolution_factor
 from napari_attnreg.notebook.regions import (
     add_region,
@@ -46,7 +53,8 @@ NO_ROIS = "No ROIs: draw one on the image, or pass roi=mask."
 #: The same on a slide, whose regions are shapes on its picture (no full-size mask).
 NO_SLIDE_ROIS = ("No ROIs: draw one on the slide, or call add_roi(rectangle=...) or "
                  "add_roi(polygon=...) in the picture's pixels.")
-#: Largest result (pixels) whose ROI table is computed: its label image is held in memory.
+#: Largest result (pixels) a slide's regions are given as a label image of (``roi_labels``);
+#: the table needs none (:func:`~napari_attnreg.core.stats.roi.polygon_roi_table`).
 MAX_ROI_PIXELS = MAX_UNTILED_PIXELS
 
 
@@ -77,10 +85,11 @@ class RoiPanel(W.VBox):
         self.polygons: list[np.ndarray] = []
         #: Full-resolution (level 0) pixels per picture pixel on a slide; None in memory.
         self.slide_downsample: float | None = None
-        # a slide's regions rasterized on the last result's pixels: every threshold move
-        # redraws the table, and rasterizing a level-0 result's worth of pixels each time
-        # would make the sliders lag
+        # a slide's regions rasterized on the last result's pixels (as labels, and as tokens
+        # for the table): every threshold move redraws the table, and rasterizing them again
+        # each time would make the sliders lag
         self._rasterized: tuple[tuple, np.ndarray] | None = None
+        self._tokens: tuple[tuple, list[np.ndarray], list[PolygonTokens]] | None = None
         #: Why this image takes no regions; None when it does (every image now: kept for a
         #: front end that cannot hold them).
         self.unavailable: str | None = None
@@ -134,7 +143,7 @@ class RoiPanel(W.VBox):
         """No regions, for a new image: a slide's picture with ``slide_downsample``
         full-resolution pixels per pixel, or an image in memory (None)."""
         self.labels, self.polygons, self.slide_downsample = None, [], slide_downsample
-        self._rasterized = None
+        self._rasterized = self._tokens = None
         self.geojson.layout.display = None if self.on_slide else "none"
 
     @property
@@ -170,7 +179,7 @@ class RoiPanel(W.VBox):
     def labels_for(self, result: AttentionResult) -> np.ndarray:
         """A slide's regions as labels on ``result``'s pixels (the level or resolution it
         analysed, from the same corner as the picture); kept for the next call, so read it,
-        do not change it.
+        do not change it. The table does not use it (:meth:`rows`).
 
         Raises
         ------
@@ -180,16 +189,28 @@ class RoiPanel(W.VBox):
         h, w = result.image_shape
         if h * w > MAX_ROI_PIXELS:
             raise ValueError(
-                f"This result covers {h}×{w} pixels, too many for an ROI table here (at most "
-                f"{MAX_ROI_PIXELS:,} pixels: the regions become a label image of that size). "
-                "Run at a coarser level or resolution (Advanced options: Slide level or Slide "
-                "resolution) to measure them.")
+                f"This result covers {h}×{w} pixels, too many for a label image of the "
+                f"regions (at most {MAX_ROI_PIXELS:,} pixels). Use roi_table() for their "
+                "statistics, or run at a coarser level or resolution (Advanced options: "
+                "Slide level or Slide resolution) for their labels.")
         ratio = self.slide_downsample / full_resolution_factor(result)
         key = ((h, w), ratio, tuple(v.tobytes() for v in self.polygons))
         if self._rasterized is None or self._rasterized[0] != key:
             labels = polygons_to_labels([on_result(v, ratio) for v in self.polygons], (h, w))
             self._rasterized = (key, labels)
         return self._rasterized[1]
+
+    def _slide_tokens(self, result: AttentionResult
+                      ) -> tuple[list[np.ndarray], list[PolygonTokens]]:
+        """A slide's regions in ``result``'s pixels and their tokens, kept for the next call
+        on the same grid (a threshold move changes the rows, not the tokens)."""
+        ratio = self.slide_downsample / full_resolution_factor(result)
+        key = (tuple(result.image_shape), result.grid_shape, result.token_scale, ratio,
+               tuple(v.tobytes() for v in self.polygons))
+        if self._tokens is None or self._tokens[0] != key:
+            polygons = [on_result(v, ratio) for v in self.polygons]
+            self._tokens = (key, polygons, polygon_tokens(result, polygons))
+        return self._tokens[1], self._tokens[2]
 
     def _slide_columns(self, result: AttentionResult, label: int) -> dict[str, Any]:
         """Where a slide's region lies in QuPath's frame (full-resolution pixels, the slide's
@@ -213,8 +234,9 @@ class RoiPanel(W.VBox):
         if result is None or self.n_rois == 0:
             return []
         if self.on_slide:
+            polygons, tokens = self._slide_tokens(result)
             return [{**row, **self._slide_columns(result, row["label"])}
-                    for row in roi_table(result, self.labels_for(result))]
+                    for row in polygon_roi_table(result, polygons, tokens=tokens)]
         labels, (h, w) = self.labels, result.image_shape
         if labels.shape != (h, w) and labels.shape[0] >= h and labels.shape[1] >= w:
             # a tiled run of a file read on demand analyses whole patches: the last pixels

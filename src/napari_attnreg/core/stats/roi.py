@@ -10,6 +10,12 @@ Token membership
     everywhere (e.g. a few pixels) gets its single most-covered token, so every
     drawn ROI has a row.
 
+Polygons
+    :func:`polygon_roi_table` gives the rows of ``roi_table`` for polygons without their
+    label image (a level-0 slide's would take gigabytes): each is rasterized band by band
+    inside its own box, so memory follows the regions, not the image. A polygon that fills
+    no pixel centre of the result still gets a row (:data:`NO_PIXELS`).
+
 Example
 -------
 >>> import numpy as np
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -248,8 +255,17 @@ def attention_enrichment(attention: np.ndarray, member: np.ndarray
     return ratio, ratio * math.exp(-_Z95 * se), ratio * math.exp(_Z95 * se)
 
 
+#: Above this smallest margin of an ROI's 2×2 table its odds ratio's interval is the normal
+#: one of the log ratio (Woolf's standard error) around the conditional estimate, not the
+#: exact one: the exact interval's time grows with the square of the margin (0.25 s at 2,000
+#: tokens, 7 s at 20,000, 73 s at 100,000: minutes per ROI on a level-0 slide) while the two
+#: differ by under 1 % beyond it.
+EXACT_OR_INTERVAL_MAX = 2000
+
+
 def _odds_ratio(table: np.ndarray) -> tuple[float, float, float]:
-    """Conditional maximum-likelihood odds ratio and its exact 95 % interval.
+    """Conditional maximum-likelihood odds ratio and its 95 % interval: exact, or the log
+    ratio's normal interval on large tables (:data:`EXACT_OR_INTERVAL_MAX`).
 
     Unlike a Haldane-corrected ratio it is 0 for an ROI with no significant token (and inf
     when every token inside is significant and some outside are not); NaN when a row or column
@@ -258,8 +274,13 @@ def _odds_ratio(table: np.ndarray) -> tuple[float, float, float]:
     if (table.sum(axis=0) == 0).any() or (table.sum(axis=1) == 0).any():
         return math.nan, math.nan, math.nan
     estimate = odds_ratio(table, kind="conditional")
+    ratio = float(estimate.statistic)
+    margin = min(table.sum(axis=0).min(), table.sum(axis=1).min())
+    if margin > EXACT_OR_INTERVAL_MAX and (table > 0).all():
+        half = _Z95 * math.sqrt(float(np.sum(1.0 / table)))
+        return ratio, ratio * math.exp(-half), ratio * math.exp(half)
     ci = estimate.confidence_interval(0.95)
-    return float(estimate.statistic), float(ci.low), float(ci.high)
+    return ratio, float(ci.low), float(ci.high)
 
 
 def roi_table(
@@ -298,7 +319,9 @@ def roi_table(
     outside; NaN when the ROI covers every token), ``odds_ratio`` and
     ``fisher_p`` (two-sided Fisher exact test) of significant tokens inside
     versus outside the ROI: the conditional maximum-likelihood odds ratio with its exact 95 %
-    interval (``odds_ratio_low``, ``odds_ratio_high``), 0 for an ROI without significant
+    interval (``odds_ratio_low``, ``odds_ratio_high``; the log ratio's normal interval when
+    every margin of the table exceeds :data:`EXACT_OR_INTERVAL_MAX` tokens, where the exact
+    one would take minutes and differs by under 1 %), 0 for an ROI without significant
     tokens, NaN when there is nothing to compare with; ``enrichment_test_note`` is
     :data:`TOO_FEW_SIGNIFICANT` when fewer than :data:`MIN_SIGNIFICANT_FOR_ENRICHMENT` tokens
     of the map are significant (the odds ratio and Fisher p then say little), else empty.
@@ -312,7 +335,18 @@ def roi_table(
     if labels.shape != tuple(result.image_shape):
         raise ValueError(f"labels have shape {labels.shape} but the image is "
                          f"{tuple(result.image_shape)}; draw the ROIs on the original image.")
-    given = {"rule": rule, "p_th": p_th, "l_th": l_th, "z_th": z_th, "q_th": q_th}
+
+    def regions():
+        for label in np.unique(labels[labels > 0]):
+            roi = labels == label
+            yield int(label), int(roi.sum()), roi_tokens(result, roi)
+
+    return _rows(result, regions(), rule=rule, p_th=p_th, l_th=l_th, z_th=z_th, q_th=q_th)
+
+
+def _rows(result: Any, regions: Any, **given: Any) -> list[dict]:
+    """The rows of :func:`roi_table` from ``(label, area_px, member)`` triples (``member``:
+    the ROI's tokens on the whole grid), whichever way the ROIs were drawn."""
     thresholds = {k: v for k, v in given.items() if v is not None}
     significant = np.asarray(result.significant(**thresholds), dtype=bool)
     regularized = np.asarray(result.regularized(**thresholds), dtype=np.float64)
@@ -327,15 +361,20 @@ def roi_table(
         significant, regularized, attention, posterior = (
             values[~glass] for values in (significant, regularized, attention, posterior))
 
+    # every ROI ranks against the attention outside it: the map sorted once, each ROI's own
+    # taken off (sorting the outside again per ROI took seconds on a level-0 slide's grid)
+    reference = np.sort(attention, axis=None)
     rows = []
-    for label in np.unique(labels[labels > 0]):
-        roi = labels == label
-        member = roi_tokens(result, roi)
+    for label, area_px, member in regions:
+        if area_px == 0:  # smaller than a pixel of this result (or off it): nothing to count
+            rows.append({**dict.fromkeys(ROI_COLUMNS, math.nan), "label": label,
+                         "area_px": 0, "n_tokens": 0, "enrichment_test_note": NO_PIXELS})
+            continue
         if glass is not None and glass.any():
             member = member[~glass]
         if not member.any():  # an ROI on glass alone: nothing in it was tested
-            rows.append({**dict.fromkeys(ROI_COLUMNS, math.nan), "label": int(label),
-                         "area_px": int(roi.sum()), "n_tokens": 0,
+            rows.append({**dict.fromkeys(ROI_COLUMNS, math.nan), "label": label,
+                         "area_px": area_px, "n_tokens": 0,
                          "enrichment_test_note": NOT_TESTED})
             continue
         outside = ~member
@@ -344,13 +383,14 @@ def roi_table(
             [np.sum(significant & outside), np.sum(~significant & outside)],
         ])
         if outside.any():
-            pct_raw = mean_percentile(attention, attention, member)
-            pct_reg = mean_percentile(regularized, attention, member)
+            pct_raw, pct_reg = (_mean_outside_percentile(values[member], attention[member],
+                                                         reference)
+                                for values in (attention, regularized))
         else:
             pct_raw = pct_reg = math.nan
         rows.append({
-            "label": int(label),
-            "area_px": int(roi.sum()),
+            "label": label,
+            "area_px": area_px,
             "n_tokens": int(member.sum()),
             "mean_attention": float(attention[member].mean()),
             **dict(zip(("attention_enrichment", "attention_enrichment_low",
@@ -366,6 +406,233 @@ def roi_table(
             < MIN_SIGNIFICANT_FOR_ENRICHMENT else "",
         })
     return rows
+
+
+def _mean_outside_percentile(scores: np.ndarray, raw_inside: np.ndarray,
+                             raw_sorted: np.ndarray) -> float:
+    """:func:`mean_percentile` (ties half) of an ROI's ``scores`` among the raw scores outside
+    it, from every raw score sorted once (``raw_sorted``) less the ROI's own (``raw_inside``):
+    the same counts and the same mean, without sorting the outside for every ROI."""
+    inside = np.sort(raw_inside)
+    order = np.argsort(scores, kind="stable")
+    keys = scores[order]  # sorted keys: searchsorted walks the long array once
+    below = (np.searchsorted(raw_sorted, keys, side="left")
+             - np.searchsorted(inside, keys, side="left"))
+    below_or_equal = (np.searchsorted(raw_sorted, keys, side="right")
+                      - np.searchsorted(inside, keys, side="right"))
+    pct = np.empty(scores.size, dtype=np.float64)
+    pct[order] = 100.0 * (below + below_or_equal) / (2.0 * (raw_sorted.size - inside.size))
+    return float(np.mean(pct))  # in the ROI's own order: mean_percentile's sum, to the bit
+
+
+#: The note of an ROI that covers no pixel centre of the result's image (so no token).
+NO_PIXELS = ("covers no pixel of the analysed image (smaller than one of its pixels, or off "
+             "it): draw it larger or run at a finer level")
+#: Most pixels one band of a polygon is rasterized in at a time (the memory it takes).
+BAND_PIXELS = 1 << 22
+#: Most pixels :func:`polygon_roi_table` rasterizes in all (the polygons' bounding boxes on
+#: the image, overlaps counted again): at about 15 ns a pixel, 2³³ (a 90,000² box) already
+#: takes two minutes.
+MAX_RASTER_PIXELS = 1 << 33
+#: A crossing or vertex closer than this to a pixel centre is decided by scikit-image itself.
+_TIE = 1e-6
+
+
+def _band_mask(cols: np.ndarray, rows: np.ndarray, y0: int, y1: int, c0: int,
+               c1: int) -> np.ndarray:
+    """Pixels ``[y0, y1) × [c0, c1)`` whose centres ``skimage.draw.polygon`` fills.
+
+    skimage tests every pixel of the bounding box against every edge (O(area × vertices),
+    and int64 coordinates of every pixel inside): minutes and gigabytes for a level-0
+    annotation. Its test (O'Rourke's crossing counts, edges and vertices included) depends
+    on each row's edge crossings only, so a row is filled between them here; the pixels
+    within :data:`_TIE` of a crossing or a vertex, where rounding could decide, are handed
+    to skimage's own test (``points_in_poly``, the same routine), so the masks agree exactly.
+    """
+    from skimage.measure import points_in_poly
+
+    height, width = y1 - y0, c1 - c0
+    prev_c, prev_r = np.roll(cols, 1), np.roll(rows, 1)  # edge (i - 1, i), as skimage walks
+    spans = (np.maximum(rows, prev_r) >= y0 - 1) & (np.minimum(rows, prev_r) <= y1)
+    xi, yi, xj, yj = cols[spans], rows[spans], prev_c[spans], prev_r[spans]
+    y = np.arange(y0, y1, dtype=np.float64)[:, None]
+    mask = np.zeros((height, width), dtype=bool)
+    tie_r, tie_c = [], []
+    # right crossings count edges with a vertex above the row; left ones, below it: a pixel
+    # is filled when either count is odd (inside, or on an edge). They are the same edges
+    # on rows no vertex lies exactly on (the usual band of a drawn polygon): one pass then
+    on_row = (rows == np.rint(rows)) & (rows >= y0) & (rows < y1)
+    sides = [(yi > y) != (yj > y)] + ([(yi < y) != (yj < y)] if on_row.any() else [])
+    for straddle in sides:
+        r, e = np.nonzero(straddle)
+        x = xi[e] + (y[r, 0] - yi[e]) * (xj[e] - xi[e]) / (yj[e] - yi[e])
+        toggles = np.zeros((height, width + 1), dtype=np.uint8)
+        np.add.at(toggles, (r, np.clip(np.ceil(x) - c0, 0, width).astype(np.int64)), 1)
+        mask |= (np.cumsum(toggles, axis=1, dtype=np.uint8)[:, :width] & 1).astype(bool)
+        near = np.abs(x - np.rint(x)) < _TIE
+        tie_r.append(r[near] + y0)
+        tie_c.append(np.rint(x[near]).astype(np.int64))
+    vertex = (np.abs(rows - np.rint(rows)) < _TIE) & (np.abs(cols - np.rint(cols)) < _TIE)
+    tie_r.append(np.rint(rows[vertex]).astype(np.int64))
+    tie_c.append(np.rint(cols[vertex]).astype(np.int64))
+    tr, tc = np.concatenate(tie_r), np.concatenate(tie_c)
+    keep = (tr >= y0) & (tr < y1) & (tc >= c0) & (tc < c1)
+    if keep.any():
+        tr, tc = tr[keep], tc[keep]
+        # skimage's x is the column, y the row
+        points = np.column_stack([tc, tr]).astype(np.float64)
+        mask[tr - y0, tc - c0] = points_in_poly(points, np.column_stack([cols, rows]))
+    return mask
+
+
+def _bounds(vertices: np.ndarray, shape: tuple[int, int]) -> tuple[int, int, int, int] | None:
+    """Rows ``[y0, y1)`` and columns ``[c0, c1)`` of the image a polygon can fill (None: none)."""
+    lo = np.maximum(np.floor(vertices.min(axis=0) - _TIE), 0).astype(np.int64)
+    hi = np.minimum(np.floor(vertices.max(axis=0) + _TIE) + 1, shape).astype(np.int64)
+    if (hi <= lo).any():
+        return None
+    return int(lo[0]), int(hi[0]), int(lo[1]), int(hi[1])
+
+
+@dataclass(frozen=True)
+class PolygonTokens:
+    """One polygon's pixel area and member tokens (see :func:`polygon_tokens`), kept as the
+    block of the token grid it spans rather than the whole grid."""
+
+    area_px: int
+    origin: tuple[int, int]
+    local: np.ndarray
+
+    def member(self, grid_shape: tuple[int, int]) -> np.ndarray:
+        """The member tokens on the whole ``grid_shape`` grid."""
+        out = np.zeros(grid_shape, dtype=bool)
+        (r, c), (h, w) = self.origin, self.local.shape
+        out[r:r + h, c:c + w] = self.local
+        return out
+
+
+def polygon_tokens(result: Any, polygons: list[np.ndarray]) -> list[PolygonTokens]:
+    """Pixel area and member tokens of each polygon, as :func:`roi_table` finds them on
+    the polygons' label image, without that image.
+
+    Parameters
+    ----------
+    result : AttentionResult
+    polygons : list of ``(n, 2)`` arrays
+        (row, col) vertices in the result's pixels (pixel centres at whole numbers), painted
+        in order: a later polygon covers an earlier one where they overlap, as
+        ``skimage.draw.polygon`` into one label image would.
+
+    Returns
+    -------
+    list of :class:`PolygonTokens`: the pixels whose centres the polygon fills (those of
+    later polygons taken out) and its member tokens by the rule of :func:`roi_tokens` (none
+    when it fills no pixel). Memory: a band of :data:`BAND_PIXELS` pixels and the tokens
+    each polygon spans, whatever the image's size.
+
+    Raises
+    ------
+    ValueError
+        Polygons that are not ``(n >= 3, 2)`` or whose boxes span more than
+        :data:`MAX_RASTER_PIXELS` pixels.
+    """
+    shape = tuple(int(n) for n in result.image_shape)
+    verts = [np.asarray(v, dtype=np.float64) for v in polygons]
+    for i, v in enumerate(verts, start=1):
+        if v.ndim != 2 or v.shape[1] != 2 or len(v) < 3 or not np.isfinite(v).all():
+            raise ValueError(f"ROI {i} needs at least three finite (row, col) vertices.")
+    boxes = [_bounds(v, shape) for v in verts]
+    cost = sum((b[1] - b[0]) * (b[3] - b[2]) for b in boxes if b is not None)
+    if cost > MAX_RASTER_PIXELS:
+        raise ValueError(
+            f"These ROIs span {cost:,} pixels of the result ({shape[0]}×{shape[1]}), more "
+            f"than {MAX_RASTER_PIXELS:,} to measure here; draw smaller or fewer regions, "
+            "or run at a coarser level or resolution.")
+    # token row / column of every pixel: the map token_coverage counts by
+    token_row, token_col = result._pixel_token_index()
+    per_row = np.bincount(token_row, minlength=result.grid_shape[0])
+    per_col = np.bincount(token_col, minlength=result.grid_shape[1])
+    nothing = PolygonTokens(0, (0, 0), np.zeros((0, 0), dtype=bool))
+    out: list[PolygonTokens] = []
+    for i, (v, box) in enumerate(zip(verts, boxes)):
+        if box is None:
+            out.append(nothing)
+            continue
+        y0, y1, c0, c1 = box
+        above = [(w, b) for w, b in zip(verts[i + 1:], boxes[i + 1:])
+                 if b is not None and b[0] < y1 and b[1] > y0 and b[2] < c1 and b[3] > c0]
+        t_col = token_col[c0:c1]
+        starts = np.flatnonzero(np.r_[True, t_col[1:] != t_col[:-1]])
+        tr0, tc0 = int(token_row[y0]), int(t_col[0])
+        inside = np.zeros((int(token_row[y1 - 1]) - tr0 + 1, len(starts)), dtype=np.int64)
+        # rows × columns and rows × edges of a band stay within BAND_PIXELS
+        step = max(1, BAND_PIXELS // max(c1 - c0, len(v), *(len(w) for w, _ in above)))
+        for b0 in range(y0, y1, step):
+            b1 = min(b0 + step, y1)
+            mask = _band_mask(v[:, 1], v[:, 0], b0, b1, c0, c1)
+            for w, (wy0, wy1, _, _) in above:
+                if wy0 < b1 and wy1 > b0:
+                    mask &= ~_band_mask(w[:, 1], w[:, 0], b0, b1, c0, c1)
+            counts = np.add.reduceat(mask, starts, axis=1, dtype=np.int64)
+            np.add.at(inside, token_row[b0:b1] - tr0, counts)
+        area = int(inside.sum())
+        if area == 0:
+            out.append(nothing)
+            continue
+        total = per_row[tr0:tr0 + inside.shape[0], None] * per_col[tc0:tc0 + inside.shape[1]]
+        coverage = inside / np.maximum(total, 1).astype(np.float64)
+        local = coverage >= MEMBERSHIP_COVERAGE
+        if not local.any():  # the rule of roi_tokens: the single most-covered token
+            local[np.unravel_index(np.argmax(coverage), coverage.shape)] = True
+        out.append(PolygonTokens(area, (tr0, tc0), local))
+    return out
+
+
+def polygon_roi_table(
+    result: Any,
+    polygons: list[np.ndarray],
+    *,
+    labels: list[int] | None = None,
+    tokens: list[PolygonTokens] | None = None,
+    rule: str | None = None,
+    p_th: float | None = None,
+    l_th: float | None = None,
+    z_th: float | None = None,
+    q_th: float | None = None,
+) -> list[dict]:
+    """:func:`roi_table` of polygons, without their label image (a level-0 slide's would
+    take gigabytes): the same rows as ``roi_table`` of their ``skimage.draw.polygon`` labels.
+
+    Parameters
+    ----------
+    result : AttentionResult
+    polygons : list of ``(n, 2)`` arrays
+        (row, col) vertices in the result's pixels, pixel centres at whole numbers; a later
+        polygon covers an earlier one where they overlap.
+    labels : list of int, optional
+        Each polygon's ROI id (default 1, 2, ...); the rows come in id order.
+    tokens : list of PolygonTokens, optional
+        :func:`polygon_tokens` of these polygons on this result's grid, kept from an earlier
+        call (a threshold move changes the rows, not the regions' tokens).
+    rule, p_th, l_th, z_th, q_th
+        As :func:`roi_table`.
+
+    Returns
+    -------
+    list of dict, one per polygon (unlike a label image, none vanishes): one that fills
+    no pixel of the result has ``area_px`` and ``n_tokens`` 0, NaN statistics and
+    ``enrichment_test_note`` :data:`NO_PIXELS`.
+    """
+    ids = list(range(1, len(polygons) + 1)) if labels is None else [int(k) for k in labels]
+    if len(ids) != len(polygons) or len(set(ids)) != len(ids) or min(ids, default=1) < 1:
+        raise ValueError("labels must give each polygon its own positive id.")
+    found = polygon_tokens(result, polygons) if tokens is None else tokens
+    if len(found) != len(polygons):
+        raise ValueError("tokens must come from polygon_tokens of these polygons.")
+    grid = result.grid_shape
+    regions = ((label, t.area_px, t.member(grid) if t.area_px else None)
+               for label, t in sorted(zip(ids, found), key=lambda pair: pair[0]))
+    return _rows(result, regions, rule=rule, p_th=p_th, l_th=l_th, z_th=z_th, q_th=q_th)
 
 
 #: The note of an ROI that covers only glass a tissue mask left out.
