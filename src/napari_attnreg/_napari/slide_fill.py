@@ -24,7 +24,7 @@ from napari_attnreg._napari.slide_pyramid import BackgroundFill, levels_of
 #: Milliseconds between two looks at the fill's progress (on the main thread).
 POLL_MS = 100
 #: Seconds between two redraws while blocks arrive (each redraw uploads the level again).
-REDRAW_S = 0.3
+REDRAW_S = 0.5
 #: Seconds a fill waits for its layer to appear in the viewer before it stops.
 UNSEEN_S = 30.0
 
@@ -82,6 +82,7 @@ class _Follower:
         self.drawn_done, self.drawn_at, self.bar_from = 0, 0.0, 0
         self.bar: Any = None
         self.said: str | None = None
+        self.ticking = False
         self.timer = QTimer()
         self.timer.setInterval(POLL_MS)
         self.timer.timeout.connect(self.tick)
@@ -104,6 +105,15 @@ class _Follower:
                 and any(level.fill is self.fill for level in levels_of(layer.data))]
 
     def tick(self) -> None:
+        if self.ticking:  # napari's progress bar runs the event loop while it updates
+            return
+        self.ticking = True
+        try:
+            self.follow()
+        finally:
+            self.ticking = False
+
+    def follow(self) -> None:
         layers = self.layers()
         if layers is None or (not layers and (
                 self.seen or time.monotonic() - self.started > UNSEEN_S)):
@@ -148,12 +158,14 @@ class _Follower:
     def say(self, text: str | None) -> None:
         """Show ``text`` in the viewer's text overlay; None hides it when it still shows
         ours (another plugin's text is left alone)."""
-        from napari_attnreg._napari.slice_cue import text_overlay
-
         viewer = self.viewer()
         if viewer is None:
             return
-        overlay = text_overlay(viewer)
+        # napari's text overlay: viewer.canvas.overlays since 0.9, viewer.text_overlay before
+        # (slice_cue's helper does the same, but importing it loads the statistics: seconds)
+        overlays = getattr(getattr(viewer, "canvas", None), "overlays", None)
+        overlay = overlays["text"] if overlays is not None and "text" in overlays \
+            else viewer.text_overlay
         if text is not None:
             overlay.text, overlay.visible = text, True
         elif self.said is not None and overlay.text == self.said:
