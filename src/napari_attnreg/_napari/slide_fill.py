@@ -128,12 +128,16 @@ class _Follower:
         if not layers:
             return
         self.seen = True
-        self.progress(done, asked)
         now = time.monotonic()
         if done != self.drawn_done and (now - self.drawn_at >= REDRAW_S or done == asked):
             self.drawn_done, self.drawn_at = done, now
             for layer in layers:
                 redraw(layer)
+            self.progress(done, asked)
+        elif (self.bar is None) != (done >= asked):
+            # said at once when blocks are asked, then with the redraws: each change of the
+            # canvas's text draws the canvas again, which took CPU from the blocks' decoding
+            self.progress(done, asked)
 
     def progress(self, done: int, asked: int) -> None:
         """While blocks are queued: napari's progress bar (its activity panel) and a line
@@ -144,12 +148,12 @@ class _Follower:
                 self.bar.close()
                 self.bar = None
             self.say(None)
+            self.bar_from = done  # the next count starts from here
             return
         if self.bar is None:
             from napari.utils import progress
 
-            self.bar_from = done
-            self.bar = progress(total=asked - done, desc=f"Reading {self.fill.name}")
+            self.bar = progress(total=asked - self.bar_from, desc=f"Reading {self.fill.name}")
         self.bar.total = asked - self.bar_from
         self.bar.update(done - self.bar_from - self.bar.n)
         self.say(f"Reading {self.fill.name} for this view: {done - self.bar_from} of "
