@@ -99,7 +99,7 @@ def read_slide_layers(path: str | list[str]) -> list[LayerData]:
     sizes = [image.analysed_shape[0] * image.analysed_shape[1] for image in levels]
     run_level = next((k for k, n in enumerate(sizes) if n <= MAX_UNTILED_PIXELS),
                      len(levels) - 1)
-    shown = _with_display_levels([image.array for image in levels])
+    shown = _with_display_levels([image.array for image in levels], Path(path).name)
     full = levels[0]
     scale = (full.mpp, full.mpp) if full.mpp else (1.0, 1.0)
     rgb = full.channel_axis == -1 and full.array.shape[-1] in (3, 4)
@@ -112,17 +112,21 @@ def read_slide_layers(path: str | list[str]) -> list[LayerData]:
     return [(shown if len(shown) > 1 else full.array, kwargs, "image")]
 
 
-def _with_display_levels(levels: list[Any]) -> list[Any]:
+def _with_display_levels(levels: list[Any], name: str) -> list[Any]:
     """A slide's levels as napari shows them: a single level above the untiled pixel budget
     followed by halved copies made as napari draws them (napari would read a single array
-    whole, gigabytes for such a slide); any other slide's levels as they are."""
+    whole, gigabytes for such a slide), computed off the main thread in a viewer; any other
+    slide's levels as they are. ``name`` (the file's) is what the progress bar reads."""
     from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS
 
     if len(levels) != 1 or levels[0].shape[0] * levels[0].shape[1] <= MAX_UNTILED_PIXELS:
         return levels
+    from napari_attnreg._napari.slide_fill import fill_in_background
     from napari_attnreg._napari.slide_pyramid import display_levels
 
-    return [levels[0], *display_levels(levels[0])]
+    shown = [levels[0], *display_levels(levels[0])]
+    fill_in_background(shown, name)
+    return shown
 
 
 def _is_dicom_wsi(path: str) -> bool:
@@ -146,7 +150,7 @@ def read_dicom_wsi_layers(path: str | list[str]) -> list[LayerData]:
         if not path:
             raise ValueError("Drop the files of one DICOM slide at a time, or drop its folder.")
     slide = wsi_pyramid(path)
-    shown = _with_display_levels(list(slide.levels))
+    shown = _with_display_levels(list(slide.levels), Path(path).name)
     sizes = [h * w for h, w in slide.pyramid.dimensions]
     run_level = next((k for k, n in enumerate(sizes) if n <= MAX_UNTILED_PIXELS),
                      len(sizes) - 1)
@@ -212,8 +216,7 @@ def read_ome_tiff_layers(path: str | list[str]) -> list[LayerData]:
                                      signed=bool(ours.get("map_signed"))), **kwargs}
         if layer_type == "image" and kwargs.get("multiscale"):
             kwargs = _ome_pyramid_record(str(path), data, kwargs)
-        elif layer_type == "image" and _ome_single_level(data, kwargs) is not None:
-            shown = _ome_single_level(data, kwargs)
+        elif layer_type == "image" and (shown := _ome_single_level(data, kwargs)) is not None:
             kwargs = _ome_pyramid_record(str(path), [data], {**kwargs, "multiscale": True},
                                          display_levels=len(shown))
             data = shown
@@ -237,6 +240,7 @@ def _ome_single_level(data: Any, kwargs: dict[str, Any]) -> list[Any] | None:
             int(data.shape[axes.index("Y")]) * int(data.shape[axes.index("X")]) \
             <= MAX_UNTILED_PIXELS:
         return None  # planes, a pixel array read at open (no dask), or small: as before
+    from napari_attnreg._napari.slide_fill import fill_in_background
     from napari_attnreg._napari.slide_pyramid import ChannelsAt, display_levels
     from napari_attnreg.io.ometiff import image_view
 
@@ -249,6 +253,7 @@ def _ome_single_level(data: Any, kwargs: dict[str, Any]) -> list[Any] | None:
 
         data_yx = da.transpose(data, order)
     coarse = display_levels(data_yx)
+    fill_in_background(coarse, Path(str(ome["path"])).name)
     axis = kwargs.get("channel_axis")
     if axis is not None:  # one layer per channel: each takes its channel lazily
         coarse = [ChannelsAt(level, int(axis)) for level in coarse]

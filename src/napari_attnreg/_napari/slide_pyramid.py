@@ -8,7 +8,16 @@ the mean of the ``2^k × 2^k`` file pixels it covers, computed block by block fr
 level when napari asks for it, so no read holds more than a block of the file. Blocks are
 kept in a small cache per level; the coarsest level (at most :data:`COARSEST_SIDE` a side)
 fits in it whole, which matters because napari reads all of it for the layer's thumbnail
-at every redraw. No Qt in here.
+at every redraw.
+
+Reading a coarse level's blocks decodes the file under them (all of it for the whole view:
+seconds to minutes). When a :class:`BackgroundFill` is attached (napari's reader does, for a
+slide opened in a viewer: :mod:`~napari_attnreg._napari.slide_fill`), a read on the main
+thread by napari (it draws there) never decodes: it returns the blocks computed so far, the
+missing ones drawn from a coarser level's computed blocks (or zeros), and queues them for
+the fill's worker threads; the front end redraws the layer as they arrive. Any other read
+(another thread, another caller, no fill attached) computes what it asks for, as before.
+No Qt in here.
 
 These levels are never analysed: a run reads the file's own level
 (:mod:`napari_attnreg._napari.slide_run`), and ``metadata["slide"]["levels"]`` counts the
@@ -20,8 +29,11 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import sys
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -36,12 +48,15 @@ BLOCK_SIDE = 2048
 CACHE_BYTES = 64 << 20
 #: Blocks computed at once when a read needs several (JPEG decoding releases the GIL).
 WORKERS = 4
+#: Seconds a :class:`BackgroundFill` worker waits for work before its thread ends.
+IDLE_S = 2.0
 
 
 def display_levels(level: Any, coarsest: int | None = None) -> list[BlockMeanLevel]:
     """The halved levels of ``level`` (``(H, W)`` or ``(H, W, C)``, read on demand) down to
     the first whose longest side is at most ``coarsest`` (default :data:`COARSEST_SIDE`):
-    factors 2, 4, 8, ... of it. Nothing is read here."""
+    factors 2, 4, 8, ... of it, each knowing the next coarser one (its placeholder while a
+    fill computes it). Nothing is read here."""
     coarsest = COARSEST_SIDE if coarsest is None else int(coarsest)
     if coarsest < 1:
         raise ValueError(f"coarsest must be at least 1 pixel, got {coarsest}.")
@@ -49,7 +64,143 @@ def display_levels(level: Any, coarsest: int | None = None) -> list[BlockMeanLev
     while -(-side // factor) > coarsest:
         factor *= 2
         levels.append(BlockMeanLevel(level, factor))
+    for fine, coarse in zip(levels, levels[1:], strict=False):
+        fine.coarser = coarse
     return levels
+
+
+def levels_of(data: Any) -> list[BlockMeanLevel]:
+    """The block-mean levels in a layer's data (a multiscale list; a level of channels
+    counts as the level it wraps); none for any other data."""
+    if not isinstance(data, Sequence):  # napari's layers hold a MultiScaleData sequence
+        return []
+    found = []
+    for level in data:
+        while isinstance(level, (ChannelsAt, ChannelLevel)):
+            level = level.level
+        if isinstance(level, BlockMeanLevel):
+            found.append(level)
+    return found
+
+
+class BackgroundFill:
+    """Worker threads computing the blocks of a slide's coarse levels that napari's main
+    thread asked for, so that it never decodes the file itself (see the module's notes).
+
+    Threads start when blocks are queued and end after :data:`IDLE_S` seconds without work,
+    or at :meth:`stop`. The newest request is computed first (the view the analyst is
+    looking at now). Progress and failures are read by the front end with :meth:`news`;
+    a block that failed is not asked again (its region stays a placeholder).
+
+    Parameters
+    ----------
+    name : str
+        What is read (the file's name), for messages.
+    workers : int, optional
+        Threads computing blocks at once (JPEG decoding releases the GIL); default
+        :data:`WORKERS`, at most one per CPU.
+    """
+
+    def __init__(self, name: str, workers: int | None = None) -> None:
+        self.name = str(name)
+        self.workers = max(1, int(workers) if workers is not None
+                           else min(WORKERS, os.cpu_count() or 1))
+        self._cond = threading.Condition()
+        self._stack: list[tuple[BlockMeanLevel, tuple[int, int]]] = []  # newest last
+        self._pending: set[tuple[int, tuple[int, int]]] = set()  # queued or computing
+        self._failed: set[tuple[int, tuple[int, int]]] = set()
+        self._errors: list[str] = []
+        self._threads: list[threading.Thread] = []
+        self._stopped = False
+        #: blocks queued and blocks finished (computed or failed) since the fill was made
+        self.asked = 0
+        self.done = 0
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    @property
+    def busy(self) -> bool:
+        """Whether blocks are queued or being computed."""
+        with self._cond:
+            return bool(self._pending)
+
+    @property
+    def threads(self) -> list[threading.Thread]:
+        """The worker threads alive now."""
+        with self._cond:
+            return [t for t in self._threads if t.is_alive()]
+
+    def request(self, level: BlockMeanLevel, keys: list[tuple[int, int]]) -> None:
+        """Queue blocks ``keys`` of ``level`` (those queued, computing or failed are not
+        queued again); the first key is computed first."""
+        with self._cond:
+            if self._stopped:
+                return
+            new = [k for k in keys if (id(level), k) not in self._pending
+                   and (id(level), k) not in self._failed]
+            self._stack.extend((level, k) for k in reversed(new))
+            self._pending.update((id(level), k) for k in new)
+            self.asked += len(new)
+            self._threads = [t for t in self._threads if t.is_alive()]
+            for _ in range(min(self.workers - len(self._threads), len(self._stack))):
+                thread = threading.Thread(target=self._work, daemon=True,
+                                          name=f"attnreg overview of {self.name}")
+                self._threads.append(thread)
+                thread.start()
+            self._cond.notify_all()
+
+    def news(self) -> tuple[int, int, list[str]]:
+        """``(done, asked, errors)``: blocks finished and queued so far, and the messages
+        of failures since the last call (each said once)."""
+        with self._cond:
+            errors, self._errors = self._errors, []
+            return self.done, self.asked, errors
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Drop the queued blocks and end the threads (a block being computed is finished
+        first); waits up to ``timeout`` seconds for them when given."""
+        with self._cond:
+            self._stopped = True
+            for level, key in self._stack:
+                self._pending.discard((id(level), key))
+            self._stack.clear()
+            self._cond.notify_all()
+            threads = list(self._threads)
+        if timeout is not None:
+            end = time.monotonic() + timeout
+            for thread in threads:
+                if thread is not threading.current_thread():
+                    thread.join(max(0.0, end - time.monotonic()))
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stack and not self._stopped:
+                    if not self._cond.wait(IDLE_S) and not self._stack:
+                        self._threads.remove(threading.current_thread())
+                        return
+                if self._stopped:
+                    self._threads.remove(threading.current_thread())
+                    return
+                level, key = self._stack.pop()
+            error = None
+            try:
+                level.compute_block(key)
+            except Exception as err:  # noqa: BLE001 - said to the analyst, the view goes on
+                error = err
+            with self._cond:
+                self._pending.discard((id(level), key))
+                self.done += 1
+                if error is not None:
+                    self._failed.add((id(level), key))
+                    y0, y1, x0, x1 = level.source_region(key)
+                    self._errors.append(
+                        f"Could not read {self.name} at rows {y0}–{y1}, columns {x0}–{x1} "
+                        f"for its overview ({type(error).__name__}: {error}); that part "
+                        f"is left black. The file may be damaged there: copy it again (a "
+                        f"run that reads that part fails too).")
 
 
 class BlockMeanLevel:
@@ -81,6 +232,10 @@ class BlockMeanLevel:
         self._blocks: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         self._held = 0
         self._lock = threading.Lock()
+        #: the next coarser level (its computed blocks stand in for missing ones here)
+        self.coarser: BlockMeanLevel | None = None
+        #: computes blocks off the main thread when attached (else reads compute them)
+        self.fill: BackgroundFill | None = None
 
     @property
     def ndim(self) -> int:
@@ -94,6 +249,22 @@ class BlockMeanLevel:
     def blocks_held(self) -> int:
         """Blocks computed and kept (0 until napari first reads the level)."""
         return len(self._blocks)
+
+    def holds(self, key: tuple[int, int]) -> bool:
+        """Whether block ``key`` is computed and kept."""
+        with self._lock:
+            return key in self._blocks
+
+    def compute_block(self, key: tuple[int, int]) -> None:
+        """Compute block ``key`` and keep it, unless it is kept already."""
+        if not self.holds(key):
+            self._keep(key, self._compute(*key))
+
+    def source_region(self, key: tuple[int, int]) -> tuple[int, int, int, int]:
+        """``(y0, y1, x0, x1)``: the source pixels block ``key`` is computed from."""
+        (by, bx), f, b = key, self.factor, self.block
+        h, w = (int(n) for n in self.source.shape[:2])
+        return by * b * f, min(h, (by + 1) * b * f), bx * b * f, min(w, (bx + 1) * b * f)
 
     def _compute(self, by: int, bx: int) -> np.ndarray:
         """Block ``(by, bx)``: the mean of each ``factor²`` source pixels it covers."""
@@ -134,12 +305,24 @@ class BlockMeanLevel:
                 _, dropped = self._blocks.popitem(last=False)
                 self._held -= dropped.nbytes
 
-    def _blocks_for(self, keys: list[tuple[int, int]]) -> dict[tuple[int, int], np.ndarray]:
+    def _blocks_for(self, keys: list[tuple[int, int]],
+                    defer: bool = False) -> dict[tuple[int, int], np.ndarray]:
+        """Blocks ``keys``: all of them, computed where missing, except when ``defer`` (napari
+        draws) and a fill is attached: then the missing ones are queued and left out."""
         with self._lock:
             found = {k: self._blocks[k] for k in keys if k in self._blocks}
             for k in found:
                 self._blocks.move_to_end(k)
         missing = [k for k in keys if k not in found]
+        fill = self.fill
+        if missing and defer and fill is not None and not fill.stopped \
+                and len(keys) * self._block_bytes() <= self.cache_bytes:
+            # napari draws on the main thread: decoding here froze the viewer (a whole
+            # 20000² JPEG slide for the first whole view); the fill computes them and the
+            # front end redraws. Only when the cache holds all the blocks asked, else
+            # they would push each other out before the redraw reads them.
+            fill.request(self, missing)
+            return found
         if len(missing) > 1:
             with ThreadPoolExecutor(max_workers=min(WORKERS, os.cpu_count() or 1,
                                                     len(missing))) as pool:
@@ -150,14 +333,54 @@ class BlockMeanLevel:
             self._keep(k, block)
         return {**found, **computed}
 
+    def _block_bytes(self) -> int:
+        return self.block * self.block * math.prod(self.shape[2:]) * self.dtype.itemsize
+
+    def _keys(self, y0: int, y1: int, x0: int, x1: int) -> list[tuple[int, int]]:
+        b = self.block
+        return [(by, bx) for by in range(y0 // b, (y1 - 1) // b + 1)
+                for bx in range(x0 // b, (x1 - 1) // b + 1)]
+
+    def _paste(self, out: np.ndarray, y0: int, x0: int,
+               blocks: dict[tuple[int, int], np.ndarray]) -> None:
+        """Copy the parts of ``blocks`` inside ``out`` (whose corner is ``(y0, x0)``)."""
+        b, (y1, x1) = self.block, (y0 + out.shape[0], x0 + out.shape[1])
+        for (by, bx), block in blocks.items():
+            ty, tx = max(y0, by * b), max(x0, bx * b)
+            ey, ex = min(y1, by * b + block.shape[0]), min(x1, bx * b + block.shape[1])
+            out[ty - y0:ey - y0, tx - x0:ex - x0] = block[ty - by * b:ey - by * b,
+                                                          tx - bx * b:ex - bx * b]
+
+    def _computed_region(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray | None:
+        """Rows ``y0:y1``, columns ``x0:x1`` from blocks computed already, here or at a
+        coarser level (each of its pixels repeated over those it covers here); None when
+        neither holds all of it. Reads nothing from the file."""
+        keys = self._keys(y0, y1, x0, x1)
+        with self._lock:
+            found = {k: self._blocks[k] for k in keys if k in self._blocks}
+        if len(found) == len(keys):
+            out = np.empty((y1 - y0, x1 - x0, *self.shape[2:]), self.dtype)
+            self._paste(out, y0, x0, found)
+            return out
+        coarse = self.coarser
+        if coarse is None:
+            return None
+        r = coarse.factor // self.factor
+        cy0, cx0 = y0 // r, x0 // r
+        region = coarse._computed_region(cy0, -(-y1 // r), cx0, -(-x1 // r))
+        if region is None:
+            return None
+        region = region.repeat(r, axis=0).repeat(r, axis=1)
+        return region[y0 - cy0 * r:y1 - cy0 * r, x0 - cx0 * r:x1 - cx0 * r]
+
     def __getitem__(self, key: Any) -> np.ndarray:
-        key = key if isinstance(key, tuple) else (key,)
-        if any(k is Ellipsis for k in key):
-            at = next(i for i, k in enumerate(key) if k is Ellipsis)
-            key = (*key[:at], *(slice(None),) * (self.ndim - len(key) + 1), *key[at + 1:])
-        key = (*key, *(slice(None),) * (self.ndim - len(key)))
-        if len(key) != self.ndim:
-            raise IndexError(f"too many indices for an array of shape {self.shape}")
+        return self.read(key, defer=_napari_draws())
+
+    def read(self, key: Any, defer: bool = False) -> np.ndarray:
+        """The pixels at ``key`` (as ``self[key]``). With ``defer`` and a fill attached,
+        blocks not computed yet are queued for it and stood in for by a coarser level's
+        computed blocks, or zeros: nothing is read from the file here."""
+        key = _full_key(key, self.ndim)
         spans, inner = [], []
         for k, n in zip(key[:2], self.shape[:2], strict=True):
             if isinstance(k, numbers.Integral):
@@ -176,23 +399,37 @@ class BlockMeanLevel:
         if not (len(ys) and len(xs)):
             return np.zeros((len(ys), len(xs), *self.shape[2:]), self.dtype)[(*inner, *key[2:])]
         y0, y1, x0, x1, b = ys[0], ys[-1] + 1, xs[0], xs[-1] + 1, self.block
-        keys = [(by, bx) for by in range(y0 // b, (y1 - 1) // b + 1)
-                for bx in range(x0 // b, (x1 - 1) // b + 1)]
-        blocks = self._blocks_for(keys)
-        out = np.empty((y1 - y0, x1 - x0, *self.shape[2:]), self.dtype)
-        for (by, bx), block in blocks.items():
+        keys = self._keys(y0, y1, x0, x1)
+        blocks = self._blocks_for(keys, defer)
+        out = np.zeros((y1 - y0, x1 - x0, *self.shape[2:]), self.dtype)
+        self._paste(out, y0, x0, blocks)
+        for by, bx in (k for k in keys if k not in blocks):  # being computed by the fill
             ty, tx = max(y0, by * b), max(x0, bx * b)
-            ey, ex = min(y1, by * b + block.shape[0]), min(x1, bx * b + block.shape[1])
-            out[ty - y0:ey - y0, tx - x0:ex - x0] = block[ty - by * b:ey - by * b,
-                                                          tx - bx * b:ex - bx * b]
+            ey, ex = min(y1, (by + 1) * b, self.shape[0]), min(x1, (bx + 1) * b, self.shape[1])
+            stand_in = self._computed_region(ty, ey, tx, ex)
+            if stand_in is not None:
+                out[ty - y0:ey - y0, tx - x0:ex - x0] = stand_in
         return out[(*inner, *key[2:])]
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        whole = self[...]
+        whole = self.read(..., defer=_napari_draws())
         return whole if dtype is None else whole.astype(dtype)
 
     def __repr__(self) -> str:
         return f"BlockMeanLevel(shape={self.shape}, dtype={self.dtype}, factor={self.factor})"
+
+
+def _napari_draws() -> bool:
+    """Whether napari asks, on the main thread (where it draws): the first caller outside
+    this module is napari's. Its reads of a coarse level may be stood in for while a fill
+    computes it; anyone else's (a script, the console, a test) gets the level's pixels."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    caller = str(frame.f_globals.get("__name__", "")) if frame is not None else ""
+    return caller == "napari" or caller.startswith("napari.")
 
 
 def _full_key(key: Any, ndim: int) -> tuple[Any, ...]:
