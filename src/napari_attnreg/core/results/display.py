@@ -210,26 +210,29 @@ def rule_text(thresholds: dict[str, Any]) -> str:
 
 def tissue_tokens(result: AttentionResult) -> np.ndarray | None:
     """Boolean token grid of the tokens a tiled run with a tissue mask tested (those of its
-    tissue tiles); None for a run without a mask. The others were never run: their p, q,
-    lfdr and posterior are NaN (files of earlier versions hold p = 1 there) and their
-    attention 0, a fill that says nothing about them. Read-only: the grid is kept for the
+    tissue tiles, less the glass in them by the mask); None for a run without a mask. The
+    others were never run or were left out as glass: their p, q, lfdr and posterior are NaN
+    (files of earlier versions hold p = 1 there) and their attention 0, a fill that says
+    nothing about them. Read-only: the grid is kept for the
     next caller."""
     tiles = result.null_summary.get("tissue_tiles")
+    glass = result.null_summary.get("tissue_glass_tokens")  # glass of the run tiles
     if not isinstance(tiles, np.ndarray):
-        return tissue_token_grid(tiles, result.metadata, result.patch_size, result.grid_shape)
+        return tissue_token_grid(tiles, result.metadata, result.patch_size, result.grid_shape,
+                                 glass)
     md = result.metadata
     # the records that place the tiles, by value (a few hundred numbers); the run tiles by
     # identity, alive through the weak reference (a result and its re-thresholded copies
-    # share them)
-    key = (id(tiles), *(repr(md.get(k)) for k in ("tile_origins_y", "tile_origins_x",
-                                                  "tile_shape")),
+    # share them), and so the glass left out of them, which they are saved with
+    key = (id(tiles), id(glass), *(repr(md.get(k)) for k in ("tile_origins_y",
+                                                             "tile_origins_x", "tile_shape")),
            tuple(result.patch_size), tuple(result.grid_shape))
     for old in [k for k, (ref, _) in _TISSUE_TOKENS.items() if ref() is None]:
         del _TISSUE_TOKENS[old]  # a closed result's grid (a slide's is megabytes) goes with it
     hit = _TISSUE_TOKENS.get(key)
     if hit is not None and hit[0]() is tiles:
         return hit[1]
-    tested = tissue_token_grid(tiles, md, result.patch_size, result.grid_shape)
+    tested = tissue_token_grid(tiles, md, result.patch_size, result.grid_shape, glass)
     if tested is not None:
         tested.setflags(write=False)  # shared by every caller from now on
     if len(_TISSUE_TOKENS) >= _TISSUE_TOKENS_KEPT:
