@@ -303,3 +303,19 @@ def test_a_users_mask_in_the_layout_of_a_crop_is_placed_over_the_whole_image():
     # as if the mask spanned the crop alone, it would be
     assert not glass[:, 5].any() and glass[:, 6:].all()
     assert glass_tokens(mask, layout)[:, 5].all()
+
+
+def test_the_inspectors_say_the_glass_of_a_run_tile_was_left_out_not_never_run():
+    from napari_attnreg.core.results.display import describe_pixel
+    from napari_attnreg.core.results.patch_report import patch_report
+
+    result = _run("stepdown")
+    sy, sx = result.token_scale
+    inside = ((5 + 0.5) * sy, (13 + 0.5) * sx)  # glass of a run tile (token column 13)
+    outside = ((5 + 0.5) * sy, (25 + 0.5) * sx)  # glass no run tile holds
+    assert "left out of its tissue tile" in describe_pixel(result, *inside)
+    assert "never run" in describe_pixel(result, *outside)
+    report = patch_report(result, *inside)
+    assert not report.tested and not report.significant and report.values == ()
+    assert "its tile was run" in report.text() and "no tissue tile holds" not in report.text()
+    assert "no tissue tile holds" in patch_report(result, *outside).text()

@@ -249,6 +249,20 @@ _TISSUE_TOKENS_KEPT = 8
 
 #: What a front end says of a patch no tissue tile holds.
 GLASS_TEXT = "not tested: glass outside the tissue mask, never run"
+#: What it says of a patch of a tissue tile that is glass by the mask (the tile was run).
+TILE_GLASS_TEXT = "not tested: glass outside the tissue mask, left out of its tissue tile"
+
+
+def glass_text(result: AttentionResult, i: int, j: int) -> str:
+    """:data:`GLASS_TEXT`, or :data:`TILE_GLASS_TEXT` for glass of a run tile, for a token
+    :func:`is_glass` says is glass."""
+    left_out = result.null_summary.get("tissue_glass_tokens")
+    flat = i * result.grid_shape[1] + j
+    if isinstance(left_out, np.ndarray) and left_out.size:
+        k = int(np.searchsorted(left_out, flat))  # ascending, as the run stores them
+        if k < left_out.size and int(left_out[k]) == flat:
+            return TILE_GLASS_TEXT
+    return GLASS_TEXT
 
 
 def is_glass(result: AttentionResult, i: int, j: int) -> bool:
@@ -456,7 +470,7 @@ def describe_pixel(result: AttentionResult, row: float, col: float) -> str:
     i, j = token
     name = MapInfo.of(result).label
     if is_glass(result, i, j):  # its attention 0 is a fill, its statistics NaN
-        return f"x={round(col)} y={round(row)} · patch ({i},{j}) {GLASS_TEXT}"
+        return f"x={round(col)} y={round(row)} · patch ({i},{j}) {glass_text(result, i, j)}"
     where = (f"x={round(col)} y={round(row)} · patch ({i},{j}) "
              f"{name}={result.attention[i, j]:.4g}")
     if result.procedure.uses_step_p:
