@@ -229,7 +229,7 @@ def test_a_saved_result_reopens_with_its_glass_unmarked(preset, tmp_path):
     assert loaded.metadata["n_glass_tokens"] == 160
 
 
-def test_runs_without_glass_in_their_tiles_are_unchanged():
+def test_runs_without_glass_in_their_tiles_are_unchanged(tmp_path):
     """No mask, or a mask of all tissue: every tile run, nothing left out, the same maps."""
     plain, everything = _run("stepdown", "none"), _run("stepdown", "all")
     assert "tissue_glass_tokens" not in plain.null_summary
@@ -239,6 +239,7 @@ def test_runs_without_glass_in_their_tiles_are_unchanged():
     for name in plain.maps:
         np.testing.assert_array_equal(everything.maps[name], plain.maps[name])
     np.testing.assert_array_equal(everything.attention, plain.attention)
+    assert AttentionResult.load(everything.save(tmp_path / "r.npz")) == everything
 
 
 # -- a slide and its automatic mask -----------------------------------------------------------
