@@ -236,6 +236,7 @@ def _measure(r, slide: Slide, seed: int, seconds: float) -> dict:
     for k in np.flatnonzero(kept):
         a, b, c, d = boxes[k]
         tested[int(a / sy) // ph:-(-int(b / sy) // ph), int(c / sx) // pw:-(-int(d / sx) // pw)] = True
+    tested &= ~np.isnan(np.asarray(r.p))  # glass of a run tile is not measured (NaN p)
     glass_tok = r.token_coverage(~tissue) >= 0.9
     edge = kept & (share >= EDGE_MIN) & (share <= 1 - EDGE_MIN)
     interior = kept & (share >= 1 - INTERIOR_MAX_GLASS)

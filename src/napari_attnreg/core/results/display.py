@@ -211,26 +211,29 @@ def rule_text(thresholds: dict[str, Any]) -> str:
 
 def tissue_tokens(result: AttentionResult) -> np.ndarray | None:
     """Boolean token grid of the tokens a tiled run with a tissue mask tested (those of its
-    tissue tiles); None for a run without a mask. The others were never run: their p, q,
-    lfdr and posterior are NaN (files of earlier versions hold p = 1 there) and their
-    attention 0, a fill that says nothing about them. Read-only: the grid is kept for the
+    tissue tiles, less the glass in them by the mask); None for a run without a mask. The
+    others were never run or were left out as glass: their p, q, lfdr and posterior are NaN
+    (files of earlier versions hold p = 1 there) and their attention 0, a fill that says
+    nothing about them. Read-only: the grid is kept for the
     next caller."""
     tiles = result.null_summary.get("tissue_tiles")
+    glass = result.null_summary.get("tissue_glass_tokens")  # glass of the run tiles
     if not isinstance(tiles, np.ndarray):
-        return tissue_token_grid(tiles, result.metadata, result.patch_size, result.grid_shape)
+        return tissue_token_grid(tiles, result.metadata, result.patch_size, result.grid_shape,
+                                 glass)
     md = result.metadata
     # the records that place the tiles, by value (a few hundred numbers); the run tiles by
     # identity, alive through the weak reference (a result and its re-thresholded copies
-    # share them)
-    key = (id(tiles), *(repr(md.get(k)) for k in ("tile_origins_y", "tile_origins_x",
-                                                  "tile_shape")),
+    # share them), and so the glass left out of them, which they are saved with
+    key = (id(tiles), id(glass), *(repr(md.get(k)) for k in ("tile_origins_y",
+                                                             "tile_origins_x", "tile_shape")),
            tuple(result.patch_size), tuple(result.grid_shape))
     for old in [k for k, (ref, _) in _TISSUE_TOKENS.items() if ref() is None]:
         del _TISSUE_TOKENS[old]  # a closed result's grid (a slide's is megabytes) goes with it
     hit = _TISSUE_TOKENS.get(key)
     if hit is not None and hit[0]() is tiles:
         return hit[1]
-    tested = tissue_token_grid(tiles, md, result.patch_size, result.grid_shape)
+    tested = tissue_token_grid(tiles, md, result.patch_size, result.grid_shape, glass)
     if tested is not None:
         tested.setflags(write=False)  # shared by every caller from now on
     if len(_TISSUE_TOKENS) >= _TISSUE_TOKENS_KEPT:
@@ -247,6 +250,20 @@ _TISSUE_TOKENS_KEPT = 8
 
 #: What a front end says of a patch no tissue tile holds.
 GLASS_TEXT = "not tested: glass outside the tissue mask, never run"
+#: What it says of a patch of a tissue tile that is glass by the mask (the tile was run).
+TILE_GLASS_TEXT = "not tested: glass outside the tissue mask, left out of its tissue tile"
+
+
+def glass_text(result: AttentionResult, i: int, j: int) -> str:
+    """:data:`GLASS_TEXT`, or :data:`TILE_GLASS_TEXT` for glass of a run tile, for a token
+    :func:`is_glass` says is glass."""
+    left_out = result.null_summary.get("tissue_glass_tokens")
+    flat = i * result.grid_shape[1] + j
+    if isinstance(left_out, np.ndarray) and left_out.size:
+        k = int(np.searchsorted(left_out, flat))  # ascending, as the run stores them
+        if k < left_out.size and int(left_out[k]) == flat:
+            return TILE_GLASS_TEXT
+    return GLASS_TEXT
 
 
 def is_glass(result: AttentionResult, i: int, j: int) -> bool:
@@ -475,7 +492,7 @@ def describe_pixel(result: AttentionResult, row: float, col: float) -> str:
     name = MapInfo.of(result).label
     xy = pixel_text(row, col, slide_downsample(result.metadata))
     if is_glass(result, i, j):  # its attention 0 is a fill, its statistics NaN
-        return f"{xy} · patch ({i},{j}) {GLASS_TEXT}"
+        return f"{xy} · patch ({i},{j}) {glass_text(result, i, j)}"
     where = f"{xy} · patch ({i},{j}) {name}={result.attention[i, j]:.4g}"
     if result.procedure.uses_step_p:
         maps = result.maps

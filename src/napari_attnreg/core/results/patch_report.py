@@ -26,6 +26,7 @@ import numpy as np
 from napari_attnreg.core.results.display import (
     GLASS_TEXT,
     MapInfo,
+    glass_text,
     is_glass,
     map_level_text,
     pixel_text,
@@ -107,9 +108,11 @@ def patch_report(result: AttentionResult, row: float, col: float) -> PatchReport
     common = {"token": token, "pixel": (round(row), round(col)), "significant": significant,
               "rule": rule_text(result.thresholds_used),
               "full_resolution_per_pixel": slide_downsample(result.metadata)}
-    if is_glass(result, i, j):  # never run: no value of it is a measurement
-        return PatchReport(values=(), null_lines=(f"{GLASS_TEXT[:1].upper()}{GLASS_TEXT[1:]}: "
-                                                  "no tissue tile holds this patch.",),
+    if is_glass(result, i, j):  # never run, or glass of a run tile: no value is reported
+        text = glass_text(result, i, j)
+        why = ("no tissue tile holds this patch." if text == GLASS_TEXT else
+               "its tile was run, but the mask has no tissue within a mask pixel of it.")
+        return PatchReport(values=(), null_lines=(f"{text[:1].upper()}{text[1:]}: {why}",),
                            tested=False, **common)
     if result.procedure.uses_step_p:
         return PatchReport(values=_stepdown_values(result, i, j),

@@ -434,7 +434,8 @@ class AttentionResult:
         # (core.results.display.significance_caption): glass a tissue mask left out was
         # never run, and is no patch that failed the test
         tissue = tissue_token_grid(self.null_summary.get("tissue_tiles"), md,
-                                   self.patch_size, self.grid_shape)
+                                   self.patch_size, self.grid_shape,
+                                   self.null_summary.get("tissue_glass_tokens"))
         total, what = (sig.size, "patches") if tissue is None \
             else (int(tissue.sum()), "tissue patches")
         line = (

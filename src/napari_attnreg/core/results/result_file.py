@@ -315,7 +315,8 @@ class _Reader:
         tissue tile holds them), whose maps hold NaN: derived from the run tiles and the
         tiles' places the file records, as the front ends derive them (all False without
         a mask, or where those records do not describe this grid)."""
-        tested = tissue_token_grid(summary.get("tissue_tiles"), metadata, patch, grid)
+        tested = tissue_token_grid(summary.get("tissue_tiles"), metadata, patch, grid,
+                                   summary.get("tissue_glass_tokens"))
         return np.zeros(grid, dtype=bool) if tested is None else ~tested
 
     def _check_values(self, maps: dict[str, np.ndarray], probabilities: tuple[str, ...],

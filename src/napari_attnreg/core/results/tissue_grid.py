@@ -17,8 +17,9 @@ import numpy as np
 
 
 def tissue_token_grid(tiles: Any, metadata: Mapping[str, Any], patch_size: tuple[int, int],
-                      grid_shape: tuple[int, int]) -> np.ndarray | None:
-    """Boolean ``grid_shape`` map of the tokens the run tiles ``tiles`` hold.
+                      grid_shape: tuple[int, int], glass: Any = None) -> np.ndarray | None:
+    """Boolean ``grid_shape`` map of the tokens the run tiles ``tiles`` hold and measured
+    (all but the ``glass`` tokens of those tiles).
 
     Parameters
     ----------
@@ -29,6 +30,9 @@ def tissue_token_grid(tiles: Any, metadata: Mapping[str, Any], patch_size: tuple
         The result's metadata: ``tile_origins_y``, ``tile_origins_x`` (pixels) and
         ``tile_shape`` (pixels).
     patch_size, grid_shape : (int, int)
+    glass : array of int, optional
+        Flat tokens of run tiles that the run left out as glass by its mask (the result's
+        ``tissue_glass_tokens``; files of earlier versions have none).
 
     Returns
     -------
@@ -61,6 +65,11 @@ def tissue_token_grid(tiles: Any, metadata: Mapping[str, Any], patch_size: tuple
         np.add.at(edges, first, 1)
         np.add.at(edges, np.minimum(first + tw // pw, gw), -1)
         tested[rows[r]:rows[r] + th // ph] |= np.cumsum(edges[:gw]) > 0
+    left_out = np.asarray(glass if glass is not None else [], dtype=np.int64).reshape(-1)
+    if left_out.size and (np.asarray(glass).dtype.kind not in "iu" or left_out.min() < 0
+                          or left_out.max() >= tested.size):
+        return None  # not this grid's records
+    tested.reshape(-1)[left_out] = False
     return tested
 
 

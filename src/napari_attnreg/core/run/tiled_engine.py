@@ -58,6 +58,7 @@ from napari_attnreg.core.run.tiling import (
     TileLayout,
     make_layout,
     run_tiles,
+    scatter,
     work_shape,
 )
 from napari_attnreg.core.run.tissue import TissueMask, tissue_for
@@ -411,7 +412,8 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
     With a tissue mask only the tissue tiles are run and tested; tokens no tissue tile holds
     were never run: their p, q, lfdr and posterior (evidence) are NaN, "not measured", as
     for attention sinks left out of the test, and their attention and z hold 0 as a fill
-    (see :func:`_on_image_grid`).
+    (see :func:`_on_image_grid`). Tokens of a run tile that are glass by the mask
+    (:func:`~.tissue.glass_tokens`) are reported the same way (see :func:`_tile_statistics`).
     """
     if isinstance(image, LazyImage):  # what the file says, unless the caller said it
         config = replace(config, extra={**image.run_extra(), **config.extra})
@@ -420,6 +422,7 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
     backbone = backbone.on(run.device)  # a copy on another device; the shared one never moves
     tiled = replace(tiled, source=tiled.source.to(run.device))
     layout, owned = tiled.layout, tiled.run_tiles()
+    glass = _glass_of(tiled, owned)
     scope = config.null_scope or "image"
     n_tiles = int(owned.order.size)
     n_null = int(config.n_boot) * (n_tiles if scope == "tile" else 1)
@@ -450,30 +453,54 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
             run.lap("nulls_s", t0)
 
             observed, stats = _tile_statistics(owned, layout, tiles.scores, nulls.scores,
-                                               config, run, scope, scorer.needs)
-            maps = TokenMaps(observed, _head_maps(owned, layout, tiles.heads),
-                             tiled.image_shape, layout.shape, backbone.patch_size,
-                             tiled.channel_map.kind)
+                                               config, run, scope, scorer.needs, glass)
+            heads = _head_maps(owned, layout, tiles.heads)
+            if glass is not None:  # not measured: the fill of the tokens of tiles left out
+                left_out = torch.from_numpy(owned.tested[glass])
+                observed.view(-1)[left_out] = 0
+                if heads is not None:
+                    heads.view(heads.shape[0], -1)[:, left_out] = 0
+            maps = TokenMaps(observed, heads, tiled.image_shape, layout.shape,
+                             backbone.patch_size, tiled.channel_map.kind)
             kept = _kept_nulls(owned, layout, nulls.scores, scope) if config.keep_nulls else None
     finally:  # also when cancelled or closed early: the reading thread stops with the run
         tiles.close()
     extra = dict(**scorer.describe(), null_scope=scope, tile_shape=list(layout.tile), n_tiles=n_tiles,
                  tile_origins_y=list(layout.starts[0]), tile_origins_x=list(layout.starts[1]),
                  forward_passes=total, read_on_demand=tiled.reader is not None,
-                 **_tissue_record(tiled, stats))
+                 **_tissue_record(tiled, stats, owned, glass))
+    measured = owned.tested if glass is None else owned.tested[~glass]
     result = run.result(config, backbone, stats, maps, chunk=chunk, kept=kept, extra=extra,
-                        tested=None if owned.complete else owned.tested)
+                        tested=None if measured.size == owned.n_image else measured)
     yield run.progress("statistics", total, total, chunk, "statistics done")
     return result
 
 
-def _tissue_record(tiled: TiledImage, stats: Any) -> dict[str, Any]:
-    """The metadata of the tissue mask (and the mask itself among the saved arrays)."""
+def _tissue_record(tiled: TiledImage, stats: Any, owned: RunTiles,
+                   glass: np.ndarray | None) -> dict[str, Any]:
+    """The metadata of the tissue mask (and the mask itself among the saved arrays).
+
+    ``tissue_glass_tokens`` (among the saved arrays): the flat image tokens of run tiles
+    left out as glass, ascending; with the run tiles they say which tokens were measured.
+    """
     if tiled.tissue is None:
         return {"tissue_mask": "none"}
     stats.null_summary["tissue_mask"] = tiled.tissue.mask.astype(np.uint8)
     stats.null_summary["tissue_tiles"] = tiled.tissue.tiles.copy()
-    return tiled.tissue.record()
+    left_out = np.empty(0, np.int64) if glass is None else owned.tested[glass]
+    stats.null_summary["tissue_glass_tokens"] = left_out.astype(
+        np.int32 if owned.n_image < 2**31 else np.int64)
+    return {**tiled.tissue.record(), "n_glass_tokens": int(left_out.size),
+            "n_tissue_tokens": int(owned.tested.size - left_out.size)}
+
+
+def _glass_of(tiled: TiledImage, owned: RunTiles) -> np.ndarray | None:
+    """``(n_tested,)`` bool: the tokens of run tiles that are glass by the tissue mask
+    (:meth:`~.tissue.TissueMask.glass`); None without a mask or when there are none."""
+    if tiled.tissue is None:
+        return None
+    glass = tiled.tissue.glass(tiled.layout).reshape(-1)[owned.tested]
+    return glass if bool(glass.any()) else None
 
 
 #: Most tiles per chunk: the memory budget decides below it (a small model's tiles are cheap).
@@ -675,7 +702,8 @@ def _assemble(owned: RunTiles, layout: TileLayout, tile_maps: torch.Tensor) -> t
 
 def _tile_statistics(owned: RunTiles, layout: TileLayout, scores: torch.Tensor,
                      null_scores: torch.Tensor, config: RunConfig, run: Run,
-                     scope: str, needs: Needs) -> tuple[torch.Tensor, Any]:
+                     scope: str, needs: Needs,
+                     glass: np.ndarray | None = None) -> tuple[torch.Tensor, Any]:
     """The map of the whole image from its run tiles, and the preset's statistics on the
     tokens the run tiles hold.
 
@@ -683,6 +711,13 @@ def _tile_statistics(owned: RunTiles, layout: TileLayout, scores: torch.Tensor,
     tissue mask are no family, so they take no share of the BH level. The statistics see the
     values their procedure tests (:func:`~.maps.values_for_procedure`); the returned map is
     the raw one, for display.
+
+    ``glass`` (bool over ``owned.tested``): tokens of run tiles that are glass by the mask,
+    reported as not measured. The step-down tests every tile whole (the model saw the tile
+    whole, and dropping hypotheses after a test that controls the family-wise error keeps
+    that control) and drops them afterwards. The pooled presets leave them out before the
+    statistics: the mask does not depend on the attention, and glass counted in π0, the
+    q-values' Benjamini–Hochberg count and the lfdr fit would change the tissue's q and lfdr.
     """
     raw = scores.reshape(scores.shape[0], *layout.tile_grid)
     tested, null_scores = values_for_procedure(
@@ -697,13 +732,16 @@ def _tile_statistics(owned: RunTiles, layout: TileLayout, scores: torch.Tensor,
     tiles = {"families": tile_maps.reshape(owned.order.size, -1).to(run.device),
              "owner": (owned.family, owned.local),
              "family_tokens": owned.family_tokens} if tests_shares(config) else {}
-    stats = run.statistics(
-        config, observed.reshape(-1)[torch.from_numpy(owned.tested)], null_scores, positions,
-        **tiles)
-    return _assemble(owned, layout, raw), _on_image_grid(owned, stats)
+    values = observed.reshape(-1)[torch.from_numpy(owned.tested)]
+    pooled = glass is not None and not tiles
+    if pooled:  # glass left out before pooling (see above)
+        values, positions = values[torch.from_numpy(~glass)], positions[~glass]
+    stats = run.statistics(config, values, null_scores, positions, **tiles)
+    return _assemble(owned, layout, raw), _on_image_grid(owned, stats, glass, pooled)
 
 
-def _on_image_grid(owned: RunTiles, stats: Any) -> Any:
+def _on_image_grid(owned: RunTiles, stats: Any, glass: np.ndarray | None = None,
+                   pooled: bool = False) -> Any:
     """Statistics of the tested tokens spread over the image grid.
 
     Tokens no run tile holds (glass a tissue mask left out) were never run: p, q, lfdr and
@@ -711,19 +749,29 @@ def _on_image_grid(owned: RunTiles, stats: Any) -> Any:
     (:func:`~.maps.mark_untested`), so a saved p or q map never counts them as tested and
     not significant. z is 0 there, a fill as the attention's 0 is: the rules read z only
     with p, which says the token was not tested, and a NaN z would be refused by them.
+    The tokens ``glass`` (bool over ``owned.tested``) of run tiles are reported the same way;
+    ``pooled``: the statistics hold the other tokens alone, else every tested token. The
+    step-down's stored steps still name them (the test is unchanged); their NaN evidence
+    keeps every rule from marking them.
     """
-    if owned.complete:
+    if owned.complete and glass is None:
         return stats
+    measured = owned.tested if glass is None else owned.tested[~glass]
+
+    def spread(values: np.ndarray, fill: float) -> np.ndarray:
+        values = np.asarray(values)
+        if glass is not None and not pooled:
+            values = values[~glass]
+        return scatter(measured, owned.n_image, values, fill)
+
     summary = dict(stats.null_summary)
     if "stepdown_step_token" in summary:  # stored steps name image tokens
         summary["stepdown_step_token"] = owned.tested[summary["stepdown_step_token"]] \
             .astype(np.int32)
-        summary["stepdown_family"] = owned.scatter(summary["stepdown_family"], -1) \
-            .astype(np.int32)
-    return replace(stats, z=owned.scatter(stats.z, 0.0), p=owned.scatter(stats.p, np.nan),
-                   lfdr=owned.scatter(stats.lfdr, np.nan),
-                   posterior=owned.scatter(stats.posterior, np.nan),
-                   q=owned.scatter(stats.q, np.nan), null_summary=summary)
+        summary["stepdown_family"] = spread(summary["stepdown_family"], -1).astype(np.int32)
+    return replace(stats, z=spread(stats.z, 0.0), p=spread(stats.p, np.nan),
+                   lfdr=spread(stats.lfdr, np.nan), posterior=spread(stats.posterior, np.nan),
+                   q=spread(stats.q, np.nan), null_summary=summary)
 
 
 def _kept_nulls(owned: RunTiles, layout: TileLayout, null_scores: torch.Tensor,

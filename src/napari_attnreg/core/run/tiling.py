@@ -177,12 +177,17 @@ class RunTiles:
 
     def scatter(self, values: np.ndarray, fill: float) -> np.ndarray:
         """``(n_tested,)`` values → ``(n_image,)``, ``fill`` at untested tokens."""
-        if self.complete:
-            return np.asarray(values)
-        out = np.full(self.n_image, fill, dtype=np.result_type(np.asarray(values).dtype,
-                                                               np.float64))
-        out[self.tested] = values
-        return out
+        return scatter(self.tested, self.n_image, values, fill)
+
+
+def scatter(tokens: np.ndarray, n_image: int, values: np.ndarray, fill: float) -> np.ndarray:
+    """Values of the flat image tokens ``tokens`` (ascending) → ``(n_image,)``, ``fill``
+    elsewhere (float64 or wider); ``values`` itself when ``tokens`` are all of them."""
+    if tokens.size == n_image:
+        return np.asarray(values)
+    out = np.full(n_image, fill, dtype=np.result_type(np.asarray(values).dtype, np.float64))
+    out[tokens] = values
+    return out
 
 
 def run_tiles(layout: TileLayout, keep: np.ndarray | None = None) -> RunTiles:

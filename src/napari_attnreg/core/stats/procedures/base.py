@@ -216,7 +216,11 @@ class Procedure:
         z = self.map_named(maps, "z")
         z_mask = z >= t["z_th"] if t["z_th"] is not None else np.ones(z.shape, dtype=bool)
         if rule in STEPDOWN_RULES:
-            return stepdown_mask(dict(null_summary), rule, t[RULE_LEVEL[rule]], grid_shape) & z_mask
+            # the steps name every token a family tested; one reported as not measured after
+            # the test (glass of a tissue tile: NaN evidence) is never kept
+            measured = ~np.isnan(np.asarray(maps[self.evidence_map], dtype=np.float64))
+            return (stepdown_mask(dict(null_summary), rule, t[RULE_LEVEL[rule]], grid_shape)
+                    & z_mask & measured)
         if rule == "soft":
             return z_mask & (np.asarray(maps[self.evidence_map], dtype=np.float64) >= 0.5)
         p, lfdr, q = (self.map_named(maps, k) for k in ("p", "lfdr", "q"))
