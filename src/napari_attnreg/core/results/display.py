@@ -406,7 +406,10 @@ ROI_COLUMN_HELP = {
                                 "is narrower than a between-image interval.",
     "attention_enrichment_high": "Upper end of the ratio's 95 % interval.",
     "enrichment_test_note": "'too few significant patches' when fewer than 5 patches of the "
-                            "map are significant: the odds ratio and Fisher p then say little.",
+                            "map are significant: the odds ratio and Fisher p then say little; "
+                            "'not tested' for a region wholly on glass the tissue mask left "
+                            "out; 'covers no pixel' for a region smaller than one pixel of the "
+                            "level analysed (or off the image): no statistic then.",
 }
 
 
