@@ -61,7 +61,7 @@ from napari_attnreg.core.run.tiling import (
     scatter,
     work_shape,
 )
-from napari_attnreg.core.run.tissue import TissueMask, tissue_for
+from napari_attnreg.core.run.tissue import TissueMask, stored_mask, tissue_for
 
 
 def tile_overlap(config: RunConfig, backbone: Backbone) -> int:
@@ -485,7 +485,7 @@ def _tissue_record(tiled: TiledImage, stats: Any, owned: RunTiles,
     """
     if tiled.tissue is None:
         return {"tissue_mask": "none"}
-    stats.null_summary["tissue_mask"] = tiled.tissue.mask.astype(np.uint8)
+    stats.null_summary["tissue_mask"] = stored_mask(tiled.tissue.mask)  # for display
     stats.null_summary["tissue_tiles"] = tiled.tissue.tiles.copy()
     left_out = np.empty(0, np.int64) if glass is None else owned.tested[glass]
     stats.null_summary["tissue_glass_tokens"] = left_out.astype(

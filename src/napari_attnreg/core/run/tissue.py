@@ -22,6 +22,7 @@ Example
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -577,17 +578,63 @@ def tiles_in_tissue(mask: np.ndarray, layout: TileLayout,
     if abs(mh / mw - h / w) > (h / w) * (0.05 + 1.0 / h + 1.0 / w) + 2.0 / min(mh, mw):
         raise ValueError(f"The tissue mask ({mh}x{mw}) does not have the image's proportions "
                          f"({h}x{w}); give a mask of the whole image.")
-    # summed-area table: any tile's tissue count in four look-ups
-    table = np.zeros((mh + 1, mw + 1))
-    table[1:, 1:] = np.cumsum(np.cumsum(mask, axis=0, dtype=np.float64), axis=1)
     th, tw = layout.tile
     y0, y1 = _spans(layout.starts[0], th, h, mh)
     x0, x1 = _spans(layout.starts[1], tw, w, mw)
-    inside = (table[y1[:, None], x1[None, :]] - table[y0[:, None], x1[None, :]]
-              - table[y1[:, None], x0[None, :]] + table[y0[:, None], x0[None, :]])
+    # the summed-area table at the tiles' edges only: a whole table of float64 sums took
+    # 16 bytes per mask pixel (40 GB for a user's mask at a 50,000² slide's resolution)
+    rows, at_row = np.unique(np.concatenate([y0, y1]), return_inverse=True)
+    cols, at_col = np.unique(np.concatenate([x0, x1]), return_inverse=True)
+    table = _table_at(mask, rows, cols)
+    iy0, iy1 = at_row[:y0.size, None], at_row[y0.size:, None]
+    ix0, ix1 = at_col[None, :x0.size], at_col[None, x0.size:]
+    inside = (table[iy1, ix1] - table[iy0, ix1] - table[iy1, ix0] + table[iy0, ix0])
     # (fraction · height) · width, in the order the per-tile formula multiplied
     least = fraction * (y1 - y0)[:, None] * (x1 - x0)[None, :]
     return (inside >= least).ravel()  # C order over the starts, as the tiles
+
+
+def _table_at(mask: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """``table[i, j]``: tissue pixels of ``mask[:rows[i], :cols[j]]`` (ascending edges),
+    summed a band of rows at a time (:data:`GLASS_BLOCK_PIXELS`), exact in int64."""
+    mh, mw = mask.shape
+    table = np.zeros((rows.size, cols.size), dtype=np.int64)
+    above = np.zeros(mw, dtype=np.int64)  # tissue per column in the rows summed so far
+    band = max(1, GLASS_BLOCK_PIXELS // max(mw, 1))
+    done = 0
+    for i, edge in enumerate(rows):
+        for start in range(done, int(edge), band):
+            above += mask[start:min(int(edge), start + band)].sum(axis=0, dtype=np.int64)
+        done = max(done, int(edge))
+        running = np.concatenate([[0], np.cumsum(above)])
+        table[i] = running[cols]
+    return table
+
+
+#: Most pixels of the tissue mask kept with a result (4096², a few MB compressed): it is
+#: for display (napari's mask layer, the notebook's edge); what was measured is recorded as
+#: tiles and glass tokens.
+STORED_MASK_PIXELS = 1 << 24
+
+
+def stored_mask(mask: np.ndarray, most: int | None = None) -> np.ndarray:
+    """``mask`` (bool) as the uint8 image a result keeps: itself up to ``most`` pixels
+    (default :data:`STORED_MASK_PIXELS`); a larger one (a user's mask at a slide's full
+    resolution) reduced by whole blocks, each tissue where at least half of it is, a band of
+    rows at a time."""
+    most = STORED_MASK_PIXELS if most is None else int(most)
+    mh, mw = mask.shape
+    if mh * mw <= most:
+        return mask.astype(np.uint8)
+    f = math.ceil(math.sqrt(mh * mw / most))
+    starts = np.arange(0, mw, f)
+    widths = np.minimum(starts + f, mw) - starts
+    out = np.empty((-(-mh // f), starts.size), dtype=np.uint8)
+    for i in range(out.shape[0]):
+        band = mask[i * f:(i + 1) * f]
+        counts = np.add.reduceat(band.sum(axis=0, dtype=np.int64), starts)
+        out[i] = 2 * counts >= band.shape[0] * widths
+    return out
 
 
 def _spans(starts: tuple[int, ...], size: int, length: int,
