@@ -119,3 +119,26 @@ def test_a_small_table_stays_synchronous(panel_record, monkeypatch):
     monkeypatch.setattr(roi_panel, "BACKGROUND_TABLE_SIZE", (SIDE // 14) ** 2)
     panel.set_layer(shapes)
     assert panel.worker is None and len(panel.rows) == 2
+
+
+def test_a_threshold_move_does_not_read_the_shapes_again(panel_record, monkeypatch):
+    """napari triangulates every shape of the copy the polygons are read from: 0.5 s for four
+    400-vertex regions, on the GUI thread at every move, before the table was kept off it."""
+    from napari_attnreg._napari import roi_geometry, roi_panel
+
+    panel, _, session, shapes = panel_record
+    monkeypatch.setattr(roi_panel, "BACKGROUND_TABLE_SIZE", (SIDE // 14) ** 2)
+    calls = []
+    read = roi_geometry.shapes_roi_polygons
+    monkeypatch.setattr(roi_geometry, "shapes_roi_polygons",
+                        lambda *a: calls.append(1) or read(*a))
+    panel.set_layer(shapes)
+    session.set_thresholds({"p_th": 0.01}, "img")
+    panel.update_table()
+    assert len(calls) == 1 and len(panel.rows) == 2
+    shapes.add_rectangles(np.array([[1100.0, 100.0], [1300.0, 300.0]]))
+    panel.update_table()
+    assert len(calls) == 2 and len(panel.rows) == 3
+    shapes.translate = (0.0, 14.0)  # the same data placed elsewhere
+    panel.update_table()
+    assert len(calls) == 3

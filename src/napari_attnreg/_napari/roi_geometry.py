@@ -207,9 +207,30 @@ class RoiPlane:
     labels: np.ndarray | None = None
 
 
-def roi_planes(record: RunRecord, layer: Any) -> list[RoiPlane]:
+def _cached_polygons(layer: Any, src: SourceGeometry, plane: PlaneIndex, cache: dict | None
+                     ) -> tuple[list[np.ndarray], list[int]]:
+    """:func:`shapes_roi_polygons`, kept in ``cache`` while the shapes and both layers' placing
+    stay: napari triangulates every shape of the copy it is read from (0.5 s for four drawn
+    regions of 400 vertices), on the GUI thread, at every threshold move."""
+    if cache is None:
+        return shapes_roi_polygons(layer, src, plane)
+    _check_plain_transform(src, layer)
+    key = ("polygons", id(layer), plane, src.shape, src.scale, src.translate,
+           tuple(np.asarray(layer.scale, dtype=float)),
+           tuple(np.asarray(layer.translate, dtype=float)), tuple(layer.shape_type),
+           tuple(int(z) for z in layer.z_index),
+           tuple((np.shape(d), np.asarray(d, dtype=float).tobytes()) for d in layer.data))
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = shapes_roi_polygons(layer, src, plane)
+    return found
+
+
+def roi_planes(record: RunRecord, layer: Any, cache: dict | None = None) -> list[RoiPlane]:
     """Read the ROIs of ``layer`` for every computed plane of ``record`` (call it where the
     layer lives, napari's GUI thread: :func:`planes_roi_rows` may then run on any thread).
+
+    ``cache`` (the one :func:`planes_roi_rows` takes) keeps a large plane's polygons.
     """
     from napari.layers import Shapes
 
@@ -223,7 +244,7 @@ def roi_planes(record: RunRecord, layer: Any) -> list[RoiPlane]:
         # mask" included): the table of the selected image uses its thresholds, not another's
         result = record.shown(plane)
         if large:
-            polygons, ids = shapes_roi_polygons(layer, record.geometry, plane)
+            polygons, ids = _cached_polygons(layer, record.geometry, plane, cache)
             planes.append(RoiPlane(plane, result, polygons=polygons, ids=ids))
         else:
             planes.append(RoiPlane(plane, result,
@@ -236,7 +257,7 @@ def planes_roi_rows(planes: list[RoiPlane],
     """The core's ROI table of every plane of :func:`roi_planes` (stacks: a ``plane`` column).
 
     ``cache`` keeps a large plane's polygon tokens between calls (a threshold move changes
-    the rows, not the regions' tokens); the caller owns it.
+    the rows, not the regions' tokens); the caller owns it (a dict, or None).
     """
     rows: list[dict] = []
     for item in planes:
@@ -249,7 +270,7 @@ def planes_roi_rows(planes: list[RoiPlane],
             if tokens is None:
                 tokens = polygon_tokens(result, polygons)
                 if cache is not None:
-                    if len(cache) > 4 * len(planes):
+                    if len(cache) > 8 * len(planes):
                         cache.clear()  # shapes edited since: old keys would only pile up
                     cache[key] = tokens
             table = polygon_roi_table(result, polygons, labels=ids, tokens=tokens)
@@ -267,4 +288,4 @@ def record_roi_rows(record: RunRecord, layer: Any,
     ``cache`` keeps a large plane's polygon tokens between calls (a threshold move changes
     the rows, not the regions' tokens); the caller owns it.
     """
-    return planes_roi_rows(roi_planes(record, layer), cache)
+    return planes_roi_rows(roi_planes(record, layer, cache), cache)

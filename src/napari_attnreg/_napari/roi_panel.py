@@ -249,7 +249,8 @@ class RoiPanel(QWidget):
             self._finish([], "Choose a Shapes or Labels layer with ROIs.")
             return
         try:
-            planes = roi_planes(record, layer)  # the layer is read here, on the GUI thread
+            # the layer is read here, on the GUI thread
+            planes = roi_planes(record, layer, self._token_cache)
             if _size(planes) > BACKGROUND_TABLE_SIZE:
                 self._in_background(planes, record)
                 return
