@@ -74,6 +74,7 @@ def test_threshold_moves_during_a_table_keep_only_the_latest(panel_record, monke
     panel.set_layer(shapes)  # the first table starts on a worker and waits
     assert panel.status.text() == UPDATING and not panel.table.isEnabled()
     assert not panel.export_button.isEnabled()
+    assert panel.updating
     for p_th in (0.02, 0.01):  # two quick moves while it computes
         session.set_thresholds({"p_th": p_th}, "img")
         panel.update_table()
@@ -89,7 +90,7 @@ def test_threshold_moves_during_a_table_keep_only_the_latest(panel_record, monke
     assert [r["frac_significant"] for r in panel.rows] == [r["frac_significant"] for r in want]
     assert panel.table.isEnabled() and panel.table.rowCount() == 2
     assert "2 ROI row(s)" in panel.status.text()
-    assert panel.export_button.isEnabled()
+    assert panel.export_button.isEnabled() and not panel.updating
 
 
 @pytest.mark.parametrize(("error", "shown"), [

@@ -276,6 +276,11 @@ class RoiPanel(QWidget):
         self._on_layer_selection()  # the new rows keep the layer's selection
 
     # ---- a large table on a worker thread --------------------------------------------------
+    @property
+    def updating(self) -> bool:
+        """A table is being computed: :attr:`rows` are still those of the previous request."""
+        return self.worker is not None or self._wanted is not None
+
     def _in_background(self, planes: list[Any], record: RunRecord) -> None:
         # a level-0 slide's table takes a second or more: on the GUI thread every threshold
         # move froze the viewer that long, and quick moves queued stale tables behind it
