@@ -10,6 +10,7 @@ is refused above :data:`MAX_LABELS_LAYER_PIXELS`, saying to draw shapes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -194,12 +195,42 @@ def _too_large_for_labels(layer: Any, src: SourceGeometry) -> str:
             "as polygons at any size), or run at a coarser level or resolution.")
 
 
-def record_roi_rows(record: RunRecord, layer: Any,
-                    cache: dict[tuple, list[PolygonTokens]] | None = None) -> list[dict]:
-    """The core's ROI table for every computed plane of ``record`` (stacks: a ``plane`` column).
+@dataclass(frozen=True)
+class RoiPlane:
+    """What one plane's ROI rows are computed from, read off the layer: the plane's result
+    and its ROIs, as polygons and ids (a plane too large for a label image) or labels."""
 
-    ``cache`` keeps a large plane's polygon tokens between calls (a threshold move changes
-    the rows, not the regions' tokens); the caller owns it.
+    plane: PlaneIndex
+    result: Any
+    polygons: list[np.ndarray] | None = None
+    ids: list[int] | None = None
+    labels: np.ndarray | None = None
+
+
+def _cached_polygons(layer: Any, src: SourceGeometry, plane: PlaneIndex, cache: dict | None
+                     ) -> tuple[list[np.ndarray], list[int]]:
+    """:func:`shapes_roi_polygons`, kept in ``cache`` while the shapes and both layers' placing
+    stay: napari triangulates every shape of the copy it is read from (0.5 s for four drawn
+    regions of 400 vertices), on the GUI thread, at every threshold move."""
+    if cache is None:
+        return shapes_roi_polygons(layer, src, plane)
+    _check_plain_transform(src, layer)
+    key = ("polygons", id(layer), plane, src.shape, src.scale, src.translate,
+           tuple(np.asarray(layer.scale, dtype=float)),
+           tuple(np.asarray(layer.translate, dtype=float)), tuple(layer.shape_type),
+           tuple(int(z) for z in layer.z_index),
+           tuple((np.shape(d), np.asarray(d, dtype=float).tobytes()) for d in layer.data))
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = shapes_roi_polygons(layer, src, plane)
+    return found
+
+
+def roi_planes(record: RunRecord, layer: Any, cache: dict | None = None) -> list[RoiPlane]:
+    """Read the ROIs of ``layer`` for every computed plane of ``record`` (call it where the
+    layer lives, napari's GUI thread: :func:`planes_roi_rows` may then run on any thread).
+
+    ``cache`` (the one :func:`planes_roi_rows` takes) keeps a large plane's polygons.
     """
     from napari.layers import Shapes
 
@@ -207,25 +238,54 @@ def record_roi_rows(record: RunRecord, layer: Any,
     large = h * w > LABEL_IMAGE_PIXELS and isinstance(layer, Shapes)
     if h * w > MAX_LABELS_LAYER_PIXELS and not isinstance(layer, Shapes):
         raise ValueError(_too_large_for_labels(layer, record.geometry))
-    rows: list[dict] = []
+    planes = []
     for plane in sorted(record.results):
         # the thresholds chosen for this image travel as the result's own (q_th and "no z
         # mask" included): the table of the selected image uses its thresholds, not another's
         result = record.shown(plane)
         if large:
-            polygons, ids = shapes_roi_polygons(layer, record.geometry, plane)
+            polygons, ids = _cached_polygons(layer, record.geometry, plane, cache)
+            planes.append(RoiPlane(plane, result, polygons=polygons, ids=ids))
+        else:
+            planes.append(RoiPlane(plane, result,
+                                   labels=roi_labels(layer, record.geometry, plane)))
+    return planes
+
+
+def planes_roi_rows(planes: list[RoiPlane],
+                    cache: dict[tuple, list[PolygonTokens]] | None = None) -> list[dict]:
+    """The core's ROI table of every plane of :func:`roi_planes` (stacks: a ``plane`` column).
+
+    ``cache`` keeps a large plane's polygon tokens between calls (a threshold move changes
+    the rows, not the regions' tokens); the caller owns it (a dict, or None).
+    """
+    rows: list[dict] = []
+    for item in planes:
+        result, plane = item.result, item.plane
+        if item.polygons is not None:
+            polygons, ids = item.polygons, list(item.ids or [])
             key = (plane, tuple(result.image_shape), result.grid_shape, result.token_scale,
                    tuple(ids), tuple(v.tobytes() for v in polygons))
             tokens = None if cache is None else cache.get(key)
             if tokens is None:
                 tokens = polygon_tokens(result, polygons)
                 if cache is not None:
-                    if len(cache) > 4 * len(record.results):
+                    if len(cache) > 8 * len(planes):
                         cache.clear()  # shapes edited since: old keys would only pile up
                     cache[key] = tokens
             table = polygon_roi_table(result, polygons, labels=ids, tokens=tokens)
         else:
-            table = roi_table(result, roi_labels(layer, record.geometry, plane))
+            table = roi_table(result, item.labels)
         for row in table:
             rows.append({"plane": list(plane), **row} if plane else row)
     return rows
+
+
+def record_roi_rows(record: RunRecord, layer: Any,
+                    cache: dict[tuple, list[PolygonTokens]] | None = None) -> list[dict]:
+    """The core's ROI table for every computed plane of ``record`` (stacks: a ``plane`` column).
+
+    ``cache`` keeps a large plane's polygon tokens between calls (a threshold move changes
+    the rows, not the regions' tokens); the caller owns it.
+    """
+    return planes_roi_rows(roi_planes(record, layer, cache), cache)

@@ -35,7 +35,7 @@ from superqt.utils import qdebounced
 from napari_attnreg._napari.dialogs import save_through_dialog
 from napari_attnreg._napari.option_controls import choose_item
 from napari_attnreg._napari.roi_export import roi_features, size_advice, write_roi_csv
-from napari_attnreg._napari.roi_geometry import record_roi_rows
+from napari_attnreg._napari.roi_geometry import RoiPlane, planes_roi_rows, roi_planes
 from napari_attnreg._napari.run_record import RunRecord
 from napari_attnreg._napari.slice_cue import shown_plane
 from napari_attnreg._napari.source_panel import is_output
@@ -48,6 +48,19 @@ from napari_attnreg.core.results.display import (
     rule_text,
 )
 from napari_attnreg.core.stats.roi import MIN_SIGNIFICANT_FOR_ENRICHMENT
+
+#: Size of a table above which it is computed on a worker thread: the tokens of the planes
+#: measured as polygons (a threshold move's work) plus the pixels of those measured on a
+#: label image. A slide analysed at full resolution (50,000², 12.7 M tokens) took seconds
+#: a move; up to this size (0.1-0.2 s) the table stays synchronous: shown at once, simpler.
+BACKGROUND_TABLE_SIZE = 1 << 21
+#: The status line while a table is being computed.
+UPDATING = "Updating the ROI table…"
+
+
+def _size(planes: list[RoiPlane]) -> int:
+    return sum(int(np.prod(item.result.grid_shape if item.labels is None
+                           else item.result.image_shape)) for item in planes)
 
 
 def table_columns() -> list[str]:
@@ -102,6 +115,10 @@ class RoiPanel(QWidget):
         # a slide's shapes rasterized as tokens (record_roi_rows): every threshold move
         # updates the table, and rasterizing level-0 regions again each time would lag
         self._token_cache: dict = {}
+        self.worker: Any = None  # the table being computed on a worker thread, if any
+        self._wanted: tuple[int, list[RoiPlane], RunRecord] | None = None  # the next one
+        self._generation = 0  # of the latest request: an older table is not shown
+        self._closed = False
 
         self.layer_combo = QComboBox()
         self.layer_combo.setToolTip("A Shapes or Labels layer; each shape / label id is one ROI.")
@@ -152,6 +169,7 @@ class RoiPanel(QWidget):
         self._viewer.layers.events.inserted.disconnect(self._on_inserted)
         self._viewer.dims.events.current_step.disconnect(self._on_step)
         self._watch(None)
+        self._closed, self._wanted = True, None  # a table still computing is dropped
 
     # ---- ROI layer list ---------------------------------------------------------------
     def roi_layers(self) -> list[Any]:
@@ -216,29 +234,94 @@ class RoiPanel(QWidget):
 
     # ---- table -------------------------------------------------------------------------
     def update_table(self) -> None:
-        """Recompute the rows from the current record, ROI layer and thresholds."""
+        """Recompute the rows from the current record, ROI layer and thresholds.
+
+        A table larger than :data:`BACKGROUND_TABLE_SIZE` is computed on a worker thread
+        (the table says it is updating meanwhile); the latest call wins.
+        """
+        self._generation += 1
         record = self._record = self._current_record()
         layer = self.current_layer()
-        rows: list[dict] = []
         if record is None:
-            self.status.setText("Run the analysis on the image first.")
-        elif layer is None:
-            self.status.setText("Choose a Shapes or Labels layer with ROIs.")
+            self._finish([], "Run the analysis on the image first.")
+            return
+        if layer is None:
+            self._finish([], "Choose a Shapes or Labels layer with ROIs.")
+            return
+        try:
+            # the layer is read here, on the GUI thread
+            planes = roi_planes(record, layer, self._token_cache)
+            if _size(planes) > BACKGROUND_TABLE_SIZE:
+                self._in_background(planes, record)
+                return
+            rows = planes_roi_rows(planes, self._token_cache)
+        except ValueError as err:
+            self._finish([], str(err))
         else:
-            try:
-                rows = record_roi_rows(record, layer, self._token_cache)
-            except ValueError as err:
-                self.status.setText(str(err))
-            else:
-                text = (f"{len(rows)} ROI row(s) · significant: {rule_text(record.thresholds)} · "
-                        "token in ROI when ≥50% covered")
-                for advice in (size_advice(rows, record), enrichment_advice(record)):
-                    if advice:
-                        text += f"<br><span style='color:{WARNING_COLOR}'>⚠ {advice}</span>"
-                self.status.setText(text)
+            self._finish(rows, self._summary(rows, record))
+
+    def _summary(self, rows: list[dict], record: RunRecord) -> str:
+        text = (f"{len(rows)} ROI row(s) · significant: {rule_text(record.thresholds)} · "
+                "token in ROI when ≥50% covered")
+        for advice in (size_advice(rows, record), enrichment_advice(record)):
+            if advice:
+                text += f"<br><span style='color:{WARNING_COLOR}'>⚠ {advice}</span>"
+        return text
+
+    def _finish(self, rows: list[dict], text: str) -> None:
+        self.table.setEnabled(True)
+        self.status.setText(text)
         self._show(rows)
         self._write_features()
         self._on_layer_selection()  # the new rows keep the layer's selection
+
+    # ---- a large table on a worker thread --------------------------------------------------
+    @property
+    def updating(self) -> bool:
+        """A table is being computed: :attr:`rows` are still those of the previous request."""
+        return self.worker is not None or self._wanted is not None
+
+    def _in_background(self, planes: list[Any], record: RunRecord) -> None:
+        # a level-0 slide's table takes a second or more: on the GUI thread every threshold
+        # move froze the viewer that long, and quick moves queued stale tables behind it
+        self._wanted = (self._generation, planes, record)
+        self.table.setEnabled(False)  # the rows shown are of the previous thresholds
+        self.export_button.setEnabled(False)
+        self.status.setText(UPDATING)
+        if self.worker is None:
+            self._start_wanted()
+        # else: the running table is dropped when it ends and the latest request starts then
+
+    def _start_wanted(self) -> None:
+        from napari.qt.threading import create_worker
+
+        if self._wanted is None or self._closed:
+            return
+        generation, planes, record = self._wanted
+        self._wanted = None
+        # errors are shown in the status line (_on_failed), not raised again in the GUI
+        worker = create_worker(planes_roi_rows, planes, self._token_cache,
+                               _start_thread=False, _ignore_errors=True)
+        worker.returned.connect(lambda rows: self._on_rows(generation, record, rows))
+        worker.errored.connect(lambda err: self._on_failed(generation, err))
+        worker.finished.connect(self._on_worker_done)
+        self.worker = worker
+        worker.start()
+
+    def _on_rows(self, generation: int, record: RunRecord, rows: list[dict]) -> None:
+        if generation == self._generation and not self._closed:
+            self._finish(rows, self._summary(rows, record))
+
+    def _on_failed(self, generation: int, err: BaseException) -> None:
+        from napari_attnreg.core.run.service import user_message
+
+        if generation == self._generation and not self._closed:
+            self._finish([], str(err) if isinstance(err, ValueError) else
+                         f"ROI table not computed: {user_message(err)}")
+
+    def _on_worker_done(self) -> None:
+        self.worker = None
+        self._start_wanted()  # a request made while this one ran (only the latest is kept)
 
     def _show(self, rows: list[dict]) -> None:
         self.rows = rows

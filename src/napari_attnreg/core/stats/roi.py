@@ -28,7 +28,11 @@ from __future__ import annotations
 
 import csv
 import math
+import threading
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -339,80 +343,202 @@ def roi_table(
     def regions():
         for label in np.unique(labels[labels > 0]):
             roi = labels == label
-            yield int(label), int(roi.sum()), roi_tokens(result, roi)
+            yield int(label), int(roi.sum()), _as_block(roi_tokens(result, roi))
 
     return _rows(result, regions(), rule=rule, p_th=p_th, l_th=l_th, z_th=z_th, q_th=q_th)
 
 
 def _rows(result: Any, regions: Any, **given: Any) -> list[dict]:
-    """The rows of :func:`roi_table` from ``(label, area_px, member)`` triples (``member``:
-    the ROI's tokens on the whole grid), whichever way the ROIs were drawn."""
+    """The rows of :func:`roi_table` from ``(label, area_px, tokens)`` triples (``tokens``:
+    the ROI's :class:`PolygonTokens` block of the grid), whichever way the ROIs were drawn.
+
+    Every statistic of the outside of a region comes from the whole map's (:class:`_MapTotals`,
+    kept between threshold moves) less the region's own, so a row costs what its region
+    holds, not the map: on a level-0 slide each region used to copy the whole map (twice, in
+    float64) for its enrichment and counts.
+    """
     thresholds = {k: v for k, v in given.items() if v is not None}
     significant = np.asarray(result.significant(**thresholds), dtype=bool)
-    regularized = np.asarray(result.regularized(**thresholds), dtype=np.float64)
-    attention = np.asarray(result.attention, dtype=np.float64)
-    posterior = np.asarray(result.evidence, dtype=np.float64)
-    # glass a tiled run's tissue mask left out was never run (NaN evidence): no measure
-    # counts it, inside an ROI or outside (its attention 0 is a fill, and counted outside it
-    # inflated every enrichment)
-    glass = np.isnan(posterior) if "tissue_tiles" in getattr(result, "null_summary", {}) \
-        else None
-    if glass is not None and glass.any():
-        significant, regularized, attention, posterior = (
-            values[~glass] for values in (significant, regularized, attention, posterior))
-
-    # every ROI ranks against the attention outside it: the map sorted once, each ROI's own
-    # taken off (sorting the outside again per ROI took seconds on a level-0 slide's grid)
-    reference = np.sort(attention, axis=None)
+    regularized = np.asarray(result.regularized(**thresholds))
+    attention = np.asarray(result.attention)
+    posterior = np.asarray(result.evidence)
+    totals = _map_totals(result)
+    tested = totals.tested
+    # significant tokens of the tested map (glass a tissue mask left out is never counted)
+    n_significant = int(np.count_nonzero(significant if tested is None
+                                         else significant & tested))
+    note = TOO_FEW_SIGNIFICANT if n_significant < MIN_SIGNIFICANT_FOR_ENRICHMENT else ""
     rows = []
-    for label, area_px, member in regions:
+    for label, area_px, tokens in regions:
         if area_px == 0:  # smaller than a pixel of this result (or off it): nothing to count
             rows.append({**dict.fromkeys(ROI_COLUMNS, math.nan), "label": label,
                          "area_px": 0, "n_tokens": 0, "enrichment_test_note": NO_PIXELS})
             continue
-        if glass is not None and glass.any():
-            member = member[~glass]
+        (r0, c0), (h, w) = tokens.origin, tokens.local.shape
+        block = (slice(r0, r0 + h), slice(c0, c0 + w))
+        member = tokens.local if tested is None else tokens.local & tested[block]
         if not member.any():  # an ROI on glass alone: nothing in it was tested
             rows.append({**dict.fromkeys(ROI_COLUMNS, math.nan), "label": label,
                          "area_px": area_px, "n_tokens": 0,
                          "enrichment_test_note": NOT_TESTED})
             continue
-        outside = ~member
-        table = np.array([
-            [np.sum(significant & member), np.sum(~significant & member)],
-            [np.sum(significant & outside), np.sum(~significant & outside)],
-        ])
-        if outside.any():
-            pct_raw, pct_reg = (_mean_outside_percentile(values[member], attention[member],
-                                                         reference)
-                                for values in (attention, regularized))
+        # the members in the grid's row-major order, as a boolean index of the whole map
+        # gives them (so every mean over them is the same sum, to the bit)
+        att_in, reg_in = attention[block][member], regularized[block][member]
+        sig_in = significant[block][member]
+        n_in, k_in = int(member.sum()), int(np.count_nonzero(sig_in))
+        n_out, k_out = totals.n - n_in, n_significant - k_in
+        table = np.array([[k_in, n_in - k_in], [k_out, n_out - k_out]])
+        if n_out > 0:
+            pct_raw, pct_reg = (_mean_outside_percentile(values, att_in, totals.reference)
+                                for values in (att_in, reg_in))
         else:
             pct_raw = pct_reg = math.nan
+        inside = att_in.astype(np.float64)
         rows.append({
             "label": label,
             "area_px": area_px,
-            "n_tokens": int(member.sum()),
-            "mean_attention": float(attention[member].mean()),
+            "n_tokens": n_in,
+            "mean_attention": float(inside.mean()),
             **dict(zip(("attention_enrichment", "attention_enrichment_low",
-                        "attention_enrichment_high"), attention_enrichment(attention, member))),
-            "mean_regularized": float(regularized[member].mean()),
-            "mean_posterior": _mean_tested(posterior[member]),
-            "frac_significant": float(significant[member].mean()),
+                        "attention_enrichment_high"),
+                       _enrichment(inside, totals,
+                                   partial(_outside, attention, tokens, tested)))),
+            "mean_regularized": float(reg_in.astype(np.float64).mean()),
+            "mean_posterior": _mean_tested(posterior[block][member].astype(np.float64)),
+            "frac_significant": float(sig_in.mean()),
             "mean_pct_raw": pct_raw,
             "mean_pct_regularized": pct_reg,
             **dict(zip(("odds_ratio", "odds_ratio_low", "odds_ratio_high"), _odds_ratio(table))),
             "fisher_p": float(fisher_exact(table).pvalue),
-            "enrichment_test_note": TOO_FEW_SIGNIFICANT if significant.sum()
-            < MIN_SIGNIFICANT_FOR_ENRICHMENT else "",
+            "enrichment_test_note": note,
         })
     return rows
+
+
+@dataclass(frozen=True)
+class _MapTotals:
+    """What the ROI table needs of the whole attention map, whatever the region or threshold.
+
+    ``tested``: the tokens that were tested (None: all; a tiled run's tissue mask leaves glass
+    out, NaN evidence); ``n``, ``total``, ``m2``: their count, float64 sum and sum of squared
+    deviations from the mean; ``reference``: their attention sorted, in the map's own dtype.
+    """
+
+    tested: np.ndarray | None
+    n: int
+    total: float
+    m2: float
+    reference: np.ndarray
+
+
+#: Rows of the map summed at a time by :func:`_map_totals` (its float64 working copy).
+_TOTALS_ROWS = 256
+
+
+def _compute_totals(attention: np.ndarray, tested: np.ndarray | None) -> _MapTotals:
+    # the map sorted once: every ROI ranks against it less its own tokens (sorting each
+    # ROI's outside took seconds on a level-0 slide's grid)
+    if tested is None:
+        reference = np.sort(attention, axis=None)
+    else:
+        reference = attention[tested]  # a copy already: sorted in place
+        reference.sort()
+    flat = reference  # summed in chunks: a float64 copy of a slide's map is 100 MB
+    n = int(flat.size)
+    chunk = _TOTALS_ROWS * max(1, attention.shape[-1])
+    total = math.fsum(float(flat[i:i + chunk].sum(dtype=np.float64))
+                      for i in range(0, n, chunk))
+    mean = total / n if n else 0.0
+    m2 = math.fsum(float(np.square(flat[i:i + chunk].astype(np.float64) - mean).sum())
+                   for i in range(0, n, chunk))
+    return _MapTotals(tested, n, total, m2, reference)
+
+
+_TOTALS_CACHE: dict[tuple, tuple[list[weakref.ref], _MapTotals]] = {}
+_TOTALS_LOCK = threading.Lock()
+#: Maps whose totals are kept (those of recently shown results).
+_TOTALS_KEPT = 4
+
+
+def _map_totals(result: Any) -> _MapTotals:
+    """:class:`_MapTotals` of ``result``, kept while its maps live: a threshold move makes a
+    new result with the same maps, and sorting a slide's map again took a second."""
+    attention = np.asarray(result.attention)
+    evidence = np.asarray(result.evidence)
+    masked = "tissue_tiles" in getattr(result, "null_summary", {})
+    key = (id(attention), id(evidence), masked)
+    with _TOTALS_LOCK:
+        entry = _TOTALS_CACHE.get(key)
+        if entry is not None and entry[0][0]() is attention and entry[0][1]() is evidence:
+            return entry[1]
+    # glass a tiled run's tissue mask left out was never run (NaN evidence): no measure
+    # counts it, inside an ROI or outside (its attention 0 is a fill, and counted outside it
+    # inflated every enrichment)
+    glass = np.isnan(evidence) if masked else None
+    tested = ~glass if glass is not None and glass.any() else None
+    totals = _compute_totals(attention, tested)
+    try:
+        refs = [weakref.ref(attention), weakref.ref(evidence)]
+    except TypeError:  # not weak-referenceable (a view, a memory map): no keeping
+        return totals
+    with _TOTALS_LOCK:
+        _TOTALS_CACHE[key] = (refs, totals)
+        while len(_TOTALS_CACHE) > _TOTALS_KEPT:
+            _TOTALS_CACHE.pop(next(iter(_TOTALS_CACHE)))
+    return totals
+
+
+def _outside(attention: np.ndarray, tokens: PolygonTokens,
+             tested: np.ndarray | None) -> np.ndarray:
+    """The tested attention outside an ROI, in float64 (a copy of the whole map)."""
+    keep = np.ones(attention.shape, dtype=bool) if tested is None else tested.copy()
+    (r0, c0), (h, w) = tokens.origin, tokens.local.shape
+    keep[r0:r0 + h, c0:c0 + w] &= ~tokens.local
+    return attention[keep].astype(np.float64)
+
+
+#: Below this fraction of the map's sum (or its squared deviations) the outside's share is
+#: taken from the outside itself: subtracting nearly equal totals would lose digits.
+_CANCELLATION = 1e-3
+
+
+def _enrichment(inside: np.ndarray, totals: _MapTotals,
+                outside: Callable[[], np.ndarray]) -> tuple[float, float, float]:
+    """:func:`attention_enrichment` of an ROI from its attention (``inside``, float64) and the
+    map's totals; ``outside`` gives the outside's values where the totals would not do."""
+    n_in, n_out = inside.size, totals.n - inside.size
+    if n_out == 0:
+        return math.nan, math.nan, math.nan
+    m_in = float(inside.mean())
+    s_out = totals.total - float(inside.sum())
+    m2_in = float(np.square(inside - m_in).sum())
+    m_out = s_out / n_out
+    # the map's squared deviations are the inside's, the outside's and their means' apart
+    m2_out = totals.m2 - m2_in - (m_in - m_out) ** 2 * n_in * n_out / totals.n
+    if (n_out < n_in or abs(s_out) <= _CANCELLATION * abs(totals.total)
+            or m2_out <= _CANCELLATION * totals.m2):
+        values = outside()
+        m_out = float(values.mean()) if values.size else math.nan
+        var_out = float(values.var(ddof=1)) if values.size > 1 else math.nan
+    else:
+        var_out = m2_out / (n_out - 1) if n_out > 1 else math.nan
+    if not m_out > 0:
+        return math.nan, math.nan, math.nan
+    ratio = m_in / m_out
+    if n_in < 2 or n_out < 2 or m_in <= 0:
+        return ratio, math.nan, math.nan
+    se = math.sqrt(float(inside.var(ddof=1)) / (n_in * m_in**2) + var_out / (n_out * m_out**2))
+    return ratio, ratio * math.exp(-_Z95 * se), ratio * math.exp(_Z95 * se)
 
 
 def _mean_outside_percentile(scores: np.ndarray, raw_inside: np.ndarray,
                              raw_sorted: np.ndarray) -> float:
     """:func:`mean_percentile` (ties half) of an ROI's ``scores`` among the raw scores outside
     it, from every raw score sorted once (``raw_sorted``) less the ROI's own (``raw_inside``):
-    the same counts and the same mean, without sorting the outside for every ROI."""
+    the same counts and the same mean, without sorting the outside for every ROI. The arrays
+    keep the map's dtype (a float32 slide map's float64 copy is 100 MB); comparisons of the
+    same values give the same counts in either."""
     inside = np.sort(raw_inside)
     order = np.argsort(scores, kind="stable")
     keys = scores[order]  # sorted keys: searchsorted walks the long array once
@@ -588,6 +714,15 @@ def polygon_tokens(result: Any, polygons: list[np.ndarray]) -> list[PolygonToken
     return out
 
 
+def _as_block(member: np.ndarray) -> PolygonTokens:
+    """A whole-grid member mask as the block of the grid it spans (``area_px`` unused)."""
+    rows, cols = np.nonzero(member.any(axis=1))[0], np.nonzero(member.any(axis=0))[0]
+    if rows.size == 0:
+        return PolygonTokens(0, (0, 0), np.zeros((0, 0), dtype=bool))
+    local = member[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
+    return PolygonTokens(0, (int(rows[0]), int(cols[0])), local)
+
+
 def polygon_roi_table(
     result: Any,
     polygons: list[np.ndarray],
@@ -629,8 +764,7 @@ def polygon_roi_table(
     found = polygon_tokens(result, polygons) if tokens is None else tokens
     if len(found) != len(polygons):
         raise ValueError("tokens must come from polygon_tokens of these polygons.")
-    grid = result.grid_shape
-    regions = ((label, t.area_px, t.member(grid) if t.area_px else None)
+    regions = ((label, t.area_px, t)
                for label, t in sorted(zip(ids, found), key=lambda pair: pair[0]))
     return _rows(result, regions, rule=rule, p_th=p_th, l_th=l_th, z_th=z_th, q_th=q_th)
 
