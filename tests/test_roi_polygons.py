@@ -123,8 +123,10 @@ def test_a_region_covering_no_pixel_gets_a_row_that_says_so():
     assert [r["label"] for r in rows] == [1, 2, 3]
     for row in rows[:2]:
         assert row["area_px"] == 0 and row["n_tokens"] == 0
-        assert row["enrichment_test_note"] == R.NO_PIXELS
         assert math.isnan(row["mean_attention"]) and math.isnan(row["fisher_p"])
+    # each says why: too small for this level, or covered by the region drawn over it
+    assert rows[0]["enrichment_test_note"] == R.NO_PIXELS
+    assert rows[1]["enrichment_test_note"] == R.HIDDEN
     assert rows[2]["n_tokens"] >= 1
 
 

@@ -409,7 +409,8 @@ ROI_COLUMN_HELP = {
                             "map are significant: the odds ratio and Fisher p then say little; "
                             "'not tested' for a region wholly on glass the tissue mask left "
                             "out; 'covers no pixel' for a region smaller than one pixel of the "
-                            "level analysed (or off the image): no statistic then.",
+                            "level analysed (or off the image); 'covered by the regions drawn "
+                            "over it' where others take all its pixels: no statistic then.",
 }
 
 

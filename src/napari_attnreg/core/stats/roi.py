@@ -31,7 +31,7 @@ import math
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -370,9 +370,10 @@ def _rows(result: Any, regions: Any, **given: Any) -> list[dict]:
     note = TOO_FEW_SIGNIFICANT if n_significant < MIN_SIGNIFICANT_FOR_ENRICHMENT else ""
     rows = []
     for label, area_px, tokens in regions:
-        if area_px == 0:  # smaller than a pixel of this result (or off it): nothing to count
+        if area_px == 0:  # smaller than a pixel of this result, off it or covered: no count
             rows.append({**dict.fromkeys(ROI_COLUMNS, math.nan), "label": label,
-                         "area_px": 0, "n_tokens": 0, "enrichment_test_note": NO_PIXELS})
+                         "area_px": 0, "n_tokens": 0,
+                         "enrichment_test_note": HIDDEN if tokens.hidden else NO_PIXELS})
             continue
         (r0, c0), (h, w) = tokens.origin, tokens.local.shape
         block = (slice(r0, r0 + h), slice(c0, c0 + w))
@@ -554,6 +555,9 @@ def _mean_outside_percentile(scores: np.ndarray, raw_inside: np.ndarray,
 #: The note of an ROI that covers no pixel centre of the result's image (so no token).
 NO_PIXELS = ("covers no pixel of the analysed image (smaller than one of its pixels, or off "
              "it): draw it larger or run at a finer level")
+#: The note of an ROI whose pixels all belong to regions drawn over it.
+HIDDEN = ("covered by the regions drawn over it (where regions overlap, a pixel belongs to "
+          "the one on top): move it, or draw it over them")
 #: Most pixels one band of a polygon is rasterized in at a time (the memory it takes).
 BAND_PIXELS = 1 << 22
 #: Most pixels :func:`polygon_roi_table` rasterizes in all (the polygons' bounding boxes on
@@ -628,6 +632,8 @@ class PolygonTokens:
     area_px: int
     origin: tuple[int, int]
     local: np.ndarray
+    #: it fills pixels, but regions painted over it cover every one of them
+    hidden: bool = False
 
     def member(self, grid_shape: tuple[int, int]) -> np.ndarray:
         """The member tokens on the whole ``grid_shape`` grid."""
@@ -691,11 +697,13 @@ def polygon_tokens(result: Any, polygons: list[np.ndarray]) -> list[PolygonToken
         starts = np.flatnonzero(np.r_[True, t_col[1:] != t_col[:-1]])
         tr0, tc0 = int(token_row[y0]), int(t_col[0])
         inside = np.zeros((int(token_row[y1 - 1]) - tr0 + 1, len(starts)), dtype=np.int64)
+        own = 0  # its pixels before the later polygons take theirs
         # rows × columns and rows × edges of a band stay within BAND_PIXELS
         step = max(1, BAND_PIXELS // max(c1 - c0, len(v), *(len(w) for w, _ in above)))
         for b0 in range(y0, y1, step):
             b1 = min(b0 + step, y1)
             mask = _band_mask(v[:, 1], v[:, 0], b0, b1, c0, c1)
+            own += int(np.count_nonzero(mask))
             for w, (wy0, wy1, _, _) in above:
                 if wy0 < b1 and wy1 > b0:
                     mask &= ~_band_mask(w[:, 1], w[:, 0], b0, b1, c0, c1)
@@ -703,7 +711,7 @@ def polygon_tokens(result: Any, polygons: list[np.ndarray]) -> list[PolygonToken
             np.add.at(inside, token_row[b0:b1] - tr0, counts)
         area = int(inside.sum())
         if area == 0:
-            out.append(nothing)
+            out.append(replace(nothing, hidden=own > 0))
             continue
         total = per_row[tr0:tr0 + inside.shape[0], None] * per_col[tc0:tc0 + inside.shape[1]]
         coverage = inside / np.maximum(total, 1).astype(np.float64)
