@@ -143,3 +143,26 @@ def test_a_threshold_move_does_not_read_the_shapes_again(panel_record, monkeypat
     shapes.translate = (0.0, 14.0)  # the same data placed elsewhere
     panel.update_table()
     assert len(calls) == 3
+
+
+def test_saving_while_the_table_updates_is_refused_not_written_stale(qtbot, monkeypatch):
+    """The saved ROI table would be the previous thresholds' rows while a new one computes."""
+    from types import SimpleNamespace
+
+    import napari.utils.notifications as notifications
+
+    from napari_attnreg._napari import results_io
+
+    errors, saved = [], []
+    monkeypatch.setattr(notifications, "show_error", errors.append)
+    monkeypatch.setattr(results_io, "save_through_dialog", lambda *a, **k: saved.append(a))
+    panel = SimpleNamespace(updating=True, rows=[{"label": 1}])
+    record = SimpleNamespace(source_name="img")
+    widget = SimpleNamespace(current_record=lambda: record, roi_panel=panel, viewer=None)
+    button = results_io.SaveButton(widget)
+    qtbot.addWidget(button)
+    button._on_clicked()
+    assert saved == [] and "being updated" in errors[0]
+    panel.updating = False
+    button._on_clicked()
+    assert len(saved) == 1 and len(errors) == 1

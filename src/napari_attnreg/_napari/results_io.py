@@ -76,6 +76,10 @@ class SaveButton(QPushButton):
         if record is None:
             show_error("Run the analysis on the image first.")
             return
+        if self._widget.roi_panel.updating:  # its rows are still the previous thresholds'
+            show_error("The ROI table is being updated for the thresholds now set; save "
+                       "again once it shows (the file would hold the previous rows).")
+            return
         save_through_dialog(
             self, "Save results", f"{record.source_name}_attnreg.ome.tif", "OME-TIFF (*.ome.tif)",
             lambda path: save_results(self._widget.viewer, record, self._widget.roi_panel.rows,
