@@ -7,6 +7,8 @@ the file stays one handle, closed with the slide."""
 from __future__ import annotations
 
 import gc
+import io
+import struct
 import threading
 import time
 from pathlib import Path
@@ -65,6 +67,40 @@ def _write(path: Path, kind: str, layout: tuple) -> np.ndarray:
     return img
 
 
+def _shared_tables_svs(path: Path) -> None:
+    """An Aperio SVS as the scanner writes it: JPEG tiles (YCbCr 4:2:0) without their
+    quantisation and Huffman tables, which the JPEGTables tag holds once."""
+    from PIL import Image
+
+    img, tile = _pixels(3), 64
+    padded = np.pad(img, ((0, -H % tile), (0, -W % tile), (0, 0)), mode="edge")
+    tables, tiles = None, []
+    for y in range(0, padded.shape[0], tile):
+        for x in range(0, padded.shape[1], tile):
+            buffer = io.BytesIO()
+            Image.fromarray(np.ascontiguousarray(padded[y:y + tile, x:x + tile])).save(
+                buffer, "JPEG", quality=90)
+            data, i, segments = buffer.getvalue(), 2, []
+            while True:  # the marker segments up to the scan
+                marker, length = struct.unpack(">HH", data[i:i + 4])
+                segments.append((marker, data[i:i + 2 + length]))
+                i += 2 + length
+                if marker == 0xFFDA:
+                    break
+            shared = b"\xff\xd8" + b"".join(d for m, d in segments if m in (0xFFDB, 0xFFC4)) \
+                + b"\xff\xd9"
+            assert tables in (None, shared)
+            tables = shared
+            tiles.append(b"\xff\xd8" + b"".join(d for m, d in segments if m in (0xFFC0, 0xFFDA))
+                         + data[i:])
+    with tifffile.TiffWriter(path) as tif:
+        tif.write(iter(tiles), shape=img.shape, dtype=np.uint8, tile=(tile, tile),
+                  photometric="ycbcr", subsampling=(2, 2), compression="jpeg",
+                  jpegtables=tables, metadata=None,
+                  description=f"Aperio Image Library v12.0.15\n{W}x{H} [0,0 {W}x{H}] "
+                              f"({tile}x{tile}) JPEG/RGB Q=90|AppMag = 40|MPP = 0.25")
+
+
 def _source(path: Path, kind: str):
     return image_view(path) if kind == "ome" else open_slide(str(path)).array
 
@@ -106,6 +142,20 @@ def test_tiles_read_directly_equal_the_stores_pixels(tmp_path, small_blocks, kin
             direct, stored_block = level._compute(*key), through_store._compute(*key)
             assert direct.dtype == stored_block.dtype
             assert np.array_equal(direct, stored_block), (level.factor, key)
+
+
+def test_tiles_without_their_jpeg_tables_equal_the_stores_pixels(tmp_path, small_blocks):
+    path = tmp_path / "aperio.svs"
+    _shared_tables_svs(path)
+    source = open_slide(str(path)).array
+    tiles = TiffTiles.of(source)
+    assert tiles is not None and tiles.page.jpegtables is not None
+    assert np.array_equal(tiles.read(0, H, 0, W), np.asarray(source[0:H, 0:W]))
+    assert np.array_equal(tiles.read(61, 250, 3, 199), np.asarray(source[61:250, 3:199]))
+    for level in display_levels(source, 40):
+        through_store = BlockMeanLevel(source, level.factor)
+        through_store.tiles = None
+        assert np.array_equal(level.read(...), through_store.read(...))
 
 
 def test_empty_tiles_read_as_the_stores_fill_value(tmp_path):
