@@ -288,20 +288,28 @@ class BlockMeanLevel:
             padded = np.zeros((rows * f, cols * f, *pixels.shape[2:]), pixels.dtype)
             padded[:pixels.shape[0], :pixels.shape[1]] = pixels
             pixels = padded
-        # exact sums over the blocks (8- and 16-bit pixels in 32 bits), rows then columns:
-        # reshaped sums, ten times faster than np.add.reduceat here; divided by the pixels
-        # each block holds (fewer at an edge)
+        # exact sums over the blocks (8- and 16-bit pixels in 32 bits), rows then columns,
+        # divided by the pixels each block holds (fewer at an edge)
         small = self.dtype.kind in "ub" and self.dtype.itemsize <= 2 and f <= 256
         acc = np.uint32 if small else np.int64 if self.dtype.kind in "iub" else np.float64
         rest = pixels.shape[2:]
-        total = pixels.reshape(rows, f, cols * f, *rest).sum(axis=1, dtype=acc)
-        total = total.reshape(rows, cols, f, *rest).sum(axis=2, dtype=acc)
+        if self.dtype.kind in "iub" and self.dtype.itemsize <= 4:
+            # whole numbers: a block's rows, then its columns, added one at a time, the
+            # rows of 8-bit pixels in 16 bits: 2.5 to 4 times faster than numpy's sums
+            # over those axes (113 ms a 2048² RGB block at factor 2, more than decoding it)
+            first = np.uint16 if self.dtype.itemsize == 1 and self.dtype.kind != "i" \
+                and f <= 256 else acc
+            total = _add_along(pixels.reshape(rows, f, cols * f, *rest), 1, first)
+            total = _add_along(total.reshape(rows, cols, f, *rest), 2, acc)
+        else:  # reshaped sums, ten times faster than np.add.reduceat here
+            total = pixels.reshape(rows, f, cols * f, *rest).sum(axis=1, dtype=acc)
+            total = total.reshape(rows, cols, f, *rest).sum(axis=2, dtype=acc)
         mean = total / counts.reshape(counts.shape + (1,) * (pixels.ndim - 2))
         if self.dtype.kind in "iub":
             info = np.iinfo(self.dtype) if self.dtype.kind != "b" else None
-            mean = np.rint(mean)
+            np.rint(mean, out=mean)  # in place: a level of factor 2 has 3 M of them a block
             if info is not None:
-                mean = np.clip(mean, info.min, info.max)
+                np.clip(mean, info.min, info.max, out=mean)
         return mean.astype(self.dtype)
 
     def _source_pixels(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
@@ -433,6 +441,16 @@ class BlockMeanLevel:
 
     def __repr__(self) -> str:
         return f"BlockMeanLevel(shape={self.shape}, dtype={self.dtype}, factor={self.factor})"
+
+
+def _add_along(values: np.ndarray, axis: int, dtype: Any) -> np.ndarray:
+    """The sum of ``values`` along ``axis`` in ``dtype``, its slices added in order (whole
+    numbers: exact in a wide enough ``dtype``)."""
+    at = (slice(None),) * axis
+    total = values[(*at, 0)].astype(dtype)
+    for k in range(1, values.shape[axis]):
+        np.add(total, values[(*at, k)], out=total)
+    return total
 
 
 def _napari_draws() -> bool:
