@@ -341,3 +341,15 @@ def test_block_means_of_every_pixel_type_are_exact(dtype, monkeypatch):
             assert np.allclose(got, expected, rtol=1e-6)
         else:
             assert np.array_equal(got, expected), f
+
+
+def test_a_closed_file_is_read_through_the_store_which_opens_it_again(tmp_path, small_blocks):
+    path = tmp_path / "slide.svs"
+    _write(path, "svs", LAYOUTS[0])
+    level = BlockMeanLevel(open_slide(str(path)).array, 2)
+    first = level._compute(1, 1)
+    level.tiles.page.parent.filehandle.close()  # e.g. the slide closed by its owner
+    assert level.tiles.closed
+    assert np.array_equal(level._compute(1, 1), first)
+    assert not level.tiles.closed  # the store opened the same handle: tiles read again
+    assert np.array_equal(level._compute(1, 1), first)
