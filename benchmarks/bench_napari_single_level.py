@@ -84,9 +84,11 @@ def fill_without_viewer(path: Path, through_store: bool) -> dict[str, object]:
     import resource
 
     from napari_attnreg._napari.slide_pyramid import BackgroundFill, display_levels
+    from napari_attnreg.io.ometiff import image_view
     from napari_attnreg.io.slides import open_slide
 
-    source = open_slide(str(path)).array
+    # as napari's reader reads it: an OME-TIFF's image view, a slide's level
+    source = image_view(path) if path.name.endswith(".ome.tif") else open_slide(str(path)).array
     levels = display_levels(source)
     for level in levels:
         if through_store:
