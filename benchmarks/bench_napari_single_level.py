@@ -18,6 +18,12 @@ until its overview is complete (``overview_s``), the longest main-thread stall i
 (``max_stall_ms``, and ``fill_stall_ms`` while the overview fills), peak RSS in MB, whether
 the layer is multiscale and the level drawn. napari's one-time set-up of its first image layer
 (its units registry) is done before the clock starts.
+
+With ``--no-viewer`` no napari is started: the slide is opened as the reader opens it and
+every block of its coarsest display level is computed by a fill's worker threads, as for
+the overview in a viewer; prints the seconds (``fill_s``), peak RSS in MB and a checksum of
+the level. ``--through-store`` reads the blocks' pixels through the zarr store, as before
+the tiles were decoded directly (for a before/after on the same machine).
 """
 
 from __future__ import annotations
@@ -73,18 +79,58 @@ def write_slide(path: Path, n: int, kind: str = "svs") -> None:
                   **said)
 
 
+def fill_without_viewer(path: Path, through_store: bool) -> dict[str, object]:
+    """Compute every block of the coarsest display level of ``path`` off the main thread."""
+    import resource
+
+    from napari_attnreg._napari.slide_pyramid import BackgroundFill, display_levels
+    from napari_attnreg.io.ometiff import image_view
+    from napari_attnreg.io.slides import open_slide
+
+    # as napari's reader reads it: an OME-TIFF's image view, a slide's level
+    source = image_view(path) if path.name.endswith(".ome.tif") else open_slide(str(path)).array
+    levels = display_levels(source)
+    for level in levels:
+        if through_store:
+            level.tiles = None
+    coarse = levels[-1]
+    keys = [(by, bx) for by in range(-(-coarse.shape[0] // coarse.block))
+            for bx in range(-(-coarse.shape[1] // coarse.block))]
+    fill = BackgroundFill(path.name)
+    t0 = time.perf_counter()
+    fill.request(coarse, keys)
+    while fill.busy:
+        time.sleep(0.005)
+    seconds = time.perf_counter() - t0
+    fill.stop(5.0)
+    _, _, errors = fill.news()
+    whole = coarse.read(...)
+    return {"read": "through the zarr store" if through_store else
+            "tiles" if coarse.tiles is not None else "through the array",
+            "blocks": len(keys), "factor": coarse.factor, "fill_s": round(seconds, 2),
+            "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "checksum": int(whole.sum(dtype=np.int64)), "errors": errors}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=20000)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--kind", choices=sorted(KINDS), default="svs",
                         help="the file written: Aperio SVS, OME-TIFF or plain tiled TIFF")
+    parser.add_argument("--no-viewer", action="store_true",
+                        help="only compute the coarsest display level, without napari")
+    parser.add_argument("--through-store", action="store_true",
+                        help="with --no-viewer: read the pixels through the zarr store")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"single{args.size}" + ("" if args.kind == "svs" else f"_{args.kind}")
     path = args.out / f"{stem}{KINDS[args.kind]}"
     if not path.exists():
         write_slide(path, args.size, args.kind)
+    if args.no_viewer:
+        print(json.dumps(fill_without_viewer(path, args.through_store)))
+        return
 
     import napari
     import psutil
