@@ -109,7 +109,7 @@ def test_a_token_is_glass_only_when_its_grown_footprint_holds_no_tissue(mask_sha
     mask = rng.random(mask_shape) < 0.02
     mask[: mask_shape[0] // 3, : mask_shape[1] // 4] = True
     layout = make_layout((256, 320), tile=(64, 64), patch=(8, 8), overlap=16)
-    found = glass_tokens(mask, layout, covers)
+    found = glass_tokens(mask, layout, covers, grow=1)
     np.testing.assert_array_equal(found, _glass_by_loops(mask, layout, covers))
     assert found.any() and not found.all()
 
@@ -120,9 +120,9 @@ def test_the_criterion_reads_a_large_mask_in_bands_with_the_same_answer(monkeypa
     rng = np.random.default_rng(2)
     mask = rng.random((300, 410)) < 0.001
     layout = make_layout((240, 328), tile=(64, 64), patch=(8, 8))
-    whole = glass_tokens(mask, layout)
+    whole = glass_tokens(mask, layout, grow=1)
     monkeypatch.setattr(tissue, "GLASS_BLOCK_PIXELS", 411 * 7)  # 7 mask rows a band
-    np.testing.assert_array_equal(glass_tokens(mask, layout), whole)
+    np.testing.assert_array_equal(glass_tokens(mask, layout, grow=1), whole)
     np.testing.assert_array_equal(whole, _glass_by_loops(mask, layout, (240, 328)))
 
 
@@ -132,9 +132,24 @@ def test_a_coarse_mask_never_calls_a_token_beside_its_edge_glass():
     layout = make_layout((256, 256), tile=(128, 128), patch=(8, 8))
     mask = np.zeros((16, 16), bool)  # 16 image pixels (two tokens) a mask pixel
     mask[:, :5] = True  # tissue up to image column 80
-    glass = glass_tokens(mask, layout)
+    glass = glass_tokens(mask, layout, grow=1)
     # mask pixel 5 (columns 80..95) is the grown border: tokens 10, 11 stay tissue
     assert not glass[:, :12].any() and glass[:, 12:].all()
+    # by default four mask pixels (to column 144): tokens up to 17 stay tissue
+    glass = glass_tokens(mask, layout)
+    assert not glass[:, :18].any() and glass[:, 18:].all()
+
+
+def test_pale_stroma_between_stained_nuclei_is_not_glass():
+    """The automatic mask keeps the stained nuclei of pale stroma and calls the stroma
+    between them glass; the tokens there stay measured, the glass beyond the section not."""
+    layout = make_layout((512, 512), tile=(128, 128), patch=(8, 8))
+    mask = np.zeros((128, 128), bool)  # 4 image pixels a mask pixel
+    mask[2:80:7, 2:80:7] = True  # nuclei every 7 mask pixels over the stroma
+    mask[:80, :20] = True  # a gland
+    glass = glass_tokens(mask, layout)
+    assert not glass[:40, :40].any()  # the section (80 mask px = 320 px = 40 tokens)
+    assert glass[:, 46:].all() and glass[46:, :].all()  # glass well beyond it
 
 
 # -- a run ------------------------------------------------------------------------------------
@@ -289,9 +304,12 @@ def test_an_automatic_mask_leaves_out_glass_but_never_the_tissue_at_its_edge(edg
         assert not kept[~tested].any(), name
 
 
-def test_a_users_mask_in_the_layout_of_a_crop_is_placed_over_the_whole_image():
+def test_a_users_mask_in_the_layout_of_a_crop_is_placed_over_the_whole_image(monkeypatch):
     """A mask covering a whole image the layout tiles a crop of (its last pixels short of a
     patch): the tokens are placed in the mask's extent, as the tiles are."""
+    from napari_attnreg.core.run import tissue
+
+    monkeypatch.setattr(tissue, "GLASS_MARGIN", 1)  # the reference's margin: one mask pixel
     layout = make_layout((96, 128), tile=(64, 64), patch=(8, 8))
     mask = np.zeros((100, 133), bool)
     mask[:, :40] = True  # tissue up to pixel 40 of the image

@@ -111,7 +111,7 @@ def patch_report(result: AttentionResult, row: float, col: float) -> PatchReport
     if is_glass(result, i, j):  # never run, or glass of a run tile: no value is reported
         text = glass_text(result, i, j)
         why = ("no tissue tile holds this patch." if text == GLASS_TEXT else
-               "its tile was run, but the mask has no tissue within a mask pixel of it.")
+               "its tile was run, but the mask has no tissue within a few mask pixels of it.")
         return PatchReport(values=(), null_lines=(f"{text[:1].upper()}{text[1:]}: {why}",),
                            tested=False, **common)
     if result.procedure.uses_step_p:
