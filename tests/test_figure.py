@@ -3,6 +3,8 @@ significant patch that shows, and a scale bar where the pixel size is known."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -283,3 +285,37 @@ def test_the_publication_figure_says_what_the_uncoloured_glass_is(tmp_path, draw
     publication_figure(everything, image, tmp_path / "all.png")
     (legend,) = drawn[-1].legends
     assert len(legend.get_texts()) == 1  # no mask: nothing left uncoloured to explain
+
+
+def test_the_meaning_lies_under_the_legend_however_long_its_entries(tmp_path, drawn):
+    """A masked run's second legend entry took three lines and ran into the sentence saying
+    what significant means (seen on an exported slide figure)."""
+    from napari_attnreg.core.results.figure import publication_figure
+
+    rng = np.random.default_rng(0)
+    image = rng.random((192, 256)).astype(np.float32)  # a slide's 3:4, the figure low
+    tissue = np.zeros((192, 256), bool)
+    tissue[:128, :128] = True
+    masked = regularize(image, "demo", tiled=True, tissue_mask=tissue, n_boot=4, seed=0,
+                        device="cpu")
+    # a slide's counts, as on the figure where it was seen: the entry wraps to three lines
+    masked = replace(masked, metadata={**masked.metadata, "n_tissue_tiles": 105,
+                                       "n_tiles_total": 336})
+    publication_figure(masked, image, tmp_path / "masked.png")
+    fig = drawn[-1]
+    (legend,) = fig.legends
+    below = legend.get_window_extent()
+    (meaning,) = [t for t in fig.texts if "Significant" in t.get_text()]
+    assert meaning.get_window_extent().y1 <= below.y0
+
+
+def test_the_soft_rules_key_says_evidence_not_significant(tmp_path, drawn):
+    from napari_attnreg.core.results.figure import publication_figure
+
+    image = np.random.default_rng(0).random((128, 128)).astype(np.float32)
+    soft = regularize(image, "demo", n_boot=4, seed=0, device="cpu").with_thresholds(
+        rule="soft")
+    publication_figure(soft, image, tmp_path / "soft.png")
+    (legend,) = drawn[-1].legends
+    first = legend.get_texts()[0].get_text().replace("\n", " ")
+    assert first.startswith("evidence ≥ 0.5 (") and "attention × evidence" in first

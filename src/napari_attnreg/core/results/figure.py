@@ -236,7 +236,10 @@ def _draw_side(fig: Any, left_height: tuple[float, float], mapped: Any, view: An
     bar.ax.tick_params(labelsize=6)
     key = Line2D([], [], color=SIGNIFICANT_COLOR, linewidth=1.5)
     count = int(result.significant().sum())
-    label = f"significant ({count} patches; {rule_text(result.thresholds_used)})"
+    rule = result.thresholds_used
+    # the soft rule tests nothing: its outline is where the evidence reaches one half
+    kept = "evidence ≥ 0.5" if rule.get("rule") == "soft" else "significant"
+    label = f"{kept} ({count} patches; {rule_text(rule)})"
     keys, labels = [key], [textwrap.fill(label, 34)]
     if tested is not None:  # glass shows the image through: say it was never run
         md = result.metadata
@@ -245,8 +248,13 @@ def _draw_side(fig: Any, left_height: tuple[float, float], mapped: Any, view: An
         keys.append(Patch(facecolor="none", edgecolor="0.5", linestyle=":"))
         labels.append(textwrap.fill(f"no colour: outside the tissue mask ({run}), not "
                                     "measured", 34))
-    fig.legend(keys, labels, loc="upper left", fontsize=6,
-               bbox_to_anchor=(x0 - 0.08 / fig.get_size_inches()[0], 0.38), frameon=False)
+    legend = fig.legend(keys, labels, loc="upper left", fontsize=6,
+                        bbox_to_anchor=(x0 - 0.08 / fig.get_size_inches()[0], 0.38),
+                        frameon=False)
+    # the meaning goes under the legend, however many lines its entries took (a masked
+    # run's second entry ran into it)
+    box = legend.get_window_extent()
+    bottom = box.transformed(fig.transFigure.inverted()).y0
     meaning = textwrap.fill(result_meaning(result.preset, result.metadata), 44)
-    fig.text(x0 - 0.05 / fig.get_size_inches()[0], 0.24, meaning, fontsize=5, va="top",
-             ha="left")
+    fig.text(x0 - 0.05 / fig.get_size_inches()[0], min(0.24, bottom - 0.02), meaning,
+             fontsize=5, va="top", ha="left")
