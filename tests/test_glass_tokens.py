@@ -121,8 +121,9 @@ def test_the_criterion_reads_a_large_mask_in_bands_with_the_same_answer(monkeypa
     mask = rng.random((300, 410)) < 0.001
     layout = make_layout((240, 328), tile=(64, 64), patch=(8, 8))
     whole = glass_tokens(mask, layout, grow=1)
-    monkeypatch.setattr(tissue, "GLASS_BLOCK_PIXELS", 411 * 7)  # 7 mask rows a band
-    np.testing.assert_array_equal(glass_tokens(mask, layout, grow=1), whole)
+    for rows in (1, 3, 7):  # spans starting and ending in different bands, or the same
+        monkeypatch.setattr(tissue, "GLASS_BLOCK_PIXELS", (411 + 4 * 41) * rows)  # 41 columns
+        np.testing.assert_array_equal(glass_tokens(mask, layout, grow=1), whole)
     np.testing.assert_array_equal(whole, _glass_by_loops(mask, layout, (240, 328)))
 
 
