@@ -3,12 +3,14 @@
     PYTHONPATH=src python benchmarks/bench_slide_memory.py --size 50000 --n-boot 100
     PYTHONPATH=src python benchmarks/bench_slide_memory.py --size 20000 --json out.json
     PYTHONPATH=src python benchmarks/bench_slide_memory.py --size 12000 --levels 2 -- --mpp 16
+    PYTHONPATH=src python benchmarks/bench_slide_memory.py --size 50000 --user-mask
 
 Writes a synthetic pyramidal TIFF to a temporary folder (``--tmp``, default the system's):
 ``size``² RGB, JPEG tiles of 512², levels 1, 1/2, 1/4, … down to about 2048², its pixel size
 in the resolution tags; white glass with a few stained blobs (``--tissue`` of the area). Then
 runs ``attnreg run FILE --tiled`` (demo model, the automatic tissue mask, the CLI's default
-outputs) in a child process and reports:
+outputs; ``--user-mask``: a mask file of the blobs at full resolution instead) in a child
+process and reports:
 
 * the child's peak RSS, from ``getrusage`` and from sampling it every 0.1 s (aim ≤ 4 GB),
 * wall time of the command, and the run's own timings (prepare, observed tiles with their
@@ -49,9 +51,9 @@ def blob_radii(tissue: float) -> np.ndarray:
     return rel * scale
 
 
-def tile_pixels(ty: int, tx: int, side: int, radii: np.ndarray, rng: np.random.Generator,
-                ) -> np.ndarray:
-    """One 512² RGB tile at tile position ``(ty, tx)`` of a level ``side`` pixels wide."""
+def tile_inside(ty: int, tx: int, side: int, radii: np.ndarray) -> np.ndarray:
+    """``(512, 512)`` bool: the blobs' pixels of the tile at ``(ty, tx)`` of a level ``side``
+    pixels wide (the slide's tissue; the user's mask of ``--user-mask``)."""
     y0, x0 = ty * TILE, tx * TILE
     yy = (y0 + np.arange(TILE, dtype=np.float32)[:, None]) / side
     xx = (x0 + np.arange(TILE, dtype=np.float32)[None, :]) / side
@@ -65,6 +67,14 @@ def tile_pixels(ty: int, tx: int, side: int, radii: np.ndarray, rng: np.random.G
         angle = np.arctan2(yy - cy, xx - cx)
         reach = r * (1 + 0.15 * np.sin(5 * angle))
         inside |= (yy - cy) ** 2 + (xx - cx) ** 2 <= reach**2
+    return inside
+
+
+def tile_pixels(ty: int, tx: int, side: int, radii: np.ndarray, rng: np.random.Generator,
+                ) -> np.ndarray:
+    """One 512² RGB tile at tile position ``(ty, tx)`` of a level ``side`` pixels wide."""
+    y0, x0 = ty * TILE, tx * TILE
+    inside = tile_inside(ty, tx, side, radii)
     out = np.full((TILE, TILE, 3), GLASS, np.uint8)
     if inside.any():
         n = int(inside.sum())
@@ -77,6 +87,20 @@ def tile_pixels(ty: int, tx: int, side: int, radii: np.ndarray, rng: np.random.G
         out[max(0, side - y0):, :] = 0
         out[:, max(0, side - x0):] = 0
     return out
+
+
+def write_user_mask(path: Path, size: int, tissue: float) -> None:
+    """The blobs as a user's tissue mask at the slide's full resolution: a ``size``² uint8
+    TIFF (255 tissue), 512² deflate tiles, as a pathologist's tool exports one."""
+    import tifffile
+
+    radii = blob_radii(tissue)
+    n = -(-size // TILE)
+    tiles = (tile_inside(ty, tx, size, radii).astype(np.uint8) * 255
+             for ty in range(n) for tx in range(n))
+    with tifffile.TiffWriter(path, bigtiff=True) as tif:
+        tif.write(tiles, shape=(size, size), dtype=np.uint8, tile=(TILE, TILE),
+                  compression="zlib", metadata=None)
 
 
 def level_tiles(side: int, radii: np.ndarray, seed: int):
@@ -141,7 +165,7 @@ class RssSampler:
         self._thread.join()
 
 
-def read_share(path: Path, n_boot: int) -> dict:
+def read_share(path: Path, n_boot: int, mask: Path | None = None) -> dict:
     """Seconds to read and decode the tissue tiles the run reads (no model)."""
     from napari_attnreg.core.models.backbones import load_backbone
     from napari_attnreg.core.run.config import RunConfig
@@ -150,7 +174,9 @@ def read_share(path: Path, n_boot: int) -> dict:
 
     backbone = load_backbone("demo")
     t0 = time.perf_counter()
-    tiled = prepare_tiled(open_slide(path), backbone, RunConfig(tiled=True, n_boot=n_boot))
+    config = RunConfig(tiled=True, n_boot=n_boot,
+                       **({} if mask is None else {"tissue_mask": str(mask)}))
+    tiled = prepare_tiled(open_slide(path), backbone, config)
     prepare = time.perf_counter() - t0
     order = np.flatnonzero(tiled.tissue.tiles)
     t0 = time.perf_counter()
@@ -203,6 +229,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--levels", type=int, default=None,
                     help="pyramid levels (at least 2; default down to about 2048²): few levels "
                          "and a coarse --mpp make each tile read a large region")
+    ap.add_argument("--user-mask", action="store_true",
+                    help="run with a user's tissue mask file at full resolution (size² uint8 "
+                         "TIFF) instead of the automatic mask")
     ap.add_argument("--json", default=None)
     ap.add_argument("cli_args", nargs="*", help="more `attnreg run` options (after --)")
     args = ap.parse_args(argv)
@@ -218,12 +247,20 @@ def main(argv: list[str] | None = None) -> dict:
         out["write_s"] = time.perf_counter() - t0
         print(f"wrote {path} ({path.stat().st_size / 1e6:.0f} MB, levels {out['levels']}) "
               f"in {out['write_s']:.0f} s", flush=True)
+    mask = tmp / f"mask_{args.size}_{args.tissue:g}.tif" if args.user_mask else None
+    if mask is not None and not mask.exists():
+        t0 = time.perf_counter()
+        write_user_mask(mask, args.size, args.tissue)
+        print(f"wrote the mask {mask} ({mask.stat().st_size / 1e6:.0f} MB) in "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)
+    extra = [*args.cli_args, *(["--tissue-mask", str(mask)] if mask is not None else [])]
+    out["user_mask"] = None if mask is None else mask.name
     try:
-        out.update(read_share(path, args.n_boot))
+        out.update(read_share(path, args.n_boot, mask))
         print(f"{out['n_tissue_tiles']} of {out['n_tiles_total']} tiles are tissue; reading "
               f"them alone: {out['read_tissue_tiles_s']:.1f} s", flush=True)
         result_dir = tmp / "out"
-        out.update(run_cli(path, result_dir, args.n_boot, args.cli_args))
+        out.update(run_cli(path, result_dir, args.n_boot, extra))
         print(f"attnreg run: {out['wall_s']:.1f} s, peak RSS {out['peak_rss_gb_sampled']:.2f} GB "
               "sampled", flush=True)
         md = saved_metadata(next(result_dir.glob("*.attnreg.npz")))
@@ -232,6 +269,8 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         if not args.keep:
             path.unlink(missing_ok=True)
+            if mask is not None:
+                mask.unlink(missing_ok=True)
     t = out["timings"]
     inside = sum(t.get(k, 0.0) for k in ("prepare_s", "observed_s", "nulls_s", "statistics_s"))
     print(f"attnreg run --tiled, {args.size}² slide, {out['n_tissue_tiles']} tissue tiles, "

@@ -356,7 +356,9 @@ def _tissue_pixels(source: torch.Tensor, tissue: np.ndarray) -> torch.Tensor:
     c, h, w = source.shape
     step = max(1, math.ceil(math.sqrt(h * w / TISSUE_SAMPLE_PIXELS)))
     sample = source[:, ::step, ::step]
-    mask = np.asarray(tissue, dtype=bool)
+    from napari_attnreg.core.run.mask_file import bool_rows
+
+    mask = bool_rows(tissue)  # a packed full-resolution mask: the sampled pixels alone
     rows = np.minimum(((np.arange(sample.shape[1]) * step + 0.5) * mask.shape[0] / h)
                       .astype(np.int64), mask.shape[0] - 1)
     cols = np.minimum(((np.arange(sample.shape[2]) * step + 0.5) * mask.shape[1] / w)

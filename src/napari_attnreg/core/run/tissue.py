@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from napari_attnreg.core.files import decoding
+from napari_attnreg.core.run.mask_file import PackedMask, bool_rows, open_mask_file, read_packed
 from napari_attnreg.core.run.tiling import TileLayout
 
 #: A tile is run when at least this share of its area is tissue. Low, so that the edge of a
@@ -88,8 +89,9 @@ class TissueMask:
 
     Attributes
     ----------
-    mask : np.ndarray of bool
-        ``(h, w)`` at any resolution covering the whole image (a thumbnail's).
+    mask : np.ndarray of bool or PackedMask
+        ``(h, w)`` at any resolution covering the whole image (a thumbnail's; a large mask
+        file's, one bit per pixel).
     source : str
         How it was made: :data:`AUTO_COLOUR` or :data:`AUTO_COLOUR_GREY` (colour,
         brightfield), ``"auto (Otsu on darkness, bright background)"`` or
@@ -105,7 +107,7 @@ class TissueMask:
         image (:func:`tiles_in_tissue`); None: the layout's own extent.
     """
 
-    mask: np.ndarray
+    mask: np.ndarray | PackedMask
     source: str
     tiles: np.ndarray
     fraction: float = TISSUE_FRACTION
@@ -494,13 +496,16 @@ class NamedMask:
         return np.asarray(self.array, dtype=dtype)
 
 
-def read_mask(value: Any) -> tuple[np.ndarray, str]:
+def read_mask(value: Any) -> tuple[np.ndarray | PackedMask, str]:
     """A user's mask (a file name or an array) as a boolean image and how to name it.
 
     Files are TIFFs, ``.npy`` arrays (read without unpickling) or any image imageio reads;
     singleton axes are dropped and an RGB(A) mask is merged (its alpha, when the colour is
     black throughout). Labels > 0 are tissue; a float map in [0, 1] with values between is a
-    probability, and tissue is ≥ 0.5.
+    probability, and tissue is ≥ 0.5. A TIFF or ``.npy`` file above
+    :data:`~napari_attnreg.core.run.mask_file.PACKED_MASK_PIXELS` (a mask at a slide's full
+    resolution) is read a band of rows at a time into a
+    :class:`~napari_attnreg.core.run.mask_file.PackedMask`, one bit per pixel.
 
     Raises
     ------
@@ -522,6 +527,16 @@ def read_mask(value: Any) -> tuple[np.ndarray, str]:
                              "napari_attnreg.regularize(path or opened image, ...); here, give "
                              "'auto', 'none', a mask image or (napari) a Labels layer painted "
                              "over the image.")
+        with decoding(path, "mask image"):
+            large = open_mask_file(path)  # a full-resolution mask: a band at a time, packed
+            packed = None if large is None else read_packed(*large)
+        if large is not None:
+            if packed is None:
+                raise ValueError(f"tissue_mask must be a 2D mask (labels > 0 = tissue) with "
+                                 f"more than one row and one column, got shape {large[1]} "
+                                 f"(file {path.name}).")
+            mask, probability = packed
+            return mask, f"file {path.name}" + (" (probability ≥ 0.5)" if probability else "")
         with decoding(path, "mask image"):
             if path.suffix.lower() == ".npy":  # numpy's own format: never unpickle objects
                 array = np.load(path, allow_pickle=False)
@@ -625,7 +640,7 @@ def stored_mask(mask: np.ndarray, most: int | None = None) -> np.ndarray:
     most = STORED_MASK_PIXELS if most is None else int(most)
     mh, mw = mask.shape
     if mh * mw <= most:
-        return mask.astype(np.uint8)
+        return np.asarray(mask).astype(np.uint8)
     f = math.ceil(math.sqrt(mh * mw / most))
     starts = np.arange(0, mw, f)
     widths = np.minimum(starts + f, mw) - starts
@@ -717,7 +732,7 @@ def glass_tokens(mask: np.ndarray, layout: TileLayout,
         Mask pixels the footprint is grown by on each side (default :data:`GLASS_MARGIN`).
     """
     grow = GLASS_MARGIN if grow is None else int(grow)
-    mask = np.asarray(mask, dtype=bool)
+    mask = bool_rows(mask)  # a packed full-resolution mask is read a band at a time
     mh, mw = mask.shape
     h, w = layout.shape if covers is None else (int(covers[0]), int(covers[1]))
     (ph, pw), (gh, gw) = layout.patch, layout.grid_shape
