@@ -82,7 +82,17 @@ def _mask_files(tmp_path):
         "probability.npy": _write(tmp_path / "probability.npy", probability),
         "probability.tif": _write(tmp_path / "probability.tif", probability, tile=(16, 16)),
         "float_labels.npy": _write(tmp_path / "float_labels.npy", float_labels),
+        "pyramid.ome.tif": _pyramid(tmp_path / "pyramid.ome.tif", labels),
     }
+
+
+def _pyramid(path, labels):
+    """A label image as QuPath exports one: an OME-TIFF pyramid, TCZYX, level 0 first."""
+    with tifffile.TiffWriter(path, ome=True) as tif:
+        tif.write(labels[None, None, None], subifds=1, tile=(32, 32),
+                  metadata={"axes": "TCZYX"})
+        tif.write(labels[::2, ::2][None, None, None], subfiletype=1, tile=(32, 32))
+    return path
 
 
 def test_a_large_mask_file_is_read_as_the_same_mask_one_bit_per_pixel(tmp_path, monkeypatch):
@@ -97,6 +107,17 @@ def test_a_large_mask_file_is_read_as_the_same_mask_one_bit_per_pixel(tmp_path, 
         np.testing.assert_array_equal(np.asarray(packed), whole[name][0], err_msg=name)
     assert whole["probability.npy"][1].endswith("(probability ≥ 0.5)")
     assert not whole["float_labels.npy"][1].endswith("(probability ≥ 0.5)")
+
+
+def test_without_zarr_a_large_tiff_mask_is_read_whole_as_before(tmp_path, small_budget,
+                                                                  monkeypatch):
+    labels = np.zeros((40, 50), np.uint8)
+    labels[5:20, 10:30] = 3
+    path = _write(tmp_path / "m.tif", labels, tile=(16, 16))
+    monkeypatch.setattr(mask_file, "_zarr_installed", lambda: False)
+    mask, source = read_mask(path)
+    assert isinstance(mask, np.ndarray) and source == "file m.tif"
+    np.testing.assert_array_equal(mask, labels > 0)
 
 
 def test_a_large_file_that_is_no_mask_is_refused_with_its_shape(tmp_path, small_budget):

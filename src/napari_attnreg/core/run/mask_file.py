@@ -102,6 +102,12 @@ def bool_rows(mask: Any) -> Any:
     return mask if isinstance(mask, PackedMask) else np.asarray(mask, dtype=bool)
 
 
+def _zarr_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("zarr") is not None
+
+
 def open_mask_file(path: Path) -> tuple[Any, tuple[int, ...]] | None:
     """The pixels of a TIFF or ``.npy`` mask file, indexable without reading it whole, and
     its shape; None when the file is small (:data:`PACKED_MASK_PIXELS`) or its format is read
@@ -110,12 +116,12 @@ def open_mask_file(path: Path) -> tuple[Any, tuple[int, ...]] | None:
     if suffix == ".npy":
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     elif suffix in (".tif", ".tiff"):
-        try:
-            from napari_attnreg.core.run.lazy import _level0, _zarr, tiff_store
-
-            zarr = _zarr()
-        except ImportError:
+        if not _zarr_installed():  # without the extra that brings zarr: read whole, as before
             return None
+        import zarr
+
+        from napari_attnreg.core.run.lazy import _level0, tiff_store
+
         array = _level0(zarr.open(tiff_store(path), mode="r"))
     else:
         return None
