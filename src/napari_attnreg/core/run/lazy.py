@@ -42,7 +42,7 @@ def _zarr() -> Any:
     return zarr
 
 
-def _level0(node: Any) -> Any:
+def full_resolution_array(node: Any) -> Any:
     """The full-resolution array of a zarr array, an OME-Zarr group or a tifffile pyramid."""
     if hasattr(node, "shape") and hasattr(node, "dtype"):
         return node
@@ -314,7 +314,7 @@ def _open_tiff(path: Path, zarr: Any) -> tuple[Any, str]:
         if not tif.series:
             raise ValueError("the TIFF holds no image")
         axes = tif.series[0].axes
-    return _level0(zarr.open(tiff_store(path), mode="r")), axes
+    return full_resolution_array(zarr.open(tiff_store(path), mode="r")), axes
 
 
 def tiff_store(path: str | Path, **aszarr: Any) -> Any:
@@ -350,7 +350,7 @@ def _open_zarr(path: Path, zarr: Any) -> tuple[Any, str]:
         names = [a.get("name", "") if isinstance(a, dict) else str(a)
                  for a in multiscales[0].get("axes", [])]
         axes = "".join(n[:1].upper() for n in names) if all(names) else ""
-    array = _level0(node)
+    array = full_resolution_array(node)
     return array, axes if len(axes) == len(array.shape) else ""
 
 

@@ -120,9 +120,9 @@ def open_mask_file(path: Path) -> tuple[Any, tuple[int, ...]] | None:
             return None
         import zarr
 
-        from napari_attnreg.core.run.lazy import _level0, tiff_store
+        from napari_attnreg.core.run.lazy import full_resolution_array, tiff_store
 
-        array = _level0(zarr.open(tiff_store(path), mode="r"))
+        array = full_resolution_array(zarr.open(tiff_store(path), mode="r"))
     else:
         return None
     shape = tuple(int(n) for n in array.shape)
