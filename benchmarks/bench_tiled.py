@@ -4,6 +4,8 @@
     python benchmarks/bench_tiled.py --size 10000 --n-boot 100 --cli   # the command line's RSS
     python benchmarks/bench_tiled.py --model vit_small_patch16_224 --size 1024 --n-boot 16 \
         --device cpu                                   # ViT-S/16 tiles (random init), aim <= 1.3
+    python benchmarks/bench_tiled.py --model free-vits16 --size 8192 --n-boot 200 --device cpu
+                                                       # the path's own work beside the model
 
 Prints, measured in one run:
   * forward passes counted (a spy on the attention call) against n_tiles + B,
@@ -55,6 +57,25 @@ def field(size: int) -> np.ndarray:
     return np.ascontiguousarray(np.tile(base, (reps, reps))[:size, :size])
 
 
+#: A model with ViT-S/16's tokens (224² input, 16² patches, a CLS token) whose forward costs
+#: next to nothing (one block, 16 wide, one head): a run of it is the tiled path's own work
+#: (scaling, tiles, normalisation, nulls, statistics), which a GPU's forward cannot hide.
+FREE_VITS16 = "free-vits16"
+
+
+def load_model(name: str):
+    """``"demo"``, :data:`FREE_VITS16`, or a timm name (random init)."""
+    if name == "demo":
+        return load_backbone("demo")
+    if name == FREE_VITS16:
+        from timm.models.vision_transformer import VisionTransformer
+
+        torch.manual_seed(0)
+        return load_backbone(VisionTransformer(img_size=224, patch_size=16, embed_dim=16,
+                                               depth=1, num_heads=1, num_classes=0))
+    return load_backbone(name, pretrained=False)
+
+
 def peak_rss_gb(who: int = resource.RUSAGE_SELF) -> float:
     return resource.getrusage(who).ru_maxrss / 1024**2  # Linux reports KiB
 
@@ -63,7 +84,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="demo",
-                    help="'demo' or a timm name, random-initialised (e.g. vit_small_patch16_224)")
+                    help="'demo', a timm name, random-initialised (e.g. vit_small_patch16_224), "
+                         "or 'free-vits16' (ViT-S/16's tokens, a forward that costs next to "
+                         "nothing: the tiled path's own work)")
     ap.add_argument("--size", type=int, default=8192)
     ap.add_argument("--n-boot", type=int, default=200)
     ap.add_argument("--device", default="auto")
@@ -80,8 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     device = resolve_device(args.device)
     dtype = autocast_dtype(device, args.precision)
-    bb = (load_backbone("demo") if args.model == "demo"
-          else load_backbone(args.model, pretrained=False)).to(device)
+    bb = load_model(args.model).to(device)
     image = field(args.size)
     tail = {} if args.tail is None else {"tail": args.tail}
     config = RunConfig(tiled=True, n_boot=args.n_boot, device=str(device),

@@ -11,7 +11,8 @@ Figures (each one measured by ``bench_pipeline.py`` / ``bench_tiled.py`` in this
 * tiled 8192² and 32768² synthetic fields with the demo model, B = 200, with the tail
   approximation (``tail="gpd"``, the tiled default) and without it (``tail="none"``);
 * a tiled 8192² field in ViT-S/16 tiles (random init), B = 200, against the bare forward of
-  the same tiles;
+  the same tiles; and the same field with ``free-vits16`` (ViT-S/16's tokens, a forward that
+  costs next to nothing), whose pipeline time is the tiled path's own work;
 * preparing an in-memory 8192² field for a tiled run (uint16 grey and uint8 RGB) on the
   device, against the host's way (``bench_tiled_prepare.py``);
 * profiles (``profile_run.py``) of ViT-B/16 at B = 1000 and of the ViT-S/16 tiles: the
@@ -122,6 +123,11 @@ def plan(args: argparse.Namespace) -> list[tuple[str, object]]:
                  lambda: tiled_figure(size, n_boot, device, "auto", "gpd",
                                       model="vit_small_patch16_224",
                                       repeats=1 if small else 3)))
+    # the same field with a model of ViT-S/16's tokens whose forward costs next to nothing:
+    # the tiled path's own work, to set against the ViT-S/16 tiles' bare forward above
+    jobs.append((f"tiled free-ViT-S/16 tiles {size}² B={n_boot}",
+                 lambda: tiled_figure(size, n_boot, device, "auto", "gpd",
+                                      model="free-vits16", repeats=1 if small else 3)))
     side = 2048 if small else 8192
     jobs.append((f"tiled prepare {side}²", lambda: prepare_figure(side, device)))
     # last, after the figures: where the device waits in the two runs short of their aims
