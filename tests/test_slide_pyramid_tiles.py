@@ -21,9 +21,10 @@ from napari_attnreg._napari import slide_pyramid
 from napari_attnreg._napari.slide_pyramid import (
     BackgroundFill,
     BlockMeanLevel,
-    TiffTiles,
     display_levels,
 )
+from napari_attnreg.core.run import tiff_tiles
+from napari_attnreg.core.run.tiff_tiles import TiffTiles
 from napari_attnreg.io.ometiff import image_view
 from napari_attnreg.io.slides import open_slide
 
@@ -204,8 +205,8 @@ def test_a_blocks_tiles_are_decoded_on_several_threads(tmp_path, small_blocks, m
 
     path = tmp_path / "slide.svs"
     _write(path, "svs", LAYOUTS[0])
-    monkeypatch.setattr(slide_pyramid, "DECODE_WORKERS", 4)
-    monkeypatch.setattr(slide_pyramid, "_decoders", None)  # a pool of 4 for this test
+    monkeypatch.setattr(tiff_tiles, "DECODE_WORKERS", 4)
+    monkeypatch.setattr(tiff_tiles, "_decoders", None)  # a pool of 4 for this test
     decode, lock, now, most = imagecodecs.jpeg_decode, threading.Lock(), [0], [0]
 
     def counted(*args, **kwargs):
@@ -224,7 +225,7 @@ def test_a_blocks_tiles_are_decoded_on_several_threads(tmp_path, small_blocks, m
     level.compute_block((0, 0))
     assert level.holds((0, 0))
     assert most[0] >= 2, "the block's tiles were decoded one at a time"
-    slide_pyramid._decoders.shutdown()
+    tiff_tiles._decoders.shutdown()
 
 
 def test_fills_and_reads_through_the_store_at_once_agree(tmp_path, small_blocks):

@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from napari_attnreg.core.run.tiff_tiles import TiffTiles
+
 #: Longest side of the coarsest level built: napari shows the whole slide from it.
 COARSEST_SIDE = 2048
 #: File pixels a side of the region one block of a coarse level is computed from: bounds
@@ -54,11 +56,6 @@ CACHE_BYTES = 64 << 20
 WORKERS = 4
 #: Seconds a :class:`BackgroundFill` worker waits for work before its thread ends.
 IDLE_S = 2.0
-#: Threads decoding the file's tiles under a block at once, shared by all levels.
-DECODE_WORKERS = max(1, min(8, os.cpu_count() or 1))
-
-_decoders: ThreadPoolExecutor | None = None
-_decoders_lock = threading.Lock()
 
 
 def display_levels(level: Any, coarsest: int | None = None) -> list[BlockMeanLevel]:
@@ -550,122 +547,3 @@ class ChannelLevel:
 
     def __repr__(self) -> str:
         return f"ChannelLevel({self.level!r}, channel={self.channel})"
-
-
-class TiffTiles:
-    """Regions of one tiled TIFF page read by decoding its tiles directly, several at once.
-
-    A slide's level read through its zarr store (tiffslide's, tifffile's) decodes every
-    tile on zarr's one event-loop thread: the fill's worker threads waited on each other
-    (about 70 ms a 2048² JPEG block, one block at a time). Here a region's tiles are read
-    from the file through the store's own file handle under the store's lock (no file
-    opened again, closed with the store) and decoded by :data:`DECODE_WORKERS` threads
-    (imagecodecs releases the GIL) with the same tifffile decoder, arguments and fill value
-    as the store: the pixels are the store's, bit for bit. Use :meth:`of` to get one.
-    """
-
-    def __init__(self, page: Any, lock: Any, fill: Any, squeeze: bool) -> None:
-        self.page, self.lock, self.squeeze = page, lock, squeeze
-        _, _, self.height, self.width, self.samples = (int(n) for n in page.shaped)
-        self.dtype = np.dtype(page.dtype)
-        self.fill = fill
-        self.decode = page.decode  # tifffile's decoder of the page's segments
-        self.args = {"jpegtables": page.jpegtables, "jpegheader": page.jpegheader,
-                     "_fullsize": True}
-
-    @classmethod
-    def of(cls, source: Any) -> TiffTiles | None:
-        """The tiles under ``source`` when it is the zarr array, over tifffile's store
-        (tiffslide's slide levels, an OME-TIFF's image view with channels last), of one
-        tiled TIFF page of contiguous samples; None for anything else (read as before: a
-        DICOM WSI, a dask array, strips, planes, a composed level)."""
-        try:
-            return cls._of(source)
-        except Exception:  # noqa: BLE001 - any layout not understood here is read as before
-            return None
-
-    @classmethod
-    def _of(cls, source: Any) -> TiffTiles | None:
-        from tifffile import TiffPage
-        from tifffile.zarr import ZarrTiffStore
-
-        array = source
-        kept = getattr(source, "kept", None)  # an OME-TIFF's view (io.ometiff.image_view):
-        if kept is not None:  # read here only as the file holds it, (Y, X[, S])
-            if source.channel is not None or list(kept) != list(range(len(source.array.shape))):
-                return None
-            array = source.array
-        store, path = array.store, str(array.path)
-        if not isinstance(store, ZarrTiffStore):  # tiffslide mounts a store per series
-            prefix, _, path = path.partition("/")
-            store = store._stores[prefix]
-        if not isinstance(store, ZarrTiffStore) or store._chunkmode or \
-                store._transform is not None:
-            return None
-        if not store._multiscales and path:
-            return None
-        series = store._data[int(path) if store._multiscales else 0]
-        if len(series.pages) != 1:
-            return None
-        page = series.pages[0]
-        if not isinstance(page, TiffPage) or not page.is_tiled or page.tiledepth != 1 or \
-                page.shaped[:2] != (1, 1) or page.planarconfig != 1:
-            return None
-        _, _, h, w, samples = page.shaped
-        if tuple(source.shape) != ((h, w, samples) if samples > 1 else (h, w)) or \
-                tuple(array.shape) != tuple(source.shape) or \
-                np.dtype(page.dtype) != np.dtype(source.dtype):
-            return None
-        fill = array.fill_value
-        return cls(page, store._filecache.lock, 0 if fill is None else fill,
-                   squeeze=samples == 1)
-
-    @property
-    def closed(self) -> bool:
-        """Whether the file is closed (then read through the store, which opens it)."""
-        return bool(self.page.parent.filehandle.closed)
-
-    def read(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
-        """Rows ``y0:y1``, columns ``x0:x1`` of the page (``(h, w)`` or ``(h, w, S)``)."""
-        th, tw = int(self.page.tilelength), int(self.page.tilewidth)
-        across = -(-self.width // tw)
-        out = np.full((y1 - y0, x1 - x0, self.samples), self.fill, self.dtype)
-        if y1 <= y0 or x1 <= x0:
-            return out[..., 0] if self.squeeze else out
-        index = [ty * across + tx for ty in range(y0 // th, (y1 - 1) // th + 1)
-                 for tx in range(x0 // tw, (x1 - 1) // tw + 1)]
-        offsets, counts = self.page.dataoffsets, self.page.databytecounts
-        # the compressed tiles read first, in file order, one read at a time under the
-        # store's lock (its reads seek the same handle); empty tiles come as None: fill value
-        segments = list(self.page.parent.filehandle.read_segments(
-            [offsets[i] for i in index], [counts[i] for i in index], index,
-            lock=self.lock, sort=True))
-
-        def paste(segment: tuple[bytes | None, int]) -> None:
-            data, i = segment
-            if data is None:
-                return
-            tile, (_, _, ty, tx, _), _ = self.decode(data, i, **self.args)
-            sy0, sy1 = max(y0, ty), min(y1, ty + th, self.height)
-            sx0, sx1 = max(x0, tx), min(x1, tx + tw, self.width)
-            out[sy0 - y0:sy1 - y0, sx0 - x0:sx1 - x0] = tile[0, sy0 - ty:sy1 - ty,
-                                                             sx0 - tx:sx1 - tx]
-
-        if len(segments) > 1 and DECODE_WORKERS > 1:
-            for _ in _decoder_pool().map(paste, segments):  # raises a tile's error here
-                pass
-        else:
-            for segment in segments:
-                paste(segment)
-        return out[..., 0] if self.squeeze else out
-
-
-def _decoder_pool() -> ThreadPoolExecutor:
-    """The threads decoding tiles, shared by all levels and fills (their number bounded
-    whatever the blocks asked at once)."""
-    global _decoders
-    with _decoders_lock:
-        if _decoders is None:
-            _decoders = ThreadPoolExecutor(max_workers=DECODE_WORKERS,
-                                           thread_name_prefix="attnreg tile decoding")
-        return _decoders

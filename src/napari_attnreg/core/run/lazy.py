@@ -185,6 +185,8 @@ class LazyImage:
         with decoding(self.path):  # tiles are decoded here, long after the file was opened
             if self.channel_axis == 0:
                 block = np.moveaxis(np.asarray(self.array[:, ys, xs]), 0, -1)
+            elif (tiles := _strided_tiles(self.array, ys, xs)) is not None:
+                block = tiles.strided(ys, xs)  # a thumbnail: the tiles decoded at once
             else:
                 block = np.asarray(self.array[ys, xs])
         if block.ndim == 3:
@@ -192,6 +194,19 @@ class LazyImage:
             if block.shape[-1] == 1:
                 block = block[..., 0]
         return block
+
+
+def _strided_tiles(array: Any, ys: slice, xs: slice) -> Any:
+    """The :class:`~napari_attnreg.core.run.tiff_tiles.TiffTiles` of ``array`` for a strided
+    read (a thumbnail of a large one-level TIFF decoded every tile one at a time through
+    zarr's store: 5.4 s for 20000²); None for a region (read through the store, which the
+    run's chunk cache keeps) or an array that is no tiled TIFF page."""
+    if (ys.step or 1) == 1 and (xs.step or 1) == 1:
+        return None
+    from napari_attnreg.core.run.tiff_tiles import TiffTiles
+
+    tiles = TiffTiles.of(array)
+    return None if tiles is None or tiles.closed else tiles
 
 
 class ChunkCache:
