@@ -127,3 +127,26 @@ def test_a_coarser_tiled_run_of_it_says_what_to_do_instead_of_reading_it_whole(
 
     with pytest.raises(ValueError, match=r"no coarser level.*Leave the downsample at 1"):
         open_for_run(export, {"tiled": True, "tile_scale": 2.0})
+
+
+def test_the_notebook_shows_and_runs_it_as_a_slide(tmp_path, small_budget):
+    """The explorer held it as a plain image read on demand: no pixel size before a run,
+    though its runs were a slide's. It is a slide of one level there too."""
+    pytest.importorskip("ipywidgets")
+    from napari_attnreg.notebook import AttentionExplorer
+    from napari_attnreg.notebook.sources import open_file
+
+    path = tmp_path / "export_mpp.tif"
+    tifffile.imwrite(path, _pixels(), tile=(128, 128), photometric="rgb",
+                     resolution=(1e4 / 0.5, 1e4 / 0.5), resolutionunit="CENTIMETER")
+    source = open_file(path)
+    assert source.slide and source.pyramid
+    assert source.image.level == 0 and source.image.mpp == pytest.approx(0.5)
+    ex = AttentionExplorer(str(path), "demo", tiled=True, **RUN)
+    result = ex.run(wait=True)
+    assert result is not None, ex.status
+    cli = _cli(path, tmp_path / "cli")
+    _same(result, cli)
+    assert result.spatial == cli.spatial
+    assert result.metadata["tissue_mask"].startswith("auto")
+    ex.close()

@@ -304,11 +304,12 @@ def open_source(image: Any, *, channel_axis: int | None,
 
 
 def open_file(path: Path, channel_axis: int | None = None) -> MemorySource | DiskSource:
-    """A file as the explorer holds it: a slide, an OME pyramid, or a single image above the
-    pixel budget that can be read on demand stays on disk; anything else is read into memory
-    by the command line's reader, with the layout the file states."""
+    """A file as the explorer holds it: a slide (a large tiled TIFF without a scanner's
+    metadata is a slide of one level, as in every front end), an OME pyramid, or a single
+    image above the pixel budget that can be read on demand stays on disk; anything else is
+    read into memory by the command line's reader, with the layout the file states."""
     from napari_attnreg.io.readers import header_plane_shape, read_lazy, read_source
-    from napari_attnreg.io.slides import is_pyramid, is_slide, open_slide
+    from napari_attnreg.io.slides import is_large_tiled_image, is_pyramid, is_slide, open_slide
 
     if not path.exists():
         raise ValueError(f"No such image file: {path}; give an existing file, an array or an "
@@ -319,6 +320,10 @@ def open_file(path: Path, channel_axis: int | None = None) -> MemorySource | Dis
             raise ValueError(f"{path} is a slide pyramid, read with its own colours; "
                              "channel_axis= does not apply to it.")
         return DiskSource(open_slide(path), path, slide=slide, pyramid=True)
+    if channel_axis is None and is_large_tiled_image(path):
+        # a slide of one level to every front end (its runs take a slide's tissue mask and
+        # record level 0): shown as one too, with the pixel size its resolution tags give
+        return DiskSource(open_slide(path), path, slide=True, pyramid=True)
     shape = header_plane_shape(path)
     if channel_axis is None and shape is not None and shape[0] * shape[1] > MAX_UNTILED_PIXELS:
         lazy = read_lazy(path)  # too large to hold: shown from a strided read, run tiled
