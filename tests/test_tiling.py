@@ -238,6 +238,27 @@ def test_cpu_chunks_are_sized_for_about_a_second(demo):
     assert res.metadata["chunk_size"] == latency_chunk(demo, (128, 128))
 
 
+def test_cpu_chunks_of_a_large_model_hold_several_tiles():
+    # a ViT-S/16's tile costs about 9 GFLOP: the one-second bound alone gave 2 tiles a chunk,
+    # a ViT-B/16's 1, and a CPU runs one image at a time well below its batched rate
+    import timm
+
+    from napari_attnreg.core.models.backbones import load_backbone
+    from napari_attnreg.core.run.config import RunConfig
+    from napari_attnreg.core.run.tiled_engine import (
+        CPU_EFFICIENT_CHUNK,
+        latency_chunk,
+        tiled_chunk_size,
+    )
+
+    cpu = torch.device("cpu")
+    for name in ("vit_small_patch16_224", "vit_base_patch16_224"):
+        backbone = load_backbone(timm.create_model(name, pretrained=False, num_classes=0))
+        assert latency_chunk(backbone, (224, 224)) < CPU_EFFICIENT_CHUNK
+        assert tiled_chunk_size(RunConfig(tiled=True), backbone, (224, 224), cpu,
+                                None) == CPU_EFFICIENT_CHUNK
+
+
 def test_gpu_tile_chunks_come_from_the_memory_budget(demo, monkeypatch):
     from napari_attnreg.core.run.config import RunConfig
     from napari_attnreg.core.run.tiled_engine import TILED_MAX_CHUNK, tiled_chunk_size

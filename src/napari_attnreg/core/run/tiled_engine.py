@@ -240,7 +240,6 @@ def tissue_spec(config: RunConfig, image: Any) -> Any:
         else "none"
 
 
-CPU_FLOPS = 2e10  # a modest CPU's sustained float32 rate; sizes chunks for ~1 s each
 def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> TiledImage:
     """Tiles read on demand; percentiles and null statistics from a strided sample.
 
@@ -385,6 +384,15 @@ def _kept(part: Callable[[int], np.ndarray]) -> Callable[[int], np.ndarray]:
     return kept
 
 
+CPU_FLOPS = 2e10  # a modest CPU's sustained float32 rate; sizes chunks for ~1 s each
+#: Fewest tiles per CPU chunk (the memory budget allowing). A model of a foundation model's
+#: size costs more than a second per tile by :data:`CPU_FLOPS`, so the latency bound alone
+#: gave chunks of one or two tiles, and a CPU runs a ViT one image at a time well below its
+#: batched rate (2 cores, tiles per second at 1 / 4 per batch: ViT-S/16 14.9 / 20.4, DINOv2
+#: ViT-S/14 13.1 / 15.9; 8 gains little more and 16 less).
+CPU_EFFICIENT_CHUNK = 4
+
+
 def latency_chunk(backbone: Backbone, tile: tuple[int, int], seconds: float = 1.0) -> int:
     """Images per chunk so that a CPU chunk takes about ``seconds`` (the cancel latency).
 
@@ -522,14 +530,15 @@ def tiled_chunk_size(config: RunConfig, backbone: Backbone, tile: tuple[int, int
     """Tiles (and null tiles) per chunk: as given, else chosen for the device.
 
     On a GPU from the memory budget, up to :data:`TILED_MAX_CHUNK`; on a CPU from the memory
-    budget and about a second a chunk (the cancel latency), without the untiled cap.
+    budget and about a second a chunk (the cancel latency), without the untiled cap, but at
+    least :data:`CPU_EFFICIENT_CHUNK` tiles where the memory budget allows.
     """
     if config.chunk_size:
         return int(config.chunk_size)
     chunk = auto_chunk_size(backbone, tile, device, dtype, config.memory_fraction,
                             largest=TILED_MAX_CHUNK)
     if device.type == "cpu":
-        chunk = min(chunk, latency_chunk(backbone, tile))
+        chunk = min(chunk, max(CPU_EFFICIENT_CHUNK, latency_chunk(backbone, tile)))
     return chunk
 
 
