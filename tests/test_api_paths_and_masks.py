@@ -215,6 +215,10 @@ def test_a_slide_level_for_an_image_of_one_resolution_is_refused_not_recorded(
                  "--n-boot", "4", "--device", "cpu", "--quiet"]) == 1
     assert "neither a slide nor a pyramid" in capsys.readouterr().err
     assert not list(out.glob("*.attnreg.npz"))
+    # and --help says so, where it used to say that other images ignore it
+    from napari_attnreg.core.run.options import option as described
+
+    assert "ignore" not in described("level").help and "refused" in described("level").help
 
 
 @pytest.mark.parametrize("name", ["photo.png", "cells.tif"])
