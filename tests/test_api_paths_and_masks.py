@@ -342,3 +342,18 @@ def test_a_mask_painted_in_the_alpha_channel_is_read_from_it(tmp_path):
     iio.imwrite(path, rgba)
     mask, _ = read_mask(str(path))
     assert mask.sum() == 6 * 14 and mask[4:10, 6:20].all()
+
+
+def test_an_indexed_mask_is_read_by_its_labels_not_its_colours(tmp_path):
+    # QuPath's labelled-image export: an indexed PNG whose background label 0 is white;
+    # expanded to colours, the white was > 0 and the whole slide was tissue
+    from PIL import Image
+
+    labels = np.zeros((32, 48), np.uint8)
+    labels[4:10, 6:20] = 1
+    image = Image.fromarray(labels, mode="L").convert("P")
+    image.putpalette([255, 255, 255, 200, 0, 0] + [0] * (3 * 254))  # white glass, red tissue
+    image.save(tmp_path / "labels.png")
+    mask, source = read_mask(str(tmp_path / "labels.png"))
+    assert source == "file labels.png"
+    np.testing.assert_array_equal(mask, labels > 0)

@@ -545,9 +545,7 @@ def read_mask(value: Any) -> tuple[np.ndarray | PackedMask, str]:
 
                 array = tifffile.imread(path)
             else:
-                import imageio.v3 as iio
-
-                array = iio.imread(path)
+                array = _mask_image(path)
         source = f"file {path.name}"
     else:
         array, source = np.asarray(value), str(getattr(value, "source", "array"))
@@ -564,6 +562,27 @@ def read_mask(value: Any) -> tuple[np.ndarray | PackedMask, str]:
     if _is_probability_map(array):  # a classifier's tissue probability: > 0 would be all
         return array >= 0.5, f"{source} (probability ≥ 0.5)"
     return array > 0, source
+
+
+def _mask_image(path: Path) -> np.ndarray:
+    """A mask image file's pixels; of an indexed (palette) image, its indices.
+
+    A labelled image exported from QuPath (``LabeledImageServer``) or saved from a paint
+    program is often indexed, its background label 0 given a colour (QuPath's own example
+    paints it white): expanded to its colours, that white background was > 0 and the whole
+    slide tissue. Its labels are the indices (0 = background), as a TIFF's are read.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            if image.mode == "P" and getattr(image, "n_frames", 1) == 1:
+                return np.asarray(image)
+    except UnidentifiedImageError:  # a format only imageio reads
+        pass
+    import imageio.v3 as iio
+
+    return iio.imread(path)
 
 
 def _is_probability_map(array: np.ndarray) -> bool:
