@@ -357,3 +357,15 @@ def test_an_indexed_mask_is_read_by_its_labels_not_its_colours(tmp_path):
     mask, source = read_mask(str(tmp_path / "labels.png"))
     assert source == "file labels.png"
     np.testing.assert_array_equal(mask, labels > 0)
+
+
+def test_a_mask_file_that_is_tissue_everywhere_is_warned_of(tmp_path):
+    # a background painted white (an RGB mask, an inverted one): every tile ran, silently
+    from PIL import Image
+
+    rgb = np.full((32, 48, 3), 255, np.uint8)
+    rgb[4:10, 6:20] = (200, 0, 0)
+    Image.fromarray(rgb).save(tmp_path / "white.png")
+    with pytest.warns(UserWarning, match=r"every pixel of white.png is > 0.*must be 0"):
+        mask, _ = read_mask(str(tmp_path / "white.png"))
+    assert mask.all()

@@ -23,6 +23,7 @@ Example
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -561,7 +562,19 @@ def read_mask(value: Any) -> tuple[np.ndarray | PackedMask, str]:
                          + (f" ({source})." if source != "array" else "."))
     if _is_probability_map(array):  # a classifier's tissue probability: > 0 would be all
         return array >= 0.5, f"{source} (probability ≥ 0.5)"
-    return array > 0, source
+    return _labels(array, Path(value).name if isinstance(value, (str, Path)) else None), source
+
+
+def _labels(array: np.ndarray, file: str | None) -> np.ndarray:
+    """Tissue where ``array`` > 0; a mask file (named ``file``) that is tissue everywhere is
+    warned of: its background is nearly always not 0 (white or coloured, or the mask
+    inverted), and 'none' would run every tile knowingly."""
+    mask = array > 0
+    if file is not None and mask.all():
+        warnings.warn(f"tissue_mask: every pixel of {file} is > 0, so all of the image is "
+                      "tissue and every tile runs; a mask's background (glass) must be 0 "
+                      "(black), tissue > 0.", UserWarning, stacklevel=3)
+    return mask
 
 
 def _mask_image(path: Path) -> np.ndarray:
