@@ -215,6 +215,10 @@ def test_a_slide_level_for_an_image_of_one_resolution_is_refused_not_recorded(
                  "--n-boot", "4", "--device", "cpu", "--quiet"]) == 1
     assert "neither a slide nor a pyramid" in capsys.readouterr().err
     assert not list(out.glob("*.attnreg.npz"))
+    # and --help says so, where it used to say that other images ignore it
+    from napari_attnreg.core.run.options import option as described
+
+    assert "ignore" not in described("level").help and "refused" in described("level").help
 
 
 @pytest.mark.parametrize("name", ["photo.png", "cells.tif"])
@@ -338,3 +342,30 @@ def test_a_mask_painted_in_the_alpha_channel_is_read_from_it(tmp_path):
     iio.imwrite(path, rgba)
     mask, _ = read_mask(str(path))
     assert mask.sum() == 6 * 14 and mask[4:10, 6:20].all()
+
+
+def test_an_indexed_mask_is_read_by_its_labels_not_its_colours(tmp_path):
+    # QuPath's labelled-image export: an indexed PNG whose background label 0 is white;
+    # expanded to colours, the white was > 0 and the whole slide was tissue
+    from PIL import Image
+
+    labels = np.zeros((32, 48), np.uint8)
+    labels[4:10, 6:20] = 1
+    image = Image.fromarray(labels, mode="L").convert("P")
+    image.putpalette([255, 255, 255, 200, 0, 0] + [0] * (3 * 254))  # white glass, red tissue
+    image.save(tmp_path / "labels.png")
+    mask, source = read_mask(str(tmp_path / "labels.png"))
+    assert source == "file labels.png"
+    np.testing.assert_array_equal(mask, labels > 0)
+
+
+def test_a_mask_file_that_is_tissue_everywhere_is_warned_of(tmp_path):
+    # a background painted white (an RGB mask, an inverted one): every tile ran, silently
+    from PIL import Image
+
+    rgb = np.full((32, 48, 3), 255, np.uint8)
+    rgb[4:10, 6:20] = (200, 0, 0)
+    Image.fromarray(rgb).save(tmp_path / "white.png")
+    with pytest.warns(UserWarning, match=r"every pixel of white.png is > 0.*must be 0"):
+        mask, _ = read_mask(str(tmp_path / "white.png"))
+    assert mask.all()

@@ -107,3 +107,29 @@ def test_a_folder_of_masks_is_for_batches(batch):
     image = tifffile.imread(data / "a.tif")
     with pytest.raises(ValueError, match="is a folder; a folder of masks"):
         regularize(image, "demo", tiled=True, tissue_mask=str(masks), n_boot=4, device="cpu")
+
+
+def test_a_folder_of_masks_inside_the_input_folder_is_not_taken_for_inputs(batch, capsys):
+    # masks kept beside the slides (data/masks/a.png for data/a.tif): a recursive batch used to
+    # run each mask as an image of its own, with itself as its own mask
+    data, _, out = batch
+    masks = data / "masks"
+    masks.mkdir()
+    _painted(masks / "a.png", 0, 100)
+    _painted(masks / "b.png", 156, 256)
+    assert main(["run", str(data), "--recursive", "--tissue-mask", str(masks),
+                 "--out", str(out), *FAST]) == 1  # d.tif and sub/c.tif have no mask there
+    rows = _rows(out)
+    assert sorted(rows) == ["a.tif", "b.tif", "c.tif", "d.tif"]
+    assert rows["a.tif"] == rows["b.tif"] == "done"
+    assert not (out / "masks").exists()
+    assert "masks" not in capsys.readouterr().err.split("model:")[0]  # not named as skipped
+
+
+def test_the_output_folder_inside_the_input_folder_is_not_named_as_skipped(tmp_path, capsys):
+    data = tmp_path / "data"
+    _image(data / "a.tif", 0)
+    for _ in range(2):
+        assert main(["run", str(data), "--out", str(data / "out"), *FAST]) == 0
+    err = capsys.readouterr().err
+    assert "not images" not in err and "subfolder" not in err

@@ -40,3 +40,26 @@ def test_the_command_line_says_so_in_one_line_of_its_own(cut, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "attnreg: warning: copied.svs is cut short" in err
     assert "UserWarning" not in err and "open_slide(" not in err  # not Python's two lines
+
+
+def test_a_read_of_a_slide_cut_inside_its_full_resolution_leaves_no_reads_behind(slide,
+                                                                                tmp_path):
+    # its level 0 ends a third in: zarr reads a region's tiles as concurrent tasks, and when
+    # one failed the others were left running; at exit each printed an asyncio traceback
+    # ("Task exception was never retrieved", "Task was destroyed but it is pending", dozens)
+    # after the command line's one clear error line
+    import asyncio
+
+    sync = pytest.importorskip("zarr.core.sync")
+    data = slide.read_bytes()
+    cut = tmp_path / "cut.svs"
+    cut.write_bytes(data[:len(data) // 3])
+    with pytest.warns(UserWarning, match="cut short"):
+        image = open_slide(cut)
+    with pytest.raises(ValueError, match="cut.svs is not a readable image"):
+        image.read(slice(0, image.shape[0]), slice(0, image.shape[1]))
+
+    async def left() -> int:
+        return sum(task is not asyncio.current_task() for task in asyncio.all_tasks())
+
+    assert asyncio.run_coroutine_threadsafe(left(), sync.loop[0]).result(30) == 0

@@ -49,8 +49,9 @@ def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
     this machine) the device are checked, once; the model is loaded only when some output
     needs computing. Files inside ``out_dir`` are not inputs
     (a run must not analyse its own figures) unless ``inputs_in_out`` (the demo's fallback
-    image lives there). ``geojson``: also ``NAME.geojson`` beside each result (a user's file
-    of that name, or one edited since, is replaced only with ``overwrite``).
+    image lives there), nor are those in a folder of tissue masks (``--tissue-mask
+    FOLDER``). ``geojson``: also ``NAME.geojson`` beside each result (a user's file of that
+    name, or one edited since, is replaced only with ``overwrite``).
 
     Returns
     -------
@@ -61,9 +62,15 @@ def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
 
     # the inputs first: a missing file or an empty folder fails at once, before torch loads
     # and before the output folder is made
+    from napari_attnreg.batch.masks import is_mask_folder
+
     skipped: list[Path] = []
-    items = collect_inputs(paths, recursive=recursive,
-                           exclude=None if inputs_in_out else out_dir, skipped=skipped)
+    # a folder of tissue masks inside an input folder holds images named after the inputs:
+    # taken as inputs, each mask was analysed with itself as its own mask
+    exclude = [] if inputs_in_out else [out_dir]
+    if is_mask_folder(opts.get("tissue_mask")):
+        exclude.append(Path(str(opts["tissue_mask"]).strip()))
+    items = collect_inputs(paths, recursive=recursive, exclude=exclude, skipped=skipped)
     _report_skipped(skipped, recursive)
 
     from napari_attnreg.batch.figure import FIGURES

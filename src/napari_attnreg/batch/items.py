@@ -44,15 +44,17 @@ class BatchItem:
 
 
 def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
-                   exclude: str | Path | None = None,
+                   exclude: str | Path | Sequence[str | Path] | None = None,
                    skipped: list[Path] | None = None) -> list[BatchItem]:
     """Files, folders (their image files; ``recursive`` descends) and glob patterns → items.
 
     A path that does not exist is kept, so that it is reported as a failed input; so is a
     broken symbolic link a folder or a pattern finds. Outputs
     are named by the path relative to the common parent folder of all inputs. Files that a
-    folder or a pattern finds inside ``exclude`` (the output folder) are left out: a batch
-    never analyses its own figures. A file named explicitly is always an input, a DICOM
+    folder or a pattern finds inside ``exclude`` (the output folder, and a folder of tissue
+    masks; one folder or several) are left out, and not named as skipped: a batch never
+    analyses its own figures, nor a mask as an image. A file named explicitly is always an
+    input, a DICOM
     file too (alone). The DICOM files a folder or a pattern finds in one folder
     (``.dcm``/``.dicom`` files, and files with the DICOM marker and no other image ending)
     are grouped into volumes by their headers: a series of slices is one input named after
@@ -83,16 +85,16 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
             found.append(Path(text))
             named.add(_key(Path(text)))
     _check_named(inputs, found)
+    skip = _folders(exclude)
+    if skipped is not None:  # the output folder's results are no news (nor are the masks)
+        skipped[:] = [p for p in skipped if not _inside(_key(p), skip)]
     # one input per file (a file found twice, or linked under two names, is run once), named
     # as it was found: a link's own name, not its target's (patient_12.svs ->
     # raw/S-0001.svs is patient_12's result, beside the other inputs)
     shown: dict[Path, Path] = {}
     for p in found:
         shown.setdefault(_key(p), _as_found(p))
-    if exclude is not None:
-        skip = Path(exclude).resolve()
-        shown = {k: p for k, p in shown.items()
-                 if k in named or (skip != k and skip not in k.parents)}
+    shown = {k: p for k, p in shown.items() if k in named or not _inside(k, skip)}
     named = {shown[k] for k in named if k in shown}
     unique = list(shown.values())
     if not unique:
@@ -103,6 +105,19 @@ def collect_inputs(inputs: Sequence[str | Path], *, recursive: bool = False,
     parent = Path(os.path.commonpath([str(name.parent) for name, _, _ in inputs_found]))
     return [BatchItem(source, name.relative_to(parent), files)
             for name, source, files in inputs_found]
+
+
+def _folders(exclude: str | Path | Sequence[str | Path] | None) -> list[Path]:
+    """The folders of ``exclude`` (one path or several), resolved."""
+    if exclude is None:
+        return []
+    paths = [exclude] if isinstance(exclude, (str, Path)) else list(exclude)
+    return [Path(p).resolve() for p in paths]
+
+
+def _inside(path: Path, folders: Sequence[Path]) -> bool:
+    """``path`` (resolved) is one of ``folders`` or lies below one."""
+    return any(folder == path or folder in path.parents for folder in folders)
 
 
 def _with_series(paths: list[Path], named: set[Path],

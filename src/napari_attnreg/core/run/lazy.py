@@ -13,6 +13,8 @@ Example
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import queue
 import threading
 from collections import OrderedDict
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from napari_attnreg.core.files import decoding
+from napari_attnreg.core.files import UnreadableFileError, decoding
 
 if TYPE_CHECKING:  # torch is imported where tiles become tensors: napari's reader probe and
     # the slide readers import this module for LazyImage and the pixel budget, and must not
@@ -182,18 +184,49 @@ class LazyImage:
 
     def read(self, ys: slice, xs: slice) -> np.ndarray:
         """Pixels ``[ys, xs]`` as ``(h, w)`` or ``(h, w, C≤3)`` (alpha dropped)."""
-        with decoding(self.path):  # tiles are decoded here, long after the file was opened
-            if self.channel_axis == 0:
-                block = np.moveaxis(np.asarray(self.array[:, ys, xs]), 0, -1)
-            elif (tiles := _strided_tiles(self.array, ys, xs)) is not None:
-                block = tiles.strided(ys, xs)  # a thumbnail: the tiles decoded at once
-            else:
-                block = np.asarray(self.array[ys, xs])
+        try:
+            with decoding(self.path):  # tiles are decoded here, long after the file was opened
+                if self.channel_axis == 0:
+                    block = np.moveaxis(np.asarray(self.array[:, ys, xs]), 0, -1)
+                elif (tiles := _strided_tiles(self.array, ys, xs)) is not None:
+                    block = tiles.strided(ys, xs)  # a thumbnail: the tiles decoded at once
+                else:
+                    block = np.asarray(self.array[ys, xs])
+        except UnreadableFileError:
+            settle_zarr_reads()  # the damage is said once, here, not once per lost tile
+            raise
         if block.ndim == 3:
             block = block[..., :3] if block.shape[-1] == 4 else block
             if block.shape[-1] == 1:
                 block = block[..., 0]
         return block
+
+
+def settle_zarr_reads(timeout: float = 30.0) -> None:
+    """Wait for the chunk reads zarr still runs, and take their errors.
+
+    zarr reads a region's chunks as concurrent tasks on its own event loop; when a chunk of
+    a damaged file fails, the region's read raises at once and leaves its other chunks'
+    tasks behind. Their errors (the same damage, already reported) were printed by asyncio
+    as dozens of "Task exception was never retrieved" tracebacks, and more at exit ("Task
+    was destroyed but it is pending", "Event loop is closed"), after the one clear line.
+    Nothing happens without zarr's loop (zarr not used, or another version of it).
+    """
+    try:
+        from zarr.core import sync
+        loop = sync.loop[0]
+    except (ImportError, AttributeError, IndexError):
+        return
+    if loop is None or not loop.is_running() or loop.is_closed():
+        return
+
+    async def settle() -> None:
+        current = asyncio.current_task()
+        left = [task for task in asyncio.all_tasks() if task is not current]
+        await asyncio.gather(*left, return_exceptions=True)  # their errors taken, not logged
+
+    with contextlib.suppress(Exception):  # never hide the file's own error behind this
+        asyncio.run_coroutine_threadsafe(settle(), loop).result(timeout)
 
 
 def _strided_tiles(array: Any, ys: slice, xs: slice) -> Any:

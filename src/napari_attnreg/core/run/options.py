@@ -266,7 +266,8 @@ _OPTIONS: tuple[Option, ...] = (
            minimum=0, maximum=4096, step=8, allow_none=True, when_tiled=True),
     Option("level", "Slide level", "int", None, "Slides (SVS, NDPI, pyramidal TIFF): the "
            "pyramid level to read, 0 = full resolution (empty = 0, or the level --mpp "
-           "chooses; in napari, the level the layer shows). Other images ignore it.",
+           "chooses; in napari, the level the layer shows). An image of one resolution is "
+           "refused with it (its row fails in a batch): leave it unset there.",
            "tiling", advanced=True, minimum=0, maximum=32, allow_none=True),
     Option("mpp", "Slide resolution (µm/px)", "float", None, "Slides: micrometres per pixel to "
            "analyse at; the coarsest level at least this fine is read and resampled (empty = "

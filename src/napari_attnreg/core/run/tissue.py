@@ -23,6 +23,7 @@ Example
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -545,9 +546,7 @@ def read_mask(value: Any) -> tuple[np.ndarray | PackedMask, str]:
 
                 array = tifffile.imread(path)
             else:
-                import imageio.v3 as iio
-
-                array = iio.imread(path)
+                array = _mask_image(path)
         source = f"file {path.name}"
     else:
         array, source = np.asarray(value), str(getattr(value, "source", "array"))
@@ -563,7 +562,40 @@ def read_mask(value: Any) -> tuple[np.ndarray | PackedMask, str]:
                          + (f" ({source})." if source != "array" else "."))
     if _is_probability_map(array):  # a classifier's tissue probability: > 0 would be all
         return array >= 0.5, f"{source} (probability ≥ 0.5)"
-    return array > 0, source
+    return _labels(array, Path(value).name if isinstance(value, (str, Path)) else None), source
+
+
+def _labels(array: np.ndarray, file: str | None) -> np.ndarray:
+    """Tissue where ``array`` > 0; a mask file (named ``file``) that is tissue everywhere is
+    warned of: its background is nearly always not 0 (white or coloured, or the mask
+    inverted), and 'none' would run every tile knowingly."""
+    mask = array > 0
+    if file is not None and mask.all():
+        warnings.warn(f"tissue_mask: every pixel of {file} is > 0, so all of the image is "
+                      "tissue and every tile runs; a mask's background (glass) must be 0 "
+                      "(black), tissue > 0.", UserWarning, stacklevel=3)
+    return mask
+
+
+def _mask_image(path: Path) -> np.ndarray:
+    """A mask image file's pixels; of an indexed (palette) image, its indices.
+
+    A labelled image exported from QuPath (``LabeledImageServer``) or saved from a paint
+    program is often indexed, its background label 0 given a colour (QuPath's own example
+    paints it white): expanded to its colours, that white background was > 0 and the whole
+    slide tissue. Its labels are the indices (0 = background), as a TIFF's are read.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            if image.mode == "P" and getattr(image, "n_frames", 1) == 1:
+                return np.asarray(image)
+    except UnidentifiedImageError:  # a format only imageio reads
+        pass
+    import imageio.v3 as iio
+
+    return iio.imread(path)
 
 
 def _is_probability_map(array: np.ndarray) -> bool:
