@@ -146,3 +146,38 @@ def test_a_dicom_slide_follows_the_same_rule(tmp_path, mm, kept):
     with pytest.raises(ValueError, match="its DICOM PixelSpacing says 352.78 µm per pixel, "
                                          "72 dpi: a program's default"):
         open_dicom_slide(folder, mpp=1000.0)
+
+
+@pytest.mark.parametrize("mpp, kept", SIZES[:7])
+def test_a_plain_tiff_under_the_budget_reads_its_tags_as_a_large_one_does(tmp_path, mpp, kept):
+    # a TIFF below 8192² was read without its resolution tags (no scale bar, no µm outputs)
+    # while the same file above it, a slide of one level, kept them
+    from napari_attnreg.io.readers import image_info, read_source
+
+    img = (np.random.default_rng(3).random((96, 128, 3)) * 255).astype(np.uint8)
+    tifffile.imwrite(tmp_path / "cm.tif", img, resolution=(1e4 / mpp, 1e4 / mpp),
+                     resolutionunit="CENTIMETER")
+    tifffile.imwrite(tmp_path / "ij.tif", img, imagej=True, resolution=(1 / mpp, 1 / mpp),
+                     metadata={"unit": "micron"})
+    for name in ("cm.tif", "ij.tif"):
+        info = image_info(tmp_path / name)
+        want = (pytest.approx(mpp), pytest.approx(mpp)) if kept else None
+        assert info.pixel_size == want and info.unit == ("µm" if kept else None)
+        assert read_source(tmp_path / name)[1].pixel_size == info.pixel_size
+    tifffile.imwrite(tmp_path / "none.tif", img)
+    assert image_info(tmp_path / "none.tif").pixel_size is None
+
+
+def test_a_plain_tiffs_tagged_size_reaches_the_run_and_its_scale_bar(tmp_path):
+    from napari_attnreg.cli import main
+
+    img = (np.random.default_rng(4).random((160, 200)) * 255).astype(np.uint8)
+    tifffile.imwrite(tmp_path / "cells.tif", img, imagej=True, resolution=(1 / 0.65, 1 / 0.65),
+                     metadata={"unit": "um"})
+    assert main(["run", str(tmp_path / "cells.tif"), "--n-boot", "4", "--quiet",
+                 "--out", str(tmp_path / "out")]) == 0
+    from napari_attnreg.core.results.result import AttentionResult
+
+    result = AttentionResult.load(tmp_path / "out" / "cells.tif.attnreg.npz")
+    assert result.spatial["scale"] == pytest.approx((0.65, 0.65))
+    assert result.spatial["units"] == ("µm", "µm")

@@ -461,9 +461,11 @@ def _read_tiff(path: Path) -> tuple[np.ndarray, dict[str, Any], ImageInfo]:
 
 
 def _tiff_info(tif: Any) -> ImageInfo:
-    """The OME pixel size of the first image (OME's default unit is µm); a microscope's file."""
+    """The OME pixel size of the first image (OME's default unit is µm; a microscope's
+    file), else the one its resolution tags state (:func:`_tagged_pixel_size`)."""
     if not tif.is_ome or not tif.ome_metadata:
-        return ImageInfo()
+        size = _tagged_pixel_size(tif)
+        return ImageInfo(size, "µm") if size is not None else ImageInfo()
     import tifffile
 
     ome = tifffile.xml2dict(tif.ome_metadata).get("OME", {})
@@ -476,6 +478,46 @@ def _tiff_info(tif: Any) -> ImageInfo:
     known = None not in size and len(units) == 1 and None not in units
     return ImageInfo((size[0], size[1]) if known else None, units.pop() if known else None,
                      "microscopy", "OME metadata")
+
+
+#: µm per unit of a TIFF's ResolutionUnit (2: inch, 3: centimetre; 4, 5: tifffile's mm and µm)
+#: and of ImageJ's ``unit``
+#: (its resolution tags in pixels per that unit, ResolutionUnit none).
+_TAG_UNIT_UM = {2: 25400.0, 3: 10000.0, 4: 1000.0, 5: 1.0}
+_IMAGEJ_UNIT_UM = {"nm": 1e-3, "nanometer": 1e-3, "µm": 1.0, "um": 1.0, "micron": 1.0,
+                   "micrometer": 1.0, "\\u00b5m": 1.0, "mm": 1000.0, "millimeter": 1000.0,
+                   "cm": 1e4, "m": 1e6}
+
+
+def _tagged_pixel_size(tif: Any) -> tuple[float, float] | None:
+    """µm per pixel ``(rows, columns)`` that a TIFF's resolution tags state, or None.
+
+    The same reading a large TIFF gets as a slide of one level (there through tiffslide),
+    so a file's scale bar and µm outputs do not depend on its size: XResolution and
+    YResolution in pixels per inch or centimetre, or per ImageJ's ``unit`` (ResolutionUnit
+    none). Programs' defaults (72, 96, 300 dpi, 1 pixel per mm, cm or inch) say nothing
+    about the pixels and are ignored, as for slides (:func:`~.slides.stated_mpp`).
+    """
+    from napari_attnreg.io.slides import stated_mpp
+
+    try:
+        page = tif.pages.first
+        x_res, y_res = (page.tags.valueof(t) for t in ("XResolution", "YResolution"))
+        unit = int(page.tags.valueof("ResolutionUnit", 2))
+        if unit in _TAG_UNIT_UM:
+            per_unit = _TAG_UNIT_UM[unit]
+        else:
+            imagej = tif.imagej_metadata or {}
+            per_unit = _IMAGEJ_UNIT_UM.get(str(imagej.get("unit", "")).strip().lower())
+        if per_unit is None or x_res is None or y_res is None:
+            return None
+        sizes = [per_unit * r[1] / r[0] for r in (y_res, x_res)]
+    except (AttributeError, TypeError, ValueError, ZeroDivisionError, IndexError):
+        return None
+    if not all(math.isfinite(v) and v > 0 for v in sizes):
+        return None
+    kept = [stated_mpp(v, "its TIFF tags say")[0] for v in sizes]
+    return None if None in kept else (float(kept[0]), float(kept[1]))
 
 
 def _zarr_info(path: Path) -> ImageInfo:
