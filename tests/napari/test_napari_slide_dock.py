@@ -86,3 +86,21 @@ def test_a_saved_tiled_result_reopens_with_its_tissue_mask_layer(
     np.testing.assert_allclose(reopened.scale, tissue.scale)
     np.testing.assert_allclose(reopened.translate, tissue.translate)
     assert reopened.metadata["tissue"]["tiles"] == tissue.metadata["tissue"]["tiles"]
+
+
+def test_the_tissue_mask_a_run_adds_is_not_taken_as_the_roi_layer(
+        two_level_slide, viewer_widget, run_and_wait):
+    """The tissue mask layer of a tiled run is no ROI layer: taken up as one, the ROI table
+    showed the tissue as its only ROI, and the Shapes layer the analyst drew next was not
+    chosen (the table never showed their ROIs)."""
+    viewer, widget = viewer_widget
+    viewer.open(str(two_level_slide), plugin="napari-attnreg")
+    widget.options.controls["tiled"].setChecked(True)
+    widget.options.set("level", 1)
+    run_and_wait(widget, timeout=120_000)
+    assert "two levels tissue" in [lay.name for lay in viewer.layers]
+    assert widget.roi_panel.current_layer() is None
+    drawn = viewer.add_shapes([np.array([[600, 40], [600, 300], [900, 300], [900, 40]]) * 0.5],
+                              name="my ROIs", scale=(0.5, 0.5))
+    assert widget.roi_panel.current_layer() is drawn
+    assert [row["label"] for row in widget.roi_panel.rows] == [1]
