@@ -216,6 +216,18 @@ def test_no_image_layer_notifies(viewer_widget, notifications):
     assert "Add an image layer" in notifications[-1].message
 
 
+def test_closing_the_last_image_says_to_add_one(viewer_widget, run_and_wait, cells_image):
+    """With the only image closed after its run, the status line asks for an image (Run is
+    disabled): it said "No result for this image yet: press Run", of no image."""
+    viewer, widget = viewer_widget
+    layer = viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    viewer.layers.remove(layer)
+    text = widget.run_panel.status_label.text()
+    assert "add an image layer" in text and "press Run" not in text
+    assert not widget.run_panel.run_button.isEnabled()
+
+
 def test_out_of_memory_shows_the_core_message(
     viewer_widget, run_and_wait, notifications, cells_image, monkeypatch
 ):

@@ -348,6 +348,12 @@ class AttentionWidget(QWidget):
         if record is not None:
             self._show_summary(record)
             show_colorbars_of(self.viewer, self.records(), record)
+        elif self.current_layer() is None and not self.run_panel.busy:
+            # the last image was closed: "press Run" (Run is disabled) or the closed image's
+            # count would speak of an image no longer there
+            self._summary_shown = False
+            self.run_panel.show_status(f"No image to analyse: add an image layer "
+                                       f"({sample_menu_hint()}).")
         elif self._summary_shown:  # another image's count must not stay on screen
             self._summary_shown = False
             self.run_panel.show_status("No result for this image yet: press Run.")
