@@ -104,3 +104,20 @@ def test_the_tissue_mask_a_run_adds_is_not_taken_as_the_roi_layer(
                               name="my ROIs", scale=(0.5, 0.5))
     assert widget.roi_panel.current_layer() is drawn
     assert [row["label"] for row in widget.roi_panel.rows] == [1]
+
+
+def test_the_tissue_mask_lies_beneath_the_maps_and_the_outline(
+        two_level_slide, viewer_widget, run_and_wait):
+    """The tissue mask a run adds (and a rerun's replacement) lies between the slide and its
+    output layers: on top, its fill tinted the maps and the significant outline."""
+    viewer, widget = viewer_widget
+    [slide] = viewer.open(str(two_level_slide), plugin="napari-attnreg")
+    widget.options.controls["tiled"].setChecked(True)
+    widget.options.set("level", 1)
+    for _ in range(2):  # the rerun replaces the mask
+        run_and_wait(widget, timeout=120_000)
+        names = [lay.name for lay in viewer.layers]
+        tissue = names.index("two levels tissue")
+        outputs = [i for i, name in enumerate(names) if name.startswith("two levels · ")]
+        assert names.index(slide.name) < tissue < min(outputs), names
+        assert names.count("two levels tissue") == 1

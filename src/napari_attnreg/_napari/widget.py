@@ -491,7 +491,7 @@ class AttentionWidget(QWidget):
         # the status line, the warning toast and the saved result then carry them
         add_to_results(outcome.results.values(), raised)
         record = self._records.attach(outcome, pending)
-        self._show_tissue(outcome, record.source_name)
+        self._show_tissue(outcome, record)
         self._select_current()  # the run's image, when it is still the one chosen
         if record.source_id != self.session.selected_key:
             self.run_panel.show_status(f"Finished {record.source_name!r}; choose it under "
@@ -504,8 +504,8 @@ class AttentionWidget(QWidget):
             self.run_panel.show_status(f"<span style='color:{WARNING_COLOR}'>{text}</span><br>"
                                        + self.run_panel.status_label.text())
 
-    def _show_tissue(self, outcome: Outcome, source_name: str) -> None:
-        """A tiled run's tissue mask as a Labels layer over its image.
+    def _show_tissue(self, outcome: Outcome, record: RunRecord) -> None:
+        """A tiled run's tissue mask as a Labels layer over its image, beneath its maps.
 
         A rerun replaces the mask this dock added before, and removes it when the new run has
         none (it would show a mask the run did not use); a mask layer the analyst has painted
@@ -513,12 +513,25 @@ class AttentionWidget(QWidget):
         """
         from napari_attnreg._napari.io import tissue_layer, tissue_untouched
 
+        source_name = record.source_name
         made = tissue_layer(outcome.results[()], source_name) if () in outcome.results else None
         for old in [lay for lay in self.viewer.layers if tissue_untouched(lay, source_name)]:
             self.viewer.layers.remove(old)
         if made is not None:
-            data, kwargs, _ = made
-            self.viewer.add_labels(data, **kwargs)  # napari numbers a name already taken
+            self._add_tissue(made, record)
+
+    def _add_tissue(self, made: Any, record: RunRecord) -> None:
+        """Add the tissue mask layer ``made`` just beneath ``record``'s output layers.
+
+        On top (where napari adds a layer) its fill tinted the maps and the significant
+        outline it marks the tested area for; a reopened result file has it beneath them too.
+        """
+        data, kwargs, _ = made
+        layer = self.viewer.add_labels(data, **kwargs)  # napari numbers a name already taken
+        layers = self.viewer.layers
+        below = [layers.index(lay) for lay in record.outputs.values() if lay in layers]
+        if below and min(below) < layers.index(layer):
+            layers.move(layers.index(layer), min(below))
 
     def _show_reopened_tissue(self, record: RunRecord) -> None:
         """A reopened tiled result's tissue mask, as after its run: a saved folder holds the
@@ -533,8 +546,7 @@ class AttentionWidget(QWidget):
         made = tissue_layer(record.results[()], record.source_name) \
             if () in record.results else None
         if made is not None:
-            data, kwargs, _ = made
-            self.viewer.add_labels(data, **kwargs)
+            self._add_tissue(made, record)
 
     def _on_finished(self, outcome: Outcome) -> None:
         self._pending = None
