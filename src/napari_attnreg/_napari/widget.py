@@ -479,7 +479,7 @@ class AttentionWidget(QWidget):
         raised = [*pending.warnings, *self.run_panel.run_warnings]
         if not outcome.results:
             if outcome.status == "cancelled":
-                self.run_panel.show_status("Cancelled; nothing was added.")
+                self._note_over_summary("Cancelled; nothing was added.")
             else:
                 self.run_panel.show_error(outcome.message, raised)
             return
@@ -494,8 +494,8 @@ class AttentionWidget(QWidget):
         self._show_tissue(outcome, record)
         self._select_current()  # the run's image, when it is still the one chosen
         if record.source_id != self.session.selected_key:
-            self.run_panel.show_status(f"Finished {record.source_name!r}; choose it under "
-                                       "Image to see its result.")
+            self._note_over_summary(f"Finished {record.source_name!r}; choose it under "
+                                    "Image to see its result.")
         notify_summary(record)
         notify_diagnostics(record)
         self.outputs_updated.emit(record)
@@ -553,6 +553,15 @@ class AttentionWidget(QWidget):
         self.last_outcome = outcome
         if not self._detached:
             self.run_finished.emit(outcome)
+
+    def _note_over_summary(self, note: str) -> None:
+        """``note`` on the status line, above the summary of the result shown: that result
+        stays on screen, and the run's progress had replaced its count and warnings."""
+        record = self.current_record()
+        if record is not None:
+            self._show_summary(record)
+            note = f"{note}<br>{self.run_panel.status_label.text()}"
+        self.run_panel.show_status(note)
 
     def _show_summary(self, record: RunRecord) -> None:
         html, status = summary_html(record)
