@@ -325,6 +325,11 @@ class AttentionWidget(QWidget):
 
     # ---- selection: the chosen image's result ------------------------------------------------
     def _on_layer_changed(self) -> None:
+        pending = self._pending
+        if pending is not None and pending.layer not in self.viewer.layers:
+            # its image was closed: nothing the run computes can be added, so stop it now
+            # rather than let it hold the CPU to its end (minutes for a slide)
+            self.run_panel.cancel()
         self.thresholds_panel.flush()  # a move made just before belongs to the result shown
         self._records.tidy()
         self._select_current()
@@ -477,6 +482,9 @@ class AttentionWidget(QWidget):
             outcome.results, outcome.status = {}, "cancelled"
             return
         raised = [*pending.warnings, *self.run_panel.run_warnings]
+        if not outcome.results and outcome.status == "cancelled" \
+                and pending.layer not in self.viewer.layers:  # stopped when its image closed
+            outcome.status, outcome.message = "failed", pending.problem(self.viewer, outcome)
         if not outcome.results:
             if outcome.status == "cancelled":
                 self._note_over_summary("Cancelled; nothing was added.")
