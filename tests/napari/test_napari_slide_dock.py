@@ -121,3 +121,30 @@ def test_the_tissue_mask_lies_beneath_the_maps_and_the_outline(
         outputs = [i for i, name in enumerate(names) if name.startswith("two levels · ")]
         assert names.index(slide.name) < tissue < min(outputs), names
         assert names.count("two levels tissue") == 1
+
+
+def test_a_slide_opened_after_its_saved_result_lies_beneath_the_result(
+        two_level_slide, viewer_widget, run_and_wait, tmp_path, make_napari_viewer, qtbot):
+    """A saved result reopened first, then its slide: the dock takes the result up and puts
+    the slide beneath its maps, outline and tissue mask (napari added it on top, where the
+    opaque slide hid all of them)."""
+    from napari_attnreg._napari.results_io import save_results
+    from napari_attnreg._napari.widget import AttentionWidget
+
+    viewer, widget = viewer_widget
+    viewer.open(str(two_level_slide), plugin="napari-attnreg")
+    widget.options.controls["tiled"].setChecked(True)
+    widget.options.set("level", 1)
+    run_and_wait(widget, timeout=120_000)
+    save_results(viewer, widget.current_record(), [], tmp_path / "saved")
+
+    again = make_napari_viewer()
+    dock = AttentionWidget(again)
+    again.window.add_dock_widget(dock)
+    again.open(str(tmp_path / "saved"), plugin="napari-attnreg")
+    [slide] = again.open(str(two_level_slide), plugin="napari-attnreg")
+    qtbot.waitUntil(lambda: dock.current_record() is not None, timeout=10_000)
+    names = [lay.name for lay in again.layers]
+    marks = [i for i, name in enumerate(names) if name.startswith("two levels ")]
+    assert len(marks) == 7, names  # four maps, significant, its outline, the tissue mask
+    assert names.index(slide.name) < min(marks), names

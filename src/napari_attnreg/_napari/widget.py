@@ -256,6 +256,7 @@ class AttentionWidget(QWidget):
             return
         for record in made:
             self._show_reopened_tissue(record)
+            self._source_beneath(record)
         if made:
             self._select_current()  # shows the result when its image is the one chosen
         elif self._records.waiting and self.current_record() is None:
@@ -540,6 +541,21 @@ class AttentionWidget(QWidget):
         below = [layers.index(lay) for lay in record.outputs.values() if lay in layers]
         if below and min(below) < layers.index(layer):
             layers.move(layers.index(layer), min(below))
+
+    def _source_beneath(self, record: RunRecord) -> None:
+        """Move a reopened result's image beneath its maps, outline and tissue mask: opened
+        after them (napari adds a layer on top), the opaque image hid all of them."""
+        from napari_attnreg._napari.roi_panel import is_tissue_mask
+
+        source = self._records.source_of(record)
+        layers = self.viewer.layers
+        if source is None or source not in layers:
+            return
+        marks = [layers.index(lay) for lay in record.outputs.values() if lay in layers]
+        marks += [i for i, lay in enumerate(layers) if is_tissue_mask(lay)
+                  and lay.metadata["tissue"].get("image") == record.source_name]
+        if marks and min(marks) < layers.index(source):
+            layers.move(layers.index(source), min(marks))
 
     def _show_reopened_tissue(self, record: RunRecord) -> None:
         """A reopened tiled result's tissue mask, as after its run: a saved folder holds the
