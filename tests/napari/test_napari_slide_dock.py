@@ -148,3 +148,22 @@ def test_a_slide_opened_after_its_saved_result_lies_beneath_the_result(
     marks = [i for i, name in enumerate(names) if name.startswith("two levels ")]
     assert len(marks) == 7, names  # four maps, significant, its outline, the tissue mask
     assert names.index(slide.name) < min(marks), names
+
+
+def test_the_tissue_mask_field_offers_no_significant_layers(
+        two_level_slide, viewer_widget, run_and_wait):
+    """The Tissue mask field's suggestions, and the error for a name it does not know, list
+    the layers that can mark tissue (the run's tissue mask, a painted one), not the dock's
+    significant layers and outline, which read as masks to use."""
+    viewer, widget = viewer_widget
+    viewer.open(str(two_level_slide), plugin="napari-attnreg")
+    widget.options.controls["tiled"].setChecked(True)
+    widget.options.set("level", 1)
+    run_and_wait(widget, timeout=120_000)
+    viewer.add_labels(np.zeros((8, 8), np.uint8), name="painted")
+    offered = widget._mask_names.stringList()
+    assert offered == ["auto", "none", "two levels tissue", "painted"]
+    widget.options.controls["tissue_mask"].setText("no such layer")
+    assert widget.run() is None
+    text = widget.run_panel.status_label.text()
+    assert "'two levels tissue', 'painted'" in text and "significant" not in text

@@ -235,7 +235,11 @@ class AttentionWidget(QWidget):
     def _offer_mask_layers(self, event: Any = None) -> None:
         from napari.layers import Labels, Shapes
 
-        drawn = [lay.name for lay in self.viewer.layers if isinstance(lay, (Labels, Shapes))]
+        from napari_attnreg._napari.source_panel import is_output
+
+        # the dock's own significant layers mark no tissue: offered, they read as masks to use
+        drawn = [lay.name for lay in self.viewer.layers
+                 if isinstance(lay, (Labels, Shapes)) and not is_output(lay)]
         self._mask_names.setStringList(["auto", "none", *drawn])
 
     def _on_layer_inserted(self, event: Any = None) -> None:
