@@ -335,6 +335,8 @@ class AttentionWidget(QWidget):
             # its image was closed: nothing the run computes can be added, so stop it now
             # rather than let it hold the CPU to its end (minutes for a slide)
             self.run_panel.cancel()
+            self.run_panel.show_status(f"{pending.layer.name!r} was closed: its run stops at "
+                                       "the next chunk.")  # not "Cancelling", never pressed
         self.thresholds_panel.flush()  # a move made just before belongs to the result shown
         self._records.tidy()
         self._select_current()
