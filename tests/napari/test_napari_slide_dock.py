@@ -167,3 +167,22 @@ def test_the_tissue_mask_field_offers_no_significant_layers(
     assert widget.run() is None
     text = widget.run_panel.status_label.text()
     assert "'two levels tissue', 'painted'" in text and "significant" not in text
+
+
+def test_slide_level_and_resolution_are_greyed_out_for_an_image_that_is_no_slide(
+        two_level_slide, viewer_widget):
+    """*Slide level* and *Slide resolution* are enabled while a slide is the chosen image and
+    greyed out for another image, which ignores them (they were enabled, doing nothing)."""
+    viewer, widget = viewer_widget
+    level, mpp = widget.options.controls["level"], widget.options.controls["mpp"]
+    assert level.isEnabled() and mpp.isEnabled()  # no image yet: nothing to judge by
+    plain = viewer.add_image(np.zeros((64, 64), np.uint8), name="plain")
+    assert not level.isEnabled() and not mpp.isEnabled()
+    [slide] = viewer.open(str(two_level_slide), plugin="napari-attnreg")
+    assert level.isEnabled() and mpp.isEnabled()
+    widget.set_layer(plain)
+    assert not level.isEnabled()
+    widget.options.controls["tiled"].toggle()  # the other options' greying keeps it
+    assert not level.isEnabled()
+    widget.set_layer(slide)
+    assert level.isEnabled()

@@ -341,6 +341,7 @@ class AttentionWidget(QWidget):
         self._records.tidy()
         self._select_current()
         has_image = self.current_layer() is not None
+        self.options.set_slide(not has_image or slide_of(self.current_layer()) is not None)
         self.run_panel.set_can_run(has_image, "" if has_image else
                                    f"Add an image layer first ({sample_menu_hint()}).")
 
