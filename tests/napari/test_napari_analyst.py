@@ -396,3 +396,42 @@ def test_export_figure_is_the_result_at_native_resolution_not_the_canvas(
     red = (rgb[..., 0] > 200) & (rgb[..., 1] < 40) & (rgb[..., 2] < 40)
     assert red.mean() < 0.001
     assert widget.figure_button.toolTip()
+
+
+def test_export_figure_draws_and_writes_off_the_gui_thread(
+        viewer_widget, run_and_wait, cells_image, tmp_path, monkeypatch, qtbot, notifications):
+    """*Export figure…* draws and writes on a worker thread, the button disabled meanwhile: a
+    slide's figure at level 0 took half a minute on the GUI thread, the window frozen."""
+    import threading
+
+    from qtpy.QtWidgets import QFileDialog
+
+    from napari_attnreg._napari import figure
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    drawn = threading.Event()
+    release = threading.Event()
+    threads = []
+
+    def slow_figure(result, image, path, **kwargs):
+        threads.append(threading.current_thread() is threading.main_thread())
+        drawn.set()
+        release.wait(timeout=10)
+        path.write_bytes(b"png")
+        return path
+
+    monkeypatch.setattr(figure, "publication_figure", slow_figure)
+    monkeypatch.setattr(QFileDialog, "getSaveFileName",
+                        staticmethod(lambda *a, **k: (str(tmp_path / "fig.png"), "")))
+    button = widget.figure_button
+    button.click()
+    assert not release.is_set()  # the click returned before the figure was written
+    assert not button.isEnabled() and button.text() == "Exporting figure…"
+    qtbot.waitUntil(drawn.is_set, timeout=10_000)
+    release.set()
+    qtbot.waitUntil(button.isEnabled, timeout=10_000)
+    assert threads == [False]
+    assert button.text() == "Export figure…" and (tmp_path / "fig.png").is_file()
+    assert f"Figure written to {tmp_path / 'fig.png'}" in [n.message for n in notifications]

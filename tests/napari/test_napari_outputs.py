@@ -127,8 +127,19 @@ def test_source_removed_mid_run_reports_it(viewer_widget, qtbot, cells_image, no
     viewer, widget = viewer_widget
     image = viewer.add_image(cells_image, name="cells")
     viewer.add_points([[5, 5]], name="pts")
-    outcome = _start_and_act(widget, qtbot, lambda: viewer.layers.remove(image))
-    assert outcome.results == {} and "was removed during the run" in outcome.message
+    stopped: list[bool] = []
+    said: list[str] = []
+
+    def remove() -> None:
+        viewer.layers.remove(image)
+        stopped.append(widget.run_panel.cancelled)
+        said.append(widget.run_panel.status_label.text())
+
+    outcome = _start_and_act(widget, qtbot, remove, n_boot=2000)
+    assert stopped == [True]  # stopped at once, not run to its end for nothing
+    assert said == ["'cells' was closed: its run stops at the next chunk."]
+    assert outcome.status == "failed" and outcome.results == {}
+    assert "was removed during the run" in outcome.message
     assert "removed" in widget.run_panel.status_label.text()
     assert "significant" not in widget.run_panel.status_label.text()  # no success summary
     assert [layer.name for layer in viewer.layers] == ["pts"]

@@ -149,6 +149,44 @@ def test_cancel_mid_run_adds_nothing_and_keeps_layers(viewer_widget, qtbot, cell
     assert widget.run_panel.run_button.isEnabled()
 
 
+def test_a_cancelled_rerun_keeps_the_shown_result_s_summary(
+        viewer_widget, run_and_wait, qtbot, cells_image):
+    """Cancelling a rerun leaves the earlier result on screen, and the status line keeps its
+    count under the note (it said only "Cancelled; nothing was added." over those maps)."""
+    from qtpy.QtCore import Qt
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    widget.options.controls["n_boot"].setValue(5000)
+    widget.options.controls["chunk_size"].setValue(4)
+    done: list[int] = []
+    with qtbot.waitSignal(widget.run_finished, timeout=60_000):
+        worker = widget.run()
+        worker.yielded.connect(lambda item: done.append(1), Qt.ConnectionType.DirectConnection)
+        qtbot.waitUntil(lambda: len(done) >= 3, timeout=30_000)
+        widget.cancel()
+    text = widget.run_panel.status_label.text()
+    assert text.startswith("Cancelled; nothing was added.")
+    assert "patches significant" in text and "B=16" in text  # the earlier run's summary
+
+
+def test_a_run_of_another_image_keeps_the_shown_result_s_summary(
+        viewer_widget, run_and_wait, qtbot, cells_image):
+    """A run of image B that ends while image A's result is shown says so above A's count
+    (the note replaced A's summary, whose maps stay on screen)."""
+    viewer, widget = viewer_widget
+    first = viewer.add_image(cells_image, name="first")
+    run_and_wait(widget)
+    viewer.add_image(cells_image[::-1].copy(), name="second")
+    with qtbot.waitSignal(widget.run_finished, timeout=60_000):
+        assert widget.run() is not None
+        widget.set_layer(first)
+    text = widget.run_panel.status_label.text()
+    assert text.startswith("Finished 'second'; choose it under Image")
+    assert "patches significant" in text
+
+
 def test_stale_result_of_cancelled_run_is_dropped(viewer_widget, qtbot, cells_image):
     viewer, widget = viewer_widget
     viewer.add_image(cells_image, name="cells")
@@ -214,6 +252,18 @@ def test_no_image_layer_notifies(viewer_widget, notifications):
     _viewer, widget = viewer_widget
     assert widget.run() is None
     assert "Add an image layer" in notifications[-1].message
+
+
+def test_closing_the_last_image_says_to_add_one(viewer_widget, run_and_wait, cells_image):
+    """With the only image closed after its run, the status line asks for an image (Run is
+    disabled): it said "No result for this image yet: press Run", of no image."""
+    viewer, widget = viewer_widget
+    layer = viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    viewer.layers.remove(layer)
+    text = widget.run_panel.status_label.text()
+    assert "add an image layer" in text and "press Run" not in text
+    assert not widget.run_panel.run_button.isEnabled()
 
 
 def test_out_of_memory_shows_the_core_message(

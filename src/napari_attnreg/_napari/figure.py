@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from qtpy.QtWidgets import QPushButton, QWidget
 
-from napari_attnreg._napari.dialogs import save_through_dialog
+from napari_attnreg._napari.dialogs import save_in_background, save_through_dialog
 from napari_attnreg._napari.layers import CONTINUOUS_KINDS
 from napari_attnreg._napari.slice_cue import shown_plane
 from napari_attnreg.core.results.figure import publication_figure
@@ -90,6 +90,14 @@ def analysed_pixels(grid: Any, source: Any) -> np.ndarray:
 def export_figure(viewer: Any, record: Any, source: Any, path: str | Path, *,
                   map_key: str | None = None, scale: int | None = None) -> Path:
     """Write the figure of ``record`` (the plane in view) to ``path`` (PNG); returns it."""
+    return figure_job(viewer, record, source, path, map_key=map_key, scale=scale)()
+
+
+def figure_job(viewer: Any, record: Any, source: Any, path: str | Path, *,
+               map_key: str | None = None, scale: int | None = None) -> Callable[[], Path]:
+    """:func:`export_figure` in two steps: what the viewer shows is read now (GUI thread),
+    and the returned call reads the pixels and draws and writes the PNG (any thread: a
+    slide's figure at level 0 takes half a minute)."""
     path = Path(path)
     if path.suffix.lower() != ".png":
         path = path.with_name(path.name + ".png")
@@ -97,8 +105,13 @@ def export_figure(viewer: Any, record: Any, source: Any, path: str | Path, *,
     if plane not in record.results:
         plane = sorted(record.results)[0]
     result = record.shown(plane)
-    return publication_figure(result, plane_image(source, record, plane), path,
-                              map_key=map_key or figure_map(viewer, record), scale=scale)
+    key = map_key or figure_map(viewer, record)
+
+    def write() -> Path:
+        return publication_figure(result, plane_image(source, record, plane), path,
+                                  map_key=key, scale=scale)
+
+    return write
 
 
 class FigureButton(QPushButton):
@@ -110,6 +123,7 @@ class FigureButton(QPushButton):
         self._viewer = viewer
         self._current_record = current_record
         self._source_of = source_of
+        self.worker: Any = None  # the figure being written, if any (save_in_background)
         self.setToolTip("Save the chosen image's result as a PNG for publication: the image at "
                         "its own resolution with the map on top in the viewer, its colour bar, "
                         "the significant outline and its key, and a scale bar where the image "
@@ -124,9 +138,10 @@ class FigureButton(QPushButton):
         if record is None or source is None:
             show_warning("Run the chosen image first: the figure shows its result.")
             return
-        save_through_dialog(self, "Export figure", "attention_figure.png", "PNG (*.png)",
-                            lambda path: export_figure(self._viewer, record, source, path),
-                            lambda written: f"Figure written to {written}")
+        self.worker = save_in_background(
+            self, "Export figure", "attention_figure.png", "PNG (*.png)",
+            lambda path: figure_job(self._viewer, record, source, path),
+            lambda written: f"Figure written to {written}", "Exporting figure…")
 
 
 def export_geojson(viewer: Any, record: Any, path: str | Path) -> Path:

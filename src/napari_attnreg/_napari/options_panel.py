@@ -32,6 +32,9 @@ from napari_attnreg.core.stats.presets import DEFAULT_PRESET
 ELSEWHERE = ("channel_axis", "channels", "merge")
 #: Run settings that decide which other options apply.
 DECIDING = ("preset", "method", "tiled")
+#: Options only a slide (a pyramid read again from its file) reads: for another image the
+#: dock drops them, so they are greyed out while it is the image chosen.
+SLIDE_ONLY = ("level", "mpp")
 
 
 class OptionsPanel(QWidget):
@@ -44,6 +47,7 @@ class OptionsPanel(QWidget):
 
         super().__init__(parent)
         self.controls: dict[str, QWidget] = {}
+        self._slide = True  # the chosen image is a slide, or none is chosen (set_slide)
         self.concept: Any = None  # 'Concept from ROI' (attach_concept), the napari dock's
         for opt in panel_options(skip=ELSEWHERE):
             choices = tuple(available_devices()) if opt.name == "device" else None
@@ -148,12 +152,21 @@ class OptionsPanel(QWidget):
     def _update_applicable(self, *_: Any) -> None:
         """Grey out the options the preset, null method and tiling leave unread."""
         applicable = applicable_options({name: self.value(name) for name in DECIDING})
+        if not self._slide:
+            applicable -= set(SLIDE_ONLY)
         for name, control in self.controls.items():
             control.setEnabled(name in applicable)
             for form in (self.form, self.advanced_form):
                 label = form.labelForField(control)
                 if label is not None:
                     label.setEnabled(name in applicable)
+
+    def set_slide(self, slide: bool) -> None:
+        """Grey out *Slide level* and *Slide resolution* unless the chosen image is a slide
+        (``slide``; True also when no image is chosen): another image ignores them."""
+        if slide != self._slide:
+            self._slide = slide
+            self._update_applicable()
 
     def apply_settings(self, defaults: Any) -> None:
         """Start from the user's plugin settings (preset, B, device; napari Preferences)."""

@@ -63,6 +63,11 @@ def _size(planes: list[RoiPlane]) -> int:
                            else item.result.image_shape)) for item in planes)
 
 
+def is_tissue_mask(layer: Any) -> bool:
+    """The tissue mask layer of a tiled run (added by the dock, or reopened with a result)."""
+    return isinstance(layer.metadata, dict) and isinstance(layer.metadata.get("tissue"), dict)
+
+
 def table_columns() -> list[str]:
     """The ROI table's columns, as the notebook's (core.display.roi_table_columns)."""
     return roi_table_columns()
@@ -192,9 +197,12 @@ class RoiPanel(QWidget):
             self._on_layer_chosen()
 
     def _on_inserted(self, event: Any) -> None:
-        # a layer the analyst just added to draw or paint ROIs in (never our own outputs)
+        # a layer the analyst just added to draw or paint ROIs in (never our own outputs, nor
+        # the tissue mask a tiled run adds: taken up, it was the table's one "ROI" and kept
+        # the Shapes layer drawn next from being chosen)
         layer = event.value
-        if self.current_layer() is None and layer in self.roi_layers() and not is_output(layer):
+        if self.current_layer() is None and layer in self.roi_layers() and not is_output(layer) \
+                and not is_tissue_mask(layer):
             self.set_layer(layer)
 
     def current_layer(self) -> Any | None:

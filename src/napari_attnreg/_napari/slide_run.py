@@ -185,7 +185,11 @@ def labels_mask(viewer: Any, value: Any, layer: Any, geometry: Any) -> Any:
                                        slide=slide_of(layer) is not None)
         if Path(name).is_file():
             return value
-        known = ", ".join(repr(lay.name) for lay in drawn) or "none is open"
+        from napari_attnreg._napari.layers import META_KEY
+
+        # not the dock's own significant layers and outline: named here, they read as masks
+        known = ", ".join(repr(lay.name) for lay in drawn if not (
+            isinstance(lay.metadata, dict) and META_KEY in lay.metadata)) or "none is open"
         raise ValueError(f"Tissue mask: {name!r} is neither a Labels or Shapes layer nor a "
                          f"mask file. Give 'auto', 'none', a layer's name ({known}), the path "
                          "of a mask image or a GeoJSON outline from QuPath.")

@@ -235,7 +235,11 @@ class AttentionWidget(QWidget):
     def _offer_mask_layers(self, event: Any = None) -> None:
         from napari.layers import Labels, Shapes
 
-        drawn = [lay.name for lay in self.viewer.layers if isinstance(lay, (Labels, Shapes))]
+        from napari_attnreg._napari.source_panel import is_output
+
+        # the dock's own significant layers mark no tissue: offered, they read as masks to use
+        drawn = [lay.name for lay in self.viewer.layers
+                 if isinstance(lay, (Labels, Shapes)) and not is_output(lay)]
         self._mask_names.setStringList(["auto", "none", *drawn])
 
     def _on_layer_inserted(self, event: Any = None) -> None:
@@ -256,6 +260,7 @@ class AttentionWidget(QWidget):
             return
         for record in made:
             self._show_reopened_tissue(record)
+            self._source_beneath(record)
         if made:
             self._select_current()  # shows the result when its image is the one chosen
         elif self._records.waiting and self.current_record() is None:
@@ -325,10 +330,18 @@ class AttentionWidget(QWidget):
 
     # ---- selection: the chosen image's result ------------------------------------------------
     def _on_layer_changed(self) -> None:
+        pending = self._pending
+        if pending is not None and pending.layer not in self.viewer.layers:
+            # its image was closed: nothing the run computes can be added, so stop it now
+            # rather than let it hold the CPU to its end (minutes for a slide)
+            self.run_panel.cancel()
+            self.run_panel.show_status(f"{pending.layer.name!r} was closed: its run stops at "
+                                       "the next chunk.")  # not "Cancelling", never pressed
         self.thresholds_panel.flush()  # a move made just before belongs to the result shown
         self._records.tidy()
         self._select_current()
         has_image = self.current_layer() is not None
+        self.options.set_slide(not has_image or slide_of(self.current_layer()) is not None)
         self.run_panel.set_can_run(has_image, "" if has_image else
                                    f"Add an image layer first ({sample_menu_hint()}).")
 
@@ -348,6 +361,12 @@ class AttentionWidget(QWidget):
         if record is not None:
             self._show_summary(record)
             show_colorbars_of(self.viewer, self.records(), record)
+        elif self.current_layer() is None and not self.run_panel.busy:
+            # the last image was closed: "press Run" (Run is disabled) or the closed image's
+            # count would speak of an image no longer there
+            self._summary_shown = False
+            self.run_panel.show_status(f"No image to analyse: add an image layer "
+                                       f"({sample_menu_hint()}).")
         elif self._summary_shown:  # another image's count must not stay on screen
             self._summary_shown = False
             self.run_panel.show_status("No result for this image yet: press Run.")
@@ -471,9 +490,12 @@ class AttentionWidget(QWidget):
             outcome.results, outcome.status = {}, "cancelled"
             return
         raised = [*pending.warnings, *self.run_panel.run_warnings]
+        if not outcome.results and outcome.status == "cancelled" \
+                and pending.layer not in self.viewer.layers:  # stopped when its image closed
+            outcome.status, outcome.message = "failed", pending.problem(self.viewer, outcome)
         if not outcome.results:
             if outcome.status == "cancelled":
-                self.run_panel.show_status("Cancelled; nothing was added.")
+                self._note_over_summary("Cancelled; nothing was added.")
             else:
                 self.run_panel.show_error(outcome.message, raised)
             return
@@ -485,11 +507,11 @@ class AttentionWidget(QWidget):
         # the status line, the warning toast and the saved result then carry them
         add_to_results(outcome.results.values(), raised)
         record = self._records.attach(outcome, pending)
-        self._show_tissue(outcome, record.source_name)
+        self._show_tissue(outcome, record)
         self._select_current()  # the run's image, when it is still the one chosen
         if record.source_id != self.session.selected_key:
-            self.run_panel.show_status(f"Finished {record.source_name!r}; choose it under "
-                                       "Image to see its result.")
+            self._note_over_summary(f"Finished {record.source_name!r}; choose it under "
+                                    "Image to see its result.")
         notify_summary(record)
         notify_diagnostics(record)
         self.outputs_updated.emit(record)
@@ -498,8 +520,8 @@ class AttentionWidget(QWidget):
             self.run_panel.show_status(f"<span style='color:{WARNING_COLOR}'>{text}</span><br>"
                                        + self.run_panel.status_label.text())
 
-    def _show_tissue(self, outcome: Outcome, source_name: str) -> None:
-        """A tiled run's tissue mask as a Labels layer over its image.
+    def _show_tissue(self, outcome: Outcome, record: RunRecord) -> None:
+        """A tiled run's tissue mask as a Labels layer over its image, beneath its maps.
 
         A rerun replaces the mask this dock added before, and removes it when the new run has
         none (it would show a mask the run did not use); a mask layer the analyst has painted
@@ -507,12 +529,40 @@ class AttentionWidget(QWidget):
         """
         from napari_attnreg._napari.io import tissue_layer, tissue_untouched
 
+        source_name = record.source_name
         made = tissue_layer(outcome.results[()], source_name) if () in outcome.results else None
         for old in [lay for lay in self.viewer.layers if tissue_untouched(lay, source_name)]:
             self.viewer.layers.remove(old)
         if made is not None:
-            data, kwargs, _ = made
-            self.viewer.add_labels(data, **kwargs)  # napari numbers a name already taken
+            self._add_tissue(made, record)
+
+    def _add_tissue(self, made: Any, record: RunRecord) -> None:
+        """Add the tissue mask layer ``made`` just beneath ``record``'s output layers.
+
+        On top (where napari adds a layer) its fill tinted the maps and the significant
+        outline it marks the tested area for; a reopened result file has it beneath them too.
+        """
+        data, kwargs, _ = made
+        layer = self.viewer.add_labels(data, **kwargs)  # napari numbers a name already taken
+        layers = self.viewer.layers
+        below = [layers.index(lay) for lay in record.outputs.values() if lay in layers]
+        if below and min(below) < layers.index(layer):
+            layers.move(layers.index(layer), min(below))
+
+    def _source_beneath(self, record: RunRecord) -> None:
+        """Move a reopened result's image beneath its maps, outline and tissue mask: opened
+        after them (napari adds a layer on top), the opaque image hid all of them."""
+        from napari_attnreg._napari.roi_panel import is_tissue_mask
+
+        source = self._records.source_of(record)
+        layers = self.viewer.layers
+        if source is None or source not in layers:
+            return
+        marks = [layers.index(lay) for lay in record.outputs.values() if lay in layers]
+        marks += [i for i, lay in enumerate(layers) if is_tissue_mask(lay)
+                  and lay.metadata["tissue"].get("image") == record.source_name]
+        if marks and min(marks) < layers.index(source):
+            layers.move(layers.index(source), min(marks))
 
     def _show_reopened_tissue(self, record: RunRecord) -> None:
         """A reopened tiled result's tissue mask, as after its run: a saved folder holds the
@@ -527,14 +577,22 @@ class AttentionWidget(QWidget):
         made = tissue_layer(record.results[()], record.source_name) \
             if () in record.results else None
         if made is not None:
-            data, kwargs, _ = made
-            self.viewer.add_labels(data, **kwargs)
+            self._add_tissue(made, record)
 
     def _on_finished(self, outcome: Outcome) -> None:
         self._pending = None
         self.last_outcome = outcome
         if not self._detached:
             self.run_finished.emit(outcome)
+
+    def _note_over_summary(self, note: str) -> None:
+        """``note`` on the status line, above the summary of the result shown: that result
+        stays on screen, and the run's progress had replaced its count and warnings."""
+        record = self.current_record()
+        if record is not None:
+            self._show_summary(record)
+            note = f"{note}<br>{self.run_panel.status_label.text()}"
+        self.run_panel.show_status(note)
 
     def _show_summary(self, record: RunRecord) -> None:
         html, status = summary_html(record)
