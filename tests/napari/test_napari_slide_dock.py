@@ -121,6 +121,8 @@ def test_the_tissue_mask_lies_beneath_the_maps_and_the_outline(
         outputs = [i for i, name in enumerate(names) if name.startswith("two levels · ")]
         assert names.index(slide.name) < tissue < min(outputs), names
         assert names.count("two levels tissue") == 1
+        # the mask is not left the chosen layer (napari's new-layer buttons copy its pixels)
+        assert viewer.layers.selection.active.name != "two levels tissue"
 
 
 def test_a_slide_opened_after_its_saved_result_lies_beneath_the_result(

@@ -541,13 +541,18 @@ class AttentionWidget(QWidget):
 
         On top (where napari adds a layer) its fill tinted the maps and the significant
         outline it marks the tested area for; a reopened result file has it beneath them too.
+        The layer chosen before stays chosen: left on the mask, napari's new-layer buttons
+        made a Labels layer to paint ROIs in at the mask's coarse pixels (8 µm on a slide).
         """
         data, kwargs, _ = made
-        layer = self.viewer.add_labels(data, **kwargs)  # napari numbers a name already taken
         layers = self.viewer.layers
+        chosen = layers.selection.active
+        layer = self.viewer.add_labels(data, **kwargs)  # napari numbers a name already taken
         below = [layers.index(lay) for lay in record.outputs.values() if lay in layers]
         if below and min(below) < layers.index(layer):
             layers.move(layers.index(layer), min(below))
+        if chosen is not None and chosen in layers:
+            layers.selection.active = chosen
 
     def _source_beneath(self, record: RunRecord) -> None:
         """Move a reopened result's image beneath its maps, outline and tissue mask: opened
