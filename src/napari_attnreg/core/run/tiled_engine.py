@@ -388,8 +388,9 @@ CPU_FLOPS = 2e10  # a modest CPU's sustained float32 rate; sizes chunks for ~1 s
 #: Fewest tiles per CPU chunk (the memory budget allowing). A model of a foundation model's
 #: size costs more than a second per tile by :data:`CPU_FLOPS`, so the latency bound alone
 #: gave chunks of one or two tiles, and a CPU runs a ViT one image at a time well below its
-#: batched rate (2 cores, tiles per second at 1 / 4 per batch: ViT-S/16 14.9 / 20.4, DINOv2
-#: ViT-S/14 13.1 / 15.9; 8 gains little more and 16 less).
+#: batched rate (2 cores, tiles per second at 1 / 4 per batch: ViT-S/16 17.9 / 21.0, DINOv2
+#: ViT-S/14 15.3 / 17.4, ViT-B/16 4.4 / 7.3; 8 gains little more and 16 less;
+#: ``benchmarks/bench_cpu_batch.py``).
 CPU_EFFICIENT_CHUNK = 4
 
 
