@@ -259,6 +259,23 @@ def test_cpu_chunks_of_a_large_model_hold_several_tiles():
                                 None) == CPU_EFFICIENT_CHUNK
 
 
+def test_untiled_cpu_chunks_of_a_large_model_hold_a_seconds_work(demo):
+    # an untiled run took 32 images a chunk whatever the model: a ViT-S/16 or DINOv2 ran
+    # about a fifth slower than in chunks of 4 on a CPU; the demo model keeps its 32
+    import timm
+
+    from napari_attnreg.core.models.backbones import load_backbone
+    from napari_attnreg.core.run.config import CPU_EFFICIENT_CHUNK, CPU_MAX_CHUNK, auto_chunk_size
+
+    cpu = torch.device("cpu")
+    vits = load_backbone(timm.create_model("vit_small_patch16_224", pretrained=False,
+                                           num_classes=0))
+    assert auto_chunk_size(vits, (224, 224), cpu, None) == CPU_EFFICIENT_CHUNK
+    assert auto_chunk_size(demo, tuple(demo.input_size[1:]), cpu, None) == CPU_MAX_CHUNK
+    image = make_cell_image(1, size=(128, 128), scale=TRAINING_SCALE).image
+    assert regularize(image, demo, n_boot=40, device="cpu").metadata["chunk_size"] == 32
+
+
 def test_gpu_tile_chunks_come_from_the_memory_budget(demo, monkeypatch):
     from napari_attnreg.core.run.config import RunConfig
     from napari_attnreg.core.run.tiled_engine import TILED_MAX_CHUNK, tiled_chunk_size

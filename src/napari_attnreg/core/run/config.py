@@ -37,7 +37,33 @@ def _default(name: str) -> Any:
     ``None`` for an option the preset fills."""
     return OPTIONS[name].unset
 
-CPU_MAX_CHUNK = 32  # beyond this CPU throughput no longer improves and memory keeps growing
+#: Most images per CPU chunk: beyond it throughput no longer improves and memory keeps growing.
+CPU_MAX_CHUNK = 32
+#: A modest CPU's sustained float32 rate (FLOP/s): chunks are sized for about a second each.
+CPU_FLOPS = 2e10
+#: Fewest images per CPU chunk (the memory budget allowing). A model of a foundation model's
+#: size costs more than a second per image by :data:`CPU_FLOPS`, so the latency bound alone
+#: gave tiled runs chunks of one or two tiles, and a CPU runs a ViT one image at a time well
+#: below its batched rate (2 cores, images per second at 1 / 4 per batch: ViT-S/16 17.9 /
+#: 21.0, DINOv2 ViT-S/14 15.3 / 17.4, ViT-B/16 4.4 / 7.3; ``benchmarks/bench_cpu_batch.py``).
+#: Past a few images larger chunks were no faster and 16 or 32 slower (caches): an untiled
+#: run of B = 96 took 6.8 s (DINOv2) and 5.7 s (ViT-S/16) in chunks of 32, 5.6 s and 4.7 s
+#: in chunks of 4.
+CPU_EFFICIENT_CHUNK = 4
+
+
+def latency_chunk(backbone: Backbone, tile: tuple[int, int], seconds: float = 1.0) -> int:
+    """Images per chunk so that a CPU chunk takes about ``seconds`` (the cancel latency).
+
+    From the model's arithmetic, not from a clock: a timed size would differ from run to
+    run, and the chunk size changes the last bits of the attention.
+    """
+    tokens = (tile[0] // backbone.patch_size[0]) * (tile[1] // backbone.patch_size[1])
+    tokens += backbone.num_prefix_tokens
+    width = int(backbone.embed_dim)  # timm and Hugging Face models alike
+    # per block: qkv, projection and the 4x MLP (12·T·D² MACs) plus the T² attention
+    macs = backbone.depth * (12 * tokens * width**2 + 2 * tokens**2 * width)
+    return max(1, int(seconds * CPU_FLOPS / (2 * macs)))
 
 
 @dataclass
@@ -241,6 +267,8 @@ def auto_chunk_size(backbone: Backbone, model_shape: tuple[int, int], device: to
     (4·D per token) next to the residual stream and q/k/v, about 16·D values per token.
     ``largest`` replaces the usual caps (512 on a GPU, :data:`CPU_MAX_CHUNK` elsewhere): tiles
     of a small model are cheap images, and a GPU then runs far more of them per launch.
+    Without it a CPU chunk also holds about a second's work (:func:`latency_chunk`), at
+    least :data:`CPU_EFFICIENT_CHUNK` images: a large ViT ran slower in chunks of 32.
     """
     ph, pw = backbone.patch_size
     tokens = (model_shape[0] // ph) * (model_shape[1] // pw) + backbone.num_prefix_tokens
@@ -256,4 +284,8 @@ def auto_chunk_size(backbone: Backbone, model_shape: tuple[int, int], device: to
         budget = free * memory_fraction
         return int(max(1, min(largest or 512, budget // per_image)))
     budget = 2 * 1024**3  # CPU/MPS: stay far from the analyst's RAM limits
-    return int(max(1, min(largest or CPU_MAX_CHUNK, budget // per_image)))
+    most = largest or CPU_MAX_CHUNK
+    if device.type == "cpu" and largest is None:
+        # a large model's images in small chunks: about a second each, a few at least
+        most = min(most, max(CPU_EFFICIENT_CHUNK, latency_chunk(backbone, model_shape)))
+    return int(max(1, min(most, budget // per_image)))

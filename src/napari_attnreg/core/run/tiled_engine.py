@@ -27,8 +27,10 @@ from napari_attnreg.core.models.backbones import Backbone, resolve_device
 from napari_attnreg.core.models.scorers import Needs, Scorer
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.config import (
+    CPU_EFFICIENT_CHUNK,
     RunConfig,
     auto_chunk_size,
+    latency_chunk,
     null_config,
     scorer_of,
     tests_shares,
@@ -382,30 +384,6 @@ def _kept(part: Callable[[int], np.ndarray]) -> Callable[[int], np.ndarray]:
         return made[1]
 
     return kept
-
-
-CPU_FLOPS = 2e10  # a modest CPU's sustained float32 rate; sizes chunks for ~1 s each
-#: Fewest tiles per CPU chunk (the memory budget allowing). A model of a foundation model's
-#: size costs more than a second per tile by :data:`CPU_FLOPS`, so the latency bound alone
-#: gave chunks of one or two tiles, and a CPU runs a ViT one image at a time well below its
-#: batched rate (2 cores, tiles per second at 1 / 4 per batch: ViT-S/16 17.9 / 21.0, DINOv2
-#: ViT-S/14 15.3 / 17.4, ViT-B/16 4.4 / 7.3; 8 gains little more and 16 less;
-#: ``benchmarks/bench_cpu_batch.py``).
-CPU_EFFICIENT_CHUNK = 4
-
-
-def latency_chunk(backbone: Backbone, tile: tuple[int, int], seconds: float = 1.0) -> int:
-    """Images per chunk so that a CPU chunk takes about ``seconds`` (the cancel latency).
-
-    From the model's arithmetic, not from a clock: a timed size would differ from run to
-    run, and the chunk size changes the last bits of the attention.
-    """
-    tokens = (tile[0] // backbone.patch_size[0]) * (tile[1] // backbone.patch_size[1])
-    tokens += backbone.num_prefix_tokens
-    width = int(backbone.embed_dim)  # timm and Hugging Face models alike
-    # per block: qkv, projection and the 4x MLP (12·T·D² MACs) plus the T² attention
-    macs = backbone.depth * (12 * tokens * width**2 + 2 * tokens**2 * width)
-    return max(1, int(seconds * CPU_FLOPS / (2 * macs)))
 
 
 TILE_OOM = ("Out of memory with a single image per chunk; use a larger tile_scale, a smaller "
