@@ -23,11 +23,12 @@ print("cuda:", torch.cuda.is_available(),
       torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
 EOF
 cat "$out/device.txt"
-# the GPU's own checks: device scaling, step-down statistics CPU vs CUDA, scorers, engine,
-# nulls (each skips on a machine without CUDA)
+# the GPU's own checks: device scaling, step-down and token statistics CPU vs CUDA, scorers,
+# engine, nulls and their normalisation (each skips on a machine without CUDA)
 timeout 150 python3 -m pytest -q -p no:cacheprovider -k "gpu or cuda" \
-    tests/test_device_scaling.py tests/test_stepdown.py tests/test_scorers.py \
-    tests/test_engine.py tests/test_nulls.py 2>&1 | tee "$out/gpu_tests.log" | tail -5
+    tests/test_device_scaling.py tests/test_stepdown.py tests/test_stats.py \
+    tests/test_scorers.py tests/test_engine.py tests/test_nulls.py \
+    tests/test_null_channels.py 2>&1 | tee "$out/gpu_tests.log" | tail -5
 budget=280
 for arg in "$@"; do [[ $arg == --budget-s* ]] && budget=""; done
 python3 benchmarks/gpu_round4.py --out "$out/figures" ${budget:+--budget-s $budget} "$@" \
