@@ -194,6 +194,10 @@ def markdown(records: list[dict], env: dict) -> str:
         if r.get("idle_by_host_function_ms"):
             lines += ["", "idle by host function (ms): " + ", ".join(
                 f"{k} {v:.2f}" for k, v in r["idle_by_host_function_ms"].items())]
+        if r.get("beyond_bare"):
+            import profile_run
+
+            lines += [""] + [f"* {line}" for line in profile_run.beyond_bare_lines(r)]
     return "\n".join(lines) + "\n"
 
 

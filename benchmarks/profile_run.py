@@ -14,7 +14,10 @@ once under ``torch.profiler`` with Python stacks. From the profiler's trace it r
 * the longest idle gaps of the device, each with the innermost functions of this package
   that the host thread ran for most of the gap (what kept the device waiting);
 * the idle time summed by the innermost host function, and the kernels that took the most
-  device time.
+  device time;
+* the same number of images through timm's bare ``forward_features`` at the run's chunk size,
+  profiled alike, and the operators the run spent more time in than that bare forward (device
+  time on a GPU, host time on a CPU): the work beyond the forward passes, by name.
 
 The profiler slows the host, so its wall time is not the benchmark's figure: the gaps say
 *where* the device waits, ``bench_pipeline.py`` and ``bench_tiled.py`` say *how long* a run
@@ -38,14 +41,24 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_pipeline import bare_forward_seconds
+
 from napari_attnreg.core.models.backbones import load_backbone
-from napari_attnreg.core.run.engine import RunConfig, drain, resolve_device, run_engine
+from napari_attnreg.core.run.engine import (
+    RunConfig,
+    autocast_dtype,
+    drain,
+    resolve_device,
+    run_engine,
+)
 from napari_attnreg.core.run.images import prepare_image
 
 #: Trace categories of work on the device.
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 #: The annotation around the profiled run (the window the figures cover).
 RUN_ANNOTATION = "attnreg.profiled_run"
+#: The annotation around the profiled bare forward it is compared with.
+BARE_ANNOTATION = "attnreg.profiled_bare_forward"
 PACKAGE = "napari_attnreg"
 
 
@@ -101,7 +114,7 @@ def _host_timeline(frames: list[dict], lo: float, hi: float,
 
 
 def summarize_trace(trace: dict[str, Any], *, top: int = 12, min_gap_us: float = 200.0,
-                    depth: int = 3) -> dict[str, Any]:
+                    depth: int = 3, annotation: str = RUN_ANNOTATION) -> dict[str, Any]:
     """Device busy/idle time and the host's functions in the idle gaps of a profiler trace.
 
     Parameters
@@ -114,6 +127,8 @@ def summarize_trace(trace: dict[str, Any], *, top: int = 12, min_gap_us: float =
         Idle gaps shorter than this are counted in the idle time but not listed.
     depth : int
         Host functions listed per gap (the innermost of this package).
+    annotation : str
+        The ``record_function`` name whose span is the window (default: the run's).
 
     Returns
     -------
@@ -125,7 +140,7 @@ def summarize_trace(trace: dict[str, Any], *, top: int = 12, min_gap_us: float =
         functions by inclusive time).
     """
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
-    window = [e for e in events if e.get("name") == RUN_ANNOTATION
+    window = [e for e in events if e.get("name") == annotation
               and e.get("cat") in ("user_annotation", "cpu_op")]
     if window:
         lo, hi = window[0]["ts"], window[0]["ts"] + window[0]["dur"]
@@ -181,6 +196,50 @@ def summarize_trace(trace: dict[str, Any], *, top: int = 12, min_gap_us: float =
                                                     key=lambda kv: -kv[1])[:top]),
                kernels_ms=dict(sorted(kernels.items(), key=lambda kv: -kv[1])[:top]))
     return out
+
+
+def operator_ms(averages: Any, on_device: bool) -> dict[str, float]:
+    """Self time of each operator in ``torch.profiler``'s ``key_averages()``, in ms: its
+    kernels' device time on a GPU, its host time on a CPU. The profiler's own annotations
+    (this script's windows) are left out."""
+    out: dict[str, float] = {}
+    for avg in averages:
+        if avg.key in (RUN_ANNOTATION, BARE_ANNOTATION):
+            continue
+        us = (getattr(avg, "self_device_time_total", None) if on_device
+              else avg.self_cpu_time_total)
+        if on_device and us is None:  # older torch
+            us = getattr(avg, "self_cuda_time_total", 0.0)
+        if us and us > 0:
+            out[avg.key] = out.get(avg.key, 0.0) + us / 1e3
+    return out
+
+
+def excess_over_bare(run: dict[str, float], bare: dict[str, float],
+                     top: int = 12) -> dict[str, Any]:
+    """What the run spent beyond the bare forward, operator by operator.
+
+    Parameters
+    ----------
+    run, bare : dict
+        :func:`operator_ms` of the profiled run and of the bare forward of as many images.
+    top : int
+        How many operators to list.
+
+    Returns
+    -------
+    dict
+        ``run_ms`` and ``bare_ms`` (all operators' time), ``excess_ms`` (their difference),
+        ``more_ms`` (the operators the run spent more in, largest first: work beyond the
+        forward passes, or forward work done more slowly) and ``less_ms`` (those it spent
+        less in, most first: e.g. the blocks after the chosen one, which a run skips).
+    """
+    diff = {name: run.get(name, 0.0) - bare.get(name, 0.0) for name in set(run) | set(bare)}
+    more = sorted(((k, v) for k, v in diff.items() if v > 0), key=lambda kv: -kv[1])
+    less = sorted(((k, v) for k, v in diff.items() if v < 0), key=lambda kv: kv[1])
+    return {"run_ms": sum(run.values()), "bare_ms": sum(bare.values()),
+            "excess_ms": sum(run.values()) - sum(bare.values()),
+            "more_ms": dict(more[:top]), "less_ms": dict(less[:top])}
 
 
 def _outermost_per_name(frames: list[dict]) -> list[dict]:
@@ -245,22 +304,63 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
         profiled_s = time.perf_counter() - t0
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        trace = json.loads(path.read_text())
-        if args.trace:
-            with gzip.open(args.trace, "wt") as fh:
-                json.dump(trace, fh)
+    trace = _trace(prof, args.trace)
+    on_device = device.type == "cuda"
+    run_ops = operator_ms(prof.key_averages(), on_device)
+    # the bare forward of as many images at the run's chunk size, profiled alike
+    md = result.metadata
+    chunk = int(md["chunk_size"])
+    n_images = (int(md["n_tiles"]) if args.tiled else 1) + args.n_boot
+    x = torch.randn(3, *bb.input_size[1:], device=device)
+    dtype = autocast_dtype(device, args.precision)
+    bare_forward_seconds(bb, x, chunk, chunk, device, dtype)  # warm up at the chunk's shape
+    with torch.profiler.profile(activities=activities) as bare_prof:
+        with torch.profiler.record_function(BARE_ANNOTATION):
+            bare_s = bare_forward_seconds(bb, x, n_images, chunk, device, dtype)
+    bare_trace = _trace(bare_prof, None)
+    bare = summarize_trace(bare_trace, top=args.top, annotation=BARE_ANNOTATION)
     out = {"model": args.model, "tiled": args.tiled, "size": args.size, "n_boot": args.n_boot,
            "device": str(device), "precision": args.precision,
-           "chunk_size": result.metadata.get("chunk_size"), "profiled_s": profiled_s,
-           "timings": result.metadata.get("timings"), **summarize_trace(trace, top=args.top)}
+           "chunk_size": chunk, "profiled_s": profiled_s,
+           "timings": md.get("timings"), **summarize_trace(trace, top=args.top),
+           "bare": {"images": n_images, "profiled_s": bare_s, "wall_ms": bare["wall_ms"],
+                    **({"device_busy_ms": bare["device_busy_ms"]}
+                       if "device_busy_ms" in bare else {})},
+           "beyond_bare": excess_over_bare(run_ops, operator_ms(bare_prof.key_averages(),
+                                                                on_device), args.top)}
     _print(out)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=1))
     return out
+
+
+def _trace(prof: Any, keep: str | None) -> dict[str, Any]:
+    """A profile's Chrome trace (kept gzipped at ``keep`` when given)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        trace = json.loads(path.read_text())
+    if keep:
+        with gzip.open(keep, "wt") as fh:
+            json.dump(trace, fh)
+    return trace
+
+
+def beyond_bare_lines(out: dict[str, Any]) -> list[str]:
+    """The comparison with the bare forward, as printed and as ``gpu_round4`` writes it."""
+    bare, extra = out.get("bare"), out.get("beyond_bare")
+    if not bare or not extra:
+        return []
+    kind = "device" if "device_busy_ms" in out else "host"
+    busy = (f", device busy {bare['device_busy_ms']:.1f} ms" if "device_busy_ms" in bare
+            else "")
+    return [f"bare forward of {bare['images']} images: {bare['wall_ms']:.1f} ms under the "
+            f"profiler{busy}; operators' {kind} time: run {extra['run_ms']:.1f} ms, bare "
+            f"{extra['bare_ms']:.1f} ms, beyond it {extra['excess_ms']:+.1f} ms",
+            "run spent more than the bare forward in (ms): " + ", ".join(
+                f"{k} +{v:.2f}" for k, v in extra["more_ms"].items()),
+            "and less in (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in extra["less_ms"].items())]
 
 
 def _print(out: dict[str, Any]) -> None:
@@ -279,6 +379,8 @@ def _print(out: dict[str, Any]) -> None:
         print(out["note"])
         print("host functions (ms): " + ", ".join(
             f"{k} {v:.1f}" for k, v in out["host_functions_ms"].items()))
+    for line in beyond_bare_lines(out):
+        print(line)
 
 
 if __name__ == "__main__":

@@ -93,3 +93,44 @@ def test_frames_of_other_threads_are_not_the_hosts(profile_run):
         _x("kernel", "a", 500.0, 500.0)]}
     out = profile_run.summarize_trace(trace, min_gap_us=0.0)
     assert out["gaps"][0]["host"] == ["run/engine.py:run_engine"]
+
+
+class _Avg:
+    """One row of ``key_averages()`` (times in µs)."""
+
+    def __init__(self, key: str, cpu: float, device: float = 0.0):
+        self.key, self.self_cpu_time_total, self.self_device_time_total = key, cpu, device
+
+
+def test_the_run_is_set_against_the_bare_forward_operator_by_operator(profile_run):
+    run = [_Avg("aten::addmm", 9000, 900), _Avg("aten::gather", 500, 300),
+           _Avg("aten::copy_", 200, 100), _Avg(profile_run.RUN_ANNOTATION, 99_000, 0),
+           _Avg("aten::empty", 5, 0)]
+    bare = [_Avg("aten::addmm", 10_000, 1000), _Avg("aten::copy_", 100, 50),
+            _Avg(profile_run.BARE_ANNOTATION, 99_000, 0)]
+    # device time on a GPU, host time on a CPU; the script's own windows are not operators
+    on_gpu = profile_run.operator_ms(run, on_device=True)
+    assert on_gpu == pytest.approx({"aten::addmm": 0.9, "aten::gather": 0.3, "aten::copy_": 0.1})
+    on_cpu = profile_run.operator_ms(run, on_device=False)
+    assert set(on_cpu) == {"aten::addmm", "aten::gather", "aten::copy_", "aten::empty"}
+    out = profile_run.excess_over_bare(on_gpu, profile_run.operator_ms(bare, True), top=1)
+    assert out["run_ms"] == pytest.approx(1.3) and out["bare_ms"] == pytest.approx(1.05)
+    assert out["excess_ms"] == pytest.approx(0.25)
+    # the gather is work the bare forward does not do; the run skips some of the matmuls
+    assert out["more_ms"] == pytest.approx({"aten::gather": 0.3})  # top 1 of two
+    assert out["less_ms"] == pytest.approx({"aten::addmm": -0.1})
+    lines = profile_run.beyond_bare_lines(
+        {"device_busy_ms": 2.0, "bare": {"images": 1001, "wall_ms": 3.0, "device_busy_ms": 1.5},
+         "beyond_bare": out})
+    assert "1001 images" in lines[0] and "device time" in lines[0] and "+0.2 ms" in lines[0]
+    assert lines[1].endswith("aten::gather +0.30")
+
+
+def test_a_cpu_profile_compares_with_the_bare_forward(profile_run, tmp_path):
+    out = profile_run.main(["--model", "demo", "--n-boot", "8", "--device", "cpu",
+                            "--json", str(tmp_path / "p.json")])
+    assert out["bare"]["images"] == 9 and out["bare"]["wall_ms"] > 0
+    extra = out["beyond_bare"]
+    assert extra["run_ms"] > 0 and extra["bare_ms"] > 0
+    assert any("addmm" in k or "linear" in k or "mm" in k
+               for k in [*extra["more_ms"], *extra["less_ms"]])
