@@ -19,7 +19,7 @@ def test_each_finding_by_hand():
     assert normalized_entropy(np.ones(50)) == pytest.approx(1.0) and normalized_entropy(peaked) < 0.5
     clean = diagnose(peaked, pi0=0.8, lfdr_fit="grenander", random_init=False, model_name="m")
     assert clean == []
-    found = diagnose(np.ones(30), pi0=0.0, lfdr_fit="gaussian", random_init=True,
+    found = diagnose(np.linspace(1.0, 1.01, 30), pi0=0.0, lfdr_fit="gaussian", random_init=True,
                      model_name="vit", domain="pathology", domain_note="H&E tiles",
                      warnings_seen=["fit warned", "fit warned"])
     assert codes(found) == ["random_init", "uniform_attention", "few_tokens", "pi0_zero",
@@ -114,6 +114,50 @@ def test_stepdown_findings_by_hand():
     assert "the map's p-value" in one["tail_rejected"].message
     for fine in ({**refused, "first_rejected": 0}, {"method": "none"}, None):
         assert "tail_rejected" not in {d.code for d in diagnose(peaked, tail_fit=fine, **common)}
+
+
+def test_a_flat_map_is_named_once_not_through_its_symptoms():
+    # a class with no evidence in the image: Grad-CAM is zero on every patch (its ReLU)
+    zero = np.zeros(64)
+    assert normalized_entropy(zero) == 1.0  # flat, and no division by zero
+    found = diagnose(zero, pi0=0.0, lfdr_fit="constant", random_init=False, model_name="m",
+                     posterior=np.ones(64), concentration=float("nan"), z_sd=0.0)
+    assert codes(found) == ["flat_map", "fit_fallback"]
+    assert "same value (0) on every patch" in found[0].message
+    assert "choose another class or map" in found[0].message
+    assert "nan" not in " ".join(d.message for d in found)
+    # a constant map of another value, with NaN where glass was left out: flat too
+    glass = np.r_[np.full(40, 0.02), np.full(24, np.nan)]
+    assert codes(diagnose(glass, pi0=0.5, lfdr_fit="stepdown", random_init=False,
+                          model_name="m"))[0] == "flat_map"
+    # a map with any spread is not flat; a concentration that is not a number is not reported
+    peaked = np.r_[0.9, np.full(63, 0.1 / 63)]
+    assert diagnose(peaked, pi0=0.5, lfdr_fit="stepdown", random_init=False, model_name="m",
+                    concentration=float("nan")) == []
+
+
+def test_a_grad_cam_of_a_class_absent_from_the_image_says_so(tiny_classifier_and_field):
+    bb, image, flat_target = tiny_classifier_and_field
+    for preset in ("stepdown", "paper"):
+        result = regularize(image, bb, map="gradcam", target=flat_target, preset=preset,
+                            n_boot=12, device="cpu", chunk_size=6, seed=1)
+        assert not result.attention.any()
+        found = result.metadata["diagnostics"]
+        assert found[0]["code"] == "flat_map", preset
+        assert not {"concentration", "pi0_zero", "broad_posterior", "uniform_attention"} & {
+            d["code"] for d in found}
+
+
+@pytest.fixture(scope="module")
+def tiny_classifier_and_field():
+    """The presets test's tiny 4-class classifier and field, and a class whose Grad-CAM is
+    zero on every patch of that field."""
+    from test_maps_presets import tiny_classifier
+
+    rng = np.random.default_rng(0)
+    image = rng.random((64, 64)).astype(np.float32)
+    image[8:24, 40:56] += 2.0
+    return tiny_classifier(), image, 2
 
 
 # ---- issue #17: the model's domain against the image's kind ------------------------------------

@@ -39,8 +39,8 @@ class Diagnostic:
     ----------
     code : str
         Stable identifier (``uniform_attention``, ``random_init``, ``model_domain``,
-        ``off_domain``, ``pi0_zero``, ``pi0_one``, ``fit_fallback``, ``few_tokens``,
-        ``broad_posterior``, ``p_resolution``, ``statistics_warning``).
+        ``off_domain``, ``flat_map``, ``pi0_zero``, ``pi0_one``, ``fit_fallback``,
+        ``few_tokens``, ``broad_posterior``, ``p_resolution``, ``statistics_warning``).
     severity : {"warning", "info"}
     message : str
         One sentence for the analyst.
@@ -62,7 +62,10 @@ def normalized_entropy(attention: np.ndarray) -> float:
     if a.size < 2:
         return 1.0
     size = a.size
-    a /= a.sum()
+    total = a.sum()
+    if not total > 0:  # all zero (a class map with no evidence): flat, if anything
+        return 1.0 if np.ptp(a) == 0 else float("nan")
+    a /= total
     nz = a[a > 0]
     del a
     terms = np.log(nz)
@@ -133,8 +136,19 @@ def diagnose(
             "random_init", "warning",
             f"{model_name} has random weights (nothing pretrained was loaded): its attention "
             "means nothing; load trained weights."))
+    flat = _flat_value(attention)
+    if flat is not None:
+        # every statistic of a flat map is degenerate: say why once, not through its symptoms
+        found.append(Diagnostic(
+            "flat_map", "warning",
+            f"The map has the same value ({flat:.3g}) on every patch: nothing in it stands "
+            "out, and its statistics say nothing about where to look. Attention is flat when "
+            "the weights are untrained or unsuited to this image; a class map (Grad-CAM, "
+            "CDAM) when the model finds no evidence of the chosen class in it: choose another "
+            "class or map."))
+        posterior, concentration = None, None  # their findings would be symptoms of it
     entropy = normalized_entropy(attention)
-    if entropy >= UNIFORM_ENTROPY:
+    if flat is None and entropy >= UNIFORM_ENTROPY:
         found.append(Diagnostic(
             "uniform_attention", "warning",
             f"The attention is nearly uniform (normalised entropy {entropy:.3f}): the weights "
@@ -145,16 +159,8 @@ def diagnose(
             "few_tokens", "warning",
             f"Only {n_tokens} tokens: π0 and the local fdr are poorly determined; use a larger "
             "target size or a model with smaller patches."))
-    if pi0 <= 0.0:
-        found.append(Diagnostic(
-            "pi0_zero", "warning",
-            "π0 was estimated as 0 (every token non-null), a degenerate estimate: do not trust "
-            "the local fdr or posterior; use the directional preset or a fixed pi0."))
-    elif pi0 >= 1.0 and pi0_estimated:
-        found.append(Diagnostic(
-            "pi0_one", "info",
-            "π0 = 1 (at its cap): most patches look like the null, so only patches far above "
-            "it can be significant."))
+    if flat is None:
+        found += _pi0_findings(pi0, pi0_estimated)
     # the share of the patches tested: NaN marks one never tested (glass a tissue mask left
     # out, an attention sink left out), which would dilute it
     tested = None if posterior is None else np.asarray(posterior, dtype=np.float64)
@@ -192,11 +198,35 @@ def diagnose(
     return sorted(found, key=lambda d: d.severity != "warning")
 
 
+def _pi0_findings(pi0: float, estimated: bool) -> list[Diagnostic]:
+    if pi0 <= 0.0:
+        return [Diagnostic(
+            "pi0_zero", "warning",
+            "π0 was estimated as 0 (every token non-null), a degenerate estimate: do not trust "
+            "the local fdr or posterior; use the directional preset or a fixed pi0.")]
+    if pi0 >= 1.0 and estimated:
+        return [Diagnostic(
+            "pi0_one", "info",
+            "π0 = 1 (at its cap): most patches look like the null, so only patches far above "
+            "it can be significant.")]
+    return []
+
+
+def _flat_value(attention: np.ndarray) -> float | None:
+    """The one value of a map that has no other (all zero, say), else None."""
+    a = np.asarray(attention, dtype=np.float64)
+    a = a[np.isfinite(a)]
+    if a.size < 2 or a.max() != a.min():
+        return None
+    return float(a[0])
+
+
 def _stepdown_findings(concentration: float | None,
                        step_level: tuple[float, ...] | None) -> list[Diagnostic]:
     found = []
     low, high = CONCENTRATION_RANGE
-    if concentration is not None and not low <= concentration <= high:
+    if concentration is not None and np.isfinite(concentration) and \
+            not low <= concentration <= high:
         shape = "more even" if concentration < low else "more concentrated"
         found.append(Diagnostic(
             # info, not a warning: on real fields with half-patch block nulls the ratio is often
