@@ -319,3 +319,39 @@ def test_the_soft_rules_key_says_evidence_not_significant(tmp_path, drawn):
     (legend,) = drawn[-1].legends
     first = legend.get_texts()[0].get_text().replace("\n", " ")
     assert first.startswith("evidence ≥ 0.5 (") and "attention × evidence" in first
+
+
+@pytest.mark.parametrize("side", [64, 240])  # a figure at its least height, and a taller one
+def test_a_class_maps_colour_bar_label_stays_in_the_figure_and_off_the_key(tmp_path, drawn,
+                                                                          side):
+    """Grad-CAM's label ("Grad-CAM for class 1: regularized (ForwardStop, α = 0.1)") ran
+    off the top of the figure and into the key below its colour bar."""
+    from test_maps_presets import tiny_classifier
+
+    from napari_attnreg.core.results.figure import publication_figure
+
+    rng = np.random.default_rng(0)
+    image = rng.random((side, side)).astype(np.float32)
+    image[8:24, 40:56] += 2.0
+    result = regularize(image, tiny_classifier(), map="gradcam", target=1, n_boot=12,
+                        device="cpu", chunk_size=6, seed=1)
+    publication_figure(result, image, tmp_path / "class.png")
+    fig = drawn[-1]
+    fig.canvas.draw()
+    label = next(ax.yaxis.label for ax in fig.axes if "Grad-CAM" in ax.yaxis.label.get_text())
+    box, page = label.get_window_extent(), fig.bbox
+    assert page.y0 <= box.y0 and box.y1 <= page.y1 and box.x1 <= page.x1
+    (legend,) = fig.legends
+    assert box.y0 >= legend.get_window_extent().y1
+    assert "α\u00a0=\u00a00.1" in label.get_text()  # the rule is never split over two lines
+
+
+def test_a_map_that_is_zero_everywhere_gets_a_zero_to_one_scale():
+    from types import SimpleNamespace
+
+    from napari_attnreg.core.results.display import MAPS_BY_KEY
+
+    flat = SimpleNamespace(attention=np.zeros((4, 4)), metadata={})
+    assert MAPS_BY_KEY["attention"].limits(flat) == (0.0, 1.0)  # not (0, 1e-12)
+    glass = SimpleNamespace(attention=np.r_[0.2, 0.5, np.nan].reshape(1, 3), metadata={})
+    assert MAPS_BY_KEY["attention"].limits(glass) == (0.0, 0.5)

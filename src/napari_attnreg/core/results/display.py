@@ -171,9 +171,19 @@ class MapDisplay:
             finite = shown[np.isfinite(shown)]
             return (0.0, max(1.0, float(finite.max()) if finite.size else 1.0))
         if self.diverging or (self.signed_values and MapInfo.of(result).signed):
-            top = max(float(np.abs(result.attention).max()), 1e-12)
+            top = _top(np.abs(result.attention))
             return (-top, top)  # centred at 0: white is "neither for nor against"
-        return (0.0, max(float(result.attention.max()), 1e-12))
+        return (0.0, _top(result.attention))
+
+
+def _top(values: np.ndarray) -> float:
+    """The top of a map's scale: its largest value; 1 for a map that is 0 everywhere (a
+    class map with no evidence), whose colour bar would otherwise run from 0 to a
+    meaningless 1e-12."""
+    finite = np.asarray(values, dtype=np.float64)
+    finite = finite[np.isfinite(finite)]
+    top = float(finite.max()) if finite.size else 0.0
+    return top if top > 0 else 1.0
 
 
 CONTINUOUS_MAPS = (

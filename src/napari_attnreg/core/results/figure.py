@@ -11,6 +11,7 @@ all write this figure (the command line beside its overview PNG).
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ SIDE_INCHES = 2.4
 OUTLINE_PX = 2.0
 #: How opaque the map is over the image.
 MAP_ALPHA = 0.6
+#: Font size of the colour bar's label, in points.
+BAR_LABEL_POINTS = 7
 
 
 def pixel_size(result: Any) -> tuple[float, float] | None:
@@ -217,6 +220,19 @@ def draw_scale_bar(ax: Any, shape: tuple[int, ...], pixel_size: float, unit: str
             va="bottom", path_effects=halo)
 
 
+def bar_label(title: str, bar_inches: float) -> str:
+    """A colour bar's label in lines that fit along the bar: the tested map's name on a line
+    of its own when the whole does not fit (``"Grad-CAM for class 1:"``, then the map)."""
+    width = max(16, int(bar_inches * 72 / (0.55 * BAR_LABEL_POINTS)))
+    if len(title) <= width:
+        return title
+    head, sep, rest = title.partition(": ")
+    parts = [head + sep.rstrip(), rest] if sep else [title]
+    # a rule ("α = 0.1", "q ≤ 0.1") stays on one line: no-break spaces around its sign
+    parts = [re.sub(r" ([=≤≥<>]) ", "\u00a0\\1\u00a0", part) for part in parts]
+    return "\n".join(textwrap.fill(part, width, break_on_hyphens=False) for part in parts)
+
+
 def _draw_side(fig: Any, left_height: tuple[float, float], mapped: Any, view: Any,
                result: Any, outline: Any, tested: np.ndarray | None = None) -> None:
     """The strip beside the image: the map's colour bar, then the outline's key and rule,
@@ -232,7 +248,10 @@ def _draw_side(fig: Any, left_height: tuple[float, float], mapped: Any, view: An
     x0 = left + 0.25 / fig.get_size_inches()[0]
     bar_ax = fig.add_axes((x0, 0.45, 0.12 / fig.get_size_inches()[0] * 2, 0.45))
     bar = fig.colorbar(mapped, cax=bar_ax)
-    bar.set_label(view.title(result.preset, result.thresholds), fontsize=7)
+    # the label runs along the bar: wrapped to its length, it neither leaves the figure at
+    # the top nor runs into the key below (a class map's title is twice a bar's length)
+    bar.set_label(bar_label(view.title(result.preset, result.thresholds), 0.45 * fig_h),
+                  fontsize=BAR_LABEL_POINTS)
     bar.ax.tick_params(labelsize=6)
     key = Line2D([], [], color=SIGNIFICANT_COLOR, linewidth=1.5)
     count = int(result.significant().sum())
