@@ -654,3 +654,23 @@ def test_summary_has_p_map_and_the_terminal_lists_every_output(tmp_path, capsys)
     kept = _summary(out)[0]
     assert kept["status"] == "skipped (exists)" and kept["wall_seconds"] == ""
     assert kept["compute_seconds"] == row["compute_seconds"] and kept["p_map"] == row["p_map"]
+
+
+def test_a_class_map_of_a_model_without_a_head_stops_the_batch_once(tmp_path, blob_image):
+    """A foundation model (no classification head) given map='gradcam' and no concept failed
+    every image of a folder alike, one 'failed' row each; the batch now stops at its first
+    image with the one message, which names the command line's --concept."""
+    from conftest import tiny_vit
+
+    from napari_attnreg.cli import run_files
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i in range(3):
+        tifffile.imwrite(folder / f"field{i}.tif", blob_image)
+    out = tmp_path / "out"
+    headless = tiny_vit(num_classes=0)
+    with pytest.raises(ValueError, match=r"no classification head.*--concept FILE"):
+        run_files([folder], out, headless, None,
+                  {"map": "gradcam", "n_boot": 4, "device": "cpu", "seed": 0}, quiet=True)
+    assert not list(out.glob("*.npz")) and not list(out.glob("*.zarr"))

@@ -231,7 +231,7 @@ def test_class_map_on_a_model_without_head_says_what_to_do(field):
         "dinov2", hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=64, patch_size=14, image_size=56)
     bb = load_backbone(transformers.AutoModel.from_config(config))
-    with pytest.raises(ValueError, match=r'target=<concept>.*map="attention"'):
+    with pytest.raises(ValueError, match=r'--concept FILE.*Concept from ROI.*target=<concept>.*map="attention"'):
         regularize(field, bb, map="cdam", **FAST)
     concept = np.random.default_rng(0).standard_normal(32)
     result = regularize(field, bb, map="gradcam", target=concept, **FAST)

@@ -240,7 +240,7 @@ def test_each_head_alone_equals_the_head_family_before_bh(timm_bb):
 # ------------------------------------------------------------------ targets
 def test_class_map_without_head_or_concept_names_both_ways_out(hf_bb):
     for name in ("cdam", "gradcam"):
-        with pytest.raises(ValueError, match=r'target=<concept>.*map="attention"'):
+        with pytest.raises(ValueError, match=r'--concept FILE.*Concept from ROI.*target=<concept>.*map="attention"'):
             make_scorer(name).check(hf_bb)
     with pytest.raises(ValueError, match="width 32"):
         make_scorer("cdam", target=np.ones(7)).check(hf_bb)

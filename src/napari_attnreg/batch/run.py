@@ -61,6 +61,7 @@ from napari_attnreg.batch.summary import (
 from napari_attnreg.core.models.backbones import Backbone
 from napari_attnreg.core.run.engine import RunConfig
 from napari_attnreg.core.run.lazy import LazyImage
+from napari_attnreg.core.run.maps import scorer_for
 from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
 from napari_attnreg.core.run.service import (
     Job,
@@ -146,8 +147,12 @@ class ModelOnFirstUse:
             from napari_attnreg.core.run.images import check_target_size
 
             backbone = load_model(self.spec)
-            # a size below one patch is wrong for every image: the batch stops here
+            # a size below one patch, or a class map of a model without a classification
+            # head and no concept, is wrong for every image: the batch stops here
             check_target_size(self.opts.get("target_size", "model"), backbone.patch_size)
+            config = RunConfig(**self.opts)
+            scorer_for(config.map, layer=config.layer, head=config.head,
+                       target=config.target).check(backbone)
             self.backbone = backbone
             if self.on_load is not None:
                 self.on_load(backbone)

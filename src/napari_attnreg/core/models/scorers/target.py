@@ -51,11 +51,15 @@ class Target:
             return
         classes = num_classes(backbone)
         if classes == 0:
+            # every front end meets this message: each one's way to give a concept is named
             raise ValueError(
                 f"map={map_name!r} scores a class, and {backbone.name} has no classification "
-                f"head (a foundation model): give target=<concept>, a vector of the model's "
-                f"width {backbone.embed_dim} (napari_attnreg.concept_from(example_images, "
-                "model) builds one), or use map=\"attention\".")
+                f"head (a foundation model): give it a concept to score, a vector of the "
+                f"model's width {backbone.embed_dim} (command line: --concept FILE, a saved "
+                ".npy vector or example images of the concept; napari and the notebook: "
+                "Concept from ROI; Python: target=<concept>, which "
+                "napari_attnreg.concept_from(example_images, model) builds), or use "
+                "map=\"attention\".")
         if self.kind == "class" and not 0 <= int(self.index) < classes:
             raise ValueError(f"target={self.index}: {backbone.name} has {classes} classes; use "
                              f"a class index 0..{classes - 1} or target='predicted'.")
