@@ -162,7 +162,7 @@ def test_publication_figure_draws_the_image_natively_with_bar_key_and_scale(tiny
     bars = [ax for ax in fig.axes if ax is not image_ax]
     assert len(bars) == 1 and "attention" in bars[0].get_ylabel().lower()
     (legend,) = fig.legends
-    assert "significant" in legend.get_texts()[0].get_text()
+    assert "significant (1 patch;" in legend.get_texts()[0].get_text()  # not "1 patches"
     texts = " ".join(t.get_text() for t in fig.texts)
     assert "Significant =" in texts  # what significant means under the preset
     assert any(isinstance(p, Rectangle) and p.get_label() == "scale bar"

@@ -258,7 +258,7 @@ def _draw_side(fig: Any, left_height: tuple[float, float], mapped: Any, view: An
     rule = result.thresholds_used
     # the soft rule tests nothing: its outline is where the evidence reaches one half
     kept = "evidence ≥ 0.5" if rule.get("rule") == "soft" else "significant"
-    label = f"{kept} ({count} patches; {rule_text(rule)})"
+    label = f"{kept} ({count} patch{'' if count == 1 else 'es'}; {rule_text(rule)})"
     keys, labels = [key], [textwrap.fill(label, 34)]
     if tested is not None:  # glass shows the image through: say it was never run
         md = result.metadata
