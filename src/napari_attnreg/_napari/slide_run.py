@@ -150,6 +150,16 @@ def saved_grid(layer: Any, result: Any) -> AnalysedGrid | None:
 MASK_SIDE = 2048
 
 
+def mask_layer(viewer: Any, value: Any) -> Any | None:
+    """The Labels or Shapes layer the *Tissue mask* option names (None: it names none)."""
+    from napari.layers import Labels, Shapes
+
+    if not isinstance(value, str):
+        return None
+    return next((lay for lay in viewer.layers if isinstance(lay, (Labels, Shapes))
+                 and lay.name == value.strip()), None)
+
+
 def labels_mask(viewer: Any, value: Any, layer: Any, geometry: Any) -> Any:
     """The *Tissue mask* option with a layer's name or a GeoJSON file replaced by its mask.
 
@@ -176,7 +186,7 @@ def labels_mask(viewer: Any, value: Any, layer: Any, geometry: Any) -> Any:
 
     name = value.strip()
     drawn = [lay for lay in viewer.layers if isinstance(lay, (Labels, Shapes))]
-    chosen = next((lay for lay in drawn if lay.name == name), None)
+    chosen = mask_layer(viewer, value)
     if chosen is None:
         if is_geojson_path(name) and Path(name).is_file():
             # the layer's first array is the slide level its downsample names (level 0: 1)

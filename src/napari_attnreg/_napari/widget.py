@@ -65,7 +65,7 @@ from napari_attnreg._napari.run_record import RunRecord
 from napari_attnreg._napari.run_warnings import add_to_results, collect_warnings
 from napari_attnreg._napari.settings import run_defaults
 from napari_attnreg._napari.slice_cue import SliceCue
-from napari_attnreg._napari.slide_run import labels_mask, place_on_slide, slide_of
+from napari_attnreg._napari.slide_run import labels_mask, mask_layer, place_on_slide, slide_of
 from napari_attnreg._napari.source_panel import SourcePanel
 from napari_attnreg._napari.status import (
     WARNING_COLOR,
@@ -471,6 +471,9 @@ class AttentionWidget(QWidget):
             return None
         pending.warnings = raised
         self._pending = pending
+        # a Labels layer painted as the tissue mask was taken up as the ROI layer when it was
+        # added: its table showed the tissue as the one ROI
+        self.roi_panel.set_aside(mask_layer(self.viewer, self.session.settings.get("tissue_mask")))
         self.last_outcome = None
         name, n = pending.layer.name, len(pending.job.planes)
         worker = self.run_panel.start(run_job, pending.job,
