@@ -220,7 +220,9 @@ class AttentionWidget(QWidget):
 
     def _place_annotations(self, layer: Any) -> None:
         """QuPath annotations read from GeoJSON go over the slide they were drawn on: the
-        image chosen in the dock when it is a slide, else the only slide open."""
+        image chosen in the dock when it is a slide, else the only slide open; with no slide
+        open, over the image chosen (in its pixels: laid at scale 1 over a µm-scaled image
+        they missed it, and napari warned of inconsistent units at every layer added)."""
         from napari.layers import Image, Shapes
 
         if not isinstance(layer, Shapes):
@@ -228,7 +230,8 @@ class AttentionWidget(QWidget):
         chosen = self.current_layer()
         slides = [lay for lay in self.viewer.layers
                   if isinstance(lay, Image) and slide_of(lay) is not None]
-        target = chosen if chosen in slides else (slides[0] if len(slides) == 1 else None)
+        target = chosen if chosen in slides or not slides else (
+            slides[0] if len(slides) == 1 else None)
         if target is not None:
             place_on_slide(layer, target)
 
