@@ -248,6 +248,28 @@ def test_bad_inputs_notify_and_leave_layers(
     assert "flat · attention" not in viewer.layers
 
 
+def test_a_crop_smaller_than_the_patch_grid_is_run_with_a_warning(
+        make_napari_viewer, run_and_wait):
+    """A 12x9 crop on the demo model (8-px patches at 128 px) fills a 16x12 patch grid with
+    interpolated pixels: the run said nothing, and its patch map read as finer than the
+    crop's own pixels. The dock's status line says it, and the crop layer is untouched."""
+    from napari_attnreg._napari.widget import AttentionWidget
+
+    viewer = make_napari_viewer()
+    widget = AttentionWidget(viewer)
+    viewer.window.add_dock_widget(widget)
+    assert widget.model_spec().source == "demo"
+    widget.options.controls["n_boot"].setValue(8)
+    widget.options.controls["device"].setCurrentText("cpu")
+    crop = np.random.default_rng(0).integers(0, 255, (12, 9), dtype=np.uint8)
+    layer = viewer.add_image(crop.copy(), name="crop")
+    outcome = run_and_wait(widget)
+    assert outcome.ok and widget.current_record().results[()].grid_shape == (16, 12)
+    assert "This 12x9 image has fewer pixels than the model's 16x12 patch grid" in \
+        widget.run_panel.status_label.text()
+    np.testing.assert_array_equal(layer.data, crop)
+
+
 def test_no_image_layer_notifies(viewer_widget, notifications):
     _viewer, widget = viewer_widget
     assert widget.run() is None
