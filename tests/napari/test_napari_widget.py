@@ -115,6 +115,34 @@ def test_threshold_change_updates_layers_without_rerun(
     np.testing.assert_allclose(layers["attention"].data, result.attention, rtol=1e-6)
 
 
+def test_contrast_limits_the_analyst_sets_survive_threshold_moves_and_reruns(
+    viewer_widget, run_and_wait, cells_image, qtbot
+):
+    """Contrast limits set in napari's layer controls stay: each threshold move set the
+    regularized layer's back to the automatic ones (and a rerun the attention layer's),
+    though a move does not change them. Limits the analyst left alone follow a rerun."""
+    from napari_attnreg._napari.layers import contrast_limits
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    layers = _outputs(viewer, "cells")
+    automatic = tuple(layers["attention"].contrast_limits)
+    assert automatic[1] > 0.002
+    layers["regularized"].contrast_limits = (0.0, 0.001)
+    layers["attention"].contrast_limits = (0.0, 0.002)
+    with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
+        widget.thresholds_panel.q_th_slider.setValue(0.3)
+    assert tuple(layers["regularized"].contrast_limits) == pytest.approx((0.0, 0.001))
+    widget.options.controls["seed"].setValue(widget.options.controls["seed"].value() + 1)
+    run_and_wait(widget)
+    assert _outputs(viewer, "cells")["attention"] is layers["attention"]
+    assert tuple(layers["attention"].contrast_limits) == pytest.approx((0.0, 0.002))
+    assert tuple(layers["regularized"].contrast_limits) == pytest.approx((0.0, 0.001))
+    assert tuple(layers["pvalue"].contrast_limits) == pytest.approx(
+        contrast_limits(widget.current_record(), "pvalue"))  # left alone: the new run's
+
+
 def test_cancel_mid_run_adds_nothing_and_keeps_layers(viewer_widget, qtbot, cells_image):
     from qtpy.QtCore import Qt
 
