@@ -116,6 +116,9 @@ def test_a_large_upscale_warns_with_its_factor_and_suggests_model(rng):
         warnings.simplefilter("error", ImageSizeWarning)
         prepare_image(rng.random((64, 48)), target_size=256, **KW)  # 4x: no warning
         prepare_image(rng.random((32, 32)), target_size="model", **KW)  # the model's own size
+    with pytest.warns(ImageSizeWarning, match="This 16x16 image has fewer pixels than the "
+                                              "model's 20x20 patch grid"):
+        prepare_image(rng.random((16, 16)), target_size=320, **KW)  # a patch < a pixel
 
 
 @pytest.mark.parametrize("factor", [1e300, 1e-300, 1e30])

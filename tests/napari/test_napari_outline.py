@@ -121,3 +121,34 @@ def test_significant_regions_go_to_geojson_and_come_back_as_roi_shapes(
     (rois,) = viewer.open(str(roi_file), plugin="napari-attnreg")
     assert rois.name == "qupath ROIs" and list(rois.shape_type) == ["polygon"]
     np.testing.assert_allclose(rois.data[0].min(axis=0), [31.5, 15.5])  # (row, col) centres
+
+
+def test_qupath_annotations_land_on_a_micron_scaled_image_in_its_pixels(
+        viewer_widget, run_and_wait, cells_image, tmp_path, notifications):
+    """GeoJSON annotations (image pixels) opened over a µm-scaled image that is no slide are
+    laid on its pixels, in its units: left at scale 1 in pixel units they lay three times too
+    far out (the ROI table measured the wrong region), and napari warned of inconsistent
+    units at every layer the run added."""
+    import json
+
+    viewer, widget = viewer_widget
+    image = viewer.add_image(cells_image, name="cells", scale=(0.325, 0.325),
+                             translate=(10.0, 5.0), units="µm")
+    polygon = {"type": "Polygon", "coordinates": [[[10, 20], [50, 20], [50, 60], [10, 60],
+                                                   [10, 20]]]}  # x, y in pixel corners
+    roi_file = tmp_path / "qupath.geojson"
+    roi_file.write_text(json.dumps({"type": "FeatureCollection", "features": [
+        {"type": "Feature", "properties": {}, "geometry": polygon}]}), encoding="utf-8")
+    (rois,) = viewer.open(str(roi_file), plugin="napari-attnreg")
+    np.testing.assert_allclose(rois.scale, image.scale)
+    np.testing.assert_allclose(rois.translate, image.translate)
+    assert tuple(rois.units) == tuple(image.units)
+    # the corners' pixel centres lie on the image's same pixels
+    for vertex in rois.data[0]:
+        np.testing.assert_allclose(image.world_to_data(rois.data_to_world(vertex)), vertex)
+    notifications.clear()
+    run_and_wait(widget)
+    assert not [n for n in notifications if "Inconsistent units" in str(n.message)]
+    assert widget.roi_panel.current_layer() is rois
+    [row] = widget.roi_panel.rows
+    assert row["area_px"] == 40 * 40

@@ -44,3 +44,22 @@ def test_the_run_action_is_stored_as_napari_stores_its_own_and_triggers_by_name(
         action_manager.trigger(RUN_ACTION)  # the current viewer is injected
         assert widget.busy
     assert blocker.args[0].ok
+
+
+def test_ctrl_shift_r_runs_the_dock_opened_from_the_plugins_menu(make_napari_viewer,
+                                                                tiny_backbone, cells_image,
+                                                                qtbot):
+    """Opened as the Plugins menu opens it, the dock gets a proxy of the viewer, not the
+    viewer: the shortcut looked its dock up by that proxy and pressed nothing."""
+    viewer = make_napari_viewer()
+    viewer.window.show()
+    _, widget = viewer.window.add_plugin_dock_widget("napari-attnreg", "Attention Regularization")
+    assert widget.viewer is not viewer  # napari's PublicOnlyProxy
+    widget.set_model(tiny_backbone, name="tiny")
+    widget.options.controls["n_boot"].setValue(16)
+    widget.options.controls["device"].setCurrentText("cpu")
+    viewer.add_image(cells_image, name="cells")
+    with qtbot.waitSignal(widget.run_finished, timeout=60_000) as blocker:
+        _press_run_key(qtbot, viewer.window._qt_viewer.canvas.native)
+        assert widget.busy
+    assert blocker.args[0].ok and "cells · attention" in viewer.layers

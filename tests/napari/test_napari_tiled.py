@@ -138,3 +138,28 @@ def test_cancel_during_a_tiled_run_adds_nothing(demo_widget, qtbot):
     assert events[-1].done - done_at_cancel <= 2  # stopped at the next chunk boundary
     assert [layer.name for layer in viewer.layers] == names
     assert widget.run_panel.run_button.isEnabled() and widget.current_record() is None
+
+
+def test_a_labels_layer_painted_as_the_tissue_mask_is_no_roi_layer(demo_widget, run_and_wait):
+    """A Labels layer the analyst paints is taken up as the ROI layer when added; named as a
+    tiled run's Tissue mask it is the tissue, not ROIs (the ROI table showed the tissue as its
+    one ROI, and the Shapes layer drawn next was not chosen). Chosen by hand, it stays."""
+    viewer, widget = demo_widget
+    image = viewer.add_image(_field((256, 256)), name="field")
+    tissue = viewer.add_labels(np.zeros((256, 256), np.uint8), name="tissue")
+    tissue.data[20:230, 10:200] = 1
+    roi = widget.roi_panel
+    assert roi.current_layer() is tissue  # taken up: nothing told it what the layer is for
+    widget.set_layer(image)
+    widget.options.controls["tiled"].setChecked(True)
+    widget.options.controls["tissue_mask"].setText("tissue")
+    run_and_wait(widget)
+    assert widget.current_record().results[()].metadata["tissue_mask"] == "Labels layer 'tissue'"
+    assert roi.current_layer() is None and roi.rows == []
+    assert "'tissue' is the run's tissue mask" in roi.status.text()
+    drawn = viewer.add_shapes([np.array([[30, 30], [30, 90], [90, 90], [90, 30]])],
+                              name="my ROIs")
+    assert roi.current_layer() is drawn and [row["label"] for row in roi.rows] == [1]
+    roi.layer_combo.setCurrentIndex(roi.layer_combo.findText("tissue"))  # by hand
+    run_and_wait(widget)
+    assert roi.current_layer() is tissue and [row["label"] for row in roi.rows] == [1]

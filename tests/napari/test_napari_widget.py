@@ -115,6 +115,34 @@ def test_threshold_change_updates_layers_without_rerun(
     np.testing.assert_allclose(layers["attention"].data, result.attention, rtol=1e-6)
 
 
+def test_contrast_limits_the_analyst_sets_survive_threshold_moves_and_reruns(
+    viewer_widget, run_and_wait, cells_image, qtbot
+):
+    """Contrast limits set in napari's layer controls stay: each threshold move set the
+    regularized layer's back to the automatic ones (and a rerun the attention layer's),
+    though a move does not change them. Limits the analyst left alone follow a rerun."""
+    from napari_attnreg._napari.layers import contrast_limits
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    layers = _outputs(viewer, "cells")
+    automatic = tuple(layers["attention"].contrast_limits)
+    assert automatic[1] > 0.002
+    layers["regularized"].contrast_limits = (0.0, 0.001)
+    layers["attention"].contrast_limits = (0.0, 0.002)
+    with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
+        widget.thresholds_panel.q_th_slider.setValue(0.3)
+    assert tuple(layers["regularized"].contrast_limits) == pytest.approx((0.0, 0.001))
+    widget.options.controls["seed"].setValue(widget.options.controls["seed"].value() + 1)
+    run_and_wait(widget)
+    assert _outputs(viewer, "cells")["attention"] is layers["attention"]
+    assert tuple(layers["attention"].contrast_limits) == pytest.approx((0.0, 0.002))
+    assert tuple(layers["regularized"].contrast_limits) == pytest.approx((0.0, 0.001))
+    assert tuple(layers["pvalue"].contrast_limits) == pytest.approx(
+        contrast_limits(widget.current_record(), "pvalue"))  # left alone: the new run's
+
+
 def test_cancel_mid_run_adds_nothing_and_keeps_layers(viewer_widget, qtbot, cells_image):
     from qtpy.QtCore import Qt
 
@@ -246,6 +274,28 @@ def test_bad_inputs_notify_and_leave_layers(
     for name, data in before.items():
         np.testing.assert_array_equal(viewer.layers[name].data, data)
     assert "flat · attention" not in viewer.layers
+
+
+def test_a_crop_smaller_than_the_patch_grid_is_run_with_a_warning(
+        make_napari_viewer, run_and_wait):
+    """A 12x9 crop on the demo model (8-px patches at 128 px) fills a 16x12 patch grid with
+    interpolated pixels: the run said nothing, and its patch map read as finer than the
+    crop's own pixels. The dock's status line says it, and the crop layer is untouched."""
+    from napari_attnreg._napari.widget import AttentionWidget
+
+    viewer = make_napari_viewer()
+    widget = AttentionWidget(viewer)
+    viewer.window.add_dock_widget(widget)
+    assert widget.model_spec().source == "demo"
+    widget.options.controls["n_boot"].setValue(8)
+    widget.options.controls["device"].setCurrentText("cpu")
+    crop = np.random.default_rng(0).integers(0, 255, (12, 9), dtype=np.uint8)
+    layer = viewer.add_image(crop.copy(), name="crop")
+    outcome = run_and_wait(widget)
+    assert outcome.ok and widget.current_record().results[()].grid_shape == (16, 12)
+    assert "This 12x9 image has fewer pixels than the model's 16x12 patch grid" in \
+        widget.run_panel.status_label.text()
+    np.testing.assert_array_equal(layer.data, crop)
 
 
 def test_no_image_layer_notifies(viewer_widget, notifications):

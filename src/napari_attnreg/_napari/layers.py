@@ -10,6 +10,7 @@ the GUI thread.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -234,7 +235,8 @@ def upsert_outputs(viewer: Any, record: RunRecord,
     """Add the output layers of ``record`` or update those of an earlier run in place.
 
     Layers are the ones ``record.outputs`` tracks (names and metadata may have been edited
-    or copied); an existing layer keeps its place, visibility, opacity and colormap.
+    or copied); an existing layer keeps its place, visibility, opacity, colormap and the
+    contrast limits the analyst set.
     """
     maps = stacked_maps(record, kinds)
     made = run_provenance(record)
@@ -262,7 +264,7 @@ def upsert_outputs(viewer: Any, record: RunRecord,
             layer.name = name
             if kind != "significant":
                 _follow_colormap(layer, kwargs["colormap"])
-                layer.contrast_limits = kwargs["contrast_limits"]
+                _follow_limits(layer, kwargs["contrast_limits"])
         if kind == "significant":
             sync_outline(viewer, layer)
         layers[kind] = layer
@@ -276,6 +278,19 @@ def _follow_colormap(layer: Any, colormap: Any) -> None:
     current = layer.colormap.name
     if current.startswith("attnreg ") and current != colormap.name:
         layer.colormap = colormap
+
+
+#: The contrast limits the dock last gave each output layer (weakly: a closed layer goes).
+_LIMITS_SET: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _follow_limits(layer: Any, limits: tuple[float, float]) -> None:
+    """A re-run brings its maps' contrast limits, unless the analyst set their own: each
+    threshold move set them back to the automatic ones (which a move does not change)."""
+    last = _LIMITS_SET.get(layer)
+    if last is None or np.allclose(layer.contrast_limits, last):
+        layer.contrast_limits = limits
+        _LIMITS_SET[layer] = tuple(layer.contrast_limits)
 
 
 def place_outputs(viewer: Any, record: RunRecord) -> None:
@@ -363,6 +378,7 @@ def _add_output(viewer: Any, kind: str, data: np.ndarray, kwargs: dict[str, Any]
         layer.selected_label = 1  # painting adds to the significant class
         return layer
     layer = viewer.add_image(data, **kwargs)
+    _LIMITS_SET[layer] = tuple(layer.contrast_limits)
     layer.colorbar.visible = True  # drawn only while the layer itself is visible
     title_colorbar(layer)
     return layer

@@ -124,6 +124,8 @@ class RoiPanel(QWidget):
         self._wanted: tuple[int, list[RoiPlane], RunRecord] | None = None  # the next one
         self._generation = 0  # of the latest request: an older table is not shown
         self._closed = False
+        self._picked_up: Any = None  # the layer taken up when added (not chosen by hand)
+        self._aside: str | None = None  # why no ROI layer is chosen (a layer set aside)
 
         self.layer_combo = QComboBox()
         self.layer_combo.setToolTip("A Shapes or Labels layer; each shape / label id is one ROI.")
@@ -204,6 +206,22 @@ class RoiPanel(QWidget):
         if self.current_layer() is None and layer in self.roi_layers() and not is_output(layer) \
                 and not is_tissue_mask(layer):
             self.set_layer(layer)
+            self._picked_up = layer
+
+    def set_aside(self, layer: Any) -> None:
+        """``layer`` is a run's tissue mask: when it was taken up as the ROI layer (added while
+        none was chosen, not chosen here by hand) it is no longer the ROI layer; the one other
+        layer drawn beside it is, else none (the status line says why)."""
+        if layer is None or layer is not self.current_layer() or layer is not self._picked_up:
+            return
+        others = [lay for lay in self.roi_layers() if lay is not layer
+                  and not is_output(lay) and not is_tissue_mask(lay)]
+        self.set_layer(others[0] if len(others) == 1 else None)
+        if self.current_layer() is None:
+            self._aside = (f"{layer.name!r} is the run's tissue mask, not ROIs: draw the ROIs "
+                           "in a Shapes layer (or paint them in another Labels layer) and "
+                           "choose it here.")
+            self.update_table()
 
     def current_layer(self) -> Any | None:
         return self.layer_combo.currentData() if self.layer_combo.count() else None
@@ -220,6 +238,7 @@ class RoiPanel(QWidget):
                          "viewer.")
 
     def _on_layer_chosen(self, *_: Any) -> None:
+        self._picked_up = self._aside = None  # chosen by hand (set_layer/_on_inserted: in code)
         self._watch(self.current_layer())
         self.update_table()
 
@@ -254,7 +273,7 @@ class RoiPanel(QWidget):
             self._finish([], "Run the analysis on the image first.")
             return
         if layer is None:
-            self._finish([], "Choose a Shapes or Labels layer with ROIs.")
+            self._finish([], self._aside or "Choose a Shapes or Labels layer with ROIs.")
             return
         try:
             # the layer is read here, on the GUI thread

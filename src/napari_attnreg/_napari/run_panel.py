@@ -171,10 +171,11 @@ class RunPanel(QWidget):
         analyst can rebind it; the last dock opened in a viewer owns it.
         """
         register_run_action()
-        _RUN_CALLBACKS.append((weakref.ref(viewer), weakref.WeakMethod(callback)))
+        _RUN_CALLBACKS.append((weakref.ref(_unwrapped(viewer)), weakref.WeakMethod(callback)))
 
     @staticmethod
     def unbind_shortcut(viewer: Any, callback: Any) -> None:
+        viewer = _unwrapped(viewer)
         _RUN_CALLBACKS[:] = [(ref, cb) for ref, cb in _RUN_CALLBACKS
                              if ref() is not None and cb() is not None
                              and not (ref() is viewer and cb() == callback)]
@@ -274,13 +275,19 @@ class RunPanel(QWidget):
         self.finished.emit(outcome)
 
 
+def _unwrapped(viewer: Any) -> Any:
+    """The viewer itself: napari hands the action, and a dock opened from the Plugins menu,
+    a PublicOnlyProxy of it (a new one each time), never the same object as each other."""
+    return getattr(viewer, "__wrapped__", viewer)
+
+
 def _run_in_viewer(viewer: ViewerModel) -> None:
     """The action: press Run in the dock last opened in ``viewer`` (none open: nothing).
 
     Annotated with napari's ``ViewerModel`` as napari's own viewer actions are, so the action
     manager injects the current viewer (``action_manager.trigger(RUN_ACTION)``, menus).
     """
-    viewer = getattr(viewer, "__wrapped__", viewer)  # napari injects a PublicOnlyProxy
+    viewer = _unwrapped(viewer)
     for ref, method in reversed(_RUN_CALLBACKS):
         callback = method()
         if ref() is viewer and callback is not None:

@@ -150,6 +150,16 @@ def saved_grid(layer: Any, result: Any) -> AnalysedGrid | None:
 MASK_SIDE = 2048
 
 
+def mask_layer(viewer: Any, value: Any) -> Any | None:
+    """The Labels or Shapes layer the *Tissue mask* option names (None: it names none)."""
+    from napari.layers import Labels, Shapes
+
+    if not isinstance(value, str):
+        return None
+    return next((lay for lay in viewer.layers if isinstance(lay, (Labels, Shapes))
+                 and lay.name == value.strip()), None)
+
+
 def labels_mask(viewer: Any, value: Any, layer: Any, geometry: Any) -> Any:
     """The *Tissue mask* option with a layer's name or a GeoJSON file replaced by its mask.
 
@@ -176,7 +186,7 @@ def labels_mask(viewer: Any, value: Any, layer: Any, geometry: Any) -> Any:
 
     name = value.strip()
     drawn = [lay for lay in viewer.layers if isinstance(lay, (Labels, Shapes))]
-    chosen = next((lay for lay in drawn if lay.name == name), None)
+    chosen = mask_layer(viewer, value)
     if chosen is None:
         if is_geojson_path(name) and Path(name).is_file():
             # the layer's first array is the slide level its downsample names (level 0: 1)
@@ -209,20 +219,26 @@ def labels_mask(viewer: Any, value: Any, layer: Any, geometry: Any) -> Any:
 
 
 def place_on_slide(shapes: Any, slide_layer: Any) -> bool:
-    """Lay a Shapes layer read from GeoJSON (full-resolution pixels, QuPath's frame) over a
-    slide layer shown at any level, in its units; True when it was placed.
+    """Lay a Shapes layer read from GeoJSON (full-resolution pixels, QuPath's frame) over an
+    image layer, in its scale and units: a slide shown at any level, or any other image (its
+    own pixels); True when it was placed.
 
     Full-resolution pixel centre ``c`` lies at ``(c − (k − 1)/2)/k`` pixels of a level
-    downsampled ``k`` times. Only a layer still where the reader put it is moved.
+    downsampled ``k`` times (``k`` = 1 off a slide). Only a layer still where the reader put
+    it is moved, and only over an image placed by scale and translate alone.
     """
     import numpy as np
 
-    slide = slide_of(slide_layer)
+    slide = slide_of(slide_layer) or {}
     meta = shapes.metadata.get("geojson") if isinstance(shapes.metadata, dict) else None
-    if slide is None or not isinstance(meta, dict) or meta.get("placed") or shapes.ndim != 2:
+    if not isinstance(meta, dict) or meta.get("placed") or shapes.ndim != 2:
         return False
     if not (np.allclose(shapes.scale, 1.0) and np.allclose(shapes.translate, 0.0)):
         return False  # moved by the analyst (or a script): theirs
+    if not np.allclose(slide_layer.affine.affine_matrix, np.eye(slide_layer.ndim + 1)) \
+            or not np.allclose(slide_layer.rotate, np.eye(slide_layer.ndim)) \
+            or not np.allclose(slide_layer.shear, 0.0):
+        return False  # a rotated or sheared image: its pixels are no scaled grid
     k = float(slide.get("downsample") or 1.0)
     scale = np.asarray(slide_layer.scale[-2:], dtype=float) / k
     shapes.scale = tuple(scale)

@@ -65,7 +65,7 @@ from napari_attnreg._napari.run_record import RunRecord
 from napari_attnreg._napari.run_warnings import add_to_results, collect_warnings
 from napari_attnreg._napari.settings import run_defaults
 from napari_attnreg._napari.slice_cue import SliceCue
-from napari_attnreg._napari.slide_run import labels_mask, place_on_slide, slide_of
+from napari_attnreg._napari.slide_run import labels_mask, mask_layer, place_on_slide, slide_of
 from napari_attnreg._napari.source_panel import SourcePanel
 from napari_attnreg._napari.status import (
     WARNING_COLOR,
@@ -220,7 +220,9 @@ class AttentionWidget(QWidget):
 
     def _place_annotations(self, layer: Any) -> None:
         """QuPath annotations read from GeoJSON go over the slide they were drawn on: the
-        image chosen in the dock when it is a slide, else the only slide open."""
+        image chosen in the dock when it is a slide, else the only slide open; with no slide
+        open, over the image chosen (in its pixels: laid at scale 1 over a µm-scaled image
+        they missed it, and napari warned of inconsistent units at every layer added)."""
         from napari.layers import Image, Shapes
 
         if not isinstance(layer, Shapes):
@@ -228,7 +230,8 @@ class AttentionWidget(QWidget):
         chosen = self.current_layer()
         slides = [lay for lay in self.viewer.layers
                   if isinstance(lay, Image) and slide_of(lay) is not None]
-        target = chosen if chosen in slides else (slides[0] if len(slides) == 1 else None)
+        target = chosen if chosen in slides or not slides else (
+            slides[0] if len(slides) == 1 else None)
         if target is not None:
             place_on_slide(layer, target)
 
@@ -471,6 +474,9 @@ class AttentionWidget(QWidget):
             return None
         pending.warnings = raised
         self._pending = pending
+        # a Labels layer painted as the tissue mask was taken up as the ROI layer when it was
+        # added: its table showed the tissue as the one ROI
+        self.roi_panel.set_aside(mask_layer(self.viewer, self.session.settings.get("tissue_mask")))
         self.last_outcome = None
         name, n = pending.layer.name, len(pending.job.planes)
         worker = self.run_panel.start(run_job, pending.job,

@@ -356,14 +356,27 @@ def model_input_shape(image_shape: tuple[int, int], patch_size: tuple[int, int],
 
 
 def warn_if_upscaled(image_shape: tuple[int, int], model_shape: tuple[int, int],
-                     target_size: TargetSize) -> float:
+                     target_size: TargetSize,
+                     patch_size: tuple[int, int] | None = None) -> float:
     """Warn (:class:`ImageSizeWarning`) when the model input enlarges the image more than
-    :data:`UPSCALE_WARNING` times per side; return the factor.
+    :data:`UPSCALE_WARNING` times per side, or (with ``patch_size``, at any target size) so
+    much that a patch covers less than one image pixel; return the factor.
 
     A 96x80 image run at 2048 px takes minutes and its attention is no finer than at the
-    model's own size.
+    model's own size; a 12x9 crop at the model's size fills a 16x12 patch grid with
+    interpolated pixels, and its patch-level map says nothing the pixels do not.
     """
     factor = max(model_shape[0] / image_shape[0], model_shape[1] / image_shape[1])
+    if patch_size is not None:
+        gh, gw = model_shape[0] // patch_size[0], model_shape[1] // patch_size[1]
+        if image_shape[0] < gh or image_shape[1] < gw:
+            warnings.warn(
+                f"This {image_shape[0]}x{image_shape[1]} image has fewer pixels than the "
+                f"model's {gh}x{gw} patch grid (enlarged {factor:.1f}x per side): a patch "
+                "covers less than one image pixel, so the map is no finer than the pixels "
+                "and neighbouring patches repeat them. Use a larger field of view, or a "
+                "model with larger patches.", ImageSizeWarning, stacklevel=3)
+            return factor
     if factor > UPSCALE_WARNING and target_size != "model":
         warnings.warn(
             f"target_size={target_size!r} enlarges this {image_shape[0]}x{image_shape[1]} image "
@@ -425,7 +438,7 @@ def prepare_image(
     chw = torch.from_numpy(np.ascontiguousarray(display))
     chw = chw[None] if chw.ndim == 2 else chw.permute(2, 0, 1)
     h, w = model_input_shape((h0, w0), patch_size, target_size, default_size)
-    warn_if_upscaled((h0, w0), (h, w), target_size)
+    warn_if_upscaled((h0, w0), (h, w), target_size, patch_size)
     original = None
     if (h, w) != (h0, w0):
         original = chw.float()
