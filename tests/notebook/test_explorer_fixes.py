@@ -236,3 +236,19 @@ def test_every_control_has_a_tooltip(explorer):
     picker = controls.pop("model")
     missing = [name for name, c in controls.items() if not c.tooltip]
     assert missing == [] and picker.dropdown.tooltip and picker.other.tooltip
+
+
+def test_another_image_after_a_result_with_rois_replaces_both(tiny_backbone):
+    # a result with a region, then a larger image: the old regions' label image was drawn
+    # on the new canvas and set_image raised an IndexError half-way
+    rng = np.random.default_rng(0)
+    ex = AttentionExplorer(rng.random((64, 64)), tiny_backbone, n_boot=8, device="cpu",
+                           view="image")
+    ex.run(wait=True)
+    ex.add_roi(rectangle=(10, 10, 50, 50))
+    ex.set_image(rng.random((96, 80)))
+    assert ex.result is None and ex.roi_labels is None
+    assert ex.rendered.shape[:2] == (96, 80)
+    assert ex.run(wait=True) is not None
+    assert ex.add_roi(rectangle=(5, 5, 40, 40)) == 1 and len(ex.roi_table()) == 1
+    ex.close()

@@ -422,9 +422,11 @@ class AttentionExplorer(W.VBox):
             return False
         self.runs.generation += 1  # a result of the previous image is dropped
         self.run_panel.set_ready(True)
-        self.session.clear()  # results of the previous image belong to its pixels only
         source = self.image_panel.source
+        # the old image's regions go first: clearing the session redraws the canvas on the
+        # new image, where a label image of the old one's size does not fit
         self.roi_panel.reset(source.downsample if source.stack is None else None)
+        self.session.clear()  # results of the previous image belong to its pixels only
         self._allow_drawing()
         self._set_status("nD image: choose the plane to analyse with the slider(s), then Run."
                          if lead else "Ready: press Run.", "info")
