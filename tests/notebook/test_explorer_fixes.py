@@ -252,3 +252,35 @@ def test_another_image_after_a_result_with_rois_replaces_both(tiny_backbone):
     assert ex.run(wait=True) is not None
     assert ex.add_roi(rectangle=(5, 5, 40, 40)) == 1 and len(ex.roi_table()) == 1
     ex.close()
+
+
+def test_a_saved_result_reopens_over_its_image_with_its_thresholds(blob_image, tiny_backbone,
+                                                                     tmp_path):
+    # the notebook had no way back to a saved result, and giving its path as the image
+    # analysed the file's 16×16 attention array as if it were a picture
+    ex = AttentionExplorer(blob_image, tiny_backbone, n_boot=8, seed=1, device="cpu",
+                           view="image", preset="paper")
+    ex.run(wait=True)
+    ex.rule, ex.q_th = "q", 0.4
+    saved = ex.result
+    path = ex.save(tmp_path / "blobs.attnreg.npz")
+    ex.close()
+    ex = AttentionExplorer(str(path), tiny_backbone, view="image")
+    assert ex.image_panel.source is None and "result file, not an image" in ex.status
+    ex.set_image(blob_image)
+    reopened = ex.open_result(path)
+    assert (ex.rule, ex.q_th, ex.state.shown_preset) == ("q", 0.4, "paper")
+    np.testing.assert_array_equal(reopened.significant(), saved.significant())
+    np.testing.assert_array_equal(ex.result.maps["q"], saved.maps["q"])
+    ex.add_roi(rectangle=(10, 10, 60, 60))
+    assert len(ex.roi_table()) == 1 and ex.export_figure(tmp_path / "f.png").exists()
+    # another image's result: refused with both sizes, the result on screen stays
+    other = AttentionExplorer(blob_image[:64], tiny_backbone, n_boot=8, device="cpu",
+                              view="image")
+    other_path = other.save(tmp_path / "top.npz") if other.run(wait=True) else None
+    other.close()
+    with pytest.raises(ValueError, match=r"64×80 image; the one on screen is 96×80"):
+        ex.open_result(other_path)
+    np.testing.assert_array_equal(ex.result.maps["q"], saved.maps["q"])
+    assert len(ex.roi_table()) == 1
+    ex.close()

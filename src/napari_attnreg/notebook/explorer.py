@@ -324,6 +324,44 @@ class AttentionExplorer(W.VBox):
             raise ValueError("Nothing to save yet: press Run (or call run()) first.")
         return result.save(path)
 
+    def open_result(self, path: str | Path) -> AttentionResult:
+        """Show a saved result (:meth:`save`, ``attnreg run``'s ``.attnreg.npz``) over the
+        image on screen, as if it had been run here: its thresholds move the sliders, the ROI
+        table and the exports read it. The image must be the one it was made from (same
+        size); a bad file or another image keeps what is shown and says why.
+
+        Raises
+        ------
+        ValueError
+            Unreadable file, no image, another image's size, a slide, or a run going on.
+        """
+        if self.run_panel.busy:
+            raise ValueError("Cannot open a result during a run; cancel it first.")
+        source = self.image_panel.source
+        if source is None:
+            raise ValueError("Give the explorer the image the result was made from first "
+                             "(AttentionExplorer(image) or set_image(image)).")
+        if source.stack is None:
+            raise ValueError("A slide's result reopens in napari (drop the .attnreg.npz on "
+                             "the viewer with the slide open) or with AttentionResult.load.")
+        result = AttentionResult.load(path)
+        plane = tuple(self.state.slice_index)
+        if tuple(result.image_shape) != tuple(self.image_panel.plane_shape):
+            raise ValueError(
+                f"{Path(path).name} was made from a {result.image_shape[0]}×"
+                f"{result.image_shape[1]} image; the one on screen is "
+                f"{self.image_panel.plane_shape[0]}×{self.image_panel.plane_shape[1]}. Show "
+                "the image it was made from (set_image), then open it again.")
+        self.runs.generation += 1  # a run still reporting would replace it with older work
+        # the file's own thresholds, not the replaced result's: they are what it was saved at
+        self.session.add(plane, {plane: result}, params={"opened": str(path)},
+                         thresholds=Thresholds.of(result))
+        self.session.select(plane)
+        self.runs.last_error = None
+        self._set_status(f"Opened {Path(path).name} (saved result; thresholds as saved).",
+                         "success")
+        return self.result
+
     def export_figure(self, path: str | Path, *, map_key: str = "regularized",
                       scale: int | None = None) -> Path:
         """Write the publication figure of :attr:`result` (PNG), the figure napari's Export
