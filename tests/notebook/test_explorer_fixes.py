@@ -284,3 +284,19 @@ def test_a_saved_result_reopens_over_its_image_with_its_thresholds(blob_image, t
     np.testing.assert_array_equal(ex.result.maps["q"], saved.maps["q"])
     assert len(ex.roi_table()) == 1
     ex.close()
+
+
+def test_a_plane_chosen_in_code_moves_its_sliders(blob_image, tiny_backbone):
+    # explorer.slice_index = (1, 2) analysed and showed plane (1, 2) while both sliders still
+    # read 0: the picture was labelled with another plane than it showed
+    stack = np.stack([[blob_image, blob_image[::-1], blob_image[:, ::-1]]] * 2)
+    ex = AttentionExplorer(stack, tiny_backbone, n_boot=4, device="cpu", view="image")
+    sliders = ex.image_panel.sliders
+    ex.slice_index = (1, 2)
+    assert [s.value for s in sliders] == [1, 2] and ex.slice_index == (1, 2)
+    assert ex.run(wait=True).metadata["slice"] == [1, 2]
+    sliders[1].value = 0  # and the sliders still move the plane
+    assert ex.slice_index == (1, 0) and ex._current_result() is None
+    ex.slice_index = (5, 0)  # not in the stack: said in the status, the sliders stay
+    assert "not in this stack" in ex.status and [s.value for s in sliders] == [1, 0]
+    ex.close()
