@@ -188,6 +188,22 @@ def test_a_bad_opacity_names_the_allowed_range(blob_image, opacity):
         AttentionExplorer(blob_image, "demo", view="image", opacity=opacity)
 
 
+@pytest.mark.parametrize("opacity", [5, -0.1, math.nan, "0.5"])
+def test_a_bad_opacity_set_later_is_refused_as_at_construction(blob_image, opacity):
+    # explorer.opacity = 5 was taken: the slider's readout said 5, the overlay drew at 1
+    import traitlets
+
+    ex = AttentionExplorer(blob_image, "demo", view="image", opacity=0.3)
+    with pytest.raises(traitlets.TraitError) as err:  # as explorer.n_boot = -3 is refused
+        ex.opacity = opacity
+    if not isinstance(opacity, str):  # a string: traitlets' own "expected a float"
+        assert "opacity must be a number in [0, 1]" in str(err.value)
+    assert ex.opacity == 0.3 and ex.controls["opacity"].value == 0.3
+    ex.opacity = 1
+    assert ex.opacity == 1.0 and ex.controls["opacity"].value == 1.0
+    ex.close()
+
+
 def test_explorer_arguments_are_normalised(blob_image):
     ex = AttentionExplorer(blob_image, "demo", view="image", n_boot=np.int64(12),
                            seed=np.int32(3), tiled=np.bool_(False), opacity=np.float32(0.5))
