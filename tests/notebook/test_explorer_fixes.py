@@ -300,3 +300,24 @@ def test_a_plane_chosen_in_code_moves_its_sliders(blob_image, tiny_backbone):
     ex.slice_index = (5, 0)  # not in the stack: said in the status, the sliders stay
     assert "not in this stack" in ex.status and [s.value for s in sliders] == [1, 0]
     ex.close()
+
+
+def test_export_csv_never_writes_the_table_over_a_result_or_into_a_folder_name(
+        blob_image, tiny_backbone, tmp_path):
+    # the CSV box holding the saved result's name (cells.npz) replaced the result with the
+    # table; a folder's path failed with "[Errno 21] Is a directory"
+    ex = AttentionExplorer(blob_image, tiny_backbone, n_boot=8, device="cpu", view="image")
+    ex.run(wait=True)
+    ex.add_roi(rectangle=(10, 10, 60, 60))
+    saved = ex.save(tmp_path / "cells.npz")
+    before = saved.read_bytes()
+    ex.roi_panel.csv_path.value = str(saved)
+    ex.roi_panel.export.click()
+    assert saved.read_bytes() == before
+    written = tmp_path / "cells.npz.csv"
+    assert str(written) in ex.status and written.read_text().startswith("label,")
+    ex.roi_panel.csv_path.value = str(tmp_path)
+    ex.roi_panel.export.click()
+    assert (tmp_path / "roi_table.csv").is_file() and "written to" in ex.status
+    assert ex.export_roi_csv(tmp_path / "t.CSV") == tmp_path / "t.CSV"
+    ex.close()

@@ -583,13 +583,20 @@ class AttentionExplorer(W.VBox):
                           thresholds=entry.thresholds)
 
     def export_roi_csv(self, path: str | Path) -> Path:
-        """Write :meth:`roi_table` to a CSV file, each row with the run's provenance."""
+        """Write :meth:`roi_table` to a CSV file, each row with the run's provenance; returns
+        the path written: ``.csv`` added to another ending (``cells.npz`` was overwritten by
+        the table), ``roi_table.csv`` inside a folder given."""
         if self.roi_panel.unavailable:  # "draw or pass ROIs" cannot be done here
             raise ValueError(f"No ROI table to export: {self.roi_panel.unavailable}")
         rows = self.roi_table()
         if not rows:
             raise ValueError("No ROI statistics to export: run the analysis and draw or pass "
                              "ROIs.")
+        path = Path(path)
+        if path.is_dir():
+            path = path / "roi_table.csv"
+        elif path.suffix.lower() != ".csv":
+            path = path.with_name(path.name + ".csv")
         return write_table_csv(path, rows, self.provenance())
 
     def export_roi_geojson(self, path: str | Path) -> Path:
