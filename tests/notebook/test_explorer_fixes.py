@@ -302,7 +302,7 @@ def test_a_plane_chosen_in_code_moves_its_sliders(blob_image, tiny_backbone):
     ex.close()
 
 
-def test_export_csv_never_writes_the_table_over_a_result_or_into_a_folder_name(
+def test_exports_never_write_over_a_result_or_an_image_or_into_a_folder_name(
         blob_image, tiny_backbone, tmp_path):
     # the CSV box holding the saved result's name (cells.npz) replaced the result with the
     # table; a folder's path failed with "[Errno 21] Is a directory"
@@ -320,4 +320,11 @@ def test_export_csv_never_writes_the_table_over_a_result_or_into_a_folder_name(
     ex.roi_panel.export.click()
     assert (tmp_path / "roi_table.csv").is_file() and "written to" in ex.status
     assert ex.export_roi_csv(tmp_path / "t.CSV") == tmp_path / "t.CSV"
+    # the figure (PNG bytes) likewise never lands on the image file or the result
+    image = tmp_path / "blobs.tif"
+    image.write_bytes(b"the analyst's image")
+    assert ex.export_figure(image) == tmp_path / "blobs.tif.png"
+    assert image.read_bytes() == b"the analyst's image"
+    assert ex.export_figure(tmp_path / "fig.PNG") == tmp_path / "fig.PNG"
+    assert (tmp_path / "fig.PNG").read_bytes()[:4] == b"\x89PNG"
     ex.close()

@@ -365,12 +365,16 @@ class AttentionExplorer(W.VBox):
     def export_figure(self, path: str | Path, *, map_key: str = "regularized",
                       scale: int | None = None) -> Path:
         """Write the publication figure of :attr:`result` (PNG), the figure napari's Export
-        figure writes (:func:`~napari_attnreg.core.results.figure.publication_figure`)."""
+        figure writes (:func:`~napari_attnreg.core.results.figure.publication_figure`);
+        returns the path written, ``.png`` added to another ending."""
         from napari_attnreg.core.results.figure import publication_figure
 
         result = self.result
         if result is None:
             raise ValueError("Nothing to draw yet: press Run (or call run()) first.")
+        path = Path(path)
+        if path.suffix.lower() != ".png":  # PNG bytes under cells.tif replaced the image
+            path = path.with_name(path.name + ".png")
         result, image = self._figure_image(result)
         return publication_figure(result, image, path, map_key=map_key, scale=scale)
 
