@@ -328,3 +328,19 @@ def test_exports_never_write_over_a_result_or_an_image_or_into_a_folder_name(
     assert ex.export_figure(tmp_path / "fig.PNG") == tmp_path / "fig.PNG"
     assert (tmp_path / "fig.PNG").read_bytes()[:4] == b"\x89PNG"
     ex.close()
+
+
+def test_a_channels_first_array_without_channel_axis_is_told_how_to_merge(
+        blob_image, tiny_backbone):
+    # (3, H, W) fluorescence went to a plane slider without a word: each channel analysed
+    # alone, where regularize() calls the same array ambiguous and asks for channel_axis
+    channels = np.stack([blob_image, blob_image[::-1], blob_image[:, ::-1]])
+    ex = AttentionExplorer(channels, tiny_backbone, view="image")
+    assert "choose the plane" in ex.status and "give channel_axis=0" in ex.status
+    ex.set_image(np.stack([channels] * 5))  # z, c, y, x
+    assert "give channel_axis=1" in ex.status
+    ex.set_image(np.stack([blob_image] * 6))  # six planes: a stack, nothing to add
+    assert "choose the plane" in ex.status and "channel_axis" not in ex.status
+    ex.set_image(channels, channel_axis=0)
+    assert ex.status == "Ready: press Run." and not ex.image_panel.sliders
+    ex.close()

@@ -84,6 +84,22 @@ NO_MASK_ON_SLIDE = ("A slide's regions are shapes on its picture, not a mask as 
 SIDE_WIDTH = "380px"
 
 
+def _plane_hint(source: Any, lead: tuple[int, ...]) -> str:
+    """What to do with a stack; an array's short leading axis may be channels the caller
+    did not name (``regularize`` refuses such an array as ambiguous; here each channel
+    would be analysed alone, as a plane)."""
+    hint = "nD image: choose the plane to analyse with the slider(s), then Run."
+    stack = source.stack
+    if stack is None or source.path is not None or stack.channel_axis is not None:
+        return hint  # a file states its channels; a slide has no stack
+    short = [axis for axis, n in zip(stack.stack_axes, lead) if 2 <= n <= 4]
+    if not short:
+        return hint
+    return (f"{hint} If axis {short[0]} (length {stack.data.shape[short[0]]}) holds channels, "
+            f"give channel_axis={short[0]} (AttentionExplorer(..., channel_axis={short[0]}) or "
+            f"set_image(..., channel_axis={short[0]})) to analyse them together.")
+
+
 def _section(title: str) -> W.HTML:
     return W.HTML(f"<b>{title}</b>")
 
@@ -470,8 +486,7 @@ class AttentionExplorer(W.VBox):
         self.roi_panel.reset(source.downsample if source.stack is None else None)
         self.session.clear()  # results of the previous image belong to its pixels only
         self._allow_drawing()
-        self._set_status("nD image: choose the plane to analyse with the slider(s), then Run."
-                         if lead else "Ready: press Run.", "info")
+        self._set_status(_plane_hint(source, lead) if lead else "Ready: press Run.", "info")
         return True
 
     def _plane_shape(self) -> tuple[int, int]:
