@@ -224,3 +224,24 @@ def test_an_untiled_run_records_no_tiling_and_a_tiled_one_no_input_size(blob_ima
     config = run_config(ex.session, ex.options_panel.advanced.values())
     assert config.tile_scale == 2.0 and config.target_size == "model"
     ex.close()
+
+
+def test_a_bad_tile_overlap_typed_in_its_box_is_said_in_the_status(blob_image, tiny_backbone):
+    # 99999 raised a TraitError inside the comm handler (a traceback in the kernel's log,
+    # nothing in the widget); "abc" stayed in the box while the quarter-tile default ran
+    ex = AttentionExplorer(blob_image, tiny_backbone, view="image", n_boot=4, device="cpu",
+                           tile_overlap=16)
+    ex.run(wait=True)
+    box = ex.controls["tile_overlap"]
+    box.value = "99999"
+    assert "tile_overlap must be a whole number in [0, 4096], got 99999" in ex.status
+    assert (ex.tile_overlap, box.value) == (16, "16") and ex.result is not None
+    box.value = "abc"
+    assert "'abc' is not a number" in ex.status and (ex.tile_overlap, box.value) == (16, "16")
+    box.value = " 32 "
+    assert ex.tile_overlap == 32
+    box.value = ""
+    assert ex.tile_overlap is None
+    ex.tile_overlap = 8  # code moves the box
+    assert box.value == "8"
+    ex.close()

@@ -261,7 +261,8 @@ class AttentionExplorer(W.VBox):
         state = self.state
         self.image_panel = ImagePanel(state, max_display=max_display,
                                       run_options=self._run_options)
-        self.options_panel = OptionsPanel(state, self._run_options)
+        self.options_panel = OptionsPanel(state, self._run_options,
+                                          lambda message: self._set_status(message, "error"))
         self.concept_panel = ConceptPanel(self.options_panel.advanced, self.session,
                                           self._concept_source, self._load_model)
         self.options_panel.advanced.place_after("target", self.concept_panel)
