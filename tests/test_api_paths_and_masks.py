@@ -369,3 +369,19 @@ def test_a_mask_file_that_is_tissue_everywhere_is_warned_of(tmp_path):
     with pytest.warns(UserWarning, match=r"every pixel of white.png is > 0.*must be 0"):
         mask, _ = read_mask(str(tmp_path / "white.png"))
     assert mask.all()
+
+
+def test_a_result_file_or_numpy_archive_is_not_analysed_as_an_image(tmp_path, rng):
+    # imageio read an .npz's first array as a picture: a saved result was "analysed" as a
+    # 16×16 image of its own attention map, on the command line and in the notebook
+    from napari_attnreg.io.readers import read_stack
+
+    saved = regularize(rng.random((64, 64)), "demo", **FAST).save(tmp_path / "a.attnreg.npz")
+    with pytest.raises(ValueError, match=r"a.attnreg.npz is a napari-attnreg result file, "
+                                         r"not an image.*AttentionResult.load"):
+        regularize(saved, "demo", **FAST)
+    with pytest.raises(ValueError, match="result file, not an image"):
+        read_stack(saved)
+    np.savez(tmp_path / "arrays.npz", image=rng.random((64, 64)))
+    with pytest.raises(ValueError, match=r"NumPy archive \(.npz\), not an image.*numpy.load"):
+        regularize(tmp_path / "arrays.npz", "demo", **FAST)

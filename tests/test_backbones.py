@@ -58,6 +58,11 @@ def test_weights_file_errors(tmp_path, reference_module):
         load_backbone(path, arch="vit_small_patch16_224")
     with pytest.raises(BackboneError, match="not found"):
         load_backbone(tmp_path / "missing.pth", arch="vit_tiny_patch16_224")
+    # a mistyped path without arch: said missing, not "also give arch=", which cannot help
+    for name in ("missing.pt", "missing.safetensors"):
+        with pytest.raises(BackboneError, match=f"Weights file not found: .*{name}") as err:
+            load_backbone(tmp_path / name)
+        assert "arch=" not in str(err.value)
 
 
 def test_module_facts_come_from_the_model():

@@ -236,3 +236,111 @@ def test_every_control_has_a_tooltip(explorer):
     picker = controls.pop("model")
     missing = [name for name, c in controls.items() if not c.tooltip]
     assert missing == [] and picker.dropdown.tooltip and picker.other.tooltip
+
+
+def test_another_image_after_a_result_with_rois_replaces_both(tiny_backbone):
+    # a result with a region, then a larger image: the old regions' label image was drawn
+    # on the new canvas and set_image raised an IndexError half-way
+    rng = np.random.default_rng(0)
+    ex = AttentionExplorer(rng.random((64, 64)), tiny_backbone, n_boot=8, device="cpu",
+                           view="image")
+    ex.run(wait=True)
+    ex.add_roi(rectangle=(10, 10, 50, 50))
+    ex.set_image(rng.random((96, 80)))
+    assert ex.result is None and ex.roi_labels is None
+    assert ex.rendered.shape[:2] == (96, 80)
+    assert ex.run(wait=True) is not None
+    assert ex.add_roi(rectangle=(5, 5, 40, 40)) == 1 and len(ex.roi_table()) == 1
+    ex.close()
+
+
+def test_a_saved_result_reopens_over_its_image_with_its_thresholds(blob_image, tiny_backbone,
+                                                                     tmp_path):
+    # the notebook had no way back to a saved result, and giving its path as the image
+    # analysed the file's 16×16 attention array as if it were a picture
+    ex = AttentionExplorer(blob_image, tiny_backbone, n_boot=8, seed=1, device="cpu",
+                           view="image", preset="paper")
+    ex.run(wait=True)
+    ex.rule, ex.q_th = "q", 0.4
+    saved = ex.result
+    path = ex.save(tmp_path / "blobs.attnreg.npz")
+    ex.close()
+    ex = AttentionExplorer(str(path), tiny_backbone, view="image")
+    assert ex.image_panel.source is None and "result file, not an image" in ex.status
+    ex.set_image(blob_image)
+    reopened = ex.open_result(path)
+    assert (ex.rule, ex.q_th, ex.state.shown_preset) == ("q", 0.4, "paper")
+    np.testing.assert_array_equal(reopened.significant(), saved.significant())
+    np.testing.assert_array_equal(ex.result.maps["q"], saved.maps["q"])
+    ex.add_roi(rectangle=(10, 10, 60, 60))
+    assert len(ex.roi_table()) == 1 and ex.export_figure(tmp_path / "f.png").exists()
+    # another image's result: refused with both sizes, the result on screen stays
+    other = AttentionExplorer(blob_image[:64], tiny_backbone, n_boot=8, device="cpu",
+                              view="image")
+    other_path = other.save(tmp_path / "top.npz") if other.run(wait=True) else None
+    other.close()
+    with pytest.raises(ValueError, match=r"64×80 image; the one on screen is 96×80"):
+        ex.open_result(other_path)
+    np.testing.assert_array_equal(ex.result.maps["q"], saved.maps["q"])
+    assert len(ex.roi_table()) == 1
+    ex.close()
+
+
+def test_a_plane_chosen_in_code_moves_its_sliders(blob_image, tiny_backbone):
+    # explorer.slice_index = (1, 2) analysed and showed plane (1, 2) while both sliders still
+    # read 0: the picture was labelled with another plane than it showed
+    stack = np.stack([[blob_image, blob_image[::-1], blob_image[:, ::-1]]] * 2)
+    ex = AttentionExplorer(stack, tiny_backbone, n_boot=4, device="cpu", view="image")
+    sliders = ex.image_panel.sliders
+    ex.slice_index = (1, 2)
+    assert [s.value for s in sliders] == [1, 2] and ex.slice_index == (1, 2)
+    assert ex.run(wait=True).metadata["slice"] == [1, 2]
+    sliders[1].value = 0  # and the sliders still move the plane
+    assert ex.slice_index == (1, 0) and ex._current_result() is None
+    ex.slice_index = (5, 0)  # not in the stack: said in the status, the sliders stay
+    assert "not in this stack" in ex.status and [s.value for s in sliders] == [1, 0]
+    ex.close()
+
+
+def test_exports_never_write_over_a_result_or_an_image_or_into_a_folder_name(
+        blob_image, tiny_backbone, tmp_path):
+    # the CSV box holding the saved result's name (cells.npz) replaced the result with the
+    # table; a folder's path failed with "[Errno 21] Is a directory"
+    ex = AttentionExplorer(blob_image, tiny_backbone, n_boot=8, device="cpu", view="image")
+    ex.run(wait=True)
+    ex.add_roi(rectangle=(10, 10, 60, 60))
+    saved = ex.save(tmp_path / "cells.npz")
+    before = saved.read_bytes()
+    ex.roi_panel.csv_path.value = str(saved)
+    ex.roi_panel.export.click()
+    assert saved.read_bytes() == before
+    written = tmp_path / "cells.npz.csv"
+    assert str(written) in ex.status and written.read_text().startswith("label,")
+    ex.roi_panel.csv_path.value = str(tmp_path)
+    ex.roi_panel.export.click()
+    assert (tmp_path / "roi_table.csv").is_file() and "written to" in ex.status
+    assert ex.export_roi_csv(tmp_path / "t.CSV") == tmp_path / "t.CSV"
+    # the figure (PNG bytes) likewise never lands on the image file or the result
+    image = tmp_path / "blobs.tif"
+    image.write_bytes(b"the analyst's image")
+    assert ex.export_figure(image) == tmp_path / "blobs.tif.png"
+    assert image.read_bytes() == b"the analyst's image"
+    assert ex.export_figure(tmp_path / "fig.PNG") == tmp_path / "fig.PNG"
+    assert (tmp_path / "fig.PNG").read_bytes()[:4] == b"\x89PNG"
+    ex.close()
+
+
+def test_a_channels_first_array_without_channel_axis_is_told_how_to_merge(
+        blob_image, tiny_backbone):
+    # (3, H, W) fluorescence went to a plane slider without a word: each channel analysed
+    # alone, where regularize() calls the same array ambiguous and asks for channel_axis
+    channels = np.stack([blob_image, blob_image[::-1], blob_image[:, ::-1]])
+    ex = AttentionExplorer(channels, tiny_backbone, view="image")
+    assert "choose the plane" in ex.status and "give channel_axis=0" in ex.status
+    ex.set_image(np.stack([channels] * 5))  # z, c, y, x
+    assert "give channel_axis=1" in ex.status
+    ex.set_image(np.stack([blob_image] * 6))  # six planes: a stack, nothing to add
+    assert "choose the plane" in ex.status and "channel_axis" not in ex.status
+    ex.set_image(channels, channel_axis=0)
+    assert ex.status == "Ready: press Run." and not ex.image_panel.sliders
+    ex.close()

@@ -188,6 +188,22 @@ def test_a_bad_opacity_names_the_allowed_range(blob_image, opacity):
         AttentionExplorer(blob_image, "demo", view="image", opacity=opacity)
 
 
+@pytest.mark.parametrize("opacity", [5, -0.1, math.nan, "0.5"])
+def test_a_bad_opacity_set_later_is_refused_as_at_construction(blob_image, opacity):
+    # explorer.opacity = 5 was taken: the slider's readout said 5, the overlay drew at 1
+    import traitlets
+
+    ex = AttentionExplorer(blob_image, "demo", view="image", opacity=0.3)
+    with pytest.raises(traitlets.TraitError) as err:  # as explorer.n_boot = -3 is refused
+        ex.opacity = opacity
+    if not isinstance(opacity, str):  # a string: traitlets' own "expected a float"
+        assert "opacity must be a number in [0, 1]" in str(err.value)
+    assert ex.opacity == 0.3 and ex.controls["opacity"].value == 0.3
+    ex.opacity = 1
+    assert ex.opacity == 1.0 and ex.controls["opacity"].value == 1.0
+    ex.close()
+
+
 def test_explorer_arguments_are_normalised(blob_image):
     ex = AttentionExplorer(blob_image, "demo", view="image", n_boot=np.int64(12),
                            seed=np.int32(3), tiled=np.bool_(False), opacity=np.float32(0.5))
@@ -207,4 +223,25 @@ def test_an_untiled_run_records_no_tiling_and_a_tiled_one_no_input_size(blob_ima
     assert ex.options_panel.advanced.controls["target_size"].disabled
     config = run_config(ex.session, ex.options_panel.advanced.values())
     assert config.tile_scale == 2.0 and config.target_size == "model"
+    ex.close()
+
+
+def test_a_bad_tile_overlap_typed_in_its_box_is_said_in_the_status(blob_image, tiny_backbone):
+    # 99999 raised a TraitError inside the comm handler (a traceback in the kernel's log,
+    # nothing in the widget); "abc" stayed in the box while the quarter-tile default ran
+    ex = AttentionExplorer(blob_image, tiny_backbone, view="image", n_boot=4, device="cpu",
+                           tile_overlap=16)
+    ex.run(wait=True)
+    box = ex.controls["tile_overlap"]
+    box.value = "99999"
+    assert "tile_overlap must be a whole number in [0, 4096], got 99999" in ex.status
+    assert (ex.tile_overlap, box.value) == (16, "16") and ex.result is not None
+    box.value = "abc"
+    assert "'abc' is not a number" in ex.status and (ex.tile_overlap, box.value) == (16, "16")
+    box.value = " 32 "
+    assert ex.tile_overlap == 32
+    box.value = ""
+    assert ex.tile_overlap is None
+    ex.tile_overlap = 8  # code moves the box
+    assert box.value == "8"
     ex.close()

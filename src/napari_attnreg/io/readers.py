@@ -380,10 +380,33 @@ def _check_header(path: Path) -> None:
 
         with decoding(path), tifffile.TiffFile(path, _multifile=False):
             return
+    _refuse_numpy_archive(path)
     import imageio.v3 as iio
 
     with decoding(path):
         iio.improps(path)
+
+
+def _refuse_numpy_archive(path: Path) -> None:
+    """Refuse an ``.npz``: imageio reads its first array as a picture, so a saved result
+    (``*.attnreg.npz``) was analysed as a 16×16 "image" of its own attention map."""
+    if path.suffix.lower() != ".npz":
+        return
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            result = "metadata_json.npy" in archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        result = False
+    if result:
+        raise ValueError(
+            f"{path} is a napari-attnreg result file, not an image. Reopen it with "
+            "AttentionResult.load(path) (the notebook: explorer.open_result(path) over the "
+            "image it was made from; napari: drop it on the viewer with that image open), and "
+            "give the image itself to a run.")
+    raise ValueError(f"{path} is a NumPy archive (.npz), not an image: load the array you "
+                     "mean with numpy.load(path)[name] and give that array instead.")
 
 
 def header_plane_shape(path: str | Path) -> tuple[int, int] | None:
@@ -428,6 +451,7 @@ def _read_with_layout(path: Path, files: Sequence[str | Path] | None = None,
         raise ValueError(f"No such image file: {path}")
     if path.suffix.lower() in TIFF_SUFFIXES:
         return _read_tiff(path)
+    _refuse_numpy_archive(path)
     import imageio.v3 as iio
 
     with decoding(path):  # whatever Pillow/imageio raise on these bytes is this file's error

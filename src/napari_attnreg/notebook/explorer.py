@@ -84,6 +84,22 @@ NO_MASK_ON_SLIDE = ("A slide's regions are shapes on its picture, not a mask as 
 SIDE_WIDTH = "380px"
 
 
+def _plane_hint(source: Any, lead: tuple[int, ...]) -> str:
+    """What to do with a stack; an array's short leading axis may be channels the caller
+    did not name (``regularize`` refuses such an array as ambiguous; here each channel
+    would be analysed alone, as a plane)."""
+    hint = "nD image: choose the plane to analyse with the slider(s), then Run."
+    stack = source.stack
+    if stack is None or source.path is not None or stack.channel_axis is not None:
+        return hint  # a file states its channels; a slide has no stack
+    short = [axis for axis, n in zip(stack.stack_axes, lead) if 2 <= n <= 4]
+    if not short:
+        return hint
+    return (f"{hint} If axis {short[0]} (length {stack.data.shape[short[0]]}) holds channels, "
+            f"give channel_axis={short[0]} (AttentionExplorer(..., channel_axis={short[0]}) or "
+            f"set_image(..., channel_axis={short[0]})) to analyse them together.")
+
+
 def _section(title: str) -> W.HTML:
     return W.HTML(f"<b>{title}</b>")
 
@@ -245,7 +261,8 @@ class AttentionExplorer(W.VBox):
         state = self.state
         self.image_panel = ImagePanel(state, max_display=max_display,
                                       run_options=self._run_options)
-        self.options_panel = OptionsPanel(state, self._run_options)
+        self.options_panel = OptionsPanel(state, self._run_options,
+                                          lambda message: self._set_status(message, "error"))
         self.concept_panel = ConceptPanel(self.options_panel.advanced, self.session,
                                           self._concept_source, self._load_model)
         self.options_panel.advanced.place_after("target", self.concept_panel)
@@ -324,15 +341,57 @@ class AttentionExplorer(W.VBox):
             raise ValueError("Nothing to save yet: press Run (or call run()) first.")
         return result.save(path)
 
+    def open_result(self, path: str | Path) -> AttentionResult:
+        """Show a saved result (:meth:`save`, ``attnreg run``'s ``.attnreg.npz``) over the
+        image on screen, as if it had been run here: its thresholds move the sliders, the ROI
+        table and the exports read it. The image must be the one it was made from (same
+        size); a bad file or another image keeps what is shown and says why.
+
+        Raises
+        ------
+        ValueError
+            Unreadable file, no image, another image's size, a slide, or a run going on.
+        """
+        if self.run_panel.busy:
+            raise ValueError("Cannot open a result during a run; cancel it first.")
+        source = self.image_panel.source
+        if source is None:
+            raise ValueError("Give the explorer the image the result was made from first "
+                             "(AttentionExplorer(image) or set_image(image)).")
+        if source.stack is None:
+            raise ValueError("A slide's result reopens in napari (drop the .attnreg.npz on "
+                             "the viewer with the slide open) or with AttentionResult.load.")
+        result = AttentionResult.load(path)
+        plane = tuple(self.state.slice_index)
+        if tuple(result.image_shape) != tuple(self.image_panel.plane_shape):
+            raise ValueError(
+                f"{Path(path).name} was made from a {result.image_shape[0]}×"
+                f"{result.image_shape[1]} image; the one on screen is "
+                f"{self.image_panel.plane_shape[0]}×{self.image_panel.plane_shape[1]}. Show "
+                "the image it was made from (set_image), then open it again.")
+        self.runs.generation += 1  # a run still reporting would replace it with older work
+        # the file's own thresholds, not the replaced result's: they are what it was saved at
+        self.session.add(plane, {plane: result}, params={"opened": str(path)},
+                         thresholds=Thresholds.of(result))
+        self.session.select(plane)
+        self.runs.last_error = None
+        self._set_status(f"Opened {Path(path).name} (saved result; thresholds as saved).",
+                         "success")
+        return self.result
+
     def export_figure(self, path: str | Path, *, map_key: str = "regularized",
                       scale: int | None = None) -> Path:
         """Write the publication figure of :attr:`result` (PNG), the figure napari's Export
-        figure writes (:func:`~napari_attnreg.core.results.figure.publication_figure`)."""
+        figure writes (:func:`~napari_attnreg.core.results.figure.publication_figure`);
+        returns the path written, ``.png`` added to another ending."""
         from napari_attnreg.core.results.figure import publication_figure
 
         result = self.result
         if result is None:
             raise ValueError("Nothing to draw yet: press Run (or call run()) first.")
+        path = Path(path)
+        if path.suffix.lower() != ".png":  # PNG bytes under cells.tif replaced the image
+            path = path.with_name(path.name + ".png")
         result, image = self._figure_image(result)
         return publication_figure(result, image, path, map_key=map_key, scale=scale)
 
@@ -422,12 +481,13 @@ class AttentionExplorer(W.VBox):
             return False
         self.runs.generation += 1  # a result of the previous image is dropped
         self.run_panel.set_ready(True)
-        self.session.clear()  # results of the previous image belong to its pixels only
         source = self.image_panel.source
+        # the old image's regions go first: clearing the session redraws the canvas on the
+        # new image, where a label image of the old one's size does not fit
         self.roi_panel.reset(source.downsample if source.stack is None else None)
+        self.session.clear()  # results of the previous image belong to its pixels only
         self._allow_drawing()
-        self._set_status("nD image: choose the plane to analyse with the slider(s), then Run."
-                         if lead else "Ready: press Run.", "info")
+        self._set_status(_plane_hint(source, lead) if lead else "Ready: press Run.", "info")
         return True
 
     def _plane_shape(self) -> tuple[int, int]:
@@ -543,13 +603,20 @@ class AttentionExplorer(W.VBox):
                           thresholds=entry.thresholds)
 
     def export_roi_csv(self, path: str | Path) -> Path:
-        """Write :meth:`roi_table` to a CSV file, each row with the run's provenance."""
+        """Write :meth:`roi_table` to a CSV file, each row with the run's provenance; returns
+        the path written: ``.csv`` added to another ending (``cells.npz`` was overwritten by
+        the table), ``roi_table.csv`` inside a folder given."""
         if self.roi_panel.unavailable:  # "draw or pass ROIs" cannot be done here
             raise ValueError(f"No ROI table to export: {self.roi_panel.unavailable}")
         rows = self.roi_table()
         if not rows:
             raise ValueError("No ROI statistics to export: run the analysis and draw or pass "
                              "ROIs.")
+        path = Path(path)
+        if path.is_dir():
+            path = path / "roi_table.csv"
+        elif path.suffix.lower() != ".csv":
+            path = path.with_name(path.name + ".csv")
         return write_table_csv(path, rows, self.provenance())
 
     def export_roi_geojson(self, path: str | Path) -> Path:

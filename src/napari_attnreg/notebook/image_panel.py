@@ -47,6 +47,10 @@ class ImagePanel(W.HBox):
         self._display_options = {k: run_options.get(k) for k in ("channels", "merge")}
         self.source: MemorySource | DiskSource | None = None
         self.sliders: list[W.IntSlider] = []
+        self._following = False  # sliders being set from the state: nothing to push back
+        # explorer.slice_index = (3,) in code moves the sliders too, or they read another
+        # plane than the one shown and analysed
+        state.observe(self._to_sliders, "slice_index")
 
     def load(self, image: Any, *, channel_axis: int | None, rgb: bool | None) -> tuple[int, ...]:
         """Take a new image, array, file or slide (all checks first: a bad one leaves the
@@ -120,4 +124,17 @@ class ImagePanel(W.HBox):
         self.state.slice_index = tuple(0 for _ in lead)
 
     def _from_sliders(self, _change: dict) -> None:
-        self.state.slice_index = tuple(s.value for s in self.sliders)
+        if not self._following:
+            self.state.slice_index = tuple(s.value for s in self.sliders)
+
+    def _to_sliders(self, change: dict) -> None:
+        plane = tuple(change["new"])
+        if len(plane) != len(self.sliders):  # a plane not in the stack: the status says so
+            return
+        self._following = True
+        try:
+            for slider, index in zip(self.sliders, plane):
+                if slider.min <= index <= slider.max:
+                    slider.value = index
+        finally:
+            self._following = False

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as W
+import traitlets as t
 
 from napari_attnreg.core.run.options import OPTIONS, applicable_options, option, panel_options
 from napari_attnreg.notebook.advanced_panel import ELSEWHERE, STATE_OPTIONS, AdvancedPanel
@@ -29,35 +30,55 @@ _STATE_CHOICES = {"method": {"options": [(option("method").label_of(c), c)
                                          for c in option("method").choices]}}
 
 
-def link_all(state: ExplorerState, controls: dict[str, W.Widget], traits: dict[str, str]) -> None:
+def link_all(state: ExplorerState, controls: dict[str, W.Widget], traits: dict[str, str],
+             on_invalid: Callable[[str], Any] | None = None) -> None:
     """Link each control's ``value`` to its trait (the state is the source of the first sync).
 
-    A number that may be unset (e.g. the tile overlap, empty = a quarter tile) has a text box;
-    its link turns "" into None and back, and leaves the trait alone for text that is no number.
+    A number that may be unset (e.g. the tile overlap, empty = a quarter tile) has a text box:
+    "" is None; text that is no number, or a number the option refuses, goes to
+    ``on_invalid`` with the core's words and the box shows the value in force again.
     """
     for key, trait in traits.items():
         opt = option(trait) if trait in OPTIONS else None
         if isinstance(controls[key], W.Text) and opt is not None and opt.kind in ("int", "float"):
-            W.link((state, trait), (controls[key], "value"),
-                   transform=(_number_text, _text_number(state, trait, opt.kind)))
+            _link_number_text(state, trait, controls[key], opt.kind, opt.label,
+                              on_invalid or _raise)
         else:
             W.link((state, trait), (controls[key], "value"))
+
+
+def _raise(message: str) -> None:
+    raise ValueError(message)
 
 
 def _number_text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _text_number(state: ExplorerState, trait: str, kind: str) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        text = text.strip()
-        if not text:
-            return None
+def _link_number_text(state: ExplorerState, trait: str, box: W.Text, kind: str, label: str,
+                      on_invalid: Callable[[str], Any]) -> None:
+    # a W.link raised the trait's refusal (99999) inside the comm handler: a traceback in
+    # the kernel's log, nothing in the widget, and the box kept showing what is not used
+    def show(_change: Any = None) -> None:
+        box.value = _number_text(getattr(state, trait))
+
+    def parse(change: dict) -> None:
+        text = change["new"].strip()
         try:
-            return int(text) if kind == "int" else float(text)
+            value = None if not text else int(text) if kind == "int" else float(text)
         except ValueError:
-            return getattr(state, trait)  # not a number: keep the value in force
-    return parse
+            show()
+            on_invalid(f"{label}: {text!r} is not a number; leave it empty for auto.")
+            return
+        try:
+            setattr(state, trait, value)
+        except t.TraitError as err:
+            show()
+            on_invalid(str(err))
+
+    show()
+    state.observe(show, trait)
+    box.observe(parse, "value")
 
 
 def device_control() -> W.Dropdown:
@@ -75,7 +96,8 @@ class OptionsPanel(W.VBox):
     (basic or advanced); ``advanced.controls`` the ones read back at Run.
     """
 
-    def __init__(self, state: ExplorerState, run_options: dict[str, Any]) -> None:
+    def __init__(self, state: ExplorerState, run_options: dict[str, Any],
+                 on_invalid: Callable[[str], Any] | None = None) -> None:
         super().__init__()
         self.state = state
         self.controls: dict[str, W.Widget] = {
@@ -85,7 +107,7 @@ class OptionsPanel(W.VBox):
             self.controls[name] = device_control() if name == "device" else build_control(
                 name, **_STATE_CHOICES.get(name, {}))
         link_all(state, self.controls, {"model": "model_name",
-                                        **{name: name for name in STATE_OPTIONS}})
+                                        **{name: name for name in STATE_OPTIONS}}, on_invalid)
         self.advanced = AdvancedPanel(run_options, bound={n: self.controls[n]
                                                           for n in STATE_OPTIONS})
         main = {**self.controls, **self.advanced.main_controls}

@@ -26,6 +26,7 @@ from napari_attnreg.core.stats.presets import (
     presets,
 )
 from napari_attnreg.notebook import render
+from napari_attnreg.notebook.option_controls import check_opacity
 from napari_attnreg.notebook.views import DRAW_MODES
 
 #: Overlay choices: (label shown, state value); the value is a core.display map key.
@@ -116,6 +117,15 @@ class ExplorerState(t.HasTraits):
     @t.validate("overlay")
     def _valid_overlay(self, proposal: dict) -> str:
         return "pvalue" if proposal["value"] == "p" else proposal["value"]
+
+    @t.validate("opacity")
+    def _valid_opacity(self, proposal: dict) -> float:
+        # as the constructor refuses it: explorer.opacity = 5 showed 5 on the slider's
+        # readout while the overlay was drawn at 1
+        try:
+            return check_opacity(proposal["value"])
+        except ValueError as err:
+            raise t.TraitError(str(err)) from None
 
     @t.validate("colormap")
     def _valid_colormap(self, proposal: dict) -> str:

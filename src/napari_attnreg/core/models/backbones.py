@@ -177,6 +177,9 @@ def _route(source: str, arch: str | None, *, pretrained: bool) -> Backbone:
 
 def _load_weights_file(path: Path, arch: str | None) -> Backbone:
     """A local weights file: its ``arch`` is a catalogue id or a timm architecture."""
+    if not path.is_file():  # a mistyped path was told to add arch=, which cannot help
+        raise BackboneError(f"Weights file not found: {path} (from {Path.cwd()}); check the "
+                            "path, or give a catalogue id or timm name instead.")
     if arch is None:
         raise BackboneError(
             f"To load the weights file {path.name}, also give the timm architecture or catalogue "
