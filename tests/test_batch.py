@@ -660,16 +660,20 @@ def test_a_class_map_of_a_model_without_a_head_stops_the_batch_once(tmp_path, bl
     """A foundation model (no classification head) given map='gradcam' and no concept failed
     every image of a folder alike, one 'failed' row each; the batch now stops at its first
     image with the one message, which names the command line's --concept."""
-    from conftest import tiny_vit
+    import timm
+    import torch
 
     from napari_attnreg.cli import run_files
+    from napari_attnreg.core.models.backbones import load_backbone
 
     folder = tmp_path / "images"
     folder.mkdir()
     for i in range(3):
         tifffile.imwrite(folder / f"field{i}.tif", blob_image)
     out = tmp_path / "out"
-    headless = tiny_vit(num_classes=0)
+    torch.manual_seed(0)
+    headless = load_backbone(timm.create_model("vit_tiny_patch16_224", pretrained=False,
+                                               depth=2, num_classes=0))
     with pytest.raises(ValueError, match=r"no classification head.*--concept FILE"):
         run_files([folder], out, headless, None,
                   {"map": "gradcam", "n_boot": 4, "device": "cpu", "seed": 0}, quiet=True)
