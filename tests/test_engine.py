@@ -98,12 +98,8 @@ def test_out_of_memory_halves_the_chunk_and_gives_the_same_result(tiny_backbone,
 
 
 def test_out_of_memory_at_one_image_is_a_clear_error(tiny_backbone, blob_image, monkeypatch):
-    real = engine_mod.cls_attention
-
-    def always(bb, images, **kw):
-        if kw.get("head") != "all":  # null chunks fail; the observed image (head="all") fits
-            raise torch.OutOfMemoryError("CUDA out of memory")
-        return real(bb, images, **kw)
+    def always(bb, images, **kw):  # null chunks fail; the observed image (its own pass) fits
+        raise torch.OutOfMemoryError("CUDA out of memory")
 
     monkeypatch.setattr(engine_mod, "cls_attention", always)
     with pytest.raises(MemoryError, match="single null image"):
@@ -248,16 +244,15 @@ def test_cancelling_a_stack_keeps_the_finished_planes(tiny_backbone, blob_image)
 
 def test_other_errors_in_a_stack_carry_the_finished_planes(tiny_backbone, blob_image, monkeypatch):
     from napari_attnreg import regularize_stack
-    real, calls = engine_mod.cls_attention, []
+    real, calls = engine_mod.cls_attention_entering, []
 
-    def broken_on_second_plane(bb, images, **kw):
-        if kw.get("head") == "all":
-            calls.append(1)
+    def broken_on_second_plane(bb, images, **kw):  # each plane's observed pass
+        calls.append(1)
         if len(calls) > 1:
             raise RuntimeError("driver crashed")
         return real(bb, images, **kw)
 
-    monkeypatch.setattr(engine_mod, "cls_attention", broken_on_second_plane)
+    monkeypatch.setattr(engine_mod, "cls_attention_entering", broken_on_second_plane)
     with pytest.raises(RuntimeError, match="driver crashed") as info:
         regularize_stack(np.stack([blob_image, blob_image]), tiny_backbone, **FAST)
     assert info.value.partial.finished == [0]

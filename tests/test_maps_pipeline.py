@@ -288,8 +288,9 @@ def test_resume_records_tell_concepts_apart_number_by_number():
                                              ("heads", -1), ("rollout", -1), ("cdam", -1)])
 def test_the_map_checks_of_a_run_are_the_checks_computed_alone(name, layer, classifier, field,
                                                                monkeypatch):
-    # in float32 a run hands the checks its observed map and last-block CLS row instead of
-    # computing them again: the numbers must be exactly those of the checks made alone
+    # in float32 a run hands the checks its observed map, last-block CLS row and what entered
+    # the block instead of computing them again: the numbers must be exactly those of the
+    # checks made alone
     from napari_attnreg.core.run import engine
     from napari_attnreg.core.run import maps as maps_mod
     from napari_attnreg.core.run.config import scorer_of
@@ -305,7 +306,7 @@ def test_the_map_checks_of_a_run_are_the_checks_computed_alone(name, layer, clas
 
     monkeypatch.setattr(engine, "map_checks", spy)
     result = regularize(field, classifier, map=name, layer=layer, **FAST)
-    assert calls == [{"original": True, "share": layer == -1, "amp": True}]
+    assert calls == [{"original": True, "share": layer == -1, "amp": True, "entering": True}]
     x = prepared(classifier, field)
     scorer = scorer_of(RunConfig(map=name, layer=layer)).bind(classifier, x)
     alone = sanity_check(scorer, classifier, x[0], seed=FAST["seed"])

@@ -108,7 +108,8 @@ def test_grey_image_gets_grey_nulls_through_the_engine(demo, monkeypatch):
     for method in ("normal", "uniform", "pixel", "patch"):
         seen.clear()
         drain(run_engine(image, demo, RunConfig(method=method, n_boot=4, device="cpu")))
-        nulls = torch.cat(seen[1:])  # the first call is the observed image
+        nulls = torch.cat(seen)  # the observed image has its own pass (cls_attention_entering)
+        assert nulls.shape[0] == 4
         unnormalised = nulls * torch.tensor(demo.std)[:, None, None] + torch.tensor(
             demo.mean)[:, None, None]
         torch.testing.assert_close(unnormalised[:, 0], unnormalised[:, 1], msg=method)

@@ -40,7 +40,8 @@ MAPS = ("attention", "head_attention", "null_scores")  # and every map in result
 
 @dataclass
 class Case:
-    """One engine: its module (whose ``cls_attention`` does the forward passes) and a run."""
+    """One engine: its module (whose ``cls_attention`` and, untiled, ``cls_attention_entering``
+    do the forward passes) and a run."""
 
     name: str
     module: ModuleType
@@ -57,16 +58,19 @@ class Case:
 
     def wrap_forward(self, monkeypatch: pytest.MonkeyPatch, fail: Any = None) -> None:
         """Count the images of every forward pass; ``fail(x, kw)`` may return an error to raise."""
-        real = self.module.cls_attention
+        def counted(real):
+            def forward(backbone, x, **kw):
+                error = fail(x, kw) if fail is not None else None
+                if error is not None:
+                    raise error
+                self.calls.append(int(x.shape[0]))
+                return real(backbone, x, **kw)
+            return forward
 
-        def forward(backbone, x, **kw):
-            error = fail(x, kw) if fail is not None else None
-            if error is not None:
-                raise error
-            self.calls.append(int(x.shape[0]))
-            return real(backbone, x, **kw)
-
-        monkeypatch.setattr(self.module, "cls_attention", forward)
+        # the untiled engine's observed pass keeps what entered the block (for the checks)
+        for name in ("cls_attention", "cls_attention_entering"):
+            if hasattr(self.module, name):
+                monkeypatch.setattr(self.module, name, counted(getattr(self.module, name)))
 
 
 @pytest.fixture(scope="module")

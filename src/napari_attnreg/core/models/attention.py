@@ -12,6 +12,7 @@ from typing import Literal
 import torch
 
 from napari_attnreg.core.models.base import Backbone
+from napari_attnreg.core.models.entering import Entering
 
 HeadChoice = Literal["mean", "all"] | int
 
@@ -51,6 +52,39 @@ def cls_attention(
         float32 ``(N, gh, gw)`` for ``"mean"`` or an int, ``(N, heads, gh, gw)`` for ``"all"``.
         The softmax runs over all tokens; prefix tokens are dropped afterwards.
     """
+    return cls_attention_entering(backbone, images, layer=layer, head=head)[0]
+
+
+def cls_attention_entering(
+    backbone: Backbone,
+    images: torch.Tensor,
+    *,
+    layer: int = -1,
+    head: HeadChoice = "mean",
+) -> tuple[torch.Tensor, Entering | None]:
+    """:func:`cls_attention`, and what entered the block (None for a model that only the
+    explicit fallback reads): :func:`cls_attention_from` and :meth:`Entering.output` run
+    that block again from it without the blocks before it."""
+    _check_images(backbone, images)
+    idx = _resolve_layer(backbone.depth, layer)
+    adapter, npt = backbone.adapter, backbone.num_prefix_tokens
+    entering = adapter.entering(backbone.model, images, idx)
+    if entering is None:
+        row, grid = adapter.cls_row(backbone.model, images, idx, npt)
+    else:
+        row, grid = adapter.row(backbone.model, entering, npt), entering.grid
+    return _heads(row.reshape(row.shape[0], row.shape[1], *grid), head), entering
+
+
+def cls_attention_from(backbone: Backbone, entering: Entering, *,
+                       head: HeadChoice = "mean") -> torch.Tensor:
+    """The CLS attention of ``backbone``'s block ``entering.idx`` for the tokens that entered
+    it in another pass: a re-drawn copy of the block reads the trained blocks' output."""
+    row = backbone.adapter.row(backbone.model, entering, backbone.num_prefix_tokens)
+    return _heads(row.reshape(row.shape[0], row.shape[1], *entering.grid), head)
+
+
+def _check_images(backbone: Backbone, images: torch.Tensor) -> None:
     if images.ndim != 4:
         raise ValueError(f"images must be (N, C, H, W), got shape {tuple(images.shape)}")
     if images.shape[1] != backbone.in_chans:
@@ -60,9 +94,10 @@ def cls_attention(
     if images.shape[-2] % ph or images.shape[-1] % pw:
         raise ValueError(f"image size {tuple(images.shape[-2:])} is not a multiple of the patch "
                          f"size {backbone.patch_size}; prepare it with prepare_image().")
-    idx = _resolve_layer(backbone.depth, layer)
-    row, grid = backbone.adapter.cls_row(backbone.model, images, idx, backbone.num_prefix_tokens)
-    maps = row.reshape(row.shape[0], row.shape[1], *grid)
+
+
+def _heads(maps: torch.Tensor, head: HeadChoice) -> torch.Tensor:
+    """``(N, heads, gh, gw)`` maps as ``head`` asks."""
     if head == "mean":
         return maps.mean(dim=1)
     if head == "all":

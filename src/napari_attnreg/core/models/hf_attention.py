@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from napari_attnreg.core.models.entering import Entering
 from napari_attnreg.core.models.errors import BackboneError
 
 
@@ -70,14 +71,19 @@ class TransformersAdapter:
 
     def cls_row(self, model: nn.Module, x: torch.Tensor, idx: int,
                 num_prefix: int) -> tuple[torch.Tensor, tuple[int, int]]:
+        entering = self.entering(model, x, idx)
+        return self.row(model, entering, num_prefix), entering.grid
+
+    def entering(self, model: nn.Module, x: torch.Tensor, idx: int) -> Entering:
+        """What layer ``idx`` is called with: the model's own forward, stopped there."""
         layer = transformer_layers(model)[idx]
-        captured: dict[str, torch.Tensor] = {}
+        captured: dict[str, Any] = {}
         owner = threading.get_ident()
 
         def grab(_module, args, kwargs):
             if threading.get_ident() != owner:  # another run's forward on this shared model
                 return None
-            captured["hidden"] = args[0] if args else kwargs["hidden_states"]
+            captured.update(args=args, kwargs=kwargs)
             raise _Stop
 
         handle = layer.register_forward_pre_hook(grab, with_kwargs=True)
@@ -89,18 +95,24 @@ class TransformersAdapter:
             pass
         finally:
             handle.remove()
-        norm, q_proj, k_proj = norm_and_projections(layer)
-        hidden = norm(captured["hidden"])
+        args, kwargs = captured["args"], dict(captured["kwargs"])
+        hidden = args[0] if args else kwargs["hidden_states"]
+        ph, pw = as_pair(model.config.patch_size)
+        return Entering(idx, hidden, (x.shape[-2] // ph, x.shape[-1] // pw), args, kwargs)
+
+    def row(self, model: nn.Module, entering: Entering, num_prefix: int) -> torch.Tensor:
+        """The CLS row (N, heads, patches) float32 of ``model``'s layer that ``entering``
+        enters."""
+        norm, q_proj, k_proj = norm_and_projections(transformer_layers(model)[entering.idx])
+        hidden = norm(entering.tokens)
         heads = int(model.config.num_attention_heads)
         n, length, _ = hidden.shape
         q = q_proj(hidden[:, :1]).view(n, 1, heads, -1).transpose(1, 2)
         k = k_proj(hidden).view(n, length, heads, -1).transpose(1, 2)
         # float32 here even under bf16 autocast: low-precision logits tie ranks
-        with torch.autocast(device_type=x.device.type, enabled=False):
+        with torch.autocast(device_type=hidden.device.type, enabled=False):
             logits = (q.float() * q.shape[-1] ** -0.5) @ k.float().transpose(-1, -2)
-            row = F.softmax(logits, dim=-1)[:, :, 0, num_prefix:]
-        ph, pw = as_pair(model.config.patch_size)
-        return row, (x.shape[-2] // ph, x.shape[-1] // pw)
+            return F.softmax(logits, dim=-1)[:, :, 0, num_prefix:]
 
     def __repr__(self) -> str:
         return "TransformersAdapter()"

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from napari_attnreg.core.models.entering import Entering
+
 Grid = tuple[int, int]
 _LOCKS: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
@@ -66,26 +68,38 @@ def classic_fast_path(model: nn.Module, block: nn.Module) -> bool:
     )
 
 
-def classic_cls_row(model: nn.Module, x: torch.Tensor, idx: int,
-                    num_prefix: int) -> tuple[torch.Tensor, Grid]:
-    """CLS row of block ``idx`` of a ``VisionTransformer``: (N, heads, patches) float32 and grid."""
-    block = model.blocks[idx]
-    if not classic_fast_path(model, block):
-        return explicit_cls_row(model, x, idx, num_prefix)
+def classic_entering(model: nn.Module, x: torch.Tensor, idx: int) -> Entering | None:
+    """What enters block ``idx`` of a ``VisionTransformer``; None without the fast path."""
+    if not classic_fast_path(model, model.blocks[idx]):
+        return None
     tokens = model.patch_embed(x)
     grid = grid_of(model, tokens, x)
     tokens = model.norm_pre(model.patch_drop(model._pos_embed(tokens)))
     for blk in model.blocks[:idx]:
         tokens = blk(tokens)
-    attn = block.attn
-    hidden = block.norm1(tokens)
+    return Entering(idx, tokens, grid, (tokens,))
+
+
+def classic_row(model: nn.Module, entering: Entering, num_prefix: int) -> torch.Tensor:
+    """CLS row (N, heads, patches) float32 of the block ``entering`` enters (this model's)."""
+    attn = model.blocks[entering.idx].attn
+    hidden = model.blocks[entering.idx].norm1(entering.tokens)
     width = attn.num_heads * attn.head_dim
     weight, bias = attn.qkv.weight, attn.qkv.bias
     q = F.linear(hidden[:, :1], weight[:width], None if bias is None else bias[:width])
     k = F.linear(hidden, weight[width:2 * width], None if bias is None else bias[width:2 * width])
     q = attn.q_norm(_split_heads(q, attn.num_heads))
     k = attn.k_norm(_split_heads(k, attn.num_heads))
-    return _cls_row(q, k, attn.scale, num_prefix), grid
+    return _cls_row(q, k, attn.scale, num_prefix)
+
+
+def classic_cls_row(model: nn.Module, x: torch.Tensor, idx: int,
+                    num_prefix: int) -> tuple[torch.Tensor, Grid]:
+    """CLS row of block ``idx`` of a ``VisionTransformer``: (N, heads, patches) float32 and grid."""
+    entering = classic_entering(model, x, idx)
+    if entering is None:
+        return explicit_cls_row(model, x, idx, num_prefix)
+    return classic_row(model, entering, num_prefix), entering.grid
 
 
 # ---------------------------------------------------------------- EVA / DINOv3 rotary attention
@@ -137,16 +151,21 @@ def _eva_q_k(attn: nn.Module, hidden: torch.Tensor) -> tuple[torch.Tensor, torch
     return _split_heads(q, attn.num_heads), _split_heads(k, attn.num_heads)
 
 
-def rotary_cls_row(model: nn.Module, x: torch.Tensor, idx: int,
-                   num_prefix: int) -> tuple[torch.Tensor, Grid]:
-    """CLS row of block ``idx`` of a timm ``Eva`` model (EVA-02, DINOv3): rope applied as timm
-    does."""
+def rotary_entering(model: nn.Module, x: torch.Tensor, idx: int) -> Entering | None:
+    """What enters block ``idx`` of a timm ``Eva`` model; None without the fast path."""
+    if not rotary_fast_path(model, model.blocks[idx]):
+        return None
+    tokens, rope, grid = rotary_tokens_entering(model, x, idx)
+    return Entering(idx, tokens, grid, (tokens,), {"rope": rope})
+
+
+def rotary_row(model: nn.Module, entering: Entering, num_prefix: int) -> torch.Tensor:
+    """CLS row (N, heads, patches) float32 of the block ``entering`` enters, rope applied as
+    timm does."""
     from timm.layers import apply_rot_embed_cat
 
-    block = model.blocks[idx]
-    if not rotary_fast_path(model, block):
-        return explicit_cls_row(model, x, idx, num_prefix)
-    tokens, rope, grid = rotary_tokens_entering(model, x, idx)
+    block = model.blocks[entering.idx]
+    tokens, rope = entering.tokens, entering.kwargs["rope"]
     attn = block.attn
     # EvaBlockPostNorm normalises the attention *output*; its attention sees the raw tokens
     hidden = tokens if type(block).__name__ == "EvaBlockPostNorm" else block.norm1(tokens)
@@ -157,7 +176,16 @@ def rotary_cls_row(model: nn.Module, x: torch.Tensor, idx: int,
         npt = attn.num_prefix_tokens
         rotated = apply_rot_embed_cat(k[:, :, npt:], rope, half=getattr(attn, "rotate_half", False))
         k = torch.cat([k[:, :, :npt], rotated], dim=2).type_as(q)
-    return _cls_row(q, k, attn.scale, num_prefix), grid
+    return _cls_row(q, k, attn.scale, num_prefix)
+
+
+def rotary_cls_row(model: nn.Module, x: torch.Tensor, idx: int,
+                   num_prefix: int) -> tuple[torch.Tensor, Grid]:
+    """CLS row of block ``idx`` of a timm ``Eva`` model (EVA-02, DINOv3) and the grid."""
+    entering = rotary_entering(model, x, idx)
+    if entering is None:
+        return explicit_cls_row(model, x, idx, num_prefix)
+    return rotary_row(model, entering, num_prefix), entering.grid
 
 
 # ---------------------------------------------------------------- explicit fallback
@@ -191,11 +219,11 @@ def explicit_cls_row(model: nn.Module, x: torch.Tensor, idx: int,
 
 # ---------------------------------------------------------------- adapters
 class TimmAdapter:
-    """How a :class:`Backbone` reads a timm ViT: structure facts and the CLS-row function."""
+    """How a :class:`Backbone` reads a timm ViT: structure facts and the CLS-row functions."""
 
-    def __init__(self, family: str, cls_row) -> None:
+    def __init__(self, family: str, cls_row, entering, row) -> None:
         self.family = family
-        self._cls_row = cls_row
+        self._cls_row, self._entering, self._row = cls_row, entering, row
 
     def depth(self, model: nn.Module) -> int:
         return len(model.blocks)
@@ -210,12 +238,20 @@ class TimmAdapter:
                 num_prefix: int) -> tuple[torch.Tensor, Grid]:
         return self._cls_row(model, x, idx, num_prefix)
 
+    def entering(self, model: nn.Module, x: torch.Tensor, idx: int) -> Entering | None:
+        """What enters block ``idx`` (None where only the explicit fallback applies)."""
+        return self._entering(model, x, idx)
+
+    def row(self, model: nn.Module, entering: Entering, num_prefix: int) -> torch.Tensor:
+        """The CLS row of ``model``'s block that ``entering`` enters."""
+        return self._row(model, entering, num_prefix)
+
     def __repr__(self) -> str:
         return f"TimmAdapter({self.family!r})"
 
 
-TIMM_CLASSIC = TimmAdapter("timm-classic", classic_cls_row)
-TIMM_ROTARY = TimmAdapter("timm-rotary", rotary_cls_row)
+TIMM_CLASSIC = TimmAdapter("timm-classic", classic_cls_row, classic_entering, classic_row)
+TIMM_ROTARY = TimmAdapter("timm-rotary", rotary_cls_row, rotary_entering, rotary_row)
 
 
 def timm_adapter_for(model: nn.Module) -> TimmAdapter:

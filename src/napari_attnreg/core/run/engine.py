@@ -38,8 +38,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from napari_attnreg.core.models.attention import cls_attention
+from napari_attnreg.core.models.attention import cls_attention, cls_attention_entering
 from napari_attnreg.core.models.backbones import Backbone, resolve_device
+from napari_attnreg.core.models.entering import Entering
 from napari_attnreg.core.models.scorers import Scorer
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.config import (
@@ -207,7 +208,9 @@ class _ObservedMap:
     family), ``display`` the map a result shows (the head mean for a head family), ``heads``
     every head's CLS attention, ``scorer`` the map bound to the image's target,
     ``metadata`` the map's entries of the result's metadata, ``image`` the model-ready
-    image on the device and ``sinks`` the attention sinks found (by :func:`_check_map`).
+    image on the device, ``entering`` what entered the chosen block in the image's pass
+    (the checks run the last block again from it) and ``sinks`` the attention sinks found
+    (by :func:`_check_map`).
     """
 
     scores: torch.Tensor
@@ -216,6 +219,7 @@ class _ObservedMap:
     scorer: Scorer
     metadata: dict[str, Any]
     image: torch.Tensor
+    entering: Entering | None = None
     sinks: tuple[int, ...] = ()
 
 
@@ -227,28 +231,32 @@ def _observed(backbone: Backbone, x: torch.Tensor, config: RunConfig,
     The image goes through the backbone alone, so its maps do not depend on the chunk size.
     """
     with run.amp():
-        heads = cls_attention(backbone, x[None], layer=config.layer, head="all")[0].float()
+        heads, entering = cls_attention_entering(backbone, x[None], layer=config.layer, head="all")
+        heads = heads[0].float()
         scorer = scorer_of(config).bind(backbone, x[None])
         scores = (scorer.from_heads(heads[None].flatten(2)) if scorer.needs.cls_heads
                   else scorer.score(backbone, x[None]))[0].reshape(-1, *heads.shape[1:])
     if scorer.needs.family is None:
         scores = scores[0]
     display = scores.mean(0) if scorer.needs.family is not None else scores
-    return _ObservedMap(scores, display, heads, scorer, scorer.describe(), x)
+    return _ObservedMap(scores, display, heads, scorer, scorer.describe(), x, entering)
 
 
 def _check_map(view: _ObservedMap, backbone: Backbone, config: RunConfig, run: Run) -> None:
     """The sanity and sink checks of the observed map: diagnostics, metadata, sinks.
 
-    The checks read the observed map and, for the last block, its CLS attention instead of
-    computing them again (two forward passes fewer), and run their own passes in the run's
-    precision, so both maps a check compares come from the same arithmetic. In float32
-    (every CPU run by default) the numbers are those of the checks made alone.
+    The checks read the observed map and, for the last block, its CLS attention and what
+    entered that block instead of computing them again (they run one block each where they
+    would run the whole model twice, and no forward pass for what they read), and run their
+    own passes in the run's precision, so both maps a check compares come from the same
+    arithmetic. In float32 (every CPU run by default) the numbers are those of the checks
+    made alone.
     """
     # the image already on the device: copying it up again would wait for the queued nulls
     found, numbers, sinks = map_checks(
         view.scorer, backbone, view.image, seed=config.seed, original=view.scores,
-        share=view.heads.mean(0) if _is_last(config.layer, backbone) else None, amp=run.amp)
+        share=view.heads.mean(0) if _is_last(config.layer, backbone) else None, amp=run.amp,
+        entering=view.entering)
     run.map_diagnostics.extend(found)
     view.metadata.update(numbers)
     view.sinks = sinks.tokens

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from napari_attnreg.core.models.backbones import Backbone
+from napari_attnreg.core.models.entering import Entering
 from napari_attnreg.core.models.scorers import Scorer, make_scorer
 from napari_attnreg.core.stats.map_checks import (
     SinkReport,
@@ -186,19 +187,22 @@ def family_evidence(null_summary: dict[str, Any], n_tokens: int) -> np.ndarray:
 def map_checks(scorer: Scorer, backbone: Backbone, image: torch.Tensor, *, seed: int,
                original: torch.Tensor | None = None, share: torch.Tensor | None = None,
                amp: Callable[[], AbstractContextManager] = nullcontext,
+               entering: Entering | None = None,
                ) -> tuple[list[dict[str, str]], dict[str, Any], SinkReport]:
     """The sanity check and the sink check of one model-ready image ``(C, H, W)``.
 
     ``original`` (the scorer's map of the image) and ``share`` (the image's head-mean CLS
     attention of the last block) spare the checks a forward pass each where the caller has
     them already; both are computed under ``amp``, the autocast context the checks' own
-    passes run in. Every pass is queued before anything is read back, so on a GPU they run
-    back to back behind whatever the device still has queued. Returns the diagnostics that
+    passes run in. ``entering`` (what entered the last block in the image's pass) lets
+    both checks run that block alone instead of the whole model. Every pass is queued
+    before anything is read back, so on a GPU they run back to back behind whatever the
+    device still has queued. Returns the diagnostics that
     fired (as dicts), the numbers for the metadata, and the sink report (its tokens are what
     ``exclude_sinks=True`` leaves out).
     """
-    maps = sanity_maps(scorer, backbone, image, seed, original, amp)
-    tensors = sink_tensors(backbone, image, share, amp)
+    maps = sanity_maps(scorer, backbone, image, seed, original, amp, entering)
+    tensors = sink_tensors(backbone, image, share, amp, entering)
     sanity, sinks = sanity_from_maps(*maps, seed), sinks_from_tensors(*tensors)
     found = [d.as_dict() for d in (sanity.diagnostic(scorer.name), sinks.diagnostic())
              if d is not None]

@@ -25,8 +25,9 @@ import torch
 from scipy import stats
 from torch import nn
 
-from napari_attnreg.core.models.attention import cls_attention
+from napari_attnreg.core.models.attention import cls_attention, cls_attention_from
 from napari_attnreg.core.models.base import Backbone, copy_module
+from napari_attnreg.core.models.entering import Entering
 from napari_attnreg.core.models.hf_attention import is_transformers_module
 from napari_attnreg.core.models.scorers import Scorer
 from napari_attnreg.core.models.scorers.parts import blocks
@@ -215,15 +216,35 @@ def sanity_check(scorer: Scorer, backbone: Backbone, image: torch.Tensor,
 def sanity_maps(scorer: Scorer, backbone: Backbone, image: torch.Tensor, seed: int,
                 original: torch.Tensor | None = None,
                 amp: Callable[[], AbstractContextManager] = nullcontext,
+                entering: Entering | None = None,
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The two maps :func:`sanity_check` compares, on the device (nothing read back yet)."""
+    """The two maps :func:`sanity_check` compares, on the device (nothing read back yet).
+
+    ``entering``: what entered the last block in the image's own pass (under ``amp``), where
+    the caller has it. A map made of the last block's CLS attention then reads the re-drawn
+    block from it, the trained blocks before it being the same: one block instead of a pass
+    through the whole model, with the same numbers.
+    """
     x = image[None].to(backbone.device)
     redrawn_backbone = redraw_last_block(backbone, seed)
     with torch.inference_mode(), amp():
         if original is None:
             original = scorer.score(backbone, x)
-        redrawn = scorer.score(redrawn_backbone, x)
+        if _reads_last_block_rows(scorer, backbone, entering):
+            heads = cls_attention_from(redrawn_backbone, entering, head="all")
+            redrawn = scorer.from_heads(heads.flatten(2).float())
+        else:
+            redrawn = scorer.score(redrawn_backbone, x)
     return original, redrawn
+
+
+def _reads_last_block_rows(scorer: Scorer, backbone: Backbone,
+                           entering: Entering | None) -> bool:
+    """Whether ``scorer``'s map is the last block's CLS attention and ``entering`` is what
+    entered that block."""
+    last = backbone.depth - 1
+    return (entering is not None and entering.idx == last and scorer.needs.cls_heads
+            and int(scorer.layer) in (-1, last))
 
 
 def sanity_from_maps(original: torch.Tensor, redrawn: torch.Tensor, seed: int) -> SanityCheck:
@@ -292,11 +313,22 @@ def attention_sinks(backbone: Backbone, image: torch.Tensor,
 
 def sink_tensors(backbone: Backbone, image: torch.Tensor, share: torch.Tensor | None = None,
                  amp: Callable[[], AbstractContextManager] = nullcontext,
+                 entering: Entering | None = None,
                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every patch token's last-block output norm and CLS share, on the device."""
+    """Every patch token's last-block output norm and CLS share, on the device.
+
+    ``entering``: what entered the last block in the image's own pass, where the caller has
+    it; the block then runs alone on it instead of the whole model.
+    """
     x = image[None].to(backbone.device)
+    last = blocks(backbone)[-1]
     with amp():
-        out = _last_block_output(backbone, x)[0, backbone.num_prefix_tokens:].float()
+        if entering is not None and entering.idx == backbone.depth - 1:
+            with torch.inference_mode():
+                out = entering.output(last)
+        else:
+            out = _last_block_output(backbone, x)
+        out = out[0, backbone.num_prefix_tokens:].float()
         if share is None:
             with torch.inference_mode():
                 share = cls_attention(backbone, x, layer=-1, head="mean")[0]
