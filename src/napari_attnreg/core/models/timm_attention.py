@@ -93,15 +93,6 @@ def classic_row(model: nn.Module, entering: Entering, num_prefix: int) -> torch.
     return _cls_row(q, k, attn.scale, num_prefix)
 
 
-def classic_cls_row(model: nn.Module, x: torch.Tensor, idx: int,
-                    num_prefix: int) -> tuple[torch.Tensor, Grid]:
-    """CLS row of block ``idx`` of a ``VisionTransformer``: (N, heads, patches) float32 and grid."""
-    entering = classic_entering(model, x, idx)
-    if entering is None:
-        return explicit_cls_row(model, x, idx, num_prefix)
-    return classic_row(model, entering, num_prefix), entering.grid
-
-
 # ---------------------------------------------------------------- EVA / DINOv3 rotary attention
 def rotary_fast_path(model: nn.Module, block: nn.Module) -> bool:
     """timm ``EvaAttention`` in an ``Eva`` model, with the CLS token among the rope-free prefix."""
@@ -179,15 +170,6 @@ def rotary_row(model: nn.Module, entering: Entering, num_prefix: int) -> torch.T
     return _cls_row(q, k, attn.scale, num_prefix)
 
 
-def rotary_cls_row(model: nn.Module, x: torch.Tensor, idx: int,
-                   num_prefix: int) -> tuple[torch.Tensor, Grid]:
-    """CLS row of block ``idx`` of a timm ``Eva`` model (EVA-02, DINOv3) and the grid."""
-    entering = rotary_entering(model, x, idx)
-    if entering is None:
-        return explicit_cls_row(model, x, idx, num_prefix)
-    return rotary_row(model, entering, num_prefix), entering.grid
-
-
 # ---------------------------------------------------------------- explicit fallback
 def explicit_cls_row(model: nn.Module, x: torch.Tensor, idx: int,
                      num_prefix: int) -> tuple[torch.Tensor, Grid]:
@@ -221,9 +203,9 @@ def explicit_cls_row(model: nn.Module, x: torch.Tensor, idx: int,
 class TimmAdapter:
     """How a :class:`Backbone` reads a timm ViT: structure facts and the CLS-row functions."""
 
-    def __init__(self, family: str, cls_row, entering, row) -> None:
+    def __init__(self, family: str, entering, row) -> None:
         self.family = family
-        self._cls_row, self._entering, self._row = cls_row, entering, row
+        self._entering, self._row = entering, row
 
     def depth(self, model: nn.Module) -> int:
         return len(model.blocks)
@@ -236,7 +218,11 @@ class TimmAdapter:
 
     def cls_row(self, model: nn.Module, x: torch.Tensor, idx: int,
                 num_prefix: int) -> tuple[torch.Tensor, Grid]:
-        return self._cls_row(model, x, idx, num_prefix)
+        """CLS row of block ``idx``: (N, heads, patches) float32, and the grid."""
+        entering = self._entering(model, x, idx)
+        if entering is None:
+            return explicit_cls_row(model, x, idx, num_prefix)
+        return self._row(model, entering, num_prefix), entering.grid
 
     def entering(self, model: nn.Module, x: torch.Tensor, idx: int) -> Entering | None:
         """What enters block ``idx`` (None where only the explicit fallback applies)."""
@@ -250,8 +236,8 @@ class TimmAdapter:
         return f"TimmAdapter({self.family!r})"
 
 
-TIMM_CLASSIC = TimmAdapter("timm-classic", classic_cls_row, classic_entering, classic_row)
-TIMM_ROTARY = TimmAdapter("timm-rotary", rotary_cls_row, rotary_entering, rotary_row)
+TIMM_CLASSIC = TimmAdapter("timm-classic", classic_entering, classic_row)
+TIMM_ROTARY = TimmAdapter("timm-rotary", rotary_entering, rotary_row)
 
 
 def timm_adapter_for(model: nn.Module) -> TimmAdapter:
