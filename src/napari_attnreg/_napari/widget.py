@@ -197,6 +197,7 @@ class AttentionWidget(QWidget):
         self.source.layer_changed.connect(self._on_layer_changed)
         self.options.preset_changed.connect(self._on_preset_changed)
         self.thresholds_panel.changed.connect(self.apply_thresholds)
+        self.thresholds_panel.refused.connect(self._note_over_summary)
         self.run_panel.run_requested.connect(self.run)
         self.run_panel.remaining_requested.connect(self.run_remaining)
         self.run_panel.returned.connect(self._on_returned)
