@@ -267,6 +267,13 @@ class AttentionWidget(QWidget):
             self._source_beneath(record)
         if made:
             self._select_current()  # shows the result when its image is the one chosen
+            # the picker showed the demo (or the last) model while the status named the
+            # result's: a re-run would silently use another model
+            shown = self.current_record()
+            record = shown if shown in made else made[-1]
+            note = self.model.show_model_of(next(iter(record.results.values())).metadata)
+            if note:
+                self._note_over_summary(note)
         elif self._records.waiting and self.current_record() is None:
             names = ", ".join(repr(n) for n in self._records.waiting)
             self.run_panel.show_status(
