@@ -46,7 +46,7 @@ META_KEY = "attnreg"
 #: ``(data, layer keyword arguments, layer type)``, as napari readers return layers.
 LayerData = tuple[Any, dict[str, Any], str]
 #: Layer attributes that place an output layer on its source (:func:`.geometry.token_transform`).
-TRANSFORM_KEYS = ("scale", "translate", "rotate", "shear", "affine", "units")
+TRANSFORM_KEYS = ("scale", "translate", "rotate", "shear", "affine", "units", "axis_labels")
 
 
 def layer_name(source_name: str, kind: str, preset: str = DEFAULT_PRESET,
@@ -308,9 +308,9 @@ def place_outputs(viewer: Any, record: RunRecord) -> None:
 def _set_transform(layer: Any, transform: dict[str, Any]) -> None:
     # only what changed: each assignment re-slices the layer and re-checks the dims
     for key, value in transform.items():
-        if key == "units":
-            if tuple(str(u) for u in layer.units) != tuple(value):
-                layer.units = value
+        if key in ("units", "axis_labels"):
+            if tuple(str(u) for u in getattr(layer, key)) != tuple(value):
+                setattr(layer, key, value)
             continue
         current = getattr(layer, key)
         current = current.affine_matrix if key == "affine" else current
