@@ -120,6 +120,27 @@ def test_a_saved_stack_reopens_with_every_computed_slice(
     np.testing.assert_array_equal(reopened.results[(1,)].attention, record.results[(1,)].attention)
 
 
+def test_a_saved_time_lapse_reopens_with_its_axis_names(
+        viewer_widget, run_and_wait, cells_image, tmp_path, make_napari_viewer, qtbot):
+    """The saved maps' files keep no axis names: reopened, their layers read '-3' beside an
+    image whose slider reads 't'."""
+    viewer, widget = viewer_widget
+    movie = np.stack([cells_image, cells_image[::-1]])
+    viewer.add_image(movie, name="movie", axis_labels=("t", "y", "x"))
+    run_and_wait(widget)
+    record = widget.current_record()
+    assert all(lay.axis_labels == ("t", "y", "x") for lay in record.outputs.values())
+    viewer.layers.selection = set(record.outputs.values())
+    viewer.layers.save(str(tmp_path / "saved"), selected=True, plugin="napari-attnreg")
+    again = make_napari_viewer()
+    dock = _dock(again)
+    again.add_image(movie, name="movie", axis_labels=("t", "y", "x"))
+    again.open(str(tmp_path / "saved"), plugin="napari-attnreg")
+    qtbot.waitUntil(lambda: dock.current_record() is not None, timeout=5000)
+    for layer in again.layers:
+        assert layer.axis_labels == ("t", "y", "x"), layer.name
+
+
 def test_a_saved_folder_reopens_at_the_thresholds_in_force_when_saved(
         viewer_widget, run_and_wait, cells_image, tmp_path, make_napari_viewer, qtbot):
     """Thresholds moved after the run and then saved come back with the folder: the panel

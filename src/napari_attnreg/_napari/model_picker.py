@@ -236,9 +236,10 @@ class ModelPanel(QWidget):
         if spec is None:
             return (f"The model picker still shows {self.model_spec().label()!r}, not this "
                     f"result's model: {why}. Choose it before re-running.")
-        if spec.key() != self.model_spec().key():
-            self.show_spec(spec)
-        return f"Model: {spec.label()!r}, the one this result was made with."
+        if spec.key() == self.model_spec().key():
+            return ""  # chosen already: nothing changed to say
+        self.show_spec(spec)
+        return f"Model set to {spec.label()!r}, the one this result was made with."
 
     @property
     def custom_module(self) -> Any:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from napari_attnreg._napari.geometry import SourceGeometry
+from napari_attnreg._napari.geometry import SourceGeometry, named_axes
 from napari_attnreg._napari.layers import (
     KINDS,
     META_KEY,
@@ -43,6 +43,19 @@ def run_params(outcome: Outcome, pending: PendingRun) -> dict[str, Any]:
                   **{k: made.get(k) for k in ("weights", "weights_sha256", "model_domain",
                                               "package_version")})
     return params
+
+
+def _name_axes(record: RunRecord) -> None:
+    """A reopened result's layers take the axis names of its image ("z", "t"): the saved
+    maps' files keep none, so their layers read "-3" where the image's read "z"."""
+    from napari_attnreg._napari.outline import outline_of
+
+    names = record.geometry.axis_labels
+    layers = [*record.outputs.values(), outline_of(record.outputs.get("significant"))]
+    for layer in layers:
+        if layer is not None and names and layer.ndim == len(names) \
+                and not named_axes(layer.axis_labels):
+            layer.axis_labels = names
 
 
 def reopened_outputs(viewer: Any, records: list[RunRecord]) -> dict[str, dict[str, Any]]:
@@ -140,6 +153,7 @@ class RunRecords:
             record = RunRecord(self.session, source.unique_id, source.name, geometry,
                                outputs=outputs, grid=grid)
             self._records[source.unique_id] = record
+            _name_axes(record)
             # the thresholds in force when saved: the result files were written at them (the
             # attention layer's metadata, ``meta``, keeps the run's first ones: it does not
             # depend on them, and a reopened dock showed those over the saved layers)
