@@ -225,6 +225,25 @@ def test_remaining_slices_button_and_the_cue_on_slices_without_a_result(viewer_w
     assert not overlay.visible  # slice 2 has its result now
 
 
+def test_the_slider_moved_during_a_run_lands_on_a_slice_the_cue_names(
+        viewer_widget, qtbot):
+    """The analyst starts a run on slice 1 and moves on to slice 2 while it runs: the result
+    goes to slice 1 and the canvas says slice 2 has none (the cue stayed blank until the
+    slider moved again: its check ran before the run's layers were added)."""
+    from napari_attnreg._napari.slice_cue import text_overlay
+
+    viewer, widget = viewer_widget
+    rng = np.random.default_rng(0)
+    viewer.add_image(rng.random((3, 64, 64)).astype(np.float32), name="stack")
+    viewer.dims.set_current_step(0, 1)
+    with qtbot.waitSignal(widget.run_finished, timeout=60_000):
+        widget.run()
+        viewer.dims.set_current_step(0, 2)
+    assert sorted(widget.current_record().results) == [(1,)]  # the slice shown at Run
+    overlay = text_overlay(viewer)
+    assert overlay.visible and "slice 2 has no result" in overlay.text
+
+
 def test_remaining_slices_refuse_another_model(viewer_widget, run_and_wait, qtbot,
                                                fresh_tiny_backbone):
     viewer, widget = viewer_widget

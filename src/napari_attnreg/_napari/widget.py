@@ -524,6 +524,9 @@ class AttentionWidget(QWidget):
         record = self._records.attach(outcome, pending)
         self._show_tissue(outcome, record, pending.mask_layer)
         self._select_current()  # the run's image, when it is still the one chosen
+        # the session selected the result before its layers were added: the cue found none
+        # shown, and the slider moved during the run stayed on a slice without a result, unsaid
+        self.slice_cue.update()
         if record.source_id != self.session.selected_key:
             self._note_over_summary(f"Finished {record.source_name!r}; choose it under "
                                     "Image to see its result.")
