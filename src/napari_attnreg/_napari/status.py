@@ -122,11 +122,15 @@ def diagnostics_message(source_name: str, warnings_: list[str]) -> str:
     return f"{source_name!r}: " + "\n".join(warnings_)
 
 
-def warn_missing_planes(outcome: Any, planes: list[tuple[int, ...]]) -> str:
-    """Warn (notification) that a cancelled or partly failed run lacks some planes; the text."""
+def warn_missing_planes(outcome: Any, planes: list[tuple[int, ...]],
+                        geometry: Any = None) -> str:
+    """Warn (notification) that a cancelled or partly failed run lacks some planes; the text.
+
+    The planes are named as the slice cue names them ("slice 2", "t = 2"), not as tuples.
+    """
     from napari.utils.notifications import show_warning
 
-    missing = ", ".join(str(p) for p in outcome.missing(planes))
+    missing = "; ".join(plane_text(p, geometry) for p in outcome.missing(planes))
     text = f"{outcome.message} Not computed: {missing}."
     show_warning(text)
     return text

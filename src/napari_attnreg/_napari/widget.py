@@ -534,7 +534,7 @@ class AttentionWidget(QWidget):
         notify_diagnostics(record)
         self.outputs_updated.emit(record)
         if not outcome.ok:  # cancelled or partly failed: the finished planes, and what is missing
-            text = warn_missing_planes(outcome, pending.job.planes)
+            text = warn_missing_planes(outcome, pending.job.planes, record.geometry)
             self.run_panel.show_status(f"<span style='color:{WARNING_COLOR}'>{text}</span><br>"
                                        + self.run_panel.status_label.text())
 
