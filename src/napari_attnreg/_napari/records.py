@@ -16,6 +16,7 @@ from napari_attnreg._napari.geometry import SourceGeometry, named_axes
 from napari_attnreg._napari.layers import (
     KINDS,
     META_KEY,
+    give_name,
     layer_name,
     map_label,
     place_outputs,
@@ -124,7 +125,7 @@ class RunRecords:
         self._records[source.unique_id] = record
         entry = self.session.add(source.unique_id, results, params=params)
         remember(entry.run.run_id, entry.results)  # the writer saves them with the layers
-        upsert_outputs(self.viewer, record)
+        upsert_outputs(self.viewer, record, new_run=True)
         self._follow(source)
         return record
 
@@ -193,7 +194,7 @@ class RunRecords:
             out.metadata[META_KEY]["source"] = new_name
             label = map_label(record)
             if out.name.startswith(layer_name(old_name, kind, record.preset, label)):
-                out.name = layer_name(new_name, kind, record.preset, label)
+                give_name(out, layer_name(new_name, kind, record.preset, label))
 
     def sync_geometry(self, record: RunRecord) -> None:
         """Take the source layer's current transform (the analyst may have rescaled it)."""
