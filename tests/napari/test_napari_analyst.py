@@ -225,6 +225,25 @@ def test_remaining_slices_button_and_the_cue_on_slices_without_a_result(viewer_w
     assert not overlay.visible  # slice 2 has its result now
 
 
+def test_the_slider_moved_during_a_run_lands_on_a_slice_the_cue_names(
+        viewer_widget, qtbot):
+    """The analyst starts a run on slice 1 and moves on to slice 2 while it runs: the result
+    goes to slice 1 and the canvas says slice 2 has none (the cue stayed blank until the
+    slider moved again: its check ran before the run's layers were added)."""
+    from napari_attnreg._napari.slice_cue import text_overlay
+
+    viewer, widget = viewer_widget
+    rng = np.random.default_rng(0)
+    viewer.add_image(rng.random((3, 64, 64)).astype(np.float32), name="stack")
+    viewer.dims.set_current_step(0, 1)
+    with qtbot.waitSignal(widget.run_finished, timeout=60_000):
+        widget.run()
+        viewer.dims.set_current_step(0, 2)
+    assert sorted(widget.current_record().results) == [(1,)]  # the slice shown at Run
+    overlay = text_overlay(viewer)
+    assert overlay.visible and "slice 2 has no result" in overlay.text
+
+
 def test_remaining_slices_refuse_another_model(viewer_widget, run_and_wait, qtbot,
                                                fresh_tiny_backbone):
     viewer, widget = viewer_widget
@@ -396,6 +415,40 @@ def test_export_figure_is_the_result_at_native_resolution_not_the_canvas(
     red = (rgb[..., 0] > 200) & (rgb[..., 1] < 40) & (rgb[..., 2] < 40)
     assert red.mean() < 0.001
     assert widget.figure_button.toolTip()
+
+
+def test_export_figure_of_fluorescence_channels_draws_the_channels_analysed(
+        viewer_widget, run_and_wait, tmp_path):
+    """A 16-bit image with its channels first (DAPI/GFP/mCherry-like), run on channels 0 and
+    2: the figure drew the raw 16-bit channels as RGB (black), or the first channel alone
+    when fewer than three were analysed."""
+    import imageio.v3 as iio
+
+    from napari_attnreg._napari.figure import export_figure, plane_image
+
+    viewer, widget = viewer_widget
+    yy, xx = np.mgrid[0:128, 0:128]
+    centres = ((30, 30), (64, 64), (100, 100))  # one blob per channel
+    cyx = np.stack([200 + 3000 * np.exp(-((yy - cy) ** 2 + (xx - cx) ** 2) / 60)
+                    for cy, cx in centres]).astype(np.uint16)
+    layer = viewer.add_image(cyx, name="fluo")
+    widget.source.channel_axis_combo.setCurrentIndex(
+        widget.source.channel_axis_combo.findData(0))
+    widget.source.channels_edit.setText("0,2")
+    run_and_wait(widget)
+    record = widget.current_record()
+    image = plane_image(layer, record, ())
+    assert image.shape == (128, 128, 2) and 0 <= image.min() and image.max() <= 1
+    assert image[30, 30, 0] > 0.9 and image[100, 100, 0] < 0.1  # channel 0 first
+    assert image[100, 100, 1] > 0.9 and image[30, 30, 1] < 0.1  # channel 2 next
+    assert image[64, 64].max() < 0.1  # channel 1 was not analysed, so not drawn
+    figure = iio.imread(export_figure(viewer, record, layer, tmp_path / "fluo.png"))
+    k = figure.shape[0] // 128  # the image is drawn at k figure pixels per image pixel
+    red = figure[30 * k + k // 2, 30 * k + k // 2, :3].astype(int)
+    green = figure[100 * k + k // 2, 100 * k + k // 2, :3].astype(int)
+    # under the map's overlay: channel 0 red, channel 2 green, channel 1 (centre) not drawn
+    assert red[0] > 80 and red[1] < 20 and green[1] > 80 and green[0] < 20
+    assert figure[64 * k, 64 * k, :3].max() < 20
 
 
 def test_export_figure_draws_and_writes_off_the_gui_thread(

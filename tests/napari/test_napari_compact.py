@@ -96,6 +96,7 @@ def test_diagnostics_of_some_slices_name_their_slices(monkeypatch):
 
     class Record:
         results = {(0,): (0,), (1,): (1,)}
+        geometry = None  # a stack whose file named no axes
 
     shown = status.plane_diagnostics(Record())
     assert shown == ["⚠ slice 0: spread 0.55", "⚠ slice 1: spread 0.61", "Model domain: demo"]

@@ -6,6 +6,7 @@ import pytest
 from qtpy.QtCore import Qt
 
 from napari_attnreg.core.models import catalogue, hub
+from napari_attnreg.core.run.service import ModelSpec
 
 pytestmark = pytest.mark.gui
 
@@ -54,3 +55,29 @@ def test_catalogue_source_runs_and_offline_failure_names_the_file_option(
     outcome = run_and_wait(widget)
     assert outcome.message.startswith("Could not download 'MahmoodLab/UNI'")
     assert outcome.message.endswith(hub.FILE_HINT) and "load_backbone" not in outcome.message
+
+
+def test_the_model_of_a_saved_result_as_the_picker_chooses_it(tmp_path, tiny_backbone):
+    """A result's provenance (the backbone's name and weights, as a run writes them) maps to
+    the picker's source, or to a reason it cannot."""
+    from napari_attnreg._napari.model_picker import spec_of_result
+    from napari_attnreg.core.models.backbones import load_backbone
+
+    def provenance(bb):
+        return {"model": bb.name, "weights": bb.weights}
+
+    assert spec_of_result(provenance(load_backbone("demo"))) == (ModelSpec("demo", "demo"), "")
+    random = load_backbone("vit_tiny_patch16_224", pretrained=False)
+    spec, why = spec_of_result(provenance(random))
+    assert spec is None and "random (untrained) weights" in why
+    spec, why = spec_of_result(provenance(tiny_backbone))
+    assert spec is None and "given in code" in why
+    folder = tmp_path / "hf_folder"
+    folder.mkdir()
+    spec, _ = spec_of_result({"model": "hf_folder", "weights": str(folder)})
+    assert spec == ModelSpec("file", str(folder), arch=None)  # a folder names its own arch
+    spec, _ = spec_of_result({"model": "uni", "weights": "pretrained"})
+    assert spec == ModelSpec("catalogue", "uni")
+    spec, _ = spec_of_result({"model": "vit_small_patch8_224.dino", "weights": "pretrained"})
+    assert spec == ModelSpec("timm", "vit_small_patch8_224.dino")
+    assert spec_of_result({})[0] is None

@@ -32,6 +32,7 @@ def test_current_slice_then_all_slices(viewer_widget, run_and_wait, stack, qtbot
     assert not np.isnan(att.data[1]).any()
     status = widget.run_panel.status_label.text()
     assert "Computed 1 of 3 planes (axis 0 = 1)" in status and "not computed" in status
+    assert att.axis_labels == image.axis_labels  # napari's placeholders: no names invented
     assert "not computed" in viewer.status
     np.testing.assert_allclose(att.data_to_world((1, 0, 0))[0], image.data_to_world((1, 0, 0))[0])
 
@@ -95,3 +96,45 @@ def test_multichannel_choose_channels(viewer_widget, run_and_wait, stack, notifi
     widget.source.channels_edit.setText("0,x")
     assert widget.run() is None
     assert "comma-separated" in notifications[-1].message
+
+
+def test_a_stack_whose_file_names_its_axes_is_spoken_of_by_those_names(
+        viewer_widget, run_and_wait, cells_image, tmp_path, qtbot):
+    """An OME-TIFF z-stack opened through the plugin's reader names its axes (z, c, y, x):
+    the dock said "axis 0 = 3", its output layers carried napari's placeholders ('-3') and
+    the slice cue spoke of slices of a time-lapse."""
+    import tifffile
+
+    from napari_attnreg._napari.slice_cue import text_overlay
+
+    viewer, widget = viewer_widget
+    zcyx = np.stack([np.stack([np.roll(cells_image, 9 * z, axis=1), cells_image[::-1]])
+                     for z in range(4)])
+    path = tmp_path / "stack.ome.tif"
+    tifffile.imwrite(path, zcyx, ome=True, metadata={
+        "axes": "ZCYX", "PhysicalSizeX": 0.2, "PhysicalSizeY": 0.2, "PhysicalSizeZ": 0.5,
+        "Channel": {"Name": ["DAPI", "GFP"]}})
+    viewer.open(str(path), plugin="napari-attnreg")
+    image = viewer.layers["stack · GFP"]
+    assert image.axis_labels == ("z", "y", "x")
+    widget.set_layer(image)
+    combo = widget.source.channel_axis_combo
+    assert [combo.itemText(i) for i in range(combo.count())] == ["no channel axis",
+                                                                 "axis 0 · z (4)"]
+    viewer.dims.set_current_step(0, 2)
+    run_and_wait(widget)
+    record = widget.current_record()
+    assert sorted(record.results) == [(2,)]
+    for layer in record.outputs.values():
+        assert layer.axis_labels == ("z", "y", "x")
+        np.testing.assert_allclose(layer.scale[0], 0.5)  # the file's z spacing
+    assert viewer.layers["stack · GFP · significant outline"].axis_labels == ("z", "y", "x")
+    assert viewer.dims.axis_labels == ("z", "y", "x")
+    status = widget.run_panel.status_label.text()
+    assert "Computed 1 of 4 planes (z = 2)" in status and "axis 0" not in status
+    viewer.dims.set_current_step(0, 1)
+    qtbot.waitUntil(lambda: "z = 1 has no result" in text_overlay(viewer).text, timeout=2000)
+    assert "cover z = 2 only" in text_overlay(viewer).text
+    viewer.cursor.position = (1 * 0.5, 30 * 0.2, 30 * 0.2)
+    widget.inspector.inspect_world(viewer.cursor.position)
+    assert "z = 1: no result yet" in widget.inspector.label.text()

@@ -204,8 +204,8 @@ def test_partly_failed_stack_shows_finished_planes_and_names_the_missing(
     att = widget.current_record().outputs["attention"].data
     assert [not np.isnan(att[i]).all() for i in range(3)] == [True, False, True]
     warnings_ = [n.message for n in notifications if n.severity == NotificationSeverity.WARNING]
-    assert any("Not computed: (1,)" in text for text in warnings_)
-    assert "Not computed: (1,)" in widget.run_panel.status_label.text()
+    assert any("Not computed: slice 1." in text for text in warnings_)  # not "(1,)"
+    assert "Not computed: slice 1." in widget.run_panel.status_label.text()
 
 
 def test_output_layers_carry_the_provenance_of_their_run(viewer_widget, run_and_wait, cells_image):

@@ -216,3 +216,29 @@ def test_diagnostics_of_a_random_model_reach_status_and_notification(
     assert warnings_ and "random weights" in warnings_[-1].message
     assert "nearly uniform" in warnings_[-1].message
     assert "Model domain" not in warnings_[-1].message  # information, not a warning
+
+
+def test_a_greyed_rule_chosen_in_code_is_refused_and_said(
+    viewer_widget, run_and_wait, cells_image, qtbot
+):
+    """Clicks and keys skip the rules a preset greys out, ``setCurrentIndex`` does not: the
+    rule went through and raised inside the debounced slot (a step-down result has no 'q')."""
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    combo = widget.thresholds_panel.rule_combo
+    before = widget.thresholds()
+    regularized = viewer.layers[layer_name("cells", "regularized", "stepdown")].data.copy()
+    greyed = combo.findData("q")
+    assert not combo.model().item(greyed).isEnabled()
+    combo.setCurrentIndex(greyed)
+    qtbot.wait(4 * 40)  # past the panel's debounce: a slot that raises fails the test
+    assert combo.currentData() == before["rule"] == "forwardstop"
+    assert widget.thresholds() == before
+    status = widget.run_panel.status_label.text()
+    assert "does not apply to step-down results" in status and "ForwardStop" in status
+    assert "patches significant" in status  # the result's summary stays under the note
+    np.testing.assert_array_equal(
+        viewer.layers[layer_name("cells", "regularized", "stepdown")].data, regularized)
+    combo.setCurrentIndex(combo.findData("fwer"))  # an offered rule still applies
+    qtbot.waitUntil(lambda: widget.thresholds()["rule"] == "fwer", timeout=2000)

@@ -120,6 +120,27 @@ def test_a_saved_stack_reopens_with_every_computed_slice(
     np.testing.assert_array_equal(reopened.results[(1,)].attention, record.results[(1,)].attention)
 
 
+def test_a_saved_time_lapse_reopens_with_its_axis_names(
+        viewer_widget, run_and_wait, cells_image, tmp_path, make_napari_viewer, qtbot):
+    """The saved maps' files keep no axis names: reopened, their layers read '-3' beside an
+    image whose slider reads 't'."""
+    viewer, widget = viewer_widget
+    movie = np.stack([cells_image, cells_image[::-1]])
+    viewer.add_image(movie, name="movie", axis_labels=("t", "y", "x"))
+    run_and_wait(widget)
+    record = widget.current_record()
+    assert all(lay.axis_labels == ("t", "y", "x") for lay in record.outputs.values())
+    viewer.layers.selection = set(record.outputs.values())
+    viewer.layers.save(str(tmp_path / "saved"), selected=True, plugin="napari-attnreg")
+    again = make_napari_viewer()
+    dock = _dock(again)
+    again.add_image(movie, name="movie", axis_labels=("t", "y", "x"))
+    again.open(str(tmp_path / "saved"), plugin="napari-attnreg")
+    qtbot.waitUntil(lambda: dock.current_record() is not None, timeout=5000)
+    for layer in again.layers:
+        assert layer.axis_labels == ("t", "y", "x"), layer.name
+
+
 def test_a_saved_folder_reopens_at_the_thresholds_in_force_when_saved(
         viewer_widget, run_and_wait, cells_image, tmp_path, make_napari_viewer, qtbot):
     """Thresholds moved after the run and then saved come back with the folder: the panel
@@ -148,3 +169,58 @@ def test_a_saved_folder_reopens_at_the_thresholds_in_force_when_saved(
     np.testing.assert_array_equal(reopened.outputs["significant"].data, saved_significant)
     np.testing.assert_array_equal(reopened.shown(()).significant(),
                                   record.shown(()).significant())
+
+
+def _weights_file_result(tmp_path, cells_image):
+    """A result made with a local weights file (a timm ViT-Tiny, random weights saved)."""
+    import timm
+    import torch
+    from safetensors.torch import save_file
+
+    from napari_attnreg.api import regularize
+
+    torch.manual_seed(0)
+    module = timm.create_model("vit_tiny_patch16_224", pretrained=False)
+    weights = tmp_path / "lab_vit.safetensors"
+    save_file({k: v.contiguous() for k, v in module.state_dict().items()}, str(weights))
+    result = regularize(cells_image[:64, :64], model=str(weights), arch="vit_tiny_patch16_224",
+                        n_boot=8, chunk_size=8, device="cpu")
+    return weights, result.save(tmp_path / "cells.attnreg.npz")
+
+
+def test_a_reopened_result_chooses_its_model_in_the_picker_and_a_rerun_uses_it(
+        cells_image, tmp_path, make_napari_viewer, qtbot):
+    """The picker kept showing the demo model while the status named the result's: a re-run
+    used the demo model."""
+    weights, path = _weights_file_result(tmp_path, cells_image)
+    viewer = make_napari_viewer()
+    widget = _dock(viewer)
+    assert widget.model.source() == "demo"
+    viewer.add_image(cells_image[:64, :64], name="cells")
+    viewer.open(str(path), plugin="napari-attnreg")
+    qtbot.waitUntil(lambda: widget.current_record() is not None, timeout=5000)
+    assert widget.model.source() == "file"
+    spec = widget.model_spec()
+    assert (spec.name, spec.arch) == (str(weights), "vit_tiny_patch16_224")
+    assert "the one this result was made with" in widget.run_panel.status_label.text()
+    widget.options.controls["n_boot"].setValue(8)
+    widget.options.controls["device"].setCurrentText("cpu")
+    with qtbot.waitSignal(widget.run_finished, timeout=60_000) as blocker:
+        widget.run()
+    made = next(iter(blocker.args[0].results.values())).metadata
+    assert (made["model"], made["weights"]) == ("vit_tiny_patch16_224", str(weights))
+
+
+def test_a_reopened_result_whose_model_cannot_be_chosen_says_so(
+        cells_image, tmp_path, make_napari_viewer, qtbot):
+    weights, path = _weights_file_result(tmp_path, cells_image)
+    weights.unlink()  # the result travelled to another machine; its weights did not
+    viewer = make_napari_viewer()
+    widget = _dock(viewer)
+    viewer.add_image(cells_image[:64, :64], name="cells")
+    viewer.open(str(path), plugin="napari-attnreg")
+    qtbot.waitUntil(lambda: widget.current_record() is not None, timeout=5000)
+    status = widget.run_panel.status_label.text()
+    assert "The model picker still shows 'demo', not this result's model" in status
+    assert "lab_vit.safetensors" in status and "not on this machine" in status
+    assert "patches significant" in status  # the result's own summary stays

@@ -163,3 +163,67 @@ def test_a_labels_layer_painted_as_the_tissue_mask_is_no_roi_layer(demo_widget, 
     roi.layer_combo.setCurrentIndex(roi.layer_combo.findText("tissue"))  # by hand
     run_and_wait(widget)
     assert roi.current_layer() is tissue and [row["label"] for row in roi.rows] == [1]
+
+
+
+def _tissue_layers(viewer):
+    return [lay for lay in viewer.layers
+            if isinstance(lay.metadata, dict) and "tissue" in lay.metadata]
+
+
+def _masks(viewer):
+    """The Labels layers other than the runs' significant labels."""
+    from napari.layers import Labels
+
+    return [lay for lay in viewer.layers if isinstance(lay, Labels) and " · " not in lay.name]
+
+
+def _run_with_mask_file(widget, run_and_wait, tmp_path):
+    """A tiled run on a mask file: the run shows the mask it used as 'field tissue'."""
+    mask = np.zeros((256, 256), np.uint8)
+    mask[10:240, 30:220] = 1
+    np.save(tmp_path / "mask.npy", mask)
+    widget.options.controls["tiled"].setChecked(True)
+    widget.options.controls["tissue_mask"].setText(str(tmp_path / "mask.npy"))
+    run_and_wait(widget)
+
+
+def test_a_painted_tissue_mask_is_the_mask_shown_and_stays_as_painted(
+        demo_widget, run_and_wait, tmp_path):
+    """A tiled run whose Tissue mask is the analyst's painted Labels layer added its own
+    'field tissue' layer (the same mask at coarse pixels) above it: two masks over the image."""
+    viewer, widget = demo_widget
+    image = viewer.add_image(_field((256, 256)), name="field")
+    _run_with_mask_file(widget, run_and_wait, tmp_path)
+    (file_mask,) = _tissue_layers(viewer)
+    assert file_mask.name == "field tissue"
+    painted = viewer.add_labels(np.zeros((256, 256), np.uint8), name="painted")
+    painted.data[20:230, 10:200] = 1
+    before = painted.data.copy()
+    widget.set_layer(image)
+    widget.options.controls["tissue_mask"].setText("painted")
+    run_and_wait(widget)
+    assert widget.current_record().results[()].metadata["tissue_mask"] == \
+        "Labels layer 'painted'"
+    assert _tissue_layers(viewer) == []  # the file's mask went: this run did not use it
+    assert _masks(viewer) == [painted]
+    np.testing.assert_array_equal(painted.data, before)
+    assert painted.name == "painted" and painted.visible
+    run_and_wait(widget)  # a re-run on the same painted mask adds nothing either
+    assert _masks(viewer) == [painted]
+
+
+def test_an_earlier_runs_tissue_layer_named_as_the_mask_is_kept(
+        demo_widget, run_and_wait, tmp_path):
+    """Named as the next run's Tissue mask, the mask layer an earlier run added was removed
+    by that run as an old mask (the analyst's chosen mask gone, no mask shown)."""
+    viewer, widget = demo_widget
+    viewer.add_image(_field((256, 256)), name="field")
+    _run_with_mask_file(widget, run_and_wait, tmp_path)
+    (file_mask,) = _tissue_layers(viewer)
+    before = file_mask.data.copy()
+    widget.options.controls["tissue_mask"].setText(file_mask.name)
+    outcome = run_and_wait(widget)
+    assert outcome.ok
+    assert _masks(viewer) == [file_mask]
+    np.testing.assert_array_equal(file_mask.data, before)

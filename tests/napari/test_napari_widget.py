@@ -87,6 +87,40 @@ def test_rerun_updates_layers_in_place(viewer_widget, run_and_wait, cells_image)
     assert second["attention"].metadata["attnreg"]["source"] == "field 1"
 
 
+def test_an_output_layer_the_analyst_renamed_is_kept_by_a_rerun(
+        viewer_widget, run_and_wait, cells_image, qtbot):
+    """Renamed to keep a result ("uniform null"), an output layer was overwritten by the next
+    run and given the dock's name back: the analyst's layer and maps were gone."""
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    widget.options.controls["method"].setCurrentText("uniform")
+    run_and_wait(widget)
+    first = _outputs(viewer, "cells")
+    kept = first["pvalue"]
+    kept.name = "cells · −log10 p, uniform null"
+    before = kept.data.copy()
+    with qtbot.waitSignal(widget.outputs_updated, timeout=5000):  # new thresholds: same maps
+        widget.thresholds_panel.q_th_slider.setValue(0.3)
+    first["regularized"].name = "cells · regularized, uniform null"
+    with qtbot.waitSignal(widget.outputs_updated, timeout=5000):
+        widget.thresholds_panel.q_th_slider.setValue(0.2)
+    assert first["regularized"].name == "cells · regularized, uniform null"  # name kept
+    n_layers = len(viewer.layers)
+    widget.options.controls["method"].setCurrentText("patch")
+    run_and_wait(widget)
+    assert kept in viewer.layers and kept.name == "cells · −log10 p, uniform null"
+    np.testing.assert_array_equal(kept.data, before)
+    assert first["regularized"].name == "cells · regularized, uniform null"
+    second = _outputs(viewer, "cells")  # fresh layers for the new run's maps
+    assert second["pvalue"] is not kept and second["attention"] is first["attention"]
+    assert widget.current_record().outputs["pvalue"] is second["pvalue"]
+    assert second["pvalue"].metadata["attnreg"]["run"]["method"] == "patch"
+    assert len(viewer.layers) == n_layers + 2  # the two renamed ones stay beside them
+    with qtbot.waitSignal(widget.outputs_updated, timeout=5000):  # the new run's, not theirs
+        widget.thresholds_panel.q_th_slider.setValue(0.1)
+    assert first["regularized"].name == "cells · regularized, uniform null"
+
+
 def test_threshold_change_updates_layers_without_rerun(
     viewer_widget, run_and_wait, cells_image, qtbot
 ):

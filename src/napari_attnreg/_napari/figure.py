@@ -20,6 +20,7 @@ from napari_attnreg._napari.dialogs import save_in_background, save_through_dial
 from napari_attnreg._napari.layers import CONTINUOUS_KINDS
 from napari_attnreg._napari.slice_cue import shown_plane
 from napari_attnreg.core.results.figure import publication_figure
+from napari_attnreg.core.run.images import scale_intensity, to_channels_last
 
 
 def figure_map(viewer: Any, record: Any) -> str:
@@ -49,8 +50,13 @@ def plane_image(source: Any, record: Any, plane: tuple[int, ...]) -> np.ndarray:
         index[axis] = i
     image = np.asarray(data[tuple(index)])
     if geometry.channel_axis is not None:  # the channel axis is the only one left in front
-        image = np.moveaxis(image, 0, -1)
-        image = image if image.shape[-1] in (3, 4) else image[..., 0]
+        # the channels the run analysed, chosen and merged as it did, each scaled to [0, 1]:
+        # raw 16-bit channels drawn as RGB were black, and two channels showed the first only
+        made = record.results[plane].metadata if plane in record.results else {}
+        image = scale_intensity(to_channels_last(image, channel_axis=0,
+                                                 channels=made.get("channels"),
+                                                 merge=made.get("merge"),
+                                                 max_channels=max(3, image.shape[0])))
     return image
 
 

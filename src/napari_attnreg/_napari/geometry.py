@@ -5,6 +5,7 @@ Captured on the GUI thread from the source layer; no Qt in here.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,13 @@ import numpy as np
 from napari_attnreg.core.results.result import AttentionResult
 
 PlaneIndex = tuple[int, ...]
+
+
+def named_axes(labels: Any) -> tuple[str, ...]:
+    """A layer's ``axis_labels`` when a file named them (``("z", "y", "x")``); empty for
+    napari's placeholders (``"-3"``, ``"0"``), which name no axis."""
+    labels = tuple(str(a) for a in labels or ())
+    return labels if any(not re.fullmatch(r"-?\d+", a) for a in labels) else ()
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,9 @@ class SourceGeometry:
     units : tuple of str
         The layer's ``units`` (``"millimeter"``, ``"pixel"``, ...), one per axis; output
         layers take them, so the viewer's axes and scale bar stay in the source's unit.
+    axis_labels : tuple of str
+        The axis names a file gave (``("t", "y", "x")``; empty: none): output layers take
+        them and the dock names planes by them ("z = 3", not "axis 0 = 3").
     """
 
     shape: tuple[int, ...]
@@ -45,6 +56,7 @@ class SourceGeometry:
     shear: np.ndarray = field(compare=False)
     affine: np.ndarray = field(compare=False)
     units: tuple[str, ...] = ()
+    axis_labels: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def from_layer(cls, layer: Any, channel_axis: int | None = None) -> SourceGeometry:
@@ -61,7 +73,16 @@ class SourceGeometry:
             shear=np.asarray(layer.shear, dtype=float),
             affine=np.asarray(layer.affine.affine_matrix, dtype=float),
             units=tuple(str(u) for u in layer.units),
+            axis_labels=named_axes(getattr(layer, "axis_labels", ())),
         )
+
+    def axis_name(self, axis: int) -> str:
+        """``"z"`` where the file named the axis, ``"axis 0"`` where it did not."""
+        return self.axis_labels[axis] if len(self.axis_labels) == self.ndim else f"axis {axis}"
+
+    def plane_name(self, plane: PlaneIndex) -> str:
+        """``"z = 3"`` (``"axis 0 = 3"`` where the axis has no name); ``", "`` between axes."""
+        return ", ".join(f"{self.axis_name(a)} = {i}" for a, i in zip(self.stack_axes, plane))
 
     def spatial(self) -> dict[str, list]:
         """Where the image plane lies (its last two axes): the record a result keeps as
@@ -138,6 +159,8 @@ def token_transform(geometry: SourceGeometry, result: AttentionResult,
                  "rotate": geometry.rotate, "shear": geometry.shear, "affine": geometry.affine}
     if geometry.units:
         transform["units"] = geometry.units
+    if len(geometry.axis_labels) == geometry.ndim:
+        transform["axis_labels"] = geometry.axis_labels
     return transform
 
 
@@ -178,4 +201,4 @@ class AnalysedGrid:
             translate=tuple(float(v) for v in np.asarray(geometry.translate)
                             + geometry.linear_matrix() @ offset),
             rotate=geometry.rotate, shear=geometry.shear, affine=geometry.affine,
-            units=geometry.units)
+            units=geometry.units, axis_labels=geometry.axis_labels)

@@ -21,6 +21,7 @@ from qtpy.QtWidgets import QCheckBox, QGroupBox, QLabel, QVBoxLayout, QWidget
 from superqt.utils import qthrottled
 
 from napari_attnreg._napari.run_record import RunRecord
+from napari_attnreg._napari.slice_cue import plane_text
 from napari_attnreg._napari.status import WARNING_COLOR
 from napari_attnreg.core.results.display import SIGNIFICANT_COLOR
 from napari_attnreg.core.results.patch_report import PatchReport, patch_report
@@ -158,8 +159,8 @@ class PatchInspector(QGroupBox):
             return self._show(None, HINT)
         plane, row, col = where
         if plane not in record.results:
-            return self._show(None, f"This slice {list(plane)} has no result yet (see "
-                                    "'Compute remaining slices').")
+            return self._show(None, f"{plane_text(plane, record.geometry)}: no result yet "
+                                    "(see 'Compute remaining slices').")
         report = patch_report(record.shown(plane), row, col)
         return self._show(report, HINT)
 

@@ -46,7 +46,7 @@ META_KEY = "attnreg"
 #: ``(data, layer keyword arguments, layer type)``, as napari readers return layers.
 LayerData = tuple[Any, dict[str, Any], str]
 #: Layer attributes that place an output layer on its source (:func:`.geometry.token_transform`).
-TRANSFORM_KEYS = ("scale", "translate", "rotate", "shear", "affine", "units")
+TRANSFORM_KEYS = ("scale", "translate", "rotate", "shear", "affine", "units", "axis_labels")
 
 
 def layer_name(source_name: str, kind: str, preset: str = DEFAULT_PRESET,
@@ -230,13 +230,30 @@ def _metadata(record: RunRecord, kind: str, made: Mapping[str, Any] | None = Non
     }}
 
 
+#: The name the dock last gave each output layer (weakly): one the analyst changed is theirs.
+_NAMES_GIVEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def give_name(layer: Any, name: str) -> None:
+    """Name an output layer as the dock does (renamed since, it is the analyst's)."""
+    layer.name = name
+    _NAMES_GIVEN[layer] = layer.name  # as napari kept it (it numbers a name already taken)
+
+
+def renamed_by_analyst(layer: Any) -> bool:
+    """Whether the analyst renamed this output layer since the dock named it."""
+    return _NAMES_GIVEN.get(layer, layer.name) != layer.name
+
+
 def upsert_outputs(viewer: Any, record: RunRecord,
-                   kinds: tuple[str, ...] = KINDS) -> dict[str, Any]:
+                   kinds: tuple[str, ...] = KINDS, new_run: bool = False) -> dict[str, Any]:
     """Add the output layers of ``record`` or update those of an earlier run in place.
 
-    Layers are the ones ``record.outputs`` tracks (names and metadata may have been edited
-    or copied); an existing layer keeps its place, visibility, opacity, colormap and the
-    contrast limits the analyst set.
+    Layers are the ones ``record.outputs`` tracks (metadata may have been edited or copied);
+    an existing layer keeps its place, visibility, opacity, colormap and the contrast
+    limits the analyst set. One the analyst renamed keeps its name; with ``new_run`` (the
+    maps of another run, not new thresholds) it keeps its maps too, and a new layer takes
+    its place in the tracking: renamed to keep a result, it was overwritten by the next run.
     """
     maps = stacked_maps(record, kinds)
     made = run_provenance(record)
@@ -246,6 +263,8 @@ def upsert_outputs(viewer: Any, record: RunRecord,
         transform = {k: kwargs[k] for k in TRANSFORM_KEYS if k in kwargs}
         name, meta = kwargs["name"], kwargs["metadata"]
         layer = find_output(viewer, record, kind)
+        if layer is not None and new_run and renamed_by_analyst(layer):
+            layer = None  # the analyst's now, with the maps it was named for
         if layer is not None and layer.ndim != maps[kind].ndim:
             index = viewer.layers.index(layer)
             viewer.layers.remove(layer)
@@ -261,10 +280,12 @@ def upsert_outputs(viewer: Any, record: RunRecord,
             _set_transform(layer, transform)
             layer.data = maps[kind]
             layer.metadata = meta
-            layer.name = name
+            if not renamed_by_analyst(layer):
+                give_name(layer, name)
             if kind != "significant":
                 _follow_colormap(layer, kwargs["colormap"])
                 _follow_limits(layer, kwargs["contrast_limits"])
+        _NAMES_GIVEN.setdefault(layer, layer.name)
         if kind == "significant":
             sync_outline(viewer, layer)
         layers[kind] = layer
@@ -308,9 +329,9 @@ def place_outputs(viewer: Any, record: RunRecord) -> None:
 def _set_transform(layer: Any, transform: dict[str, Any]) -> None:
     # only what changed: each assignment re-slices the layer and re-checks the dims
     for key, value in transform.items():
-        if key == "units":
-            if tuple(str(u) for u in layer.units) != tuple(value):
-                layer.units = value
+        if key in ("units", "axis_labels"):
+            if tuple(str(u) for u in getattr(layer, key)) != tuple(value):
+                setattr(layer, key, value)
             continue
         current = getattr(layer, key)
         current = current.affine_matrix if key == "affine" else current

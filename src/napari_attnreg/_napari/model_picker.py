@@ -5,6 +5,8 @@ The catalogue picker groups models by domain and shows licence and access.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from qtpy.QtCore import Qt
@@ -21,12 +23,42 @@ from qtpy.QtWidgets import (
 )
 
 from napari_attnreg._napari.status import link_color
-from napari_attnreg.core.models.catalogue import CatalogueEntry, by_domain, find
+from napari_attnreg.core.models.catalogue import CatalogueEntry, by_domain, find, is_bundled
 from napari_attnreg.core.models.weights import WEIGHT_SUFFIXES
 from napari_attnreg.core.run.service import MODEL_SOURCE_LABELS, ModelSpec
 
 #: The file dialog's filter: the weight-file endings the loader reads, then anything.
 WEIGHT_FILTER = f"Weights ({' '.join('*' + s for s in WEIGHT_SUFFIXES)});;All (*)"
+
+
+def spec_of_result(metadata: Mapping[str, Any]) -> tuple[ModelSpec | None, str]:
+    """The model a saved result was made with, as the picker can choose it, or (None, why not).
+
+    Read from the result's provenance (``model``: the backbone's name, ``weights``: where its
+    weights came from), the way the loader's routes name them.
+    """
+    name = str(metadata.get("model") or "").strip()
+    weights = str(metadata.get("weights") or "").strip()
+    if not name:
+        return None, "the result does not name its model"
+    if name == "demo" and is_bundled(name):
+        return ModelSpec("demo", "demo"), ""
+    if weights == "given module":
+        return None, (f"{name!r} was a model given in code (a script or notebook), which the "
+                      "picker cannot load")
+    if weights == "random-init":
+        return None, (f"{name!r} ran with random (untrained) weights, which the picker does "
+                      "not load")
+    if weights in ("", "pretrained") or is_bundled(name):
+        entry = find(name)
+        in_picker = entry is not None and entry.domain != "demo"
+        return ModelSpec("catalogue" if in_picker else "timm", entry.id if in_picker else name), ""
+    path = Path(weights)
+    if not path.exists():
+        return None, (f"its weights {weights!r} are not on this machine (or not at that path); "
+                      "choose them under 'weights file'")
+    # a transformers folder names its architecture itself; a file needs the one it ran as
+    return ModelSpec("file", str(path), arch=None if path.is_dir() else name), ""
 
 
 class CataloguePicker(QWidget):
@@ -181,6 +213,33 @@ class ModelPanel(QWidget):
             self.timm_edit.setText(spec.name)
         elif spec.source == "file":
             self.weights_edit.setText(spec.name)
+
+    def show_spec(self, spec: ModelSpec) -> None:
+        """Choose ``spec`` (from :func:`spec_of_result`; not a module given in code)."""
+        self.set_source(spec.source)
+        if spec.source == "catalogue":
+            self.catalogue_picker.set_model_id(spec.name)
+        elif spec.source == "timm":
+            self.timm_edit.setText(spec.name)
+        elif spec.source == "file":
+            self.weights_edit.setText(spec.name)
+            self.arch_edit.setText(spec.arch or "")
+
+    def show_model_of(self, metadata: Mapping[str, Any]) -> str:
+        """Choose the model a reopened result was made with (its provenance ``metadata``), so
+        a re-run uses it; returns what the status line should say (empty: nothing to say)."""
+        name = str(metadata.get("model") or "").strip()
+        module = self.custom_module
+        if self.source() == "module" and name and getattr(module, "name", None) == name:
+            return ""  # the very model given in code is chosen already
+        spec, why = spec_of_result(metadata)
+        if spec is None:
+            return (f"The model picker still shows {self.model_spec().label()!r}, not this "
+                    f"result's model: {why}. Choose it before re-running.")
+        if spec.key() == self.model_spec().key():
+            return ""  # chosen already: nothing changed to say
+        self.show_spec(spec)
+        return f"Model set to {spec.label()!r}, the one this result was made with."
 
     @property
     def custom_module(self) -> Any:

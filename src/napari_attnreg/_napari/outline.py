@@ -25,7 +25,7 @@ OUTLINE_KIND = "outline"
 #: Width in data units before a camera was read (a reader's layer): half a cell.
 DEFAULT_WIDTH = 0.5
 #: Layer attributes that place the outline where its labels are.
-PLACEMENT = ("scale", "translate", "rotate", "shear", "affine", "units")
+PLACEMENT = ("scale", "translate", "rotate", "shear", "affine", "units", "axis_labels")
 META_KEY = "attnreg"
 OUTLINE_LEGEND = ("Outline of the significant patches (drawn from the significant labels "
                   "layer below it; paint or erase there to annotate).")
@@ -111,7 +111,8 @@ def _cells(labels: Any) -> int:
 def _as_kwargs(labels: Any) -> dict[str, Any]:
     placed = {key: getattr(labels, key) for key in ("scale", "translate", "rotate", "shear")}
     return {"name": labels.name, "metadata": labels.metadata, **placed,
-            "affine": labels.affine.affine_matrix, "units": labels.units}
+            "affine": labels.affine.affine_matrix, "units": labels.units,
+            "axis_labels": labels.axis_labels}
 
 
 def adopt_outline(viewer: Any, labels: Any, outline: Any) -> None:

@@ -34,6 +34,8 @@ class PendingRun:
     source_data: Any = None
     #: The UserWarnings raised while the job was built (shown with its result or error).
     warnings: list[str] = field(default_factory=list)
+    #: The analyst's Labels or Shapes layer the run's *Tissue mask* named (None: another mask).
+    mask_layer: Any = None
 
     def placed(self, geometry: SourceGeometry) -> SourceGeometry:
         """Where the run's analysed image lies on a layer placed by ``geometry``."""

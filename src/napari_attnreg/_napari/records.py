@@ -12,10 +12,11 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from napari_attnreg._napari.geometry import SourceGeometry
+from napari_attnreg._napari.geometry import SourceGeometry, named_axes
 from napari_attnreg._napari.layers import (
     KINDS,
     META_KEY,
+    give_name,
     layer_name,
     map_label,
     place_outputs,
@@ -43,6 +44,19 @@ def run_params(outcome: Outcome, pending: PendingRun) -> dict[str, Any]:
                   **{k: made.get(k) for k in ("weights", "weights_sha256", "model_domain",
                                               "package_version")})
     return params
+
+
+def _name_axes(record: RunRecord) -> None:
+    """A reopened result's layers take the axis names of its image ("z", "t"): the saved
+    maps' files keep none, so their layers read "-3" where the image's read "z"."""
+    from napari_attnreg._napari.outline import outline_of
+
+    names = record.geometry.axis_labels
+    layers = [*record.outputs.values(), outline_of(record.outputs.get("significant"))]
+    for layer in layers:
+        if layer is not None and names and layer.ndim == len(names) \
+                and not named_axes(layer.axis_labels):
+            layer.axis_labels = names
 
 
 def reopened_outputs(viewer: Any, records: list[RunRecord]) -> dict[str, dict[str, Any]]:
@@ -111,7 +125,7 @@ class RunRecords:
         self._records[source.unique_id] = record
         entry = self.session.add(source.unique_id, results, params=params)
         remember(entry.run.run_id, entry.results)  # the writer saves them with the layers
-        upsert_outputs(self.viewer, record)
+        upsert_outputs(self.viewer, record, new_run=True)
         self._follow(source)
         return record
 
@@ -140,6 +154,7 @@ class RunRecords:
             record = RunRecord(self.session, source.unique_id, source.name, geometry,
                                outputs=outputs, grid=grid)
             self._records[source.unique_id] = record
+            _name_axes(record)
             # the thresholds in force when saved: the result files were written at them (the
             # attention layer's metadata, ``meta``, keeps the run's first ones: it does not
             # depend on them, and a reopened dock showed those over the saved layers)
@@ -179,7 +194,7 @@ class RunRecords:
             out.metadata[META_KEY]["source"] = new_name
             label = map_label(record)
             if out.name.startswith(layer_name(old_name, kind, record.preset, label)):
-                out.name = layer_name(new_name, kind, record.preset, label)
+                give_name(out, layer_name(new_name, kind, record.preset, label))
 
     def sync_geometry(self, record: RunRecord) -> None:
         """Take the source layer's current transform (the analyst may have rescaled it)."""

@@ -35,8 +35,11 @@ def shown_plane(geometry: SourceGeometry, point: Sequence[float]) -> PlaneIndex 
                  for a in geometry.stack_axes)
 
 
-def plane_text(plane: PlaneIndex) -> str:
-    """``"slice 3"`` for one stack axis, ``"plane (0, 3)"`` for several."""
+def plane_text(plane: PlaneIndex, geometry: SourceGeometry | None = None) -> str:
+    """``"slice 3"`` for one stack axis, ``"plane (0, 3)"`` for several; ``"t = 3"`` where
+    the file named the axes (``geometry``'s ``axis_labels``): a time point is no slice."""
+    if getattr(geometry, "axis_labels", ()):
+        return geometry.plane_name(plane)
     return f"slice {plane[0]}" if len(plane) == 1 else f"plane {plane}"
 
 
@@ -47,11 +50,11 @@ def missing_slice_text(record: RunRecord, point: Sequence[float]) -> str | None:
             any(i < 0 or i >= n for i, n in zip(plane, record.geometry.stack_shape)):
         return None
     done = sorted(record.results)
-    named = ", ".join(plane_text(p) for p in done[:NAMED_PLANES])
+    named = "; ".join(plane_text(p, record.geometry) for p in done[:NAMED_PLANES])
     more = f" and {len(done) - NAMED_PLANES} more" if len(done) > NAMED_PLANES else ""
     only = " only" if len(done) <= NAMED_PLANES else ""
     clauses = (f"{record.source_name}:", f"attention maps cover {named}{more}{only};",
-               f"{plane_text(plane)} has no result", "('Compute remaining slices' in the dock).")
+               f"{plane_text(plane, record.geometry)} has no result", "('Compute remaining slices' in the dock).")
     # napari's text overlay never wraps: short lines stay whole on a narrow canvas
     return "\n".join(textwrap.fill(clause, CUE_WIDTH, break_long_words=False)
                      for clause in clauses)

@@ -12,7 +12,7 @@ import numpy as np
 from qtpy.QtCore import Signal
 from qtpy.QtWidgets import QComboBox, QFormLayout, QHBoxLayout, QLineEdit, QVBoxLayout, QWidget
 
-from napari_attnreg._napari.geometry import SourceGeometry
+from napari_attnreg._napari.geometry import SourceGeometry, named_axes
 from napari_attnreg._napari.layers import META_KEY
 from napari_attnreg._napari.option_controls import choose_item
 from napari_attnreg.core.run.options import MERGES as OPTION_MERGES
@@ -140,8 +140,10 @@ class SourcePanel(QWidget):
         multi = layer is not None and not layer.rgb and layer.ndim > 2
         if multi:
             shape = layer.data[0].shape if layer.multiscale else layer.data.shape
+            names = named_axes(layer.axis_labels)  # the file's own ("c", "z"), if it named them
             for axis in range(layer.ndim - 2):
-                self.channel_axis_combo.addItem(f"axis {axis} ({shape[axis]})", axis)
+                name = f" · {names[axis]}" if len(names) == layer.ndim else ""
+                self.channel_axis_combo.addItem(f"axis {axis}{name} ({shape[axis]})", axis)
         self.channel_axis_combo.blockSignals(False)
         self._set_row_visible(self.channel_box, multi)
         self._on_channel_axis_changed()

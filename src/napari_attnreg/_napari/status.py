@@ -31,13 +31,9 @@ def planes_line(record: RunRecord) -> str | None:
     if len(record.results) >= len(all_planes):
         return None
     done = sorted(record.results)
-    names = ", ".join(_plane_name(record, p) for p in done[:6]) + (" …" if len(done) > 6 else "")
+    names = "; ".join(record.geometry.plane_name(p) for p in done[:6]) + (" …" if len(done) > 6 else "")
     return (f"Computed {len(done)} of {len(all_planes)} planes ({names}); the other planes "
             "are not computed (left transparent).")
-
-
-def _plane_name(record: RunRecord, plane: tuple[int, ...]) -> str:
-    return ", ".join(f"axis {a} = {i}" for a, i in zip(record.geometry.stack_axes, plane))
 
 
 def summary_html(record: RunRecord) -> tuple[str, str]:
@@ -96,7 +92,7 @@ def plane_diagnostics(record: RunRecord, *, include_info: bool = True) -> list[s
             lines.append(line)
             continue
         mark = "⚠ " if line.startswith("⚠") else ""
-        names = ", ".join(plane_text(p) for p in planes)
+        names = "; ".join(plane_text(p, record.geometry) for p in planes)
         lines.append(f"{mark}{names}: {line.removeprefix('⚠ ')}")
     return sorted(lines, key=lambda line: not line.startswith("⚠"))
 
@@ -126,11 +122,15 @@ def diagnostics_message(source_name: str, warnings_: list[str]) -> str:
     return f"{source_name!r}: " + "\n".join(warnings_)
 
 
-def warn_missing_planes(outcome: Any, planes: list[tuple[int, ...]]) -> str:
-    """Warn (notification) that a cancelled or partly failed run lacks some planes; the text."""
+def warn_missing_planes(outcome: Any, planes: list[tuple[int, ...]],
+                        geometry: Any = None) -> str:
+    """Warn (notification) that a cancelled or partly failed run lacks some planes; the text.
+
+    The planes are named as the slice cue names them ("slice 2", "t = 2"), not as tuples.
+    """
     from napari.utils.notifications import show_warning
 
-    missing = ", ".join(str(p) for p in outcome.missing(planes))
+    missing = "; ".join(plane_text(p, geometry) for p in outcome.missing(planes))
     text = f"{outcome.message} Not computed: {missing}."
     show_warning(text)
     return text

@@ -48,6 +48,9 @@ class ThresholdsPanel(QGroupBox):
     """
 
     changed = Signal(object)  # Thresholds
+    #: A rule the offered preset lacks was chosen in code (``setCurrentIndex``; clicks and keys
+    #: skip greyed items): the box went back to the rule in force; the text says why.
+    refused = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Thresholds (live, no recomputation)", parent)
@@ -77,7 +80,9 @@ class ThresholdsPanel(QGroupBox):
         form.addRow("lfdr ≤", self.l_th_slider)
         form.addRow("z ≥", z_row)
 
-        self.rule_combo.currentIndexChanged.connect(self.schedule)
+        self._preset = DEFAULT_PRESET
+        self._rule_in_force = self.rule_combo.currentIndex()
+        self.rule_combo.currentIndexChanged.connect(self._on_rule_chosen)
         self.z_mask_check.toggled.connect(self._on_z_mask_toggled)
         for slider in self._sliders():
             slider.valueChanged.connect(self.schedule)
@@ -87,9 +92,28 @@ class ThresholdsPanel(QGroupBox):
     def offer_rules(self, preset: str) -> None:
         """Enable only the rules a result of ``preset`` has (e.g. ForwardStop for step-down)."""
         offered = rules_for(preset)
+        self._preset = preset
         model = self.rule_combo.model()
         for i in range(self.rule_combo.count()):
             model.item(i).setEnabled(self.rule_combo.itemData(i) in offered)
+
+    def _on_rule_chosen(self, index: int) -> None:
+        # a greyed rule reaches here only from code; applied, it raised in the debounced slot
+        # (the result has no map for it), so the box goes back to the rule in force
+        item = self.rule_combo.model().item(index) if index >= 0 else None
+        if item is not None and not item.isEnabled():
+            rule = self.rule_combo.itemData(index)
+            self.rule_combo.blockSignals(True)
+            self.rule_combo.setCurrentIndex(self._rule_in_force)
+            self.rule_combo.blockSignals(False)
+            offered = ", ".join(option("rule").label_of(r) for r in rules_for(self._preset))
+            self.refused.emit(
+                f"The rule {option('rule').label_of(rule)!r} does not apply to "
+                f"{option('preset').label_of(self._preset).split(' (')[0]} results; kept "
+                f"{self.rule_combo.currentText()!r}. Rules offered: {offered}.")
+            return
+        self._rule_in_force = index
+        self.schedule()
 
     def _sliders(self) -> tuple[QLabeledDoubleSlider, ...]:
         return (self.q_th_slider, self.p_th_slider, self.l_th_slider, self.z_th_slider)
@@ -108,6 +132,7 @@ class ThresholdsPanel(QGroupBox):
         for control in controls:
             control.blockSignals(True)
         self.rule_combo.setCurrentIndex(self.rule_combo.findData(thresholds["rule"]))
+        self._rule_in_force = self.rule_combo.currentIndex()
         for key, slider in (("q_th", self.q_th_slider), ("p_th", self.p_th_slider),
                             ("l_th", self.l_th_slider)):
             slider.setValue(float(thresholds[key]))

@@ -197,6 +197,7 @@ class AttentionWidget(QWidget):
         self.source.layer_changed.connect(self._on_layer_changed)
         self.options.preset_changed.connect(self._on_preset_changed)
         self.thresholds_panel.changed.connect(self.apply_thresholds)
+        self.thresholds_panel.refused.connect(self._note_over_summary)
         self.run_panel.run_requested.connect(self.run)
         self.run_panel.remaining_requested.connect(self.run_remaining)
         self.run_panel.returned.connect(self._on_returned)
@@ -266,6 +267,13 @@ class AttentionWidget(QWidget):
             self._source_beneath(record)
         if made:
             self._select_current()  # shows the result when its image is the one chosen
+            # the picker showed the demo (or the last) model while the status named the
+            # result's: a re-run would silently use another model
+            shown = self.current_record()
+            record = shown if shown in made else made[-1]
+            note = self.model.show_model_of(next(iter(record.results.values())).metadata)
+            if note:
+                self._note_over_summary(note)
         elif self._records.waiting and self.current_record() is None:
             names = ", ".join(repr(n) for n in self._records.waiting)
             self.run_panel.show_status(
@@ -473,10 +481,11 @@ class AttentionWidget(QWidget):
             self.run_panel.show_error(str(err), raised)
             return None
         pending.warnings = raised
+        pending.mask_layer = mask_layer(self.viewer, self.session.settings.get("tissue_mask"))
         self._pending = pending
         # a Labels layer painted as the tissue mask was taken up as the ROI layer when it was
         # added: its table showed the tissue as the one ROI
-        self.roi_panel.set_aside(mask_layer(self.viewer, self.session.settings.get("tissue_mask")))
+        self.roi_panel.set_aside(pending.mask_layer)
         self.last_outcome = None
         name, n = pending.layer.name, len(pending.job.planes)
         worker = self.run_panel.start(run_job, pending.job,
@@ -513,8 +522,11 @@ class AttentionWidget(QWidget):
         # the status line, the warning toast and the saved result then carry them
         add_to_results(outcome.results.values(), raised)
         record = self._records.attach(outcome, pending)
-        self._show_tissue(outcome, record)
+        self._show_tissue(outcome, record, pending.mask_layer)
         self._select_current()  # the run's image, when it is still the one chosen
+        # the session selected the result before its layers were added: the cue found none
+        # shown, and the slider moved during the run stayed on a slice without a result, unsaid
+        self.slice_cue.update()
         if record.source_id != self.session.selected_key:
             self._note_over_summary(f"Finished {record.source_name!r}; choose it under "
                                     "Image to see its result.")
@@ -522,22 +534,27 @@ class AttentionWidget(QWidget):
         notify_diagnostics(record)
         self.outputs_updated.emit(record)
         if not outcome.ok:  # cancelled or partly failed: the finished planes, and what is missing
-            text = warn_missing_planes(outcome, pending.job.planes)
+            text = warn_missing_planes(outcome, pending.job.planes, record.geometry)
             self.run_panel.show_status(f"<span style='color:{WARNING_COLOR}'>{text}</span><br>"
                                        + self.run_panel.status_label.text())
 
-    def _show_tissue(self, outcome: Outcome, record: RunRecord) -> None:
+    def _show_tissue(self, outcome: Outcome, record: RunRecord, drawn: Any = None) -> None:
         """A tiled run's tissue mask as a Labels layer over its image, beneath its maps.
 
         A rerun replaces the mask this dock added before, and removes it when the new run has
         none (it would show a mask the run did not use); a mask layer the analyst has painted
-        on is theirs, and stays.
+        on is theirs, and stays. When the mask came from the analyst's own layer ``drawn``,
+        that layer is the mask shown: a copy of it at the mask's coarse pixels lay over it as
+        a second mask, and an earlier run's mask layer named as this run's is kept as it is.
         """
         from napari_attnreg._napari.io import tissue_layer, tissue_untouched
 
         source_name = record.source_name
-        made = tissue_layer(outcome.results[()], source_name) if () in outcome.results else None
-        for old in [lay for lay in self.viewer.layers if tissue_untouched(lay, source_name)]:
+        made = None
+        if drawn is None and () in outcome.results:
+            made = tissue_layer(outcome.results[()], source_name)
+        for old in [lay for lay in self.viewer.layers
+                    if lay is not drawn and tissue_untouched(lay, source_name)]:
             self.viewer.layers.remove(old)
         if made is not None:
             self._add_tissue(made, record)
