@@ -10,7 +10,7 @@ import pytest
 from napari_attnreg.core.models.backbones import BackboneError
 from napari_attnreg.core.run import service
 from napari_attnreg.core.run.engine import CancelToken, RunConfig
-from napari_attnreg.core.run.planes import PlaneStack
+from napari_attnreg.core.run.planes import PlaneStack, plane_label
 from napari_attnreg.core.run.service import Job, ModelSpec, run_job, run_job_sync, user_message
 
 CONFIG = RunConfig(n_boot=4, device="cpu", target_size=32, chunk_size=2)
@@ -47,7 +47,22 @@ def test_a_failing_plane_keeps_the_others(spec, rng):
     assert outcome.status == "partial"
     assert sorted(outcome.results) == [(0,), (2,)]
     assert "constant" in outcome.errors[(1,)]
-    assert "2 of 3 planes done" in outcome.message and "(1,)" in outcome.message
+    assert "2 of 3 planes done" in outcome.message and "plane 1: " in outcome.message
+    assert "(1,)" not in outcome.message  # a plane is never named as a Python tuple
+
+
+def test_progress_and_failures_name_planes_by_their_axes(spec, rng):
+    # the dock hands the stack axes' names ("z"): progress said "plane (2,) (3/3)"
+    stack = _stack(rng, constant=1)
+    events = []
+    outcome = run_job_sync(Job(spec, stack, stack.planes(), CONFIG, plane_names=("z",)),
+                           on_progress=events.append)
+    said = {e.message.split(":")[0] for e in events if "(" in e.message.split(":")[0]}
+    assert said == {"z = 0 (1/3)", "z = 2 (3/3)"}  # z = 1 (constant) fails before its run
+    assert "z = 1: " in outcome.message
+    unnamed = run_job_sync(Job(spec, stack, stack.planes()[:1], CONFIG), on_progress=events.append)
+    assert unnamed.ok and any(e.message.startswith("plane 0 (1/1): ") for e in events)
+    assert plane_label((2, 0)) == "plane 2, 0" and plane_label((2, 0), ("t", "z")) == "t = 2, z = 0"
 
 
 def test_cancel_keeps_the_finished_planes(spec, rng):

@@ -122,7 +122,11 @@ def test_a_stack_whose_file_names_its_axes_is_spoken_of_by_those_names(
     assert [combo.itemText(i) for i in range(combo.count())] == ["no channel axis",
                                                                  "axis 0 · z (4)"]
     viewer.dims.set_current_step(0, 2)
+    said, render = [], widget.run_panel._render_progress
+    widget.run_panel._render_progress = lambda item: (said.append(item.message), render(item))
     run_and_wait(widget)
+    # the run's progress names the plane by its axis too (it said "plane (2,) (1/1): ...")
+    assert any(m.startswith("z = 2 (1/1): ") for m in said), said
     record = widget.current_record()
     assert sorted(record.results) == [(2,)]
     for layer in record.outputs.values():

@@ -462,7 +462,8 @@ class AttentionWidget(QWidget):
             bool(layer.rgb))
         job = Job(self.model_spec(), stack,
                   self.source.planes(layer, geometry) if planes is None else planes, config,
-                  task_id=self.run_panel.next_task_id())
+                  task_id=self.run_panel.next_task_id(),
+                  plane_names=tuple(geometry.axis_name(a) for a in geometry.stack_axes))
         return PendingRun(job, layer, geometry, grid=grid, source_data=layer.data)
 
     def run(self, planes: list[tuple[int, ...]] | None = None) -> Any:

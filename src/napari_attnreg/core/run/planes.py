@@ -238,9 +238,19 @@ class PlaneStack:
             index[axis] = int(i)
         return np.asarray(self.data[tuple(index)]), self.plane_channel_axis()
 
-    def describe(self, plane: PlaneIndex) -> str:
-        """``"plane (2, 0)"`` for a stack, ``""`` for a single image (for messages, labels)."""
-        return f"plane {tuple(plane)}" if self.stack_axes else ""
+    def describe(self, plane: PlaneIndex, names: tuple[str, ...] = ()) -> str:
+        """``"plane 2, 0"`` (``"z = 2"`` with the stack axes' ``names``) for a stack, ``""``
+        for a single image (for messages, labels)."""
+        return plane_label(plane, names) if self.stack_axes else ""
+
+
+def plane_label(plane: PlaneIndex, names: tuple[str, ...] = ()) -> str:
+    """A plane as a message names it: ``"z = 2, t = 0"`` where the stack axes have ``names``
+    (one per index), else ``"plane 2, 0"``; never a Python tuple such as ``(2,)``."""
+    plane = tuple(int(i) for i in plane)
+    if names and len(names) == len(plane):
+        return ", ".join(f"{name} = {i}" for name, i in zip(names, plane))
+    return "plane " + ", ".join(str(i) for i in plane)
 
 
 def layout_from_axes(axes: str) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from napari_attnreg.core.run.engine import (
     prepare_for,
     run_engine,
 )
-from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
+from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack, plane_label
 
 if TYPE_CHECKING:
     from napari_attnreg.core.run.lazy import LazyImage
@@ -244,6 +244,9 @@ class Job:
     keep_display : bool
         Hand back each plane's display image (the scaled pixels a figure shows under the
         maps) in :attr:`Outcome.displays`.
+    plane_names : tuple of str
+        The stack axes' names where the file or viewer names them (``("z",)``): progress
+        then says "z = 2" instead of "plane 2".
     """
 
     model: ModelSpec
@@ -252,6 +255,7 @@ class Job:
     config: RunConfig
     task_id: int = 0
     keep_display: bool = False
+    plane_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -391,7 +395,8 @@ def _run_plane(job: Job, config: RunConfig, backbone: Backbone, number: int, pla
     if job.keep_display:  # prepared here, as the engine would, to keep the display image;
         image = prepare_for(image, backbone, plane_config)  # the raw pixels are freed
         display = image.display
-    where = f"plane {plane} ({number + 1}/{len(job.planes)}): " if plane else ""
+    where = (f"{plane_label(plane, job.plane_names)} ({number + 1}/{len(job.planes)}): "
+             if plane else "")
     engine = run_engine(image, backbone, plane_config, cancel)
     while True:
         try:
@@ -442,7 +447,7 @@ def _message(outcome: Outcome, job: Job) -> str:
     by_message: dict[str, list[PlaneIndex]] = {}
     for plane, text in outcome.errors.items():
         by_message.setdefault(text, []).append(plane)
-    failed = "; ".join(text if planes == [()] else f"{_planes_text(planes)}: {text}"
+    failed = "; ".join(text if planes == [()] else f"{_planes_text(planes, job.plane_names)}: {text}"
                        for text, planes in by_message.items())
     if outcome.error is not None and not outcome.errors:
         failed = user_message(outcome.error)
@@ -451,9 +456,9 @@ def _message(outcome: Outcome, job: Job) -> str:
     return failed or "The run failed."
 
 
-def _planes_text(planes: list[PlaneIndex]) -> str:
-    shown = ", ".join(str(p) for p in planes[:4])
-    return f"plane{'s' if len(planes) > 1 else ''} {shown}" + (" …" if len(planes) > 4 else "")
+def _planes_text(planes: list[PlaneIndex], names: tuple[str, ...]) -> str:
+    shown = "; ".join(plane_label(p, names) for p in planes[:4])
+    return shown + (" …" if len(planes) > 4 else "")
 
 
 def run_job_sync(job: Job, *, cancel: CancelToken | None = None,
