@@ -447,3 +447,40 @@ def test_a_folder_of_several_series_says_so(tmp_path):
     write_ct_slice(folder / "other.dcm", 0.0, 1, np.ones((64, 64)), series_uid="9.9")
     with pytest.raises(ValueError, match="holds 2 DICOM series.*folder of its own"):
         read_source(folder)
+
+
+# ---- round 17: the image analysed is the image a radiologist sees ---------------------------
+def _monochrome1(path, pixels, *, bits_stored=12, window=(1000.0, 800.0), intercept=0.0):
+    """A radiograph stored MONOCHROME1 (the lowest value is white), as CR/DX files are."""
+    write_ct_slice(path, 0.0, 1, pixels, intercept=intercept, window=window, modality="CR")
+    ds = pydicom.dcmread(path)
+    ds.PhotometricInterpretation = "MONOCHROME1"
+    ds.BitsStored, ds.HighBit = bits_stored, bits_stored - 1
+    ds.save_as(path, enforce_file_format=True)
+
+
+def test_monochrome1_is_read_the_right_way_round_for_napari_the_api_and_the_cli(tmp_path):
+    from napari_attnreg.io.readers import read_source
+
+    stored = np.array([[0, 100, 4095], [4000, 2000, 50]], np.uint16)  # 0 is white here
+    path = tmp_path / "chest.dcm"
+    _monochrome1(path, stored)
+    (volume, kwargs), = read_dicom(path)
+    # bright is dense: the values are turned round within the 12 bits, not shown inverted
+    # by a colormap while the run analyses the negative
+    np.testing.assert_array_equal(volume, 4095 - stored.astype(np.int64))
+    assert kwargs["colormap"] == "gray" and kwargs["metadata"]["dicom"]["inverted"]
+    # the stored window (centre 1000, width 800: stored 600..1400) turned round with them
+    assert kwargs["contrast_limits"] == pytest.approx((4095 - 1400, 4095 - 600))
+    stack, _ = read_source(path)  # what the command line and regularize(path) analyse
+    np.testing.assert_array_equal(np.asarray(stack.data), volume)
+
+
+def test_monochrome1_with_a_rescale_is_turned_round_in_the_modality_units(tmp_path):
+    stored = np.array([[0, 10], [20, 255]], np.uint16)
+    path = tmp_path / "dx.dcm"
+    _monochrome1(path, stored, bits_stored=8, intercept=-100.0, window=(0.0, 100.0))
+    (volume, kwargs), = read_dicom(path)
+    np.testing.assert_array_equal(volume, (255 - stored.astype(np.int64)) - 100)
+    # stored window -50..50 in units -100..155: turned round to 155-100-50 .. 155-100+50
+    assert kwargs["contrast_limits"] == pytest.approx((5.0, 105.0))

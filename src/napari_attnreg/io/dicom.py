@@ -395,6 +395,10 @@ def _series_layer(datasets: list[Any], path: Path) -> tuple[np.ndarray, LayerKwa
     if frames > 1:
         slice_spacing = _frame_spacing(first)
     stated, window = _stated_spacing(first), _window(first)  # read once: warned once
+    inverted = _is_monochrome1(first)
+    if inverted and window is not None:  # the window was stated in the stored sense
+        total = sum(_rescaled_range(first))
+        window = (total - window[1], total - window[0])
     row, col = stated or (1.0, 1.0)
     spatial = volume.ndim - (1 if rgb else 0)
     scale = (slice_spacing, row, col) if spatial == 3 else (row, col)
@@ -406,11 +410,12 @@ def _series_layer(datasets: list[Any], path: Path) -> tuple[np.ndarray, LayerKwa
         "metadata": {"source_path": str(path),
                      "dicom": {**_summary(first, path, datasets),
                                "pixel_spacing": stated,  # None: none stated (scale 1 shown)
-                               "window": window}},
+                               "window": window,
+                               # MONOCHROME1's values were turned round (_pixels): say so
+                               "inverted": inverted}},
     }
     if not rgb:
-        kwargs["colormap"] = "gray_r" if first.get("PhotometricInterpretation") == \
-            "MONOCHROME1" else "gray"
+        kwargs["colormap"] = "gray"  # MONOCHROME1 is inverted in the values themselves
         if window is not None:
             kwargs["contrast_limits"] = window
     return volume, kwargs
@@ -446,15 +451,17 @@ def _slice_normal(ds: Any) -> np.ndarray:
 
 
 def _pixels(ds: Any) -> np.ndarray:
-    """Stored values through the modality rescale (slope/intercept), smallest exact dtype."""
+    """Stored values through the modality rescale (slope/intercept), smallest exact dtype;
+    a MONOCHROME1 image's turned round (:func:`_inverted`), so bright is dense."""
     try:
         with decoding(ds.filename, "DICOM image"):
             stored = ds.pixel_array
     except ValueError as err:
         raise ValueError(f"Cannot decode the pixel data of {ds.filename}: {err.__cause__ or err} "
                          "(compressed DICOM may need pylibjpeg or gdcm installed).") from err
-    slope = (_numbers(ds, "RescaleSlope", 1) or (1.0,))[0] or 1.0  # checked: a number
-    intercept = (_numbers(ds, "RescaleIntercept", 1) or (0.0,))[0]
+    if _is_monochrome1(ds):
+        stored = _inverted(ds, stored)
+    slope, intercept = _rescale(ds)
     if slope == 1 and intercept == 0:
         return stored
     if slope == 1 and intercept.is_integer() and np.issubdtype(stored.dtype, np.integer):
@@ -466,6 +473,53 @@ def _pixels(ds: Any) -> np.ndarray:
     exact = np.issubdtype(stored.dtype, np.integer) and stored.dtype.itemsize <= 2
     real = np.float32 if exact else np.float64
     return stored.astype(real) * real(slope) + real(intercept)
+
+
+def _rescale(ds: Any) -> tuple[float, float]:
+    """``(slope, intercept)`` of the modality rescale (1, 0 when not stated)."""
+    slope = (_numbers(ds, "RescaleSlope", 1) or (1.0,))[0] or 1.0  # checked: a number
+    return slope, (_numbers(ds, "RescaleIntercept", 1) or (0.0,))[0]
+
+
+def _is_monochrome1(ds: Any) -> bool:
+    """Grey values stored the other way round: the lowest is white (CR, DX, mammograms)."""
+    return str(_value(ds, "PhotometricInterpretation") or "").strip().upper() == "MONOCHROME1"
+
+
+def _stored_range(ds: Any) -> tuple[int, int]:
+    """The lowest and highest value ``BitsStored`` bits hold (signed when
+    ``PixelRepresentation`` is 1)."""
+    bits = _int(_value(ds, "BitsStored")) or _int(_value(ds, "BitsAllocated")) or 16
+    if _int(_value(ds, "PixelRepresentation")) == 1:
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return 0, (1 << bits) - 1
+
+
+def _rescaled_range(ds: Any) -> tuple[float, float]:
+    """:func:`_stored_range` in the modality's units."""
+    slope, intercept = _rescale(ds)
+    low, high = (v * slope + intercept for v in _stored_range(ds))
+    return (low, high) if low <= high else (high, low)
+
+
+def _inverted(ds: Any, stored: np.ndarray) -> np.ndarray:
+    """A MONOCHROME1 image's stored values turned round within the range its bits hold
+    (``low + high - v``), so higher is brighter as in every other image.
+
+    A viewer shows MONOCHROME1 with an inverted grey scale; the run reads the values, so
+    left as stored the model saw the radiograph as a negative (bone black, air white) and
+    its figure showed that negative. The result never depends on the image's content, so
+    every slice of a series is turned round alike.
+    """
+    if stored.dtype.kind == "f":  # float pixel data states no bit range: its own is used
+        return (stored.max() + stored.min()) - stored
+    low, high = _stored_range(ds)
+    values = (low + high) - stored.astype(np.int64)
+    info = np.iinfo(stored.dtype)
+    if info.min <= values.min() and values.max() <= info.max:
+        return values.astype(stored.dtype)
+    return values.astype(np.promote_types(np.min_scalar_type(int(values.min())),
+                                          np.min_scalar_type(int(values.max()))))
 
 
 def _stated_spacing(ds: Any) -> tuple[float, float] | None:
