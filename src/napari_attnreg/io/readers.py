@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -444,6 +445,7 @@ def _read_with_layout(path: Path, files: Sequence[str | Path] | None = None,
         from napari_attnreg.core.run.lazy import open_lazy
 
         return open_lazy(path).read(slice(None), slice(None)), {}, _zarr_info(path)
+    _refuse_empty(path)
     if path.is_dir() or (path.is_file() and (path.suffix.lower() in DICOM_SUFFIXES
                                              or _is_extensionless_dicom(path))):
         return _read_dicom(path, files)
@@ -452,16 +454,83 @@ def _read_with_layout(path: Path, files: Sequence[str | Path] | None = None,
     if path.suffix.lower() in TIFF_SUFFIXES:
         return _read_tiff(path)
     _refuse_numpy_archive(path)
-    import imageio.v3 as iio
-
-    with decoding(path):  # whatever Pillow/imageio raise on these bytes is this file's error
-        frames = iio.improps(path).is_batch
-        data = iio.imread(path)
+    frames, data = _read_picture(path)
     if frames and data.ndim >= 3:  # an animated GIF/WebP: frames are planes, colours stay whole
         if data.shape[0] == 1:
             return data[0], {}, ImageInfo()
         return data, {"channel_last": True} if data.ndim == 4 else {"rgb": False}, ImageInfo()
     return data, {}, ImageInfo()
+
+
+def _refuse_empty(path: Path) -> None:
+    """A file of 0 bytes is named as such (decoders said "no backend" or "not a TIFF")."""
+    try:
+        empty = path.is_file() and path.stat().st_size == 0
+    except OSError:
+        return  # reading it says why
+    if empty:
+        raise ValueError(f"{path} is empty (0 bytes): it was not written or copied completely; "
+                         "copy or export it again.")
+
+
+#: Pillow modes whose colours are not RGB as stored: read converted by Pillow.
+_CONVERTED_MODES = {"CMYK": "RGB", "YCbCr": "RGB", "LAB": "RGB", "HSV": "RGB", "LA": "LA",
+                    "La": "LA", "PA": "RGBA"}
+
+
+def _read_picture(path: Path) -> tuple[bool, np.ndarray]:
+    """A PNG, JPEG, GIF, WebP or BMP's pixels as the picture shows them, and whether it
+    holds several frames.
+
+    imageio hands over a CMYK JPEG's four ink channels, which were taken for RGB and alpha
+    (a false-colour negative was analysed); Pillow converts them to RGB here. A palette
+    image's transparent entry and a grey image's alpha were dropped or taken for a second
+    channel; they are kept as alpha, which the run turns into background with a note
+    (:func:`~napari_attnreg.core.run.images.flatten_alpha`).
+    """
+    import imageio.v3 as iio
+
+    from napari_attnreg.core.run.images import TransparencyWarning, flatten_alpha
+
+    with decoding(path):  # whatever Pillow/imageio raise on these bytes is this file's error
+        frames = iio.improps(path).is_batch
+        meta = {} if frames else iio.immeta(path)
+        mode = str(meta.get("mode", ""))
+        if mode == "P" and "transparency" in meta:
+            mode = "PA"
+        data = iio.imread(path, mode=_CONVERTED_MODES[mode]) if mode in _CONVERTED_MODES \
+            else iio.imread(path)
+        turned = 1 if frames else _exif_orientation(path)
+    if mode in ("LA", "La") and data.ndim == 3 and data.shape[-1] == 2:  # grey and alpha
+        data, note = flatten_alpha(data)
+        data = data[..., 0]
+        if note is not None:
+            warnings.warn(f"{path.name}: {note}", TransparencyWarning, stacklevel=4)
+    if turned not in (1, None):
+        warnings.warn(
+            f"{path.name}: its EXIF orientation tag ({turned}) asks photo viewers to show it "
+            f"{_EXIF_TURNS.get(turned, 'turned or mirrored')}; it is analysed as stored, as "
+            "napari, Fiji and QuPath show it, so the maps and regions line up with those. "
+            "For the turned picture, save it turned (e.g. PIL.ImageOps.exif_transpose).",
+            stacklevel=4)
+    return frames, data
+
+
+_EXIF_TURNS = {2: "mirrored", 3: "upside down (turned 180°)", 4: "flipped upside down",
+               5: "mirrored and turned", 6: "turned 90° clockwise", 7: "mirrored and turned",
+               8: "turned 90° anticlockwise"}
+
+
+def _exif_orientation(path: Path) -> int | None:
+    """The EXIF Orientation (tag 274) a picture states, None when none."""
+    from PIL import Image
+
+    with Image.open(path) as picture:
+        value = picture.getexif().get(0x0112)
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _is_extensionless_dicom(path: Path) -> bool:
