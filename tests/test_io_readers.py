@@ -484,3 +484,25 @@ def test_monochrome1_with_a_rescale_is_turned_round_in_the_modality_units(tmp_pa
     np.testing.assert_array_equal(volume, (255 - stored.astype(np.int64)) - 100)
     # stored window -50..50 in units -100..155: turned round to 155-100-50 .. 155-100+50
     assert kwargs["contrast_limits"] == pytest.approx((5.0, 105.0))
+
+
+def test_a_compressed_dicom_without_its_decoder_says_what_to_install(tmp_path):
+    import importlib.util
+
+    from pydicom.encaps import encapsulate
+    from pydicom.uid import JPEGLosslessSV1
+
+    if any(importlib.util.find_spec(m) for m in ("pylibjpeg", "gdcm")):
+        pytest.skip("a JPEG Lossless decoder is installed here")
+    path = tmp_path / "ct_jpeg_lossless.dcm"
+    write_ct_slice(path, 0.0, 1, np.zeros((8, 8), np.uint16))
+    ds = pydicom.dcmread(path)
+    ds.file_meta.TransferSyntaxUID = JPEGLosslessSV1
+    ds.PixelData = encapsulate([b"\xff\xd8\xff\xc3" + b"\0" * 32 + b"\xff\xd9"])
+    ds["PixelData"].VR = "OB"
+    ds.save_as(path, enforce_file_format=True)
+    with pytest.raises(ValueError) as caught:
+        read_dicom(path)
+    message = str(caught.value)
+    assert "compressed as JPEG Lossless" in message and "pip install pylibjpeg" in message
+    assert "\n" not in message  # one line: a batch's summary row and its terminal line

@@ -457,8 +457,7 @@ def _pixels(ds: Any) -> np.ndarray:
         with decoding(ds.filename, "DICOM image"):
             stored = ds.pixel_array
     except ValueError as err:
-        raise ValueError(f"Cannot decode the pixel data of {ds.filename}: {err.__cause__ or err} "
-                         "(compressed DICOM may need pylibjpeg or gdcm installed).") from err
+        raise ValueError(_undecodable(ds, err.__cause__ or err)) from err
     if _is_monochrome1(ds):
         stored = _inverted(ds, stored)
     slope, intercept = _rescale(ds)
@@ -473,6 +472,26 @@ def _pixels(ds: Any) -> np.ndarray:
     exact = np.issubdtype(stored.dtype, np.integer) and stored.dtype.itemsize <= 2
     real = np.float32 if exact else np.float64
     return stored.astype(real) * real(slope) + real(intercept)
+
+
+#: What decodes every compressed transfer syntax pydicom leaves to plugins (JPEG baseline,
+#: extended and lossless, JPEG-LS: libjpeg; JPEG 2000: openjpeg).
+DECODERS = "pip install pylibjpeg pylibjpeg-libjpeg pylibjpeg-openjpeg (or pip install python-gdcm)"
+
+
+def _undecodable(ds: Any, cause: BaseException) -> str:
+    """Why a file's pixel data cannot be decoded, on one line; for a compressed file with no
+    decoder installed, which compression it is and what to install (pydicom's own message
+    lists plugins and version pins over several tab-indented lines)."""
+    reason = " ".join(str(cause).split())
+    syntax = getattr(getattr(ds, "file_meta", None), "TransferSyntaxUID", None)
+    compressed = bool(getattr(syntax, "is_compressed", False))
+    name = getattr(syntax, "name", "") or str(syntax)
+    if compressed and "missing dependencies" in reason:
+        return (f"{ds.filename}: its pixel data is compressed as {name}, and no decoder for it "
+                f"is installed: {DECODERS}, then run it again.")
+    hint = f" (compressed as {name}: {DECODERS} if it is missing)" if compressed else ""
+    return f"Cannot decode the pixel data of {ds.filename}: {reason}{hint}."
 
 
 def _rescale(ds: Any) -> tuple[float, float]:
