@@ -134,6 +134,29 @@ class ImageInfo:
         return extra
 
 
+#: The first bytes of a TIFF and a BigTIFF, little and big endian.
+_TIFF_MAGIC = (b"II*\0", b"MM\0*", b"II+\0", b"MM\0+")
+
+
+def is_tiff(path: str | Path) -> bool:
+    """A TIFF file: named ``.tif``/``.tiff``, or without an image ending and starting with
+    TIFF's marker (``IMG_0001``, ``stack.ome`` from a script). Read by imageio, such a file
+    gave its first page alone: an OME-TIFF's or ImageJ hyperstack's other planes, channels
+    and pixel size were lost without a word."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    if path.suffix.lower() in TIFF_SUFFIXES:
+        return True
+    if path.name.lower().endswith(IMAGE_SUFFIXES):
+        return False
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) in _TIFF_MAGIC
+    except OSError:
+        return False
+
+
 def is_zarr(path: str | Path) -> bool:
     """An OME-Zarr image: a folder named ``*.zarr``."""
     path = Path(path)
@@ -202,7 +225,7 @@ def image_info(path: str | Path) -> ImageInfo:
     try:
         if is_zarr(path):
             return _zarr_info(path)
-        if path.is_file() and path.suffix.lower() in TIFF_SUFFIXES:
+        if is_tiff(path):
             import tifffile
 
             with decoding(path), tifffile.TiffFile(path, _multifile=False) as tif:
@@ -232,7 +255,7 @@ def read_lazy(path: str | Path) -> LazyImage | None:
     then reports a damaged file.
     """
     path = Path(path)
-    if not (is_zarr(path) or path.is_file() and path.suffix.lower() in TIFF_SUFFIXES):
+    if not (is_zarr(path) or is_tiff(path)):
         return None
     from napari_attnreg.core.run.lazy import open_lazy
 
@@ -376,7 +399,7 @@ def _check_header(path: Path) -> None:
     file whose content is not its ending's format); nothing for a readable image file."""
     if not path.is_file() or path.suffix.lower() in DICOM_SUFFIXES or is_zarr(path):
         return
-    if path.suffix.lower() in TIFF_SUFFIXES:
+    if is_tiff(path):
         import tifffile
 
         with decoding(path), tifffile.TiffFile(path, _multifile=False):
@@ -420,7 +443,7 @@ def header_plane_shape(path: str | Path) -> tuple[int, int] | None:
             return None if lazy is None else lazy.shape
         if not path.is_file() or path.suffix.lower() in DICOM_SUFFIXES:
             return None
-        if path.suffix.lower() in TIFF_SUFFIXES:
+        if is_tiff(path):
             import tifffile
 
             with decoding(path), tifffile.TiffFile(path, _multifile=False) as tif:
@@ -451,7 +474,7 @@ def _read_with_layout(path: Path, files: Sequence[str | Path] | None = None,
         return _read_dicom(path, files)
     if not path.is_file():
         raise ValueError(f"No such image file: {path}")
-    if path.suffix.lower() in TIFF_SUFFIXES:
+    if is_tiff(path):
         return _read_tiff(path)
     _refuse_numpy_archive(path)
     frames, data = _read_picture(path)
