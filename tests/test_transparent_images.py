@@ -141,3 +141,15 @@ def test_an_empty_file_is_called_empty(tmp_path):
     (tmp_path / "scan.png").write_bytes(b"")
     with pytest.raises(ValueError, match=r"scan.png is empty \(0 bytes\)"):
         read_source(tmp_path / "scan.png")
+
+
+def test_a_tiled_run_of_a_cut_out_png_lists_the_note_among_its_diagnostics(tmp_path):
+    """The batch prepares a tiled image before the run (for its figure): the note was
+    printed there and lost from the result."""
+    import imageio.v3 as iio
+
+    iio.imwrite(tmp_path / "cut.png", _cut_out(_tissue((200, 200))))
+    assert main(["run", str(tmp_path / "cut.png"), "--tiled", "--model", "demo", "--n-boot",
+                 "4", "--quiet", "--out", str(tmp_path / "out")]) == 0
+    result = AttentionResult.load(tmp_path / "out" / "cut.png.attnreg.npz")
+    assert sum("alpha channel" in d.message for d in result.diagnostics) == 1
