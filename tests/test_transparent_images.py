@@ -153,3 +153,32 @@ def test_a_tiled_run_of_a_cut_out_png_lists_the_note_among_its_diagnostics(tmp_p
                  "4", "--quiet", "--out", str(tmp_path / "out")]) == 0
     result = AttentionResult.load(tmp_path / "out" / "cut.png.attnreg.npz")
     assert sum("alpha channel" in d.message for d in result.diagnostics) == 1
+
+
+def _rgba_tiff(path, size=200):
+    import tifffile
+
+    tifffile.imwrite(path, _cut_out(_tissue((size, size))), photometric="rgb",
+                     extrasamples=["unassalpha"])
+
+
+def test_a_tiled_run_of_an_rgba_tiff_flattens_it_in_memory_when_it_fits(tmp_path):
+    """A TIFF is read tile by tile for a tiled run, which left its alpha out silently."""
+    _rgba_tiff(tmp_path / "cut.tif")
+    assert main(["run", str(tmp_path / "cut.tif"), "--tiled", "--model", "demo", "--n-boot",
+                 "4", "--quiet", "--out", str(tmp_path / "out")]) == 0
+    result = AttentionResult.load(tmp_path / "out" / "cut.tif.attnreg.npz")
+    assert any("white background" in d.message for d in result.diagnostics)
+
+
+def test_an_rgba_tiff_too_large_for_memory_says_its_alpha_is_not_applied(tmp_path,
+                                                                          monkeypatch):
+    from napari_attnreg.core.run import lazy
+
+    monkeypatch.setattr(lazy, "MAX_UNTILED_PIXELS", 100)  # as if it were a 50000² slide
+    _rgba_tiff(tmp_path / "cut.tif")
+    assert main(["run", str(tmp_path / "cut.tif"), "--tiled", "--model", "demo", "--n-boot",
+                 "4", "--quiet", "--out", str(tmp_path / "out")]) == 0
+    result = AttentionResult.load(tmp_path / "out" / "cut.tif.attnreg.npz")
+    (note,) = [d.message for d in result.diagnostics if "alpha channel" in d.message]
+    assert "12.5% of its pixels transparent" in note and "not applied" in note

@@ -287,7 +287,7 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
         Unreadable, too large for an untiled run (the message names ``--tiled``), or an
         impossible slide level.
     """
-    from napari_attnreg.core.run.lazy import check_untiled_size
+    from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS, check_untiled_size
     from napari_attnreg.io.dicom_wsi import is_dicom_wsi, open_dicom_slide
     from napari_attnreg.io.ometiff import is_ome_image
     from napari_attnreg.io.slides import (
@@ -344,6 +344,8 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
     lazy_ok = tiled and opts.get("tile_scale", 1.0) == 1 and all(
         opts.get(k) is None for k in ("channels", "merge", "channel_axis"))
     lazy = read_lazy(path) if lazy_ok and not files else None
+    if lazy is not None and lazy.has_alpha and lazy.shape[0] * lazy.shape[1] <= MAX_UNTILED_PIXELS:
+        lazy = None  # in memory its transparent pixels become background, with a note
     if lazy is not None:
         return lazy, image_info(path)
     shape = None if tiled else header_plane_shape(path)

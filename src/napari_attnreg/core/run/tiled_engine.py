@@ -17,6 +17,7 @@ import time
 import warnings
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,7 @@ from napari_attnreg.core.run.images import (
     ChannelMap,
     ImageNoteWarning,
     PreparedImage,
+    TransparencyWarning,
     check_values,
     to_channels_last,
 )
@@ -271,6 +273,15 @@ def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> Ti
                          "channels; for tile_scale, channels or merge read the image into memory.")
     ph, pw = backbone.patch_size
     h0, w0 = image.analysed_shape
+    clear = image.transparency()
+    if clear > 0:  # too large to flatten in memory: said, never silently analysed
+        warnings.warn(
+            f"{Path(image.path).name or 'The image'}: its alpha channel marks about "
+            f"{100 * clear:.3g}% of its pixels transparent, but an RGBA image this large is "
+            "read tile by tile with the colours stored under them (transparency is not "
+            "applied). Flatten it onto its background first (vips flatten IN out.tif "
+            "--background 255; Fiji: Image > Type > RGB Color) and run that file.",
+            TransparencyWarning, stacklevel=2)
     if h0 < ph or w0 < pw:
         finer = ""
         if image.mpp is not None:  # the resolution asked for shrank it below a patch
