@@ -283,8 +283,8 @@ def flatten_alpha(image: np.ndarray) -> tuple[np.ndarray, str | None]:
         f"{partial} partly): they were analysed as a {'white' if bright else 'black'} "
         f"background (its visible pixels are mostly {'bright' if bright else 'dark'}), partly "
         "transparent ones blended into it, not with the colours stored under them. For another "
-        "background, flatten the image onto it first (Fiji: Image > Type > RGB Color; Python: "
-        "PIL.Image.alpha_composite) and give that image.")
+        "background, flatten the image onto it first (ImageMagick: magick IN -background "
+        "white -flatten OUT; Python: PIL.Image.alpha_composite) and give that image.")
 
 
 def _opacity(alpha: np.ndarray) -> np.ndarray:

@@ -279,8 +279,8 @@ def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> Ti
             f"{Path(image.path).name or 'The image'}: its alpha channel marks about "
             f"{100 * clear:.3g}% of its pixels transparent, but an RGBA image this large is "
             "read tile by tile with the colours stored under them (transparency is not "
-            "applied). Flatten it onto its background first (vips flatten IN out.tif "
-            "--background 255; Fiji: Image > Type > RGB Color) and run that file.",
+            "applied). Flatten it onto its background first (ImageMagick: magick IN "
+            "-background white -flatten OUT) and run that file.",
             TransparencyWarning, stacklevel=2)
     if h0 < ph or w0 < pw:
         finer = ""
