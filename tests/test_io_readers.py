@@ -506,3 +506,29 @@ def test_a_compressed_dicom_without_its_decoder_says_what_to_install(tmp_path):
     message = str(caught.value)
     assert "compressed as JPEG Lossless" in message and "pip install pylibjpeg" in message
     assert "\n" not in message  # one line: a batch's summary row and its terminal line
+
+
+def test_a_palette_colour_dicom_is_read_in_its_colours_not_as_grey_indices(tmp_path):
+    from pydicom.dataelem import DataElement
+
+    from napari_attnreg.io.readers import read_source
+
+    path = tmp_path / "us.dcm"
+    index = np.array([[0, 1, 2], [2, 1, 0]], np.uint8)
+    write_ct_slice(path, 0.0, 1, np.zeros((2, 3), np.uint16), intercept=0.0, modality="US")
+    ds = pydicom.dcmread(path)
+    ds.PhotometricInterpretation = "PALETTE COLOR"
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit = 8, 8, 7
+    ds.PixelData = index.tobytes()
+    table = {"Red": [65535, 0, 0], "Green": [0, 65535, 0], "Blue": [0, 0, 65535]}
+    for n, colour in enumerate(("Red", "Green", "Blue")):
+        ds.add(DataElement(0x00281101 + n, "US", [3, 0, 16]))
+        ds.add(DataElement(0x00281201 + n, "OW",
+                           np.array(table[colour], "<u2").tobytes()))
+    ds.save_as(path, enforce_file_format=True)
+    (volume, kwargs), = read_dicom(path)
+    assert kwargs["rgb"] and volume.shape == (2, 3, 3) and volume.dtype == np.uint8
+    np.testing.assert_array_equal(volume[0, 0], [255, 0, 0])  # index 0: red
+    np.testing.assert_array_equal(volume[0, 2], [0, 0, 255])  # index 2: blue
+    stack, _ = read_source(path)
+    assert stack.rgb and stack.plane_shape == (2, 3)

@@ -389,7 +389,7 @@ def _series_layer(datasets: list[Any], path: Path) -> tuple[np.ndarray, LayerKwa
     frames = max(_int(_value(first, "NumberOfFrames")), 1)  # a multi-frame file is alone here
     datasets, slice_spacing = _sort_slices(datasets)
     volume = np.stack([_pixels(ds) for ds in datasets]) if frames == 1 else _pixels(first)
-    rgb = _int(_value(first, "SamplesPerPixel")) > 1
+    rgb = _int(_value(first, "SamplesPerPixel")) > 1 or _is_palette(first)
     if volume.shape[0] == 1 and volume.ndim > (3 if rgb else 2):
         volume = volume[0]
     if frames > 1:
@@ -458,6 +458,8 @@ def _pixels(ds: Any) -> np.ndarray:
             stored = ds.pixel_array
     except ValueError as err:
         raise ValueError(_undecodable(ds, err.__cause__ or err)) from err
+    if _is_palette(ds):
+        return _palette_colours(ds, stored)
     if _is_monochrome1(ds):
         stored = _inverted(ds, stored)
     slope, intercept = _rescale(ds)
@@ -498,6 +500,28 @@ def _rescale(ds: Any) -> tuple[float, float]:
     """``(slope, intercept)`` of the modality rescale (1, 0 when not stated)."""
     slope = (_numbers(ds, "RescaleSlope", 1) or (1.0,))[0] or 1.0  # checked: a number
     return slope, (_numbers(ds, "RescaleIntercept", 1) or (0.0,))[0]
+
+
+def _is_palette(ds: Any) -> bool:
+    """Indices into a colour table (PALETTE COLOR: ultrasound, nuclear medicine captures)."""
+    return str(_value(ds, "PhotometricInterpretation") or "").strip().upper() == "PALETTE COLOR"
+
+
+def _palette_colours(ds: Any, stored: np.ndarray) -> np.ndarray:
+    """A PALETTE COLOR image's indices through its colour table: ``(..., 3)`` RGB, 8-bit.
+
+    The indices alone were read as a grey image: the model saw, and napari showed, the
+    table's positions instead of the colours. 16-bit table entries become 8-bit (what an
+    8-bit RGB image is scaled as, by /255, keeping its colours).
+    """
+    from pydicom.pixels import apply_color_lut
+
+    with decoding(ds.filename, "DICOM colour table"):
+        colours = np.asarray(apply_color_lut(stored, ds))
+    if colours.dtype != np.uint8:
+        peak = 65535 if colours.dtype.itemsize >= 2 else 255
+        colours = ((colours.astype(np.uint32) * 255 + peak // 2) // peak).astype(np.uint8)
+    return colours
 
 
 def _is_monochrome1(ds: Any) -> bool:
