@@ -532,3 +532,31 @@ def test_a_palette_colour_dicom_is_read_in_its_colours_not_as_grey_indices(tmp_p
     np.testing.assert_array_equal(volume[0, 2], [0, 0, 255])  # index 2: blue
     stack, _ = read_source(path)
     assert stack.rgb and stack.plane_shape == (2, 3)
+
+
+def test_an_enhanced_ct_is_rescaled_and_windowed_from_its_functional_groups(tmp_path):
+    """An enhanced (multi-frame) CT states its rescale and window per frame or shared, in
+    functional groups, not at the top level: its values came out 1024 off Hounsfield units
+    and its window was lost."""
+    from pydicom.dataset import Dataset
+    from pydicom.sequence import Sequence
+
+    path = tmp_path / "enhanced_ct.dcm"
+    frames = np.stack([np.full((4, 5), 1000 + 100 * k, np.uint16) for k in range(3)])
+    _multi_frame(path, frames)
+    ds = pydicom.dcmread(path)
+    for key in ("RescaleSlope", "RescaleIntercept", "WindowCenter", "WindowWidth"):
+        del ds[key]
+    transform, window = Dataset(), Dataset()
+    transform.RescaleSlope, transform.RescaleIntercept = 1.0, -1024.0
+    window.WindowCenter, window.WindowWidth = 40.0, 400.0
+    shared = Dataset()
+    shared.PixelValueTransformationSequence = Sequence([transform])
+    frame = Dataset()
+    frame.FrameVOILUTSequence = Sequence([window])
+    ds.SharedFunctionalGroupsSequence = Sequence([shared])
+    ds.PerFrameFunctionalGroupsSequence = Sequence([frame] * 3)
+    ds.save_as(path, enforce_file_format=True)
+    (volume, kwargs), = read_dicom(path)
+    np.testing.assert_array_equal(volume, frames.astype(np.int64) - 1024)
+    assert kwargs["contrast_limits"] == pytest.approx((-160.0, 240.0))

@@ -88,8 +88,9 @@ def input_stamp(path: Path, files: Sequence[Path] = ()) -> dict[str, Any]:
 #: made by an earlier reading is made again on resume, never kept as it was.
 READING_VERSION = 2
 REREAD_SUFFIXES = (".dcm", ".dicom", ".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp")
-READING_CHANGES = ("DICOM MONOCHROME1 the right way round, CMYK JPEGs in colour, transparent "
-                   "pixels as background, TIFFs without an ending as TIFFs")
+READING_CHANGES = ("DICOM MONOCHROME1 the right way round and PALETTE COLOR in colour, CMYK "
+                   "JPEGs in colour, transparent pixels as background, TIFFs without an ending "
+                   "as TIFFs")
 
 
 def _reading(path: Path, series: bool) -> dict[str, int]:

@@ -497,9 +497,13 @@ def _undecodable(ds: Any, cause: BaseException) -> str:
 
 
 def _rescale(ds: Any) -> tuple[float, float]:
-    """``(slope, intercept)`` of the modality rescale (1, 0 when not stated)."""
-    slope = (_numbers(ds, "RescaleSlope", 1) or (1.0,))[0] or 1.0  # checked: a number
-    return slope, (_numbers(ds, "RescaleIntercept", 1) or (0.0,))[0]
+    """``(slope, intercept)`` of the modality rescale (1, 0 when not stated); an enhanced
+    CT or MR states it in its functional groups, where it was not looked for (the values
+    came out 1024 off Hounsfield units)."""
+    source = ds if "RescaleSlope" in ds or "RescaleIntercept" in ds else \
+        _functional(ds, "PixelValueTransformationSequence")
+    slope = (_numbers(source, "RescaleSlope", 1) or (1.0,))[0] or 1.0  # checked: a number
+    return slope, (_numbers(source, "RescaleIntercept", 1) or (0.0,))[0]
 
 
 def _is_palette(ds: Any) -> bool:
@@ -590,12 +594,22 @@ def _frame_spacing(ds: Any, functional: bool = True) -> float:
 
 def _pixel_measures(ds: Any) -> Any:
     """The pixel measures of an enhanced (multi-frame) object's shared functional groups."""
+    return _functional(ds, "PixelMeasuresSequence", per_frame=False)
+
+
+def _functional(ds: Any, name: str, per_frame: bool = True) -> Any:
+    """The first item of an enhanced (multi-frame) object's functional group ``name``: the
+    shared groups', else (``per_frame``) the first frame's; None when neither states it."""
     try:
-        shared = ds.get("SharedFunctionalGroupsSequence")
-        if not shared or "PixelMeasuresSequence" not in shared[0]:
-            return None
-        measures = shared[0].PixelMeasuresSequence
-        return measures[0] if measures else None
+        groups = ["SharedFunctionalGroupsSequence"] + (
+            ["PerFrameFunctionalGroupsSequence"] if per_frame else [])
+        for group in groups:
+            found = ds.get(group)
+            if found and name in found[0]:
+                items = found[0][name].value
+                if items:
+                    return items[0]
+        return None
     except Exception:  # noqa: BLE001  a damaged sequence states nothing usable
         return None
 
@@ -603,6 +617,8 @@ def _pixel_measures(ds: Any) -> Any:
 def _window(ds: Any) -> tuple[float, float] | None:
     """The first stored window (centre ± width/2), in rescaled units; a damaged one is
     ignored with a warning (it only sets the display, never the analysis)."""
+    if "WindowCenter" not in ds:  # an enhanced object's: in its functional groups
+        ds = _functional(ds, "FrameVOILUTSequence") or ds
     centre, width = _described(ds, "WindowCenter"), _described(ds, "WindowWidth")
     if centre is None or width is None or width[0] <= 0:
         return None
