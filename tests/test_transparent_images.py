@@ -182,3 +182,14 @@ def test_an_rgba_tiff_too_large_for_memory_says_its_alpha_is_not_applied(tmp_pat
     result = AttentionResult.load(tmp_path / "out" / "cut.tif.attnreg.npz")
     (note,) = [d.message for d in result.diagnostics if "alpha channel" in d.message]
     assert "12.5% of its pixels transparent" in note and "not applied" in note
+
+
+def test_a_fourth_channel_that_marks_nothing_opaque_is_not_taken_for_alpha():
+    """A 4-channel 16-bit microscopy array laid out (H, W, 4) is read as RGBA by shape: its
+    fourth channel made nearly every pixel transparent, i.e. a black image."""
+    rng = np.random.default_rng(0)
+    four = (rng.random((64, 80, 4)) * 4000).astype(np.uint16)
+    with pytest.warns(TransparencyWarning, match="not taken for transparency.*channel_axis=-1"):
+        prep = prepare_image(four, **KW)
+    plain = prepare_image(four[..., :3], **KW)
+    np.testing.assert_array_equal(prep.tensor.numpy(), plain.tensor.numpy())

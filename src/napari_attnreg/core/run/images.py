@@ -250,7 +250,8 @@ def flatten_alpha(image: np.ndarray) -> tuple[np.ndarray, str | None]:
     bright (brightfield, slides, documents), black when they are mostly dark (fluorescence),
     at the lightest or darkest visible value for images that are not 8-bit; partly
     transparent pixels are blended into it. An alpha of 0 everywhere marks nothing (a writer
-    that left it unset): the colours are analysed as stored, with a note.
+    that left it unset), and a fourth channel with no pixel opaque is no alpha (4-channel
+    microscopy): the colours are analysed as stored, with a note saying so.
     """
     colour, alpha = image[..., :-1], image[..., -1]
     opacity = _opacity(alpha)
@@ -276,6 +277,8 @@ def flatten_alpha(image: np.ndarray) -> tuple[np.ndarray, str | None]:
         flat = np.clip(np.rint(blended), info.min, info.max).astype(colour.dtype)
     else:
         flat = blended.astype(colour.dtype)
+    if float(opacity.max()) < 1.0:  # nothing opaque: a fourth channel, not transparency
+        return colour, _NOT_ALPHA
     clear, partial = int(np.count_nonzero(~visible)), int(np.count_nonzero(visible & (opacity < 1)))
     share = 100.0 * (clear + partial) / opacity.size
     return flat, (
@@ -285,6 +288,13 @@ def flatten_alpha(image: np.ndarray) -> tuple[np.ndarray, str | None]:
         "transparent ones blended into it, not with the colours stored under them. For another "
         "background, flatten the image onto it first (ImageMagick: magick IN -background "
         "white -flatten OUT; Python: PIL.Image.alpha_composite) and give that image.")
+
+
+#: A fourth channel that marks no pixel opaque is no alpha channel (4-channel microscopy).
+_NOT_ALPHA = ("The image's fourth channel, read as alpha (RGBA), makes no pixel opaque, so it is "
+              "not taken for transparency: it was left out and the first three analysed as RGB. "
+              "If it is a fourth channel, choose three with channel_axis=-1 and channels=[...] "
+              "(command line: --channel-axis -1 --channels ...).")
 
 
 def _opacity(alpha: np.ndarray) -> np.ndarray:

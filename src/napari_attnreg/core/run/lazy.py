@@ -99,7 +99,7 @@ class LazyImage:
 
     def transparency(self) -> float:
         """The share of pixels not fully opaque in a strided sample of the alpha channel (0
-        for an image without alpha)."""
+        for an image without alpha, or whose fourth channel marks no pixel opaque)."""
         if not self.has_alpha:
             return 0.0
         h, w = self.shape
@@ -108,7 +108,9 @@ class LazyImage:
             alpha = np.asarray(self.array[0:h:step, 0:w:step, 3])
         opaque = np.iinfo(alpha.dtype).max if alpha.dtype.kind in "iu" else (
             True if alpha.dtype == bool else 1.0)
-        return float(np.mean(alpha < opaque)) if alpha.size else 0.0
+        if not alpha.size or not (alpha >= opaque).any():  # nothing opaque: no alpha (as
+            return 0.0                                      # images.flatten_alpha reads it)
+        return float(np.mean(alpha < opaque))
 
     @property
     def analysed_shape(self) -> tuple[int, int]:
