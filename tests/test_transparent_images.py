@@ -193,3 +193,26 @@ def test_a_fourth_channel_that_marks_nothing_opaque_is_not_taken_for_alpha():
         prep = prepare_image(four, **KW)
     plain = prepare_image(four[..., :3], **KW)
     np.testing.assert_array_equal(prep.tensor.numpy(), plain.tensor.numpy())
+
+
+def test_what_reading_a_picture_says_reaches_the_results_diagnostics(tmp_path):
+    """A grey+alpha PNG is flattened and an EXIF orientation named by the reader; both were
+    printed and then missing from the result and the batch's summary."""
+    import csv
+
+    grey = _tissue((96, 96))[..., 1]
+    la = np.dstack([grey, np.full(grey.shape, 255, np.uint8)])
+    la[:, :24, 1] = 0
+    Image.fromarray(la, "LA").save(tmp_path / "la.png")
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(_tissue((96, 96))).save(tmp_path / "phone.jpg", exif=exif.tobytes())
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "la.png"), str(tmp_path / "phone.jpg"), "--model",
+                 "demo", "--n-boot", "4", "--quiet", "--out", str(out)]) == 0
+    flat = AttentionResult.load(out / "la.png.attnreg.npz")
+    assert sum("alpha channel" in d.message for d in flat.diagnostics) == 1
+    turned = AttentionResult.load(out / "phone.jpg.attnreg.npz")
+    assert any("EXIF orientation" in d.message for d in turned.diagnostics)
+    rows = list(csv.DictReader(open(out / "summary.csv", encoding="utf-8")))
+    assert all("statistics_warning" in r["warnings"] for r in rows)

@@ -82,6 +82,9 @@ class ImageInfo:
     #: A slide's level read (``slide_level``, ``slide_resample``, ``slide_downsample``), which
     #: a run of its pixels read whole records as a tiled run of it does.
     slide: Mapping[str, Any] | None = None
+    #: What reading the file said that its result lists among its diagnostics (transparency
+    #: made background, an EXIF orientation not applied: ``ImageNoteWarning``).
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def from_layer_metadata(cls, metadata: Mapping[str, Any]) -> ImageInfo:
@@ -131,6 +134,8 @@ class ImageInfo:
         if self.kind:
             extra.update(image_kind=self.kind, image_kind_source=self.kind_source)
         extra.update(self.slide or {})
+        if self.notes:  # the run adds them to its diagnostics
+            extra["reading_notes"] = list(self.notes)
         return extra
 
 
@@ -206,10 +211,18 @@ def read_source(path: str | Path, channel_axis: int | None = None,
     ValueError
         As :func:`read_stack`; a DICOM folder holding several series names them.
     """
+    from napari_attnreg.core.run.notes import ImageNoteWarning
     from napari_attnreg.core.run.planes import PlaneStack
 
     path = Path(path)
-    data, hints, info = _read_with_layout(path, files)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ImageNoteWarning)
+        data, hints, info = _read_with_layout(path, files)
+    for seen in caught:  # shown as ever; what the result should say is kept with the file
+        warnings.warn_explicit(seen.message, seen.category, seen.filename, seen.lineno)
+    notes = tuple(str(w.message) for w in caught if issubclass(w.category, ImageNoteWarning))
+    if notes:
+        info = replace(info, notes=info.notes + notes)
     if channel_axis is not None:
         hints = {"channel_axis": channel_axis}
     try:
@@ -515,7 +528,8 @@ def _read_picture(path: Path) -> tuple[bool, np.ndarray]:
     """
     import imageio.v3 as iio
 
-    from napari_attnreg.core.run.images import TransparencyWarning, flatten_alpha
+    from napari_attnreg.core.run.images import flatten_alpha
+    from napari_attnreg.core.run.notes import ImageNoteWarning, TransparencyWarning
 
     with decoding(path):  # whatever Pillow/imageio raise on these bytes is this file's error
         frames = iio.improps(path).is_batch
@@ -537,7 +551,7 @@ def _read_picture(path: Path) -> tuple[bool, np.ndarray]:
             f"{_EXIF_TURNS.get(turned, 'turned or mirrored')}; it is analysed as stored, as "
             "napari, Fiji and QuPath show it, so the maps and regions line up with those. "
             "For the turned picture, save it turned (e.g. PIL.ImageOps.exif_transpose).",
-            stacklevel=4)
+            ImageNoteWarning, stacklevel=4)
     return frames, data
 
 

@@ -195,7 +195,7 @@ def prepare_for(image: Any, backbone: Backbone, config: RunConfig) -> Any:
 def _prepare(image: Any, backbone: Backbone, config: RunConfig, run: Run) -> PreparedImage:
     """The model-ready image; its size warnings become diagnostics of the run."""
     prepared = prepare_for(image, backbone, config)
-    run.warnings_seen.extend(prepared.notes)
+    run.warnings_seen.extend([*config.extra.get("reading_notes", ()), *prepared.notes])
     return prepared
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from napari_attnreg.core.run.notes import ImageNoteWarning, TransparencyWarning
 from napari_attnreg.core.run.planes import PlaneStack, as_plain_array
 
 TargetSize = int | tuple[int, int] | Literal["model", "native"] | None
@@ -25,17 +26,8 @@ TargetSize = int | tuple[int, int] | Literal["model", "native"] | None
 UPSCALE_WARNING = 4.0
 
 
-class ImageNoteWarning(UserWarning):
-    """Something about the image as it was prepared that its result lists among its
-    diagnostics (:attr:`PreparedImage.notes`)."""
-
-
 class ImageSizeWarning(ImageNoteWarning):
     """The model input is much larger than the image (slow, and no finer attention)."""
-
-
-class TransparencyWarning(ImageNoteWarning):
-    """An RGBA image has transparent pixels: they were analysed over a plain background."""
 
 
 @dataclass(frozen=True)

@@ -433,7 +433,8 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
         config = replace(config, extra={**image.run_extra(), **config.extra})
     run = Run.start(config, cancel)
     tiled = prepare_tiled(image, backbone, config, run.device)
-    run.warnings_seen.extend(tiled.notes)  # transparency: a diagnostic, as untiled
+    # what reading and preparing the image said: diagnostics, as for an untiled run
+    run.warnings_seen.extend([*config.extra.get("reading_notes", ()), *tiled.notes])
     backbone = backbone.on(run.device)  # a copy on another device; the shared one never moves
     tiled = replace(tiled, source=tiled.source.to(run.device))
     layout, owned = tiled.layout, tiled.run_tiles()
