@@ -216,3 +216,13 @@ def test_what_reading_a_picture_says_reaches_the_results_diagnostics(tmp_path):
     assert any("EXIF orientation" in d.message for d in turned.diagnostics)
     rows = list(csv.DictReader(open(out / "summary.csv", encoding="utf-8")))
     assert all("statistics_warning" in r["warnings"] for r in rows)
+
+
+def test_a_text_file_under_an_image_name_is_called_text(tmp_path):
+    (tmp_path / "scan.jpg").write_text("<html><body>404 Not Found</body></html>\n")
+    with pytest.raises(ValueError, match=r"scan.jpg is not a readable image: it holds text "
+                                         r"\(it starts '<html><body>404"):
+        read_source(tmp_path / "scan.jpg")
+    (tmp_path / "grey.pgm").write_text("P2\n2 2\n255\n0 255\n255 0\n")  # a text image format
+    stack, _ = read_source(tmp_path / "grey.pgm")
+    assert stack.plane_shape == (2, 2)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from napari_attnreg.core.files import decoding
+from napari_attnreg.core.files import UnreadableFileError, decoding
 from napari_attnreg.core.stats.diagnostics import kind_of_modality
 from napari_attnreg.io.dicom import DICOM_SUFFIXES, is_dicom_file
 
@@ -531,6 +531,7 @@ def _read_picture(path: Path) -> tuple[bool, np.ndarray]:
     from napari_attnreg.core.run.images import flatten_alpha
     from napari_attnreg.core.run.notes import ImageNoteWarning, TransparencyWarning
 
+    _refuse_text(path)
     with decoding(path):  # whatever Pillow/imageio raise on these bytes is this file's error
         frames = iio.improps(path).is_batch
         meta = {} if frames else iio.immeta(path)
@@ -553,6 +554,33 @@ def _read_picture(path: Path) -> tuple[bool, np.ndarray]:
             "For the turned picture, save it turned (e.g. PIL.ImageOps.exif_transpose).",
             ImageNoteWarning, stacklevel=4)
     return frames, data
+
+
+_BINARY_PICTURES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp")
+
+
+def _refuse_text(path: Path) -> None:
+    """A text file under an image's name (a README saved as .jpg, an HTML error page
+    downloaded as .png) is called text: imageio's words were that no backend could open it
+    "with iomode `r`". Only names of binary formats are looked at (ASCII PGM/PPM and SVG
+    are images in text)."""
+    if path.suffix.lower() not in _BINARY_PICTURES:
+        return
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(512)
+    except OSError:
+        return  # reading it says why
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return
+    if head and "\0" not in text and all(c.isprintable() or c.isspace() for c in text):
+        start = " ".join(text.split())[:40]
+        raise UnreadableFileError(
+            f"{path} is not a readable image: it holds text (it starts {start!r}); check "
+            "that it is the file you meant (a download or export may have saved an error "
+            "page or a note under the image's name).")
 
 
 _EXIF_TURNS = {2: "mirrored", 3: "upside down (turned 180°)", 4: "flipped upside down",
