@@ -487,8 +487,11 @@ def _undecodable(ds: Any, cause: BaseException) -> str:
     lists plugins and version pins over several tab-indented lines)."""
     reason = " ".join(str(cause).split())
     syntax = getattr(getattr(ds, "file_meta", None), "TransferSyntaxUID", None)
-    compressed = bool(getattr(syntax, "is_compressed", False))
-    name = getattr(syntax, "name", "") or str(syntax)
+    try:  # a damaged header's UID is no transfer syntax: pydicom raises on asking
+        compressed = bool(getattr(syntax, "is_compressed", False))
+        name = getattr(syntax, "name", "") or str(syntax)
+    except ValueError:
+        compressed, name = False, str(syntax)
     if compressed and "missing dependencies" in reason:
         return (f"{ds.filename}: its pixel data is compressed as {name}, and no decoder for it "
                 f"is installed: {DECODERS}, then run it again.")
