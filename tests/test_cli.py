@@ -220,3 +220,22 @@ def test_a_folders_other_files_are_reported_and_paths_printed_once(tmp_path, cap
     assert "skipped 1 subfolder(s) (sub); add --recursive" in err and ".DS_Store" not in err
     (line,) = [e for e in err.splitlines() if e.startswith("attnreg: error:")]
     assert line.count(str(folder / "bad.tif")) == 1
+
+
+def test_a_folder_scan_takes_a_tiff_without_an_ending(tmp_path, capsys):
+    """A microscope's or a script's TIFF saved without an ending was skipped by a folder
+    scan as "not an image" (a DICOM file without one was taken, by its marker)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    tifffile.imwrite(folder / "IMG_0001", np.random.default_rng(0).integers(
+        0, 999, (64, 64)).astype(np.uint16), ome=True,
+        metadata={"axes": "YX", "PhysicalSizeX": 0.5, "PhysicalSizeY": 0.5})
+    (folder / "notes").write_text("not an image")
+    out = tmp_path / "o"
+    assert main(["run", str(folder), "--model", "demo", "--n-boot", "4", "--quiet",
+                 "--out", str(out)]) == 0
+    assert "skipped 1 file(s) that are not images: notes" in capsys.readouterr().err
+    from napari_attnreg import AttentionResult
+
+    result = AttentionResult.load(out / "IMG_0001.attnreg.npz")
+    assert result.spatial["scale"] == (0.5, 0.5) and result.spatial["units"] == ("µm", "µm")

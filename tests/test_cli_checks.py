@@ -142,3 +142,28 @@ def test_the_images_kind_against_the_models_domain(tmp_path, capsys):
     (finding,) = [d for d in stated.diagnostics if d.code == "off_domain"]
     assert finding.severity == "warning" and "test article" in finding.message
     assert capsys.readouterr().out.count("test article") == 1
+
+
+def test_a_resume_remakes_outputs_an_earlier_reading_of_the_file_made(tmp_path, capsys):
+    """Results of a PNG or a DICOM made before they were read as a viewer shows them (a
+    MONOCHROME1 negative, a CMYK JPEG's inks, colours under alpha 0) were kept by a resume
+    as complete; a TIFF, whose reading did not change, keeps its output."""
+    import json
+
+    import imageio.v3 as iio
+
+    iio.imwrite(tmp_path / "a.png", (_img() // 256).astype(np.uint8))
+    tifffile.imwrite(tmp_path / "b.tif", _img(2))
+    out = tmp_path / "out"
+    run = ["run", str(tmp_path / "a.png"), str(tmp_path / "b.tif"), "--out", str(out), *FAST]
+    assert main(run) == 0
+    for record in out.glob("*.attnreg.json"):  # as an earlier version wrote them
+        content = json.loads(record.read_text())
+        content["input"].pop("reading", None)
+        record.write_text(json.dumps(content))
+    code, err = _again(capsys, run)
+    assert code == 0 and "1 done, 1 skipped" in err
+    assert "a.png: redoing it: this version of napari-attnreg reads such files differently" \
+        in err
+    code, err = _again(capsys, run)  # its new record is kept from then on
+    assert code == 0 and "0 done, 2 skipped" in err

@@ -32,6 +32,23 @@ def test_an_ome_tiff_gives_its_pixel_size_and_is_microscopy(tmp_path):
     assert read_source(nm)[1].pixel_size == (80.0, 80.0) and read_source(nm)[1].unit == "nm"
 
 
+def test_a_tiff_without_an_ending_is_read_as_a_tiff_with_its_planes_and_pixel_size(tmp_path):
+    """An OME-TIFF or ImageJ hyperstack saved without an ending (``IMG_0001``, a script's
+    output) was read by imageio as its first page: planes, channels and size lost."""
+    data = np.arange(2 * 3 * 16 * 20, dtype=np.uint16).reshape(2, 3, 16, 20)
+    tifffile.imwrite(tmp_path / "cells", data, ome=True,
+                     metadata={"axes": "ZCYX", "PhysicalSizeX": 0.25, "PhysicalSizeY": 0.25})
+    stack, info = read_source(tmp_path / "cells")
+    assert stack.shape == data.shape and stack.planes() == [(0,), (1,)]
+    assert stack.channel_axis == 1
+    assert info == ImageInfo((0.25, 0.25), "µm", "microscopy", "OME metadata")
+    assert image_info(tmp_path / "cells") == info
+    tifffile.imwrite(tmp_path / "hyper", data, imagej=True,
+                     resolution=(4.0, 4.0), metadata={"axes": "ZCYX", "unit": "um"})
+    stack, info = read_source(tmp_path / "hyper")
+    assert stack.n_planes == 2 and stack.n_channels == 3 and info.pixel_size == (0.25, 0.25)
+
+
 def test_files_that_state_nothing_give_no_size_and_no_kind(tmp_path):
     import imageio.v3 as iio
 

@@ -447,3 +447,116 @@ def test_a_folder_of_several_series_says_so(tmp_path):
     write_ct_slice(folder / "other.dcm", 0.0, 1, np.ones((64, 64)), series_uid="9.9")
     with pytest.raises(ValueError, match="holds 2 DICOM series.*folder of its own"):
         read_source(folder)
+
+
+# ---- round 17: the image analysed is the image a radiologist sees ---------------------------
+def _monochrome1(path, pixels, *, bits_stored=12, window=(1000.0, 800.0), intercept=0.0):
+    """A radiograph stored MONOCHROME1 (the lowest value is white), as CR/DX files are."""
+    write_ct_slice(path, 0.0, 1, pixels, intercept=intercept, window=window, modality="CR")
+    ds = pydicom.dcmread(path)
+    ds.PhotometricInterpretation = "MONOCHROME1"
+    ds.BitsStored, ds.HighBit = bits_stored, bits_stored - 1
+    ds.save_as(path, enforce_file_format=True)
+
+
+def test_monochrome1_is_read_the_right_way_round_for_napari_the_api_and_the_cli(tmp_path):
+    from napari_attnreg.io.readers import read_source
+
+    stored = np.array([[0, 100, 4095], [4000, 2000, 50]], np.uint16)  # 0 is white here
+    path = tmp_path / "chest.dcm"
+    _monochrome1(path, stored)
+    (volume, kwargs), = read_dicom(path)
+    # bright is dense: the values are turned round within the 12 bits, not shown inverted
+    # by a colormap while the run analyses the negative
+    np.testing.assert_array_equal(volume, 4095 - stored.astype(np.int64))
+    assert kwargs["colormap"] == "gray" and kwargs["metadata"]["dicom"]["inverted"]
+    # the stored window (centre 1000, width 800: stored 600..1400) turned round with them
+    assert kwargs["contrast_limits"] == pytest.approx((4095 - 1400, 4095 - 600))
+    stack, _ = read_source(path)  # what the command line and regularize(path) analyse
+    np.testing.assert_array_equal(np.asarray(stack.data), volume)
+
+
+def test_monochrome1_with_a_rescale_is_turned_round_in_the_modality_units(tmp_path):
+    stored = np.array([[0, 10], [20, 255]], np.uint16)
+    path = tmp_path / "dx.dcm"
+    _monochrome1(path, stored, bits_stored=8, intercept=-100.0, window=(0.0, 100.0))
+    (volume, kwargs), = read_dicom(path)
+    np.testing.assert_array_equal(volume, (255 - stored.astype(np.int64)) - 100)
+    # stored window -50..50 in units -100..155: turned round to 155-100-50 .. 155-100+50
+    assert kwargs["contrast_limits"] == pytest.approx((5.0, 105.0))
+
+
+def test_a_compressed_dicom_without_its_decoder_says_what_to_install(tmp_path):
+    import importlib.util
+
+    from pydicom.encaps import encapsulate
+    from pydicom.uid import JPEGLosslessSV1
+
+    if any(importlib.util.find_spec(m) for m in ("pylibjpeg", "gdcm")):
+        pytest.skip("a JPEG Lossless decoder is installed here")
+    path = tmp_path / "ct_jpeg_lossless.dcm"
+    write_ct_slice(path, 0.0, 1, np.zeros((8, 8), np.uint16))
+    ds = pydicom.dcmread(path)
+    ds.file_meta.TransferSyntaxUID = JPEGLosslessSV1
+    ds.PixelData = encapsulate([b"\xff\xd8\xff\xc3" + b"\0" * 32 + b"\xff\xd9"])
+    ds["PixelData"].VR = "OB"
+    ds.save_as(path, enforce_file_format=True)
+    with pytest.raises(ValueError) as caught:
+        read_dicom(path)
+    message = str(caught.value)
+    assert "compressed as JPEG Lossless" in message and "pip install pylibjpeg" in message
+    assert "\n" not in message  # one line: a batch's summary row and its terminal line
+
+
+def test_a_palette_colour_dicom_is_read_in_its_colours_not_as_grey_indices(tmp_path):
+    from pydicom.dataelem import DataElement
+
+    from napari_attnreg.io.readers import read_source
+
+    path = tmp_path / "us.dcm"
+    index = np.array([[0, 1, 2], [2, 1, 0]], np.uint8)
+    write_ct_slice(path, 0.0, 1, np.zeros((2, 3), np.uint16), intercept=0.0, modality="US")
+    ds = pydicom.dcmread(path)
+    ds.PhotometricInterpretation = "PALETTE COLOR"
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit = 8, 8, 7
+    ds.PixelData = index.tobytes()
+    table = {"Red": [65535, 0, 0], "Green": [0, 65535, 0], "Blue": [0, 0, 65535]}
+    for n, colour in enumerate(("Red", "Green", "Blue")):
+        ds.add(DataElement(0x00281101 + n, "US", [3, 0, 16]))
+        ds.add(DataElement(0x00281201 + n, "OW",
+                           np.array(table[colour], "<u2").tobytes()))
+    ds.save_as(path, enforce_file_format=True)
+    (volume, kwargs), = read_dicom(path)
+    assert kwargs["rgb"] and volume.shape == (2, 3, 3) and volume.dtype == np.uint8
+    np.testing.assert_array_equal(volume[0, 0], [255, 0, 0])  # index 0: red
+    np.testing.assert_array_equal(volume[0, 2], [0, 0, 255])  # index 2: blue
+    stack, _ = read_source(path)
+    assert stack.rgb and stack.plane_shape == (2, 3)
+
+
+def test_an_enhanced_ct_is_rescaled_and_windowed_from_its_functional_groups(tmp_path):
+    """An enhanced (multi-frame) CT states its rescale and window per frame or shared, in
+    functional groups, not at the top level: its values came out 1024 off Hounsfield units
+    and its window was lost."""
+    from pydicom.dataset import Dataset
+    from pydicom.sequence import Sequence
+
+    path = tmp_path / "enhanced_ct.dcm"
+    frames = np.stack([np.full((4, 5), 1000 + 100 * k, np.uint16) for k in range(3)])
+    _multi_frame(path, frames)
+    ds = pydicom.dcmread(path)
+    for key in ("RescaleSlope", "RescaleIntercept", "WindowCenter", "WindowWidth"):
+        del ds[key]
+    transform, window = Dataset(), Dataset()
+    transform.RescaleSlope, transform.RescaleIntercept = 1.0, -1024.0
+    window.WindowCenter, window.WindowWidth = 40.0, 400.0
+    shared = Dataset()
+    shared.PixelValueTransformationSequence = Sequence([transform])
+    frame = Dataset()
+    frame.FrameVOILUTSequence = Sequence([window])
+    ds.SharedFunctionalGroupsSequence = Sequence([shared])
+    ds.PerFrameFunctionalGroupsSequence = Sequence([frame] * 3)
+    ds.save_as(path, enforce_file_format=True)
+    (volume, kwargs), = read_dicom(path)
+    np.testing.assert_array_equal(volume, frames.astype(np.int64) - 1024)
+    assert kwargs["contrast_limits"] == pytest.approx((-160.0, 240.0))

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from napari_attnreg.core.files import PARTIAL_MARK
 from napari_attnreg.io.dicom import DICOM_SUFFIXES, group_series, is_dicom_file
-from napari_attnreg.io.readers import IMAGE_SUFFIXES, is_zarr
+from napari_attnreg.io.readers import IMAGE_SUFFIXES, is_tiff, is_zarr
 
 RESULT_SUFFIX = ".attnreg.npz"
 FIGURE_SUFFIX = ".attnreg.png"
@@ -197,13 +197,13 @@ def _is_dicom(path: Path) -> bool:
 
 
 def _is_image(path: Path) -> bool:
-    """What a folder scan takes: OME-Zarr folders, image files (DICOM files also without
-    an ending, by their marker), not killed writes."""
+    """What a folder scan takes: OME-Zarr folders, image files (DICOM files and TIFFs also
+    without an ending, by their marker), not killed writes."""
     if is_zarr(path):
         return True
     if not path.is_file() or (path.name.startswith(".") and PARTIAL_MARK in path.name):
         return False
-    return path.name.lower().endswith(IMAGE_SUFFIXES) or _is_dicom(path)
+    return path.name.lower().endswith(IMAGE_SUFFIXES) or _is_dicom(path) or is_tiff(path)
 
 
 def _is_glob(text: str) -> bool:

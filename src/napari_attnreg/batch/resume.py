@@ -63,6 +63,7 @@ def input_stamp(path: Path, files: Sequence[Path] = ()) -> dict[str, Any]:
     and :func:`content_digest`; for a DICOM series (``files``), their number, total size,
     latest modification and digest; for an OME-Zarr folder, those of the files inside."""
     path = Path(path)
+    series = bool(files)
     try:
         if not files and path.is_dir():
             files = sorted(p for p in path.rglob("*") if p.is_file())
@@ -71,13 +72,36 @@ def input_stamp(path: Path, files: Sequence[Path] = ()) -> dict[str, Any]:
             return {"source": str(path), "files": len(stats),
                     "size": sum(st.st_size for st in stats),
                     "mtime_ns": max(st.st_mtime_ns for st in stats),
-                    "blake2b": content_digest([Path(f) for f in files], root=path)}
+                    "blake2b": content_digest([Path(f) for f in files], root=path),
+                    **_reading(path, series)}
         st = path.stat()
         digest = content_digest([path])
     except OSError:  # missing: reading it fails and reports it; nothing can match
         return {"source": str(path), "size": None, "mtime_ns": None}
     return {"source": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "blake2b": digest}
+            "blake2b": digest, **_reading(path, series)}
+
+
+#: The version of the reading of the files :data:`REREAD_SUFFIXES` name (and DICOM series,
+#: files without an ending): 2 reads DICOM MONOCHROME1 the right way round, CMYK JPEGs in
+#: colour, transparent pixels as background and TIFFs without an ending as TIFFs. A result
+#: made by an earlier reading is made again on resume, never kept as it was.
+READING_VERSION = 2
+REREAD_SUFFIXES = (".dcm", ".dicom", ".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp")
+READING_CHANGES = ("DICOM MONOCHROME1 the right way round and PALETTE COLOR in colour, CMYK "
+                   "JPEGs in colour, transparent pixels as background, TIFFs without an ending "
+                   "as TIFFs")
+
+
+def _reading(path: Path, series: bool) -> dict[str, int]:
+    """``{"reading": READING_VERSION}`` for an input whose reading changed, else nothing
+    (the records of other inputs stay as they were, so their outputs are kept)."""
+    from napari_attnreg.io.readers import IMAGE_SUFFIXES
+
+    name = path.name.lower()
+    changed = series or name.endswith(REREAD_SUFFIXES) or (
+        path.is_file() and not name.endswith((*IMAGE_SUFFIXES, ".zarr")))
+    return {"reading": READING_VERSION} if changed else {}
 
 
 def content_digest(files: Sequence[Path], root: Path | None = None) -> str:
@@ -300,8 +324,12 @@ def decide(result: Path, artefacts: Mapping[str, Path], stamp: Mapping[str, Any]
     if record.get("version") != RECORD_VERSION:
         return Decision("redo", "its resume record is from another version of napari-attnreg, "
                                 "which recorded the run differently")
+    if record["input"].get("reading") != stamp.get("reading") and \
+            _same_but(record["input"], stamp, "reading"):
+        return Decision("redo", f"this version of napari-attnreg reads such files differently "
+                                f"({READING_CHANGES})")
     if record["input"] != dict(stamp):
-        changed = "content" if _same_but_digest(record["input"], stamp) else \
+        changed = "content" if _same_but(record["input"], stamp, "blake2b") else \
             "size or modification time"
         return Decision("redo", f"the input changed since ({changed})")
     changed = _changed(record["run"], run)
@@ -325,9 +353,9 @@ def _artefact_missing(kind: str, path: Path, entry: Any) -> str:
     return ""
 
 
-def _same_but_digest(recorded: Mapping[str, Any], stamp: Mapping[str, Any]) -> bool:
-    return {k: v for k, v in recorded.items() if k != "blake2b"} == {
-        k: v for k, v in stamp.items() if k != "blake2b"}
+def _same_but(recorded: Mapping[str, Any], stamp: Mapping[str, Any], key: str) -> bool:
+    return {k: v for k, v in recorded.items() if k != key} == {
+        k: v for k, v in stamp.items() if k != key}
 
 
 def _changed(recorded: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:

@@ -389,12 +389,16 @@ def _series_layer(datasets: list[Any], path: Path) -> tuple[np.ndarray, LayerKwa
     frames = max(_int(_value(first, "NumberOfFrames")), 1)  # a multi-frame file is alone here
     datasets, slice_spacing = _sort_slices(datasets)
     volume = np.stack([_pixels(ds) for ds in datasets]) if frames == 1 else _pixels(first)
-    rgb = _int(_value(first, "SamplesPerPixel")) > 1
+    rgb = _int(_value(first, "SamplesPerPixel")) > 1 or _is_palette(first)
     if volume.shape[0] == 1 and volume.ndim > (3 if rgb else 2):
         volume = volume[0]
     if frames > 1:
         slice_spacing = _frame_spacing(first)
     stated, window = _stated_spacing(first), _window(first)  # read once: warned once
+    inverted = _is_monochrome1(first)
+    if inverted and window is not None:  # the window was stated in the stored sense
+        total = sum(_rescaled_range(first))
+        window = (total - window[1], total - window[0])
     row, col = stated or (1.0, 1.0)
     spatial = volume.ndim - (1 if rgb else 0)
     scale = (slice_spacing, row, col) if spatial == 3 else (row, col)
@@ -406,11 +410,12 @@ def _series_layer(datasets: list[Any], path: Path) -> tuple[np.ndarray, LayerKwa
         "metadata": {"source_path": str(path),
                      "dicom": {**_summary(first, path, datasets),
                                "pixel_spacing": stated,  # None: none stated (scale 1 shown)
-                               "window": window}},
+                               "window": window,
+                               # MONOCHROME1's values were turned round (_pixels): say so
+                               "inverted": inverted}},
     }
     if not rgb:
-        kwargs["colormap"] = "gray_r" if first.get("PhotometricInterpretation") == \
-            "MONOCHROME1" else "gray"
+        kwargs["colormap"] = "gray"  # MONOCHROME1 is inverted in the values themselves
         if window is not None:
             kwargs["contrast_limits"] = window
     return volume, kwargs
@@ -446,15 +451,18 @@ def _slice_normal(ds: Any) -> np.ndarray:
 
 
 def _pixels(ds: Any) -> np.ndarray:
-    """Stored values through the modality rescale (slope/intercept), smallest exact dtype."""
+    """Stored values through the modality rescale (slope/intercept), smallest exact dtype;
+    a MONOCHROME1 image's turned round (:func:`_inverted`), so bright is dense."""
     try:
         with decoding(ds.filename, "DICOM image"):
             stored = ds.pixel_array
     except ValueError as err:
-        raise ValueError(f"Cannot decode the pixel data of {ds.filename}: {err.__cause__ or err} "
-                         "(compressed DICOM may need pylibjpeg or gdcm installed).") from err
-    slope = (_numbers(ds, "RescaleSlope", 1) or (1.0,))[0] or 1.0  # checked: a number
-    intercept = (_numbers(ds, "RescaleIntercept", 1) or (0.0,))[0]
+        raise ValueError(_undecodable(ds, err.__cause__ or err)) from err
+    if _is_palette(ds):
+        return _palette_colours(ds, stored)
+    if _is_monochrome1(ds):
+        stored = _inverted(ds, stored)
+    slope, intercept = _rescale(ds)
     if slope == 1 and intercept == 0:
         return stored
     if slope == 1 and intercept.is_integer() and np.issubdtype(stored.dtype, np.integer):
@@ -466,6 +474,102 @@ def _pixels(ds: Any) -> np.ndarray:
     exact = np.issubdtype(stored.dtype, np.integer) and stored.dtype.itemsize <= 2
     real = np.float32 if exact else np.float64
     return stored.astype(real) * real(slope) + real(intercept)
+
+
+#: What decodes every compressed transfer syntax pydicom leaves to plugins (JPEG baseline,
+#: extended and lossless, JPEG-LS: libjpeg; JPEG 2000: openjpeg).
+DECODERS = "pip install pylibjpeg pylibjpeg-libjpeg pylibjpeg-openjpeg (or pip install python-gdcm)"
+
+
+def _undecodable(ds: Any, cause: BaseException) -> str:
+    """Why a file's pixel data cannot be decoded, on one line; for a compressed file with no
+    decoder installed, which compression it is and what to install (pydicom's own message
+    lists plugins and version pins over several tab-indented lines)."""
+    reason = " ".join(str(cause).split())
+    syntax = getattr(getattr(ds, "file_meta", None), "TransferSyntaxUID", None)
+    try:  # a damaged header's UID is no transfer syntax: pydicom raises on asking
+        compressed = bool(getattr(syntax, "is_compressed", False))
+        name = getattr(syntax, "name", "") or str(syntax)
+    except ValueError:
+        compressed, name = False, str(syntax)
+    if compressed and "missing dependencies" in reason:
+        return (f"{ds.filename}: its pixel data is compressed as {name}, and no decoder for it "
+                f"is installed: {DECODERS}, then run it again.")
+    hint = f" (compressed as {name}: {DECODERS} if it is missing)" if compressed else ""
+    return f"Cannot decode the pixel data of {ds.filename}: {reason}{hint}."
+
+
+def _rescale(ds: Any) -> tuple[float, float]:
+    """``(slope, intercept)`` of the modality rescale (1, 0 when not stated); an enhanced
+    CT or MR states it in its functional groups, where it was not looked for (the values
+    came out 1024 off Hounsfield units)."""
+    source = ds if "RescaleSlope" in ds or "RescaleIntercept" in ds else \
+        _functional(ds, "PixelValueTransformationSequence")
+    slope = (_numbers(source, "RescaleSlope", 1) or (1.0,))[0] or 1.0  # checked: a number
+    return slope, (_numbers(source, "RescaleIntercept", 1) or (0.0,))[0]
+
+
+def _is_palette(ds: Any) -> bool:
+    """Indices into a colour table (PALETTE COLOR: ultrasound, nuclear medicine captures)."""
+    return str(_value(ds, "PhotometricInterpretation") or "").strip().upper() == "PALETTE COLOR"
+
+
+def _palette_colours(ds: Any, stored: np.ndarray) -> np.ndarray:
+    """A PALETTE COLOR image's indices through its colour table: ``(..., 3)`` RGB, 8-bit.
+
+    The indices alone were read as a grey image: the model saw, and napari showed, the
+    table's positions instead of the colours. 16-bit table entries become 8-bit (what an
+    8-bit RGB image is scaled as, by /255, keeping its colours).
+    """
+    from pydicom.pixels import apply_color_lut
+
+    with decoding(ds.filename, "DICOM colour table"):
+        colours = np.asarray(apply_color_lut(stored, ds))
+    if colours.dtype != np.uint8:
+        peak = 65535 if colours.dtype.itemsize >= 2 else 255
+        colours = ((colours.astype(np.uint32) * 255 + peak // 2) // peak).astype(np.uint8)
+    return colours
+
+
+def _is_monochrome1(ds: Any) -> bool:
+    """Grey values stored the other way round: the lowest is white (CR, DX, mammograms)."""
+    return str(_value(ds, "PhotometricInterpretation") or "").strip().upper() == "MONOCHROME1"
+
+
+def _stored_range(ds: Any) -> tuple[int, int]:
+    """The lowest and highest value ``BitsStored`` bits hold (signed when
+    ``PixelRepresentation`` is 1)."""
+    bits = _int(_value(ds, "BitsStored")) or _int(_value(ds, "BitsAllocated")) or 16
+    if _int(_value(ds, "PixelRepresentation")) == 1:
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return 0, (1 << bits) - 1
+
+
+def _rescaled_range(ds: Any) -> tuple[float, float]:
+    """:func:`_stored_range` in the modality's units."""
+    slope, intercept = _rescale(ds)
+    low, high = (v * slope + intercept for v in _stored_range(ds))
+    return (low, high) if low <= high else (high, low)
+
+
+def _inverted(ds: Any, stored: np.ndarray) -> np.ndarray:
+    """A MONOCHROME1 image's stored values turned round within the range its bits hold
+    (``low + high - v``), so higher is brighter as in every other image.
+
+    A viewer shows MONOCHROME1 with an inverted grey scale; the run reads the values, so
+    left as stored the model saw the radiograph as a negative (bone black, air white) and
+    its figure showed that negative. The result never depends on the image's content, so
+    every slice of a series is turned round alike.
+    """
+    if stored.dtype.kind == "f":  # float pixel data states no bit range: its own is used
+        return (stored.max() + stored.min()) - stored
+    low, high = _stored_range(ds)
+    values = (low + high) - stored.astype(np.int64)
+    info = np.iinfo(stored.dtype)
+    if info.min <= values.min() and values.max() <= info.max:
+        return values.astype(stored.dtype)
+    return values.astype(np.promote_types(np.min_scalar_type(int(values.min())),
+                                          np.min_scalar_type(int(values.max()))))
 
 
 def _stated_spacing(ds: Any) -> tuple[float, float] | None:
@@ -493,12 +597,22 @@ def _frame_spacing(ds: Any, functional: bool = True) -> float:
 
 def _pixel_measures(ds: Any) -> Any:
     """The pixel measures of an enhanced (multi-frame) object's shared functional groups."""
+    return _functional(ds, "PixelMeasuresSequence", per_frame=False)
+
+
+def _functional(ds: Any, name: str, per_frame: bool = True) -> Any:
+    """The first item of an enhanced (multi-frame) object's functional group ``name``: the
+    shared groups', else (``per_frame``) the first frame's; None when neither states it."""
     try:
-        shared = ds.get("SharedFunctionalGroupsSequence")
-        if not shared or "PixelMeasuresSequence" not in shared[0]:
-            return None
-        measures = shared[0].PixelMeasuresSequence
-        return measures[0] if measures else None
+        groups = ["SharedFunctionalGroupsSequence"] + (
+            ["PerFrameFunctionalGroupsSequence"] if per_frame else [])
+        for group in groups:
+            found = ds.get(group)
+            if found and name in found[0]:
+                items = found[0][name].value
+                if items:
+                    return items[0]
+        return None
     except Exception:  # noqa: BLE001  a damaged sequence states nothing usable
         return None
 
@@ -506,6 +620,8 @@ def _pixel_measures(ds: Any) -> Any:
 def _window(ds: Any) -> tuple[float, float] | None:
     """The first stored window (centre ± width/2), in rescaled units; a damaged one is
     ignored with a warning (it only sets the display, never the analysis)."""
+    if "WindowCenter" not in ds:  # an enhanced object's: in its functional groups
+        ds = _functional(ds, "FrameVOILUTSequence") or ds
     centre, width = _described(ds, "WindowCenter"), _described(ds, "WindowWidth")
     if centre is None or width is None or width[0] <= 0:
         return None

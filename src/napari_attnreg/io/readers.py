@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from napari_attnreg.core.files import decoding
+from napari_attnreg.core.files import UnreadableFileError, decoding
 from napari_attnreg.core.stats.diagnostics import kind_of_modality
 from napari_attnreg.io.dicom import DICOM_SUFFIXES, is_dicom_file
 
@@ -81,6 +82,9 @@ class ImageInfo:
     #: A slide's level read (``slide_level``, ``slide_resample``, ``slide_downsample``), which
     #: a run of its pixels read whole records as a tiled run of it does.
     slide: Mapping[str, Any] | None = None
+    #: What reading the file said that its result lists among its diagnostics (transparency
+    #: made background, an EXIF orientation not applied: ``ImageNoteWarning``).
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def from_layer_metadata(cls, metadata: Mapping[str, Any]) -> ImageInfo:
@@ -130,7 +134,32 @@ class ImageInfo:
         if self.kind:
             extra.update(image_kind=self.kind, image_kind_source=self.kind_source)
         extra.update(self.slide or {})
+        if self.notes:  # the run adds them to its diagnostics
+            extra["reading_notes"] = list(self.notes)
         return extra
+
+
+#: The first bytes of a TIFF and a BigTIFF, little and big endian.
+_TIFF_MAGIC = (b"II*\0", b"MM\0*", b"II+\0", b"MM\0+")
+
+
+def is_tiff(path: str | Path) -> bool:
+    """A TIFF file: named ``.tif``/``.tiff``, or without an image ending and starting with
+    TIFF's marker (``IMG_0001``, ``stack.ome`` from a script). Read by imageio, such a file
+    gave its first page alone: an OME-TIFF's or ImageJ hyperstack's other planes, channels
+    and pixel size were lost without a word."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    if path.suffix.lower() in TIFF_SUFFIXES:
+        return True
+    if path.name.lower().endswith(IMAGE_SUFFIXES):
+        return False
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) in _TIFF_MAGIC
+    except OSError:
+        return False
 
 
 def is_zarr(path: str | Path) -> bool:
@@ -182,10 +211,18 @@ def read_source(path: str | Path, channel_axis: int | None = None,
     ValueError
         As :func:`read_stack`; a DICOM folder holding several series names them.
     """
+    from napari_attnreg.core.run.notes import ImageNoteWarning
     from napari_attnreg.core.run.planes import PlaneStack
 
     path = Path(path)
-    data, hints, info = _read_with_layout(path, files)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ImageNoteWarning)
+        data, hints, info = _read_with_layout(path, files)
+    for seen in caught:  # shown as ever; what the result should say is kept with the file
+        warnings.warn_explicit(seen.message, seen.category, seen.filename, seen.lineno)
+    notes = tuple(str(w.message) for w in caught if issubclass(w.category, ImageNoteWarning))
+    if notes:
+        info = replace(info, notes=info.notes + notes)
     if channel_axis is not None:
         hints = {"channel_axis": channel_axis}
     try:
@@ -201,7 +238,7 @@ def image_info(path: str | Path) -> ImageInfo:
     try:
         if is_zarr(path):
             return _zarr_info(path)
-        if path.is_file() and path.suffix.lower() in TIFF_SUFFIXES:
+        if is_tiff(path):
             import tifffile
 
             with decoding(path), tifffile.TiffFile(path, _multifile=False) as tif:
@@ -231,7 +268,7 @@ def read_lazy(path: str | Path) -> LazyImage | None:
     then reports a damaged file.
     """
     path = Path(path)
-    if not (is_zarr(path) or path.is_file() and path.suffix.lower() in TIFF_SUFFIXES):
+    if not (is_zarr(path) or is_tiff(path)):
         return None
     from napari_attnreg.core.run.lazy import open_lazy
 
@@ -263,7 +300,7 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
         Unreadable, too large for an untiled run (the message names ``--tiled``), or an
         impossible slide level.
     """
-    from napari_attnreg.core.run.lazy import check_untiled_size
+    from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS, check_untiled_size
     from napari_attnreg.io.dicom_wsi import is_dicom_wsi, open_dicom_slide
     from napari_attnreg.io.ometiff import is_ome_image
     from napari_attnreg.io.slides import (
@@ -320,6 +357,8 @@ def open_for_run(path: str | Path, opts: Mapping[str, Any],
     lazy_ok = tiled and opts.get("tile_scale", 1.0) == 1 and all(
         opts.get(k) is None for k in ("channels", "merge", "channel_axis"))
     lazy = read_lazy(path) if lazy_ok and not files else None
+    if lazy is not None and lazy.has_alpha and lazy.shape[0] * lazy.shape[1] <= MAX_UNTILED_PIXELS:
+        lazy = None  # in memory its transparent pixels become background, with a note
     if lazy is not None:
         return lazy, image_info(path)
     shape = None if tiled else header_plane_shape(path)
@@ -375,7 +414,7 @@ def _check_header(path: Path) -> None:
     file whose content is not its ending's format); nothing for a readable image file."""
     if not path.is_file() or path.suffix.lower() in DICOM_SUFFIXES or is_zarr(path):
         return
-    if path.suffix.lower() in TIFF_SUFFIXES:
+    if is_tiff(path):
         import tifffile
 
         with decoding(path), tifffile.TiffFile(path, _multifile=False):
@@ -419,7 +458,7 @@ def header_plane_shape(path: str | Path) -> tuple[int, int] | None:
             return None if lazy is None else lazy.shape
         if not path.is_file() or path.suffix.lower() in DICOM_SUFFIXES:
             return None
-        if path.suffix.lower() in TIFF_SUFFIXES:
+        if is_tiff(path):
             import tifffile
 
             with decoding(path), tifffile.TiffFile(path, _multifile=False) as tif:
@@ -444,24 +483,121 @@ def _read_with_layout(path: Path, files: Sequence[str | Path] | None = None,
         from napari_attnreg.core.run.lazy import open_lazy
 
         return open_lazy(path).read(slice(None), slice(None)), {}, _zarr_info(path)
+    _refuse_empty(path)
     if path.is_dir() or (path.is_file() and (path.suffix.lower() in DICOM_SUFFIXES
                                              or _is_extensionless_dicom(path))):
         return _read_dicom(path, files)
     if not path.is_file():
         raise ValueError(f"No such image file: {path}")
-    if path.suffix.lower() in TIFF_SUFFIXES:
+    if is_tiff(path):
         return _read_tiff(path)
     _refuse_numpy_archive(path)
-    import imageio.v3 as iio
-
-    with decoding(path):  # whatever Pillow/imageio raise on these bytes is this file's error
-        frames = iio.improps(path).is_batch
-        data = iio.imread(path)
+    frames, data = _read_picture(path)
     if frames and data.ndim >= 3:  # an animated GIF/WebP: frames are planes, colours stay whole
         if data.shape[0] == 1:
             return data[0], {}, ImageInfo()
         return data, {"channel_last": True} if data.ndim == 4 else {"rgb": False}, ImageInfo()
     return data, {}, ImageInfo()
+
+
+def _refuse_empty(path: Path) -> None:
+    """A file of 0 bytes is named as such (decoders said "no backend" or "not a TIFF")."""
+    try:
+        empty = path.is_file() and path.stat().st_size == 0
+    except OSError:
+        return  # reading it says why
+    if empty:
+        raise ValueError(f"{path} is empty (0 bytes): it was not written or copied completely; "
+                         "copy or export it again.")
+
+
+#: Pillow modes whose colours are not RGB as stored: read converted by Pillow.
+_CONVERTED_MODES = {"CMYK": "RGB", "YCbCr": "RGB", "LAB": "RGB", "HSV": "RGB", "LA": "LA",
+                    "La": "LA", "PA": "RGBA"}
+
+
+def _read_picture(path: Path) -> tuple[bool, np.ndarray]:
+    """A PNG, JPEG, GIF, WebP or BMP's pixels as the picture shows them, and whether it
+    holds several frames.
+
+    imageio hands over a CMYK JPEG's four ink channels, which were taken for RGB and alpha
+    (a false-colour negative was analysed); Pillow converts them to RGB here. A palette
+    image's transparent entry and a grey image's alpha were dropped or taken for a second
+    channel; they are kept as alpha, which the run turns into background with a note
+    (:func:`~napari_attnreg.core.run.images.flatten_alpha`).
+    """
+    import imageio.v3 as iio
+
+    from napari_attnreg.core.run.images import flatten_alpha
+    from napari_attnreg.core.run.notes import ImageNoteWarning, TransparencyWarning
+
+    _refuse_text(path)
+    with decoding(path):  # whatever Pillow/imageio raise on these bytes is this file's error
+        frames = iio.improps(path).is_batch
+        meta = {} if frames else iio.immeta(path)
+        mode = str(meta.get("mode", ""))
+        if mode == "P" and "transparency" in meta:
+            mode = "PA"
+        data = iio.imread(path, mode=_CONVERTED_MODES[mode]) if mode in _CONVERTED_MODES \
+            else iio.imread(path)
+        turned = 1 if frames else _exif_orientation(path)
+    if mode in ("LA", "La") and data.ndim == 3 and data.shape[-1] == 2:  # grey and alpha
+        data, note = flatten_alpha(data)
+        data = data[..., 0]
+        if note is not None:
+            warnings.warn(f"{path.name}: {note}", TransparencyWarning, stacklevel=4)
+    if turned not in (1, None):
+        warnings.warn(
+            f"{path.name}: its EXIF orientation tag ({turned}) asks photo viewers to show it "
+            f"{_EXIF_TURNS.get(turned, 'turned or mirrored')}; it is analysed as stored, as "
+            "napari, Fiji and QuPath show it, so the maps and regions line up with those. "
+            "For the turned picture, save it turned (e.g. PIL.ImageOps.exif_transpose).",
+            ImageNoteWarning, stacklevel=4)
+    return frames, data
+
+
+_BINARY_PICTURES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp")
+
+
+def _refuse_text(path: Path) -> None:
+    """A text file under an image's name (a README saved as .jpg, an HTML error page
+    downloaded as .png) is called text: imageio's words were that no backend could open it
+    "with iomode `r`". Only names of binary formats are looked at (ASCII PGM/PPM and SVG
+    are images in text)."""
+    if path.suffix.lower() not in _BINARY_PICTURES:
+        return
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(512)
+    except OSError:
+        return  # reading it says why
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return
+    if head and "\0" not in text and all(c.isprintable() or c.isspace() for c in text):
+        start = " ".join(text.split())[:40]
+        raise UnreadableFileError(
+            f"{path} is not a readable image: it holds text (it starts {start!r}); check "
+            "that it is the file you meant (a download or export may have saved an error "
+            "page or a note under the image's name).")
+
+
+_EXIF_TURNS = {2: "mirrored", 3: "upside down (turned 180°)", 4: "flipped upside down",
+               5: "mirrored and turned", 6: "turned 90° clockwise", 7: "mirrored and turned",
+               8: "turned 90° anticlockwise"}
+
+
+def _exif_orientation(path: Path) -> int | None:
+    """The EXIF Orientation (tag 274) a picture states, None when none."""
+    from PIL import Image
+
+    with Image.open(path) as picture:
+        value = picture.getexif().get(0x0112)
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _is_extensionless_dicom(path: Path) -> bool:

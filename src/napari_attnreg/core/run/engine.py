@@ -53,7 +53,7 @@ from napari_attnreg.core.run.config import (
     scorer_of,
     tests_shares,
 )
-from napari_attnreg.core.run.images import ImageSizeWarning, PreparedImage, prepare_image
+from napari_attnreg.core.run.images import ImageNoteWarning, PreparedImage, prepare_image
 from napari_attnreg.core.run.maps import (
     families,
     family_evidence,
@@ -176,7 +176,7 @@ def prepare_for(image: Any, backbone: Backbone, config: RunConfig) -> Any:
 
     Callers that need the display image before the run (the batch's figure) prepare with
     this and hand the result to :func:`run_engine`, which then does not prepare again. Size
-    warnings are shown to the caller and kept on the image (``PreparedImage.notes``), so the
+    and transparency warnings are shown to the caller and kept on the image (``PreparedImage.notes``), so the
     result lists them among its diagnostics either way.
     """
     if config.tiled:
@@ -184,19 +184,19 @@ def prepare_for(image: Any, backbone: Backbone, config: RunConfig) -> Any:
     if isinstance(image, PreparedImage):
         return image
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ImageSizeWarning)
+        warnings.simplefilter("always", ImageNoteWarning)
         prepared = prepare_image(
             image, patch_size=backbone.patch_size, mean=backbone.mean, std=backbone.std,
             default_size=backbone.input_size[1:], target_size=config.target_size,
             channel_axis=config.channel_axis, channels=config.channels, merge=config.merge,
         )
-    return replace(prepared, notes=tuple(rewarn(caught, ImageSizeWarning)))
+    return replace(prepared, notes=tuple(rewarn(caught, ImageNoteWarning)))
 
 
 def _prepare(image: Any, backbone: Backbone, config: RunConfig, run: Run) -> PreparedImage:
     """The model-ready image; its size warnings become diagnostics of the run."""
     prepared = prepare_for(image, backbone, config)
-    run.warnings_seen.extend(prepared.notes)
+    run.warnings_seen.extend([*config.extra.get("reading_notes", ()), *prepared.notes])
     return prepared
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from napari_attnreg.core.run.notes import ImageNoteWarning, TransparencyWarning
 from napari_attnreg.core.run.planes import PlaneStack, as_plain_array
 
 TargetSize = int | tuple[int, int] | Literal["model", "native"] | None
@@ -25,7 +26,7 @@ TargetSize = int | tuple[int, int] | Literal["model", "native"] | None
 UPSCALE_WARNING = 4.0
 
 
-class ImageSizeWarning(UserWarning):
+class ImageSizeWarning(ImageNoteWarning):
     """The model input is much larger than the image (slow, and no finer attention)."""
 
 
@@ -121,8 +122,9 @@ class PreparedImage:
         ``(H, W)`` fed to the model.
     patch_size : tuple of int
     notes : tuple of str
-        Warnings about the image's size given while it was prepared; a result made from it
-        lists them among its diagnostics, whoever prepared it.
+        Warnings about the image given while it was prepared (its size, its transparent
+        pixels: :class:`ImageNoteWarning`); a result made from it lists them among its
+        diagnostics, whoever prepared it.
     """
 
     tensor: torch.Tensor
@@ -206,7 +208,8 @@ def to_channels_last(
 
 
 def _channels_last_axis(arr: np.ndarray, channel_axis: int | None) -> np.ndarray:
-    """Move ``channel_axis`` last; without it drop RGBA's alpha and refuse an ambiguous 3D."""
+    """Move ``channel_axis`` last; without it flatten RGBA over a background
+    (:func:`flatten_alpha`) and refuse an ambiguous 3D."""
     if channel_axis is not None:
         if arr.ndim != 3:
             raise ValueError(f"channel_axis needs a 3D (channels + 2D) image, got {arr.ndim}D.")
@@ -216,7 +219,10 @@ def _channels_last_axis(arr: np.ndarray, channel_axis: int | None) -> np.ndarray
                              f"{arr.shape}; give 0, 1 or 2 (or -1 for the last axis).")
         return np.moveaxis(arr, int(channel_axis), -1)
     if arr.ndim == 3 and arr.shape[-1] == 4:
-        return arr[..., :3]  # alpha carries no image content
+        colour, note = flatten_alpha(arr)
+        if note is not None:
+            warnings.warn(note, TransparencyWarning, stacklevel=4)
+        return colour
     if arr.ndim == 3 and arr.shape[-1] not in (1, 2, 3):  # (H, W, 1|2) are channels, as in
         raise ValueError(                                  # PlaneStack, never H planes
             f"A 3D image of shape {arr.shape} is ambiguous: give channel_axis= for multichannel "
@@ -224,6 +230,76 @@ def _channels_last_axis(arr: np.ndarray, channel_axis: int | None) -> np.ndarray
             "regularize_stack() for a z/t stack."
         )
     return arr
+
+
+def flatten_alpha(image: np.ndarray) -> tuple[np.ndarray, str | None]:
+    """``(H, W, C + 1)`` colours and a last alpha channel → ``(H, W, C)`` seen over a plain
+    background, in the image's dtype, and a note saying so (None when every pixel is opaque).
+
+    The colours stored under transparent pixels are not the picture (often black, sometimes
+    whatever the last edit left there), so dropping the alpha analysed them as image. A
+    transparent pixel is the background instead: white when the visible pixels are mostly
+    bright (brightfield, slides, documents), black when they are mostly dark (fluorescence),
+    at the lightest or darkest visible value for images that are not 8-bit; partly
+    transparent pixels are blended into it. An alpha of 0 everywhere marks nothing (a writer
+    that left it unset), and a fourth channel with no pixel opaque is no alpha (4-channel
+    microscopy): the colours are analysed as stored, with a note saying so.
+    """
+    colour, alpha = image[..., :-1], image[..., -1]
+    opacity = _opacity(alpha)
+    if float(opacity.min()) >= 1.0:
+        return colour, None
+    if float(opacity.max()) <= 0.0:
+        return colour, ("The image's alpha channel is 0 (fully transparent) at every pixel, "
+                        "so it marks no background; the colours were analysed as stored. If "
+                        "the image is meant to be transparent, this result is not meaningful.")
+    values = colour.astype(np.float64)
+    visible = opacity > 0
+    lo, hi = (0.0, 255.0) if colour.dtype == np.uint8 else \
+        (float(values[visible].min()), float(values[visible].max()))
+    weights = opacity[..., None] * np.ones_like(values)
+    mean = float((values * weights).sum() / weights.sum())
+    bright = mean - lo > (hi - lo) / 2
+    background = hi if bright else lo
+    blended = values * opacity[..., None] + background * (1.0 - opacity[..., None])
+    if colour.dtype == bool:
+        flat = blended >= 0.5
+    elif colour.dtype.kind in "iu":
+        info = np.iinfo(colour.dtype)
+        flat = np.clip(np.rint(blended), info.min, info.max).astype(colour.dtype)
+    else:
+        flat = blended.astype(colour.dtype)
+    if float(opacity.max()) < 1.0:  # nothing opaque: a fourth channel, not transparency
+        return colour, _NOT_ALPHA
+    clear, partial = int(np.count_nonzero(~visible)), int(np.count_nonzero(visible & (opacity < 1)))
+    share = 100.0 * (clear + partial) / opacity.size
+    return flat, (
+        f"The image's alpha channel makes {share:.3g}% of its pixels transparent ({clear} fully, "
+        f"{partial} partly): they were analysed as a {'white' if bright else 'black'} "
+        f"background (its visible pixels are mostly {'bright' if bright else 'dark'}), partly "
+        "transparent ones blended into it, not with the colours stored under them. For another "
+        "background, flatten the image onto it first (ImageMagick: magick IN -background "
+        "white -flatten OUT; Python: PIL.Image.alpha_composite) and give that image.")
+
+
+#: A fourth channel that marks no pixel opaque is no alpha channel (4-channel microscopy).
+_NOT_ALPHA = ("The image's fourth channel, read as alpha (RGBA), makes no pixel opaque, so it is "
+              "not taken for transparency: it was left out and the first three analysed as RGB. "
+              "If it is a fourth channel, choose three with channel_axis=-1 and channels=[...] "
+              "(command line: --channel-axis -1 --channels ...).")
+
+
+def _opacity(alpha: np.ndarray) -> np.ndarray:
+    """An alpha channel as opacity in [0, 1]: integers over their type's full range, floats
+    as stored (over 255 or 65535 when they hold those ranges), booleans as 0/1."""
+    if alpha.dtype == bool:
+        return alpha.astype(np.float32)
+    if alpha.dtype.kind in "iu":
+        return np.clip(alpha.astype(np.float64) / np.iinfo(alpha.dtype).max, 0.0, 1.0)
+    peak = float(np.nanmax(alpha)) if alpha.size else 1.0
+    scale = 1.0 if peak <= 1.0 else 255.0 if peak <= 255.0 else 65535.0 if peak <= 65535.0 \
+        else peak
+    return np.clip(np.nan_to_num(alpha.astype(np.float64) / scale), 0.0, 1.0)
 
 
 def _choose_channels(arr: np.ndarray, channels: Sequence[int] | None,

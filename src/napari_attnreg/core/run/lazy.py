@@ -93,6 +93,26 @@ class LazyImage:
         return (int(s[1]), int(s[2])) if self.channel_axis == 0 else (int(s[0]), int(s[1]))
 
     @property
+    def has_alpha(self) -> bool:
+        """RGBA: a fourth channel last, which :meth:`read` leaves out."""
+        return self.channel_axis == -1 and int(self.array.shape[-1]) == 4
+
+    def transparency(self) -> float:
+        """The share of pixels not fully opaque in a strided sample of the alpha channel (0
+        for an image without alpha, or whose fourth channel marks no pixel opaque)."""
+        if not self.has_alpha:
+            return 0.0
+        h, w = self.shape
+        step = sample_step((h, w))
+        with decoding(self.path):
+            alpha = np.asarray(self.array[0:h:step, 0:w:step, 3])
+        opaque = np.iinfo(alpha.dtype).max if alpha.dtype.kind in "iu" else (
+            True if alpha.dtype == bool else 1.0)
+        if not alpha.size or not (alpha >= opaque).any():  # nothing opaque: no alpha (as
+            return 0.0                                      # images.flatten_alpha reads it)
+        return float(np.mean(alpha < opaque))
+
+    @property
     def analysed_shape(self) -> tuple[int, int]:
         """``(H, W)`` of the image a run analyses: the stored size divided by ``scale``."""
         h, w = self.shape

@@ -87,7 +87,8 @@ class PlaneStack:
     channel_axis : int or None
         Data axis of channels (multichannel) or of RGB(A) colours.
     rgb : bool
-        The channel axis is a trailing RGB(A) axis (alpha is dropped when the image is prepared).
+        The channel axis is a trailing RGB(A) axis (transparent pixels become background
+        when the image is prepared).
     """
 
     data: Any

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,7 +40,9 @@ from napari_attnreg.core.run.config import (
 from napari_attnreg.core.run.device_scaling import scale_on_device
 from napari_attnreg.core.run.images import (
     ChannelMap,
+    ImageNoteWarning,
     PreparedImage,
+    TransparencyWarning,
     check_values,
     to_channels_last,
 )
@@ -53,7 +57,7 @@ from napari_attnreg.core.run.lazy import (
 )
 from napari_attnreg.core.run.maps import values_for_procedure
 from napari_attnreg.core.run.nulls import null_images
-from napari_attnreg.core.run.passes import CancelToken, Progress, Run, TokenMaps
+from napari_attnreg.core.run.passes import CancelToken, Progress, Run, TokenMaps, rewarn
 from napari_attnreg.core.run.tiling import (
     ImageNull,
     RunTiles,
@@ -109,6 +113,10 @@ class TiledImage:
         Bytes of one tile's stored pixels as :attr:`read_raw` gives them (0: not read
         lazily). A slide read much coarser than its level reads a region many times the
         tile's size per tile, which bounds the tiles read ahead and per chunk.
+    notes : tuple of str
+        What preparing it said about the image (transparent pixels made background,
+        :class:`~napari_attnreg.core.run.images.ImageNoteWarning`); the result lists them
+        among its diagnostics, whoever prepared it.
     """
 
     source: torch.Tensor
@@ -121,6 +129,7 @@ class TiledImage:
     finish: Callable[[Sequence[np.ndarray], torch.device], torch.Tensor] | None = None
     tissue: TissueMask | None = None
     raw_tile_bytes: int = 0
+    notes: tuple[str, ...] = ()
 
     @property
     def display(self) -> np.ndarray:
@@ -180,6 +189,15 @@ def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig,
     """
     if isinstance(image, TiledImage):
         return image
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ImageNoteWarning)
+        tiled = _prepare_tiled(image, backbone, config, device)
+    return replace(tiled, notes=tuple(rewarn(caught, ImageNoteWarning)))
+
+
+def _prepare_tiled(image: Any, backbone: Backbone, config: RunConfig,
+                   device: torch.device | str | None) -> TiledImage:
+    """:func:`prepare_tiled` of an image not yet tiled."""
     patch = backbone.patch_size
     if isinstance(image, LazyImage):
         tiled = _prepare_lazy(image, backbone, config)
@@ -255,6 +273,15 @@ def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> Ti
                          "channels; for tile_scale, channels or merge read the image into memory.")
     ph, pw = backbone.patch_size
     h0, w0 = image.analysed_shape
+    clear = image.transparency()
+    if clear > 0:  # too large to flatten in memory: said, never silently analysed
+        warnings.warn(
+            f"{Path(image.path).name or 'The image'}: its alpha channel marks about "
+            f"{100 * clear:.3g}% of its pixels transparent, but an RGBA image this large is "
+            "read tile by tile with the colours stored under them (transparency is not "
+            "applied). Flatten it onto its background first (ImageMagick: magick IN "
+            "-background white -flatten OUT) and run that file.",
+            TransparencyWarning, stacklevel=2)
     if h0 < ph or w0 < pw:
         finer = ""
         if image.mpp is not None:  # the resolution asked for shrank it below a patch
@@ -406,6 +433,8 @@ def run_tiled(image: Any, backbone: Backbone, config: RunConfig,
         config = replace(config, extra={**image.run_extra(), **config.extra})
     run = Run.start(config, cancel)
     tiled = prepare_tiled(image, backbone, config, run.device)
+    # what reading and preparing the image said: diagnostics, as for an untiled run
+    run.warnings_seen.extend([*config.extra.get("reading_notes", ()), *tiled.notes])
     backbone = backbone.on(run.device)  # a copy on another device; the shared one never moves
     tiled = replace(tiled, source=tiled.source.to(run.device))
     layout, owned = tiled.layout, tiled.run_tiles()
