@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import traitlets as t
 
 from napari_attnreg.core.results.display import MAPS_BY_KEY
@@ -48,6 +49,27 @@ def overlay_options(preset: str, map_label: str = "attention") -> list[tuple[str
     names = {"attention": f"raw {map_label}", "regularized": f"regularized {map_label}"}
     return [(MAPS_BY_KEY[value].title(preset) if value in ("posterior", "pvalue")
              else names.get(value, label), value) for label, value in OVERLAYS]
+class NumberTrait(t.Float):
+    """A float trait that refuses a bool with the words the constructor uses.
+
+    traitlets' ``Float`` turns ``True`` into ``1.0`` before any ``@validate`` sees it:
+    ``explorer.opacity = True`` drew the overlay opaque and ``explorer.p_th = True`` kept
+    every patch, where ``AttentionExplorer(..., opacity=True)`` is refused.
+    """
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        if isinstance(value, (bool, np.bool_)):
+            try:
+                if self.name == "opacity":
+                    check_opacity(value)
+                else:
+                    validate_options({self.name: value})
+            except ValueError as err:
+                raise t.TraitError(str(err)) from None
+            raise t.TraitError(f"{self.name} must be a number, got {value!r} (a bool).")
+        return super().validate(obj, value)
+
+
 #: The engine's defaults (the tiling options' among them).
 RUN_DEFAULTS = RunConfig()
 _PRESET = default_thresholds(DEFAULT_PRESET)
@@ -63,7 +85,7 @@ class ExplorerState(t.HasTraits):
     device = t.Unicode(default_for("device"))
     tiled = t.Bool(RUN_DEFAULTS.tiled)
     tile_overlap = t.Int(RUN_DEFAULTS.tile_overlap, allow_none=True)  # None: a quarter tile
-    tile_scale = t.Float(RUN_DEFAULTS.tile_scale)
+    tile_scale = NumberTrait(RUN_DEFAULTS.tile_scale)
     preset = t.Enum(presets(), default_value=DEFAULT_PRESET)
     #: The preset of what the thresholds show (the selected result's, else ``preset``): its
     #: rules are the ones offered.
@@ -72,13 +94,13 @@ class ExplorerState(t.HasTraits):
     #: raw and regularized overlays are named after it.
     shown_map = t.Unicode("attention")
     rule = t.Enum(RULES, default_value=_PRESET["rule"])
-    q_th = t.Float(_PRESET["q_th"])
-    p_th = t.Float(_PRESET["p_th"])
-    l_th = t.Float(_PRESET["l_th"])
-    z_th = t.Float(_PRESET["z_th"], allow_none=True)
+    q_th = NumberTrait(_PRESET["q_th"])
+    p_th = NumberTrait(_PRESET["p_th"])
+    l_th = NumberTrait(_PRESET["l_th"])
+    z_th = NumberTrait(_PRESET["z_th"], allow_none=True)
     overlay = t.Enum([v for _, v in OVERLAYS] + ["p"], default_value="regularized")  # "p": old name
     colormap = t.Unicode("auto")
-    opacity = t.Float(0.6)
+    opacity = NumberTrait(0.6)
     outline = t.Bool(True)
     draw_mode = t.Enum(DRAW_MODES, default_value="off")
     slice_index = t.Tuple()
