@@ -344,3 +344,34 @@ def test_a_channels_first_array_without_channel_axis_is_told_how_to_merge(
     ex.set_image(channels, channel_axis=0)
     assert ex.status == "Ready: press Run." and not ex.image_panel.sliders
     ex.close()
+
+
+@pytest.mark.parametrize("typed", [{"level": "1"}, {"mpp": "0.5"}])
+def test_a_slide_level_for_an_array_is_refused_in_the_status_and_keeps_the_result(
+        explorer, typed):
+    # the run dropped it without a word (and ran at full resolution), where the command line
+    # and regularize() refuse a level for pixels that are given
+    first = explorer.run(wait=True)
+    assert first is not None, explorer.status
+    advanced = explorer.options_panel.advanced
+    for name, text in typed.items():
+        advanced.controls[name].value = text
+    assert explorer.run(wait=True) is None
+    assert "Slide level / Slide resolution" in explorer.status
+    assert "Empty those boxes under Advanced options" in explorer.status
+    assert isinstance(explorer.last_error, ValueError)
+    assert explorer.session.latest.any_result is first and len(explorer.session) == 1
+    for name in typed:
+        advanced.controls[name].value = ""
+    assert explorer.run(wait=True) is not None, explorer.status
+
+
+def test_a_slide_level_for_an_image_file_of_one_resolution_is_refused(blob_image, tmp_path):
+    import tifffile
+
+    path = tmp_path / "field.tif"
+    tifffile.imwrite(path, blob_image)
+    ex = AttentionExplorer(str(path), "demo", n_boot=4, device="cpu", view="image", level=1)
+    assert ex.run(wait=True) is None
+    assert "neither a slide nor a pyramid" in ex.status and ex.result is None
+    ex.close()

@@ -29,9 +29,16 @@ import numpy as np
 from napari_attnreg.api import OPEN_OPTIONS, open_path
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.api import lazy_for_run
+from napari_attnreg.core.run.engine import RunConfig
 from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS, LazyImage
 from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
 from napari_attnreg.core.run.service import Job, plane_fingerprint
+
+#: Why a slide level or resolution is refused for an array (the command line's advice).
+NOT_A_SLIDE = ("Slide level / Slide resolution (level= / mpp=) choose which pixels of a slide "
+               "are read; this image is an array held in memory, with one resolution, so they "
+               "do not apply. Empty those boxes under Advanced options, or analyse it coarser "
+               "with the downsample option (Downsample ×, tile_scale=, in a tiled run).")
 
 
 def plane_stack(image: Any, channel_axis: int | None, rgb: bool | None) -> PlaneStack:
@@ -126,11 +133,24 @@ class MemorySource:
             return file_identity(self.path)
         return plane_fingerprint(self.stack.read(plane)[0])
 
+    def check_config(self, config: RunConfig) -> None:
+        """Refuse a slide level or resolution for an array, whose pixels are given (a file's
+        are refused by its reader, with the same advice, when the run opens it).
+
+        Raises
+        ------
+        ValueError
+            ``level`` or ``mpp`` set for an array: the run would have ignored them and the
+            result recorded them, unlike the command line and ``regularize``, which refuse.
+        """
+        if self.path is None and (config.level is not None or config.mpp is not None):
+            raise ValueError(NOT_A_SLIDE)
+
     def prepare(self, job: Job) -> Job:
         """``job`` as the run reads it: an array as it is; a file opened again with the run's
         options, as ``attnreg run`` opens it (a tiled run of a TIFF reads it on demand)."""
-        if self.path is None:  # level and mpp choose a slide's pixels: an array has none
-            return replace(job, config=replace(job.config, level=None, mpp=None))
+        if self.path is None:  # level and mpp are refused for an array (check_config)
+            return job
         image, provenance = open_path(self.path, {**run_options(job),
                                                   "channel_axis": self.channel_axis})
         return _with_image(job, image, provenance)
@@ -176,6 +196,9 @@ class DiskSource:
     @property
     def run_image(self) -> LazyImage:
         return self.image
+
+    def check_config(self, config: RunConfig) -> None:
+        """Nothing before the run: :meth:`prepare` checks a level against the slide."""
 
     @property
     def name(self) -> str:
