@@ -33,6 +33,7 @@ from napari_attnreg.core.run.engine import RunConfig
 from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS, LazyImage
 from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
 from napari_attnreg.core.run.service import Job, plane_fingerprint
+from napari_attnreg.io.readers import TIFF_SUFFIXES
 
 #: Why a slide level or resolution is refused for an array (the command line's advice).
 NOT_A_SLIDE = ("Slide level / Slide resolution (level= / mpp=) choose which pixels of a slide "
@@ -97,6 +98,16 @@ class MemorySource:
     channel_axis: int | None = None
     #: Full-resolution pixels per pixel shown (a slide's picture level; 1 here).
     downsample: float = 1.0
+    #: The file's letter for each axis of ``stack.data`` (``"TZYX"``); empty when it names
+    #: none (an array, a PNG).
+    axes: str = ""
+
+    def axis_label(self, axis: int) -> tuple[str, str]:
+        """A stack axis's slider label and what it is: the file's letter (``"Z"``, ``"depth"``)
+        where it names one, else ``"axis 0"`` (an array's, or pages of unknown meaning)."""
+        letter = self.axes[axis] if len(self.axes) == np.ndim(self.stack.data) else ""
+        name = AXIS_NAMES.get(letter)
+        return (letter, f"{name} ({letter})") if name else (f"axis {axis}", f"axis {axis}")
 
     @property
     def plane_shape(self) -> tuple[int, int]:
@@ -182,6 +193,10 @@ class DiskSource:
 
     stack = None  # no pixels in memory: regions of interest need an image in memory
     stack_shape = ()  # one 2D image
+
+    def axis_label(self, axis: int) -> tuple[str, str]:
+        """No stack axes (one 2D image); as :meth:`MemorySource.axis_label`."""
+        return f"axis {axis}", f"axis {axis}"
 
     @property
     def plane_shape(self) -> tuple[int, int]:
@@ -353,4 +368,27 @@ def open_file(path: Path, channel_axis: int | None = None) -> MemorySource | Dis
         if lazy is not None:
             return DiskSource(lazy, path)
     stack, _info = read_source(path, channel_axis)
-    return MemorySource(stack, path, channel_axis)
+    return MemorySource(stack, path, channel_axis, axes=file_axes(path))
+
+
+#: What a TIFF's axis letters mean (tifffile's names: ImageJ hyperstacks, OME-TIFF, LSM); the
+#: letters of pages of unknown meaning (``Q``, ``I``) are left out, so those read "axis 0",
+#: and so is ``S`` before the plane (tifffile's guess at planar samples of a plain TIFF,
+#: which the reader's layout rules do not take as colours either).
+AXIS_NAMES = {"T": "time", "Z": "depth", "C": "channel", "E": "wavelength",
+              "A": "angle", "P": "phase", "R": "tile", "H": "lifetime", "L": "exposure",
+              "V": "event", "M": "mosaic"}
+
+
+def file_axes(path: Path) -> str:
+    """The axis letters of a TIFF's first series, as its pixels are read (``"TZCYX"``);
+    ``""`` for another file, or one whose header cannot be read here (reading it said why)."""
+    if path.suffix.lower() not in TIFF_SUFFIXES:
+        return ""
+    import tifffile
+
+    try:
+        with tifffile.TiffFile(path) as tif:
+            return str(tif.series[0].axes).upper() if tif.series else ""
+    except (OSError, ValueError, IndexError, KeyError, TypeError):
+        return ""
