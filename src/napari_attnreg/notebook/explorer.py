@@ -31,6 +31,7 @@ import numpy as np
 
 from napari_attnreg.core.files import atomic_write
 from napari_attnreg.core.models.backbones import Backbone
+from napari_attnreg.core.results.display import MAPS_BY_KEY
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.thresholds import Thresholds
 from napari_attnreg.core.stats.presets import DEFAULT_PRESET
@@ -39,6 +40,13 @@ from napari_attnreg.notebook import render
 from napari_attnreg.notebook.canvas import OverlayCanvas, make_view
 from napari_attnreg.notebook.concept_roi import ConceptPanel
 from napari_attnreg.notebook.display_panel import DisplayPanel
+from napari_attnreg.notebook.export_panel import (
+    FIGURE_NAME,
+    RESULT_NAME,
+    ExportPanel,
+    new_file,
+    output_path,
+)
 from napari_attnreg.notebook.image_panel import ImagePanel, check_max_display
 from napari_attnreg.notebook.options_panel import OptionsPanel
 from napari_attnreg.notebook.pipeline import (
@@ -62,7 +70,7 @@ from napari_attnreg.notebook.session_link import SessionLink
 from napari_attnreg.notebook.state import RUN_DEFAULTS, ExplorerState, StateTrait
 from napari_attnreg.notebook.summary_panel import SummaryPanel
 from napari_attnreg.notebook.thresholds_panel import ThresholdsPanel
-from napari_attnreg.session import Session
+from napari_attnreg.session import ResultEntry, Session
 
 #: Default of the threshold arguments: take the preset's value (``z_th=None`` is "no z mask").
 FROM_PRESET = "from preset"
@@ -79,6 +87,9 @@ NO_MASK_ON_SLIDE = ("A slide's regions are shapes on its picture, not a mask as 
                     "add_roi(polygon=[(row, col), ...]) in the picture's pixels "
                     "(explorer.image_panel.plane_shape), or draw them.")
 
+
+#: The ROI table's file inside a folder given (and the CSV box's first value).
+ROI_TABLE_NAME = "roi_table.csv"
 
 #: The side panel's narrowest width (its controls are 360 px), and its basis in a row.
 SIDE_WIDTH = "380px"
@@ -272,6 +283,7 @@ class AttentionExplorer(W.VBox):
         self.roi_panel = RoiPanel(state, self._rois_changed, self._export_from_button,
                                   self._geojson_from_button)
         self.summary_panel = SummaryPanel()
+        self.export_panel = ExportPanel(self._save_from_button, self._figure_from_button)
         self.canvas = OverlayCanvas(state, view, self.image_panel, self.display_panel)
         self.canvas.roi_labels = self.roi_panel.on_grid
         self.display = ResultDisplay(self.session, state, self.canvas, self.summary_panel,
@@ -290,11 +302,13 @@ class AttentionExplorer(W.VBox):
             **self.thresholds_panel.controls, "draw": self.roi_panel.draw}
         self.buttons = {"run": self.run_panel.run_button, "cancel": self.run_panel.cancel_button,
                         "clear": self.roi_panel.clear, "export": self.roi_panel.export,
-                        "geojson": self.roi_panel.geojson}
+                        "geojson": self.roi_panel.geojson, "save": self.export_panel.save,
+                        "figure": self.export_panel.figure}
         self.roi_panel.allow(view.can_draw, NO_DRAWING, None)
         side = W.VBox([_section("Run"), self.options_panel, self.run_panel,
                        _section("Display"), self.display_panel,
-                       _section("Regions of interest"), self.roi_panel],
+                       _section("Regions of interest"), self.roi_panel,
+                       _section("Save and export"), self.export_panel],
                       # wrapping goes by its basis, not by its longest line of text (the
                       # model's description), which stood it under the image at any width
                       layout=W.Layout(margin="0 0 0 12px", min_width=SIDE_WIDTH,
@@ -335,11 +349,13 @@ class AttentionExplorer(W.VBox):
         return None if entry is None else entry.any_result
 
     def save(self, path: str | Path) -> Path:
-        """Save :attr:`result` (with its thresholds) as ``.npz``; returns the path."""
+        """Save :attr:`result` (with its thresholds) as ``.npz``; returns the path written:
+        ``.npz`` added to another ending, ``result.attnreg.npz`` inside a folder given (the
+        Save result button saves the result on screen and never overwrites a file)."""
         result = self.result
         if result is None:
             raise ValueError("Nothing to save yet: press Run (or call run()) first.")
-        return result.save(path)
+        return result.save(output_path(path, (".npz",), RESULT_NAME, case_sensitive=True))
 
     def open_result(self, path: str | Path) -> AttentionResult:
         """Show a saved result (:meth:`save`, ``attnreg run``'s ``.attnreg.npz``) over the
@@ -382,25 +398,31 @@ class AttentionExplorer(W.VBox):
     def export_figure(self, path: str | Path, *, map_key: str = "regularized",
                       scale: int | None = None) -> Path:
         """Write the publication figure of :attr:`result` (PNG), the figure napari's Export
-        figure writes (:func:`~napari_attnreg.core.results.figure.publication_figure`);
-        returns the path written, ``.png`` added to another ending."""
+        figure writes (:func:`~napari_attnreg.core.results.figure.publication_figure`), over
+        the plane it was computed from; returns the path written, ``.png`` added to another
+        ending, ``figure.png`` inside a folder given."""
+        entry = self.session.latest
+        if entry is None:
+            raise ValueError("Nothing to draw yet: press Run (or call run()) first.")
+        # PNG bytes under cells.tif replaced the image: the ending is added
+        return self._write_figure(entry, output_path(path, (".png",), FIGURE_NAME),
+                                  map_key, scale)
+
+    def _write_figure(self, entry: ResultEntry, path: Path, map_key: str,
+                      scale: int | None) -> Path:
         from napari_attnreg.core.results.figure import publication_figure
 
-        result = self.result
-        if result is None:
-            raise ValueError("Nothing to draw yet: press Run (or call run()) first.")
-        path = Path(path)
-        if path.suffix.lower() != ".png":  # PNG bytes under cells.tif replaced the image
-            path = path.with_name(path.name + ".png")
-        result, image = self._figure_image(result)
+        # the entry's own plane: the latest result of a stack drawn over the plane on
+        # screen put plane 1's map over plane 2's pixels
+        result, image = self._figure_image(entry.shown(), tuple(entry.key))
         return publication_figure(result, image, path, map_key=map_key, scale=scale)
 
-    def _figure_image(self, result: AttentionResult) -> tuple[AttentionResult, np.ndarray]:
-        """The image under a figure: at the resolution analysed, as napari's figure (a slide
-        level read again from its file); above the untiled pixel budget, the overview under
-        the result brought to its size, as the command line's figure."""
+    def _figure_image(self, result: AttentionResult,
+                      plane: tuple[int, ...]) -> tuple[AttentionResult, np.ndarray]:
+        """The image under a figure of ``plane``: at the resolution analysed, as napari's
+        figure (a slide level read again from its file); above the untiled pixel budget, the
+        overview under the result brought to its size, as the command line's figure."""
         panel = self.image_panel
-        plane = tuple(panel.state.slice_index)
         pixels = panel.source.figure_pixels(result, plane)
         if pixels is None:
             from napari_attnreg.batch.figure import FIGURE_MAX_SIDE, figure_view
@@ -612,12 +634,8 @@ class AttentionExplorer(W.VBox):
         if not rows:
             raise ValueError("No ROI statistics to export: run the analysis and draw or pass "
                              "ROIs.")
-        path = Path(path)
-        if path.is_dir():
-            path = path / "roi_table.csv"
-        elif path.suffix.lower() != ".csv":
-            path = path.with_name(path.name + ".csv")
-        return write_table_csv(path, rows, self.provenance())
+        return write_table_csv(output_path(path, (".csv",), ROI_TABLE_NAME), rows,
+                               self.provenance())
 
     def export_roi_geojson(self, path: str | Path) -> Path:
         """Write a slide's regions as GeoJSON annotations that QuPath opens on the slide:
@@ -659,20 +677,60 @@ class AttentionExplorer(W.VBox):
 
     def _export_from_button(self, path: str) -> None:
         try:
-            written = self.export_roi_csv(path)
+            written = self.export_roi_csv(new_file(output_path(path, (".csv",),
+                                                               ROI_TABLE_NAME)))
         except (ValueError, OSError) as err:
             self._set_status(f"CSV not written: {err}", "error")
             return
         self._set_status(f"ROI table written to {written}", "success")
 
     def _geojson_from_button(self, path: str) -> None:
+        typed = Path(path).expanduser()  # beside the CSV box's table, or in its folder
+        target = typed / "roi_table.geojson" if typed.is_dir() else typed.with_suffix(".geojson")
         try:
-            written = self.export_roi_geojson(Path(path).with_suffix(".geojson"))
+            written = self.export_roi_geojson(new_file(target))
         except (ValueError, OSError) as err:
             self._set_status(f"GeoJSON not written: {err}", "error")
             return
         self._set_status(f"Regions written to {written} (QuPath: File ▸ Import objects)",
                          "success")
+
+    def _on_screen(self, what: str) -> ResultEntry | None:
+        """The result on screen, else None with the status saying what to do."""
+        entry = self.session.selected
+        if entry is None:
+            where = f" on plane {tuple(self.state.slice_index)}" if self.state.slice_index else ""
+            self._set_status(f"{what} not written: no result{where} yet; press Run (or open a "
+                             "saved one with explorer.open_result(path)).", "error")
+        return entry
+
+    def _save_from_button(self, typed: str) -> None:
+        entry = self._on_screen("Result")
+        if entry is None:
+            return
+        try:
+            path = new_file(output_path(typed, (".npz",), RESULT_NAME, case_sensitive=True))
+            written = entry.shown().save(path)
+        except (ValueError, OSError) as err:
+            self._set_status(f"Result not written: {err}", "error")
+            return
+        self._set_status(f"Result saved to {written} (reopen it over this image with "
+                         "explorer.open_result(path), or drop it on napari).", "success")
+
+    def _figure_from_button(self, typed: str) -> None:
+        entry = self._on_screen("Figure")
+        if entry is None:
+            return
+        overlay = self.state.overlay  # the map shown; with none shown, the regularized one
+        map_key = overlay if overlay in MAPS_BY_KEY else "regularized"
+        try:
+            path = new_file(output_path(typed, (".png",), FIGURE_NAME))
+            written = self._write_figure(entry, path, map_key, None)
+        except (ValueError, OSError) as err:
+            self._set_status(f"Figure not written: {err}", "error")
+            return
+        self._set_status(f"Figure ({MAPS_BY_KEY[map_key].title(entry.preset)}) written to "
+                         f"{written}", "success")
 
     def _on_drawn_region(self, vertices: np.ndarray) -> None:
         try:
