@@ -216,6 +216,28 @@ def test_the_image_column_never_shrinks_below_the_image(explorer):
     assert _px(side.layout.min_width) >= 360  # the side panel's controls are 360 px wide
 
 
+def test_a_stacks_sliders_wrap_within_the_image_column(blob_image):
+    # two 360 px sliders side by side widened the image column past 1280 px in JupyterLab:
+    # Run, the options and the exports went under the image
+    stack = np.stack([np.stack([blob_image] * 3)] * 2)
+    ex = AttentionExplorer(stack, "demo", view="image", width=560)
+    image_area, _side = ex.children[0].children
+    panel = ex.image_panel
+    assert panel in image_area.children and len(panel.sliders) == 2
+    assert panel.layout.flex_flow == "row wrap"
+    assert _px(panel.layout.max_width) <= _px(image_area.layout.min_width)
+    assert 2 * _px(panel.sliders[0].layout.width) > _px(panel.layout.max_width)  # two rows
+    ex.close()
+
+
+def test_the_export_buttons_fit_their_labels_and_the_side_panel(explorer):
+    # "Export figure" at 120 px read "Export fig…" in JupyterLab
+    for row in explorer.export_panel.children:
+        box, button = row.children
+        assert _px(button.layout.width) >= 8 * len(button.description) + 30  # icon + text
+        assert _px(box.layout.width) + _px(button.layout.width) <= 360
+
+
 def test_an_outcome_of_an_older_task_is_dropped(explorer):
     from napari_attnreg.core.run.service import Outcome
 

@@ -315,6 +315,10 @@ class AttentionExplorer(W.VBox):
                                       flex=f"1 1 {SIDE_WIDTH}"))
         # the live thresholds sit under the image they change
         # never narrower than the image (+ ipympl's toolbar): the side panel gives way instead
+        # a stack's sliders (360 px each) wrap inside the image's width: side by side, two of
+        # them widened the image column past the page and pushed Run under the image
+        self.image_panel.layout.flex_flow = "row wrap"
+        self.image_panel.layout.max_width = f"{width + 48}px"
         image_area = W.VBox([self.image_panel, view.widget, self.display_panel.under_image,
                              _section("Thresholds (live)"), self.thresholds_panel],
                             layout=W.Layout(flex="0 0 auto", min_width=f"{width + 48}px"))

@@ -19,6 +19,9 @@ import ipywidgets as W
 #: The boxes' first values: files in the notebook's folder, as the CSV box's ``roi_table.csv``.
 RESULT_NAME = "result.attnreg.npz"
 FIGURE_NAME = "figure.png"
+#: Wide enough for "Export figure" and its icon (at 120 px JupyterLab cut it to "Export fig…");
+#: with a 200 px box, a row still fits the side panel's 360 px.
+BUTTON_WIDTH = "140px"
 
 
 def output_path(typed: str | Path, suffixes: Sequence[str], default: str, *,
@@ -79,7 +82,7 @@ class ExportPanel(W.VBox):
                              tooltip="Save the result on screen with its thresholds (.npz; "
                                      "explorer.open_result or napari reopen it). An existing "
                                      "file is never overwritten.",
-                             layout=W.Layout(width="120px"))
+                             layout=W.Layout(width=BUTTON_WIDTH))
         self.figure_path = W.Text(value=FIGURE_NAME, layout=W.Layout(width="200px"),
                                   tooltip="Where Export figure writes the figure (.png).")
         self.figure = W.Button(description="Export figure", icon="image",
@@ -87,7 +90,7 @@ class ExportPanel(W.VBox):
                                        "the map shown, at its thresholds (PNG, as napari's "
                                        "Export figure). An existing file is never "
                                        "overwritten.",
-                               layout=W.Layout(width="120px"))
+                               layout=W.Layout(width=BUTTON_WIDTH))
         self.save.on_click(lambda _b: on_save(self.result_path.value.strip() or RESULT_NAME))
         self.figure.on_click(
             lambda _b: on_figure(self.figure_path.value.strip() or FIGURE_NAME))
