@@ -308,6 +308,29 @@ def test_a_saved_result_reopens_over_its_image_with_its_thresholds(blob_image, t
     ex.close()
 
 
+def test_a_stacks_saved_result_reopens_on_the_plane_it_was_made_from(blob_image, tiny_backbone,
+                                                                      tmp_path):
+    # it was filed under the plane on screen: plane 2's map over plane 0's pixels, its
+    # provenance saying plane (0,)
+    stack = np.stack([blob_image, blob_image[::-1], blob_image[:, ::-1]])
+    ex = AttentionExplorer(stack, tiny_backbone, n_boot=8, device="cpu", view="image")
+    ex.slice_index = (2,)
+    saved = ex.run(wait=True)
+    path = ex.save(tmp_path / "plane2")
+    ex.close()
+    ex = AttentionExplorer(stack, tiny_backbone, view="image")
+    ex.open_result(path)
+    assert ex.slice_index == (2,) and ex.image_panel.sliders[0].value == 2
+    assert list(ex.session) == [(2,)] and ex.provenance()["source_image"].endswith("plane (2,)")
+    np.testing.assert_array_equal(ex.result.attention, saved.attention)
+    ex.close()
+    shorter = AttentionExplorer(stack[:2], tiny_backbone, view="image")  # has no plane 2
+    with pytest.raises(ValueError, match=r"plane \(2,\), which this stack \(2 planes\)"):
+        shorter.open_result(path)
+    assert len(shorter.session) == 0 and shorter.slice_index == (0,)
+    shorter.close()
+
+
 def test_a_plane_chosen_in_code_moves_its_sliders(blob_image, tiny_backbone):
     # explorer.slice_index = (1, 2) analysed and showed plane (1, 2) while both sliders still
     # read 0: the picture was labelled with another plane than it showed

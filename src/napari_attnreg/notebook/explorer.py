@@ -365,12 +365,14 @@ class AttentionExplorer(W.VBox):
         """Show a saved result (:meth:`save`, ``attnreg run``'s ``.attnreg.npz``) over the
         image on screen, as if it had been run here: its thresholds move the sliders, the ROI
         table and the exports read it. The image must be the one it was made from (same
-        size); a bad file or another image keeps what is shown and says why.
+        size); a bad file or another image keeps what is shown and says why. A stack's
+        result goes to the plane it was made from (the sliders move there).
 
         Raises
         ------
         ValueError
-            Unreadable file, no image, another image's size, a slide, or a run going on.
+            Unreadable file, no image, another image's size, a plane the stack does not
+            have, a slide, or a run going on.
         """
         if self.run_panel.busy:
             raise ValueError("Cannot open a result during a run; cancel it first.")
@@ -382,13 +384,15 @@ class AttentionExplorer(W.VBox):
             raise ValueError("A slide's result reopens in napari (drop the .attnreg.npz on "
                              "the viewer with the slide open) or with AttentionResult.load.")
         result = AttentionResult.load(path)
-        plane = tuple(self.state.slice_index)
         if tuple(result.image_shape) != tuple(self.image_panel.plane_shape):
             raise ValueError(
                 f"{Path(path).name} was made from a {result.image_shape[0]}×"
                 f"{result.image_shape[1]} image; the one on screen is "
                 f"{self.image_panel.plane_shape[0]}×{self.image_panel.plane_shape[1]}. Show "
                 "the image it was made from (set_image), then open it again.")
+        plane = self._saved_plane(result, Path(path).name)
+        if plane != tuple(self.state.slice_index):
+            self.state.slice_index = plane  # the sliders go to the plane it was made from
         self.runs.generation += 1  # a run still reporting would replace it with older work
         # the file's own thresholds, not the replaced result's: they are what it was saved at
         self.session.add(plane, {plane: result}, params={"opened": str(path)},
@@ -398,6 +402,27 @@ class AttentionExplorer(W.VBox):
         self._set_status(f"Opened {Path(path).name} (saved result; thresholds as saved).",
                          "success")
         return self.result
+
+    def _saved_plane(self, result: AttentionResult, name: str) -> tuple[int, ...]:
+        """The plane of the stack on screen a saved result was made from (its ``slice``),
+        else the plane on screen (a 2D image's result, or a file that does not say).
+
+        Raises
+        ------
+        ValueError
+            A plane this stack does not have: it belongs to another stack.
+        """
+        on_screen = tuple(self.state.slice_index)
+        saved = result.metadata.get("slice")
+        stack = tuple(self.image_panel.source.stack_shape)
+        if saved is None or not stack:
+            return on_screen
+        plane = tuple(int(i) for i in saved)
+        if len(plane) != len(stack) or not all(0 <= i < n for i, n in zip(plane, stack)):
+            raise ValueError(f"{name} is the result of plane {plane}, which this stack "
+                             f"({' × '.join(map(str, stack))} planes) does not have. Show the "
+                             "stack it was made from (set_image), then open it again.")
+        return plane
 
     def export_figure(self, path: str | Path, *, map_key: str = "regularized",
                       scale: int | None = None) -> Path:
