@@ -224,6 +224,29 @@ def test_a_bool_set_later_is_refused_not_taken_as_one_or_zero(blob_image, name, 
     ex.close()
 
 
+def test_a_rule_the_shown_results_preset_lacks_is_refused_and_the_explorer_keeps_working(
+        blob_image, tiny_backbone):
+    # explorer.rule = "q" over a step-down result was taken (the dropdown still showing
+    # ForwardStop); the canvas, the ROI table and every export then raised "a step-down
+    # result has no 'p' map"
+    import traitlets
+
+    ex = AttentionExplorer(blob_image, tiny_backbone, n_boot=8, device="cpu", view="image")
+    ex.run(wait=True)
+    with pytest.raises(traitlets.TraitError, match="rule='q' is not available under "
+                                                   "preset='stepdown'"):
+        ex.rule = "q"
+    assert ex.rule == ex.controls["rule"].value == "forwardstop"
+    assert ex.session.thresholds().rule == "forwardstop"
+    ex.add_roi(rectangle=(10, 10, 60, 60))
+    assert len(ex.roi_table()) == 1 and ex.rendered is not None
+    ex.preset = "directional"  # the next run's preset: its rules once its result is shown
+    ex.run(wait=True)
+    ex.rule = "q"
+    assert ex.result.thresholds_used["rule"] == "q"
+    ex.close()
+
+
 def test_explorer_arguments_are_normalised(blob_image):
     ex = AttentionExplorer(blob_image, "demo", view="image", n_boot=np.int64(12),
                            seed=np.int32(3), tiled=np.bool_(False), opacity=np.float32(0.5))

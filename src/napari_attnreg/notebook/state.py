@@ -29,6 +29,7 @@ from napari_attnreg.core.stats.presets import (
 from napari_attnreg.notebook import render
 from napari_attnreg.notebook.option_controls import check_opacity
 from napari_attnreg.notebook.views import DRAW_MODES
+from napari_attnreg.session.model import check_rule
 
 #: Overlay choices: (label shown, state value); the value is a core.display map key.
 #: The soft map and the p map are named per preset (:func:`overlay_options`).
@@ -126,7 +127,7 @@ class ExplorerState(t.HasTraits):
         return proposal["value"]
 
     @t.validate("n_boot", "seed", "tile_scale", "tile_overlap", "q_th", "p_th", "l_th", "z_th",
-                "method", "rule")
+                "method")
     def _valid_option(self, proposal: dict) -> Any:
         # the core's one validator, so a value refused here is refused with the same words
         # by napari, the CLI and regularize()
@@ -135,6 +136,17 @@ class ExplorerState(t.HasTraits):
             return validate_options({name: proposal["value"]})[name]
         except ValueError as err:
             raise t.TraitError(str(err)) from None
+
+    @t.validate("rule")
+    def _valid_rule(self, proposal: dict) -> str:
+        # the rules of the shown result's preset only: explorer.rule = "q" over a step-down
+        # result was taken, and every redraw, table and export failed after it
+        rule = self._valid_option(proposal)
+        try:
+            check_rule(rule, self.shown_preset)
+        except ValueError as err:
+            raise t.TraitError(str(err)) from None
+        return rule
 
     @t.validate("overlay")
     def _valid_overlay(self, proposal: dict) -> str:
