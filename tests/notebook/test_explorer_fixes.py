@@ -420,3 +420,21 @@ def test_a_slide_level_for_an_image_file_of_one_resolution_is_refused(blob_image
     assert ex.run(wait=True) is None
     assert "neither a slide nor a pyramid" in ex.status and ex.result is None
     ex.close()
+
+
+def test_the_name_given_for_one_image_does_not_label_the_next(blob_image, tiny_backbone,
+                                                              tmp_path):
+    # in a loop over files, every table after the first said it came from the first image
+    ex = AttentionExplorer(blob_image, tiny_backbone, n_boot=8, device="cpu", view="image",
+                           name="first.tif")
+    ex.run(wait=True)
+    assert ex.provenance()["source_image"] == "first.tif"
+    ex.set_image(blob_image[::-1].copy())
+    ex.run(wait=True)
+    assert ex.provenance()["source_image"] == "array (96, 80) uint16"
+    ex.set_image(blob_image, name="third.tif")
+    ex.run(wait=True)
+    assert ex.provenance()["source_image"] == "third.tif"
+    ex.set_image(np.zeros(3), name="broken")  # refused: the image and its name stay
+    assert ex.provenance()["source_image"] == "third.tif"
+    ex.close()

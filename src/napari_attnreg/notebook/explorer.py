@@ -513,13 +513,17 @@ class AttentionExplorer(W.VBox):
 
     # ---- the image and the plane on screen ------------------------------------------------
     def set_image(self, image: Any, *, channel_axis: int | None = None,
-                  rgb: bool | None = None) -> None:
+                  rgb: bool | None = None, name: str | None = None) -> None:
         """Show another image (an array, a file's path or an opened slide, as the
-        constructor takes). A bad one keeps the current image and says why in the status."""
+        constructor takes), named ``name`` in exported tables (default: its path, or its
+        shape for an array). A bad one keeps the current image and says why in the status."""
         if self.run_panel.busy:
             self._set_status("Cannot change the image during a run; cancel it first.", "warning")
             return
         if self._load_image(image, channel_axis=channel_axis, rgb=rgb):
+            # the constructor's name was the first image's: every later table of a loop
+            # over files said it came from that one
+            self._image_name = name
             self.display.show()
 
     def _load_image(self, image: Any, *, channel_axis: int | None, rgb: bool | None) -> bool:
