@@ -63,6 +63,7 @@ def test_save_result_and_export_figure_buttons_write_the_result_on_screen(
     explorer.buttons["figure"].click()
     figure = tmp_path / "cells.png"
     assert str(figure) in explorer.status and figure.read_bytes()[:4] == b"\x89PNG"
+    assert "Figure of the raw attention" in explorer.status  # the map drawn, as the menu says
     # a file there is never overwritten: the earlier output (or the image) stays
     for button, path in (("save", saved), ("figure", figure)):
         before = path.read_bytes()

@@ -762,8 +762,10 @@ class AttentionExplorer(W.VBox):
         except (ValueError, OSError) as err:
             self._set_status(f"Figure not written: {err}", "error")
             return
-        self._set_status(f"Figure ({MAPS_BY_KEY[map_key].title(entry.preset)}) written to "
-                         f"{written}", "success")
+        # named as the overlay menu names it ("raw attention", "evidence (1 − adjusted p)")
+        label = {value: text for text, value in self.controls["overlay"].options}
+        self._set_status(f"Figure of the {label.get(map_key, map_key)} written to {written}",
+                         "success")
 
     def _on_drawn_region(self, vertices: np.ndarray) -> None:
         try:
