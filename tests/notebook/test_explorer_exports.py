@@ -111,3 +111,14 @@ def test_save_and_figure_into_a_folder_write_a_default_name_inside(explorer, tmp
     assert explorer.save(tmp_path) == tmp_path / "result.attnreg.npz"
     assert explorer.export_figure(tmp_path) == tmp_path / "figure.png"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["figure.png", "result.attnreg.npz"]
+
+
+def test_geojson_into_a_folder_writes_a_default_name_inside(explorer, tmp_path):
+    # export_geojson(folder) wrote 'folder.geojson' beside the folder
+    explorer.run(wait=True)
+    folder = tmp_path / "qupath"
+    folder.mkdir()
+    assert explorer.export_geojson(folder) == folder / "significant.geojson"
+    assert json.loads((folder / "significant.geojson").read_text())["type"] == \
+        "FeatureCollection"
+    assert explorer.export_geojson(tmp_path / "cells.GeoJSON") == tmp_path / "cells.GeoJSON"

@@ -464,12 +464,14 @@ class AttentionExplorer(W.VBox):
     def export_geojson(self, path: str | Path) -> Path:
         """Write :attr:`result`'s significant regions as GeoJSON polygons in image pixels
         (QuPath opens them; :mod:`napari_attnreg.io.geojson`)."""
-        from napari_attnreg.io.geojson import write_geojson
+        from napari_attnreg.io.geojson import GEOJSON_SUFFIXES, write_geojson
 
         result = self.result
         if result is None:
             raise ValueError("Nothing to export yet: press Run (or call run()) first.")
-        return write_geojson(path, result)
+        # a folder gets a name inside it, as every export's (it wrote 'folder.geojson')
+        return write_geojson(output_path(path, GEOJSON_SUFFIXES, "significant.geojson"),
+                             result)
 
     def _show_settings_from_code(self, changes: dict[str, Any]) -> None:
         if self.runs.pushing:
@@ -700,9 +702,7 @@ class AttentionExplorer(W.VBox):
                 "properties": {"objectType": "annotation", "name": f"ROI {label}",
                                "classification": {"name": "ROI", "color": list(ROI_COLOR)},
                                "measurements": measured}})
-        path = Path(path)
-        if path.suffix.lower() not in GEOJSON_SUFFIXES:
-            path = path.with_name(path.name + ".geojson")
+        path = output_path(path, GEOJSON_SUFFIXES, "roi_regions.geojson")
         with atomic_write(path) as tmp:
             Path(tmp).write_text(json.dumps({"type": "FeatureCollection", "features": features,
                                              "properties": note}, indent=1), encoding="utf-8")
@@ -719,7 +719,7 @@ class AttentionExplorer(W.VBox):
 
     def _geojson_from_button(self, path: str) -> None:
         typed = Path(path).expanduser()  # beside the CSV box's table, or in its folder
-        target = typed / "roi_table.geojson" if typed.is_dir() else typed.with_suffix(".geojson")
+        target = typed / "roi_regions.geojson" if typed.is_dir() else typed.with_suffix(".geojson")
         try:
             written = self.export_roi_geojson(new_file(target))
         except (ValueError, OSError) as err:
