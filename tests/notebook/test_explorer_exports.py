@@ -88,6 +88,7 @@ def test_the_csv_button_never_overwrites_an_earlier_table(explorer, tmp_path):
     explorer.p_th = 0.5
     explorer.buttons["export"].click()
     assert "already exists" in explorer.status and table.read_text() == before
+    assert "never overwritten" in explorer.buttons["export"].tooltip  # said before the click
 
 
 def test_the_figure_of_a_stack_is_drawn_over_the_plane_of_its_result(
