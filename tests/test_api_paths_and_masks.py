@@ -197,6 +197,31 @@ def test_regularize_takes_the_path_of_an_ordinary_image(tmp_path):
     assert result.image_shape[:2] == (96, 96) and result.metadata["source"] == str(path)
 
 
+def test_a_stack_file_goes_to_regularize_stack_as_the_error_says(tmp_path):
+    # regularize() said "read it and use regularize_stack()"; regularize_stack(path) failed
+    # with "Image dtype <U18 is not numeric" and the reader's PlaneStack with "dtype object"
+    from napari_attnreg import regularize_stack
+    from napari_attnreg.io.readers import read_stack
+
+    rng = np.random.default_rng(0)
+    stack = (rng.random((2, 3, 64, 48)) * 4000).astype(np.uint16)
+    path = tmp_path / "embryo.tif"
+    tifffile.imwrite(path, stack, imagej=True, metadata={"axes": "TZYX", "unit": "um"},
+                     resolution=(1 / 0.5, 1 / 0.5))
+    with pytest.raises(ValueError, match=r"napari_attnreg\.regularize_stack\(path"):
+        regularize(path, "demo", **FAST)
+    results = regularize_stack(path, "demo", **FAST)
+    assert len(results) == 6 and results.complete
+    assert results[5].metadata["source"] == str(path)
+    assert results[5].spatial["scale"] == pytest.approx((0.5, 0.5))  # the file's pixel size
+    np.testing.assert_array_equal(results[5].attention,
+                                  regularize(stack[1, 2], "demo", **FAST).attention)
+    from_reader = regularize_stack(read_stack(path), "demo", **FAST)
+    np.testing.assert_array_equal(from_reader[5].attention, results[5].attention)
+    with pytest.raises(ValueError, match="takes pixels, not a file"):
+        api.regularize_stack(str(path), "demo", **FAST)
+
+
 @pytest.mark.parametrize("option", [{"level": 1}, {"mpp": 2.0}], ids=["level", "mpp"])
 def test_a_slide_level_for_an_image_of_one_resolution_is_refused_not_recorded(
         tmp_path, capsys, option):

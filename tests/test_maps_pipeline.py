@@ -205,6 +205,22 @@ def test_heads_map_gives_per_head_evidence_and_their_union(classifier, field):
     assert np.asarray(paper.metadata["family_evidence"]).shape == evidence.shape
 
 
+def test_a_per_head_runs_words_name_heads_not_tiles(classifier, field):
+    # an untiled map="heads" run said "is anything here in any of 3 tiles?" and warned about
+    # "a lone tile ... over 3 tiles": its step-down families are the heads
+    from napari_attnreg.core.results.display import map_level_text
+    from napari_attnreg.core.results.patch_report import patch_report
+
+    result = regularize(field, classifier, map="heads", **{**FAST, "n_boot": 4})
+    n = classifier.num_heads
+    assert f"in any of {n} heads?" in map_level_text(result)
+    warning = next(d.message for d in result.diagnostics if d.code == "p_resolution")
+    assert f"a lone head needs to be significant over {n} heads" in warning
+    assert "tile" not in warning
+    report = "\n".join(patch_report(result, 1, 1).null_lines)
+    assert "Step " in report and "tile" not in report
+
+
 def test_excluded_sinks_are_not_tested(classifier, field, monkeypatch):
     from napari_attnreg.core.run import maps as maps_mod
     from napari_attnreg.core.stats.map_checks import SinkReport

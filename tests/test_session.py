@@ -88,6 +88,31 @@ def test_thresholds_by_key_and_a_bad_value(session):
         session.set_thresholds({"q_th": 0.3}, key="nope")
 
 
+def test_a_rule_the_results_preset_lacks_is_refused_and_nothing_changes(session):
+    # rule='q' was kept for a step-down result: every redraw, table and export then failed
+    # with "a step-down result has no 'p' map"
+    rng = np.random.default_rng(3)
+    step = AttentionResult(
+        attention=rng.uniform(size=(4, 5)), pi0=1.0,
+        maps={k: rng.uniform(size=(4, 5)) for k in ("z", "step_p", "adjusted_p", "evidence")},
+        thresholds=default_thresholds("stepdown"), image_shape=(8, 10), model_shape=(8, 10),
+        patch_size=(2, 2), metadata={"preset": "stepdown"})
+    session.add("s", {(): step})
+    session.seen.clear()
+    before = session.thresholds("s")
+    with pytest.raises(ValueError, match=r"rule='q' is not available under "
+                                         r"preset='stepdown'; use one of forwardstop"):
+        session.set_thresholds({"rule": "q"}, key="s")
+    assert session.thresholds("s") == before and session.seen == []
+    session.update_settings(preset="stepdown")
+    session.seen.clear()
+    with pytest.raises(ValueError, match="not available under preset='stepdown'"):
+        session.set_thresholds({"rule": "lfdr"})  # the next run's, nothing selected
+    assert session.settings["rule"] == "forwardstop" and session.seen == []
+    session.set_thresholds({"rule": "q"}, key="a")  # a directional result offers it
+    assert session.thresholds("a").rule == "q"
+
+
 def test_with_nothing_selected_thresholds_are_the_next_runs_settings(session):
     assert session.thresholds() == Thresholds.from_preset("directional")
     session.set_thresholds({"q_th": 0.05})

@@ -18,7 +18,7 @@ except PackageNotFoundError:  # source tree without an install
 
 _PUBLIC = {
     "regularize": "napari_attnreg.api",
-    "regularize_stack": "napari_attnreg.core.run.api",
+    "regularize_stack": "napari_attnreg.api",
     "StackResults": "napari_attnreg.core.run.api",
     "PartialStackWarning": "napari_attnreg.core.run.api",
     "Thresholds": "napari_attnreg.core.run.thresholds",

@@ -62,12 +62,54 @@ def regularize(image: Any, model: Any = "demo", **kwargs: Any) -> AttentionResul
     source, provenance = open_path(path, kwargs)
     if isinstance(source, PlaneStack) and source.n_planes > 1:
         raise ValueError(f"{path} holds {source.n_planes} planes (stack shape "
-                         f"{source.stack_shape}); regularize() analyses one 2D image: read it "
-                         "and use regularize_stack(), or run the file with 'attnreg run'.")
+                         f"{source.stack_shape}); regularize() analyses one 2D image: use "
+                         "napari_attnreg.regularize_stack(path, ...) for every plane, or run "
+                         "the file with 'attnreg run'.")
     # level/mpp stay: the core checks they are those the file was opened at, and records
     # them as the command line does
     return core_api.regularize(source, model, provenance=provenance,
                                **_placed_mask(source, kwargs, provenance))
+
+
+def regularize_stack(stack: Any, model: Any = "demo", **kwargs: Any) -> core_api.StackResults:
+    """:func:`~napari_attnreg.core.run.api.regularize_stack` on every plane of a stack, which
+    may also be the path of an image file (an ImageJ hyperstack, an OME-TIFF, a DICOM series'
+    folder), opened as the command line opens it: planes and channels as the file states
+    them, its pixel size recorded in each result.
+
+    Parameters
+    ----------
+    stack : array-like, PlaneStack, str or Path
+    model, **kwargs
+        As :func:`napari_attnreg.core.run.api.regularize_stack`.
+
+    Returns
+    -------
+    StackResults
+
+    Raises
+    ------
+    ValueError
+        A missing or unreadable file, a slide (one image: use :func:`regularize`), or what
+        the core raises.
+
+    Examples
+    --------
+    >>> results = regularize_stack("embryo.tif", n_boot=100)       # doctest: +SKIP
+    """
+    if not isinstance(stack, (str, os.PathLike)):
+        return core_api.regularize_stack(stack, model, **kwargs)
+    path = Path(stack)
+    if not path.exists():
+        raise ValueError(f"regularize_stack: no such image file {path}; give an existing "
+                         "file or an array.")
+    opened = {k: v for k, v in kwargs.items() if k != "tiled"}  # planes are read whole
+    source, provenance = open_path(path, opened)
+    if not isinstance(source, PlaneStack):
+        raise ValueError(f"{path} is one image read on demand (a slide or a large image), "
+                         "not a stack of planes: use napari_attnreg.regularize(path, ...).")
+    options = {k: v for k, v in kwargs.items() if k != "channel_axis"}  # the file's, above
+    return core_api.regularize_stack(source, model, provenance=provenance, **options)
 
 
 def _placed_mask(image: Any, kwargs: dict[str, Any],

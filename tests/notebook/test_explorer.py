@@ -164,6 +164,30 @@ def test_nd_stack_asks_for_a_slice(blob_image, tiny_backbone):
     ex.close()
 
 
+
+@pytest.mark.parametrize(("layout", "names"), [
+    ({"imagej": True, "metadata": {"axes": "TZYX"}}, ["T", "Z"]),
+    ({"ome": True, "metadata": {"axes": "ZTYX"}}, ["Z", "T"]),
+    ({}, ["axis 0", "axis 1"])], ids=["imagej", "ome", "plain"])
+def test_stack_sliders_are_named_as_the_file_names_its_axes(blob_image, tmp_path, layout,
+                                                            names):
+    # a hyperstack's sliders read "axis 0", "axis 1": which was time and which depth was
+    # left to guess from the lengths
+    tifffile = pytest.importorskip("tifffile")
+    stack = np.stack([np.stack([blob_image] * 4)] * 3)  # (3, 4, H, W)
+    path = tmp_path / "stack.tif"
+    tifffile.imwrite(path, stack, **layout)
+    ex = AttentionExplorer(str(path), "demo", view="image")
+    sliders = ex.image_panel.sliders
+    assert [s.description for s in sliders] == names
+    assert [s.max for s in sliders] == [2, 3]
+    if layout:
+        assert "time (T)" in next(s.tooltip for s in sliders if s.description == "T")
+    ex.close()
+    ex = AttentionExplorer(stack, "demo", view="image")  # an array names no axis
+    assert [s.description for s in ex.image_panel.sliders] == ["axis 0", "axis 1"]
+    ex.close()
+
 def test_roi_mask_table_and_csv(blob_image, tiny_backbone, tmp_path):
     roi = np.zeros(blob_image.shape, dtype=bool)
     roi[15:45, 5:35] = True

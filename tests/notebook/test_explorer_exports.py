@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 pytest.importorskip("ipywidgets")
@@ -40,3 +41,85 @@ def test_figure_geojson_and_meaning_after_a_run(explorer, blob_image, tmp_path):
     assert len(collection["features"]) == len(mask_regions(result.significant()))
     assert "Significant =" in explorer.summary_panel.summary.value
     assert "half-patch blocks shuffled" in explorer.summary_panel.summary.value
+
+
+def test_save_result_and_export_figure_buttons_write_the_result_on_screen(
+        explorer, blob_image, tmp_path):
+    # only explorer.save(...) / export_figure(...) existed: no button beside Export CSV
+    from napari_attnreg.core.results.result import AttentionResult
+
+    panel = explorer.export_panel
+    panel.result_path.value = str(tmp_path)
+    explorer.buttons["save"].click()  # before a run: said, nothing written
+    assert "press Run" in explorer.status and not list(tmp_path.iterdir())
+    explorer.run(wait=True)
+    explorer.p_th = 0.2  # the thresholds chosen on screen go with the saved result
+    explorer.buttons["save"].click()
+    saved = tmp_path / "result.attnreg.npz"  # a folder gets the default name inside it
+    assert str(saved) in explorer.status and "saved" in explorer.status
+    assert AttentionResult.load(saved).thresholds["p_th"] == 0.2
+    panel.figure_path.value = str(tmp_path / "cells")  # the right ending is added
+    explorer.overlay = "attention"
+    explorer.buttons["figure"].click()
+    figure = tmp_path / "cells.png"
+    assert str(figure) in explorer.status and figure.read_bytes()[:4] == b"\x89PNG"
+    assert "Figure of the raw attention" in explorer.status  # the map drawn, as the menu says
+    # a file there is never overwritten: the earlier output (or the image) stays
+    for button, path in (("save", saved), ("figure", figure)):
+        before = path.read_bytes()
+        explorer.buttons[button].click()
+        assert "already exists and is not overwritten" in explorer.status
+        assert path.read_bytes() == before
+    image = tmp_path / "blobs.tif"
+    image.write_bytes(b"the analyst's image")
+    panel.result_path.value = str(image)
+    explorer.buttons["save"].click()
+    assert image.read_bytes() == b"the analyst's image"
+    assert AttentionResult.load(tmp_path / "blobs.tif.npz").image_shape == blob_image.shape
+
+
+def test_the_csv_button_never_overwrites_an_earlier_table(explorer, tmp_path):
+    explorer.run(wait=True)
+    explorer.add_roi(rectangle=(10, 10, 60, 60))
+    explorer.roi_panel.csv_path.value = str(tmp_path / "table")
+    explorer.buttons["export"].click()
+    table = tmp_path / "table.csv"
+    before = table.read_text()
+    explorer.p_th = 0.5
+    explorer.buttons["export"].click()
+    assert "already exists" in explorer.status and table.read_text() == before
+    assert "never overwritten" in explorer.buttons["export"].tooltip  # said before the click
+
+
+def test_the_figure_of_a_stack_is_drawn_over_the_plane_of_its_result(
+        blob_image, tiny_backbone, tmp_path):
+    # with another plane on screen, plane 1's map was drawn over that plane's pixels
+    import imageio.v3 as iio
+
+    stack = np.stack([blob_image, blob_image[::-1], blob_image[:, ::-1]])
+    ex = AttentionExplorer(stack, tiny_backbone, n_boot=8, device="cpu", view="image")
+    ex.slice_index = (1,)
+    ex.run(wait=True)
+    on_its_plane = iio.imread(ex.export_figure(tmp_path / "on.png"))
+    ex.slice_index = (2,)
+    elsewhere = iio.imread(ex.export_figure(tmp_path / "off.png"))
+    np.testing.assert_array_equal(elsewhere, on_its_plane)
+    ex.close()
+
+
+def test_save_and_figure_into_a_folder_write_a_default_name_inside(explorer, tmp_path):
+    explorer.run(wait=True)
+    assert explorer.save(tmp_path) == tmp_path / "result.attnreg.npz"
+    assert explorer.export_figure(tmp_path) == tmp_path / "figure.png"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["figure.png", "result.attnreg.npz"]
+
+
+def test_geojson_into_a_folder_writes_a_default_name_inside(explorer, tmp_path):
+    # export_geojson(folder) wrote 'folder.geojson' beside the folder
+    explorer.run(wait=True)
+    folder = tmp_path / "qupath"
+    folder.mkdir()
+    assert explorer.export_geojson(folder) == folder / "significant.geojson"
+    assert json.loads((folder / "significant.geojson").read_text())["type"] == \
+        "FeatureCollection"
+    assert explorer.export_geojson(tmp_path / "cells.GeoJSON") == tmp_path / "cells.GeoJSON"

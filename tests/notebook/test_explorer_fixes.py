@@ -216,6 +216,28 @@ def test_the_image_column_never_shrinks_below_the_image(explorer):
     assert _px(side.layout.min_width) >= 360  # the side panel's controls are 360 px wide
 
 
+def test_a_stacks_sliders_wrap_within_the_image_column(blob_image):
+    # two 360 px sliders side by side widened the image column past 1280 px in JupyterLab:
+    # Run, the options and the exports went under the image
+    stack = np.stack([np.stack([blob_image] * 3)] * 2)
+    ex = AttentionExplorer(stack, "demo", view="image", width=560)
+    image_area, _side = ex.children[0].children
+    panel = ex.image_panel
+    assert panel in image_area.children and len(panel.sliders) == 2
+    assert panel.layout.flex_flow == "row wrap"
+    assert _px(panel.layout.max_width) <= _px(image_area.layout.min_width)
+    assert 2 * _px(panel.sliders[0].layout.width) > _px(panel.layout.max_width)  # two rows
+    ex.close()
+
+
+def test_the_export_buttons_fit_their_labels_and_the_side_panel(explorer):
+    # "Export figure" at 120 px read "Export fig…" in JupyterLab
+    for row in explorer.export_panel.children:
+        box, button = row.children
+        assert _px(button.layout.width) >= 8 * len(button.description) + 30  # icon + text
+        assert _px(box.layout.width) + _px(button.layout.width) <= 360
+
+
 def test_an_outcome_of_an_older_task_is_dropped(explorer):
     from napari_attnreg.core.run.service import Outcome
 
@@ -286,6 +308,29 @@ def test_a_saved_result_reopens_over_its_image_with_its_thresholds(blob_image, t
     ex.close()
 
 
+def test_a_stacks_saved_result_reopens_on_the_plane_it_was_made_from(blob_image, tiny_backbone,
+                                                                      tmp_path):
+    # it was filed under the plane on screen: plane 2's map over plane 0's pixels, its
+    # provenance saying plane (0,)
+    stack = np.stack([blob_image, blob_image[::-1], blob_image[:, ::-1]])
+    ex = AttentionExplorer(stack, tiny_backbone, n_boot=8, device="cpu", view="image")
+    ex.slice_index = (2,)
+    saved = ex.run(wait=True)
+    path = ex.save(tmp_path / "plane2")
+    ex.close()
+    ex = AttentionExplorer(stack, tiny_backbone, view="image")
+    ex.open_result(path)
+    assert ex.slice_index == (2,) and ex.image_panel.sliders[0].value == 2
+    assert list(ex.session) == [(2,)] and ex.provenance()["source_image"].endswith("plane (2,)")
+    np.testing.assert_array_equal(ex.result.attention, saved.attention)
+    ex.close()
+    shorter = AttentionExplorer(stack[:2], tiny_backbone, view="image")  # has no plane 2
+    with pytest.raises(ValueError, match=r"plane \(2,\), which this stack \(2 planes\)"):
+        shorter.open_result(path)
+    assert len(shorter.session) == 0 and shorter.slice_index == (0,)
+    shorter.close()
+
+
 def test_a_plane_chosen_in_code_moves_its_sliders(blob_image, tiny_backbone):
     # explorer.slice_index = (1, 2) analysed and showed plane (1, 2) while both sliders still
     # read 0: the picture was labelled with another plane than it showed
@@ -343,4 +388,53 @@ def test_a_channels_first_array_without_channel_axis_is_told_how_to_merge(
     assert "choose the plane" in ex.status and "channel_axis" not in ex.status
     ex.set_image(channels, channel_axis=0)
     assert ex.status == "Ready: press Run." and not ex.image_panel.sliders
+    ex.close()
+
+
+@pytest.mark.parametrize("typed", [{"level": "1"}, {"mpp": "0.5"}])
+def test_a_slide_level_for_an_array_is_refused_in_the_status_and_keeps_the_result(
+        explorer, typed):
+    # the run dropped it without a word (and ran at full resolution), where the command line
+    # and regularize() refuse a level for pixels that are given
+    first = explorer.run(wait=True)
+    assert first is not None, explorer.status
+    advanced = explorer.options_panel.advanced
+    for name, text in typed.items():
+        advanced.controls[name].value = text
+    assert explorer.run(wait=True) is None
+    assert "Slide level / Slide resolution" in explorer.status
+    assert "Empty those boxes under Advanced options" in explorer.status
+    assert isinstance(explorer.last_error, ValueError)
+    assert explorer.session.latest.any_result is first and len(explorer.session) == 1
+    for name in typed:
+        advanced.controls[name].value = ""
+    assert explorer.run(wait=True) is not None, explorer.status
+
+
+def test_a_slide_level_for_an_image_file_of_one_resolution_is_refused(blob_image, tmp_path):
+    import tifffile
+
+    path = tmp_path / "field.tif"
+    tifffile.imwrite(path, blob_image)
+    ex = AttentionExplorer(str(path), "demo", n_boot=4, device="cpu", view="image", level=1)
+    assert ex.run(wait=True) is None
+    assert "neither a slide nor a pyramid" in ex.status and ex.result is None
+    ex.close()
+
+
+def test_the_name_given_for_one_image_does_not_label_the_next(blob_image, tiny_backbone,
+                                                              tmp_path):
+    # in a loop over files, every table after the first said it came from the first image
+    ex = AttentionExplorer(blob_image, tiny_backbone, n_boot=8, device="cpu", view="image",
+                           name="first.tif")
+    ex.run(wait=True)
+    assert ex.provenance()["source_image"] == "first.tif"
+    ex.set_image(blob_image[::-1].copy())
+    ex.run(wait=True)
+    assert ex.provenance()["source_image"] == "array (96, 80) uint16"
+    ex.set_image(blob_image, name="third.tif")
+    ex.run(wait=True)
+    assert ex.provenance()["source_image"] == "third.tif"
+    ex.set_image(np.zeros(3), name="broken")  # refused: the image and its name stay
+    assert ex.provenance()["source_image"] == "third.tif"
     ex.close()

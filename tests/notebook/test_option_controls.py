@@ -204,6 +204,49 @@ def test_a_bad_opacity_set_later_is_refused_as_at_construction(blob_image, opaci
     ex.close()
 
 
+@pytest.mark.parametrize(("name", "value"), [("opacity", True), ("opacity", np.bool_(False)),
+                                             ("p_th", True), ("q_th", False), ("l_th", True),
+                                             ("z_th", True), ("tile_scale", True)])
+def test_a_bool_set_later_is_refused_not_taken_as_one_or_zero(blob_image, name, value):
+    # traitlets' Float turned True into 1.0 before any validator saw it: explorer.opacity =
+    # True drew the overlay opaque, explorer.p_th = True kept every patch
+    import traitlets
+
+    ex = AttentionExplorer(blob_image, "demo", view="image", opacity=0.3)
+    before = getattr(ex, name)
+    shown = ex.controls[name].value if name in ex.controls else None
+    with pytest.raises(traitlets.TraitError, match=rf"{name} must be a number") as err:
+        setattr(ex, name, value)
+    assert repr(value) in str(err.value)
+    assert getattr(ex, name) == before
+    if name in ex.controls:
+        assert ex.controls[name].value == shown
+    ex.close()
+
+
+def test_a_rule_the_shown_results_preset_lacks_is_refused_and_the_explorer_keeps_working(
+        blob_image, tiny_backbone):
+    # explorer.rule = "q" over a step-down result was taken (the dropdown still showing
+    # ForwardStop); the canvas, the ROI table and every export then raised "a step-down
+    # result has no 'p' map"
+    import traitlets
+
+    ex = AttentionExplorer(blob_image, tiny_backbone, n_boot=8, device="cpu", view="image")
+    ex.run(wait=True)
+    with pytest.raises(traitlets.TraitError, match="rule='q' is not available under "
+                                                   "preset='stepdown'"):
+        ex.rule = "q"
+    assert ex.rule == ex.controls["rule"].value == "forwardstop"
+    assert ex.session.thresholds().rule == "forwardstop"
+    ex.add_roi(rectangle=(10, 10, 60, 60))
+    assert len(ex.roi_table()) == 1 and ex.rendered is not None
+    ex.preset = "directional"  # the next run's preset: its rules once its result is shown
+    ex.run(wait=True)
+    ex.rule = "q"
+    assert ex.result.thresholds_used["rule"] == "q"
+    ex.close()
+
+
 def test_explorer_arguments_are_normalised(blob_image):
     ex = AttentionExplorer(blob_image, "demo", view="image", n_boot=np.int64(12),
                            seed=np.int32(3), tiled=np.bool_(False), opacity=np.float32(0.5))

@@ -31,6 +31,7 @@ import numpy as np
 
 from napari_attnreg.core.files import atomic_write
 from napari_attnreg.core.models.backbones import Backbone
+from napari_attnreg.core.results.display import MAPS_BY_KEY
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.thresholds import Thresholds
 from napari_attnreg.core.stats.presets import DEFAULT_PRESET
@@ -39,6 +40,13 @@ from napari_attnreg.notebook import render
 from napari_attnreg.notebook.canvas import OverlayCanvas, make_view
 from napari_attnreg.notebook.concept_roi import ConceptPanel
 from napari_attnreg.notebook.display_panel import DisplayPanel
+from napari_attnreg.notebook.export_panel import (
+    FIGURE_NAME,
+    RESULT_NAME,
+    ExportPanel,
+    new_file,
+    output_path,
+)
 from napari_attnreg.notebook.image_panel import ImagePanel, check_max_display
 from napari_attnreg.notebook.options_panel import OptionsPanel
 from napari_attnreg.notebook.pipeline import (
@@ -62,7 +70,7 @@ from napari_attnreg.notebook.session_link import SessionLink
 from napari_attnreg.notebook.state import RUN_DEFAULTS, ExplorerState, StateTrait
 from napari_attnreg.notebook.summary_panel import SummaryPanel
 from napari_attnreg.notebook.thresholds_panel import ThresholdsPanel
-from napari_attnreg.session import Session
+from napari_attnreg.session import ResultEntry, Session
 
 #: Default of the threshold arguments: take the preset's value (``z_th=None`` is "no z mask").
 FROM_PRESET = "from preset"
@@ -79,6 +87,9 @@ NO_MASK_ON_SLIDE = ("A slide's regions are shapes on its picture, not a mask as 
                     "add_roi(polygon=[(row, col), ...]) in the picture's pixels "
                     "(explorer.image_panel.plane_shape), or draw them.")
 
+
+#: The ROI table's file inside a folder given (and the CSV box's first value).
+ROI_TABLE_NAME = "roi_table.csv"
 
 #: The side panel's narrowest width (its controls are 360 px), and its basis in a row.
 SIDE_WIDTH = "380px"
@@ -272,6 +283,7 @@ class AttentionExplorer(W.VBox):
         self.roi_panel = RoiPanel(state, self._rois_changed, self._export_from_button,
                                   self._geojson_from_button)
         self.summary_panel = SummaryPanel()
+        self.export_panel = ExportPanel(self._save_from_button, self._figure_from_button)
         self.canvas = OverlayCanvas(state, view, self.image_panel, self.display_panel)
         self.canvas.roi_labels = self.roi_panel.on_grid
         self.display = ResultDisplay(self.session, state, self.canvas, self.summary_panel,
@@ -290,17 +302,23 @@ class AttentionExplorer(W.VBox):
             **self.thresholds_panel.controls, "draw": self.roi_panel.draw}
         self.buttons = {"run": self.run_panel.run_button, "cancel": self.run_panel.cancel_button,
                         "clear": self.roi_panel.clear, "export": self.roi_panel.export,
-                        "geojson": self.roi_panel.geojson}
+                        "geojson": self.roi_panel.geojson, "save": self.export_panel.save,
+                        "figure": self.export_panel.figure}
         self.roi_panel.allow(view.can_draw, NO_DRAWING, None)
         side = W.VBox([_section("Run"), self.options_panel, self.run_panel,
                        _section("Display"), self.display_panel,
-                       _section("Regions of interest"), self.roi_panel],
+                       _section("Regions of interest"), self.roi_panel,
+                       _section("Save and export"), self.export_panel],
                       # wrapping goes by its basis, not by its longest line of text (the
                       # model's description), which stood it under the image at any width
                       layout=W.Layout(margin="0 0 0 12px", min_width=SIDE_WIDTH,
                                       flex=f"1 1 {SIDE_WIDTH}"))
         # the live thresholds sit under the image they change
         # never narrower than the image (+ ipympl's toolbar): the side panel gives way instead
+        # a stack's sliders (360 px each) wrap inside the image's width: side by side, two of
+        # them widened the image column past the page and pushed Run under the image
+        self.image_panel.layout.flex_flow = "row wrap"
+        self.image_panel.layout.max_width = f"{width + 48}px"
         image_area = W.VBox([self.image_panel, view.widget, self.display_panel.under_image,
                              _section("Thresholds (live)"), self.thresholds_panel],
                             layout=W.Layout(flex="0 0 auto", min_width=f"{width + 48}px"))
@@ -335,22 +353,26 @@ class AttentionExplorer(W.VBox):
         return None if entry is None else entry.any_result
 
     def save(self, path: str | Path) -> Path:
-        """Save :attr:`result` (with its thresholds) as ``.npz``; returns the path."""
+        """Save :attr:`result` (with its thresholds) as ``.npz``; returns the path written:
+        ``.npz`` added to another ending, ``result.attnreg.npz`` inside a folder given (the
+        Save result button saves the result on screen and never overwrites a file)."""
         result = self.result
         if result is None:
             raise ValueError("Nothing to save yet: press Run (or call run()) first.")
-        return result.save(path)
+        return result.save(output_path(path, (".npz",), RESULT_NAME, case_sensitive=True))
 
     def open_result(self, path: str | Path) -> AttentionResult:
         """Show a saved result (:meth:`save`, ``attnreg run``'s ``.attnreg.npz``) over the
         image on screen, as if it had been run here: its thresholds move the sliders, the ROI
         table and the exports read it. The image must be the one it was made from (same
-        size); a bad file or another image keeps what is shown and says why.
+        size); a bad file or another image keeps what is shown and says why. A stack's
+        result goes to the plane it was made from (the sliders move there).
 
         Raises
         ------
         ValueError
-            Unreadable file, no image, another image's size, a slide, or a run going on.
+            Unreadable file, no image, another image's size, a plane the stack does not
+            have, a slide, or a run going on.
         """
         if self.run_panel.busy:
             raise ValueError("Cannot open a result during a run; cancel it first.")
@@ -362,13 +384,15 @@ class AttentionExplorer(W.VBox):
             raise ValueError("A slide's result reopens in napari (drop the .attnreg.npz on "
                              "the viewer with the slide open) or with AttentionResult.load.")
         result = AttentionResult.load(path)
-        plane = tuple(self.state.slice_index)
         if tuple(result.image_shape) != tuple(self.image_panel.plane_shape):
             raise ValueError(
                 f"{Path(path).name} was made from a {result.image_shape[0]}×"
                 f"{result.image_shape[1]} image; the one on screen is "
                 f"{self.image_panel.plane_shape[0]}×{self.image_panel.plane_shape[1]}. Show "
                 "the image it was made from (set_image), then open it again.")
+        plane = self._saved_plane(result, Path(path).name)
+        if plane != tuple(self.state.slice_index):
+            self.state.slice_index = plane  # the sliders go to the plane it was made from
         self.runs.generation += 1  # a run still reporting would replace it with older work
         # the file's own thresholds, not the replaced result's: they are what it was saved at
         self.session.add(plane, {plane: result}, params={"opened": str(path)},
@@ -379,28 +403,55 @@ class AttentionExplorer(W.VBox):
                          "success")
         return self.result
 
+    def _saved_plane(self, result: AttentionResult, name: str) -> tuple[int, ...]:
+        """The plane of the stack on screen a saved result was made from (its ``slice``),
+        else the plane on screen (a 2D image's result, or a file that does not say).
+
+        Raises
+        ------
+        ValueError
+            A plane this stack does not have: it belongs to another stack.
+        """
+        on_screen = tuple(self.state.slice_index)
+        saved = result.metadata.get("slice")
+        stack = tuple(self.image_panel.source.stack_shape)
+        if saved is None or not stack:
+            return on_screen
+        plane = tuple(int(i) for i in saved)
+        if len(plane) != len(stack) or not all(0 <= i < n for i, n in zip(plane, stack)):
+            raise ValueError(f"{name} is the result of plane {plane}, which this stack "
+                             f"({' × '.join(map(str, stack))} planes) does not have. Show the "
+                             "stack it was made from (set_image), then open it again.")
+        return plane
+
     def export_figure(self, path: str | Path, *, map_key: str = "regularized",
                       scale: int | None = None) -> Path:
         """Write the publication figure of :attr:`result` (PNG), the figure napari's Export
-        figure writes (:func:`~napari_attnreg.core.results.figure.publication_figure`);
-        returns the path written, ``.png`` added to another ending."""
+        figure writes (:func:`~napari_attnreg.core.results.figure.publication_figure`), over
+        the plane it was computed from; returns the path written, ``.png`` added to another
+        ending, ``figure.png`` inside a folder given."""
+        entry = self.session.latest
+        if entry is None:
+            raise ValueError("Nothing to draw yet: press Run (or call run()) first.")
+        # PNG bytes under cells.tif replaced the image: the ending is added
+        return self._write_figure(entry, output_path(path, (".png",), FIGURE_NAME),
+                                  map_key, scale)
+
+    def _write_figure(self, entry: ResultEntry, path: Path, map_key: str,
+                      scale: int | None) -> Path:
         from napari_attnreg.core.results.figure import publication_figure
 
-        result = self.result
-        if result is None:
-            raise ValueError("Nothing to draw yet: press Run (or call run()) first.")
-        path = Path(path)
-        if path.suffix.lower() != ".png":  # PNG bytes under cells.tif replaced the image
-            path = path.with_name(path.name + ".png")
-        result, image = self._figure_image(result)
+        # the entry's own plane: the latest result of a stack drawn over the plane on
+        # screen put plane 1's map over plane 2's pixels
+        result, image = self._figure_image(entry.shown(), tuple(entry.key))
         return publication_figure(result, image, path, map_key=map_key, scale=scale)
 
-    def _figure_image(self, result: AttentionResult) -> tuple[AttentionResult, np.ndarray]:
-        """The image under a figure: at the resolution analysed, as napari's figure (a slide
-        level read again from its file); above the untiled pixel budget, the overview under
-        the result brought to its size, as the command line's figure."""
+    def _figure_image(self, result: AttentionResult,
+                      plane: tuple[int, ...]) -> tuple[AttentionResult, np.ndarray]:
+        """The image under a figure of ``plane``: at the resolution analysed, as napari's
+        figure (a slide level read again from its file); above the untiled pixel budget, the
+        overview under the result brought to its size, as the command line's figure."""
         panel = self.image_panel
-        plane = tuple(panel.state.slice_index)
         pixels = panel.source.figure_pixels(result, plane)
         if pixels is None:
             from napari_attnreg.batch.figure import FIGURE_MAX_SIDE, figure_view
@@ -413,12 +464,14 @@ class AttentionExplorer(W.VBox):
     def export_geojson(self, path: str | Path) -> Path:
         """Write :attr:`result`'s significant regions as GeoJSON polygons in image pixels
         (QuPath opens them; :mod:`napari_attnreg.io.geojson`)."""
-        from napari_attnreg.io.geojson import write_geojson
+        from napari_attnreg.io.geojson import GEOJSON_SUFFIXES, write_geojson
 
         result = self.result
         if result is None:
             raise ValueError("Nothing to export yet: press Run (or call run()) first.")
-        return write_geojson(path, result)
+        # a folder gets a name inside it, as every export's (it wrote 'folder.geojson')
+        return write_geojson(output_path(path, GEOJSON_SUFFIXES, "significant.geojson"),
+                             result)
 
     def _show_settings_from_code(self, changes: dict[str, Any]) -> None:
         if self.runs.pushing:
@@ -462,13 +515,17 @@ class AttentionExplorer(W.VBox):
 
     # ---- the image and the plane on screen ------------------------------------------------
     def set_image(self, image: Any, *, channel_axis: int | None = None,
-                  rgb: bool | None = None) -> None:
+                  rgb: bool | None = None, name: str | None = None) -> None:
         """Show another image (an array, a file's path or an opened slide, as the
-        constructor takes). A bad one keeps the current image and says why in the status."""
+        constructor takes), named ``name`` in exported tables (default: its path, or its
+        shape for an array). A bad one keeps the current image and says why in the status."""
         if self.run_panel.busy:
             self._set_status("Cannot change the image during a run; cancel it first.", "warning")
             return
         if self._load_image(image, channel_axis=channel_axis, rgb=rgb):
+            # the constructor's name was the first image's: every later table of a loop
+            # over files said it came from that one
+            self._image_name = name
             self.display.show()
 
     def _load_image(self, image: Any, *, channel_axis: int | None, rgb: bool | None) -> bool:
@@ -612,12 +669,8 @@ class AttentionExplorer(W.VBox):
         if not rows:
             raise ValueError("No ROI statistics to export: run the analysis and draw or pass "
                              "ROIs.")
-        path = Path(path)
-        if path.is_dir():
-            path = path / "roi_table.csv"
-        elif path.suffix.lower() != ".csv":
-            path = path.with_name(path.name + ".csv")
-        return write_table_csv(path, rows, self.provenance())
+        return write_table_csv(output_path(path, (".csv",), ROI_TABLE_NAME), rows,
+                               self.provenance())
 
     def export_roi_geojson(self, path: str | Path) -> Path:
         """Write a slide's regions as GeoJSON annotations that QuPath opens on the slide:
@@ -649,9 +702,7 @@ class AttentionExplorer(W.VBox):
                 "properties": {"objectType": "annotation", "name": f"ROI {label}",
                                "classification": {"name": "ROI", "color": list(ROI_COLOR)},
                                "measurements": measured}})
-        path = Path(path)
-        if path.suffix.lower() not in GEOJSON_SUFFIXES:
-            path = path.with_name(path.name + ".geojson")
+        path = output_path(path, GEOJSON_SUFFIXES, "roi_regions.geojson")
         with atomic_write(path) as tmp:
             Path(tmp).write_text(json.dumps({"type": "FeatureCollection", "features": features,
                                              "properties": note}, indent=1), encoding="utf-8")
@@ -659,19 +710,61 @@ class AttentionExplorer(W.VBox):
 
     def _export_from_button(self, path: str) -> None:
         try:
-            written = self.export_roi_csv(path)
+            written = self.export_roi_csv(new_file(output_path(path, (".csv",),
+                                                               ROI_TABLE_NAME)))
         except (ValueError, OSError) as err:
             self._set_status(f"CSV not written: {err}", "error")
             return
         self._set_status(f"ROI table written to {written}", "success")
 
     def _geojson_from_button(self, path: str) -> None:
+        typed = Path(path).expanduser()  # beside the CSV box's table, or in its folder
+        target = typed / "roi_regions.geojson" if typed.is_dir() else typed.with_suffix(".geojson")
         try:
-            written = self.export_roi_geojson(Path(path).with_suffix(".geojson"))
+            written = self.export_roi_geojson(new_file(target))
         except (ValueError, OSError) as err:
             self._set_status(f"GeoJSON not written: {err}", "error")
             return
         self._set_status(f"Regions written to {written} (QuPath: File ▸ Import objects)",
+                         "success")
+
+    def _on_screen(self, what: str) -> ResultEntry | None:
+        """The result on screen, else None with the status saying what to do."""
+        entry = self.session.selected
+        if entry is None:
+            where = f" on plane {tuple(self.state.slice_index)}" if self.state.slice_index else ""
+            self._set_status(f"{what} not written: no result{where} yet; press Run (or open a "
+                             "saved one with explorer.open_result(path)).", "error")
+        return entry
+
+    def _save_from_button(self, typed: str) -> None:
+        entry = self._on_screen("Result")
+        if entry is None:
+            return
+        try:
+            path = new_file(output_path(typed, (".npz",), RESULT_NAME, case_sensitive=True))
+            written = entry.shown().save(path)
+        except (ValueError, OSError) as err:
+            self._set_status(f"Result not written: {err}", "error")
+            return
+        self._set_status(f"Result saved to {written} (reopen it over this image with "
+                         "explorer.open_result(path), or drop it on napari).", "success")
+
+    def _figure_from_button(self, typed: str) -> None:
+        entry = self._on_screen("Figure")
+        if entry is None:
+            return
+        overlay = self.state.overlay  # the map shown; with none shown, the regularized one
+        map_key = overlay if overlay in MAPS_BY_KEY else "regularized"
+        try:
+            path = new_file(output_path(typed, (".png",), FIGURE_NAME))
+            written = self._write_figure(entry, path, map_key, None)
+        except (ValueError, OSError) as err:
+            self._set_status(f"Figure not written: {err}", "error")
+            return
+        # named as the overlay menu names it ("raw attention", "evidence (1 − adjusted p)")
+        label = {value: text for text, value in self.controls["overlay"].options}
+        self._set_status(f"Figure of the {label.get(map_key, map_key)} written to {written}",
                          "success")
 
     def _on_drawn_region(self, vertices: np.ndarray) -> None:

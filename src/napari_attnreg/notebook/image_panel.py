@@ -111,11 +111,14 @@ class ImagePanel(W.HBox):
         return (row + 0.5) * ratio - 0.5, (col + 0.5) * ratio - 0.5
 
     def _build_sliders(self, lead: tuple[int, ...]) -> None:
+        # named as the file names the axis (an ImageJ hyperstack's "Z", "T"), else "axis i"
+        stack_axes = self.source.stack.stack_axes if self.source.stack is not None else ()
+        labels = [self.source.axis_label(axis) for axis in stack_axes]
         self.sliders = [
-            W.IntSlider(value=0, min=0, max=n - 1, description=f"axis {i}",
+            W.IntSlider(value=0, min=0, max=n - 1, description=short,
                         continuous_update=False, layout=W.Layout(width="360px"),
-                        tooltip=f"Plane along axis {i} to show and analyse.")
-            for i, n in enumerate(lead)
+                        tooltip=f"Plane along {long} to show and analyse.")
+            for (short, long), n in zip(labels, lead)
         ]
         for slider in self.sliders:
             slider.observe(self._from_sliders, "value")

@@ -107,6 +107,7 @@ def make_job(session: Session, spec: ModelSpec, source: MemorySource | DiskSourc
     what the run reads: a file opened again with the run's options, a slide at its level.
     """
     config = run_config(session, options, thresholds)
+    source.check_config(config)  # before anything starts: the status says why
     if is_geojson_path(config.tissue_mask):  # QuPath's outline, in full-resolution pixels
         config.tissue_mask = geojson_tissue_mask(
             str(config.tissue_mask).strip(), source.plane_shape, float(source.downsample),

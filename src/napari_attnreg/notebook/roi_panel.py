@@ -53,6 +53,9 @@ NO_ROIS = "No ROIs: draw one on the image, or pass roi=mask."
 #: The same on a slide, whose regions are shapes on its picture (no full-size mask).
 NO_SLIDE_ROIS = ("No ROIs: draw one on the slide, or call add_roi(rectangle=...) or "
                  "add_roi(polygon=...) in the picture's pixels.")
+#: The Export button's tooltip (it never replaces a file: an earlier table stays).
+EXPORT_TIP = ("Write the ROI table, with how it was computed. An existing file is never "
+              "overwritten: type a new name for another table.")
 #: Largest result (pixels) a slide's regions are given as a label image of (``roi_labels``);
 #: the table needs none (:func:`~napari_attnreg.core.stats.roi.polygon_roi_table`).
 MAX_ROI_PIXELS = MAX_UNTILED_PIXELS
@@ -104,7 +107,7 @@ class RoiPanel(W.VBox):
         self.csv_path = W.Text(value="roi_table.csv", tooltip="Where Export writes the table.",
                                layout=W.Layout(width="200px"))
         self.export = W.Button(description="Export CSV", icon="download",
-                               tooltip="Write the ROI table, with how it was computed.",
+                               tooltip=EXPORT_TIP,
                                layout=W.Layout(width="120px"))
         self.export.on_click(lambda _b: on_export(self.csv_path.value.strip() or "roi_table.csv"))
         # a slide's regions go to QuPath: only there is the button shown
@@ -135,7 +138,7 @@ class RoiPanel(W.VBox):
         self.draw.tooltip = reason
         self.draw.tooltips = [reason] * len(DRAW_TOOLTIPS) if reason else list(DRAW_TOOLTIPS)
         for button, tip in ((self.clear, "Remove every region."),
-                            (self.export, "Write the ROI table, with how it was computed.")):
+                            (self.export, EXPORT_TIP)):
             button.disabled = no_regions is not None
             button.tooltip = no_regions or tip
 

@@ -29,9 +29,17 @@ import numpy as np
 from napari_attnreg.api import OPEN_OPTIONS, open_path
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.api import lazy_for_run
+from napari_attnreg.core.run.engine import RunConfig
 from napari_attnreg.core.run.lazy import MAX_UNTILED_PIXELS, LazyImage
 from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
 from napari_attnreg.core.run.service import Job, plane_fingerprint
+from napari_attnreg.io.readers import TIFF_SUFFIXES
+
+#: Why a slide level or resolution is refused for an array (the command line's advice).
+NOT_A_SLIDE = ("Slide level / Slide resolution (level= / mpp=) choose which pixels of a slide "
+               "are read; this image is an array held in memory, with one resolution, so they "
+               "do not apply. Empty those boxes under Advanced options, or analyse it coarser "
+               "with the downsample option (Downsample ×, tile_scale=, in a tiled run).")
 
 
 def plane_stack(image: Any, channel_axis: int | None, rgb: bool | None) -> PlaneStack:
@@ -90,6 +98,16 @@ class MemorySource:
     channel_axis: int | None = None
     #: Full-resolution pixels per pixel shown (a slide's picture level; 1 here).
     downsample: float = 1.0
+    #: The file's letter for each axis of ``stack.data`` (``"TZYX"``); empty when it names
+    #: none (an array, a PNG).
+    axes: str = ""
+
+    def axis_label(self, axis: int) -> tuple[str, str]:
+        """A stack axis's slider label and what it is: the file's letter (``"Z"``, ``"depth"``)
+        where it names one, else ``"axis 0"`` (an array's, or pages of unknown meaning)."""
+        letter = self.axes[axis] if len(self.axes) == np.ndim(self.stack.data) else ""
+        name = AXIS_NAMES.get(letter)
+        return (letter, f"{name} ({letter})") if name else (f"axis {axis}", f"axis {axis}")
 
     @property
     def plane_shape(self) -> tuple[int, int]:
@@ -126,11 +144,24 @@ class MemorySource:
             return file_identity(self.path)
         return plane_fingerprint(self.stack.read(plane)[0])
 
+    def check_config(self, config: RunConfig) -> None:
+        """Refuse a slide level or resolution for an array, whose pixels are given (a file's
+        are refused by its reader, with the same advice, when the run opens it).
+
+        Raises
+        ------
+        ValueError
+            ``level`` or ``mpp`` set for an array: the run would have ignored them and the
+            result recorded them, unlike the command line and ``regularize``, which refuse.
+        """
+        if self.path is None and (config.level is not None or config.mpp is not None):
+            raise ValueError(NOT_A_SLIDE)
+
     def prepare(self, job: Job) -> Job:
         """``job`` as the run reads it: an array as it is; a file opened again with the run's
         options, as ``attnreg run`` opens it (a tiled run of a TIFF reads it on demand)."""
-        if self.path is None:  # level and mpp choose a slide's pixels: an array has none
-            return replace(job, config=replace(job.config, level=None, mpp=None))
+        if self.path is None:  # level and mpp are refused for an array (check_config)
+            return job
         image, provenance = open_path(self.path, {**run_options(job),
                                                   "channel_axis": self.channel_axis})
         return _with_image(job, image, provenance)
@@ -163,6 +194,10 @@ class DiskSource:
     stack = None  # no pixels in memory: regions of interest need an image in memory
     stack_shape = ()  # one 2D image
 
+    def axis_label(self, axis: int) -> tuple[str, str]:
+        """No stack axes (one 2D image); as :meth:`MemorySource.axis_label`."""
+        return f"axis {axis}", f"axis {axis}"
+
     @property
     def plane_shape(self) -> tuple[int, int]:
         return self.image.analysed_shape
@@ -176,6 +211,9 @@ class DiskSource:
     @property
     def run_image(self) -> LazyImage:
         return self.image
+
+    def check_config(self, config: RunConfig) -> None:
+        """Nothing before the run: :meth:`prepare` checks a level against the slide."""
 
     @property
     def name(self) -> str:
@@ -330,4 +368,27 @@ def open_file(path: Path, channel_axis: int | None = None) -> MemorySource | Dis
         if lazy is not None:
             return DiskSource(lazy, path)
     stack, _info = read_source(path, channel_axis)
-    return MemorySource(stack, path, channel_axis)
+    return MemorySource(stack, path, channel_axis, axes=file_axes(path))
+
+
+#: What a TIFF's axis letters mean (tifffile's names: ImageJ hyperstacks, OME-TIFF, LSM); the
+#: letters of pages of unknown meaning (``Q``, ``I``) are left out, so those read "axis 0",
+#: and so is ``S`` before the plane (tifffile's guess at planar samples of a plain TIFF,
+#: which the reader's layout rules do not take as colours either).
+AXIS_NAMES = {"T": "time", "Z": "depth", "C": "channel", "E": "wavelength",
+              "A": "angle", "P": "phase", "R": "tile", "H": "lifetime", "L": "exposure",
+              "V": "event", "M": "mosaic"}
+
+
+def file_axes(path: Path) -> str:
+    """The axis letters of a TIFF's first series, as its pixels are read (``"TZCYX"``);
+    ``""`` for another file, or one whose header cannot be read here (reading it said why)."""
+    if path.suffix.lower() not in TIFF_SUFFIXES:
+        return ""
+    import tifffile
+
+    try:
+        with tifffile.TiffFile(path) as tif:
+            return str(tif.series[0].axes).upper() if tif.series else ""
+    except (OSError, ValueError, IndexError, KeyError, TypeError):
+        return ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import traitlets as t
 
 from napari_attnreg.core.results.display import MAPS_BY_KEY
@@ -28,6 +29,7 @@ from napari_attnreg.core.stats.presets import (
 from napari_attnreg.notebook import render
 from napari_attnreg.notebook.option_controls import check_opacity
 from napari_attnreg.notebook.views import DRAW_MODES
+from napari_attnreg.session.model import check_rule
 
 #: Overlay choices: (label shown, state value); the value is a core.display map key.
 #: The soft map and the p map are named per preset (:func:`overlay_options`).
@@ -48,6 +50,27 @@ def overlay_options(preset: str, map_label: str = "attention") -> list[tuple[str
     names = {"attention": f"raw {map_label}", "regularized": f"regularized {map_label}"}
     return [(MAPS_BY_KEY[value].title(preset) if value in ("posterior", "pvalue")
              else names.get(value, label), value) for label, value in OVERLAYS]
+class NumberTrait(t.Float):
+    """A float trait that refuses a bool with the words the constructor uses.
+
+    traitlets' ``Float`` turns ``True`` into ``1.0`` before any ``@validate`` sees it:
+    ``explorer.opacity = True`` drew the overlay opaque and ``explorer.p_th = True`` kept
+    every patch, where ``AttentionExplorer(..., opacity=True)`` is refused.
+    """
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        if isinstance(value, (bool, np.bool_)):
+            try:
+                if self.name == "opacity":
+                    check_opacity(value)
+                else:
+                    validate_options({self.name: value})
+            except ValueError as err:
+                raise t.TraitError(str(err)) from None
+            raise t.TraitError(f"{self.name} must be a number, got {value!r} (a bool).")
+        return super().validate(obj, value)
+
+
 #: The engine's defaults (the tiling options' among them).
 RUN_DEFAULTS = RunConfig()
 _PRESET = default_thresholds(DEFAULT_PRESET)
@@ -63,7 +86,7 @@ class ExplorerState(t.HasTraits):
     device = t.Unicode(default_for("device"))
     tiled = t.Bool(RUN_DEFAULTS.tiled)
     tile_overlap = t.Int(RUN_DEFAULTS.tile_overlap, allow_none=True)  # None: a quarter tile
-    tile_scale = t.Float(RUN_DEFAULTS.tile_scale)
+    tile_scale = NumberTrait(RUN_DEFAULTS.tile_scale)
     preset = t.Enum(presets(), default_value=DEFAULT_PRESET)
     #: The preset of what the thresholds show (the selected result's, else ``preset``): its
     #: rules are the ones offered.
@@ -72,13 +95,13 @@ class ExplorerState(t.HasTraits):
     #: raw and regularized overlays are named after it.
     shown_map = t.Unicode("attention")
     rule = t.Enum(RULES, default_value=_PRESET["rule"])
-    q_th = t.Float(_PRESET["q_th"])
-    p_th = t.Float(_PRESET["p_th"])
-    l_th = t.Float(_PRESET["l_th"])
-    z_th = t.Float(_PRESET["z_th"], allow_none=True)
+    q_th = NumberTrait(_PRESET["q_th"])
+    p_th = NumberTrait(_PRESET["p_th"])
+    l_th = NumberTrait(_PRESET["l_th"])
+    z_th = NumberTrait(_PRESET["z_th"], allow_none=True)
     overlay = t.Enum([v for _, v in OVERLAYS] + ["p"], default_value="regularized")  # "p": old name
     colormap = t.Unicode("auto")
-    opacity = t.Float(0.6)
+    opacity = NumberTrait(0.6)
     outline = t.Bool(True)
     draw_mode = t.Enum(DRAW_MODES, default_value="off")
     slice_index = t.Tuple()
@@ -104,7 +127,7 @@ class ExplorerState(t.HasTraits):
         return proposal["value"]
 
     @t.validate("n_boot", "seed", "tile_scale", "tile_overlap", "q_th", "p_th", "l_th", "z_th",
-                "method", "rule")
+                "method")
     def _valid_option(self, proposal: dict) -> Any:
         # the core's one validator, so a value refused here is refused with the same words
         # by napari, the CLI and regularize()
@@ -113,6 +136,17 @@ class ExplorerState(t.HasTraits):
             return validate_options({name: proposal["value"]})[name]
         except ValueError as err:
             raise t.TraitError(str(err)) from None
+
+    @t.validate("rule")
+    def _valid_rule(self, proposal: dict) -> str:
+        # the rules of the shown result's preset only: explorer.rule = "q" over a step-down
+        # result was taken, and every redraw, table and export failed after it
+        rule = self._valid_option(proposal)
+        try:
+            check_rule(rule, self.shown_preset)
+        except ValueError as err:
+            raise t.TraitError(str(err)) from None
+        return rule
 
     @t.validate("overlay")
     def _valid_overlay(self, proposal: dict) -> str:

@@ -29,6 +29,7 @@ import numpy as np
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.thresholds import Thresholds
 from napari_attnreg.core.stats.presets import DEFAULT_PRESET, THRESHOLD_KEYS
+from napari_attnreg.core.stats.procedures import get_procedure
 from napari_attnreg.session.events import SessionEvents
 
 #: Index of one plane of an image (``()`` for a 2D image).
@@ -46,6 +47,21 @@ def same_setting(a: Any, b: Any) -> bool:
         return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
                 and a.shape == b.shape and bool(np.array_equal(a, b)))
     return bool(a == b)
+
+
+def check_rule(rule: str, preset: str) -> None:
+    """Refuse a significance rule that ``preset``'s results do not define, in the words the
+    core's option check uses (a step-down result has no q, p or lfdr map to apply it to).
+
+    Raises
+    ------
+    ValueError
+        ``rule`` is not one of the preset's rules.
+    """
+    rules = get_procedure(preset).rules
+    if rule not in rules:
+        raise ValueError(f"rule={rule!r} is not available under preset={preset!r}; use one of "
+                         f"{', '.join(rules)}.")
 
 
 @dataclass(frozen=True)
@@ -276,7 +292,8 @@ class Session:
         Raises
         ------
         ValueError
-            A threshold out of range or an unknown rule (the core's validator's words).
+            A threshold out of range, an unknown rule or one the preset does not define (the
+            core's words); nothing changes.
         KeyError
             ``key`` has no result.
         """
@@ -284,11 +301,15 @@ class Session:
         if key is None:
             new = Thresholds.from_mapping({**self.settings_thresholds(), **thresholds},
                                           self.preset)
+            check_rule(new.rule, self.preset)
             self.update_settings(new.as_dict())
             return new
         entry = self._entries[key]
         given = {k: v for k, v in thresholds.items() if k in THRESHOLD_KEYS}
         new = Thresholds.from_mapping({**entry.thresholds, **given}, entry.preset)
+        # rule='q' on a step-down result was kept: every redraw, table and export then
+        # failed with "a step-down result has no 'p' map"
+        check_rule(new.rule, entry.preset)
         if new != entry.thresholds:
             self._entries[key] = replace(entry, thresholds=new)  # same place: not the latest
             self.events.thresholds_changed.emit(key, new)

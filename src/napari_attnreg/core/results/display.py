@@ -74,13 +74,19 @@ def neg_log10_p(result: AttentionResult) -> np.ndarray:
     return result.procedure.neg_log10_p(result.maps, n_null)
 
 
+def family_noun(metadata: Any) -> str:
+    """What one step-down family of a run is: a head of ``map="heads"``, else a tile (a
+    per-head run of one image said "in any of 6 tiles")."""
+    return "head" if (metadata or {}).get("map") == "heads" else "tile"
+
+
 def map_level_text(result: AttentionResult) -> str:
     """``"is anything here? p = 0.01 (resolution 1/101)"`` for a step-down result, else ``""``."""
     if result.p_map is None:
         return ""
     n_boot = int(result.null_summary.get("B", result.metadata.get("n_boot", 0)) or 0)
     tiles = int(result.null_summary.get("n_families", 1))
-    where = f" in any of {tiles} tiles" if tiles > 1 else ""
+    where = f" in any of {tiles} {family_noun(result.metadata)}s" if tiles > 1 else ""
     return (f"is anything here{where}? p = {result.p_map:.2g} "
             f"(resolution 1/{n_boot + 1})")
 

@@ -26,6 +26,7 @@ import numpy as np
 from napari_attnreg.core.results.display import (
     GLASS_TEXT,
     MapInfo,
+    family_noun,
     glass_text,
     is_glass,
     map_level_text,
@@ -178,7 +179,7 @@ def _stepdown_lines(result: AttentionResult, i: int, j: int) -> list[str]:
     step_p = float(np.asarray(summary["stepdown_step_p"])[fam, step])
     n_steps = int(np.asarray(summary["stepdown_step_p"]).shape[1])
     n_fam = int(summary.get("n_families", 1))
-    where = f" in tile {fam + 1} of {n_fam}" if n_fam > 1 else ""
+    where = f" in {family_noun(result.metadata)} {fam + 1} of {n_fam}" if n_fam > 1 else ""
     lines = [f"Step {step + 1} of {n_steps}{where}: its share of the attention left at this "
              "step is compared with the largest share any null map gives to the same "
              "remaining patches."]
@@ -192,8 +193,9 @@ def _stepdown_lines(result: AttentionResult, i: int, j: int) -> list[str]:
     step_adjusted = float(np.asarray(summary["stepdown_adjusted_p"])[fam, step])
     floor = summary.get("stepdown_family_adjusted_p")
     if floor is not None and float(np.asarray(floor)[fam]) > step_adjusted:
-        lines.append(f"Adjusted p {_g(adjusted)}: the tile's Benjamini–Hochberg adjusted p "
-                     "(tiles are selected first).")
+        unit = family_noun(result.metadata)
+        lines.append(f"Adjusted p {_g(adjusted)}: the {unit}'s Benjamini–Hochberg adjusted p "
+                     f"({unit}s are selected first).")
     elif step_adjusted > step_p:
         lines.append(f"Adjusted p {_g(adjusted)}: the largest step p up to this step "
                      "(a patch never has more evidence than one with more attention).")

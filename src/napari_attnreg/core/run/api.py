@@ -240,6 +240,7 @@ def regularize_stack(
     channel_last: bool = False,
     progress: Callable[[int, int, Progress], Any] | None = None,
     cancel: CancelToken | None = None,
+    provenance: dict[str, Any] | None = None,
     **options: Any,
 ) -> StackResults:
     """:func:`regularize` on every 2D plane of an nD stack (leading axes in C order).
@@ -254,13 +255,17 @@ def regularize_stack(
 
     Parameters
     ----------
-    stack : array-like
+    stack : array-like or PlaneStack
         ``(..., H, W)`` or, with ``channel_last``, ``(..., H, W, C)``; with ``channel_axis=``
         the stack's axis of channels. Planes and channels are told apart by
         :class:`~napari_attnreg.core.run.planes.PlaneStack` (an ``(N, H, W, 3)`` stack needs
-        ``channel_last=True``).
+        ``channel_last=True``), or given as one (a file read with
+        ``napari_attnreg.io.readers.read_stack``, its layout as the file states it).
+        ``napari_attnreg.regularize_stack`` also takes a file's path.
     progress : callable, optional
         Called with ``(plane_index, n_planes, Progress)``.
+    provenance : dict, optional
+        What the stack's file says, recorded in each result as :func:`regularize` does.
 
     Returns
     -------
@@ -277,8 +282,20 @@ def regularize_stack(
     """
     arch = options.pop("arch", None)
     config = _config_from(options, "regularize_stack")
-    planes_of = PlaneStack.from_array(stack, channel_axis=config.channel_axis,
-                                      channel_last=channel_last, stack=True)
+    if provenance:
+        config = replace(config, extra={**provenance, **config.extra})
+    if isinstance(stack, (str, os.PathLike)):  # was "Image dtype <U18 is not numeric"
+        raise ValueError(f"{stack!s}: this regularize_stack() takes pixels, not a file; use "
+                         "napari_attnreg.regularize_stack(path, ...), which opens files as "
+                         "the command line does.")
+    if isinstance(stack, PlaneStack):  # its layout is decided (a file's, read_stack)
+        if config.channel_axis is not None or channel_last:
+            raise ValueError("channel_axis= and channel_last= do not apply to a PlaneStack: "
+                             "it states its channels already.")
+        planes_of = stack
+    else:  # a PlaneStack given here failed with "Image dtype object is not numeric"
+        planes_of = PlaneStack.from_array(stack, channel_axis=config.channel_axis,
+                                          channel_last=channel_last, stack=True)
     spec = _checked_model(model, arch, config)
     planes = planes_of.planes()
 

@@ -86,6 +86,7 @@ def diagnose(
     concentration: float | None = None,
     step_level: tuple[float, ...] | None = None,
     tail_fit: dict[str, Any] | None = None,
+    family: str = "tile",
     random_init: bool,
     model_name: str,
     domain: str | None = None,
@@ -116,6 +117,8 @@ def diagnose(
         Step-down: the smallest step p the run can give, the largest first-step p its rule
         can reject, the number of families (tiles) and whether the tail fit is on; when the
         first is larger, nothing can ever be significant.
+    family : str
+        What one family is, in the words said: ``"tile"``, or ``"head"`` for ``map="heads"``.
     tail_fit : dict, optional
         Step-down: what the tail approximation did (:class:`~.tail.TailFit` as a dict); a
         first-step fit its goodness-of-fit test rejected is worth a word.
@@ -183,7 +186,7 @@ def diagnose(
             f"the smallest possible p ({smallest_p:.2g}) cannot reach q ≤ {q_th:g} for a lone "
             f"patch: raise the number of null images (B) about "
             f"{smallest_p * n_tokens / q_th:.0f}-fold, or use the p or lfdr rule."))
-    found += _stepdown_findings(concentration, step_level)
+    found += _stepdown_findings(concentration, step_level, family)
     found += _tail_findings(tail_fit)
     if lfdr_fit not in _PRIMARY_FITS:
         found.append(Diagnostic(
@@ -221,8 +224,8 @@ def _flat_value(attention: np.ndarray) -> float | None:
     return float(a[0])
 
 
-def _stepdown_findings(concentration: float | None,
-                       step_level: tuple[float, ...] | None) -> list[Diagnostic]:
+def _stepdown_findings(concentration: float | None, step_level: tuple[float, ...] | None,
+                       family: str = "tile") -> list[Diagnostic]:
     found = []
     low, high = CONCENTRATION_RANGE
     if concentration is not None and np.isfinite(concentration) and \
@@ -248,9 +251,10 @@ def _stepdown_findings(concentration: float | None,
             # smallest p can still be selected, but only in a crowd of at least this many
             crowd = math.ceil(smallest / needed - 1e-9)
             message = (f"The smallest p this run can give ({smallest:.2g}) is above what a "
-                       f"lone tile needs to be significant over {n_fam} tiles ({needed:.2g}): "
-                       f"tiles are found only when at least {crowd} of them reach that p "
-                       "together, so a few tiles with an object can be missed")
+                       f"lone {family} needs to be significant over {n_fam} {family}s "
+                       f"({needed:.2g}): {family}s are found only when at least {crowd} of "
+                       f"them reach that p together, so a few {family}s with an object can "
+                       "be missed")
         found.append(Diagnostic("p_resolution", "warning",
                                 message + "; raise the number of null images (B)" + advice))
     return found
