@@ -331,6 +331,31 @@ def test_a_stacks_saved_result_reopens_on_the_plane_it_was_made_from(blob_image,
     shorter.close()
 
 
+def test_a_stack_result_made_elsewhere_reopens_on_its_plane(blob_image, tiny_backbone, tmp_path):
+    # regularize_stack, napari and the command line record the pipeline's "plane" (the batch
+    # as "0-2"), not the notebook's "slice": such a result opened on the plane on screen
+    from napari_attnreg import regularize_stack
+
+    stack = np.stack([blob_image, blob_image[::-1], blob_image[:, ::-1]])
+    made = regularize_stack(stack, tiny_backbone, n_boot=8, device="cpu")[2]
+    assert made.metadata["plane"] == [2] and "slice" not in made.metadata
+    path = made.save(tmp_path / "from_stack.attnreg.npz")
+    ex = AttentionExplorer(stack, tiny_backbone, view="image")
+    ex.open_result(path)
+    assert ex.slice_index == (2,) and ex.image_panel.sliders[0].value == 2
+    np.testing.assert_array_equal(ex.result.attention, made.attention)
+    ex.close()
+
+
+@pytest.mark.parametrize(("recorded", "plane"), [([2], (2,)), ("1-2", (1, 2)), ("", None),
+                                                 (None, None), ("x", None)])
+def test_the_plane_a_result_records_is_read_in_every_front_ends_form(recorded, plane):
+    from napari_attnreg.notebook.explorer import _plane_of
+
+    assert _plane_of({} if recorded is None else {"plane": recorded}) == plane
+    assert _plane_of({"slice": [0], "plane": [3]}) == (0,)
+
+
 def test_a_plane_chosen_in_code_moves_its_sliders(blob_image, tiny_backbone):
     # explorer.slice_index = (1, 2) analysed and showed plane (1, 2) while both sliders still
     # read 0: the picture was labelled with another plane than it showed

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -404,8 +404,9 @@ class AttentionExplorer(W.VBox):
         return self.result
 
     def _saved_plane(self, result: AttentionResult, name: str) -> tuple[int, ...]:
-        """The plane of the stack on screen a saved result was made from (its ``slice``),
-        else the plane on screen (a 2D image's result, or a file that does not say).
+        """The plane of the stack on screen a saved result was made from (its ``slice``, or
+        the ``plane`` that napari, ``regularize_stack`` and the command line record), else
+        the plane on screen (a 2D image's result, or a file that does not say).
 
         Raises
         ------
@@ -413,11 +414,11 @@ class AttentionExplorer(W.VBox):
             A plane this stack does not have: it belongs to another stack.
         """
         on_screen = tuple(self.state.slice_index)
-        saved = result.metadata.get("slice")
+        saved = _plane_of(result.metadata)
         stack = tuple(self.image_panel.source.stack_shape)
         if saved is None or not stack:
             return on_screen
-        plane = tuple(int(i) for i in saved)
+        plane = saved
         if len(plane) != len(stack) or not all(0 <= i < n for i, n in zip(plane, stack)):
             raise ValueError(f"{name} is the result of plane {plane}, which this stack "
                              f"({' × '.join(map(str, stack))} planes) does not have. Show the "
@@ -782,3 +783,17 @@ class AttentionExplorer(W.VBox):
             part.close()
         self._parts = []
         super().close()
+
+
+def _plane_of(metadata: Mapping[str, Any]) -> tuple[int, ...] | None:
+    """The plane a result records: the notebook's ``slice``, else the pipeline's ``plane``
+    (a list of indices; a batch's ``"0-3"``); None for a 2D image's result."""
+    saved = metadata.get("slice", metadata.get("plane"))
+    if isinstance(saved, str):
+        saved = saved.split("-") if saved else None
+    if not saved:
+        return None
+    try:
+        return tuple(int(i) for i in saved)
+    except (TypeError, ValueError):
+        return None
