@@ -63,6 +63,19 @@ def test_a_dark_image_gets_a_black_background_and_opaque_rgba_says_nothing():
         prepare_image(opaque, **KW)
 
 
+def test_a_densely_stained_brightfield_cut_out_lies_on_white_not_black():
+    # a crop of scikit-image's IHC slide is dark on average (mean 96 of 255 where visible)
+    # but is tissue on glass: the mean-brightness rule gave it a black surround, edges the
+    # slide never had
+    from skimage import data
+
+    tissue = data.immunohistochemistry()[:96, 150:246]
+    assert tissue[:, 24:].mean() < 127.5  # what the old rule read as a dark picture
+    with pytest.warns(TransparencyWarning, match="white background"):
+        prep = prepare_image(_cut_out(tissue), **KW)
+    np.testing.assert_array_equal(prep.display[:, :24], 1.0)
+
+
 def test_sixteen_bit_rgba_is_scaled_from_its_visible_pixels():
     rgb = _tissue().astype(np.uint16) * 16  # 12-bit values in 16 bits
     rgba = np.dstack([rgb, np.full(rgb.shape[:2], 65535, np.uint16)])

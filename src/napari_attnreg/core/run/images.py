@@ -24,6 +24,9 @@ from napari_attnreg.core.run.planes import PlaneStack, as_plain_array
 TargetSize = int | tuple[int, int] | Literal["model", "native"] | None
 #: Enlarging an image more than this per side is slow and adds no detail: warn.
 UPSCALE_WARNING = 4.0
+#: Transparent pixels become black, not white, when the median visible pixel lies in this
+#: lowest share of the value range (a dark-field picture such as fluorescence).
+DARK_FIELD_SHARE = 0.25
 
 
 class ImageSizeWarning(ImageNoteWarning):
@@ -238,9 +241,10 @@ def flatten_alpha(image: np.ndarray) -> tuple[np.ndarray, str | None]:
 
     The colours stored under transparent pixels are not the picture (often black, sometimes
     whatever the last edit left there), so dropping the alpha analysed them as image. A
-    transparent pixel is the background instead: white when the visible pixels are mostly
-    bright (brightfield, slides, documents), black when they are mostly dark (fluorescence),
-    at the lightest or darkest visible value for images that are not 8-bit; partly
+    transparent pixel is the background instead: white (brightfield, slides, documents)
+    unless the visible pixels are mostly near black (fluorescence: the median visible pixel
+    in the lowest :data:`DARK_FIELD_SHARE` of the range), then black; the lightest or
+    darkest visible value for images that are not 8-bit; partly
     transparent pixels are blended into it. An alpha of 0 everywhere marks nothing (a writer
     that left it unset), and a fourth channel with no pixel opaque is no alpha (4-channel
     microscopy): the colours are analysed as stored, with a note saying so.
@@ -257,9 +261,11 @@ def flatten_alpha(image: np.ndarray) -> tuple[np.ndarray, str | None]:
     visible = opacity > 0
     lo, hi = (0.0, 255.0) if colour.dtype == np.uint8 else \
         (float(values[visible].min()), float(values[visible].max()))
-    weights = opacity[..., None] * np.ones_like(values)
-    mean = float((values * weights).sum() / weights.sum())
-    bright = mean - lo > (hi - lo) / 2
+    # black only for a dark-field picture (fluorescence: most visible pixels near black); a
+    # brightfield cut-out of densely stained tissue is dark on average but lies on glass,
+    # and a black surround would draw edges the slide never had
+    typical = float(np.median(values[visible].mean(axis=-1)))
+    bright = typical - lo > DARK_FIELD_SHARE * (hi - lo)
     background = hi if bright else lo
     blended = values * opacity[..., None] + background * (1.0 - opacity[..., None])
     if colour.dtype == bool:
@@ -276,12 +282,14 @@ def flatten_alpha(image: np.ndarray) -> tuple[np.ndarray, str | None]:
     return flat, (
         f"The image's alpha channel makes {share:.3g}% of its pixels transparent ({clear} fully, "
         f"{partial} partly): they were analysed as a {'white' if bright else 'black'} "
-        f"background (its visible pixels are mostly {'bright' if bright else 'dark'}), partly "
+        f"background ({_WHY_WHITE if bright else _WHY_BLACK}), partly "
         "transparent ones blended into it, not with the colours stored under them. For another "
         "background, flatten the image onto it first (ImageMagick: magick IN -background "
         "white -flatten OUT; Python: PIL.Image.alpha_composite) and give that image.")
 
 
+_WHY_WHITE = "as glass looks in brightfield"
+_WHY_BLACK = "its visible pixels are mostly near black, as in fluorescence"
 #: A fourth channel that marks no pixel opaque is no alpha channel (4-channel microscopy).
 _NOT_ALPHA = ("The image's fourth channel, read as alpha (RGBA), makes no pixel opaque, so it is "
               "not taken for transparency: it was left out and the first three analysed as RGB. "
