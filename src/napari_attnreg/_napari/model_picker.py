@@ -205,14 +205,7 @@ class ModelPanel(QWidget):
 
     def apply_setting(self, model: str) -> None:
         """Start with the default model of the plugin settings (napari Preferences)."""
-        spec = ModelSpec.from_setting(model)
-        self.set_source(spec.source)
-        if spec.source == "catalogue":
-            self.catalogue_picker.set_model_id(spec.name)
-        elif spec.source == "timm":
-            self.timm_edit.setText(spec.name)
-        elif spec.source == "file":
-            self.weights_edit.setText(spec.name)
+        self.show_spec(ModelSpec.from_setting(model))
 
     def show_spec(self, spec: ModelSpec) -> None:
         """Choose ``spec`` (from :func:`spec_of_result`; not a module given in code)."""
