@@ -142,3 +142,65 @@ def test_a_stack_whose_file_names_its_axes_is_spoken_of_by_those_names(
     viewer.cursor.position = (1 * 0.5, 30 * 0.2, 30 * 0.2)
     widget.inspector.inspect_world(viewer.cursor.position)
     assert "z = 1: no result yet" in widget.inspector.label.text()
+
+
+def test_channels_kept_as_separate_layers_are_joined_and_analysed_together(
+        viewer_widget, run_and_wait, cells_image):
+    """napari (and the plugin's OME-TIFF reader) shows a multichannel file as one layer per
+    channel, and the dock analysed one layer at a time: DAPI, GFP and mCherry could not be
+    analysed together without knowing napari's Merge to Stack (which removes the layers)."""
+    viewer, widget = viewer_widget
+    planes = {"DAPI": cells_image, "GFP": cells_image[::-1].copy(), "mCherry": cells_image // 3}
+    kept = {name: viewer.add_image(data, name=f"cells · {name}", scale=(0.5, 0.5),
+                                   axis_labels=("y", "x"), metadata={"source_path": "cells.tif"})
+            for name, data in planes.items()}
+    viewer.add_image(cells_image[:60], name="other size")
+    viewer.add_image(np.zeros((*cells_image.shape, 3), np.uint8), name="rgb", rgb=True)
+    widget.set_layer(kept["GFP"])
+    button = widget.source.join_button
+    assert button.isVisibleTo(widget) and button.text() == "Join 3 layers as channels"
+    assert "'cells · mCherry'" in button.toolTip()
+    widget.set_layer(viewer.layers["other size"])  # nothing of its size to join
+    assert not button.isVisibleTo(widget)
+    widget.set_layer(kept["GFP"])
+    viewer.layers.selection = {kept["DAPI"], kept["GFP"]}  # the analyst picks two
+    assert button.text() == "Join 2 layers as channels"
+    viewer.layers.selection = {kept["GFP"]}
+
+    button.click()
+    joined = viewer.layers["cells · DAPI + GFP + mCherry"]
+    assert widget.current_layer() is joined and not joined.visible
+    np.testing.assert_array_equal(joined.data, np.stack(list(planes.values())))
+    np.testing.assert_allclose(joined.scale, (1, 0.5, 0.5))
+    assert joined.axis_labels == ("c", "y", "x")
+    assert joined.metadata["source_path"] == "cells.tif"  # the file's metadata goes along
+    combo = widget.source.channel_axis_combo
+    assert combo.currentData() == 0 and combo.currentText() == "axis 0 · c (3)"
+    assert "3 channels on axis 0" in widget.run_panel.status_label.text()
+    for name, layer in kept.items():  # the analyst's layers are left as they were
+        assert layer in viewer.layers and layer.visible
+        np.testing.assert_array_equal(layer.data, planes[name])
+
+    outcome = run_and_wait(widget)
+    assert outcome.ok and list(outcome.results) == [()]
+    result = outcome.results[()]
+    assert result.metadata["channel_axis"] == 0 and result.metadata["channels"] is None
+    assert result.metadata["channel_map"] == "identity"  # three channels as R, G, B
+    attention = viewer.layers["cells · DAPI + GFP + mCherry · attention"]
+    assert attention.data.shape[0] == 1  # one output plane over the three channel positions
+    # the map covers the image where napari shows it, in its µm
+    np.testing.assert_allclose(np.multiply(attention.data.shape[1:], attention.scale[1:]),
+                               np.multiply(cells_image.shape, 0.5), rtol=0.05)
+
+
+def test_napari_merge_to_stack_placeholder_axis_is_not_called_by_its_placeholder(
+        viewer_widget):
+    """napari's own Merge to Stack puts a placeholder ('-3') in front of named axes; the dock
+    listed it as "axis 0 · -3"."""
+    viewer, widget = viewer_widget
+    layer = viewer.add_image(np.zeros((3, 40, 40), np.uint16), name="merged",
+                             axis_labels=("-3", "y", "x"))
+    widget.set_layer(layer)
+    combo = widget.source.channel_axis_combo
+    assert [combo.itemText(i) for i in range(combo.count())] == ["no channel axis",
+                                                                 "axis 0 (3)"]

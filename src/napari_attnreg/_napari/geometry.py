@@ -20,7 +20,13 @@ def named_axes(labels: Any) -> tuple[str, ...]:
     """A layer's ``axis_labels`` when a file named them (``("z", "y", "x")``); empty for
     napari's placeholders (``"-3"``, ``"0"``), which name no axis."""
     labels = tuple(str(a) for a in labels or ())
-    return labels if any(not re.fullmatch(r"-?\d+", a) for a in labels) else ()
+    return labels if any(not is_placeholder(a) for a in labels) else ()
+
+
+def is_placeholder(label: str) -> bool:
+    """napari's name for an axis nobody named (``"-3"``); its own Merge to Stack puts one in
+    front of named axes (``("-3", "y", "x")``)."""
+    return bool(re.fullmatch(r"-?\d+", label))
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,8 @@ class SourceGeometry:
 
     def axis_name(self, axis: int) -> str:
         """``"z"`` where the file named the axis, ``"axis 0"`` where it did not."""
-        return self.axis_labels[axis] if len(self.axis_labels) == self.ndim else f"axis {axis}"
+        named = len(self.axis_labels) == self.ndim and not is_placeholder(self.axis_labels[axis])
+        return self.axis_labels[axis] if named else f"axis {axis}"
 
     def plane_name(self, plane: PlaneIndex) -> str:
         """``"z = 3"`` (``"axis 0 = 3"`` where the axis has no name); ``", "`` between axes."""

@@ -10,9 +10,18 @@ from typing import Any
 
 import numpy as np
 from qtpy.QtCore import Signal
-from qtpy.QtWidgets import QComboBox, QFormLayout, QHBoxLayout, QLineEdit, QVBoxLayout, QWidget
+from qtpy.QtWidgets import (
+    QComboBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLineEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
-from napari_attnreg._napari.geometry import SourceGeometry, named_axes
+from napari_attnreg._napari.channel_layers import channel_siblings, join_channel_layers
+from napari_attnreg._napari.geometry import SourceGeometry, is_placeholder, named_axes
 from napari_attnreg._napari.layers import META_KEY
 from napari_attnreg._napari.option_controls import choose_item
 from napari_attnreg.core.run.options import MERGES as OPTION_MERGES
@@ -32,9 +41,11 @@ class SourcePanel(QWidget):
     Signals
     -------
     layer_changed : the chosen image changed (or the layer list changed around it).
+    said : str, a line for the dock's status (channel layers joined, or why not).
     """
 
     layer_changed = Signal()
+    said = Signal(str)
 
     def __init__(self, viewer: Any, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -69,6 +80,12 @@ class SourcePanel(QWidget):
         self.form.addRow("Image", self.layer_combo)
         self.form.addRow("Planes", self.scope_combo)
         self.form.addRow("Channels", self.channel_box)
+        # one layer per channel (napari's way with a multichannel file): join them to analyse
+        self.join_button = QPushButton()
+        self.join_button.setToolTip("Join grey image layers of the chosen image's size into one "
+                                    "layer of channels, to analyse them together.")
+        self.join_button.clicked.connect(self.join_channels)
+        self.form.addRow("Channel layers", self.join_button)
 
         self.layer_combo.currentIndexChanged.connect(self._on_layer_chosen)
         self.channel_axis_combo.currentIndexChanged.connect(self._on_channel_axis_changed)
@@ -77,6 +94,7 @@ class SourcePanel(QWidget):
             emitter.connect(self.refresh)
         ev.inserted.connect(self._on_inserted)
         viewer.layers.selection.events.active.connect(self._on_active)
+        viewer.layers.selection.events.changed.connect(self._show_join)
         self.refresh()
         self._on_layer_chosen()
 
@@ -86,6 +104,7 @@ class SourcePanel(QWidget):
             emitter.disconnect(self.refresh)
         ev.inserted.disconnect(self._on_inserted)
         self.viewer.layers.selection.events.active.disconnect(self._on_active)
+        self.viewer.layers.selection.events.changed.disconnect(self._show_join)
 
     # ---- the image list ----------------------------------------------------------------
     def image_layers(self) -> list[Any]:
@@ -120,6 +139,7 @@ class SourcePanel(QWidget):
         if self.current_layer() is not current:
             self._on_layer_chosen()
         else:
+            self._show_join()
             self.layer_changed.emit()  # renamed/removed neighbours: the widget tidies up
 
     def _on_inserted(self, event: Any) -> None:
@@ -142,12 +162,47 @@ class SourcePanel(QWidget):
             shape = layer.data[0].shape if layer.multiscale else layer.data.shape
             names = named_axes(layer.axis_labels)  # the file's own ("c", "z"), if it named them
             for axis in range(layer.ndim - 2):
-                name = f" · {names[axis]}" if len(names) == layer.ndim else ""
+                named = len(names) == layer.ndim and not is_placeholder(names[axis])
+                name = f" · {names[axis]}" if named else ""
                 self.channel_axis_combo.addItem(f"axis {axis}{name} ({shape[axis]})", axis)
         self.channel_axis_combo.blockSignals(False)
         self._set_row_visible(self.channel_box, multi)
         self._on_channel_axis_changed()
+        self._show_join()
         self.layer_changed.emit()
+
+    # ---- channels kept as separate layers ----------------------------------------------------
+    def _show_join(self, *_: Any) -> None:
+        siblings = channel_siblings(self.viewer, self.current_layer())
+        if siblings:
+            names = ", ".join(repr(str(layer.name)) for layer in siblings)
+            self.join_button.setText(f"Join {len(siblings)} layers as channels")
+            self.join_button.setToolTip(
+                f"{names} have the same size and place: add one hidden layer holding them as "
+                "channels (napari's Merge to Stack; your layers are kept), to analyse them "
+                "together. Select layers in the layer list to join only those.")
+        self._set_row_visible(self.join_button, bool(siblings))
+
+    def join_channels(self) -> Any | None:
+        """Join the chosen image's channel layers into one layer and choose it, channels on
+        axis 0; returns the new layer (None if there was nothing to join)."""
+        siblings = channel_siblings(self.viewer, self.current_layer())
+        if not siblings:
+            self.said.emit("Choose an image that has other grey layers of its size to join.")
+            return None
+        try:
+            joined = join_channel_layers(self.viewer, siblings)
+        except (ValueError, MemoryError) as err:
+            self.said.emit(f"Could not join the channel layers: {err}")
+            return None
+        self.set_layer(joined)
+        self.channel_axis_combo.setCurrentIndex(self.channel_axis_combo.findData(0))
+        more = len(siblings) > 3
+        self.said.emit(
+            f"Added {joined.name!r} (hidden) with {len(siblings)} channels on axis 0"
+            + ("; choose up to three under Channels (e.g. 0,2) or a merge, then Run."
+               if more else "; Run analyses them together as R, G, B (or choose a merge)."))
+        return joined
 
     def _on_channel_axis_changed(self, *_: Any) -> None:
         layer = self.current_layer()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from html import escape as escape_html
 from typing import Any
 
 from qtpy.QtCore import QEvent, QStringListModel, Qt, QTimer, Signal
@@ -195,6 +196,8 @@ class AttentionWidget(QWidget):
         events.thresholds_changed.connect(self._on_thresholds_changed)
         events.settings_changed.connect(self._on_settings_changed)
         self.source.layer_changed.connect(self._on_layer_changed)
+        self.source.said.connect(lambda text: self.run_panel.show_status(
+            escape_html(text, quote=False)))
         self.options.preset_changed.connect(self._on_preset_changed)
         self.thresholds_panel.changed.connect(self.apply_thresholds)
         self.thresholds_panel.refused.connect(self._note_over_summary)
