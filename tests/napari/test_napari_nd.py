@@ -192,6 +192,11 @@ def test_channels_kept_as_separate_layers_are_joined_and_analysed_together(
     np.testing.assert_allclose(np.multiply(attention.data.shape[1:], attention.scale[1:]),
                                np.multiply(cells_image.shape, 0.5), rtol=0.05)
 
+    # the joined layer is a copy: once a channel layer is edited, it is not run silently
+    kept["GFP"].data = cells_image // 2
+    assert widget.run() is None
+    assert "'cells · GFP' changed after" in widget.run_panel.status_label.text()
+
 
 def test_napari_merge_to_stack_placeholder_axis_is_not_called_by_its_placeholder(
         viewer_widget):

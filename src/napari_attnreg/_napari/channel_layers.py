@@ -103,5 +103,27 @@ def join_channel_layers(viewer: Any, layers: list[Any]) -> Any:
     joined = images_to_stack(list(layers), axis=0, **extra)
     if names:  # the file named the axes: name the new one too ("axis 0 · c", not "-3")
         joined.axis_labels = (CHANNEL_AXIS_LABEL, *names)
+    for layer in layers:  # the joined layer holds a copy: a later edit of a channel makes it stale
+        layer.events.data.connect(_marks_stale(joined, layer))
     viewer.add_layer(joined)
     return joined
+
+
+def _marks_stale(joined: Any, layer: Any) -> Any:
+    def mark(event: Any = None) -> None:
+        joined.metadata[STALE_KEY] = str(layer.name)
+    return mark
+
+
+#: Metadata key of a joined layer one of whose channel layers changed after the join.
+STALE_KEY = "channel_layer_changed"
+
+
+def check_not_stale(layer: Any) -> None:
+    """Refuse a joined layer whose channel layers changed since they were joined (its copy
+    would be analysed, not what the analyst now sees)."""
+    metadata = layer.metadata if isinstance(layer.metadata, dict) else {}
+    if STALE_KEY in metadata:
+        raise ValueError(f"{metadata[STALE_KEY]!r} changed after {layer.name!r} was joined from "
+                         "it; choose one of the channel layers and press 'Join layers as "
+                         "channels' again.")

@@ -44,6 +44,7 @@ from napari_attnreg._napari._compat import avoid_triton_llvm_clash
 
 avoid_triton_llvm_clash()  # before anything below can import timm (see core.triton_guard)
 
+from napari_attnreg._napari.channel_layers import check_not_stale
 from napari_attnreg._napari.concept_roi import ConceptFromRoi
 from napari_attnreg._napari.dock_scroll import (
     VerticalScroll,
@@ -450,6 +451,7 @@ class AttentionWidget(QWidget):
         if layer.multiscale and slide_of(layer) is None:  # a slide's pyramid is read from file
             raise ValueError(f"{layer.name!r} is a multiscale (pyramid) image; add one level as "
                              "its own image layer (e.g. layer.data[1]) and run on that.")
+        check_not_stale(layer)  # a joined layer of channels is a copy of them
         axis = self.source.channel_axis()
         geometry = SourceGeometry.from_layer(layer, axis)
         config = self.run_config(layer, geometry)
