@@ -560,3 +560,40 @@ def test_an_enhanced_ct_is_rescaled_and_windowed_from_its_functional_groups(tmp_
     (volume, kwargs), = read_dicom(path)
     np.testing.assert_array_equal(volume, frames.astype(np.int64) - 1024)
     assert kwargs["contrast_limits"] == pytest.approx((-160.0, 240.0))
+
+
+def test_planar_rgb_and_palette_tiffs_are_read_in_the_colours_their_tags_state(tmp_path):
+    """A planar RGB TIFF (colours as planes, as tifffile writes a (3, H, W) array and some
+    scanners store them) was refused as "3 channels or 3 planes?", several pages of one
+    became six grey planes, and a palette TIFF was analysed as its colour indices."""
+    import tifffile
+
+    from napari_attnreg.cli import main
+    from napari_attnreg.io.readers import read_stack
+
+    rng = np.random.default_rng(0)
+    colours = rng.integers(0, 255, (2, 3, 64, 80), dtype=np.uint8)
+    tifffile.imwrite(tmp_path / "planar.tif", colours[0], photometric="rgb",
+                     planarconfig="separate")
+    tifffile.imwrite(tmp_path / "pages.tif", colours, photometric="rgb", planarconfig="separate")
+    one = read_stack(tmp_path / "planar.tif")
+    assert one.rgb and one.planes() == [()]
+    np.testing.assert_array_equal(one.read(())[0], np.moveaxis(colours[0], 0, -1))
+    pages = read_stack(tmp_path / "pages.tif")
+    assert pages.rgb and pages.planes() == [(0,), (1,)]
+    np.testing.assert_array_equal(pages.read((1,))[0], np.moveaxis(colours[1], 0, -1))
+
+    index = rng.integers(0, 3, (64, 80), dtype=np.uint8)
+    table = np.zeros((3, 256), np.uint16)
+    table[:, :3] = 65535 * np.eye(3, dtype=np.uint16)  # index 0 red, 1 green, 2 blue
+    tifffile.imwrite(tmp_path / "palette.tif", index, photometric="palette", colormap=table)
+    palette = read_stack(tmp_path / "palette.tif")
+    assert palette.rgb
+    np.testing.assert_array_equal(palette.read(())[0], table.T[index])
+    # a grey stack of three pages stays three planes
+    tifffile.imwrite(tmp_path / "grey.tif", colours[0], photometric="minisblack")
+    assert read_stack(tmp_path / "grey.tif").planes() == [(0,), (1,), (2,)]
+
+    assert main(["run", str(tmp_path / "planar.tif"), "--n-boot", "8", "--quiet",
+                 "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "planar.tif.attnreg.npz").exists()

@@ -615,9 +615,30 @@ def _read_tiff(path: Path) -> tuple[np.ndarray, dict[str, Any], ImageInfo]:
         if not tif.series:
             raise ValueError("the TIFF holds no image")
         series = tif.series[0]
-        data, axes = series.asarray(), series.axes
+        data, axes = _colours_as_shown(series.asarray(), series.axes, tif.pages.first)
         info = _tiff_info(tif)
     return data, layout_from_axes(axes), info  # ours: outside the decoding boundary
+
+
+def _colours_as_shown(data: np.ndarray, axes: str, page: Any) -> tuple[np.ndarray, str]:
+    """A TIFF's pixels in the colours its photometric tag states, colours last.
+
+    A planar RGB TIFF (each colour a plane, ``SYX``) was called ambiguous, and several pages
+    of it became a stack of red, green and blue planes; a palette TIFF was analysed as its
+    colour indices. Fiji, QuPath and viewers show both in colour.
+    """
+    import tifffile
+
+    photometric = tifffile.PHOTOMETRIC
+    if page.photometric == photometric.PALETTE and page.colormap is not None \
+            and "S" not in axes:
+        # the colormap is (3, 2**bits): each index's red, green and blue, 16-bit
+        return np.take(np.asarray(page.colormap).T, data, axis=0), axes + "S"
+    if page.photometric in (photometric.RGB, photometric.YCBCR) and "S" in axes[:-1] \
+            and data.shape[axes.index("S")] in (3, 4):
+        at = axes.index("S")
+        return np.moveaxis(data, at, -1), axes[:at] + axes[at + 1:] + "S"
+    return data, axes
 
 
 def _tiff_info(tif: Any) -> ImageInfo:
