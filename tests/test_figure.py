@@ -355,3 +355,24 @@ def test_a_map_that_is_zero_everywhere_gets_a_zero_to_one_scale():
     assert MAPS_BY_KEY["attention"].limits(flat) == (0.0, 1.0)  # not (0, 1e-12)
     glass = SimpleNamespace(attention=np.r_[0.2, 0.5, np.nan].reshape(1, 3), metadata={})
     assert MAPS_BY_KEY["attention"].limits(glass) == (0.0, 0.5)
+
+
+def test_the_scale_bar_label_stays_on_a_narrow_image(tiny_backbone, tmp_path, drawn):
+    """A whole-body scan 256 px wide at 2.4 mm per pixel: the "100 mm" label, centred over
+    its short bar in the lower left corner, ran off the image's left edge ("00 mm")."""
+    from napari_attnreg.core.results.figure import publication_figure
+
+    rng = np.random.default_rng(0)
+    image = (40 + 20 * rng.standard_normal((1024, 256))).clip(0, 255).astype(np.uint8)
+    result = regularize(image, tiny_backbone, n_boot=4, device="cpu")
+    result.metadata["spatial"] = {"scale": [2.4, 2.4], "units": ["mm", "mm"]}
+    publication_figure(result, image, tmp_path / "narrow.png", map_key="attention")
+    (fig,) = drawn
+    (image_ax,) = _image_axes(fig)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    box = image_ax.get_window_extent(renderer)
+    (label,) = [t for t in image_ax.texts if "mm" in t.get_text()]
+    text = label.get_window_extent(renderer)
+    assert box.x0 <= text.x0 and text.x1 <= box.x1, (label.get_text(), text, box)

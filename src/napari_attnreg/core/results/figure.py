@@ -216,8 +216,10 @@ def draw_scale_bar(ax: Any, shape: tuple[int, ...], pixel_size: float, unit: str
     halo = [effects.withStroke(linewidth=3.0, foreground="black")]
     ax.add_patch(Rectangle((x0, y0), length, thick, facecolor="white", edgecolor="black",
                            linewidth=0.8, label="scale bar"))
-    ax.text(x0 + length / 2, y0 - 0.01 * h, label, color="white", fontsize=fontsize, ha="center",
-            va="bottom", path_effects=halo)
+    # starts where the bar starts: centred over a short bar in a narrow image ("100 mm" over
+    # a whole-body scan 256 px wide), the label ran off the image's left edge
+    ax.text(x0, y0 - 0.01 * h, label, color="white", fontsize=fontsize, ha="left",
+            va="bottom", path_effects=halo, clip_on=True)
 
 
 def bar_label(title: str, bar_inches: float) -> str:
