@@ -85,6 +85,12 @@ class ImageInfo:
     #: What reading the file said that its result lists among its diagnostics (transparency
     #: made background, an EXIF orientation not applied: ``ImageNoteWarning``).
     notes: tuple[str, ...] = ()
+    #: The display window the file states, ``(low, high)`` in the values read (a DICOM's
+    #: WindowCenter/WindowWidth, in rescaled units, turned round with a MONOCHROME1 image's
+    #: values); the run's ``intensity_window="auto"`` analyses the image through it.
+    window: tuple[float, float] | None = None
+    #: The file's format states display windows (DICOM), whether or not this one does.
+    states_window: bool = False
 
     @classmethod
     def from_layer_metadata(cls, metadata: Mapping[str, Any]) -> ImageInfo:
@@ -105,7 +111,8 @@ class ImageInfo:
             modality = str(dicom.get("modality") or "")
             kind = kind_of_modality(modality)
             return cls(size, "mm" if size else None, kind,
-                       f"DICOM Modality {modality}" if kind else "")
+                       f"DICOM Modality {modality}" if kind else "",
+                       window=_window_of(dicom.get("window")), states_window=_grey(dicom))
         slide = metadata.get("slide")
         if isinstance(slide, Mapping) and slide.get("kind") != "ome":  # OME: microscopy
             mpp = slide.get("mpp")
@@ -133,10 +140,28 @@ class ImageInfo:
                 "units": [self.unit, self.unit]}
         if self.kind:
             extra.update(image_kind=self.kind, image_kind_source=self.kind_source)
+        if self.states_window:  # None: a DICOM without a window (the run says so)
+            extra["stored_window"] = None if self.window is None else list(self.window)
         extra.update(self.slide or {})
         if self.notes:  # the run adds them to its diagnostics
             extra["reading_notes"] = list(self.notes)
         return extra
+
+
+def _window_of(value: Any) -> tuple[float, float] | None:
+    """A stored window ``(low, high)`` from layer metadata, None unless two finite numbers
+    with low < high (metadata a user or another plugin edited is not trusted)."""
+    try:
+        low, high = (float(v) for v in value)
+    except (TypeError, ValueError):
+        return None
+    return (low, high) if math.isfinite(low) and math.isfinite(high) and low < high else None
+
+
+def _grey(dicom: Mapping[str, Any]) -> bool:
+    """A grey DICOM image (MONOCHROME1/2), the kind a display window applies to; a colour
+    one (RGB, a palette) is shown as stored."""
+    return str(dicom.get("photometric_interpretation", "")).upper().startswith("MONOCHROME")
 
 
 #: The first bytes of a TIFF and a BigTIFF, little and big endian.
@@ -739,5 +764,6 @@ def _read_dicom(path: Path, files: Sequence[str | Path] | None = None,
     dicom = kwargs["metadata"]["dicom"]
     kind = kind_of_modality(dicom["modality"])
     info = ImageInfo(dicom["pixel_spacing"], "mm" if dicom["pixel_spacing"] else None, kind,
-                     f"DICOM Modality {dicom['modality']}" if kind else "")
+                     f"DICOM Modality {dicom['modality']}" if kind else "",
+                     window=_window_of(dicom.get("window")), states_window=_grey(dicom))
     return data, {"rgb": bool(kwargs.get("rgb"))}, info

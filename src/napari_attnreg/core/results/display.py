@@ -344,6 +344,16 @@ def model_caption(result: AttentionResult) -> str:
     return f"{md.get('model', '?')}" + (f" ({domain})" if domain else "")
 
 
+def scaling_caption(record: Any) -> str | None:
+    """``"window C -600 W 1500 (lung)"`` for a result's ``intensity_scaling`` record; None
+    for percentiles (every image's default) or no record."""
+    if not isinstance(record, dict) or record.get("method") != "window":
+        return None
+    source = {"stored": "the file's", "given": "given"}.get(record.get("source"),
+                                                           record.get("source"))
+    return f"window C {record['centre']:g} W {record['width']:g} ({source})"
+
+
 def run_caption(result: AttentionResult, *, planes: int = 1) -> str:
     """``"demo · directional · normal B=200 · grid 28x28 · π0=0.93 · 1.2 s on cpu"``; a map
     other than attention follows the model (``"demo · CDAM for concept · stepdown ..."``)."""
@@ -354,6 +364,9 @@ def run_caption(result: AttentionResult, *, planes: int = 1) -> str:
     info = MapInfo.of(result)
     if not info.is_default:  # the tested map right after the model: "demo · CDAM for concept"
         parts.insert(1, info.caption())
+    window = scaling_caption(md.get("intensity_scaling"))
+    if window is not None:  # what the model saw: a CT's lung window is another question
+        parts.append(window)
     if md.get("tiled"):
         masked = md.get("n_tissue_tiles") is not None and md.get("n_tiles_total") is not None
         parts.append(f"tiled: {md.get('n_tiles', '?')} of {md['n_tiles_total']} tiles (tissue)"

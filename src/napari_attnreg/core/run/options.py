@@ -59,6 +59,11 @@ SIGNS = ("for", "against")
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 #: Seeds are folded into 64-bit generator states; larger ones would silently alias.
 MAX_SEED = 2**63 - 1
+#: CT windows by name: (centre, width) in Hounsfield units, as radiology viewers preset them.
+WINDOW_PRESETS = {"lung": (-600.0, 1500.0), "soft tissue": (40.0, 400.0),
+                  "bone": (400.0, 1800.0), "brain": (40.0, 80.0)}
+#: The named ways of scaling intensities besides the presets and an explicit window.
+WINDOW_CHOICES = ("auto", "stored", "percentiles")
 #: Section titles of the option groups, in the order the GUIs and ``--help`` show them.
 GROUP_TITLES = {"bootstrap": "Null images", "statistics": "Statistics",
                 "thresholds": "Thresholds", "model": "Model", "image": "Image",
@@ -254,6 +259,14 @@ _OPTIONS: tuple[Option, ...] = (
            "model's domain does not suit it (e.g. a microscopy model on a CT). Empty = read it "
            "from the file (DICOM Modality, OME metadata); a kind given here wins.", "image",
            advanced=True, choices=IMAGE_KINDS, allow_none=True),
+    Option("intensity_window", "Intensity window", "text", "auto",
+           "How pixel values become the model's 0-1 input; values outside the window clip. "
+           "auto (default): the display window the file states (DICOM WindowCenter/"
+           "WindowWidth), else percentiles; stored: the file's window (percentiles, with a "
+           "note, when it states none); percentiles: the 0.5th-99.8th percentiles of each "
+           "image or plane; a CT preset in Hounsfield units (lung -600/1500, soft tissue "
+           "40/400, bone 400/1800, brain 40/80); or 'centre,width' in the image's own units "
+           "(e.g. -600,1500).", "image", advanced=True),
     Option("tiled", "Tiled (native resolution)", "bool", False,
            "For images much larger than the model input: analyse the image at its own pixel "
            "size in model-sized tiles, with one bootstrap null for the whole image.", "tiling"),
@@ -654,6 +667,34 @@ def _tissue_mask(opt: Option, value: Any) -> Any:
     return text
 
 
+def _intensity_window(opt: Option, value: Any) -> Any:
+    """``auto``/``stored``/``percentiles``, a preset's name, or ``(centre, width)`` floats."""
+    given = value
+    if isinstance(value, str):
+        text = " ".join(value.strip().lower().replace("_", " ").replace("-", " ").split()) \
+            if not any(c.isdigit() for c in value) else value.strip()
+        if text in WINDOW_CHOICES or text in WINDOW_PRESETS:
+            return text
+        value = [v for v in re.split(r"[,/;\s]+", text) if v]
+        try:
+            value = [float(v) for v in value]
+        except ValueError:
+            value = None
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(
+            isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in value):
+        centre, width = (float(v) for v in value)
+        if math.isfinite(centre) and math.isfinite(width) and width > 0:
+            return (centre, width)
+    raise ValueError(
+        f"intensity_window={given!r} is not a window: give 'auto' (the file's stored window, "
+        "else percentiles), 'stored', 'percentiles', a CT preset "
+        f"({', '.join(WINDOW_PRESETS)}) or a centre and a width > 0 in the image's units, "
+        "e.g. '-600,1500' (command line: --intensity-window=-600,1500; Python: "
+        "intensity_window=(-600, 1500)).")
+
+
 def _preset(opt: Option, value: Any) -> str:
     """A registered procedure's name (read from the registry when checked, not at import)."""
     return get_procedure(value).name
@@ -661,7 +702,8 @@ def _preset(opt: Option, value: Any) -> str:
 
 _SPECIAL = {"preset": _preset, "pi0_method": _pi0, "head": _head, "target": _target,
             "target_size": _target_size,
-            "device": _device, "channels": _channels, "tissue_mask": _tissue_mask}
+            "device": _device, "channels": _channels, "tissue_mask": _tissue_mask,
+            "intensity_window": _intensity_window}
 
 
 def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
