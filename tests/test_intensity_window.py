@@ -138,7 +138,9 @@ def test_a_bad_window_is_refused_with_what_to_give(bad):
 def test_a_window_that_holds_none_of_the_image_says_so():
     # stored values, not Hounsfield units: a CT preset holds none or nearly none of them
     with pytest.raises(ValueError, match="constant through the window.*Hounsfield"):
-        scale_intensity(np.full((8, 8), 3000), window=(-1350.0, 150.0))
+        scale_intensity(np.arange(3000, 3064).reshape(8, 8), window=(-1350.0, 150.0))
+    with pytest.raises(ValueError, match=r"^The image is constant \(every pixel"):
+        scale_intensity(np.full((8, 8), 76), window=(-160.0, 240.0))  # a blank scout
     stored = np.full((20, 20), 3000)
     stored[0, :10] = np.arange(10) * 10  # 2.5 % of the pixels inside the window
     with pytest.warns(UserWarning, match="97.5% of the image's pixels lie outside the window"):
@@ -199,3 +201,17 @@ def test_the_option_reaches_the_command_line_help(capsys):
         main(["run", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "--intensity-window" in out and "WindowCenter" in out
+
+
+@pytest.mark.parametrize("given", ["stored", "display"])
+def test_the_figure_draws_the_image_through_the_window_the_model_saw(tmp_path, demo, given):
+    from napari_attnreg import regularize
+    from napari_attnreg.core.results.figure import _display
+
+    hu = _hu_slice(size=48).astype(np.int64) - 1024
+    result = regularize(hu, model=demo, n_boot=4, seed=0, device="cpu",
+                        intensity_window="lung")
+    expected = _windowed(hu, *LUNG)
+    image = hu if given == "stored" else expected  # napari's layer / the batch's prepared image
+    drawn = _display(image, result.metadata["intensity_scaling"])
+    np.testing.assert_allclose(drawn, expected, atol=1e-6)

@@ -452,6 +452,10 @@ def _windowed(arr: np.ndarray, window: tuple[float, float]) -> np.ndarray:
     out = np.clip((data - low) / (high - low), 0.0, 1.0).astype(np.float32)
     shown = f"the window {low:g} to {high:g} (centre {(low + high) / 2:g}, width {high - low:g})"
     values = f"its values range from {data.min():g} to {data.max():g}"
+    if float(data.max()) <= float(data.min()):  # constant before any window: not its fault
+        raise ValueError("The image is constant (every pixel has the same value), so attention "
+                         "on it has nothing to find; check that the right layer/channel was "
+                         "chosen.")
     if float(out.max()) - float(out.min()) <= 0:
         raise ValueError(f"The image is constant through {shown}: {values}, so every pixel "
                          "clips to one value; give a window in the image's units that holds "
