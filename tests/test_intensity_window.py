@@ -77,6 +77,9 @@ def test_the_result_records_and_describes_the_window_used(tmp_path):
                                        "centre": -600.0, "width": 1500.0,
                                        "low": -1350.0, "high": 150.0}
     assert "window C -600 W 1500 (the file's)" in run_caption(result)
+    assert "window C -600 W 1500 (the file's)" in result.summary()  # the command line's line
+    reopened = type(result).load(result.save(tmp_path / "chest.attnreg.npz"))
+    assert reopened.metadata["intensity_scaling"] == md["intensity_scaling"]
     # a preset wins over the file's window, and says so
     bone = regularize(str(path), model="demo", n_boot=8, seed=0, device="cpu",
                       intensity_window="bone")

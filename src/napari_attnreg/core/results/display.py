@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from napari_attnreg.core.results.map_info import MapInfo
-from napari_attnreg.core.results.result import AttentionResult, slide_downsample
+from napari_attnreg.core.results.result import AttentionResult, scaling_caption, slide_downsample
 from napari_attnreg.core.results.tissue_grid import tissue_token_grid
 from napari_attnreg.core.stats.presets import presets
 from napari_attnreg.core.stats.procedures import get_procedure
@@ -342,16 +342,6 @@ def model_caption(result: AttentionResult) -> str:
     md = result.metadata
     domain = md.get("model_domain")
     return f"{md.get('model', '?')}" + (f" ({domain})" if domain else "")
-
-
-def scaling_caption(record: Any) -> str | None:
-    """``"window C -600 W 1500 (lung)"`` for a result's ``intensity_scaling`` record; None
-    for percentiles (every image's default) or no record."""
-    if not isinstance(record, dict) or record.get("method") != "window":
-        return None
-    source = {"stored": "the file's", "given": "given"}.get(record.get("source"),
-                                                           record.get("source"))
-    return f"window C {record['centre']:g} W {record['width']:g} ({source})"
 
 
 def run_caption(result: AttentionResult, *, planes: int = 1) -> str:
