@@ -560,3 +560,26 @@ def test_an_enhanced_ct_is_rescaled_and_windowed_from_its_functional_groups(tmp_
     (volume, kwargs), = read_dicom(path)
     np.testing.assert_array_equal(volume, frames.astype(np.int64) - 1024)
     assert kwargs["contrast_limits"] == pytest.approx((-160.0, 240.0))
+
+
+# ---- round 18: a CT volume's planes are slices, named as napari names them ------------------
+def test_a_dicom_volume_names_its_slices_z_in_napari_and_on_the_command_line(ct_folder, tmp_path,
+                                                                            capsys):
+    from napari_attnreg.cli import main
+    from napari_attnreg.io.readers import read_source
+
+    (volume, kwargs), = read_dicom(ct_folder)
+    assert kwargs["axis_labels"] == ("z", "y", "x")  # the dims slider says z, not 0
+    assert read_source(ct_folder)[1].plane_names == ("z",)
+    big = tmp_path / "ct64"
+    big.mkdir()
+    rng = np.random.default_rng(2)
+    for k in range(2):
+        write_ct_slice(big / f"s{k}.dcm", 2.5 * k, k + 1,
+                       rng.integers(900, 1200, (32, 32)).astype(np.uint16))
+    out = tmp_path / "out"
+    assert main(["run", str(big), "--out", str(out), "--n-boot", "4", "--device", "cpu",
+                 "--model", "demo"]) == 0
+    said = capsys.readouterr()
+    text = said.out + said.err
+    assert "ct64, z = 0:" in text and "ct64, z = 1:" in text and "plane 0" not in text

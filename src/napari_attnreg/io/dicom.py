@@ -190,7 +190,8 @@ def read_dicom(path: str | Path, files: Sequence[str | Path] | None = None,
     list of (np.ndarray, dict)
         Per series (in ``SeriesNumber`` order): the volume (``(Z, Y, X)``, ``(Y, X)`` for a
         single slice, a trailing RGB axis for colour data) in rescaled units, and napari
-        layer keyword arguments: ``name``, ``scale`` (mm), ``units``, ``contrast_limits``
+        layer keyword arguments: ``name``, ``scale`` (mm), ``units``, ``axis_labels`` (``z``,
+        ``y``, ``x``), ``contrast_limits``
         (from the stored window when there is one), ``colormap``, ``rgb`` and ``metadata``
         (``{"dicom": {...}, "source_path": ...}``).
     """
@@ -406,6 +407,8 @@ def _series_layer(datasets: list[Any], path: Path) -> tuple[np.ndarray, LayerKwa
         "name": str(first.get("SeriesDescription", "") or path.stem or path.name),
         "scale": tuple(float(s) for s in scale),
         "units": ("mm",) * spatial,
+        # napari's dims slider and every message name a slice "z = 12", not "axis 0 = 12"
+        "axis_labels": ("z", "y", "x")[-spatial:],
         "rgb": rgb,
         "metadata": {"source_path": str(path),
                      "dicom": {**_summary(first, path, datasets),

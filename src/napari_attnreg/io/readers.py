@@ -27,7 +27,7 @@ import json
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +91,10 @@ class ImageInfo:
     window: tuple[float, float] | None = None
     #: The file's format states display windows (DICOM), whether or not this one does.
     states_window: bool = False
+    #: Names of the stack's plane axes where the file states them (``("z",)`` for a DICOM
+    #: volume's slices), so messages say "z = 12", not "plane 12". A layer's own
+    #: ``axis_labels`` name them in napari, so it takes no part in comparing two infos.
+    plane_names: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def from_layer_metadata(cls, metadata: Mapping[str, Any]) -> ImageInfo:
@@ -765,5 +769,6 @@ def _read_dicom(path: Path, files: Sequence[str | Path] | None = None,
     kind = kind_of_modality(dicom["modality"])
     info = ImageInfo(dicom["pixel_spacing"], "mm" if dicom["pixel_spacing"] else None, kind,
                      f"DICOM Modality {dicom['modality']}" if kind else "",
-                     window=_window_of(dicom.get("window")), states_window=_grey(dicom))
+                     window=_window_of(dicom.get("window")), states_window=_grey(dicom),
+                     plane_names=tuple(kwargs["axis_labels"][:-2]))
     return data, {"rgb": bool(kwargs.get("rgb"))}, info
