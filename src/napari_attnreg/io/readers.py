@@ -44,7 +44,7 @@ from napari_attnreg.core.run.planes import PlaneStack
 TIFF_SUFFIXES = (".tif", ".tiff")
 #: File name endings a folder scan takes as images (an OME-Zarr is a ``*.zarr`` folder).
 IMAGE_SUFFIXES = (*TIFF_SUFFIXES, ".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp",
-                  *DICOM_SUFFIXES, ".svs", ".ndpi", ".scn", ".bif")
+                  *DICOM_SUFFIXES, ".svs", ".ndpi", ".scn", ".bif", ".npy")
 
 
 #: OME length units as figures and records write them.
@@ -455,6 +455,20 @@ def _check_header(path: Path) -> None:
         iio.improps(path)
 
 
+def _read_npy(path: Path) -> np.ndarray:
+    """A NumPy ``.npy`` array (a volume exported from a NIfTI or a script), memory-mapped
+    (a plane is read when it is run); its layout follows the shape rules, as for an array
+    given to :func:`regularize_stack`. imageio has no reader for it: the file was refused
+    as "not a readable image". No pickled objects are loaded (a file cannot run code)."""
+    with decoding(path, "NumPy array file"):
+        data = np.load(path, mmap_mode="r", allow_pickle=False)
+    if data.dtype.kind not in "biuf":
+        raise ValueError(f"{path} holds a NumPy array of {data.dtype}, not pixel values; save "
+                         "the image as a numeric array (e.g. np.save(path, volume.astype("
+                         "np.float32))).")
+    return data
+
+
 def _refuse_numpy_archive(path: Path) -> None:
     """Refuse an ``.npz``: imageio reads its first array as a picture, so a saved result
     (``*.attnreg.npz``) was analysed as a 16×16 "image" of its own attention map."""
@@ -520,6 +534,8 @@ def _read_with_layout(path: Path, files: Sequence[str | Path] | None = None,
         raise ValueError(f"No such image file: {path}")
     if is_tiff(path):
         return _read_tiff(path)
+    if path.suffix.lower() == ".npy":
+        return _read_npy(path), {}, ImageInfo()
     _refuse_numpy_archive(path)
     frames, data = _read_picture(path)
     if frames and data.ndim >= 3:  # an animated GIF/WebP: frames are planes, colours stay whole
