@@ -583,3 +583,25 @@ def test_a_dicom_volume_names_its_slices_z_in_napari_and_on_the_command_line(ct_
     said = capsys.readouterr()
     text = said.out + said.err
     assert "ct64, z = 0:" in text and "ct64, z = 1:" in text and "plane 0" not in text
+
+
+def test_a_scout_is_never_a_slice_even_without_positions(tmp_path):
+    from napari_attnreg.io.dicom import group_series
+
+    folder = tmp_path / "ct"
+    folder.mkdir()
+    for k in range(3):
+        write_ct_slice(folder / f"im{k}.dcm", 2.5 * k, k + 1, np.full((8, 8), 1000 + k))
+    write_ct_slice(folder / "scout.dcm", 0.0, 0, np.full((8, 8), 3000))
+    for path in folder.iterdir():  # an old scanner's (or an anonymiser's) headers
+        ds = pydicom.dcmread(path)
+        del ds.ImagePositionPatient, ds.ImageOrientationPatient
+        ds.ImageType = ["ORIGINAL", "PRIMARY", "LOCALIZER" if path.stem == "scout" else "AXIAL"]
+        ds.save_as(path, enforce_file_format=True)
+    volumes = read_dicom(folder)
+    assert sorted(v.shape for v, _ in volumes) == [(3, 8, 8), (8, 8)]
+    (volume, kwargs), = [(v, kw) for v, kw in volumes if v.ndim == 3]
+    np.testing.assert_array_equal(volume[:, 0, 0], [1000 - 1024 + k for k in range(3)])
+    scout = next(kw for v, kw in volumes if v.ndim == 2)
+    assert scout["name"].endswith("localizer scout.dcm")
+    assert sorted(len(files) for _, files in group_series(sorted(folder.iterdir()))) == [1, 3]

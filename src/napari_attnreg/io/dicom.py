@@ -355,9 +355,23 @@ def _volume_key(ds: Any) -> tuple[Any, ...]:
         return number, uid, "slide"
     if _int(_value(ds, "NumberOfFrames")) > 1:
         return number, uid, "file", str(ds.filename)
+    if _is_localizer(ds):  # a scout is never a slice, even where no position says so
+        return number, uid, "localizer", str(ds.filename)
     orientation = _numbers(ds, "ImageOrientationPatient", 6)  # checked: 6 numbers or None
     tilt = tuple(round(v, 3) for v in orientation) if orientation else None
     return number, uid, "slices", tilt, _int(_value(ds, "Rows")), _int(_value(ds, "Columns"))
+
+
+def _is_localizer(ds: Any) -> bool:
+    """A scout (ImageType ``LOCALIZER``): a projection of the body, not a slice of the volume.
+
+    Only its orientation kept it apart from the axial slices; a series whose files state no
+    orientation or position (an old scanner, a stripping anonymiser) stacked it in the
+    volume as one more slice.
+    """
+    kind = _value(ds, "ImageType")
+    kind = [kind] if isinstance(kind, str) else list(kind or [])
+    return len(kind) >= 3 and str(kind[2]).strip().upper() == "LOCALIZER"
 
 
 def _wsi_level(ds: Any) -> bool:
@@ -378,6 +392,8 @@ def _part_name(ds: Any, key: tuple[Any, ...]) -> str:
     """``axial``/``coronal``/``sagittal`` (slices) or the file name (multi-frame)."""
     if key[2] == "file":
         return Path(str(ds.filename)).name
+    if key[2] == "localizer":
+        return f"localizer {Path(str(ds.filename)).name}"
     if key[2] == "slide":
         return "slide"
     normal = np.abs(_slice_normal(ds))
