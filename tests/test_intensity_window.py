@@ -75,7 +75,7 @@ def test_the_result_records_and_describes_the_window_used(tmp_path):
     assert md["intensity_window"] == "auto"
     assert md["intensity_scaling"] == {"method": "window", "source": "stored",
                                        "centre": -600.0, "width": 1500.0,
-                                       "low": -1350.0, "high": 150.0}
+                                       "low": -1350.0, "high": 150.0, "explanation": ""}
     assert "window C -600 W 1500 (the file's)" in run_caption(result)
     assert "window C -600 W 1500 (the file's)" in result.summary()  # the command line's line
     reopened = type(result).load(result.save(tmp_path / "chest.attnreg.npz"))
@@ -218,3 +218,31 @@ def test_the_figure_draws_the_image_through_the_window_the_model_saw(tmp_path, d
     image = hu if given == "stored" else expected  # napari's layer / the batch's prepared image
     drawn = _display(image, result.metadata["intensity_scaling"])
     np.testing.assert_allclose(drawn, expected, atol=1e-6)
+
+
+def test_a_ct_storing_several_windows_is_analysed_through_the_one_chosen(tmp_path, demo):
+    from napari_attnreg import regularize
+    from napari_attnreg.io.dicom import read_dicom
+
+    path = tmp_path / "chest.dcm"
+    stored = _hu_slice()
+    write_ct_slice(path, 0.0, 1, stored)
+    ds = pydicom.dcmread(path)
+    ds.WindowCenter, ds.WindowWidth = [40, -600], [400, 1500]
+    ds.WindowCenterWidthExplanation = ["MEDIASTINUM", "LUNG"]
+    ds.save_as(path, enforce_file_format=True)
+    (_, kwargs), = read_dicom(path)
+    assert kwargs["contrast_limits"] == pytest.approx((-160.0, 240.0))  # napari: the first
+    assert kwargs["metadata"]["dicom"]["windows"] == [[-160.0, 240.0, "MEDIASTINUM"],
+                                                      [-1350.0, 150.0, "LUNG"]]
+    first, hu = _prepared(path, demo)
+    np.testing.assert_array_equal(first.display, _windowed(hu, 40.0, 400.0))
+    second, _ = _prepared(path, demo, intensity_window="stored:2")
+    np.testing.assert_array_equal(second.display, _windowed(hu, *LUNG))
+    result = regularize(str(path), model=demo, n_boot=4, seed=0, device="cpu",
+                        intensity_window="stored 2")
+    assert result.metadata["intensity_scaling"]["explanation"] == "LUNG"
+    assert "window C -600 W 1500 (the file's no. 2: LUNG)" in result.summary()
+    with pytest.raises(ValueError, match=r"states 2 display windows \(stored 1: centre 40, "
+                                         r"width 400 \(MEDIASTINUM\); stored 2: .*LUNG"):
+        _prepared(path, demo, intensity_window="stored 3")

@@ -411,11 +411,12 @@ def _series_layer(datasets: list[Any], path: Path) -> tuple[np.ndarray, LayerKwa
         volume = volume[0]
     if frames > 1:
         slice_spacing = _frame_spacing(first)
-    stated, window = _stated_spacing(first), _window(first)  # read once: warned once
+    stated, windows = _stated_spacing(first), _windows(first)  # read once: warned once
     inverted = _is_monochrome1(first)
-    if inverted and window is not None:  # the window was stated in the stored sense
+    if inverted:  # the windows were stated in the stored sense
         total = sum(_rescaled_range(first))
-        window = (total - window[1], total - window[0])
+        windows = [(total - high, total - low, name) for low, high, name in windows]
+    window = windows[0][:2] if windows else None  # napari shows the first, as viewers do
     row, col = stated or (1.0, 1.0)
     spatial = volume.ndim - (1 if rgb else 0)
     scale = (slice_spacing, row, col) if spatial == 3 else (row, col)
@@ -430,6 +431,8 @@ def _series_layer(datasets: list[Any], path: Path) -> tuple[np.ndarray, LayerKwa
                      "dicom": {**_summary(first, path, datasets),
                                "pixel_spacing": stated,  # None: none stated (scale 1 shown)
                                "window": window,
+                               # every stored window: (low, high, explanation) ("LUNG")
+                               "windows": [list(w) for w in windows],
                                # MONOCHROME1's values were turned round (_pixels): say so
                                "inverted": inverted}},
     }
@@ -636,15 +639,21 @@ def _functional(ds: Any, name: str, per_frame: bool = True) -> Any:
         return None
 
 
-def _window(ds: Any) -> tuple[float, float] | None:
-    """The first stored window (centre ± width/2), in rescaled units; a damaged one is
-    ignored with a warning (it only sets the display, never the analysis)."""
+def _windows(ds: Any) -> list[tuple[float, float, str]]:
+    """Every stored window as ``(centre − width/2, centre + width/2, explanation)``, in
+    rescaled units, in the file's order (a CT often states a soft-tissue and a lung window);
+    a damaged one is ignored with a warning, and a window of no width left out (the run
+    analyses through a window: ``intensity_window``)."""
     if "WindowCenter" not in ds:  # an enhanced object's: in its functional groups
         ds = _functional(ds, "FrameVOILUTSequence") or ds
     centre, width = _described(ds, "WindowCenter"), _described(ds, "WindowWidth")
-    if centre is None or width is None or width[0] <= 0:
-        return None
-    return (centre[0] - width[0] / 2, centre[0] + width[0] / 2)
+    if centre is None or width is None:
+        return []
+    names = _value(ds, "WindowCenterWidthExplanation")
+    names = [names] if isinstance(names, str) else list(names or [])
+    names = [str(n).strip() for n in names] + [""] * len(centre)
+    return [(c - w / 2, c + w / 2, names[k])
+            for k, (c, w) in enumerate(zip(centre, width)) if w > 0]
 
 
 def _summary(ds: Any, path: Path, datasets: list[Any]) -> dict[str, Any]:

@@ -91,6 +91,9 @@ class ImageInfo:
     window: tuple[float, float] | None = None
     #: The file's format states display windows (DICOM), whether or not this one does.
     states_window: bool = False
+    #: Every window the file states, ``(low, high, explanation)`` in its order (``window``
+    #: is the first); ``intensity_window="stored 2"`` chooses the second.
+    windows: tuple[tuple[float, float, str], ...] = ()
     #: Names of the stack's plane axes where the file states them (``("z",)`` for a DICOM
     #: volume's slices), so messages say "z = 12", not "plane 12". A layer's own
     #: ``axis_labels`` name them in napari, so it takes no part in comparing two infos.
@@ -116,7 +119,8 @@ class ImageInfo:
             kind = kind_of_modality(modality)
             return cls(size, "mm" if size else None, kind,
                        f"DICOM Modality {modality}" if kind else "",
-                       window=_window_of(dicom.get("window")), states_window=_grey(dicom))
+                       window=_window_of(dicom.get("window")), states_window=_grey(dicom),
+                       windows=_windows_of(dicom.get("windows")))
         slide = metadata.get("slide")
         if isinstance(slide, Mapping) and slide.get("kind") != "ome":  # OME: microscopy
             mpp = slide.get("mpp")
@@ -146,6 +150,7 @@ class ImageInfo:
             extra.update(image_kind=self.kind, image_kind_source=self.kind_source)
         if self.states_window:  # None: a DICOM without a window (the run says so)
             extra["stored_window"] = None if self.window is None else list(self.window)
+            extra["stored_windows"] = [list(w) for w in self.windows]
         extra.update(self.slide or {})
         if self.notes:  # the run adds them to its diagnostics
             extra["reading_notes"] = list(self.notes)
@@ -160,6 +165,17 @@ def _window_of(value: Any) -> tuple[float, float] | None:
     except (TypeError, ValueError):
         return None
     return (low, high) if math.isfinite(low) and math.isfinite(high) and low < high else None
+
+
+def _windows_of(value: Any) -> tuple[tuple[float, float, str], ...]:
+    """The stored windows ``(low, high, explanation)`` from layer metadata; entries that
+    are not (edited metadata) are left out."""
+    found = []
+    for entry in value if isinstance(value, (list, tuple)) else ():
+        window = _window_of(entry[:2]) if isinstance(entry, (list, tuple)) else None
+        if window is not None:
+            found.append((*window, str(entry[2]) if len(entry) > 2 else ""))
+    return tuple(found)
 
 
 def _grey(dicom: Mapping[str, Any]) -> bool:
@@ -786,5 +802,5 @@ def _read_dicom(path: Path, files: Sequence[str | Path] | None = None,
     info = ImageInfo(dicom["pixel_spacing"], "mm" if dicom["pixel_spacing"] else None, kind,
                      f"DICOM Modality {dicom['modality']}" if kind else "",
                      window=_window_of(dicom.get("window")), states_window=_grey(dicom),
-                     plane_names=tuple(kwargs["axis_labels"][:-2]))
+                     windows=_windows_of(dicom.get("windows")), plane_names=tuple(kwargs["axis_labels"][:-2]))
     return data, {"rgb": bool(kwargs.get("rgb"))}, info

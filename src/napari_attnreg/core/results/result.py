@@ -94,8 +94,12 @@ def scaling_caption(record: Any) -> str | None:
     for percentiles (every image's default) or no record."""
     if not isinstance(record, dict) or record.get("method") != "window":
         return None
-    source = {"stored": "the file's", "given": "given"}.get(record.get("source"),
-                                                           record.get("source"))
+    source = str(record.get("source"))
+    if source.startswith("stored"):  # "the file's", "the file's 2nd: LUNG"
+        number = source.split()[1] if " " in source else ""
+        named = ": ".join(v for v in (f"no. {number}" if number else "",
+                                      str(record.get("explanation") or "")) if v)
+        source = "the file's" + (f" {named}" if named else "")
     return f"window C {record['centre']:g} W {record['width']:g} ({source})"
 
 

@@ -360,6 +360,8 @@ class IntensityScaling:
     window: tuple[float, float] | None = None
     source: str = "percentiles"
     note: str | None = None
+    #: A stored window's explanation in the file (``"LUNG"``), "" when it states none.
+    explanation: str = ""
 
     @classmethod
     def of(cls, choice: Any, extra: dict[str, Any] | None = None) -> IntensityScaling:
@@ -376,10 +378,13 @@ class IntensityScaling:
         """
         extra = extra or {}
         stored = extra.get("stored_window")
+        if isinstance(choice, str) and choice.startswith("stored "):  # the n-th stated
+            return cls._numbered(int(choice.split()[1]), extra)
         if choice in (None, "auto", "stored"):
             if stored is not None:
                 low, high = (float(v) for v in stored)
-                return cls((low, high), "stored")
+                named = [w for w in extra.get("stored_windows") or () if len(w) > 2]
+                return cls((low, high), "stored", explanation=str(named[0][2]) if named else "")
             if choice == "stored" or "stored_window" in extra:
                 what = "This DICOM file" if "stored_window" in extra else "This image"
                 return cls(note=(
@@ -395,13 +400,32 @@ class IntensityScaling:
         centre, width = WINDOW_PRESETS[choice] if isinstance(choice, str) else choice
         return cls((centre - width / 2, centre + width / 2), name)
 
+    @classmethod
+    def _numbered(cls, number: int, extra: dict[str, Any]) -> IntensityScaling:
+        """The file's ``number``-th stored window (1 = the first), or a ValueError listing
+        the ones it states."""
+        windows = list(extra.get("stored_windows") or ())
+        if number <= len(windows):
+            low, high, *name = windows[number - 1]
+            return cls((float(low), float(high)), f"stored {number}",
+                       explanation=str(name[0]) if name else "")
+        stated = "; ".join(
+            f"stored {k}: centre {(w[0] + w[1]) / 2:g}, width {w[1] - w[0]:g}"
+            + (f" ({w[2]})" if len(w) > 2 and w[2] else "") for k, w in enumerate(windows, 1))
+        raise ValueError(
+            f"intensity_window='stored {number}': the image states "
+            f"{len(windows) or 'no'} display window{'' if len(windows) == 1 else 's'}"
+            f"{' (' + stated + ')' if stated else ''}; choose one of them, a preset "
+            f"({', '.join(WINDOW_PRESETS)}) or a centre and width (e.g. '-600,1500').")
+
     def record(self) -> dict[str, Any]:
         """What a result's metadata says of it (``intensity_scaling``)."""
         if self.window is None:
             return {"method": "percentiles", "percentiles": list(PERCENTILES)}
         low, high = self.window
         return {"method": "window", "source": self.source, "centre": (low + high) / 2,
-                "width": high - low, "low": low, "high": high}
+                "width": high - low, "low": low, "high": high,
+                "explanation": self.explanation}
 
 
 def scale_intensity(arr: np.ndarray, percentiles: tuple[float, float] = PERCENTILES,

@@ -263,7 +263,8 @@ _OPTIONS: tuple[Option, ...] = (
            "How pixel values become the model's 0-1 input; values outside the window clip. "
            "auto (default): the display window the file states (DICOM WindowCenter/"
            "WindowWidth), else percentiles; stored: the file's window (percentiles, with a "
-           "note, when it states none); percentiles: the 0.5th-99.8th percentiles of each "
+           "note, when it states none; 'stored 2': its second, e.g. a lung window after a "
+           "soft-tissue one); percentiles: the 0.5th-99.8th percentiles of each "
            "image or plane; a CT preset in Hounsfield units (lung -600/1500, soft tissue "
            "40/400, bone 400/1800, brain 40/80); or 'centre,width' in the image's own units "
            "(e.g. -600,1500).", "image", advanced=True),
@@ -670,6 +671,10 @@ def _tissue_mask(opt: Option, value: Any) -> Any:
 def _intensity_window(opt: Option, value: Any) -> Any:
     """``auto``/``stored``/``percentiles``, a preset's name, or ``(centre, width)`` floats."""
     given = value
+    numbered = re.fullmatch(r"\s*stored\s*[:#]?\s*([0-9]+)\s*", value, re.IGNORECASE) \
+        if isinstance(value, str) else None
+    if numbered is not None and int(numbered.group(1)) >= 1:  # the file's n-th window
+        return "stored" if int(numbered.group(1)) == 1 else f"stored {int(numbered.group(1))}"
     if isinstance(value, str):
         text = " ".join(value.strip().lower().replace("_", " ").replace("-", " ").split()) \
             if not any(c.isdigit() for c in value) else value.strip()
@@ -689,7 +694,7 @@ def _intensity_window(opt: Option, value: Any) -> Any:
             return (centre, width)
     raise ValueError(
         f"intensity_window={given!r} is not a window: give 'auto' (the file's stored window, "
-        "else percentiles), 'stored', 'percentiles', a CT preset "
+        "else percentiles), 'stored' (or 'stored 2' for its second), 'percentiles', a CT preset "
         f"({', '.join(WINDOW_PRESETS)}) or a centre and a width > 0 in the image's units, "
         "e.g. '-600,1500' (command line: --intensity-window=-600,1500; Python: "
         "intensity_window=(-600, 1500)).")
