@@ -605,3 +605,21 @@ def test_a_scout_is_never_a_slice_even_without_positions(tmp_path):
     scout = next(kw for v, kw in volumes if v.ndim == 2)
     assert scout["name"].endswith("localizer scout.dcm")
     assert sorted(len(files) for _, files in group_series(sorted(folder.iterdir()))) == [1, 3]
+
+
+def test_a_radiographs_detector_spacing_is_brought_to_the_patient(tmp_path):
+    # ImagerPixelSpacing is at the detector; the body lies nearer the tube and is drawn
+    # larger by the magnification factor the file states: sizes in mm were 10 % too large
+    path = tmp_path / "cxr.dcm"
+    write_ct_slice(path, 0.0, 1, np.arange(64).reshape(8, 8), modality="DX")
+    ds = pydicom.dcmread(path)
+    del ds.PixelSpacing
+    ds.ImagerPixelSpacing = [0.143, 0.15]
+    ds.save_as(path, enforce_file_format=True)
+    (_, kwargs), = read_dicom(path)
+    assert kwargs["scale"] == pytest.approx((0.143, 0.15))  # no factor stated: as it is
+    ds.EstimatedRadiographicMagnificationFactor = 1.1
+    ds.save_as(path, enforce_file_format=True)
+    (_, kwargs), = read_dicom(path)
+    assert kwargs["scale"] == pytest.approx((0.13, 0.15 / 1.1))
+    assert kwargs["metadata"]["dicom"]["pixel_spacing"] == pytest.approx((0.13, 0.15 / 1.1))

@@ -595,10 +595,19 @@ def _inverted(ds: Any, stored: np.ndarray) -> np.ndarray:
 
 
 def _stated_spacing(ds: Any) -> tuple[float, float] | None:
-    """(row, column) spacing in mm as the file states it, or None when it states none."""
+    """(row, column) spacing in mm as the file states it, or None when it states none: in
+    the patient (PixelSpacing), else a radiograph's at the detector (ImagerPixelSpacing)
+    divided by its EstimatedRadiographicMagnificationFactor where it states one."""
     spacing = _described(ds, "PixelSpacing", 2) or \
-        _described(_pixel_measures(ds), "PixelSpacing", 2) or \
-        _described(ds, "ImagerPixelSpacing", 2)
+        _described(_pixel_measures(ds), "PixelSpacing", 2)
+    if spacing is None:
+        spacing = _described(ds, "ImagerPixelSpacing", 2)
+        # a radiograph's spacing at the detector: the patient, nearer the tube, is drawn
+        # larger by the magnification the file estimates (about 1.1 for a chest PA), so
+        # millimetres at the detector overstated every size in the body by that much
+        factor = _described(ds, "EstimatedRadiographicMagnificationFactor", 1)
+        if spacing is not None and factor is not None and factor[0] > 0:
+            spacing = (spacing[0] / factor[0], spacing[1] / factor[0])
     if spacing is None:
         return None
     row, col = spacing
