@@ -39,6 +39,9 @@ def test_the_dock_analyses_the_stored_window_and_a_preset_chosen_in_advanced(
     assert result.metadata["intensity_scaling"]["source"] == "stored"
     assert result.metadata["intensity_scaling"]["low"] == -1350.0
     assert "window C -600 W 1500 (the file's)" in widget.run_panel.status_label.text()
+    # a slice is named as napari's slider names it, never "axis 0 = 1"
+    assert widget.current_record().geometry.plane_name((1,)) == "z = 1"
+    assert "z = 0" in widget.run_panel.status_label.text()  # "computed 1 of 2 planes (z = 0)"
 
     control = widget.options.controls["intensity_window"]
     set_value(control, option("intensity_window"), "bone")
