@@ -246,3 +246,17 @@ def test_a_ct_storing_several_windows_is_analysed_through_the_one_chosen(tmp_pat
     with pytest.raises(ValueError, match=r"states 2 display windows \(stored 1: centre 40, "
                                          r"width 400 \(MEDIASTINUM\); stored 2: .*LUNG"):
         _prepared(path, demo, intensity_window="stored 3")
+
+
+def test_a_negative_centre_is_taken_on_the_command_line_without_an_equals_sign(tmp_path):
+    # argparse read '-600,1500' as a flag: "expected one argument"
+    from napari_attnreg import AttentionResult
+    from napari_attnreg.cli import main
+
+    path = tmp_path / "chest.dcm"
+    write_ct_slice(path, 0.0, 1, _hu_slice(size=32))
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--intensity-window", "-600,1500", "--out", str(out),
+                 "--model", "demo", "--n-boot", "4", "--device", "cpu", "--quiet"]) == 0
+    result = AttentionResult.load(next(out.glob("*.attnreg.npz")))
+    assert result.metadata["intensity_scaling"]["low"] == -1350.0

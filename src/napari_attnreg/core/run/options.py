@@ -696,7 +696,7 @@ def _intensity_window(opt: Option, value: Any) -> Any:
         f"intensity_window={given!r} is not a window: give 'auto' (the file's stored window, "
         "else percentiles), 'stored' (or 'stored 2' for its second), 'percentiles', a CT preset "
         f"({', '.join(WINDOW_PRESETS)}) or a centre and a width > 0 in the image's units, "
-        "e.g. '-600,1500' (command line: --intensity-window=-600,1500; Python: "
+        "e.g. '-600,1500' (command line: --intensity-window -600,1500; Python: "
         "intensity_window=(-600, 1500)).")
 
 
@@ -740,6 +740,26 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
             kwargs["type"] = _cli_number(float, opt.allow_none)
             kwargs["metavar"] = "X"
         sections[section].add_argument(opt.cli_flag, **kwargs)
+
+
+_NEGATIVE = re.compile(r"-[0-9.]")
+
+
+def join_negative_values(argv: list[str]) -> list[str]:
+    """``--intensity-window -600,1500`` as ``--intensity-window=-600,1500``.
+
+    argparse reads a value that starts with ``-`` as a flag unless it is one plain number,
+    so a CT window's negative centre gave "expected one argument"; a text option's value
+    that starts with a minus and a digit is joined to its flag here.
+    """
+    flags = {o.cli_flag for o in _OPTIONS if o.kind == "text"}
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in flags and _NEGATIVE.match(arg):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
 
 
 def _cli_number(kind: type, allow_none: bool) -> Any:
