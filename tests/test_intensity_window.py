@@ -260,3 +260,24 @@ def test_a_negative_centre_is_taken_on_the_command_line_without_an_equals_sign(t
                  "--model", "demo", "--n-boot", "4", "--device", "cpu", "--quiet"]) == 0
     result = AttentionResult.load(next(out.glob("*.attnreg.npz")))
     assert result.metadata["intensity_scaling"]["low"] == -1350.0
+
+
+def test_the_saved_figure_keeps_the_windowed_grey_levels(tmp_path, demo):
+    # matplotlib stretched the darkest pixel to black: a lung window's air (0.23) was drawn
+    # as black as a bone window's
+    import imageio.v3 as iio
+
+    from napari_attnreg import regularize
+    from napari_attnreg.core.results.figure import publication_figure
+
+    hu = np.full((48, 48), -1000)
+    hu[:, 24:] = 40  # air | soft tissue: 0.233 | 0.927 through a lung window
+    hu[10:14, 30:34] = 300
+    result = regularize(hu, model=demo, n_boot=4, seed=0, device="cpu", intensity_window="lung",
+                        target_size="native")
+    # nothing kept: the regularized map is 0 everywhere, one even tint over the image
+    path = publication_figure(result, hu, tmp_path / "fig.png", scale=4,
+                              thresholds={"rule": "fwer", "p_th": 0.0})
+    picture = iio.imread(path)[..., :3].astype(float)
+    air, tissue = picture[100, 40].mean(), picture[100, 150].mean()
+    assert air > 0.15 * tissue  # never black: the window keeps air a dark grey

@@ -148,7 +148,9 @@ def publication_figure(result: Any, image: np.ndarray, path: str | Path, *,
     ax.set_axis_off()
     extent = (0, w, h, 0)  # pixel (r, c) covers [c, c + 1) x [r, r + 1)
     drawn = _display(image, result.metadata.get("intensity_scaling"))
-    ax.imshow(drawn, cmap="gray" if drawn.ndim == 2 else None, extent=extent,
+    # [0, 1] as it is: matplotlib's own stretch from the darkest to the brightest pixel
+    # redrew a windowed CT's air (0.23 through a lung window) black
+    ax.imshow(drawn, cmap="gray" if drawn.ndim == 2 else None, extent=extent, vmin=0, vmax=1,
               interpolation="nearest")
     view = MAPS_BY_KEY[map_key].for_result(shown)  # the tested map named; signed: centred at 0
     vmin, vmax = view.limits(shown)
