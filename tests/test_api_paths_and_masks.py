@@ -410,3 +410,22 @@ def test_a_result_file_or_numpy_archive_is_not_analysed_as_an_image(tmp_path, rn
     np.savez(tmp_path / "arrays.npz", image=rng.random((64, 64)))
     with pytest.raises(ValueError, match=r"NumPy archive \(.npz\), not an image.*numpy.load"):
         regularize(tmp_path / "arrays.npz", "demo", **FAST)
+
+
+def test_a_volume_saved_as_npy_is_read_as_planes_and_objects_are_refused(tmp_path, rng):
+    # a NIfTI exported with np.save was "not a readable image" (imageio has no .npy reader)
+    from napari_attnreg import regularize_stack
+    from napari_attnreg.batch.items import collect_inputs
+    from napari_attnreg.io.readers import read_stack
+
+    volume = (rng.normal(0, 300, (5, 40, 48))).astype(np.int16)
+    np.save(tmp_path / "ct.npy", volume)
+    stack = read_stack(tmp_path / "ct.npy")
+    assert stack.n_planes == 5 and stack.plane_shape == (40, 48)
+    results = regularize_stack(str(tmp_path / "ct.npy"), "demo", **FAST)
+    direct = regularize_stack(volume, "demo", **FAST)
+    assert all(np.array_equal(a.attention, b.attention) for a, b in zip(results, direct))
+    assert [i.source.name for i in collect_inputs([str(tmp_path)])] == ["ct.npy"]
+    np.save(tmp_path / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="objects.npy"):
+        read_stack(tmp_path / "objects.npy")

@@ -112,4 +112,6 @@ def test_a_napari_layer_from_our_reader_states_what_the_command_line_reads(tmp_p
     (_, kwargs), = read_dicom(tmp_path / "ct")
     info = ImageInfo.from_layer_metadata(kwargs["metadata"])
     assert info == read_source(tmp_path / "ct")[1]
-    assert info == ImageInfo((0.7, 0.5), "mm", "radiology", "DICOM Modality CT")
+    assert info == ImageInfo((0.7, 0.5), "mm", "radiology", "DICOM Modality CT",
+                             window=(-160.0, 240.0), states_window=True,
+                             windows=((-160.0, 240.0, ""),))

@@ -597,3 +597,66 @@ def test_planar_rgb_and_palette_tiffs_are_read_in_the_colours_their_tags_state(t
     assert main(["run", str(tmp_path / "planar.tif"), "--n-boot", "8", "--quiet",
                  "--out", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "planar.tif.attnreg.npz").exists()
+
+
+# ---- round 18: a CT volume's planes are slices, named as napari names them ------------------
+def test_a_dicom_volume_names_its_slices_z_in_napari_and_on_the_command_line(ct_folder, tmp_path,
+                                                                            capsys):
+    from napari_attnreg.cli import main
+    from napari_attnreg.io.readers import read_source
+
+    (volume, kwargs), = read_dicom(ct_folder)
+    assert kwargs["axis_labels"] == ("z", "y", "x")  # the dims slider says z, not 0
+    assert read_source(ct_folder)[1].plane_names == ("z",)
+    big = tmp_path / "ct64"
+    big.mkdir()
+    rng = np.random.default_rng(2)
+    for k in range(2):
+        write_ct_slice(big / f"s{k}.dcm", 2.5 * k, k + 1,
+                       rng.integers(900, 1200, (32, 32)).astype(np.uint16))
+    out = tmp_path / "out"
+    assert main(["run", str(big), "--out", str(out), "--n-boot", "4", "--device", "cpu",
+                 "--model", "demo"]) == 0
+    said = capsys.readouterr()
+    text = said.out + said.err
+    assert "ct64, z = 0:" in text and "ct64, z = 1:" in text and "plane 0" not in text
+
+
+def test_a_scout_is_never_a_slice_even_without_positions(tmp_path):
+    from napari_attnreg.io.dicom import group_series
+
+    folder = tmp_path / "ct"
+    folder.mkdir()
+    for k in range(3):
+        write_ct_slice(folder / f"im{k}.dcm", 2.5 * k, k + 1, np.full((8, 8), 1000 + k))
+    write_ct_slice(folder / "scout.dcm", 0.0, 0, np.full((8, 8), 3000))
+    for path in folder.iterdir():  # an old scanner's (or an anonymiser's) headers
+        ds = pydicom.dcmread(path)
+        del ds.ImagePositionPatient, ds.ImageOrientationPatient
+        ds.ImageType = ["ORIGINAL", "PRIMARY", "LOCALIZER" if path.stem == "scout" else "AXIAL"]
+        ds.save_as(path, enforce_file_format=True)
+    volumes = read_dicom(folder)
+    assert sorted(v.shape for v, _ in volumes) == [(3, 8, 8), (8, 8)]
+    (volume, kwargs), = [(v, kw) for v, kw in volumes if v.ndim == 3]
+    np.testing.assert_array_equal(volume[:, 0, 0], [1000 - 1024 + k for k in range(3)])
+    scout = next(kw for v, kw in volumes if v.ndim == 2)
+    assert scout["name"].endswith("localizer scout.dcm")
+    assert sorted(len(files) for _, files in group_series(sorted(folder.iterdir()))) == [1, 3]
+
+
+def test_a_radiographs_detector_spacing_is_brought_to_the_patient(tmp_path):
+    # ImagerPixelSpacing is at the detector; the body lies nearer the tube and is drawn
+    # larger by the magnification factor the file states: sizes in mm were 10 % too large
+    path = tmp_path / "cxr.dcm"
+    write_ct_slice(path, 0.0, 1, np.arange(64).reshape(8, 8), modality="DX")
+    ds = pydicom.dcmread(path)
+    del ds.PixelSpacing
+    ds.ImagerPixelSpacing = [0.143, 0.15]
+    ds.save_as(path, enforce_file_format=True)
+    (_, kwargs), = read_dicom(path)
+    assert kwargs["scale"] == pytest.approx((0.143, 0.15))  # no factor stated: as it is
+    ds.EstimatedRadiographicMagnificationFactor = 1.1
+    ds.save_as(path, enforce_file_format=True)
+    (_, kwargs), = read_dicom(path)
+    assert kwargs["scale"] == pytest.approx((0.13, 0.15 / 1.1))
+    assert kwargs["metadata"]["dicom"]["pixel_spacing"] == pytest.approx((0.13, 0.15 / 1.1))

@@ -18,7 +18,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from napari_attnreg import __version__
-from napari_attnreg.core.run.options import add_cli_arguments, options_from_cli
+from napari_attnreg.core.run.options import (
+    add_cli_arguments,
+    join_negative_values,
+    options_from_cli,
+)
 
 # Heavy modules (torch, timm, matplotlib) are imported inside the commands, so that
 # "attnreg --help" and "attnreg --version" answer at once.
@@ -252,7 +256,7 @@ def _warnings_as_notes() -> Iterator[None]:
 
 
 def _main(argv: list[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(join_negative_values(sys.argv[1:] if argv is None else argv))
     from napari_attnreg.core.models.errors import BackboneError
 
     if args.command == "models":

@@ -62,7 +62,7 @@ from napari_attnreg.core.models.backbones import Backbone
 from napari_attnreg.core.run.engine import RunConfig
 from napari_attnreg.core.run.lazy import LazyImage
 from napari_attnreg.core.run.maps import scorer_for
-from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack
+from napari_attnreg.core.run.planes import PlaneIndex, PlaneStack, plane_label
 from napari_attnreg.core.run.service import (
     Job,
     JobProgress,
@@ -94,6 +94,7 @@ class _ItemContext:
     extra: dict[str, Any]  # what the file says (pixel size, kind), for the result's metadata
     before_run: Callable[[], Any] | None
     geojson: bool = False  # also NAME.geojson, the significant regions for QuPath
+    plane_names: tuple[str, ...] = ()  # the stack axes' names the file states ("z")
 
 
 def check_run(opts: dict[str, Any], *, device: bool = True) -> RunConfig:
@@ -227,7 +228,7 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
     except OSError as err:  # the file system refuses this input's output names: its row
         return [failed_row(item, None, _path_message(item, err))]
     # the file's kind (the image_kind option, when given, wins in the result's metadata)
-    ctx = replace(ctx, extra=info.run_extra())
+    ctx = replace(ctx, extra=info.run_extra(), plane_names=info.plane_names)
     planes = source.planes() if isinstance(source, PlaneStack) else [()]
     return [_guarded_plane_row(ctx, source, index) for index in planes]
 
@@ -291,8 +292,13 @@ def _plane_row(ctx: _ItemContext, source: PlaneStack | LazyImage, index: PlaneIn
 
 
 def _label(ctx: _ItemContext, plane: tuple[int, ...] | None) -> str:
-    return str(ctx.item.relative) + ("" if plane is None else
-                                     f" plane {'-'.join(map(str, plane))}")
+    """``"ct, z = 12"`` where the file names its stack axes (a DICOM volume's slices), else
+    ``"stack.tif plane 3-0"``; the input alone for a single image."""
+    if plane is None:
+        return str(ctx.item.relative)
+    if ctx.plane_names and len(ctx.plane_names) == len(plane):
+        return f"{ctx.item.relative}, {plane_label(plane, ctx.plane_names)}"
+    return f"{ctx.item.relative} plane {'-'.join(map(str, plane))}"
 
 
 def _users_files(ctx: _ItemContext, out: Path, label: str) -> dict[str, Path]:

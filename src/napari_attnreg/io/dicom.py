@@ -190,7 +190,8 @@ def read_dicom(path: str | Path, files: Sequence[str | Path] | None = None,
     list of (np.ndarray, dict)
         Per series (in ``SeriesNumber`` order): the volume (``(Z, Y, X)``, ``(Y, X)`` for a
         single slice, a trailing RGB axis for colour data) in rescaled units, and napari
-        layer keyword arguments: ``name``, ``scale`` (mm), ``units``, ``contrast_limits``
+        layer keyword arguments: ``name``, ``scale`` (mm), ``units``, ``axis_labels`` (``z``,
+        ``y``, ``x``), ``contrast_limits``
         (from the stored window when there is one), ``colormap``, ``rgb`` and ``metadata``
         (``{"dicom": {...}, "source_path": ...}``).
     """
@@ -354,9 +355,23 @@ def _volume_key(ds: Any) -> tuple[Any, ...]:
         return number, uid, "slide"
     if _int(_value(ds, "NumberOfFrames")) > 1:
         return number, uid, "file", str(ds.filename)
+    if _is_localizer(ds):  # a scout is never a slice, even where no position says so
+        return number, uid, "localizer", str(ds.filename)
     orientation = _numbers(ds, "ImageOrientationPatient", 6)  # checked: 6 numbers or None
     tilt = tuple(round(v, 3) for v in orientation) if orientation else None
     return number, uid, "slices", tilt, _int(_value(ds, "Rows")), _int(_value(ds, "Columns"))
+
+
+def _is_localizer(ds: Any) -> bool:
+    """A scout (ImageType ``LOCALIZER``): a projection of the body, not a slice of the volume.
+
+    Only its orientation kept it apart from the axial slices; a series whose files state no
+    orientation or position (an old scanner, a stripping anonymiser) stacked it in the
+    volume as one more slice.
+    """
+    kind = _value(ds, "ImageType")
+    kind = [kind] if isinstance(kind, str) else list(kind or [])
+    return len(kind) >= 3 and str(kind[2]).strip().upper() == "LOCALIZER"
 
 
 def _wsi_level(ds: Any) -> bool:
@@ -377,6 +392,8 @@ def _part_name(ds: Any, key: tuple[Any, ...]) -> str:
     """``axial``/``coronal``/``sagittal`` (slices) or the file name (multi-frame)."""
     if key[2] == "file":
         return Path(str(ds.filename)).name
+    if key[2] == "localizer":
+        return f"localizer {Path(str(ds.filename)).name}"
     if key[2] == "slide":
         return "slide"
     normal = np.abs(_slice_normal(ds))
@@ -394,11 +411,12 @@ def _series_layer(datasets: list[Any], path: Path) -> tuple[np.ndarray, LayerKwa
         volume = volume[0]
     if frames > 1:
         slice_spacing = _frame_spacing(first)
-    stated, window = _stated_spacing(first), _window(first)  # read once: warned once
+    stated, windows = _stated_spacing(first), _windows(first)  # read once: warned once
     inverted = _is_monochrome1(first)
-    if inverted and window is not None:  # the window was stated in the stored sense
+    if inverted:  # the windows were stated in the stored sense
         total = sum(_rescaled_range(first))
-        window = (total - window[1], total - window[0])
+        windows = [(total - high, total - low, name) for low, high, name in windows]
+    window = windows[0][:2] if windows else None  # napari shows the first, as viewers do
     row, col = stated or (1.0, 1.0)
     spatial = volume.ndim - (1 if rgb else 0)
     scale = (slice_spacing, row, col) if spatial == 3 else (row, col)
@@ -406,11 +424,15 @@ def _series_layer(datasets: list[Any], path: Path) -> tuple[np.ndarray, LayerKwa
         "name": str(first.get("SeriesDescription", "") or path.stem or path.name),
         "scale": tuple(float(s) for s in scale),
         "units": ("mm",) * spatial,
+        # napari's dims slider and every message name a slice "z = 12", not "axis 0 = 12"
+        "axis_labels": ("z", "y", "x")[-spatial:],
         "rgb": rgb,
         "metadata": {"source_path": str(path),
                      "dicom": {**_summary(first, path, datasets),
                                "pixel_spacing": stated,  # None: none stated (scale 1 shown)
                                "window": window,
+                               # every stored window: (low, high, explanation) ("LUNG")
+                               "windows": [list(w) for w in windows],
                                # MONOCHROME1's values were turned round (_pixels): say so
                                "inverted": inverted}},
     }
@@ -573,10 +595,19 @@ def _inverted(ds: Any, stored: np.ndarray) -> np.ndarray:
 
 
 def _stated_spacing(ds: Any) -> tuple[float, float] | None:
-    """(row, column) spacing in mm as the file states it, or None when it states none."""
+    """(row, column) spacing in mm as the file states it, or None when it states none: in
+    the patient (PixelSpacing), else a radiograph's at the detector (ImagerPixelSpacing)
+    divided by its EstimatedRadiographicMagnificationFactor where it states one."""
     spacing = _described(ds, "PixelSpacing", 2) or \
-        _described(_pixel_measures(ds), "PixelSpacing", 2) or \
-        _described(ds, "ImagerPixelSpacing", 2)
+        _described(_pixel_measures(ds), "PixelSpacing", 2)
+    if spacing is None:
+        spacing = _described(ds, "ImagerPixelSpacing", 2)
+        # a radiograph's spacing at the detector: the patient, nearer the tube, is drawn
+        # larger by the magnification the file estimates (about 1.1 for a chest PA), so
+        # millimetres at the detector overstated every size in the body by that much
+        factor = _described(ds, "EstimatedRadiographicMagnificationFactor", 1)
+        if spacing is not None and factor is not None and factor[0] > 0:
+            spacing = (spacing[0] / factor[0], spacing[1] / factor[0])
     if spacing is None:
         return None
     row, col = spacing
@@ -617,15 +648,21 @@ def _functional(ds: Any, name: str, per_frame: bool = True) -> Any:
         return None
 
 
-def _window(ds: Any) -> tuple[float, float] | None:
-    """The first stored window (centre ± width/2), in rescaled units; a damaged one is
-    ignored with a warning (it only sets the display, never the analysis)."""
+def _windows(ds: Any) -> list[tuple[float, float, str]]:
+    """Every stored window as ``(centre − width/2, centre + width/2, explanation)``, in
+    rescaled units, in the file's order (a CT often states a soft-tissue and a lung window);
+    a damaged one is ignored with a warning, and a window of no width left out (the run
+    analyses through a window: ``intensity_window``)."""
     if "WindowCenter" not in ds:  # an enhanced object's: in its functional groups
         ds = _functional(ds, "FrameVOILUTSequence") or ds
     centre, width = _described(ds, "WindowCenter"), _described(ds, "WindowWidth")
-    if centre is None or width is None or width[0] <= 0:
-        return None
-    return (centre[0] - width[0] / 2, centre[0] + width[0] / 2)
+    if centre is None or width is None:
+        return []
+    names = _value(ds, "WindowCenterWidthExplanation")
+    names = [names] if isinstance(names, str) else list(names or [])
+    names = [str(n).strip() for n in names] + [""] * len(centre)
+    return [(c - w / 2, c + w / 2, names[k])
+            for k, (c, w) in enumerate(zip(centre, width)) if w > 0]
 
 
 def _summary(ds: Any, path: Path, datasets: list[Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import json
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +44,7 @@ from napari_attnreg.core.run.planes import PlaneStack
 TIFF_SUFFIXES = (".tif", ".tiff")
 #: File name endings a folder scan takes as images (an OME-Zarr is a ``*.zarr`` folder).
 IMAGE_SUFFIXES = (*TIFF_SUFFIXES, ".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp",
-                  *DICOM_SUFFIXES, ".svs", ".ndpi", ".scn", ".bif")
+                  *DICOM_SUFFIXES, ".svs", ".ndpi", ".scn", ".bif", ".npy")
 
 
 #: OME length units as figures and records write them.
@@ -85,6 +85,19 @@ class ImageInfo:
     #: What reading the file said that its result lists among its diagnostics (transparency
     #: made background, an EXIF orientation not applied: ``ImageNoteWarning``).
     notes: tuple[str, ...] = ()
+    #: The display window the file states, ``(low, high)`` in the values read (a DICOM's
+    #: WindowCenter/WindowWidth, in rescaled units, turned round with a MONOCHROME1 image's
+    #: values); the run's ``intensity_window="auto"`` analyses the image through it.
+    window: tuple[float, float] | None = None
+    #: The file's format states display windows (DICOM), whether or not this one does.
+    states_window: bool = False
+    #: Every window the file states, ``(low, high, explanation)`` in its order (``window``
+    #: is the first); ``intensity_window="stored 2"`` chooses the second.
+    windows: tuple[tuple[float, float, str], ...] = ()
+    #: Names of the stack's plane axes where the file states them (``("z",)`` for a DICOM
+    #: volume's slices), so messages say "z = 12", not "plane 12". A layer's own
+    #: ``axis_labels`` name them in napari, so it takes no part in comparing two infos.
+    plane_names: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def from_layer_metadata(cls, metadata: Mapping[str, Any]) -> ImageInfo:
@@ -105,7 +118,9 @@ class ImageInfo:
             modality = str(dicom.get("modality") or "")
             kind = kind_of_modality(modality)
             return cls(size, "mm" if size else None, kind,
-                       f"DICOM Modality {modality}" if kind else "")
+                       f"DICOM Modality {modality}" if kind else "",
+                       window=_window_of(dicom.get("window")), states_window=_grey(dicom),
+                       windows=_windows_of(dicom.get("windows")))
         slide = metadata.get("slide")
         if isinstance(slide, Mapping) and slide.get("kind") != "ome":  # OME: microscopy
             mpp = slide.get("mpp")
@@ -133,10 +148,40 @@ class ImageInfo:
                 "units": [self.unit, self.unit]}
         if self.kind:
             extra.update(image_kind=self.kind, image_kind_source=self.kind_source)
+        if self.states_window:  # None: a DICOM without a window (the run says so)
+            extra["stored_window"] = None if self.window is None else list(self.window)
+            extra["stored_windows"] = [list(w) for w in self.windows]
         extra.update(self.slide or {})
         if self.notes:  # the run adds them to its diagnostics
             extra["reading_notes"] = list(self.notes)
         return extra
+
+
+def _window_of(value: Any) -> tuple[float, float] | None:
+    """A stored window ``(low, high)`` from layer metadata, None unless two finite numbers
+    with low < high (metadata a user or another plugin edited is not trusted)."""
+    try:
+        low, high = (float(v) for v in value)
+    except (TypeError, ValueError):
+        return None
+    return (low, high) if math.isfinite(low) and math.isfinite(high) and low < high else None
+
+
+def _windows_of(value: Any) -> tuple[tuple[float, float, str], ...]:
+    """The stored windows ``(low, high, explanation)`` from layer metadata; entries that
+    are not (edited metadata) are left out."""
+    found = []
+    for entry in value if isinstance(value, (list, tuple)) else ():
+        window = _window_of(entry[:2]) if isinstance(entry, (list, tuple)) else None
+        if window is not None:
+            found.append((*window, str(entry[2]) if len(entry) > 2 else ""))
+    return tuple(found)
+
+
+def _grey(dicom: Mapping[str, Any]) -> bool:
+    """A grey DICOM image (MONOCHROME1/2), the kind a display window applies to; a colour
+    one (RGB, a palette) is shown as stored."""
+    return str(dicom.get("photometric_interpretation", "")).upper().startswith("MONOCHROME")
 
 
 #: The first bytes of a TIFF and a BigTIFF, little and big endian.
@@ -426,6 +471,20 @@ def _check_header(path: Path) -> None:
         iio.improps(path)
 
 
+def _read_npy(path: Path) -> np.ndarray:
+    """A NumPy ``.npy`` array (a volume exported from a NIfTI or a script), memory-mapped
+    (a plane is read when it is run); its layout follows the shape rules, as for an array
+    given to :func:`regularize_stack`. imageio has no reader for it: the file was refused
+    as "not a readable image". No pickled objects are loaded (a file cannot run code)."""
+    with decoding(path, "NumPy array file"):
+        data = np.load(path, mmap_mode="r", allow_pickle=False)
+    if data.dtype.kind not in "biuf":
+        raise ValueError(f"{path} holds a NumPy array of {data.dtype}, not pixel values; save "
+                         "the image as a numeric array (e.g. np.save(path, volume.astype("
+                         "np.float32))).")
+    return data
+
+
 def _refuse_numpy_archive(path: Path) -> None:
     """Refuse an ``.npz``: imageio reads its first array as a picture, so a saved result
     (``*.attnreg.npz``) was analysed as a 16×16 "image" of its own attention map."""
@@ -491,6 +550,8 @@ def _read_with_layout(path: Path, files: Sequence[str | Path] | None = None,
         raise ValueError(f"No such image file: {path}")
     if is_tiff(path):
         return _read_tiff(path)
+    if path.suffix.lower() == ".npy":
+        return _read_npy(path), {}, ImageInfo()
     _refuse_numpy_archive(path)
     frames, data = _read_picture(path)
     if frames and data.ndim >= 3:  # an animated GIF/WebP: frames are planes, colours stay whole
@@ -760,5 +821,7 @@ def _read_dicom(path: Path, files: Sequence[str | Path] | None = None,
     dicom = kwargs["metadata"]["dicom"]
     kind = kind_of_modality(dicom["modality"])
     info = ImageInfo(dicom["pixel_spacing"], "mm" if dicom["pixel_spacing"] else None, kind,
-                     f"DICOM Modality {dicom['modality']}" if kind else "")
+                     f"DICOM Modality {dicom['modality']}" if kind else "",
+                     window=_window_of(dicom.get("window")), states_window=_grey(dicom),
+                     windows=_windows_of(dicom.get("windows")), plane_names=tuple(kwargs["axis_labels"][:-2]))
     return data, {"rgb": bool(kwargs.get("rgb"))}, info

@@ -14,7 +14,8 @@ import ipywidgets as W
 import numpy as np
 
 from napari_attnreg.core.results.result import AttentionResult
-from napari_attnreg.core.run.images import scale_intensity, to_channels_last
+from napari_attnreg.core.run.images import IntensityScaling, scale_intensity, to_channels_last
+from napari_attnreg.core.run.options import validate_options
 from napari_attnreg.io.geojson import full_resolution_factor
 from napari_attnreg.notebook import render
 from napari_attnreg.notebook.sources import DiskSource, MemorySource, open_source
@@ -45,6 +46,7 @@ class ImagePanel(W.HBox):
         self.state = state
         self.max_display = check_max_display(max_display)
         self._display_options = {k: run_options.get(k) for k in ("channels", "merge")}
+        self._window = run_options.get("intensity_window")
         self.source: MemorySource | DiskSource | None = None
         self.sliders: list[W.IntSlider] = []
         self._following = False  # sliders being set from the state: nothing to push back
@@ -75,18 +77,32 @@ class ImagePanel(W.HBox):
         """The display image of ``plane`` on ``grid``: a plane subsampled, or a slide's
         overview (another pixel grid over the same picture)."""
         hd, wd = grid.shape
-        pixels = self.display_image(*source.display_pixels(plane, OVERVIEW_PER_DISPLAY * hd * wd))
+        pixels = self.display_image(*source.display_pixels(plane, OVERVIEW_PER_DISPLAY * hd * wd),
+                                    source=source)
         if pixels.shape[:2] != grid.image_shape:
             grid = grid.over(pixels.shape[:2])
         return grid.sample(pixels)
 
-    def display_image(self, plane: np.ndarray, channel_axis: int | None) -> np.ndarray:
-        """The plane as float [0, 1] grey or RGB, as the model's input preparation scales it."""
+    def display_image(self, plane: np.ndarray, channel_axis: int | None,
+                      source: MemorySource | DiskSource | None = None) -> np.ndarray:
+        """The plane as float [0, 1] grey or RGB, as the model's input preparation scales it
+        (``source``: the image it comes from, default the one loaded)."""
         arr = to_channels_last(plane, channel_axis=channel_axis, **self._display_options)
-        shown = scale_intensity(arr)
+        shown = scale_intensity(arr, window=self._scaling_window(source or self.source))
         if shown.ndim == 3 and shown.shape[-1] == 2:  # two channels: red/green like a microscope
             shown = np.concatenate([shown, np.zeros_like(shown[..., :1])], axis=-1)
         return shown
+
+    def _scaling_window(self, source: Any) -> tuple[float, float] | None:
+        """The intensity window a run of this image uses (a DICOM's stored one by default),
+        so the picture is what the model sees; None: percentiles. A window the image cannot
+        give ('stored 3' of a file with two) is the run's to refuse; shown by percentiles."""
+        extra = getattr(source, "extra", None) or {}
+        try:
+            return IntensityScaling.of(validate_options(
+                {"intensity_window": self._window or "auto"})["intensity_window"], extra).window
+        except ValueError:
+            return None
 
     def show_plane(self) -> None:
         """Recompute the display image of the plane on screen (ValueError: it stays as it was)."""

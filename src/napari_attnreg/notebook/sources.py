@@ -20,7 +20,7 @@ kernel must stay free meanwhile.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,9 @@ class MemorySource:
     #: The file's letter for each axis of ``stack.data`` (``"TZYX"``); empty when it names
     #: none (an array, a PNG).
     axes: str = ""
+    #: What the file says that decides how it is shown (``ImageInfo.run_extra()``: a
+    #: DICOM's stored window), so the picture is the one the run analyses.
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def axis_label(self, axis: int) -> tuple[str, str]:
         """A stack axis's slider label and what it is: the file's letter (``"Z"``, ``"depth"``)
@@ -367,8 +370,11 @@ def open_file(path: Path, channel_axis: int | None = None) -> MemorySource | Dis
         lazy = read_lazy(path)  # too large to hold: shown from a strided read, run tiled
         if lazy is not None:
             return DiskSource(lazy, path)
-    stack, _info = read_source(path, channel_axis)
-    return MemorySource(stack, path, channel_axis, axes=file_axes(path))
+    stack, info = read_source(path, channel_axis)
+    axes = file_axes(path)
+    if not axes and info.plane_names and np.ndim(stack.data) == len(info.plane_names) + 2:
+        axes = "".join(info.plane_names).upper() + "YX"  # a DICOM volume's slices: "z"
+    return MemorySource(stack, path, channel_axis, axes=axes, extra=info.run_extra())
 
 
 #: What a TIFF's axis letters mean (tifffile's names: ImageJ hyperstacks, OME-TIFF, LSM); the

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from napari_attnreg.core.results.map_info import MapInfo
-from napari_attnreg.core.results.result import AttentionResult, slide_downsample
+from napari_attnreg.core.results.result import AttentionResult, scaling_caption, slide_downsample
 from napari_attnreg.core.results.tissue_grid import tissue_token_grid
 from napari_attnreg.core.stats.presets import presets
 from napari_attnreg.core.stats.procedures import get_procedure
@@ -354,6 +354,9 @@ def run_caption(result: AttentionResult, *, planes: int = 1) -> str:
     info = MapInfo.of(result)
     if not info.is_default:  # the tested map right after the model: "demo · CDAM for concept"
         parts.insert(1, info.caption())
+    window = scaling_caption(md.get("intensity_scaling"))
+    if window is not None:  # what the model saw: a CT's lung window is another question
+        parts.append(window)
     if md.get("tiled"):
         masked = md.get("n_tissue_tiles") is not None and md.get("n_tiles_total") is not None
         parts.append(f"tiled: {md.get('n_tiles', '?')} of {md['n_tiles_total']} tiles (tissue)"

@@ -147,8 +147,10 @@ def publication_figure(result: Any, image: np.ndarray, path: str | Path, *,
     ax = fig.add_axes((0, 1 - img_h / fig_h, img_w / fig_w, img_h / fig_h))
     ax.set_axis_off()
     extent = (0, w, h, 0)  # pixel (r, c) covers [c, c + 1) x [r, r + 1)
-    drawn = _display(image)
-    ax.imshow(drawn, cmap="gray" if drawn.ndim == 2 else None, extent=extent,
+    drawn = _display(image, result.metadata.get("intensity_scaling"))
+    # [0, 1] as it is: matplotlib's own stretch from the darkest to the brightest pixel
+    # redrew a windowed CT's air (0.23 through a lung window) black
+    ax.imshow(drawn, cmap="gray" if drawn.ndim == 2 else None, extent=extent, vmin=0, vmax=1,
               interpolation="nearest")
     view = MAPS_BY_KEY[map_key].for_result(shown)  # the tested map named; signed: centred at 0
     vmin, vmax = view.limits(shown)
@@ -172,10 +174,19 @@ def publication_figure(result: Any, image: np.ndarray, path: str | Path, *,
     return path
 
 
-def _display(image: np.ndarray) -> np.ndarray:
+def _display(image: np.ndarray, scaling: Any = None) -> np.ndarray:
     """Grey images stretched between their 0.5th and 99.5th percentiles; colour as it is;
     one or two fluorescence channels (a tiled run's image keeps them) each stretched so,
-    two drawn red and green as a microscope shows them."""
+    two drawn red and green as a microscope shows them. A run through an intensity window
+    (``scaling``, the result's ``intensity_scaling``) is drawn through it, as the model saw
+    it: a stored image through the window, the run's own scaled image (in [0, 1]) as it is;
+    stretched again, a lung window's air and lung came out black."""
+    if image.ndim == 2 and isinstance(scaling, dict) and scaling.get("method") == "window":
+        values = image.astype(np.float64)
+        if image.dtype.kind == "f" and values.min() >= 0 and values.max() <= 1:
+            return np.clip(values, 0, 1)  # already windowed (the batch's prepared image)
+        low, high = float(scaling["low"]), float(scaling["high"])
+        return np.clip((values - low) / (high - low), 0, 1)
     if image.ndim == 3 and image.shape[-1] in (3, 4):
         return image if image.dtype == np.uint8 else np.clip(image, 0, 1)
     if image.ndim == 3:

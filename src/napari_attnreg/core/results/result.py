@@ -89,6 +89,20 @@ class StoredMaps(Mapping[str, np.ndarray]):
         return f"StoredMaps({', '.join(self._maps)})"
 
 
+def scaling_caption(record: Any) -> str | None:
+    """``"window C -600 W 1500 (lung)"`` for a result's ``intensity_scaling`` record; None
+    for percentiles (every image's default) or no record."""
+    if not isinstance(record, dict) or record.get("method") != "window":
+        return None
+    source = str(record.get("source"))
+    if source.startswith("stored"):  # "the file's", "the file's 2nd: LUNG"
+        number = source.split()[1] if " " in source else ""
+        named = ": ".join(v for v in (f"no. {number}" if number else "",
+                                      str(record.get("explanation") or "")) if v)
+        source = "the file's" + (f" {named}" if named else "")
+    return f"window C {record['centre']:g} W {record['width']:g} ({source})"
+
+
 @dataclass
 class AttentionResult:
     """Result of :func:`napari_attnreg.regularize` for one 2D image.
@@ -438,10 +452,11 @@ class AttentionResult:
                                    self.null_summary.get("tissue_glass_tokens"))
         total, what = (sig.size, "patches") if tissue is None \
             else (int(tissue.sum()), "tissue patches")
+        window = scaling_caption(md.get("intensity_scaling"))  # what the model saw of a CT
         line = (
             f"{md.get('model', '?')} · {self.preset} · {md.get('method', '?')} · "
             f"B={md.get('n_boot', '?')} · grid {self.grid_shape[0]}x{self.grid_shape[1]} · "
-            f"{self._map_level_text()} · {int(sig.sum())}/{total} {what} significant "
+            f"{window + ' · ' if window else ''}{self._map_level_text()} · {int(sig.sum())}/{total} {what} significant "
             f"({t['rule']}) · "
             f"{md.get('timings', {}).get('total_s', float('nan')):.2f} s on {md.get('device', '?')}"
         )

@@ -113,6 +113,7 @@ class RunConfig:
     channels: Sequence[int] | None = _default("channels")
     merge: str | None = _default("merge")
     image_kind: str | None = _default("image_kind")
+    intensity_window: str | tuple[float, float] = _default("intensity_window")
     tiled: bool = _default("tiled")
     tile_scale: float = _default("tile_scale")
     tile_overlap: int | None = _default("tile_overlap")

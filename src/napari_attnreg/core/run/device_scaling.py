@@ -35,7 +35,8 @@ CONSTANT = ("The image is constant (every pixel has the same value), so attentio
             "nothing to find; check that the right layer/channel was chosen.")
 
 
-def scale_large(arr: np.ndarray, percentiles: tuple[float, float] = PERCENTILES) -> np.ndarray:
+def scale_large(arr: np.ndarray, percentiles: tuple[float, float] = PERCENTILES,
+                window: tuple[float, float] | None = None) -> np.ndarray:
     """:func:`~napari_attnreg.core.run.images.scale_intensity` in one float32 copy of the image.
 
     Images up to 4096² pixels are scaled by ``scale_intensity`` itself. Larger ones take
@@ -44,8 +45,8 @@ def scale_large(arr: np.ndarray, percentiles: tuple[float, float] = PERCENTILES)
     copies (2 GB for a 10000² image).
     """
     n_pixels = arr.shape[0] * arr.shape[1]
-    if n_pixels <= EXACT_SCALING_PIXELS or arr.dtype in (np.uint8, np.bool_):
-        return scale_intensity(arr, percentiles)
+    if window is not None or n_pixels <= EXACT_SCALING_PIXELS or arr.dtype in (np.uint8, np.bool_):
+        return scale_intensity(arr, percentiles, window)
     step = grid_step(arr.shape)
     lo, hi = (float(v) for v in np.percentile(arr[::step, ::step].astype(np.float32), percentiles))
     out = arr.astype(np.float32)
@@ -104,15 +105,18 @@ class Scaling:
 
 
 def scale_on_device(arr: np.ndarray, device: torch.device | str,
+                    window: tuple[float, float] | None = None,
                     ) -> tuple[torch.Tensor, Callable[[int], np.ndarray]]:
     """``arr`` ``(H, W[, C])`` → ``(C, H, W)`` float32 in [0, 1] on ``device`` (the values of
     :func:`scale_large`), and ``part(step)``: ``scale_large(arr)[::step, ::step]`` made on
     the host only when asked (``step=1`` is the display image, a larger one a thumbnail).
+    An intensity ``window`` (low, high) is applied on the host, as an untiled run's is.
     """
     device = torch.device(device)
-    # MPS has no float64, which the host's scaling of images up to 4096² uses
-    if arr.dtype not in DEVICE_DTYPES or device.type == "mps":
-        host = scale_large(arr)
+    # MPS has no float64, which the host's scaling of images up to 4096² uses; a window is
+    # rare on a tiled image (a large radiograph) and scaled as an untiled image's is
+    if window is not None or arr.dtype not in DEVICE_DTYPES or device.type == "mps":
+        host = scale_large(arr, window=window)
         return (_channels_first(torch.from_numpy(host)).to(device).contiguous(),
                 lambda step: host[::step, ::step])
     raw = _channels_first(upload(arr, device))

@@ -53,7 +53,12 @@ from napari_attnreg.core.run.config import (
     scorer_of,
     tests_shares,
 )
-from napari_attnreg.core.run.images import ImageNoteWarning, PreparedImage, prepare_image
+from napari_attnreg.core.run.images import (
+    ImageNoteWarning,
+    IntensityScaling,
+    PreparedImage,
+    prepare_image,
+)
 from napari_attnreg.core.run.maps import (
     families,
     family_evidence,
@@ -183,12 +188,16 @@ def prepare_for(image: Any, backbone: Backbone, config: RunConfig) -> Any:
         return prepare_tiled(image, backbone, config)
     if isinstance(image, PreparedImage):
         return image
+    scaling = IntensityScaling.of(config.intensity_window, config.extra)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ImageNoteWarning)
+        if scaling.note is not None:
+            warnings.warn(scaling.note, ImageNoteWarning, stacklevel=2)
         prepared = prepare_image(
             image, patch_size=backbone.patch_size, mean=backbone.mean, std=backbone.std,
             default_size=backbone.input_size[1:], target_size=config.target_size,
             channel_axis=config.channel_axis, channels=config.channels, merge=config.merge,
+            window=scaling.window,
         )
     return replace(prepared, notes=tuple(rewarn(caught, ImageNoteWarning)))
 

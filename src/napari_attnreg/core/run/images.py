@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from napari_attnreg.core.run.notes import ImageNoteWarning, TransparencyWarning
+from napari_attnreg.core.run.options import WINDOW_PRESETS
 from napari_attnreg.core.run.planes import PlaneStack, as_plain_array
 
 TargetSize = int | tuple[int, int] | Literal["model", "native"] | None
@@ -334,13 +335,112 @@ def _choose_channels(arr: np.ndarray, channels: Sequence[int] | None,
     return arr
 
 
-def scale_intensity(arr: np.ndarray, percentiles: tuple[float, float] = (0.5, 99.8)) -> np.ndarray:
-    """Map intensities to float32 [0, 1]: uint8 by /255, bool as 0/1, else by percentiles.
+#: The percentiles an image is scaled between when no window is given.
+PERCENTILES = (0.5, 99.8)
+#: Share of pixels outside a window above which the run says the window may be wrong.
+CLIPPED_SHARE = 0.95
+
+
+@dataclass(frozen=True)
+class IntensityScaling:
+    """How a run maps pixel values to the model's [0, 1]: a window, or percentiles.
+
+    Attributes
+    ----------
+    window : (float, float) or None
+        ``(low, high)`` in the image's own units (e.g. Hounsfield units); values outside
+        clip. None: each image (plane) between its own :data:`PERCENTILES`.
+    source : str
+        Where the window came from: ``"percentiles"``, ``"stored"`` (the file's display
+        window), a preset's name, or ``"given"``.
+    note : str, optional
+        Why a window asked for was not used (the file states none), for the diagnostics.
+    """
+
+    window: tuple[float, float] | None = None
+    source: str = "percentiles"
+    note: str | None = None
+    #: A stored window's explanation in the file (``"LUNG"``), "" when it states none.
+    explanation: str = ""
+
+    @classmethod
+    def of(cls, choice: Any, extra: dict[str, Any] | None = None) -> IntensityScaling:
+        """The scaling a run's ``intensity_window`` option asks for, given what the file
+        says (``extra["stored_window"]``: ``[low, high]``, None for a DICOM file that
+        states no window; absent for files that cannot state one).
+
+        Examples
+        --------
+        >>> IntensityScaling.of((-600, 1500)).window
+        (-1350.0, 150.0)
+        >>> IntensityScaling.of("auto", {"stored_window": [-160, 240]}).source
+        'stored'
+        """
+        extra = extra or {}
+        stored = extra.get("stored_window")
+        if isinstance(choice, str) and choice.startswith("stored "):  # the n-th stated
+            return cls._numbered(int(choice.split()[1]), extra)
+        if choice in (None, "auto", "stored"):
+            if stored is not None:
+                low, high = (float(v) for v in stored)
+                named = [w for w in extra.get("stored_windows") or () if len(w) > 2]
+                return cls((low, high), "stored", explanation=str(named[0][2]) if named else "")
+            if choice == "stored" or "stored_window" in extra:
+                what = "This DICOM file" if "stored_window" in extra else "This image"
+                return cls(note=(
+                    f"{what} states no display window (WindowCenter/WindowWidth), so its "
+                    "intensities were scaled between the 0.5th and 99.8th percentiles of "
+                    "each image (plane), not as a viewer windows them; give a window "
+                    "(intensity_window='centre,width', e.g. '-600,1500', or a preset: "
+                    f"{', '.join(WINDOW_PRESETS)}) to analyse what you see at that window."))
+            return cls()
+        if choice == "percentiles":
+            return cls()
+        name = choice if isinstance(choice, str) else "given"
+        centre, width = WINDOW_PRESETS[choice] if isinstance(choice, str) else choice
+        return cls((centre - width / 2, centre + width / 2), name)
+
+    @classmethod
+    def _numbered(cls, number: int, extra: dict[str, Any]) -> IntensityScaling:
+        """The file's ``number``-th stored window (1 = the first), or a ValueError listing
+        the ones it states."""
+        windows = list(extra.get("stored_windows") or ())
+        if number <= len(windows):
+            low, high, *name = windows[number - 1]
+            return cls((float(low), float(high)), f"stored {number}",
+                       explanation=str(name[0]) if name else "")
+        stated = "; ".join(
+            f"stored {k}: centre {(w[0] + w[1]) / 2:g}, width {w[1] - w[0]:g}"
+            + (f" ({w[2]})" if len(w) > 2 and w[2] else "") for k, w in enumerate(windows, 1))
+        raise ValueError(
+            f"intensity_window='stored {number}': the image states "
+            f"{len(windows) or 'no'} display window{'' if len(windows) == 1 else 's'}"
+            f"{' (' + stated + ')' if stated else ''}; choose one of them, a preset "
+            f"({', '.join(WINDOW_PRESETS)}) or a centre and width (e.g. '-600,1500').")
+
+    def record(self) -> dict[str, Any]:
+        """What a result's metadata says of it (``intensity_scaling``)."""
+        if self.window is None:
+            return {"method": "percentiles", "percentiles": list(PERCENTILES)}
+        low, high = self.window
+        return {"method": "window", "source": self.source, "centre": (low + high) / 2,
+                "width": high - low, "low": low, "high": high,
+                "explanation": self.explanation}
+
+
+def scale_intensity(arr: np.ndarray, percentiles: tuple[float, float] = PERCENTILES,
+                    window: tuple[float, float] | None = None) -> np.ndarray:
+    """Map intensities to float32 [0, 1]: uint8 by /255, bool as 0/1, else by percentiles;
+    with ``window`` (low, high), every dtype linearly between them, values outside clipped.
 
     16-bit and float microscopy data use a fraction of their range; percentile scaling (per
     image, all channels together, so colour balance is kept) is what viewers show by default.
+    A CT or radiograph is seen through a display window instead (lung, soft tissue), which
+    the same values in and out of it give every plane of a volume alike.
     """
     check_finite(arr)
+    if window is not None:
+        return _windowed(arr, window)
     if arr.dtype == bool:
         out = arr.astype(np.float32)
     elif arr.dtype == np.uint8:
@@ -365,6 +465,32 @@ def scale_intensity(arr: np.ndarray, percentiles: tuple[float, float] = (0.5, 99
         raise ValueError("The image is constant (every pixel has the same value), so attention "
                          "on it has nothing to find; check that the right layer/channel was "
                          "chosen.")
+    return out
+
+
+def _windowed(arr: np.ndarray, window: tuple[float, float]) -> np.ndarray:
+    """``arr`` between ``window``'s low and high (clipped); a window the image's values lie
+    wholly outside of is refused, one that clips nearly all of them noted."""
+    low, high = (float(v) for v in window)
+    data = arr.astype(np.float64)
+    out = np.clip((data - low) / (high - low), 0.0, 1.0).astype(np.float32)
+    shown = f"the window {low:g} to {high:g} (centre {(low + high) / 2:g}, width {high - low:g})"
+    values = f"its values range from {data.min():g} to {data.max():g}"
+    if float(data.max()) <= float(data.min()):  # constant before any window: not its fault
+        raise ValueError("The image is constant (every pixel has the same value), so attention "
+                         "on it has nothing to find; check that the right layer/channel was "
+                         "chosen.")
+    if float(out.max()) - float(out.min()) <= 0:
+        raise ValueError(f"The image is constant through {shown}: {values}, so every pixel "
+                         "clips to one value; give a window in the image's units that holds "
+                         "its values (a CT preset is in Hounsfield units), or "
+                         "intensity_window='percentiles'.")
+    outside = float(np.mean((data < low) | (data > high)))
+    if outside >= CLIPPED_SHARE:
+        warnings.warn(f"{100 * outside:.3g}% of the image's pixels lie outside {shown} and "
+                      f"were clipped ({values}): check that the window is in the image's "
+                      "units (a CT preset is in Hounsfield units).", ImageNoteWarning,
+                      stacklevel=4)
     return out
 
 
@@ -481,7 +607,8 @@ def prepare_image(
     channel_axis: int | None = None,
     channels: Sequence[int] | None = None,
     merge: Literal["mean", "max"] | None = None,
-    percentiles: tuple[float, float] = (0.5, 99.8),
+    percentiles: tuple[float, float] = PERCENTILES,
+    window: tuple[float, float] | None = None,
 ) -> PreparedImage:
     """Turn a 2D image of any dtype and channel layout into a model-ready tensor.
 
@@ -498,6 +625,9 @@ def prepare_image(
         Multichannel handling, see :func:`to_channels_last`.
     percentiles : (float, float)
         Intensity scaling for non-uint8 data.
+    window : (float, float), optional
+        ``(low, high)`` in the image's units: intensities scaled between them instead,
+        values outside clipped (:attr:`IntensityScaling.window`).
 
     Returns
     -------
@@ -518,7 +648,7 @@ def prepare_image(
     if h0 < ph or w0 < pw:
         raise ValueError(f"The image ({h0}x{w0} px) is smaller than one {ph}x{pw} patch of this "
                          "model; use a larger image or a model with smaller patches.")
-    display = scale_intensity(arr, percentiles)
+    display = scale_intensity(arr, percentiles, window)
     chw = torch.from_numpy(np.ascontiguousarray(display))
     chw = chw[None] if chw.ndim == 2 else chw.permute(2, 0, 1)
     h, w = model_input_shape((h0, w0), patch_size, target_size, default_size)

@@ -59,6 +59,11 @@ SIGNS = ("for", "against")
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 #: Seeds are folded into 64-bit generator states; larger ones would silently alias.
 MAX_SEED = 2**63 - 1
+#: CT windows by name: (centre, width) in Hounsfield units, as radiology viewers preset them.
+WINDOW_PRESETS = {"lung": (-600.0, 1500.0), "soft tissue": (40.0, 400.0),
+                  "bone": (400.0, 1800.0), "brain": (40.0, 80.0)}
+#: The named ways of scaling intensities besides the presets and an explicit window.
+WINDOW_CHOICES = ("auto", "stored", "percentiles")
 #: Section titles of the option groups, in the order the GUIs and ``--help`` show them.
 GROUP_TITLES = {"bootstrap": "Null images", "statistics": "Statistics",
                 "thresholds": "Thresholds", "model": "Model", "image": "Image",
@@ -254,6 +259,15 @@ _OPTIONS: tuple[Option, ...] = (
            "model's domain does not suit it (e.g. a microscopy model on a CT). Empty = read it "
            "from the file (DICOM Modality, OME metadata); a kind given here wins.", "image",
            advanced=True, choices=IMAGE_KINDS, allow_none=True),
+    Option("intensity_window", "Intensity window", "text", "auto",
+           "How pixel values become the model's 0-1 input; values outside the window clip. "
+           "auto (default): the display window the file states (DICOM WindowCenter/"
+           "WindowWidth), else percentiles; stored: the file's window (percentiles, with a "
+           "note, when it states none; 'stored 2': its second, e.g. a lung window after a "
+           "soft-tissue one); percentiles: the 0.5th-99.8th percentiles of each "
+           "image or plane; a CT preset in Hounsfield units (lung -600/1500, soft tissue "
+           "40/400, bone 400/1800, brain 40/80); or 'centre,width' in the image's own units "
+           "(e.g. -600,1500).", "image", advanced=True),
     Option("tiled", "Tiled (native resolution)", "bool", False,
            "For images much larger than the model input: analyse the image at its own pixel "
            "size in model-sized tiles, with one bootstrap null for the whole image.", "tiling"),
@@ -654,6 +668,38 @@ def _tissue_mask(opt: Option, value: Any) -> Any:
     return text
 
 
+def _intensity_window(opt: Option, value: Any) -> Any:
+    """``auto``/``stored``/``percentiles``, a preset's name, or ``(centre, width)`` floats."""
+    given = value
+    numbered = re.fullmatch(r"\s*stored\s*[:#]?\s*([0-9]+)\s*", value, re.IGNORECASE) \
+        if isinstance(value, str) else None
+    if numbered is not None and int(numbered.group(1)) >= 1:  # the file's n-th window
+        return "stored" if int(numbered.group(1)) == 1 else f"stored {int(numbered.group(1))}"
+    if isinstance(value, str):
+        text = " ".join(value.strip().lower().replace("_", " ").replace("-", " ").split()) \
+            if not any(c.isdigit() for c in value) else value.strip()
+        if text in WINDOW_CHOICES or text in WINDOW_PRESETS:
+            return text
+        value = [v for v in re.split(r"[,/;\s]+", text) if v]
+        try:
+            value = [float(v) for v in value]
+        except ValueError:
+            value = None
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(
+            isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in value):
+        centre, width = (float(v) for v in value)
+        if math.isfinite(centre) and math.isfinite(width) and width > 0:
+            return (centre, width)
+    raise ValueError(
+        f"intensity_window={given!r} is not a window: give 'auto' (the file's stored window, "
+        "else percentiles), 'stored' (or 'stored 2' for its second), 'percentiles', a CT preset "
+        f"({', '.join(WINDOW_PRESETS)}) or a centre and a width > 0 in the image's units, "
+        "e.g. '-600,1500' (command line: --intensity-window -600,1500; Python: "
+        "intensity_window=(-600, 1500)).")
+
+
 def _preset(opt: Option, value: Any) -> str:
     """A registered procedure's name (read from the registry when checked, not at import)."""
     return get_procedure(value).name
@@ -661,7 +707,8 @@ def _preset(opt: Option, value: Any) -> str:
 
 _SPECIAL = {"preset": _preset, "pi0_method": _pi0, "head": _head, "target": _target,
             "target_size": _target_size,
-            "device": _device, "channels": _channels, "tissue_mask": _tissue_mask}
+            "device": _device, "channels": _channels, "tissue_mask": _tissue_mask,
+            "intensity_window": _intensity_window}
 
 
 def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
@@ -693,6 +740,26 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
             kwargs["type"] = _cli_number(float, opt.allow_none)
             kwargs["metavar"] = "X"
         sections[section].add_argument(opt.cli_flag, **kwargs)
+
+
+_NEGATIVE = re.compile(r"-[0-9.]")
+
+
+def join_negative_values(argv: list[str]) -> list[str]:
+    """``--intensity-window -600,1500`` as ``--intensity-window=-600,1500``.
+
+    argparse reads a value that starts with ``-`` as a flag unless it is one plain number,
+    so a CT window's negative centre gave "expected one argument"; a text option's value
+    that starts with a minus and a digit is joined to its flag here.
+    """
+    flags = {o.cli_flag for o in _OPTIONS if o.kind == "text"}
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in flags and _NEGATIVE.match(arg):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
 
 
 def _cli_number(kind: type, allow_none: bool) -> Any:

@@ -36,6 +36,7 @@ from napari_attnreg.core.models.scorers import as_target
 from napari_attnreg.core.models.weights_hash import weights_sha256
 from napari_attnreg.core.results.result import AttentionResult
 from napari_attnreg.core.run.config import RunConfig, autocast_dtype, null_config
+from napari_attnreg.core.run.images import IntensityScaling
 from napari_attnreg.core.stats.diagnostics import diagnose
 from napari_attnreg.core.stats.paper import StatisticsWarning
 
@@ -387,6 +388,8 @@ def run_metadata(config: RunConfig, backbone: Backbone, run: Run, chunk: int,
         "package_version": _package_version(),
         "torch_version": torch.__version__,
         "channel_map": channel_map_kind,
+        # the values the model saw: a window (the file's, a preset, given) or percentiles
+        "intensity_scaling": IntensityScaling.of(config.intensity_window, config.extra).record(),
         # the patch null's block side in model pixels (the preset's default if unset)
         "patch_block_size": (null_config(config, backbone.patch_size[0]).block_size
                              or backbone.patch_size[0]) if config.method == "patch" else None,

@@ -41,6 +41,7 @@ from napari_attnreg.core.run.device_scaling import scale_on_device
 from napari_attnreg.core.run.images import (
     ChannelMap,
     ImageNoteWarning,
+    IntensityScaling,
     PreparedImage,
     TransparencyWarning,
     check_values,
@@ -189,18 +190,23 @@ def prepare_tiled(image: Any, backbone: Backbone, config: RunConfig,
     """
     if isinstance(image, TiledImage):
         return image
+    scaling = IntensityScaling.of(config.intensity_window, config.extra)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ImageNoteWarning)
-        tiled = _prepare_tiled(image, backbone, config, device)
+        if scaling.note is not None and not isinstance(image, PreparedImage):
+            warnings.warn(scaling.note, ImageNoteWarning, stacklevel=2)
+        tiled = _prepare_tiled(image, backbone, config, device, scaling.window)
     return replace(tiled, notes=tuple(rewarn(caught, ImageNoteWarning)))
 
 
 def _prepare_tiled(image: Any, backbone: Backbone, config: RunConfig,
-                   device: torch.device | str | None) -> TiledImage:
-    """:func:`prepare_tiled` of an image not yet tiled."""
+                   device: torch.device | str | None,
+                   window: tuple[float, float] | None = None) -> TiledImage:
+    """:func:`prepare_tiled` of an image not yet tiled (``window``: the intensity window,
+    None for percentiles)."""
     patch = backbone.patch_size
     if isinstance(image, LazyImage):
-        tiled = _prepare_lazy(image, backbone, config)
+        tiled = _prepare_lazy(image, backbone, config, window)
         spec = tissue_spec(config, image)
         if isinstance(spec, str) and spec == "none":  # no thumbnail read for nothing
             return tiled
@@ -221,7 +227,8 @@ def _prepare_tiled(image: Any, backbone: Backbone, config: RunConfig,
         if h0 < patch[0] or w0 < patch[1]:
             raise ValueError(f"The image ({h0}x{w0} px) is smaller than one {patch[0]}x{patch[1]} "
                              "patch of this model; use a larger image or a smaller tile_scale.")
-        chw, display_part = scale_on_device(arr, resolve_device(device or config.device))
+        chw, display_part = scale_on_device(arr, resolve_device(device or config.device),
+                                            window)
         h, w = work_shape((h0, w0), patch, config.tile_scale)
         if (h, w) != (h0, w0):
             chw = F.interpolate(chw[None], size=(h, w), mode="bilinear",
@@ -260,7 +267,8 @@ def tissue_spec(config: RunConfig, image: Any) -> Any:
         else "none"
 
 
-def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> TiledImage:
+def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig,
+                  window: tuple[float, float] | None = None) -> TiledImage:
     """Tiles read on demand; percentiles and null statistics from a strided sample.
 
     The image is tiled at its own pixel size (a slide read at a chosen resolution: its
@@ -294,7 +302,7 @@ def _prepare_lazy(image: LazyImage, backbone: Backbone, config: RunConfig) -> Ti
         raw = image.read(slice(0, h, step), slice(0, w, step))  # the one read of the whole extent
     else:  # a slide: its coarser level is the sample
         raw = image.overview()
-    lo, hi = intensity_range(raw)
+    lo, hi = intensity_range(raw) if window is None else window
     sample = scaled(raw, lo, hi)
     del raw
     layout = make_layout((h, w), tile=tuple(backbone.input_size[1:]), patch=(ph, pw),
