@@ -167,3 +167,47 @@ def test_a_resume_remakes_outputs_an_earlier_reading_of_the_file_made(tmp_path, 
         in err
     code, err = _again(capsys, run)  # its new record is kept from then on
     assert code == 0 and "0 done, 2 skipped" in err
+
+
+def test_a_resume_after_an_upgrade_redoes_only_the_files_whose_reading_changed(tmp_path,
+                                                                               capsys):
+    """A new option (the intensity window) missing from every older record made a resume redo
+    every output ("the options changed (intensity_window)"), though at its default it computes
+    what the old version did for a PNG or a grey TIFF. The files it does change (a DICOM with
+    a stored window, now analysed through it) and the TIFFs now read in colour (palette,
+    planar RGB) are redone, with the reason."""
+    import json
+
+    import imageio.v3 as iio
+    from test_io_readers import write_ct_slice
+
+    rng = np.random.default_rng(3)
+    iio.imwrite(tmp_path / "a.png", (_img() // 256).astype(np.uint8))
+    tifffile.imwrite(tmp_path / "b.tif", _img(2))
+    table = np.zeros((3, 256), np.uint16)
+    table[:, :4] = rng.integers(0, 65535, (3, 4))
+    tifffile.imwrite(tmp_path / "c.tif", rng.integers(0, 4, (64, 64), dtype=np.uint8),
+                     photometric="palette", colormap=table)
+    write_ct_slice(tmp_path / "d.dcm", 0.0, 1, rng.integers(900, 1200, (64, 64)))
+    out = tmp_path / "out"
+    run = ["run", *(str(tmp_path / n) for n in ("a.png", "b.tif", "c.tif", "d.dcm")),
+           "--out", str(out), *FAST]
+    assert main(run) == 0
+    for record in out.glob("*.attnreg.json"):  # as the version before the window wrote them
+        content = json.loads(record.read_text())
+        del content["run"]["intensity_window"]
+        if content["input"].get("reading") == 3:
+            if content["input"]["source"].endswith(".dcm"):
+                content["input"]["reading"] = 2
+            else:
+                del content["input"]["reading"]  # TIFFs carried no reading
+        record.write_text(json.dumps(content))
+    code, err = _again(capsys, run)
+    assert code == 0 and "2 done, 2 skipped" in err, err
+    for name in ("c.tif", "d.dcm"):
+        assert f"{name}: redoing it: this version of napari-attnreg reads such files " \
+               "differently" in err
+    assert "intensity_window" not in err
+    code, err = _again(capsys, ["run", str(tmp_path / "a.png"), "--out", str(out), *FAST,
+                                "--intensity-window", "percentiles"])
+    assert code == 0 and "the options changed (intensity_window)" in err  # a choice counts

@@ -563,9 +563,10 @@ def test_an_enhanced_ct_is_rescaled_and_windowed_from_its_functional_groups(tmp_
 
 
 def test_planar_rgb_and_palette_tiffs_are_read_in_the_colours_their_tags_state(tmp_path):
-    """A planar RGB TIFF (colours as planes, as tifffile writes a (3, H, W) array and some
-    scanners store them) was refused as "3 channels or 3 planes?", several pages of one
-    became six grey planes, and a palette TIFF was analysed as its colour indices."""
+    """A scanner's planar RGB TIFF (colours stored as planes) was refused as "3 channels or 3
+    planes?", several pages of one became six grey planes, and a palette TIFF was analysed
+    as its colour indices. (A (3, H, W) array that tifffile wrote with its shape follows the
+    array's rules: test_batch's ambiguity test.)"""
     import tifffile
 
     from napari_attnreg.cli import main
@@ -573,9 +574,9 @@ def test_planar_rgb_and_palette_tiffs_are_read_in_the_colours_their_tags_state(t
 
     rng = np.random.default_rng(0)
     colours = rng.integers(0, 255, (2, 3, 64, 80), dtype=np.uint8)
-    tifffile.imwrite(tmp_path / "planar.tif", colours[0], photometric="rgb",
-                     planarconfig="separate")
-    tifffile.imwrite(tmp_path / "pages.tif", colours, photometric="rgb", planarconfig="separate")
+    as_a_scanner = {"photometric": "rgb", "planarconfig": "separate", "metadata": None}
+    tifffile.imwrite(tmp_path / "planar.tif", colours[0], **as_a_scanner)
+    tifffile.imwrite(tmp_path / "pages.tif", colours, **as_a_scanner)
     one = read_stack(tmp_path / "planar.tif")
     assert one.rgb and one.planes() == [()]
     np.testing.assert_array_equal(one.read(())[0], np.moveaxis(colours[0], 0, -1))

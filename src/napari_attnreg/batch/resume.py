@@ -82,26 +82,38 @@ def input_stamp(path: Path, files: Sequence[Path] = ()) -> dict[str, Any]:
             "blake2b": digest, **_reading(path, series)}
 
 
-#: The version of the reading of the files :data:`REREAD_SUFFIXES` name (and DICOM series,
-#: files without an ending): 2 reads DICOM MONOCHROME1 the right way round, CMYK JPEGs in
-#: colour, transparent pixels as background and TIFFs without an ending as TIFFs. A result
-#: made by an earlier reading is made again on resume, never kept as it was.
-READING_VERSION = 2
-REREAD_SUFFIXES = (".dcm", ".dicom", ".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp")
-READING_CHANGES = ("DICOM MONOCHROME1 the right way round and PALETTE COLOR in colour, CMYK "
-                   "JPEGs in colour, transparent pixels as background, TIFFs without an ending "
-                   "as TIFFs")
+#: The version of the reading of each kind of file whose reading changed; a result made by an
+#: earlier reading is made again on resume, never kept as it was (other inputs' records carry
+#: no reading, so their outputs are kept).
+#: - pictures (PNG, JPEG, GIF, WebP, BMP) 2: CMYK JPEGs in colour, transparent pixels as
+#:   background;
+#: - DICOM (files, series, files without an ending) 3: MONOCHROME1 the right way round,
+#:   PALETTE COLOR in colour (2); the stored display window analysed by default, a scout
+#:   never a slice, a radiograph's spacing at the patient (3);
+#: - TIFFs 3, only those in colour as planes or by a palette: planar RGB and palette colours.
+READING_VERSIONS = {"picture": 2, "dicom": 3, "tiff colour": 3}
+PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp")
+DICOM_SUFFIXES = (".dcm", ".dicom")
+READING_CHANGES = ("DICOM MONOCHROME1 the right way round, PALETTE COLOR in colour and through "
+                   "its stored display window, CMYK JPEGs in colour, transparent pixels as "
+                   "background, TIFFs without an ending as TIFFs, planar RGB and palette TIFFs "
+                   "in colour")
 
 
 def _reading(path: Path, series: bool) -> dict[str, int]:
-    """``{"reading": READING_VERSION}`` for an input whose reading changed, else nothing
-    (the records of other inputs stay as they were, so their outputs are kept)."""
-    from napari_attnreg.io.readers import IMAGE_SUFFIXES
+    """``{"reading": version}`` for an input whose reading changed, else nothing (the
+    records of other inputs stay as they were, so their outputs are kept)."""
+    from napari_attnreg.io.readers import IMAGE_SUFFIXES, is_tiff, tiff_in_colour_planes
 
     name = path.name.lower()
-    changed = series or name.endswith(REREAD_SUFFIXES) or (
-        path.is_file() and not name.endswith((*IMAGE_SUFFIXES, ".zarr")))
-    return {"reading": READING_VERSION} if changed else {}
+    if name.endswith(PICTURE_SUFFIXES):
+        return {"reading": READING_VERSIONS["picture"]}
+    if series or name.endswith(DICOM_SUFFIXES) or (
+            path.is_file() and not name.endswith((*IMAGE_SUFFIXES, ".zarr"))):
+        return {"reading": READING_VERSIONS["dicom"]}  # and TIFFs without an ending (2)
+    if path.is_file() and is_tiff(path) and tiff_in_colour_planes(path):
+        return {"reading": READING_VERSIONS["tiff colour"]}
+    return {}
 
 
 def content_digest(files: Sequence[Path], root: Path | None = None) -> str:
@@ -360,14 +372,22 @@ def _same_but(recorded: Mapping[str, Any], stamp: Mapping[str, Any], key: str) -
 
 def _changed(recorded: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
     """The options that differ, named as the analyst changed them: a changed preset stands
-    for the defaults it fills in (``preset``, not a dozen thresholds)."""
+    for the defaults it fills in (``preset``, not a dozen thresholds). An option newer than
+    the record, left at its default, is no change: it computes what the old version did
+    (where it does not for some files, their reading version says so)."""
     from napari_attnreg.core.run.options import OPTIONS
 
-    changed = sorted(k for k in set(recorded) | set(run) if recorded.get(k) != run.get(k))
+    changed = sorted(k for k in set(recorded) | set(run) if recorded.get(k) != run.get(k)
+                     and not (k not in recorded and k in OPTIONS
+                              and run.get(k) == _as_recorded(OPTIONS[k].default)))
     if "preset" in changed:
         from_preset = {o.name for o in OPTIONS.values() if o.preset_dependent} | {"tail"}
         changed = [k for k in changed if k not in from_preset]
     return changed
+
+
+def _as_recorded(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
 
 
 def _refusal(result: Path, owner: str) -> Decision:

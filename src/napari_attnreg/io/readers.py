@@ -676,30 +676,61 @@ def _read_tiff(path: Path) -> tuple[np.ndarray, dict[str, Any], ImageInfo]:
         if not tif.series:
             raise ValueError("the TIFF holds no image")
         series = tif.series[0]
-        data, axes = _colours_as_shown(series.asarray(), series.axes, tif.pages.first)
+        data, axes = _colours_as_shown(series.asarray(), series.axes, tif.pages.first,
+                                       tif.is_shaped)
         info = _tiff_info(tif)
     return data, layout_from_axes(axes), info  # ours: outside the decoding boundary
 
 
-def _colours_as_shown(data: np.ndarray, axes: str, page: Any) -> tuple[np.ndarray, str]:
+def _colours_as_shown(data: np.ndarray, axes: str, page: Any,
+                      shaped: bool) -> tuple[np.ndarray, str]:
     """A TIFF's pixels in the colours its photometric tag states, colours last.
 
-    A planar RGB TIFF (each colour a plane, ``SYX``) was called ambiguous, and several pages
-    of it became a stack of red, green and blue planes; a palette TIFF was analysed as its
-    colour indices. Fiji, QuPath and viewers show both in colour.
+    A scanner's planar RGB TIFF (each colour a plane, ``SYX``) was called ambiguous, and
+    several pages of it became a stack of red, green and blue planes; a palette TIFF was
+    analysed as its colour indices. Fiji, QuPath and viewers show both in colour.
+    """
+    kind = _colour_layout(axes, data.shape, page, shaped)
+    if kind == "palette":  # the colormap is (3, 2**bits): each index's R, G, B, 16-bit
+        return np.take(np.asarray(page.colormap).T, data, axis=0), axes + "S"
+    if kind == "planar":
+        at = axes.index("S")
+        return np.moveaxis(data, at, -1), axes[:at] + axes[at + 1:] + "S"
+    return data, axes
+
+
+def _colour_layout(axes: str, shape: Sequence[int], page: Any, shaped: bool) -> str | None:
+    """``"palette"``, ``"planar"`` (RGB stored as planes) or None for other TIFFs.
+
+    tifffile writes any ``(3, H, W)`` array as planar RGB, with the array's shape in its
+    description (``shaped``): there the tag is tifffile's default, not a statement about
+    colour, and the array's rules apply, as in ``regularize`` (a short first axis is
+    ambiguous).
     """
     import tifffile
 
     photometric = tifffile.PHOTOMETRIC
     if page.photometric == photometric.PALETTE and page.colormap is not None \
             and "S" not in axes:
-        # the colormap is (3, 2**bits): each index's red, green and blue, 16-bit
-        return np.take(np.asarray(page.colormap).T, data, axis=0), axes + "S"
+        return "palette"
     if page.photometric in (photometric.RGB, photometric.YCBCR) and "S" in axes[:-1] \
-            and data.shape[axes.index("S")] in (3, 4):
-        at = axes.index("S")
-        return np.moveaxis(data, at, -1), axes[:at] + axes[at + 1:] + "S"
-    return data, axes
+            and shape[axes.index("S")] in (3, 4) and not shaped:
+        return "planar"
+    return None
+
+
+def tiff_in_colour_planes(path: str | Path) -> bool:
+    """Whether a TIFF holds RGB as planes or palette colours, from its header: earlier
+    versions read those as grey planes or colour indices, so a resumed batch redoes them."""
+    import tifffile
+
+    try:
+        with tifffile.TiffFile(path) as tif:
+            series = tif.series[0]
+            return _colour_layout(series.axes, series.shape, tif.pages.first,
+                                  tif.is_shaped) is not None
+    except Exception:  # unreadable here: reading it reports it  # noqa: BLE001
+        return False
 
 
 def _tiff_info(tif: Any) -> ImageInfo:
