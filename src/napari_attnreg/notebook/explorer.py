@@ -646,19 +646,26 @@ class AttentionExplorer(W.VBox):
 
     def roi_table(self) -> list[dict]:
         """Per-ROI statistics (``core.roi.roi_table``) of the result on screen, at its
-        thresholds."""
-        return self.roi_panel.rows(self.session.shown())
+        thresholds; a stack's rows start with its ``plane`` (``[2]``), as napari's do."""
+        rows = self.roi_panel.rows(self.session.shown())
+        entry = self.session.selected
+        if entry is None or not entry.key:
+            return rows
+        return [{"plane": list(entry.key), **row} for row in rows]
 
     def provenance(self) -> dict[str, Any]:
         """How the result on screen was made (:func:`napari_attnreg.io.export.provenance`):
-        image, model and weights hash, preset, its thresholds now, B, seed, version."""
+        image, model and weights hash, preset, its thresholds now, B, seed, version; a stack's
+        plane as its own ``plane`` entry (``[2]``), as napari's ROI table has it."""
         entry = self.session.selected
         if entry is None:
             raise ValueError("No result on this plane yet: run the analysis first.")
         source = self._image_name or self.image_panel.source.name
-        plane = f" plane {entry.key}" if entry.key else ""
-        return provenance(entry.any_result.metadata, source=source + plane,
+        # the file's name alone, as napari's table has it: "stack.tif plane (0,)" was a name
+        # no other front end wrote, and a Python tuple no analyst types in a filter
+        made = provenance(entry.any_result.metadata, source=source,
                           thresholds=entry.thresholds)
+        return {**made, "plane": list(entry.key)} if entry.key else made
 
     def export_roi_csv(self, path: str | Path) -> Path:
         """Write :meth:`roi_table` to a CSV file, each row with the run's provenance; returns
