@@ -399,8 +399,11 @@ class AttentionExplorer(W.VBox):
                          thresholds=Thresholds.of(result))
         self.session.select(plane)
         self.runs.last_error = None
-        self._set_status(f"Opened {Path(path).name} (saved result; thresholds as saved).",
-                         "success")
+        # the Statistics dropdown kept the next run's preset while the thresholds offered
+        # the file's rules: it shows the preset that made the result, as after a run here
+        note = self.session.show_preset_of(plane)
+        self._set_status(f"Opened {Path(path).name} (saved result; thresholds as saved)."
+                         + (f" {note}" if note else ""), "success")
         return self.result
 
     def _saved_plane(self, result: AttentionResult, name: str) -> tuple[int, ...]:
@@ -475,6 +478,9 @@ class AttentionExplorer(W.VBox):
                              result)
 
     def _show_settings_from_code(self, changes: dict[str, Any]) -> None:
+        note = self.session.preset_note() if "preset" in changes else None
+        if note:  # the dropdown moved away from the result on screen: for the next run only
+            self._set_status(note, "info")
         if self.runs.pushing:
             return
         advanced = self.options_panel.advanced
