@@ -152,3 +152,52 @@ def test_qupath_annotations_land_on_a_micron_scaled_image_in_its_pixels(
     assert widget.roi_panel.current_layer() is rois
     [row] = widget.roi_panel.rows
     assert row["area_px"] == 40 * 40
+
+
+def test_qupath_annotations_with_holes_and_parts_are_one_roi_each_named_as_in_qupath(
+        viewer_widget, run_and_wait, cells_image, tmp_path, qtbot):
+    """Only each polygon's outer ring was read: a hole (necrosis left out of a tumour) was
+    measured as ROI, a two-part annotation became two ROIs (every later ROI id shifted), and
+    QuPath's names and classes were dropped."""
+    import json
+
+    from napari_attnreg.io.geojson import read_geojson_rois
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    square = [[10, 10], [70, 10], [70, 60], [10, 60], [10, 10]]
+    hole = [[30, 25], [30, 45], [50, 45], [50, 25], [30, 25]]
+    features = [
+        {"type": "Feature", "properties": {
+            "objectType": "annotation", "name": "tumour",
+            "classification": {"name": "Tumor", "color": [200, 0, 0]}},
+         "geometry": {"type": "Polygon", "coordinates": [square, hole]}},
+        {"type": "Feature", "properties": {"objectType": "annotation", "name": "islands"},
+         "geometry": {"type": "MultiPolygon", "coordinates": [
+             [[[75, 70], [95, 70], [95, 90], [75, 90], [75, 70]]],
+             [[[5, 80], [25, 80], [25, 110], [5, 110], [5, 80]]]]}},
+        {"type": "Feature", "properties": {
+            "objectType": "detection", "classification": {"name": "Stroma"}},
+         "geometry": {"type": "Polygon", "coordinates": [[[80, 10], [95, 10], [95, 30],
+                                                          [80, 10]]]}},
+    ]
+    path = tmp_path / "qupath.geojson"
+    path.write_text(json.dumps({"type": "FeatureCollection", "features": features}),
+                    encoding="utf-8")
+    (rois,) = viewer.open(str(path), plugin="napari-attnreg")
+    assert len(rois.data) == 3  # one ROI per annotation
+    assert list(rois.features["name"]) == ["tumour", "islands", ""]
+    assert list(rois.features["classification"]) == ["Tumor", "", "Stroma"]
+    assert list(rois.features["object_type"]) == ["annotation", "annotation", "detection"]
+    np.testing.assert_allclose(rois.edge_color[0], [200 / 255, 0, 0, 1])
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(rois)
+    rows = blocker.args[0]
+    expected = read_geojson_rois(path, cells_image.shape)  # pixel centres inside, holes out
+    assert [r["label"] for r in rows] == [1, 2, 3]
+    assert [r["area_px"] for r in rows] == [int((expected == i).sum()) for i in (1, 2, 3)]
+    assert rows[0]["area_px"] == 60 * 50 - 20 * 20 and rows[1]["area_px"] == 20 * 20 + 20 * 30
+    # the features table keeps QuPath's names beside the statistics
+    assert list(rois.features["name"]) == ["tumour", "islands", ""]
+    assert rois.features["area_px"].tolist() == [r["area_px"] for r in rows]
