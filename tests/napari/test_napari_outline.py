@@ -201,3 +201,11 @@ def test_qupath_annotations_with_holes_and_parts_are_one_roi_each_named_as_in_qu
     # the features table keeps QuPath's names beside the statistics
     assert list(rois.features["name"]) == ["tumour", "islands", ""]
     assert rois.features["area_px"].tolist() == [r["area_px"] for r in rows]
+    # ... and so does the CSV: each row says which annotation it measures
+    import csv
+
+    with open(widget.roi_panel.export_csv(tmp_path / "rois.csv"), newline="") as fh:
+        read = list(csv.DictReader(fh))
+    assert [(r["label"], r["name"], r["classification"]) for r in read] == [
+        ("1", "tumour", "Tumor"), ("2", "islands", ""), ("3", "", "Stroma")]
+    assert list(read[0])[:3] == ["label", "name", "classification"]

@@ -59,6 +59,47 @@ def roi_features(layer: Any, rows: list[dict], plane: list[int] | None = None) -
     return ours
 
 
+def with_layer_names(rows: list[dict], layer: Any) -> list[dict]:
+    """``rows`` with the ROI layer's own text columns (QuPath's ``name`` and
+    ``classification`` of an opened GeoJSON, a class the analyst typed) after ``label``.
+
+    The CSV had the statistics by ROI number only: matching a row to the annotation it
+    measures meant counting shapes in the layer list. Row ``label`` i is shape i − 1 of a
+    Shapes layer, the row whose ``index`` is i of a Labels layer's features.
+    """
+    features = getattr(layer, "features", None)
+    if features is None or not len(features) or not rows:
+        return rows
+    ours = {"plane", "label", "index", *ROI_COLUMNS}
+    from napari.layers import Labels
+    from pandas.api.types import is_object_dtype, is_string_dtype
+
+    # text only (names, classes; pandas 3 calls them "str"): numbers another plugin put
+    # there could be taken for our statistics
+    text = [c for c in features.columns if c not in ours
+            and (is_string_dtype(features[c]) or is_object_dtype(features[c])
+                 or str(features[c].dtype) == "category")]
+    if not text:
+        return rows
+
+    if isinstance(layer, Labels) and "index" in features.columns:
+        lookup = {int(i): k for k, i in enumerate(features["index"])}
+    else:
+        lookup = {k + 1: k for k in range(len(features))}
+    named = []
+    for row in rows:
+        k = lookup.get(int(row["label"]))
+        extra = {c: ("" if k is None or _missing(features[c].iloc[k]) else str(features[c].iloc[k]))
+                 for c in text}
+        before = {key: value for key, value in row.items() if key in ("plane", "label")}
+        named.append({**before, **extra, **row})
+    return named
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value))
+
+
 def _cell(row: dict | None, key: str) -> Any:
     if row is None:
         return np.nan

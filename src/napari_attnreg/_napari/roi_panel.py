@@ -34,7 +34,12 @@ from superqt.utils import qdebounced
 
 from napari_attnreg._napari.dialogs import save_through_dialog
 from napari_attnreg._napari.option_controls import choose_item
-from napari_attnreg._napari.roi_export import roi_features, size_advice, write_roi_csv
+from napari_attnreg._napari.roi_export import (
+    roi_features,
+    size_advice,
+    with_layer_names,
+    write_roi_csv,
+)
 from napari_attnreg._napari.roi_geometry import RoiPlane, planes_roi_rows, roi_planes
 from napari_attnreg._napari.run_record import RunRecord
 from napari_attnreg._napari.slice_cue import shown_plane
@@ -441,7 +446,9 @@ class RoiPanel(QWidget):
         """Write the current rows, with what made them (``#`` lines) on top."""
         if not self.rows:
             raise ValueError("There are no ROI rows to export; choose an ROI layer with ROIs.")
-        return write_roi_csv(self.rows, path, self._record)
+        layer = self.current_layer()
+        rows = self.rows if layer is None else with_layer_names(self.rows, layer)
+        return write_roi_csv(rows, path, self._record)
 
     def _on_export_clicked(self) -> None:
         save_through_dialog(self, "Export ROI table", "roi_statistics.csv", "CSV (*.csv)",
