@@ -190,3 +190,31 @@ def test_significant_layer_can_serve_as_roi(viewer_widget, run_and_wait, cells_i
     assert len(rows) == len(np.unique(sig_layer.data[sig_layer.data > 0]))
     # regions made of significant tokens are fully significant under the same thresholds
     assert all(r["frac_significant"] == pytest.approx(1.0) for r in rows)
+
+
+def test_moving_or_rotating_the_roi_layer_measures_the_regions_where_they_now_lie(
+        viewer_widget, run_and_wait, cells_image, qtbot):
+    """The table listened to edits of the shapes only: translating or flipping the ROI
+    layer (aligning it to the image) left the numbers of where the regions had been, and a
+    rotation, which cannot be measured, went unmentioned."""
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    shapes = viewer.add_shapes([np.array([[15, 10], [15, 45], [50, 45], [50, 10]])],
+                               shape_type="rectangle", name="rois")
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(shapes)
+    assert blocker.args[0][0]["area_px"] == 36 * 36
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        shapes.translate = (0, 80)  # now half off the image's right edge (columns 90-125)
+    assert blocker.args[0][0]["area_px"] == 36 * 10
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        shapes.translate = (0, 0)
+        shapes.scale = (1, -1)  # flipped: wholly left of the image
+    assert blocker.args[0] == []  # "0 ROI row(s)", and no word of why
+    assert "ROI 1 of 'rois' covers no pixel of the analysed image" in \
+        widget.roi_panel.status.text()
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        shapes.scale = (1, 1)
+        shapes.rotate = 20
+    assert blocker.args[0] == [] and "rotated" in widget.roi_panel.status.text()

@@ -52,8 +52,10 @@ from napari_attnreg.core.results.display import (
     roi_table_columns,
     rule_text,
 )
-from napari_attnreg.core.stats.roi import MIN_SIGNIFICANT_FOR_ENRICHMENT
+from napari_attnreg.core.stats.roi import LISTED_IDS, MIN_SIGNIFICANT_FOR_ENRICHMENT
 
+#: The ROI layer's events that place it anew over the image (the table is measured again).
+TRANSFORM_EVENTS = ("scale", "translate", "rotate", "shear", "affine")
 #: Size of a table above which it is computed on a worker thread: the tokens of the planes
 #: measured as polygons (a threshold move's work) plus the pixels of those measured on a
 #: label image. A slide analysed at full resolution (50,000², 12.7 M tokens) took seconds
@@ -251,7 +253,10 @@ class RoiPanel(QWidget):
         for watched, action in ((self._watched, "disconnect"), (layer, "connect")):
             if watched is None:
                 continue
+            # moving, scaling, flipping or rotating the ROI layer moves its regions over the
+            # image: the table kept the numbers of where they had been
             for name, slot in (("data", self._schedule), ("paint", self._schedule),
+                               *((t, self._schedule) for t in TRANSFORM_EVENTS),
                                ("highlight", self._on_layer_selection),
                                ("selected_label", self._on_layer_selection)):
                 emitter = getattr(watched.events, name, None)
@@ -295,10 +300,28 @@ class RoiPanel(QWidget):
     def _summary(self, rows: list[dict], record: RunRecord) -> str:
         text = (f"{len(rows)} ROI row(s) · significant: {rule_text(record.thresholds)} · "
                 "token in ROI when ≥50% covered")
-        for advice in (size_advice(rows, record), enrichment_advice(record)):
+        for advice in (self._unmeasured(rows), size_advice(rows, record),
+                       enrichment_advice(record)):
             if advice:
                 text += f"<br><span style='color:{WARNING_COLOR}'>⚠ {advice}</span>"
         return text
+
+    def _unmeasured(self, rows: list[dict]) -> str | None:
+        """Which shapes have no row: "0 ROI row(s)" left an analyst whose layer was moved,
+        flipped or scaled off the image to guess why."""
+        from napari.layers import Shapes
+
+        layer = self.current_layer()
+        if not isinstance(layer, Shapes) or not len(layer.data):
+            return None
+        missing = sorted(set(range(1, len(layer.data) + 1)) - {int(r["label"]) for r in rows})
+        if not missing:
+            return None
+        named = ", ".join(map(str, missing[:LISTED_IDS])) + (
+            f" and {len(missing) - LISTED_IDS} more" if len(missing) > LISTED_IDS else "")
+        return (f"ROI {named} of {layer.name!r} covers no pixel of the analysed image (or "
+                "lies on a slice without a result): check the layer's position, scale and "
+                "flip against the image's, or draw it over the image.")
 
     def _finish(self, rows: list[dict], text: str) -> None:
         self.table.setEnabled(True)
