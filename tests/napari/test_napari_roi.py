@@ -125,7 +125,7 @@ def test_odds_ratio_without_significant_tokens_and_small_roi_warning(
     assert table.horizontalHeaderItem(column).text() == HEADERS["odds_ratio"]
     assert "0 when no patch inside" in table.horizontalHeaderItem(column).toolTip()
     # what any result supports leads: evidence, then attention, before the enrichment test
-    assert table_columns()[2:5] == ["n_tokens", "mean_posterior", "mean_attention"]
+    assert table_columns()[2:6] == ["area_um2", "n_tokens", "mean_posterior", "mean_attention"]
     if sum(int(r.significant().sum()) for r in widget.current_record().results.values()) < 5:
         assert "too few for the enrichment test" in widget.roi_panel.status.text()
     soft = table_columns().index("mean_posterior")  # the directional soft map's own name
@@ -218,3 +218,24 @@ def test_moving_or_rotating_the_roi_layer_measures_the_regions_where_they_now_li
         shapes.scale = (1, 1)
         shapes.rotate = 20
     assert blocker.args[0] == [] and "rotated" in widget.roi_panel.status.text()
+
+
+def test_roi_areas_in_square_micrometres_on_a_calibrated_image(
+        viewer_widget, run_and_wait, cells_image, qtbot, tmp_path):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells", scale=(0.5, 0.4), translate=(10, 20),
+                     units="µm")
+    run_and_wait(widget)
+    # world (µm): rows 17.5-35 and columns 24-38 are pixels 15-50 and 10-45 of the image
+    shapes = viewer.add_shapes([np.array([[17.5, 24], [17.5, 38], [35, 38], [35, 24]])],
+                               shape_type="rectangle", name="rois")
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(shapes)
+    (row,) = blocker.args[0]
+    assert row["area_px"] == 36 * 36
+    assert row["area_um2"] == pytest.approx(36 * 36 * 0.5 * 0.4)
+    headers = [widget.roi_panel.table.horizontalHeaderItem(c).text()
+               for c in range(widget.roi_panel.table.columnCount())]
+    assert headers[:3] == ["ROI", "Area (px)", "Area (µm²)"]
+    with open(widget.roi_panel.export_csv(tmp_path / "rois.csv"), newline="") as fh:
+        assert float(next(csv.DictReader(fh))["area_um2"]) == pytest.approx(259.2)
