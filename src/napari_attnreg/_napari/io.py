@@ -428,6 +428,9 @@ def read_geojson_layers(path: str | list[str]) -> list[LayerData]:
     return [(shapes, {"name": name, "shape_type": "polygon", "edge_color": np.array(colors),
                       "face_color": "transparent", "edge_width": 1.0,
                       "features": pd.DataFrame(table),
+                      # a shape drawn next is no copy of the last annotation's name and class
+                      "feature_defaults": {"name": "", "classification": "",
+                                           "object_type": ""},
                       "metadata": {"geojson": {"path": str(path), "frame": "pixels"}}},
              "shapes")]
 

@@ -125,3 +125,85 @@ def write_roi_csv(rows: list[dict], path: str | Path, record: RunRecord | None) 
     from napari_attnreg.io.export import write_table_csv
 
     return write_table_csv(path, rows, run_provenance(record) if record is not None else None)
+
+
+def roi_geojson(layer: Any, record: RunRecord, rows: list[dict],
+                plane: list[int] | None = None) -> dict:
+    """A Shapes layer's ROIs on ``plane`` (default: the first computed) as GeoJSON annotations
+    QuPath imports where they were drawn, each with its row's statistics as ``measurements``.
+
+    Coordinates are the image's pixels with its top-left corner at (0, 0) (QuPath's frame; a
+    slide's full-resolution pixels), the frame the GeoJSON reader takes back: an ROI
+    exported and opened again lies where it was. Names and classes the layer's features hold
+    (an annotation read from QuPath) go back as its ``name`` and ``classification``.
+
+    Raises
+    ------
+    ValueError
+        Not a Shapes layer, no region on the plane, or a line or path (no area).
+    """
+    import shapely
+    from napari.layers import Shapes
+    from shapely.geometry import Polygon, mapping
+
+    from napari_attnreg._napari.roi_geometry import shapes_roi_polygons
+    from napari_attnreg.io.geojson import full_resolution_factor
+
+    if not isinstance(layer, Shapes):
+        raise ValueError(f"{layer.name!r} is a Labels layer; GeoJSON holds polygons: export "
+                         "the ROIs of a Shapes layer (or export the table as CSV).")
+    planes = sorted(record.results)
+    chosen = tuple(plane) if plane is not None and tuple(plane) in record.results else planes[0]
+    polygons, ids = shapes_roi_polygons(layer, record.geometry, chosen)
+    if not polygons:
+        raise ValueError(f"No ROI of {layer.name!r} lies on this image"
+                         f"{' plane' if chosen else ''}: draw one over it first.")
+    factor = full_resolution_factor(record.shown(chosen))
+    by_label = {int(r["label"]): r for r in rows if r.get("plane", list(chosen)) == list(chosen)}
+    named = {int(r["label"]): r for r in with_layer_names(
+        [{"label": i} for i in ids], layer)}
+    features = []
+    for verts, label in sorted(zip(polygons, ids), key=lambda item: item[1]):
+        # (row, col) with pixel centres at whole numbers -> (x, y) from the pixels' corner
+        xy = (np.asarray(verts, dtype=float)[:, ::-1] + 0.5) * factor
+        # an annotation read with holes is one ring walked through them (napari's way):
+        # QuPath wants the holes as rings of their own
+        area = shapely.make_valid(Polygon(xy))
+        parts = [g for g in getattr(area, "geoms", [area]) if g.geom_type in
+                 ("Polygon", "MultiPolygon") and not g.is_empty]
+        if not parts:
+            continue
+        geom = shapely.union_all(parts)
+        about = named.get(label, {})
+        row = by_label.get(label, {})
+        properties: dict[str, Any] = {
+            "objectType": "annotation",
+            "name": about.get("name") or f"ROI {label}",
+            "measurements": {k: float(v) for k, v in row.items() if k != "label"
+                             and isinstance(v, (int, float)) and not isinstance(v, bool)
+                             and np.isfinite(v)},
+        }
+        if about.get("classification"):
+            properties["classification"] = {"name": about["classification"]}
+        features.append({"type": "Feature", "geometry": mapping(geom),
+                         "properties": properties})
+    return {"type": "FeatureCollection", "features": features,
+            "properties": {"source": record.source_name, "plane": list(chosen),
+                           "full_resolution_per_pixel": factor}}
+
+
+def write_roi_geojson(layer: Any, record: RunRecord, rows: list[dict], path: str | Path,
+                      plane: list[int] | None = None) -> Path:
+    """:func:`roi_geojson` written to ``path`` (``.geojson`` added to another ending)."""
+    import json
+
+    from napari_attnreg.core.files import atomic_write
+    from napari_attnreg.io.geojson import GEOJSON_SUFFIXES
+
+    path = Path(path)
+    if path.suffix.lower() not in GEOJSON_SUFFIXES:
+        path = path.with_name(path.name + ".geojson")
+    text = json.dumps(roi_geojson(layer, record, rows, plane), indent=1)
+    with atomic_write(path) as tmp:
+        Path(tmp).write_text(text, encoding="utf-8")
+    return path

@@ -39,6 +39,7 @@ from napari_attnreg._napari.roi_export import (
     size_advice,
     with_layer_names,
     write_roi_csv,
+    write_roi_geojson,
 )
 from napari_attnreg._napari.roi_geometry import RoiPlane, planes_roi_rows, roi_planes
 from napari_attnreg._napari.run_record import RunRecord
@@ -157,6 +158,15 @@ class RoiPanel(QWidget):
         top.addWidget(QLabel("ROI layer"))
         top.addWidget(self.layer_combo, 1)
         top.addWidget(self.export_button)
+        # the regions themselves, for QuPath (File ▸ Import objects), with their statistics
+        self.geojson_button = QPushButton("GeoJSON…")
+        self.geojson_button.setToolTip(
+            "Save the ROIs of the chosen Shapes layer as GeoJSON annotations QuPath imports "
+            "on this image (its pixels, top-left corner at 0; a slide's full resolution), "
+            "each with its row of the table as measurements.")
+        self.geojson_button.setEnabled(False)
+        self.geojson_button.clicked.connect(self._on_geojson_clicked)
+        top.addWidget(self.geojson_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(top)
@@ -342,6 +352,7 @@ class RoiPanel(QWidget):
         self._wanted = (self._generation, planes, record)
         self.table.setEnabled(False)  # the rows shown are of the previous thresholds
         self.export_button.setEnabled(False)
+        self.geojson_button.setEnabled(False)
         self.status.setText(UPDATING)
         if self.worker is None:
             self._start_wanted()
@@ -394,6 +405,7 @@ class RoiPanel(QWidget):
             for c, key in enumerate(columns):
                 self.table.setItem(r, c, QTableWidgetItem(_fmt(row.get(key))))
         self.export_button.setEnabled(bool(rows))
+        self.geojson_button.setEnabled(bool(rows))
         self.rows_changed.emit(rows)
 
     # ---- the layer's features and linked selection ---------------------------------------
@@ -402,7 +414,16 @@ class RoiPanel(QWidget):
         if layer is None or not self.rows:
             return
         try:
+            before = getattr(layer, "feature_defaults", None)  # Shapes (Labels have none)
             layer.features = roi_features(layer, self.rows, self._shown_plane())
+            if before is None:
+                return
+            # napari takes the first row as what a shape drawn next gets: every new ROI was
+            # named as the first annotation read from QuPath and had its class
+            now = layer.feature_defaults
+            kept = {c: before[c].iloc[0] for c in before.columns if c in now.columns}
+            if kept and len(now):
+                layer.feature_defaults = {**{c: now[c].iloc[0] for c in now.columns}, **kept}
         except ValueError as err:  # e.g. shapes added since the rows were made: next update
             self.status.setText(f"{self.status.text()}<br>Layer features not updated: {err}")
 
@@ -472,6 +493,20 @@ class RoiPanel(QWidget):
         layer = self.current_layer()
         rows = self.rows if layer is None else with_layer_names(self.rows, layer)
         return write_roi_csv(rows, path, self._record)
+
+    def export_geojson(self, path: str | Path) -> Path:
+        """Write the chosen Shapes layer's ROIs on the plane in view as GeoJSON annotations
+        with their statistics (:func:`~.roi_export.roi_geojson`)."""
+        layer, record = self.current_layer(), self._record
+        if layer is None or record is None or not self.rows:
+            raise ValueError("There are no ROIs to export; run the image and choose an ROI "
+                             "layer with ROIs.")
+        return write_roi_geojson(layer, record, self.rows, path, self._shown_plane())
+
+    def _on_geojson_clicked(self) -> None:
+        save_through_dialog(self, "Export ROIs as GeoJSON", "roi_regions.geojson",
+                            "GeoJSON (*.geojson)", self.export_geojson,
+                            lambda written: f"ROIs written to {written}")
 
     def _on_export_clicked(self) -> None:
         save_through_dialog(self, "Export ROI table", "roi_statistics.csv", "CSV (*.csv)",
