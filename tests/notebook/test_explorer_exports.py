@@ -123,3 +123,27 @@ def test_geojson_into_a_folder_writes_a_default_name_inside(explorer, tmp_path):
     assert json.loads((folder / "significant.geojson").read_text())["type"] == \
         "FeatureCollection"
     assert explorer.export_geojson(tmp_path / "cells.GeoJSON") == tmp_path / "cells.GeoJSON"
+
+
+def test_regions_on_an_image_in_memory_go_to_qupath_geojson_and_back_pixel_for_pixel(
+        explorer, blob_image, tmp_path):
+    # only a slide's regions could be exported: an image's said "export the table instead"
+    from napari_attnreg.io.geojson import read_geojson_rois
+
+    ring = np.zeros(blob_image.shape, bool)
+    ring[20:40, 10:40] = True
+    ring[25:30, 20:30] = False  # a hole
+    explorer.add_roi(mask=ring)
+    explorer.add_roi(polygon=[(45, 5), (45, 30), (60, 5)])
+    explorer.run(wait=True)
+    path = explorer.export_roi_geojson(tmp_path / "regions")
+    assert path.name == "regions.geojson"
+    features = json.loads(path.read_text(encoding="utf-8"))["features"]
+    assert [f["properties"]["name"] for f in features] == ["ROI 1", "ROI 2"]
+    first = features[0]["geometry"]["coordinates"]
+    assert len(first) == 2 and np.asarray(first[0]).min(axis=0).tolist() == [10, 20]  # x, y
+    rows = explorer.roi_table()
+    assert [f["properties"]["measurements"]["area_px"] for f in features] == \
+        [r["area_px"] for r in rows]
+    back = read_geojson_rois(path, blob_image.shape)
+    np.testing.assert_array_equal(back, explorer.roi_panel.labels)

@@ -64,7 +64,7 @@ from napari_attnreg.notebook.regions import (
 )
 from napari_attnreg.notebook.render import ROI_COLOR
 from napari_attnreg.notebook.result_display import ResultDisplay
-from napari_attnreg.notebook.roi_panel import NO_SLIDE_ROIS, RoiPanel
+from napari_attnreg.notebook.roi_panel import NO_ROIS, NO_SLIDE_ROIS, RoiPanel
 from napari_attnreg.notebook.run_panel import RunPanel
 from napari_attnreg.notebook.session_link import SessionLink
 from napari_attnreg.notebook.state import RUN_DEFAULTS, ExplorerState, StateTrait
@@ -687,32 +687,30 @@ class AttentionExplorer(W.VBox):
                                self.provenance())
 
     def export_roi_geojson(self, path: str | Path) -> Path:
-        """Write a slide's regions as GeoJSON annotations that QuPath opens on the slide:
-        polygons in its full-resolution (level 0) pixels, the top-left corner at 0, whatever
-        level was shown or analysed (:mod:`napari_attnreg.io.geojson`'s frame), each with its
-        row of :meth:`roi_table` as QuPath ``measurements`` once there is a result."""
+        """Write the regions as GeoJSON annotations that QuPath opens on the image: polygons
+        in its pixels, the top-left corner at 0 (a slide's full-resolution, level 0, pixels,
+        whatever level was shown or analysed: :mod:`napari_attnreg.io.geojson`'s frame), each
+        with its row of :meth:`roi_table` as QuPath ``measurements`` once there is a result.
+        On an image in memory each region is the outline of its pixels (holes kept)."""
         from napari_attnreg.io.geojson import GEOJSON_SUFFIXES
 
         panel = self.roi_panel
-        if not panel.on_slide:
-            raise ValueError("GeoJSON export is for regions drawn on a slide (QuPath's frame); "
-                             "for an image in memory, export the table (export_roi_csv).")
-        if not panel.polygons:
-            raise ValueError(f"No regions to export. {NO_SLIDE_ROIS}")
+        if panel.n_rois == 0:
+            raise ValueError("No regions to export. "
+                             + (NO_SLIDE_ROIS if panel.on_slide else NO_ROIS))
         note = {}
         try:
             rows = {row["label"]: row for row in self.roi_table()}
         except ValueError as err:  # a result too large to measure: the regions still go out
             rows, note = {}, {"note": f"no measurements: {err}"}
         features = []
-        for label, verts in enumerate(panel.polygons, start=1):
-            ring = full_resolution(verts, panel.slide_downsample).tolist()
+        for label, geometry in self._roi_geometries():
             measured = {k: v for k, v in rows.get(label, {}).items() if k != "label"
                         and isinstance(v, (int, float)) and not isinstance(v, bool)
                         and np.isfinite(v)}
             features.append({
                 "type": "Feature",
-                "geometry": {"type": "Polygon", "coordinates": [ring + ring[:1]]},
+                "geometry": geometry,
                 "properties": {"objectType": "annotation", "name": f"ROI {label}",
                                "classification": {"name": "ROI", "color": list(ROI_COLOR)},
                                "measurements": measured}})
@@ -721,6 +719,31 @@ class AttentionExplorer(W.VBox):
             Path(tmp).write_text(json.dumps({"type": "FeatureCollection", "features": features,
                                              "properties": note}, indent=1), encoding="utf-8")
         return path
+
+    def _roi_geometries(self) -> list[tuple[int, dict]]:
+        """Each region's label and GeoJSON geometry in QuPath's frame (pixel corners at whole
+        numbers, y down): a slide's drawn polygons at full resolution; the pixels of each
+        label of an image in memory, outlined exactly (pixel (r, c) is [c, c+1] × [r, r+1])."""
+        from shapely.affinity import translate
+        from shapely.geometry import mapping
+        from shapely.ops import unary_union
+
+        from napari_attnreg.core.results.outline import mask_regions
+
+        panel = self.roi_panel
+        if panel.on_slide:
+            found = []
+            for label, verts in enumerate(panel.polygons, start=1):
+                ring = full_resolution(verts, panel.slide_downsample).tolist()
+                found.append((label, {"type": "Polygon", "coordinates": [ring + ring[:1]]}))
+            return found
+        labels = panel.labels
+        found = []
+        for label in np.unique(labels[labels > 0]):
+            # mask_regions puts pixel (r, c) at [c - 0.5, c + 0.5]: QuPath's corner is at 0
+            region = translate(unary_union(mask_regions(labels == label)), 0.5, 0.5)
+            found.append((int(label), mapping(region)))
+        return found
 
     def _export_from_button(self, path: str) -> None:
         try:
