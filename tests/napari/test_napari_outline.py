@@ -198,6 +198,11 @@ def test_qupath_annotations_with_holes_and_parts_are_one_roi_each_named_as_in_qu
     assert [r["label"] for r in rows] == [1, 2, 3]
     assert [r["area_px"] for r in rows] == [int((expected == i).sum()) for i in (1, 2, 3)]
     assert rows[0]["area_px"] == 60 * 50 - 20 * 20 and rows[1]["area_px"] == 20 * 20 + 20 * 30
+    # the dock's table names them beside the ROI number
+    table = widget.roi_panel.table
+    headers = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())]
+    assert headers[:5] == ["ROI", "Name", "Classification", "Object type", "Area (px)"]
+    assert [table.item(r, 1).text() for r in range(3)] == ["tumour", "islands", ""]
     # the features table keeps QuPath's names beside the statistics
     assert list(rois.features["name"]) == ["tumour", "islands", ""]
     assert rois.features["area_px"].tolist() == [r["area_px"] for r in rows]

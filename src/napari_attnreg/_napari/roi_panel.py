@@ -391,17 +391,26 @@ class RoiPanel(QWidget):
 
     def _show(self, rows: list[dict]) -> None:
         self.rows = rows
-        columns = (["plane"] if rows and "plane" in rows[0] else []) + table_columns()
+        layer = self.current_layer()
+        # the layer's own names and classes (QuPath's annotations) beside the ROI number: the
+        # dock showed only "1, 2, 3" for regions the analyst knows by name
+        shown = with_layer_names(rows, layer) if layer is not None else rows
+        names = [k for k in (shown[0] if shown else {}) if k not in rows[0]]
+        lead = table_columns()
+        columns = ((["plane"] if rows and "plane" in rows[0] else []) + lead[:1] + names
+                   + lead[1:])
         preset = self._record.preset if rows and self._record is not None else ""
         info = MapInfo.of(self._record.any_result) if preset else None  # "Mean CDAM"
         self.table.clear()
         self.table.setColumnCount(len(columns))
         self.table.setRowCount(len(rows))
         for c, key in enumerate(columns):  # headers and their meaning from core.display
-            header = QTableWidgetItem(roi_header(key, preset, info))
-            header.setToolTip(ROI_COLUMN_HELP.get(key, ""))
+            header = QTableWidgetItem(key.replace("_", " ").capitalize() if key in names
+                                      else roi_header(key, preset, info))
+            header.setToolTip("From the ROI layer's features (e.g. QuPath's annotations)."
+                              if key in names else ROI_COLUMN_HELP.get(key, ""))
             self.table.setHorizontalHeaderItem(c, header)
-        for r, row in enumerate(rows):
+        for r, row in enumerate(shown):
             for c, key in enumerate(columns):
                 self.table.setItem(r, c, QTableWidgetItem(_fmt(row.get(key))))
         self.export_button.setEnabled(bool(rows))
