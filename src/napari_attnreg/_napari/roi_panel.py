@@ -395,7 +395,8 @@ class RoiPanel(QWidget):
         # the layer's own names and classes (QuPath's annotations) beside the ROI number: the
         # dock showed only "1, 2, 3" for regions the analyst knows by name
         shown = with_layer_names(rows, layer) if layer is not None else rows
-        names = [k for k in (shown[0] if shown else {}) if k not in rows[0]]
+        names = [k for k in (shown[0] if shown else {}) if k not in rows[0]
+                 and any(row[k] for row in shown)]  # an empty column only takes room
         lead = table_columns()
         columns = ((["plane"] if rows and "plane" in rows[0] else []) + lead[:1] + names
                    + lead[1:])
