@@ -239,3 +239,23 @@ def test_roi_areas_in_square_micrometres_on_a_calibrated_image(
     assert headers[:3] == ["ROI", "Area (px)", "Area (µm²)"]
     with open(widget.roi_panel.export_csv(tmp_path / "rois.csv"), newline="") as fh:
         assert float(next(csv.DictReader(fh))["area_um2"]) == pytest.approx(259.2)
+
+
+def test_a_pixel_size_set_after_the_run_gives_the_areas_in_square_micrometres(
+        viewer_widget, run_and_wait, cells_image, qtbot):
+    """The areas came from the pixel size recorded at the run: an analyst who set the image
+    layer's scale afterwards (it had none when opened) kept an empty µm² column."""
+    viewer, widget = viewer_widget
+    image = viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    shapes = viewer.add_shapes([np.array([[15, 10], [15, 45], [50, 45], [50, 10]])],
+                               shape_type="rectangle", name="rois")
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(shapes)
+    assert np.isnan(blocker.args[0][0]["area_um2"])  # pixels: no physical size
+    image.units = "µm"
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        image.scale = (0.5, 0.5)
+        shapes.scale = (0.5, 0.5)  # the regions stay over the same pixels
+    (row,) = blocker.args[0]
+    assert row["area_px"] == 36 * 36 and row["area_um2"] == pytest.approx(36 * 36 * 0.25)

@@ -30,7 +30,7 @@ import csv
 import math
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -359,7 +359,12 @@ def um2_per_pixel(result: Any) -> float:
     """Square micrometres per pixel of ``result`` (its recorded pixel size: a napari layer's
     scale and units, a slide's microns per pixel, a DICOM's spacing); NaN when the image has
     none (pixels, or units that are no length)."""
-    spatial = getattr(result, "spatial", None) or {}
+    return um2_per_pixel_of(getattr(result, "spatial", None) or {})
+
+
+def um2_per_pixel_of(spatial: Mapping[str, Any]) -> float:
+    """:func:`um2_per_pixel` of a ``spatial`` record (``{"scale": [sy, sx], "units": [...]}``:
+    where a front end places the image now, which may have changed since the run)."""
     units = [MICROMETRES.get(str(u).strip()) for u in spatial.get("units", ())]
     scale = spatial.get("scale", ())
     if len(units) != 2 or None in units or len(scale) != 2:
