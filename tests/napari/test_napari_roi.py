@@ -259,3 +259,29 @@ def test_a_pixel_size_set_after_the_run_gives_the_areas_in_square_micrometres(
         shapes.scale = (0.5, 0.5)  # the regions stay over the same pixels
     (row,) = blocker.args[0]
     assert row["area_px"] == 36 * 36 and row["area_um2"] == pytest.approx(36 * 36 * 0.25)
+
+
+def test_painted_labels_go_to_qupath_geojson_pixel_for_pixel(
+        viewer_widget, run_and_wait, cells_image, qtbot, tmp_path):
+    import json
+
+    from napari_attnreg.io.geojson import read_geojson_rois
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    painted = np.zeros(cells_image.shape, np.int32)
+    painted[20:50, 10:40] = 3
+    painted[30:35, 20:25] = 0  # a hole
+    painted[70:80, 60:90] = 5
+    labels = viewer.add_labels(painted, name="painted")
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(labels)
+    rows = blocker.args[0]
+    out = widget.roi_panel.export_geojson(tmp_path / "painted.geojson")
+    features = json.loads(out.read_text(encoding="utf-8"))["features"]
+    assert [f["properties"]["name"] for f in features] == ["ROI 3", "ROI 5"]
+    assert [f["properties"]["measurements"]["area_px"] for f in features] == \
+        [r["area_px"] for r in rows] == [900 - 25, 300]
+    back = read_geojson_rois(out, cells_image.shape)
+    np.testing.assert_array_equal(back > 0, painted > 0)  # the same pixels, in place

@@ -129,7 +129,7 @@ def write_roi_csv(rows: list[dict], path: str | Path, record: RunRecord | None) 
 
 def roi_geojson(layer: Any, record: RunRecord, rows: list[dict],
                 plane: list[int] | None = None) -> dict:
-    """A Shapes layer's ROIs on ``plane`` (default: the first computed) as GeoJSON annotations
+    """An ROI layer's regions on ``plane`` (default: the first computed) as GeoJSON annotations
     QuPath imports where they were drawn, each with its row's statistics as ``measurements``.
 
     Coordinates are the image's pixels with its top-left corner at (0, 0) (QuPath's frame; a
@@ -140,40 +140,24 @@ def roi_geojson(layer: Any, record: RunRecord, rows: list[dict],
     Raises
     ------
     ValueError
-        Not a Shapes layer, no region on the plane, or a line or path (no area).
+        No region on the plane, or a line or path (no area).
     """
-    import shapely
-    from napari.layers import Shapes
-    from shapely.geometry import Polygon, mapping
+    from shapely.geometry import mapping
 
-    from napari_attnreg._napari.roi_geometry import shapes_roi_polygons
     from napari_attnreg.io.geojson import full_resolution_factor
 
-    if not isinstance(layer, Shapes):
-        raise ValueError(f"{layer.name!r} is a Labels layer; GeoJSON holds polygons: export "
-                         "the ROIs of a Shapes layer (or export the table as CSV).")
     planes = sorted(record.results)
     chosen = tuple(plane) if plane is not None and tuple(plane) in record.results else planes[0]
-    polygons, ids = shapes_roi_polygons(layer, record.geometry, chosen)
-    if not polygons:
+    factor = full_resolution_factor(record.shown(chosen))
+    regions = _regions(layer, record, chosen, factor)
+    if not regions:
         raise ValueError(f"No ROI of {layer.name!r} lies on this image"
                          f"{' plane' if chosen else ''}: draw one over it first.")
-    factor = full_resolution_factor(record.shown(chosen))
     by_label = {int(r["label"]): r for r in rows if r.get("plane", list(chosen)) == list(chosen)}
     named = {int(r["label"]): r for r in with_layer_names(
-        [{"label": i} for i in ids], layer)}
+        [{"label": i} for i, _ in regions], layer)}
     features = []
-    for verts, label in sorted(zip(polygons, ids), key=lambda item: item[1]):
-        # (row, col) with pixel centres at whole numbers -> (x, y) from the pixels' corner
-        xy = (np.asarray(verts, dtype=float)[:, ::-1] + 0.5) * factor
-        # an annotation read with holes is one ring walked through them (napari's way):
-        # QuPath wants the holes as rings of their own
-        area = shapely.make_valid(Polygon(xy))
-        parts = [g for g in getattr(area, "geoms", [area]) if g.geom_type in
-                 ("Polygon", "MultiPolygon") and not g.is_empty]
-        if not parts:
-            continue
-        geom = shapely.union_all(parts)
+    for label, geom in regions:
         about = named.get(label, {})
         row = by_label.get(label, {})
         properties: dict[str, Any] = {
@@ -190,6 +174,41 @@ def roi_geojson(layer: Any, record: RunRecord, rows: list[dict],
     return {"type": "FeatureCollection", "features": features,
             "properties": {"source": record.source_name, "plane": list(chosen),
                            "full_resolution_per_pixel": factor}}
+
+
+def _regions(layer: Any, record: RunRecord, plane: tuple[int, ...], factor: float
+             ) -> list[tuple[int, Any]]:
+    """Each ROI's id and shapely geometry in QuPath's frame (pixel corners at whole numbers;
+    ``factor`` full-resolution pixels per pixel of the result): a Shapes layer's shapes, or
+    the exact outline of each label's pixels of a Labels layer (holes kept)."""
+    import shapely
+    from napari.layers import Shapes
+    from shapely.affinity import scale, translate
+    from shapely.geometry import Polygon
+
+    from napari_attnreg._napari.roi_geometry import labels_roi_on_image, shapes_roi_polygons
+    from napari_attnreg.core.results.outline import mask_regions
+
+    found = []
+    if not isinstance(layer, Shapes):
+        labels = labels_roi_on_image(layer, record.geometry, plane)
+        for label in np.unique(labels[labels > 0]):
+            # mask_regions puts pixel (r, c) at [c - 0.5, c + 0.5]: QuPath's corner is at 0
+            region = translate(shapely.union_all(mask_regions(labels == label)), 0.5, 0.5)
+            found.append((int(label), scale(region, factor, factor, origin=(0, 0))))
+        return found
+    polygons, ids = shapes_roi_polygons(layer, record.geometry, plane)
+    for verts, label in sorted(zip(polygons, ids), key=lambda item: item[1]):
+        # (row, col) with pixel centres at whole numbers -> (x, y) from the pixels' corner
+        xy = (np.asarray(verts, dtype=float)[:, ::-1] + 0.5) * factor
+        # an annotation read with holes is one ring walked through them (napari's way):
+        # QuPath wants the holes as rings of their own
+        area = shapely.make_valid(Polygon(xy))
+        parts = [g for g in getattr(area, "geoms", [area]) if g.geom_type in
+                 ("Polygon", "MultiPolygon") and not g.is_empty]
+        if parts:
+            found.append((label, shapely.union_all(parts)))
+    return found
 
 
 def write_roi_geojson(layer: Any, record: RunRecord, rows: list[dict], path: str | Path,

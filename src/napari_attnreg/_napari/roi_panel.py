@@ -161,7 +161,7 @@ class RoiPanel(QWidget):
         # the regions themselves, for QuPath (File ▸ Import objects), with their statistics
         self.geojson_button = QPushButton("GeoJSON…")
         self.geojson_button.setToolTip(
-            "Save the ROIs of the chosen Shapes layer as GeoJSON annotations QuPath imports "
+            "Save the ROIs of the chosen layer as GeoJSON annotations QuPath imports "
             "on this image (its pixels, top-left corner at 0; a slide's full resolution), "
             "each with its row of the table as measurements.")
         self.geojson_button.setEnabled(False)
@@ -505,7 +505,7 @@ class RoiPanel(QWidget):
         return write_roi_csv(rows, path, self._record)
 
     def export_geojson(self, path: str | Path) -> Path:
-        """Write the chosen Shapes layer's ROIs on the plane in view as GeoJSON annotations
+        """Write the chosen layer's ROIs on the plane in view as GeoJSON annotations
         with their statistics (:func:`~.roi_export.roi_geojson`)."""
         layer, record = self.current_layer(), self._record
         if layer is None or record is None or not self.rows:
