@@ -233,6 +233,12 @@ def test_the_regions_exported_as_geojson_lie_on_the_slide_in_qupath(slide, tmp_p
     labels = read_geojson_rois(path, (SIZE, SIZE))
     rows, cols = np.nonzero(labels)
     assert (rows.min(), rows.max(), cols.min(), cols.max()) == (200, 799, 100, 399)
+    # and taken in again as ROIs: the same region on the picture, the same row
+    drawn, before = [v.copy() for v in ex.roi_panel.polygons], ex.roi_table()
+    ex.clear_rois()
+    assert ex.add_rois_from_geojson(path) == [1]
+    np.testing.assert_allclose(ex.roi_panel.polygons[0], drawn[0])
+    assert ex.roi_table()[0]["area_px"] == before[0]["area_px"]
     ex.close()
 
 

@@ -647,6 +647,56 @@ class AttentionExplorer(W.VBox):
                              mask=mask)
         return self.roi_panel.add(region)
 
+    def add_rois_from_geojson(self, path: str | Path) -> list[int]:
+        """Add the polygon annotations of a GeoJSON file (QuPath's *Export objects as GeoJSON*,
+        this package's export) as ROIs, one per annotation in file order; returns their labels.
+
+        Coordinates are the image's pixels from its top-left corner (a slide's full-resolution
+        pixels), as QuPath writes them. On an image in memory holes are left out of their
+        region; a slide's regions are outlines, so a hole there is part of its region (the
+        status says so).
+
+        Raises
+        ------
+        ValueError
+            Unreadable file, no polygon, or no annotation over the image.
+        """
+        from napari_attnreg.io.geojson import polygons_to_labels, read_geojson_annotations
+
+        panel, shape = self.roi_panel, self._plane_shape()
+        found = read_geojson_annotations(path)
+        added, outside, holes = [], 0, 0
+        for geom, _about in found:
+            if panel.on_slide:
+                for part in getattr(geom, "geoms", [geom]):
+                    holes += len(part.interiors)
+                    xy = np.asarray(part.exterior.coords)[:-1] / float(panel.slide_downsample)
+                    try:
+                        added.append(panel.add_polygon(check_on_picture(
+                            (xy - 0.5)[:, ::-1], shape)))
+                    except ValueError:
+                        outside += 1
+                continue
+            region = polygons_to_labels([geom], shape) > 0
+            if region.any():
+                added.append(panel.add(region))
+            else:
+                outside += 1
+        name = Path(path).name
+        if not added:
+            raise ValueError(f"No annotation of {name} lies on this image "
+                             f"({shape[1]}×{shape[0]} pixels): its coordinates are another "
+                             "image's, or a coarser level's (QuPath writes full-resolution "
+                             "pixels).")
+        notes = [f"{len(added)} ROI(s) added from {name}."]
+        if outside:
+            notes.append(f"{outside} annotation(s) lie off the image and were skipped.")
+        if holes:
+            notes.append(f"{holes} hole(s) are part of their region here (a slide's regions "
+                         "are outlines).")
+        self._set_status(" ".join(notes), "warning" if outside or holes else "success")
+        return added
+
     def clear_rois(self) -> None:
         self.set_roi(None)
 
