@@ -287,3 +287,23 @@ def test_roi_table_has_the_enrichment_interval_and_flags_too_few_significant(tmp
         back = list(csv.DictReader(handle))
     assert float(back[1]["attention_enrichment_low"]) == pytest.approx(expected[1])
     assert back[0]["enrichment_test_note"] == R.TOO_FEW_SIGNIFICANT
+
+
+@pytest.mark.parametrize(("spatial", "per_pixel"), [
+    ({"scale": [0.5, 0.25], "units": ["micrometer", "micrometer"]}, 0.125),  # napari (pint)
+    ({"scale": [0.2, 0.2], "units": ["mm", "mm"]}, 40_000.0),  # a DICOM's PixelSpacing
+    ({"scale": [0.5, 0.5], "units": ["µm", "µm"]}, 0.25),  # a slide's microns per pixel
+    ({"scale": [2.0, 2.0], "units": ["pixel", "pixel"]}, math.nan),  # no physical size
+    (None, math.nan),
+])
+def test_roi_area_in_square_micrometres_from_the_pixel_size(spatial, per_pixel):
+    # the table gave pixels only: an analyst with a calibrated image had to convert by hand
+    result = make_result()
+    if spatial is not None:
+        result.metadata["spatial"] = {**spatial, "translate": [0.0, 0.0]}
+    rows = R.roi_table(result, labels_8x12())
+    polygons = R.polygon_roi_table(result, [np.array([[-0.5, -0.5], [-0.5, 3.5], [3.5, 3.5],
+                                                      [3.5, -0.5]])])
+    for row in [*rows, *polygons]:
+        np.testing.assert_allclose(row["area_um2"], row["area_px"] * per_pixel)
+    assert rows[0]["area_px"] == 18 and polygons[0]["area_px"] == 16

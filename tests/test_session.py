@@ -189,3 +189,23 @@ def test_signal_order_disconnect_and_errors():
     sig.connect(broken)
     with pytest.raises(RuntimeError, match="slot failed"):
         sig.emit(3)
+
+
+def test_an_opened_result_sets_the_next_runs_preset_and_a_new_one_is_noted():
+    # the front ends' Statistics control showed the next run's preset over an opened result
+    # whose thresholds (and rules) were another preset's
+    session = Session({"preset": "stepdown"})
+    session.add("cells", {(): _result("paper", q_th=0.2)})
+    session.select("cells")
+    assert session.preset_note() == ("Statistics: step-down applies to the next run; the "
+                                     "result shown keeps its paper statistics and thresholds.")
+    changed = []
+    session.events.settings_changed.connect(changed.append)
+    assert "Statistics set to paper" in session.show_preset_of("cells")
+    assert session.preset == "paper" and changed[-1]["preset"] == "paper"
+    assert session.preset_note() is None and session.show_preset_of() is None
+    assert session.thresholds().q_th == pytest.approx(0.2)  # the result keeps its own
+    assert session.run_thresholds().q_th == pytest.approx(0.2)  # a re-run starts from them
+    session.update_settings(preset="directional")
+    assert "directional applies to the next run" in session.preset_note()
+    assert session.thresholds().q_th == pytest.approx(0.2)

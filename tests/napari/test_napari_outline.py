@@ -152,3 +152,116 @@ def test_qupath_annotations_land_on_a_micron_scaled_image_in_its_pixels(
     assert widget.roi_panel.current_layer() is rois
     [row] = widget.roi_panel.rows
     assert row["area_px"] == 40 * 40
+
+
+def test_qupath_annotations_with_holes_and_parts_are_one_roi_each_named_as_in_qupath(
+        viewer_widget, run_and_wait, cells_image, tmp_path, qtbot):
+    """Only each polygon's outer ring was read: a hole (necrosis left out of a tumour) was
+    measured as ROI, a two-part annotation became two ROIs (every later ROI id shifted), and
+    QuPath's names and classes were dropped."""
+    import json
+
+    from napari_attnreg.io.geojson import read_geojson_rois
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    square = [[10, 10], [70, 10], [70, 60], [10, 60], [10, 10]]
+    hole = [[30, 25], [30, 45], [50, 45], [50, 25], [30, 25]]
+    features = [
+        {"type": "Feature", "properties": {
+            "objectType": "annotation", "name": "tumour",
+            "classification": {"name": "Tumor", "color": [200, 0, 0]}},
+         "geometry": {"type": "Polygon", "coordinates": [square, hole]}},
+        {"type": "Feature", "properties": {"objectType": "annotation", "name": "islands"},
+         "geometry": {"type": "MultiPolygon", "coordinates": [
+             [[[75, 70], [95, 70], [95, 90], [75, 90], [75, 70]]],
+             [[[5, 80], [25, 80], [25, 110], [5, 110], [5, 80]]]]}},
+        {"type": "Feature", "properties": {
+            "objectType": "detection", "classification": {"name": "Stroma"}},
+         "geometry": {"type": "Polygon", "coordinates": [[[80, 10], [95, 10], [95, 30],
+                                                          [80, 10]]]}},
+    ]
+    path = tmp_path / "qupath.geojson"
+    path.write_text(json.dumps({"type": "FeatureCollection", "features": features}),
+                    encoding="utf-8")
+    (rois,) = viewer.open(str(path), plugin="napari-attnreg")
+    assert len(rois.data) == 3  # one ROI per annotation
+    assert list(rois.features["name"]) == ["tumour", "islands", ""]
+    assert list(rois.features["classification"]) == ["Tumor", "", "Stroma"]
+    assert list(rois.features["object_type"]) == ["annotation", "annotation", "detection"]
+    np.testing.assert_allclose(rois.edge_color[0], [200 / 255, 0, 0, 1])
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(rois)
+    rows = blocker.args[0]
+    expected = read_geojson_rois(path, cells_image.shape)  # pixel centres inside, holes out
+    assert [r["label"] for r in rows] == [1, 2, 3]
+    assert [r["area_px"] for r in rows] == [int((expected == i).sum()) for i in (1, 2, 3)]
+    assert rows[0]["area_px"] == 60 * 50 - 20 * 20 and rows[1]["area_px"] == 20 * 20 + 20 * 30
+    # the dock's table names them beside the ROI number
+    table = widget.roi_panel.table
+    headers = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())]
+    assert headers[:5] == ["ROI", "Name", "Classification", "Object type", "Area (px)"]
+    assert [table.item(r, 1).text() for r in range(3)] == ["tumour", "islands", ""]
+    # the features table keeps QuPath's names beside the statistics
+    assert list(rois.features["name"]) == ["tumour", "islands", ""]
+    assert rois.features["area_px"].tolist() == [r["area_px"] for r in rows]
+    # ... and so does the CSV: each row says which annotation it measures
+    import csv
+
+    with open(widget.roi_panel.export_csv(tmp_path / "rois.csv"), newline="") as fh:
+        read = list(csv.DictReader(fh))
+    assert [(r["label"], r["name"], r["classification"]) for r in read] == [
+        ("1", "tumour", "Tumor"), ("2", "islands", ""), ("3", "", "Stroma")]
+    assert list(read[0])[:3] == ["label", "name", "classification"]
+
+
+def test_drawn_rois_go_to_qupath_geojson_with_their_statistics_and_come_back_in_place(
+        viewer_widget, run_and_wait, cells_image, tmp_path, qtbot):
+    """napari exported only the significant regions: the analyst's own ROIs could not reach
+    QuPath. They go out in QuPath's frame (pixel corners at whole numbers, y down) and open
+    again where they were drawn, holes and names kept."""
+    import json
+
+    from napari_attnreg.io.geojson import read_geojson_rois
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells", scale=(0.5, 0.5), translate=(3, 4),
+                     units="µm")
+    run_and_wait(widget)
+    square = [[10, 10], [70, 10], [70, 60], [10, 60], [10, 10]]
+    hole = [[30, 25], [30, 45], [50, 45], [50, 25], [30, 25]]
+    qupath = tmp_path / "qupath.geojson"
+    qupath.write_text(json.dumps({"type": "FeatureCollection", "features": [
+        {"type": "Feature", "properties": {"name": "tumour", "classification": {
+            "name": "Tumor", "color": [200, 0, 0]}},
+         "geometry": {"type": "Polygon", "coordinates": [square, hole]}}]}), encoding="utf-8")
+    (rois,) = viewer.open(str(qupath), plugin="napari-attnreg")
+    # and one drawn in napari (world µm): pixel centres rows 20-40, columns 70-90
+    rois.add_rectangles(np.array([[(20 * 0.5 + 3), (70 * 0.5 + 4)],
+                                  [(40 * 0.5 + 3), (90 * 0.5 + 4)]]) / rois.scale
+                        - np.asarray(rois.translate) / rois.scale)
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(rois)
+    rows = blocker.args[0]
+    out = widget.roi_panel.export_geojson(tmp_path / "mine")
+    assert out.name == "mine.geojson"
+    written = json.loads(out.read_text(encoding="utf-8"))["features"]
+    assert [f["properties"]["name"] for f in written] == ["tumour", "ROI 2"]
+    assert written[0]["properties"]["classification"]["name"] == "Tumor"
+    assert len(written[0]["geometry"]["coordinates"]) == 2  # the hole is a ring of its own
+    assert written[0]["properties"]["measurements"]["area_px"] == rows[0]["area_px"]
+    ring = np.asarray(written[1]["geometry"]["coordinates"][0])
+    # napari's pixel centres are QuPath's + 0.5 (x, y): no half-pixel shift, y not flipped
+    np.testing.assert_allclose(ring.min(axis=0), [70.5, 20.5])
+    np.testing.assert_allclose(ring.max(axis=0), [90.5, 40.5])
+    np.testing.assert_allclose(np.asarray(written[0]["geometry"]["coordinates"][1]).min(axis=0),
+                               [30, 25])  # the hole where QuPath had it
+    # read back, the QuPath region covers the pixels the table measured, in the same place
+    labels = read_geojson_rois(out, cells_image.shape)
+    assert int((labels == 1).sum()) == rows[0]["area_px"] == 60 * 50 - 20 * 20
+    (again,) = viewer.open(str(out), plugin="napari-attnreg")
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(again)
+    assert [r["area_px"] for r in blocker.args[0]] == [r["area_px"] for r in rows]
+    assert list(again.features["name"]) == ["tumour", "ROI 2"]

@@ -224,3 +224,26 @@ def test_a_reopened_result_whose_model_cannot_be_chosen_says_so(
     assert "The model picker still shows 'demo', not this result's model" in status
     assert "lab_vit.safetensors" in status and "not on this machine" in status
     assert "patches significant" in status  # the result's own summary stays
+
+
+def test_a_reopened_result_shows_its_preset_and_a_new_choice_is_for_the_next_run(
+        viewer_widget, run_and_wait, cells_image, tmp_path, make_napari_viewer, qtbot):
+    """The Statistics box kept the next run's step-down while the thresholds offered the
+    reopened directional result's rules (the notebook's open_result did the same)."""
+    _, widget_first = _run_directional(viewer_widget, run_and_wait, cells_image)
+    path = widget_first.current_record().results[()].save(tmp_path / "cells.attnreg.npz")
+    viewer = make_napari_viewer()
+    widget = _dock(viewer)
+    assert widget.preset() == "stepdown"
+    viewer.add_image(cells_image, name="cells")
+    viewer.open(str(path), plugin="napari-attnreg")
+    qtbot.waitUntil(lambda: widget.current_record() is not None, timeout=5000)
+    assert widget.preset() == widget.session.preset == "directional"
+    status = widget.run_panel.status_label.text()
+    assert "Statistics set to directional" in status and "patches significant" in status
+    presets = widget.options.controls["preset"]
+    presets.setCurrentIndex(presets.findData("paper"))  # the analyst's choice, next run only
+    status = widget.run_panel.status_label.text()
+    assert "paper applies to the next run" in status and "keeps its directional" in status
+    assert widget.current_record().preset == "directional"
+    assert widget.thresholds_panel.thresholds().rule == "q"  # still the result's own

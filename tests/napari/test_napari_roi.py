@@ -125,7 +125,7 @@ def test_odds_ratio_without_significant_tokens_and_small_roi_warning(
     assert table.horizontalHeaderItem(column).text() == HEADERS["odds_ratio"]
     assert "0 when no patch inside" in table.horizontalHeaderItem(column).toolTip()
     # what any result supports leads: evidence, then attention, before the enrichment test
-    assert table_columns()[2:5] == ["n_tokens", "mean_posterior", "mean_attention"]
+    assert table_columns()[2:6] == ["area_um2", "n_tokens", "mean_posterior", "mean_attention"]
     if sum(int(r.significant().sum()) for r in widget.current_record().results.values()) < 5:
         assert "too few for the enrichment test" in widget.roi_panel.status.text()
     soft = table_columns().index("mean_posterior")  # the directional soft map's own name
@@ -190,3 +190,98 @@ def test_significant_layer_can_serve_as_roi(viewer_widget, run_and_wait, cells_i
     assert len(rows) == len(np.unique(sig_layer.data[sig_layer.data > 0]))
     # regions made of significant tokens are fully significant under the same thresholds
     assert all(r["frac_significant"] == pytest.approx(1.0) for r in rows)
+
+
+def test_moving_or_rotating_the_roi_layer_measures_the_regions_where_they_now_lie(
+        viewer_widget, run_and_wait, cells_image, qtbot):
+    """The table listened to edits of the shapes only: translating or flipping the ROI
+    layer (aligning it to the image) left the numbers of where the regions had been, and a
+    rotation, which cannot be measured, went unmentioned."""
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    shapes = viewer.add_shapes([np.array([[15, 10], [15, 45], [50, 45], [50, 10]])],
+                               shape_type="rectangle", name="rois")
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(shapes)
+    assert blocker.args[0][0]["area_px"] == 36 * 36
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        shapes.translate = (0, 80)  # now half off the image's right edge (columns 90-125)
+    assert blocker.args[0][0]["area_px"] == 36 * 10
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        shapes.translate = (0, 0)
+        shapes.scale = (1, -1)  # flipped: wholly left of the image
+    assert blocker.args[0] == []  # "0 ROI row(s)", and no word of why
+    assert "ROI 1 of 'rois' covers no pixel of the analysed image" in \
+        widget.roi_panel.status.text()
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        shapes.scale = (1, 1)
+        shapes.rotate = 20
+    assert blocker.args[0] == [] and "rotated" in widget.roi_panel.status.text()
+
+
+def test_roi_areas_in_square_micrometres_on_a_calibrated_image(
+        viewer_widget, run_and_wait, cells_image, qtbot, tmp_path):
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells", scale=(0.5, 0.4), translate=(10, 20),
+                     units="µm")
+    run_and_wait(widget)
+    # world (µm): rows 17.5-35 and columns 24-38 are pixels 15-50 and 10-45 of the image
+    shapes = viewer.add_shapes([np.array([[17.5, 24], [17.5, 38], [35, 38], [35, 24]])],
+                               shape_type="rectangle", name="rois")
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(shapes)
+    (row,) = blocker.args[0]
+    assert row["area_px"] == 36 * 36
+    assert row["area_um2"] == pytest.approx(36 * 36 * 0.5 * 0.4)
+    headers = [widget.roi_panel.table.horizontalHeaderItem(c).text()
+               for c in range(widget.roi_panel.table.columnCount())]
+    assert headers[:3] == ["ROI", "Area (px)", "Area (µm²)"]
+    with open(widget.roi_panel.export_csv(tmp_path / "rois.csv"), newline="") as fh:
+        assert float(next(csv.DictReader(fh))["area_um2"]) == pytest.approx(259.2)
+
+
+def test_a_pixel_size_set_after_the_run_gives_the_areas_in_square_micrometres(
+        viewer_widget, run_and_wait, cells_image, qtbot):
+    """The areas came from the pixel size recorded at the run: an analyst who set the image
+    layer's scale afterwards (it had none when opened) kept an empty µm² column."""
+    viewer, widget = viewer_widget
+    image = viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    shapes = viewer.add_shapes([np.array([[15, 10], [15, 45], [50, 45], [50, 10]])],
+                               shape_type="rectangle", name="rois")
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(shapes)
+    assert np.isnan(blocker.args[0][0]["area_um2"])  # pixels: no physical size
+    image.units = "µm"
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        image.scale = (0.5, 0.5)
+        shapes.scale = (0.5, 0.5)  # the regions stay over the same pixels
+    (row,) = blocker.args[0]
+    assert row["area_px"] == 36 * 36 and row["area_um2"] == pytest.approx(36 * 36 * 0.25)
+
+
+def test_painted_labels_go_to_qupath_geojson_pixel_for_pixel(
+        viewer_widget, run_and_wait, cells_image, qtbot, tmp_path):
+    import json
+
+    from napari_attnreg.io.geojson import read_geojson_rois
+
+    viewer, widget = viewer_widget
+    viewer.add_image(cells_image, name="cells")
+    run_and_wait(widget)
+    painted = np.zeros(cells_image.shape, np.int32)
+    painted[20:50, 10:40] = 3
+    painted[30:35, 20:25] = 0  # a hole
+    painted[70:80, 60:90] = 5
+    labels = viewer.add_labels(painted, name="painted")
+    with qtbot.waitSignal(widget.roi_panel.rows_changed, timeout=5000) as blocker:
+        widget.roi_panel.set_layer(labels)
+    rows = blocker.args[0]
+    out = widget.roi_panel.export_geojson(tmp_path / "painted.geojson")
+    features = json.loads(out.read_text(encoding="utf-8"))["features"]
+    assert [f["properties"]["name"] for f in features] == ["ROI 3", "ROI 5"]
+    assert [f["properties"]["measurements"]["area_px"] for f in features] == \
+        [r["area_px"] for r in rows] == [900 - 25, 300]
+    back = read_geojson_rois(out, cells_image.shape)
+    np.testing.assert_array_equal(back > 0, painted > 0)  # the same pixels, in place

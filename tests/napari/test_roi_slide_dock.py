@@ -78,3 +78,26 @@ def test_slide_shapes_as_polygons_give_the_label_rows(two_level_slide, viewer_wi
     # the CSV keeps every row
     text = widget.roi_panel.export_csv(tmp_path / "rois.csv").read_text()
     assert NO_PIXELS in text and NOT_TESTED in text
+
+
+def test_slide_rois_go_to_geojson_in_full_resolution_pixels(two_level_slide, viewer_widget,
+                                                             run_and_wait, tmp_path):
+    """A slide run at level 1: the ROIs go to QuPath in level-0 pixels, where it puts them."""
+    import json
+
+    viewer, widget = viewer_widget
+    [slide] = viewer.open(str(two_level_slide), plugin="napari-attnreg")
+    widget.options.controls["tiled"].setChecked(True)
+    widget.options.set("level", 1)
+    run_and_wait(widget, timeout=120_000)
+    shapes = viewer.add_shapes(
+        [np.array([[600.0, 40.0], [600.0, 300.0], [900.0, 300.0], [900.0, 40.0]])],
+        shape_type="polygon", name="rois", scale=slide.scale, translate=slide.translate,
+        units=slide.units)  # level-0 pixel centres
+    widget.roi_panel.set_layer(shapes)
+    assert widget.roi_panel.rows
+    out = widget.roi_panel.export_geojson(tmp_path / "rois.geojson")
+    (feature,) = json.loads(out.read_text(encoding="utf-8"))["features"]
+    ring = np.asarray(feature["geometry"]["coordinates"][0])
+    np.testing.assert_allclose(ring.min(axis=0), [40.5, 600.5])  # x, y: QuPath's frame
+    np.testing.assert_allclose(ring.max(axis=0), [300.5, 900.5])

@@ -123,3 +123,58 @@ def test_geojson_into_a_folder_writes_a_default_name_inside(explorer, tmp_path):
     assert json.loads((folder / "significant.geojson").read_text())["type"] == \
         "FeatureCollection"
     assert explorer.export_geojson(tmp_path / "cells.GeoJSON") == tmp_path / "cells.GeoJSON"
+
+
+def test_regions_on_an_image_in_memory_go_to_qupath_geojson_and_back_pixel_for_pixel(
+        explorer, blob_image, tmp_path):
+    # only a slide's regions could be exported: an image's said "export the table instead"
+    from napari_attnreg.io.geojson import read_geojson_rois
+
+    ring = np.zeros(blob_image.shape, bool)
+    ring[20:40, 10:40] = True
+    ring[25:30, 20:30] = False  # a hole
+    explorer.add_roi(mask=ring)
+    explorer.add_roi(polygon=[(45, 5), (45, 30), (60, 5)])
+    explorer.run(wait=True)
+    path = explorer.export_roi_geojson(tmp_path / "regions")
+    assert path.name == "regions.geojson"
+    features = json.loads(path.read_text(encoding="utf-8"))["features"]
+    assert [f["properties"]["name"] for f in features] == ["ROI 1", "ROI 2"]
+    first = features[0]["geometry"]["coordinates"]
+    assert len(first) == 2 and np.asarray(first[0]).min(axis=0).tolist() == [10, 20]  # x, y
+    rows = explorer.roi_table()
+    assert [f["properties"]["measurements"]["area_px"] for f in features] == \
+        [r["area_px"] for r in rows]
+    back = read_geojson_rois(path, blob_image.shape)
+    np.testing.assert_array_equal(back, explorer.roi_panel.labels)
+
+
+def test_qupath_annotations_come_in_as_rois_and_round_trip(explorer, blob_image, tmp_path):
+    # a notebook user had no way in for QuPath's annotations but to rasterize them by hand
+    square = [[10, 10], [40, 10], [40, 30], [10, 30], [10, 10]]
+    hole = [[20, 15], [20, 25], [30, 25], [30, 15], [20, 15]]
+    qupath = tmp_path / "qupath.geojson"
+    qupath.write_text(json.dumps({"type": "FeatureCollection", "features": [
+        {"type": "Feature", "properties": {"objectType": "annotation", "name": "tumour"},
+         "geometry": {"type": "Polygon", "coordinates": [square, hole]}},
+        {"type": "Feature", "properties": {}, "geometry": {"type": "Point", "coordinates": [1, 1]}},
+        {"type": "Feature", "properties": {}, "geometry": {"type": "Polygon", "coordinates": [
+            [[900, 900], [950, 900], [950, 950], [900, 900]]]}},  # another image's
+        {"type": "Feature", "properties": {}, "geometry": {"type": "Polygon", "coordinates": [
+            [[5, 45], [25, 45], [25, 60], [5, 60], [5, 45]]]}},
+    ]}), encoding="utf-8")
+    assert explorer.add_rois_from_geojson(qupath) == [1, 2]
+    assert "1 annotation(s) lie off the image" in explorer.status
+    labels = explorer.roi_panel.labels
+    assert (labels == 1).sum() == 30 * 20 - 10 * 10 and (labels == 2).sum() == 20 * 15
+    assert labels[20, 25] == 0 and labels[12, 12] == 1  # the hole is no ROI; (row, col) = (y, x)
+    explorer.run(wait=True)
+    out = explorer.export_roi_geojson(tmp_path / "out.geojson")
+    explorer.clear_rois()
+    assert explorer.add_rois_from_geojson(out) == [1, 2]
+    np.testing.assert_array_equal(explorer.roi_panel.labels, labels)  # in place, as drawn
+    with pytest.raises(ValueError, match="No annotation of .* lies on this image"):
+        bad = tmp_path / "far.geojson"
+        bad.write_text(json.dumps({"type": "Polygon", "coordinates": [
+            [[900, 900], [950, 900], [950, 950], [900, 900]]]}), encoding="utf-8")
+        explorer.add_rois_from_geojson(bad)

@@ -70,12 +70,16 @@ def test_roi_csv_uses_the_thresholds_of_the_plane_on_screen(two_planes, tmp_path
     ex.image_panel.sliders[0].value = 0
     with open(ex.export_roi_csv(tmp_path / "p0.csv"), newline="") as fh:
         row = next(csv.DictReader(fh))
-    assert float(row["q_th"]) == pytest.approx(1.0) and row["source_image"] == "stack.tif plane (0,)"
+    # the file's name and a plane column, as napari's table writes them (it said
+    # "stack.tif plane (0,)", a name no other front end wrote)
+    assert float(row["q_th"]) == pytest.approx(1.0) and row["source_image"] == "stack.tif"
+    assert row["plane"] == "[0]" and list(row)[0] == "plane"
     assert float(row["frac_significant"]) == pytest.approx(1.0)
     ex.image_panel.sliders[0].value = 1
     with open(ex.export_roi_csv(tmp_path / "p1.csv"), newline="") as fh:
         row = next(csv.DictReader(fh))
-    assert float(row["q_th"]) == pytest.approx(0.1) and row["source_image"].endswith("(1,)")
+    assert float(row["q_th"]) == pytest.approx(0.1) and row["source_image"] == "stack.tif"
+    assert row["plane"] == "[1]"
 
 
 def test_a_new_preset_leaves_the_shown_result_alone_until_the_next_run(two_planes):
@@ -105,4 +109,27 @@ def test_the_rules_offered_are_those_of_the_result_shown(blob_image, tiny_backbo
     ex.preset = "directional"  # for the next run
     assert [v for _, v in ex.controls["rule"].options] == ["forwardstop", "fwer", "soft"]
     assert ex.rule == ex.controls["rule"].value == "forwardstop"
+    ex.close()
+
+
+def test_an_opened_result_shows_its_preset_and_a_new_choice_is_for_the_next_run(
+        blob_image, tiny_backbone, tmp_path):
+    # after open_result the Statistics dropdown kept the next run's step-down while the
+    # thresholds offered the file's directional rules: the two controls contradicted
+    made = AttentionExplorer(blob_image, tiny_backbone, preset="directional", n_boot=8,
+                             device="cpu", view="image")
+    made.run(wait=True)
+    path = made.save(tmp_path / "directional")
+    made.close()
+    ex = AttentionExplorer(blob_image, tiny_backbone, n_boot=8, device="cpu", view="image")
+    assert ex.preset == "stepdown"
+    ex.open_result(path)
+    assert ex.preset == ex.state.shown_preset == "directional"
+    assert ex.controls["preset"].value == "directional"
+    assert "Statistics set to directional" in ex.status
+    ex.controls["q_th"].value = 0.3
+    ex.controls["preset"].value = "paper"  # the analyst picks another for the next run
+    assert "paper applies to the next run" in ex.status and "keeps its directional" in ex.status
+    assert (ex.state.shown_preset, ex.rule, ex.q_th) == ("directional", "q", pytest.approx(0.3))
+    assert ex.run(wait=True).preset == "paper"
     ex.close()

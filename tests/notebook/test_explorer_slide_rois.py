@@ -171,10 +171,10 @@ def test_a_slide_region_needs_shapes_and_an_area(slide):
     assert ex.roi_panel.n_rois == 0
     with pytest.raises(ValueError, match="No regions"):
         ex.export_roi_geojson("rois.geojson")
-    # an image in memory: no GeoJSON button (its regions are a mask, not on a slide)
+    # an image in memory exports its regions too (their pixels' outlines), once it has some
     ex.set_image(np.random.default_rng(0).random((64, 64)))
-    assert ex.buttons["geojson"].layout.display == "none"
-    with pytest.raises(ValueError, match="drawn on a slide"):
+    assert ex.buttons["geojson"].layout.display is None
+    with pytest.raises(ValueError, match="No regions to export. No ROIs: draw one"):
         ex.export_roi_geojson("rois.geojson")
     ex.close()
 
@@ -223,7 +223,7 @@ def test_the_regions_exported_as_geojson_lie_on_the_slide_in_qupath(slide, tmp_p
     props = doc["features"][0]["properties"]
     assert props["classification"]["name"] == "ROI" and props["name"] == "ROI 1"
     assert props["measurements"]["n_tokens"] == ex.roi_table()[0]["n_tokens"]
-    # the panel's button (shown on a slide only) writes beside the CSV path
+    # the panel's button writes beside the CSV path
     assert ex.buttons["geojson"].layout.display is None
     ex.roi_panel.csv_path.value = str(tmp_path / "table.csv")
     ex.buttons["geojson"].click()
@@ -233,6 +233,12 @@ def test_the_regions_exported_as_geojson_lie_on_the_slide_in_qupath(slide, tmp_p
     labels = read_geojson_rois(path, (SIZE, SIZE))
     rows, cols = np.nonzero(labels)
     assert (rows.min(), rows.max(), cols.min(), cols.max()) == (200, 799, 100, 399)
+    # and taken in again as ROIs: the same region on the picture, the same row
+    drawn, before = [v.copy() for v in ex.roi_panel.polygons], ex.roi_table()
+    ex.clear_rois()
+    assert ex.add_rois_from_geojson(path) == [1]
+    np.testing.assert_allclose(ex.roi_panel.polygons[0], drawn[0])
+    assert ex.roi_table()[0]["area_px"] == before[0]["area_px"]
     ex.close()
 
 

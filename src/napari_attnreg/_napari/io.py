@@ -407,24 +407,62 @@ def _digest(mask: np.ndarray) -> str:
 
 def read_geojson_layers(path: str | list[str]) -> list[LayerData]:
     """GeoJSON polygon annotations (QuPath's export, in image pixels) as a Shapes layer the
-    dock takes as ROIs: one polygon per annotation (outer ring), in file order."""
+    dock takes as ROIs: one polygon per annotation, in file order (ROI ``i`` is feature
+    ``i``), holes left out; the layer's features name each one (QuPath's name, class and
+    object type) and its edges take the class colour."""
     import numpy as np
+    import pandas as pd
 
-    from napari_attnreg.io.geojson import read_geojson_polygons
+    from napari_attnreg.io.geojson import read_geojson_annotations
 
     path = Path(path[0] if isinstance(path, list) else path)
-    shapes = []
-    for geom in read_geojson_polygons(path):
-        for part in getattr(geom, "geoms", [geom]):
-            xy = np.asarray(part.exterior.coords)[:-1]
-            # (x, y) from the top-left corner -> napari's (row, col) with pixel centres at 0
-            shapes.append(xy[:, ::-1] - 0.5)
+    shapes, colors, table = [], [], []
+    for geom, about in read_geojson_annotations(path):
+        # (x, y) from the top-left corner -> napari's (row, col) with pixel centres at 0
+        shapes.append(napari_polygon(geom)[:, ::-1] - 0.5)
+        colors.append(np.r_[np.asarray(about["color"]) / 255.0, 1.0] if about["color"]
+                      else np.array([1.0, 1.0, 0.0, 1.0]))  # yellow: no class colour
+        table.append({k: about[k] for k in ("name", "classification", "object_type")})
     name = path.name[: -len(".geojson")] + " ROIs"
     # in the file's pixels (a slide's: full resolution); the dock lays them over a slide layer
-    return [(shapes, {"name": name, "shape_type": "polygon", "edge_color": "yellow",
+    return [(shapes, {"name": name, "shape_type": "polygon", "edge_color": np.array(colors),
                       "face_color": "transparent", "edge_width": 1.0,
+                      "features": pd.DataFrame(table),
+                      # a shape drawn next is no copy of the last annotation's name and class
+                      "feature_defaults": {"name": "", "classification": "",
+                                           "object_type": ""},
                       "metadata": {"geojson": {"path": str(path), "frame": "pixels"}}},
              "shapes")]
+
+
+def napari_polygon(geom: Any) -> Any:
+    """One napari polygon, ``(n, 2)`` (x, y) vertices, filling what a shapely ``Polygon`` or
+    ``MultiPolygon`` fills.
+
+    Only the outer ring was read, so a hole (necrosis left out of a tumour outline) was
+    measured as ROI, and each part of a multi-part annotation became its own ROI. napari
+    fills a polygon by the even-odd rule and drops an edge walked twice (its way of holding
+    holes): each hole is walked from its part's first vertex and back, each further part
+    from the first part's, so one annotation stays one ROI.
+    """
+    import numpy as np
+    from shapely.geometry.polygon import orient
+
+    parts = [orient(part, 1.0) for part in getattr(geom, "geoms", [geom])]
+    first = np.asarray(parts[0].exterior.coords)
+    if len(parts) == 1 and not parts[0].interiors:
+        return first[:-1]  # a plain polygon: its ring, as drawn
+    walk = []
+    for number, part in enumerate(parts):
+        ring = np.asarray(part.exterior.coords)  # closed: ends where it starts
+        walk.append(ring)
+        for hole in part.interiors:  # clockwise after orient: against the outer ring
+            walk += [np.asarray(hole.coords), ring[:1]]
+        if number < len(parts) - 1:
+            walk.append(first[:1])
+    verts = np.concatenate(walk)
+    keep = np.r_[True, np.any(np.diff(verts, axis=0) != 0, axis=1)]  # no zero-length edges
+    return verts[keep]
 
 
 def source_layer_name(path: str) -> str:

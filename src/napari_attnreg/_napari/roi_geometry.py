@@ -22,6 +22,7 @@ from napari_attnreg.core.stats.roi import (
     polygon_roi_table,
     polygon_tokens,
     roi_table,
+    um2_per_pixel_of,
 )
 
 PlaneIndex = tuple[int, ...]
@@ -205,6 +206,8 @@ class RoiPlane:
     polygons: list[np.ndarray] | None = None
     ids: list[int] | None = None
     labels: np.ndarray | None = None
+    #: µm² per pixel where the image layer lies now (NaN: no physical size; None: the run's)
+    um2_per_pixel: float | None = None
 
 
 def _cached_polygons(layer: Any, src: SourceGeometry, plane: PlaneIndex, cache: dict | None
@@ -238,6 +241,9 @@ def roi_planes(record: RunRecord, layer: Any, cache: dict | None = None) -> list
     large = h * w > LABEL_IMAGE_PIXELS and isinstance(layer, Shapes)
     if h * w > MAX_LABELS_LAYER_PIXELS and not isinstance(layer, Shapes):
         raise ValueError(_too_large_for_labels(layer, record.geometry))
+    # the image layer as placed now: a pixel size set after the run counts (the result
+    # records the one at run time)
+    um2 = um2_per_pixel_of(record.geometry.spatial())
     planes = []
     for plane in sorted(record.results):
         # the thresholds chosen for this image travel as the result's own (q_th and "no z
@@ -245,9 +251,10 @@ def roi_planes(record: RunRecord, layer: Any, cache: dict | None = None) -> list
         result = record.shown(plane)
         if large:
             polygons, ids = _cached_polygons(layer, record.geometry, plane, cache)
-            planes.append(RoiPlane(plane, result, polygons=polygons, ids=ids))
+            planes.append(RoiPlane(plane, result, polygons=polygons, ids=ids,
+                                   um2_per_pixel=um2))
         else:
-            planes.append(RoiPlane(plane, result,
+            planes.append(RoiPlane(plane, result, um2_per_pixel=um2,
                                    labels=roi_labels(layer, record.geometry, plane)))
     return planes
 
@@ -277,6 +284,8 @@ def planes_roi_rows(planes: list[RoiPlane],
         else:
             table = roi_table(result, item.labels)
         for row in table:
+            if item.um2_per_pixel is not None:
+                row["area_um2"] = row["area_px"] * item.um2_per_pixel
             rows.append({"plane": list(plane), **row} if plane else row)
     return rows
 

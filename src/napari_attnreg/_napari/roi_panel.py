@@ -34,7 +34,13 @@ from superqt.utils import qdebounced
 
 from napari_attnreg._napari.dialogs import save_through_dialog
 from napari_attnreg._napari.option_controls import choose_item
-from napari_attnreg._napari.roi_export import roi_features, size_advice, write_roi_csv
+from napari_attnreg._napari.roi_export import (
+    roi_features,
+    size_advice,
+    with_layer_names,
+    write_roi_csv,
+    write_roi_geojson,
+)
 from napari_attnreg._napari.roi_geometry import RoiPlane, planes_roi_rows, roi_planes
 from napari_attnreg._napari.run_record import RunRecord
 from napari_attnreg._napari.slice_cue import shown_plane
@@ -47,8 +53,10 @@ from napari_attnreg.core.results.display import (
     roi_table_columns,
     rule_text,
 )
-from napari_attnreg.core.stats.roi import MIN_SIGNIFICANT_FOR_ENRICHMENT
+from napari_attnreg.core.stats.roi import LISTED_IDS, MIN_SIGNIFICANT_FOR_ENRICHMENT
 
+#: The ROI layer's events that place it anew over the image (the table is measured again).
+TRANSFORM_EVENTS = ("scale", "translate", "rotate", "shear", "affine")
 #: Size of a table above which it is computed on a worker thread: the tokens of the planes
 #: measured as polygons (a threshold move's work) plus the pixels of those measured on a
 #: label image. A slide analysed at full resolution (50,000², 12.7 M tokens) took seconds
@@ -150,6 +158,15 @@ class RoiPanel(QWidget):
         top.addWidget(QLabel("ROI layer"))
         top.addWidget(self.layer_combo, 1)
         top.addWidget(self.export_button)
+        # the regions themselves, for QuPath (File ▸ Import objects), with their statistics
+        self.geojson_button = QPushButton("GeoJSON…")
+        self.geojson_button.setToolTip(
+            "Save the ROIs of the chosen layer as GeoJSON annotations QuPath imports "
+            "on this image (its pixels, top-left corner at 0; a slide's full resolution), "
+            "each with its row of the table as measurements.")
+        self.geojson_button.setEnabled(False)
+        self.geojson_button.clicked.connect(self._on_geojson_clicked)
+        top.addWidget(self.geojson_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(top)
@@ -246,7 +263,10 @@ class RoiPanel(QWidget):
         for watched, action in ((self._watched, "disconnect"), (layer, "connect")):
             if watched is None:
                 continue
+            # moving, scaling, flipping or rotating the ROI layer moves its regions over the
+            # image: the table kept the numbers of where they had been
             for name, slot in (("data", self._schedule), ("paint", self._schedule),
+                               *((t, self._schedule) for t in TRANSFORM_EVENTS),
                                ("highlight", self._on_layer_selection),
                                ("selected_label", self._on_layer_selection)):
                 emitter = getattr(watched.events, name, None)
@@ -290,10 +310,28 @@ class RoiPanel(QWidget):
     def _summary(self, rows: list[dict], record: RunRecord) -> str:
         text = (f"{len(rows)} ROI row(s) · significant: {rule_text(record.thresholds)} · "
                 "token in ROI when ≥50% covered")
-        for advice in (size_advice(rows, record), enrichment_advice(record)):
+        for advice in (self._unmeasured(rows), size_advice(rows, record),
+                       enrichment_advice(record)):
             if advice:
                 text += f"<br><span style='color:{WARNING_COLOR}'>⚠ {advice}</span>"
         return text
+
+    def _unmeasured(self, rows: list[dict]) -> str | None:
+        """Which shapes have no row: "0 ROI row(s)" left an analyst whose layer was moved,
+        flipped or scaled off the image to guess why."""
+        from napari.layers import Shapes
+
+        layer = self.current_layer()
+        if not isinstance(layer, Shapes) or not len(layer.data):
+            return None
+        missing = sorted(set(range(1, len(layer.data) + 1)) - {int(r["label"]) for r in rows})
+        if not missing:
+            return None
+        named = ", ".join(map(str, missing[:LISTED_IDS])) + (
+            f" and {len(missing) - LISTED_IDS} more" if len(missing) > LISTED_IDS else "")
+        return (f"ROI {named} of {layer.name!r} covers no pixel of the analysed image (or "
+                "lies on a slice without a result): check the layer's position, scale and "
+                "flip against the image's, or draw it over the image.")
 
     def _finish(self, rows: list[dict], text: str) -> None:
         self.table.setEnabled(True)
@@ -314,6 +352,7 @@ class RoiPanel(QWidget):
         self._wanted = (self._generation, planes, record)
         self.table.setEnabled(False)  # the rows shown are of the previous thresholds
         self.export_button.setEnabled(False)
+        self.geojson_button.setEnabled(False)
         self.status.setText(UPDATING)
         if self.worker is None:
             self._start_wanted()
@@ -352,20 +391,31 @@ class RoiPanel(QWidget):
 
     def _show(self, rows: list[dict]) -> None:
         self.rows = rows
-        columns = (["plane"] if rows and "plane" in rows[0] else []) + table_columns()
+        layer = self.current_layer()
+        # the layer's own names and classes (QuPath's annotations) beside the ROI number: the
+        # dock showed only "1, 2, 3" for regions the analyst knows by name
+        shown = with_layer_names(rows, layer) if layer is not None else rows
+        names = [k for k in (shown[0] if shown else {}) if k not in rows[0]
+                 and any(row[k] for row in shown)]  # an empty column only takes room
+        lead = table_columns()
+        columns = ((["plane"] if rows and "plane" in rows[0] else []) + lead[:1] + names
+                   + lead[1:])
         preset = self._record.preset if rows and self._record is not None else ""
         info = MapInfo.of(self._record.any_result) if preset else None  # "Mean CDAM"
         self.table.clear()
         self.table.setColumnCount(len(columns))
         self.table.setRowCount(len(rows))
         for c, key in enumerate(columns):  # headers and their meaning from core.display
-            header = QTableWidgetItem(roi_header(key, preset, info))
-            header.setToolTip(ROI_COLUMN_HELP.get(key, ""))
+            header = QTableWidgetItem(key.replace("_", " ").capitalize() if key in names
+                                      else roi_header(key, preset, info))
+            header.setToolTip("From the ROI layer's features (e.g. QuPath's annotations)."
+                              if key in names else ROI_COLUMN_HELP.get(key, ""))
             self.table.setHorizontalHeaderItem(c, header)
-        for r, row in enumerate(rows):
+        for r, row in enumerate(shown):
             for c, key in enumerate(columns):
                 self.table.setItem(r, c, QTableWidgetItem(_fmt(row.get(key))))
         self.export_button.setEnabled(bool(rows))
+        self.geojson_button.setEnabled(bool(rows))
         self.rows_changed.emit(rows)
 
     # ---- the layer's features and linked selection ---------------------------------------
@@ -374,7 +424,16 @@ class RoiPanel(QWidget):
         if layer is None or not self.rows:
             return
         try:
+            before = getattr(layer, "feature_defaults", None)  # Shapes (Labels have none)
             layer.features = roi_features(layer, self.rows, self._shown_plane())
+            if before is None:
+                return
+            # napari takes the first row as what a shape drawn next gets: every new ROI was
+            # named as the first annotation read from QuPath and had its class
+            now = layer.feature_defaults
+            kept = {c: before[c].iloc[0] for c in before.columns if c in now.columns}
+            if kept and len(now):
+                layer.feature_defaults = {**{c: now[c].iloc[0] for c in now.columns}, **kept}
         except ValueError as err:  # e.g. shapes added since the rows were made: next update
             self.status.setText(f"{self.status.text()}<br>Layer features not updated: {err}")
 
@@ -441,7 +500,23 @@ class RoiPanel(QWidget):
         """Write the current rows, with what made them (``#`` lines) on top."""
         if not self.rows:
             raise ValueError("There are no ROI rows to export; choose an ROI layer with ROIs.")
-        return write_roi_csv(self.rows, path, self._record)
+        layer = self.current_layer()
+        rows = self.rows if layer is None else with_layer_names(self.rows, layer)
+        return write_roi_csv(rows, path, self._record)
+
+    def export_geojson(self, path: str | Path) -> Path:
+        """Write the chosen layer's ROIs on the plane in view as GeoJSON annotations
+        with their statistics (:func:`~.roi_export.roi_geojson`)."""
+        layer, record = self.current_layer(), self._record
+        if layer is None or record is None or not self.rows:
+            raise ValueError("There are no ROIs to export; run the image and choose an ROI "
+                             "layer with ROIs.")
+        return write_roi_geojson(layer, record, self.rows, path, self._shown_plane())
+
+    def _on_geojson_clicked(self) -> None:
+        save_through_dialog(self, "Export ROIs as GeoJSON", "roi_regions.geojson",
+                            "GeoJSON (*.geojson)", self.export_geojson,
+                            lambda written: f"ROIs written to {written}")
 
     def _on_export_clicked(self) -> None:
         save_through_dialog(self, "Export ROI table", "roi_statistics.csv", "CSV (*.csv)",

@@ -276,6 +276,10 @@ class AttentionWidget(QWidget):
             shown = self.current_record()
             record = shown if shown in made else made[-1]
             note = self.model.show_model_of(next(iter(record.results.values())).metadata)
+            # the Statistics box kept the next run's preset while the thresholds offered the
+            # result's rules: it names the preset that made the result, as after a run here
+            preset_note = self.session.show_preset_of(record.source_id)
+            note = " ".join(n for n in (note, preset_note) if n)
             if note:
                 self._note_over_summary(note)
         elif self._records.waiting and self.current_record() is None:
@@ -333,6 +337,9 @@ class AttentionWidget(QWidget):
 
     def _on_preset_changed(self, preset: str) -> None:
         self._push_settings()  # the session gives the next run the preset's thresholds
+        note = self.session.preset_note()
+        if note:  # the box moved away from the result shown: its thresholds stay its own
+            self._note_over_summary(note)
 
     def _on_settings_changed(self, changes: dict[str, Any]) -> None:
         if not self._pushing_settings:  # set in code (session.update_settings): show it

@@ -121,6 +121,26 @@ def write_geojson_beside(result_files: Iterable[Any]) -> list[Path]:
 def read_geojson_polygons(path: str | Path) -> list[Any]:
     """The polygons of a GeoJSON file (FeatureCollection, Feature or bare geometry), as
     shapely geometries in image pixels; points and lines are skipped."""
+    return [geom for geom, _ in read_geojson_annotations(path)]
+
+
+def read_geojson_annotations(path: str | Path) -> list[tuple[Any, dict[str, Any]]]:
+    """Each polygon feature of a GeoJSON file with what QuPath says of it.
+
+    Returns
+    -------
+    list of (geometry, dict)
+        The shapely ``Polygon`` or ``MultiPolygon`` (holes kept) in image pixels, and
+        ``name``, ``classification`` (QuPath's class name, "" without one), ``color``
+        (its class colour as ``(r, g, b)`` 0–255, or None) and ``object_type``
+        (``"annotation"``, ``"detection"``, ...; "" when the file does not say), in file
+        order; points and lines are skipped.
+
+    Raises
+    ------
+    ValueError
+        Unreadable file, a malformed geometry (which feature), or no polygon at all.
+    """
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -129,7 +149,7 @@ def read_geojson_polygons(path: str | Path) -> list[Any]:
     items = data.get("features", [data]) if isinstance(data, dict) else data
     if not isinstance(items, list):
         raise ValueError(f"{path}: expected a GeoJSON FeatureCollection, Feature or geometry.")
-    polygons = []
+    found = []
     for number, item in enumerate(items, start=1):
         geometry = item.get("geometry", item) if isinstance(item, dict) else None
         if not isinstance(geometry, dict) or "type" not in geometry:
@@ -145,10 +165,34 @@ def read_geojson_polygons(path: str | Path) -> list[Any]:
                 f"({type(err).__name__}: {err}); a polygon's coordinates are rings of [x, y] "
                 "pixels, as QuPath's 'Export objects as GeoJSON' writes them.") from None
         if geom.geom_type in ("Polygon", "MultiPolygon") and not geom.is_empty:
-            polygons.append(geom)
-    if not polygons:
+            properties = item.get("properties") if "geometry" in item else None
+            found.append((geom, _qupath_properties(properties)))
+    if not found:
         raise ValueError(f"{path.name} holds no polygon (points and lines outline no region).")
-    return polygons
+    return found
+
+
+def _qupath_properties(properties: Any) -> dict[str, Any]:
+    """Name, class, class colour and object type of a QuPath feature (any may be absent)."""
+    properties = properties if isinstance(properties, dict) else {}
+    classification = properties.get("classification")
+    if isinstance(classification, str):  # a bare class name (other tools)
+        classification = {"name": classification}
+    classification = classification if isinstance(classification, dict) else {}
+    color = classification.get("color", properties.get("color"))
+    rgb = None
+    if isinstance(color, (list, tuple)) and len(color) >= 3 and \
+            all(isinstance(c, (int, float)) for c in color[:3]):
+        rgb = tuple(int(min(max(c, 0), 255)) for c in color[:3])
+    elif isinstance(color, int) and not isinstance(color, bool):  # QuPath 0.2's packed ARGB
+        rgb = ((color >> 16) & 255, (color >> 8) & 255, color & 255)
+    names = classification.get("names")  # QuPath's derived classes: ["Tumor", "Positive"]
+    if isinstance(names, list) and not classification.get("name"):
+        classification = {**classification, "name": ": ".join(str(n) for n in names)}
+    return {"name": str(properties.get("name") or ""),
+            "classification": str(classification.get("name") or ""),
+            "color": rgb,
+            "object_type": str(properties.get("objectType") or "")}
 
 
 def polygons_to_labels(polygons: Sequence[Any], image_shape: tuple[int, int]) -> np.ndarray:

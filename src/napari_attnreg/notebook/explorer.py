@@ -64,7 +64,7 @@ from napari_attnreg.notebook.regions import (
 )
 from napari_attnreg.notebook.render import ROI_COLOR
 from napari_attnreg.notebook.result_display import ResultDisplay
-from napari_attnreg.notebook.roi_panel import NO_SLIDE_ROIS, RoiPanel
+from napari_attnreg.notebook.roi_panel import NO_ROIS, NO_SLIDE_ROIS, RoiPanel
 from napari_attnreg.notebook.run_panel import RunPanel
 from napari_attnreg.notebook.session_link import SessionLink
 from napari_attnreg.notebook.state import RUN_DEFAULTS, ExplorerState, StateTrait
@@ -399,8 +399,11 @@ class AttentionExplorer(W.VBox):
                          thresholds=Thresholds.of(result))
         self.session.select(plane)
         self.runs.last_error = None
-        self._set_status(f"Opened {Path(path).name} (saved result; thresholds as saved).",
-                         "success")
+        # the Statistics dropdown kept the next run's preset while the thresholds offered
+        # the file's rules: it shows the preset that made the result, as after a run here
+        note = self.session.show_preset_of(plane)
+        self._set_status(f"Opened {Path(path).name} (saved result; thresholds as saved)."
+                         + (f" {note}" if note else ""), "success")
         return self.result
 
     def _saved_plane(self, result: AttentionResult, name: str) -> tuple[int, ...]:
@@ -475,6 +478,9 @@ class AttentionExplorer(W.VBox):
                              result)
 
     def _show_settings_from_code(self, changes: dict[str, Any]) -> None:
+        note = self.session.preset_note() if "preset" in changes else None
+        if note:  # the dropdown moved away from the result on screen: for the next run only
+            self._set_status(note, "info")
         if self.runs.pushing:
             return
         advanced = self.options_panel.advanced
@@ -641,24 +647,81 @@ class AttentionExplorer(W.VBox):
                              mask=mask)
         return self.roi_panel.add(region)
 
+    def add_rois_from_geojson(self, path: str | Path) -> list[int]:
+        """Add the polygon annotations of a GeoJSON file (QuPath's *Export objects as GeoJSON*,
+        this package's export) as ROIs, one per annotation in file order; returns their labels.
+
+        Coordinates are the image's pixels from its top-left corner (a slide's full-resolution
+        pixels), as QuPath writes them. On an image in memory holes are left out of their
+        region; a slide's regions are outlines, so a hole there is part of its region (the
+        status says so).
+
+        Raises
+        ------
+        ValueError
+            Unreadable file, no polygon, or no annotation over the image.
+        """
+        from napari_attnreg.io.geojson import polygons_to_labels, read_geojson_annotations
+
+        panel, shape = self.roi_panel, self._plane_shape()
+        found = read_geojson_annotations(path)
+        added, outside, holes = [], 0, 0
+        for geom, _about in found:
+            if panel.on_slide:
+                for part in getattr(geom, "geoms", [geom]):
+                    holes += len(part.interiors)
+                    xy = np.asarray(part.exterior.coords)[:-1] / float(panel.slide_downsample)
+                    try:
+                        added.append(panel.add_polygon(check_on_picture(
+                            (xy - 0.5)[:, ::-1], shape)))
+                    except ValueError:
+                        outside += 1
+                continue
+            region = polygons_to_labels([geom], shape) > 0
+            if region.any():
+                added.append(panel.add(region))
+            else:
+                outside += 1
+        name = Path(path).name
+        if not added:
+            raise ValueError(f"No annotation of {name} lies on this image "
+                             f"({shape[1]}×{shape[0]} pixels): its coordinates are another "
+                             "image's, or a coarser level's (QuPath writes full-resolution "
+                             "pixels).")
+        notes = [f"{len(added)} ROI(s) added from {name}."]
+        if outside:
+            notes.append(f"{outside} annotation(s) lie off the image and were skipped.")
+        if holes:
+            notes.append(f"{holes} hole(s) are part of their region here (a slide's regions "
+                         "are outlines).")
+        self._set_status(" ".join(notes), "warning" if outside or holes else "success")
+        return added
+
     def clear_rois(self) -> None:
         self.set_roi(None)
 
     def roi_table(self) -> list[dict]:
         """Per-ROI statistics (``core.roi.roi_table``) of the result on screen, at its
-        thresholds."""
-        return self.roi_panel.rows(self.session.shown())
+        thresholds; a stack's rows start with its ``plane`` (``[2]``), as napari's do."""
+        rows = self.roi_panel.rows(self.session.shown())
+        entry = self.session.selected
+        if entry is None or not entry.key:
+            return rows
+        return [{"plane": list(entry.key), **row} for row in rows]
 
     def provenance(self) -> dict[str, Any]:
         """How the result on screen was made (:func:`napari_attnreg.io.export.provenance`):
-        image, model and weights hash, preset, its thresholds now, B, seed, version."""
+        image, model and weights hash, preset, its thresholds now, B, seed, version; a stack's
+        plane as its own ``plane`` entry (``[2]``), as napari's ROI table has it."""
         entry = self.session.selected
         if entry is None:
             raise ValueError("No result on this plane yet: run the analysis first.")
         source = self._image_name or self.image_panel.source.name
-        plane = f" plane {entry.key}" if entry.key else ""
-        return provenance(entry.any_result.metadata, source=source + plane,
+        # the file's name alone, as napari's table has it: "stack.tif plane (0,)" was a name
+        # no other front end wrote, and a Python tuple no analyst types in a filter
+        made = provenance(entry.any_result.metadata, source=source,
                           thresholds=entry.thresholds)
+        return {**made, "plane": list(entry.key)} if entry.key else made
 
     def export_roi_csv(self, path: str | Path) -> Path:
         """Write :meth:`roi_table` to a CSV file, each row with the run's provenance; returns
@@ -674,32 +737,30 @@ class AttentionExplorer(W.VBox):
                                self.provenance())
 
     def export_roi_geojson(self, path: str | Path) -> Path:
-        """Write a slide's regions as GeoJSON annotations that QuPath opens on the slide:
-        polygons in its full-resolution (level 0) pixels, the top-left corner at 0, whatever
-        level was shown or analysed (:mod:`napari_attnreg.io.geojson`'s frame), each with its
-        row of :meth:`roi_table` as QuPath ``measurements`` once there is a result."""
+        """Write the regions as GeoJSON annotations that QuPath opens on the image: polygons
+        in its pixels, the top-left corner at 0 (a slide's full-resolution, level 0, pixels,
+        whatever level was shown or analysed: :mod:`napari_attnreg.io.geojson`'s frame), each
+        with its row of :meth:`roi_table` as QuPath ``measurements`` once there is a result.
+        On an image in memory each region is the outline of its pixels (holes kept)."""
         from napari_attnreg.io.geojson import GEOJSON_SUFFIXES
 
         panel = self.roi_panel
-        if not panel.on_slide:
-            raise ValueError("GeoJSON export is for regions drawn on a slide (QuPath's frame); "
-                             "for an image in memory, export the table (export_roi_csv).")
-        if not panel.polygons:
-            raise ValueError(f"No regions to export. {NO_SLIDE_ROIS}")
+        if panel.n_rois == 0:
+            raise ValueError("No regions to export. "
+                             + (NO_SLIDE_ROIS if panel.on_slide else NO_ROIS))
         note = {}
         try:
             rows = {row["label"]: row for row in self.roi_table()}
         except ValueError as err:  # a result too large to measure: the regions still go out
             rows, note = {}, {"note": f"no measurements: {err}"}
         features = []
-        for label, verts in enumerate(panel.polygons, start=1):
-            ring = full_resolution(verts, panel.slide_downsample).tolist()
+        for label, geometry in self._roi_geometries():
             measured = {k: v for k, v in rows.get(label, {}).items() if k != "label"
                         and isinstance(v, (int, float)) and not isinstance(v, bool)
                         and np.isfinite(v)}
             features.append({
                 "type": "Feature",
-                "geometry": {"type": "Polygon", "coordinates": [ring + ring[:1]]},
+                "geometry": geometry,
                 "properties": {"objectType": "annotation", "name": f"ROI {label}",
                                "classification": {"name": "ROI", "color": list(ROI_COLOR)},
                                "measurements": measured}})
@@ -708,6 +769,31 @@ class AttentionExplorer(W.VBox):
             Path(tmp).write_text(json.dumps({"type": "FeatureCollection", "features": features,
                                              "properties": note}, indent=1), encoding="utf-8")
         return path
+
+    def _roi_geometries(self) -> list[tuple[int, dict]]:
+        """Each region's label and GeoJSON geometry in QuPath's frame (pixel corners at whole
+        numbers, y down): a slide's drawn polygons at full resolution; the pixels of each
+        label of an image in memory, outlined exactly (pixel (r, c) is [c, c+1] × [r, r+1])."""
+        from shapely.affinity import translate
+        from shapely.geometry import mapping
+        from shapely.ops import unary_union
+
+        from napari_attnreg.core.results.outline import mask_regions
+
+        panel = self.roi_panel
+        if panel.on_slide:
+            found = []
+            for label, verts in enumerate(panel.polygons, start=1):
+                ring = full_resolution(verts, panel.slide_downsample).tolist()
+                found.append((label, {"type": "Polygon", "coordinates": [ring + ring[:1]]}))
+            return found
+        labels = panel.labels
+        found = []
+        for label in np.unique(labels[labels > 0]):
+            # mask_regions puts pixel (r, c) at [c - 0.5, c + 0.5]: QuPath's corner is at 0
+            region = translate(unary_union(mask_regions(labels == label)), 0.5, 0.5)
+            found.append((int(label), mapping(region)))
+        return found
 
     def _export_from_button(self, path: str) -> None:
         try:

@@ -110,12 +110,11 @@ class RoiPanel(W.VBox):
                                tooltip=EXPORT_TIP,
                                layout=W.Layout(width="120px"))
         self.export.on_click(lambda _b: on_export(self.csv_path.value.strip() or "roi_table.csv"))
-        # a slide's regions go to QuPath: only there is the button shown
         self.geojson = W.Button(description="Export GeoJSON", icon="download",
-                                tooltip="Write the regions as QuPath annotations (the slide's "
-                                        "full-resolution pixels), with their statistics, "
-                                        "beside the CSV path (.geojson).",
-                                layout=W.Layout(width="150px", display="none"))
+                                tooltip="Write the regions as QuPath annotations (the image's "
+                                        "pixels; a slide's full-resolution pixels), with "
+                                        "their statistics, beside the CSV path (.geojson).",
+                                layout=W.Layout(width="150px"))
         if on_geojson is not None:
             self.geojson.on_click(lambda _b: on_geojson(
                 self.csv_path.value.strip() or "roi_table.csv"))
@@ -147,7 +146,6 @@ class RoiPanel(W.VBox):
         full-resolution pixels per pixel, or an image in memory (None)."""
         self.labels, self.polygons, self.slide_downsample = None, [], slide_downsample
         self._rasterized = self._tokens = None
-        self.geojson.layout.display = None if self.on_slide else "none"
 
     @property
     def on_slide(self) -> bool:

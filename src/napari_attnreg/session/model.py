@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from napari_attnreg.core.results.result import AttentionResult
+from napari_attnreg.core.run.options import option
 from napari_attnreg.core.run.thresholds import Thresholds
 from napari_attnreg.core.stats.presets import DEFAULT_PRESET, THRESHOLD_KEYS
 from napari_attnreg.core.stats.procedures import get_procedure
@@ -47,6 +48,11 @@ def same_setting(a: Any, b: Any) -> bool:
         return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
                 and a.shape == b.shape and bool(np.array_equal(a, b)))
     return bool(a == b)
+
+
+def preset_name(preset: str) -> str:
+    """A preset as the Statistics control names it, without its note (``"step-down"``)."""
+    return option("preset").label_of(preset).split(" (")[0]
 
 
 def check_rule(rule: str, preset: str) -> None:
@@ -150,6 +156,38 @@ class Session:
             self._settings.update(changed)
             self.events.settings_changed.emit(dict(changed))
         return changed
+
+    def show_preset_of(self, key: Hashable | None = None) -> str | None:
+        """Make the next run's preset the one of result ``key`` (default: the selected one).
+
+        An opened (saved) result is shown as if it had been run here: the Statistics control
+        names the preset that made it, as it would after that run, and its threshold
+        controls already offer that preset's rules; the dropdown showing another preset
+        while the thresholds showed this one read as a contradiction. Only a result the
+        analyst opens takes the control: selecting another image leaves their choice for the
+        next run alone.
+
+        Returns
+        -------
+        str or None
+            What the status line should say (None: the preset was that already).
+        """
+        entry = self.selected if key is None else self._entries[key]
+        if entry is None or entry.preset == self.preset:
+            return None
+        self.update_settings(preset=entry.preset)
+        return (f"Statistics set to {preset_name(entry.preset)}, the preset this result was "
+                "made with; choose another for the next run.")
+
+    def preset_note(self) -> str | None:
+        """What the status line says when the next run's preset is not that of the selected
+        result (None: they agree, or nothing is selected): a new choice applies to the next
+        run only, and the result on screen keeps its own statistics and thresholds."""
+        entry = self.selected
+        if entry is None or entry.preset == self.preset:
+            return None
+        return (f"Statistics: {preset_name(self.preset)} applies to the next run; the result "
+                f"shown keeps its {preset_name(entry.preset)} statistics and thresholds.")
 
     def settings_thresholds(self) -> Thresholds:
         """The thresholds in the settings (the preset's defaults for keys they lack)."""

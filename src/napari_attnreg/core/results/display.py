@@ -383,6 +383,7 @@ ROI_COLUMNS = {
     "plane": "Plane",
     "label": "ROI",
     "area_px": "Area (px)",
+    "area_um2": "Area (µm²)",
     "n_tokens": "Patches",
     "mean_attention": "Mean attention",
     "attention_enrichment": "Attention in/out",
@@ -401,6 +402,9 @@ ROI_COLUMNS = {
 }
 #: What each ROI column means (header tooltips).
 ROI_COLUMN_HELP = {
+    "area_um2": "Area in square micrometres, from the image's pixel size (napari: the image "
+                "layer's scale and units; a slide's microns per pixel; a DICOM's spacing); "
+                "empty when the image has none.",
     "n_tokens": "Patches whose footprint lies at least half inside the ROI (of a slide run "
                 "with a tissue mask, its tissue patches: glass was never run, and no column "
                 "counts it, inside or outside the ROI).",
@@ -435,7 +439,7 @@ ROI_COLUMN_HELP = {
 
 #: Columns the ROI tables lead with: what any result supports (evidence, attention and its
 #: enrichment with an interval), before the enrichment test, which needs significant patches.
-ROI_LEAD_COLUMNS = ("label", "area_px", "n_tokens", "mean_posterior", "mean_attention",
+ROI_LEAD_COLUMNS = ("label", "area_px", "area_um2", "n_tokens", "mean_posterior", "mean_attention",
                     "attention_enrichment", "attention_enrichment_low",
                     "attention_enrichment_high")
 

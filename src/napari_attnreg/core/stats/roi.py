@@ -30,7 +30,7 @@ import csv
 import math
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -44,6 +44,7 @@ from scipy.stats.contingency import odds_ratio
 ROI_COLUMNS = (
     "label",
     "area_px",
+    "area_um2",
     "n_tokens",
     "mean_attention",
     "attention_enrichment",
@@ -348,6 +349,29 @@ def roi_table(
     return _rows(result, regions(), rule=rule, p_th=p_th, l_th=l_th, z_th=z_th, q_th=q_th)
 
 
+#: Micrometres per unit of length, by the names napari (pint), OME and DICOM give units.
+MICROMETRES = {"nanometer": 1e-3, "nm": 1e-3, "micrometer": 1.0, "micron": 1.0, "µm": 1.0,
+               "μm": 1.0, "um": 1.0, "millimeter": 1e3, "mm": 1e3, "centimeter": 1e4,
+               "cm": 1e4, "meter": 1e6, "m": 1e6}
+
+
+def um2_per_pixel(result: Any) -> float:
+    """Square micrometres per pixel of ``result`` (its recorded pixel size: a napari layer's
+    scale and units, a slide's microns per pixel, a DICOM's spacing); NaN when the image has
+    none (pixels, or units that are no length)."""
+    return um2_per_pixel_of(getattr(result, "spatial", None) or {})
+
+
+def um2_per_pixel_of(spatial: Mapping[str, Any]) -> float:
+    """:func:`um2_per_pixel` of a ``spatial`` record (``{"scale": [sy, sx], "units": [...]}``:
+    where a front end places the image now, which may have changed since the run)."""
+    units = [MICROMETRES.get(str(u).strip()) for u in spatial.get("units", ())]
+    scale = spatial.get("scale", ())
+    if len(units) != 2 or None in units or len(scale) != 2:
+        return math.nan
+    return abs(float(scale[0]) * units[0] * float(scale[1]) * units[1])
+
+
 def _rows(result: Any, regions: Any, **given: Any) -> list[dict]:
     """The rows of :func:`roi_table` from ``(label, area_px, tokens)`` triples (``tokens``:
     the ROI's :class:`PolygonTokens` block of the grid), whichever way the ROIs were drawn.
@@ -368,11 +392,12 @@ def _rows(result: Any, regions: Any, **given: Any) -> list[dict]:
     n_significant = int(np.count_nonzero(significant if tested is None
                                          else significant & tested))
     note = TOO_FEW_SIGNIFICANT if n_significant < MIN_SIGNIFICANT_FOR_ENRICHMENT else ""
+    um2 = um2_per_pixel(result)
     rows = []
     for label, area_px, tokens in regions:
         if area_px == 0:  # smaller than a pixel of this result, off it or covered: no count
             rows.append({**dict.fromkeys(ROI_COLUMNS, math.nan), "label": label,
-                         "area_px": 0, "n_tokens": 0,
+                         "area_px": 0, "area_um2": 0.0 * um2, "n_tokens": 0,
                          "enrichment_test_note": HIDDEN if tokens.hidden else NO_PIXELS})
             continue
         (r0, c0), (h, w) = tokens.origin, tokens.local.shape
@@ -380,7 +405,7 @@ def _rows(result: Any, regions: Any, **given: Any) -> list[dict]:
         member = tokens.local if tested is None else tokens.local & tested[block]
         if not member.any():  # an ROI on glass alone: nothing in it was tested
             rows.append({**dict.fromkeys(ROI_COLUMNS, math.nan), "label": label,
-                         "area_px": area_px, "n_tokens": 0,
+                         "area_px": area_px, "area_um2": area_px * um2, "n_tokens": 0,
                          "enrichment_test_note": NOT_TESTED})
             continue
         # the members in the grid's row-major order, as a boolean index of the whole map
@@ -399,6 +424,7 @@ def _rows(result: Any, regions: Any, **given: Any) -> list[dict]:
         rows.append({
             "label": label,
             "area_px": area_px,
+            "area_um2": area_px * um2,
             "n_tokens": n_in,
             "mean_attention": float(inside.mean()),
             **dict(zip(("attention_enrichment", "attention_enrichment_low",
