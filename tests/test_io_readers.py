@@ -661,3 +661,30 @@ def test_a_radiographs_detector_spacing_is_brought_to_the_patient(tmp_path):
     (_, kwargs), = read_dicom(path)
     assert kwargs["scale"] == pytest.approx((0.13, 0.15 / 1.1))
     assert kwargs["metadata"]["dicom"]["pixel_spacing"] == pytest.approx((0.13, 0.15 / 1.1))
+
+
+def test_a_dicom_file_without_its_part_10_header_is_read(tmp_path):
+    """Older archives (ACR-NEMA style) and some exports write the dataset alone, without
+    the preamble and file meta; pydicom refuses such a file and suggests force=True, which
+    an analyst cannot pass, so the run and napari refused it. A .dcm that holds no image
+    dataset is still refused."""
+    import pydicom
+
+    from napari_attnreg.io.readers import read_source
+
+    pixels = np.random.default_rng(0).integers(900, 1200, (64, 64))
+    write_ct_slice(tmp_path / "full.dcm", 0.0, 1, pixels)
+    ds = pydicom.dcmread(tmp_path / "full.dcm")
+    ds.preamble = None
+    del ds.file_meta
+    pydicom.dcmwrite(tmp_path / "bare.dcm", ds, enforce_file_format=False, implicit_vr=True,
+                     little_endian=True)
+    with pytest.raises(pydicom.errors.InvalidDicomError):
+        pydicom.dcmread(tmp_path / "bare.dcm")
+    (full, _), (bare, _) = (read_dicom(tmp_path / n)[0] for n in ("full.dcm", "bare.dcm"))
+    np.testing.assert_array_equal(bare, full)
+    stack, info = read_source(tmp_path / "bare.dcm")
+    assert stack.planes() == [()] and info.pixel_size == pytest.approx((0.7, 0.5))
+    (tmp_path / "notes.dcm").write_bytes(b"\x00\x01" * 200)  # no dataset with an image
+    with pytest.raises(ValueError, match="not a readable DICOM file"):
+        read_dicom(tmp_path / "notes.dcm")

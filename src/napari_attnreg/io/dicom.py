@@ -52,6 +52,41 @@ def _pydicom() -> Any:
     return pydicom
 
 
+def read_dataset(path: str | Path, **kwargs: Any) -> Any:
+    """``pydicom.dcmread(path)``, and for a ``.dcm`` file written without the DICOM Part 10
+    header (no preamble and no file meta: older ACR-NEMA-style archives, some exports) the
+    dataset itself, with the transfer syntax its encoding shows.
+
+    pydicom refuses such a file and suggests ``force=True``, which an analyst cannot pass;
+    its dataset is taken only when it has an image's rows and columns, so a file that is
+    not DICOM at all is still refused.
+    """
+    pydicom = _pydicom()
+    from pydicom.errors import InvalidDicomError
+
+    try:
+        return pydicom.dcmread(path, **kwargs)
+    except InvalidDicomError as err:
+        if Path(path).suffix.lower() not in DICOM_SUFFIXES:
+            raise
+        refused = err
+    try:
+        header = pydicom.dcmread(path, force=True, stop_before_pixels=True)
+        image = "Rows" in header and "Columns" in header
+    except Exception:  # not a dataset either: pydicom's first words say why  # noqa: BLE001
+        image = False
+    if not image:
+        raise refused
+    ds = pydicom.dcmread(path, force=True, **kwargs)
+    implicit, little = ds.original_encoding
+    uid = pydicom.uid
+    ds.file_meta = getattr(ds, "file_meta", None) or pydicom.dataset.FileMetaDataset()
+    ds.file_meta.TransferSyntaxUID = (uid.ImplicitVRLittleEndian if implicit else
+                                      uid.ExplicitVRLittleEndian if little else
+                                      uid.ExplicitVRBigEndian)
+    return ds
+
+
 def is_dicom_file(path: str | Path) -> bool:
     """A ``.dcm``/``.dicom`` file, or any file with the DICOM Part 10 ``DICM`` marker."""
     p = Path(path)
@@ -125,14 +160,14 @@ def group_series(files: Sequence[str | Path]) -> list[tuple[str, tuple[Path, ...
         :func:`check_header`), is a group of its own (reading it reports why), never a
         slice of a series.
     """
-    pydicom = _pydicom()
+    _pydicom()  # not installed: say what to install before reading any file
     groups: dict[tuple[Any, ...], list[Path]] = defaultdict(list)
     first: dict[tuple[Any, ...], Any] = {}
     first_file: dict[tuple[Any, ...], Path] = {}
     for f in map(Path, files):
         try:
             with decoding(f, "DICOM file"):
-                ds = pydicom.dcmread(f, specific_tags=list(_GROUPING_TAGS), defer_size=256)
+                ds = read_dataset(f, specific_tags=list(_GROUPING_TAGS), defer_size=256)
             if "PixelData" not in ds and not _lost_pixel_data(f, ds):
                 continue  # no image: a DICOMDIR, a structured report, ...
             check_header(ds)
@@ -198,12 +233,12 @@ def read_dicom(path: str | Path, files: Sequence[str | Path] | None = None,
     files = [Path(f) for f in files] if files else dicom_files(path)
     if not files:
         raise ValueError(f"No DICOM files (.dcm, or files with the DICM marker) in {path}.")
-    pydicom = _pydicom()
+    _pydicom()  # not installed: say what to install before reading any file
     series: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
     damaged: list[str] = []
     for f in files:
         with decoding(f, "DICOM file"):
-            ds = pydicom.dcmread(f)
+            ds = read_dataset(f)
         if _value(ds, "SOPClassUID") == WSI_SOP_CLASS:
             raise ValueError(
                 f"{f} is a DICOM whole-slide image, whose {_int(_value(ds, 'NumberOfFrames'))} "
