@@ -239,3 +239,32 @@ def test_a_folder_scan_takes_a_tiff_without_an_ending(tmp_path, capsys):
 
     result = AttentionResult.load(out / "IMG_0001.attnreg.npz")
     assert result.spatial["scale"] == (0.5, 0.5) and result.spatial["units"] == ("µm", "µm")
+
+
+def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(tmp_path, monkeypatch, capsys):
+    """A Ctrl-C half-way through a batch: one line saying that a rerun resumes (exit 130,
+    as shells report SIGINT), not torch's stack frames; the rerun skips the finished image."""
+    from napari_attnreg.batch import run as batch
+
+    for i in range(2):
+        tifffile.imwrite(tmp_path / f"img{i}.tif",
+                         np.random.default_rng(i).integers(0, 999, (48, 48)).astype(np.uint16))
+    out = tmp_path / "out"
+    argv = ["run", str(tmp_path / "img0.tif"), str(tmp_path / "img1.tif"), "--n-boot", "4",
+            "--quiet", "--device", "cpu", "--out", str(out)]
+    real = batch.process_item
+
+    def ctrl_c_at_the_second(item, *args, **kwargs):
+        if item.source.name == "img1.tif":
+            raise KeyboardInterrupt
+        return real(item, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "process_item", ctrl_c_at_the_second)
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "run the same command again to resume" in err
+    assert str(out) in err and "Traceback" not in err
+    monkeypatch.setattr(batch, "process_item", real)
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "1 done, 1 skipped, 0 failed" in err

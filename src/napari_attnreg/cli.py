@@ -289,6 +289,13 @@ def _main(argv: list[str] | None) -> int:
         where = f": {err.filename}" if err.filename else ""
         print(f"attnreg: error: {err.strerror or err}{where}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C is how a batch is paused: a screen of torch's stack frames reads as a crash
+        # and hides the one thing the user needs, that rerunning resumes
+        print(f"\nattnreg: interrupted. The results finished so far are kept in {args.out}; "
+              "run the same command again to resume (finished images are skipped, the "
+              "interrupted one is redone).", file=sys.stderr)
+        return 130
     return 1 if report.failed else 0
 
 
