@@ -122,7 +122,12 @@ def _not_a_checkpoint(path: Path, err: BaseException) -> str:
 
 def load_timm_state(module: nn.Module, state: dict[str, torch.Tensor], source: str,
                     arch: str) -> None:
-    """Load ``state`` into a timm ViT, resampling the position embedding to the model's grid."""
+    """Load ``state`` into a timm ViT, resampling the position embedding to the model's grid.
+
+    A checkpoint as Meta releases DINOv2 (``mask_token``, ``register_tokens``) is first put
+    in timm's layout, as ``timm`` does for its own DINOv2 weights.
+    """
+    state = dinov2_release_to_timm(module, state)
     own = getattr(module, "pos_embed", None)
     if "pos_embed" in state and own is not None and state["pos_embed"].shape != own.shape:
         from timm.layers import resample_abs_pos_embed
@@ -156,6 +161,30 @@ def load_timm_state(module: nn.Module, state: dict[str, torch.Tensor], source: s
             f"{len(missing)} missing keys (e.g. {missing[:3]}), {len(unexpected)} unexpected "
             f"(e.g. {unexpected[:3]}). Check --arch."
         )
+
+
+def dinov2_release_to_timm(module: nn.Module, state: dict[str, torch.Tensor]
+                           ) -> dict[str, torch.Tensor]:
+    """``state`` in timm's layout when it is a DINOv2 checkpoint as Meta releases it (and as
+    DINOv2-trained pathology and radiology encoders are often shared), else as it is.
+
+    The release has a ``mask_token`` (used only in training) and, with registers,
+    ``register_tokens`` and a position embedding with a class-token row; timm's DINOv2 with
+    registers adds no position to the prefix tokens, so that row moves into the class token.
+    Without this, a correct --arch was refused as the wrong one ("Check --arch").
+    """
+    if "mask_token" not in state or "mask_token" in module.state_dict():
+        return state
+    state = {k: v for k, v in state.items() if k != "mask_token"}
+    if "register_tokens" in state and getattr(module, "reg_token", None) is not None:
+        state["reg_token"] = state.pop("register_tokens")
+        if getattr(module, "no_embed_class", False) and "pos_embed" in state:
+            pos = state.pop("pos_embed")
+            state["cls_token"] = state["cls_token"] + pos[:, :1]
+            state["pos_embed"] = pos[:, 1:]
+    # the SwiGLU MLP of ViT-g is named w12 / w3 in the release, fc1 / fc2 in timm
+    return {k.replace(".mlp.w12.", ".mlp.fc1.").replace(".mlp.w3.", ".mlp.fc2."): v
+            for k, v in state.items()}
 
 
 def load_state_strict(module: nn.Module, state: dict[str, torch.Tensor], source: str,
