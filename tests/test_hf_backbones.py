@@ -134,3 +134,19 @@ def test_a_tiled_cpu_run_sizes_its_chunks_for_a_hugging_face_model(model_type):
     image = np.random.default_rng(0).random((150, 150)).astype(np.float32)
     result = regularize(image, bb, tiled=True, n_boot=4, device="cpu")
     assert result.metadata["n_tiles"] > 1 and np.isfinite(result.attention).all()
+
+
+def test_a_result_of_a_saved_folder_records_the_checksum_of_its_weights(tmp_path):
+    """A DINOv2-family encoder given as a save_pretrained folder: its results named the
+    folder but held no checksum, so a folder replaced later could not be told apart."""
+    import hashlib
+
+    from napari_attnreg import regularize
+
+    tiny_model("dinov2").save_pretrained(tmp_path / "encoder")
+    weights = (tmp_path / "encoder" / "model.safetensors").read_bytes()
+    image = np.random.default_rng(0).random((56, 56)).astype(np.float32)
+    result = regularize(image, load_backbone(str(tmp_path / "encoder")), n_boot=4,
+                        device="cpu")
+    assert result.metadata["weights"] == str(tmp_path / "encoder")
+    assert result.metadata["weights_sha256"] == hashlib.sha256(weights).hexdigest()
