@@ -146,6 +146,28 @@ def test_summary_and_result_files_state_how_they_were_made(tmp_path):
     assert result.metadata["package_version"] == napari_attnreg.__version__
 
 
+def test_the_summary_says_which_layer_head_and_target_each_map_read(tmp_path, blob_image):
+    """Two runs into one folder, one with --layer: their rows differed only in a result
+    file nobody opens; the summary now names the layer, head, class-map target and sinks."""
+    import csv
+
+    image = tmp_path / "cells.tif"
+    tifffile.imwrite(image, blob_image)
+    common = ["run", str(image), "--n-boot", "8", "--quiet", "--device", "cpu"]
+    assert main([*common, "--out", str(tmp_path / "a"), "--layer", "-2", "--head", "1",
+                 "--exclude-sinks"]) == 0
+    assert main([*common, "--out", str(tmp_path / "b"), "--map", "gradcam"]) == 0
+    (layered,) = csv.DictReader(open(tmp_path / "a" / "summary.csv", newline=""))
+    (gradcam,) = csv.DictReader(open(tmp_path / "b" / "summary.csv", newline=""))
+    assert (layered["map"], layered["layer"], layered["head"], layered["target"],
+            layered["exclude_sinks"]) == ("attention", "-2", "1", "", "yes")
+    # Grad-CAM reads the last block for the predicted class (its index): no layer, no head
+    scored = AttentionResult.load(tmp_path / "b" / "cells.tif.attnreg.npz").metadata["target"]
+    assert (gradcam["map"], gradcam["layer"], gradcam["head"], gradcam["target"],
+            gradcam["exclude_sinks"]) == ("gradcam", "", "", str(scored), "no")
+    assert gradcam["target"].isdigit()
+
+
 def test_device_and_head_values_are_checked_whole(tmp_path, capsys):
     from napari_attnreg.core.run.options import validate_options
 
