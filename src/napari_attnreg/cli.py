@@ -78,6 +78,10 @@ def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
     from napari_attnreg.batch.run import check_run, run_batch
 
     check_run(opts, device=not (workers or scheduler))  # one message, before anything loads
+    if workers or scheduler:
+        from napari_attnreg.batch.distributed import check_dask
+
+        check_dask()  # a missing Dask names its pip command before the output folder is made
     prepare_output_dir(out_dir)  # a wrong --out fails before any image is read
     report = run_batch(items, out_dir, model, arch, opts, overwrite=overwrite, quiet=quiet,
                        figure=FIGURES[figure], workers=workers, scheduler=scheduler,

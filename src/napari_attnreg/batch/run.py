@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from napari_attnreg.batch.distributed import check_workers, run_on_dask
+from napari_attnreg.batch.distributed import check_dask, check_workers, run_on_dask
 from napari_attnreg.batch.figure import figure_view
 from napari_attnreg.batch.items import (
     RESULT_SUFFIX,
@@ -496,6 +496,8 @@ def run_batch(items: Sequence[BatchItem], out_dir: str | Path, model: Any, arch:
     distributed = bool(workers or scheduler)
     check_run(opts, device=not distributed)  # everyone's error: say it once, before any work
     check_workers(workers)
+    if distributed:
+        check_dask()
     out_dir = prepare_output_dir(out_dir).resolve()
     with FolderLock(out_dir):  # a second batch into this folder is refused until this ends
         return _run_locked(items, out_dir, model, arch, opts, overwrite=overwrite, quiet=quiet,
