@@ -157,6 +157,9 @@ def test_the_summary_says_which_layer_head_and_target_each_map_read(tmp_path, bl
     assert main([*common, "--out", str(tmp_path / "a"), "--layer", "-2", "--head", "1",
                  "--exclude-sinks"]) == 0
     assert main([*common, "--out", str(tmp_path / "b"), "--map", "gradcam"]) == 0
+    assert main([*common, "--out", str(tmp_path / "c"), "--map", "heads", "--head", "1"]) == 0
+    (heads,) = csv.DictReader(open(tmp_path / "c" / "summary.csv", newline=""))
+    assert (heads["layer"], heads["head"]) == ("-1", "all")  # each head is tested
     (layered,) = csv.DictReader(open(tmp_path / "a" / "summary.csv", newline=""))
     (gradcam,) = csv.DictReader(open(tmp_path / "b" / "summary.csv", newline=""))
     assert (layered["map"], layered["layer"], layered["head"], layered["target"],

@@ -81,13 +81,15 @@ def result_row(item: BatchItem, plane: tuple[int, ...] | None, out: Path, result
 
 
 def _map_reads(md: dict[str, Any]) -> Row:
-    """The layer and head of a map made of one block's CLS attention, the target of a class
-    map (``concept``, or the class index it scored), and whether sinks were left out;
-    empty where the map does not use them (rollout reads every layer)."""
+    """The layer and head (``all`` for the heads map) of a map made of one block's CLS
+    attention, the target of a class map (``concept``, or the class index it scored), and
+    whether sinks were left out; empty where the map does not use them (rollout reads
+    every layer)."""
     name = md.get("map") or "attention"
     one_block = name in ("attention", "heads")
     return {"layer": md.get("layer", "") if one_block else "",
-            "head": md.get("head", "") if one_block else "",
+            # the heads map tests every head on its own, whatever --head says
+            "head": md.get("head", "") if name == "attention" else "all" if one_block else "",
             "target": "" if md.get("target") is None or name not in ("cdam", "gradcam")
             else md["target"],  # class 0 is a target too
             "exclude_sinks": "yes" if md.get("exclude_sinks") else "no"}
