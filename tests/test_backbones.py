@@ -297,3 +297,18 @@ def test_a_dinov2_checkpoint_as_meta_releases_it_loads_into_its_timm_arch(tmp_pa
     assert sorted(loaded) == sorted(timm_state)
     for key, value in timm_state.items():
         torch.testing.assert_close(loaded[key], value, msg=key)
+
+
+def test_a_module_prefixed_checkpoint_with_an_epoch_entry_loads(tmp_path, reference_module):
+    """torch.save({**model.module.state_dict() named "module.*", "epoch": 7}) as DDP
+    training scripts write it: the "epoch" entry kept the "module." prefix on every key and
+    the file was refused as the wrong architecture."""
+    state = {f"module.{k}": v for k, v in reference_module.state_dict().items()}
+    path = tmp_path / "ddp_epoch.pth"
+    torch.save({**state, "epoch": 7, "arch": "vit_tiny_patch16_224"}, path)
+    loaded = load_backbone(str(path), arch="vit_tiny_patch16_224").model.state_dict()
+    for key, value in reference_module.state_dict().items():
+        torch.testing.assert_close(loaded[key], value, msg=key)
+    torch.save({"epoch": 7, "arch": "vit"}, tmp_path / "no_weights.pth")
+    with pytest.raises(BackboneError, match="holds no tensors"):
+        load_backbone(str(tmp_path / "no_weights.pth"), arch="vit_tiny_patch16_224")

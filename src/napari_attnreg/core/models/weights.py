@@ -59,10 +59,15 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
             break
     if not isinstance(state, dict) or not state:
         raise BackboneError(f"{path} holds no state dict of tensors.")
-    for prefix in ("model.", "module.", "backbone.", "encoder."):
-        if all(k.startswith(prefix) for k in state):
-            state = {k[len(prefix):]: v for k, v in state.items()}
+    # the tensors only: a plain dict saved with an "epoch" or "args" entry beside the
+    # "module."-named weights kept the prefix, and no key then matched the model's
     tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+    for prefix in ("model.", "module.", "backbone.", "encoder."):
+        if tensors and all(k.startswith(prefix) for k in tensors):
+            tensors = {k[len(prefix):]: v for k, v in tensors.items()}
+    if not tensors:
+        raise BackboneError(f"{path} holds no tensors (its entries: "
+                            f"{', '.join(map(str, list(state)[:5]))}); give a weights file.")
     _warn_unusual_dtypes(path, tensors)
     return tensors
 
