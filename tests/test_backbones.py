@@ -312,3 +312,14 @@ def test_a_module_prefixed_checkpoint_with_an_epoch_entry_loads(tmp_path, refere
     torch.save({"epoch": 7, "arch": "vit"}, tmp_path / "no_weights.pth")
     with pytest.raises(BackboneError, match="holds no tensors"):
         load_backbone(str(tmp_path / "no_weights.pth"), arch="vit_tiny_patch16_224")
+
+
+def test_prefixed_weights_beside_other_tensors_say_what_to_re_save(tmp_path, reference_module):
+    """'model.'-named weights beside an extra tensor ("step"): the prefix cannot be
+    removed safely; the error said only "Check --arch", though the architecture was right."""
+    state = {f"model.{k}": v for k, v in reference_module.state_dict().items()}
+    path = tmp_path / "with_step.pth"
+    torch.save({**state, "step": torch.tensor(1200)}, path)
+    with pytest.raises(BackboneError, match=r"tensors with the prefix 'model\.'") as info:
+        load_backbone(str(path), arch="vit_tiny_patch16_224")
+    assert "step" in str(info.value) and "Check --arch" not in str(info.value)

@@ -164,8 +164,23 @@ def load_timm_state(module: nn.Module, state: dict[str, torch.Tensor], source: s
         raise BackboneError(
             f"{source} does not match architecture '{arch}': "
             f"{len(missing)} missing keys (e.g. {missing[:3]}), {len(unexpected)} unexpected "
-            f"(e.g. {unexpected[:3]}). Check --arch."
+            f"(e.g. {unexpected[:3]}). {_prefix_hint(missing, unexpected)}"
         )
+
+
+def _prefix_hint(missing: list[str], unexpected: list[str]) -> str:
+    """What to do about a key mismatch: when the model's keys are all in the file under one
+    prefix ("model.") that other entries kept from being removed, say so, not "Check --arch"
+    (the architecture is right)."""
+    for prefix in ("model.", "module.", "backbone.", "encoder."):
+        named = {k[len(prefix):] for k in unexpected if k.startswith(prefix)}
+        others = [k for k in unexpected if not k.startswith(prefix)]
+        if missing and others and set(missing) <= named:
+            return (f"The file names the model's tensors with the prefix '{prefix}', but it holds "
+                    f"{len(others)} other tensor(s) (e.g. {others[:3]}), so the prefix was not "
+                    "removed: save only the model's state dict (torch.save(model.state_dict(), "
+                    "...)), or as .safetensors.")
+    return "Check --arch."
 
 
 def dinov2_release_to_timm(module: nn.Module, state: dict[str, torch.Tensor]
