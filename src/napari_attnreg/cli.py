@@ -218,7 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "test article (synthetic nuclei), not for real data")
     run.add_argument("--arch", default=None, help="timm architecture or catalogue id of a weights file")
     run.add_argument("--weights", default=None, type=Path,
-                     help="local weights file (or transformers folder) for --model, offline")
+                     help="local weights file for --model (a catalogue id or timm name), "
+                          "offline; a transformers folder goes with a transformers catalogue id "
+                          "(rad-dino, phikon), or alone as --model FOLDER")
     _add_run_options(run)
     demo = sub.add_parser("demo", help="bundled demo model on the bundled sample image (offline)")
     _add_run_options(demo)
