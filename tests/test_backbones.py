@@ -275,3 +275,51 @@ def test_weights_stored_as_ints_bools_or_float8_load_with_a_warning(tmp_path):
         with pytest.warns(UserWarning, match=f"{path.name}.*blocks.0.attn.qkv.weight.*"
                                              f"{str(dtype).split('.')[-1]}"):
             read_state_dict(path)
+
+
+@pytest.mark.parametrize("arch", ["vit_small_patch14_dinov2", "vit_small_patch14_reg4_dinov2"])
+def test_a_dinov2_checkpoint_as_meta_releases_it_loads_into_its_timm_arch(tmp_path, arch):
+    """Meta's DINOv2 release layout (a training-only mask_token; with registers,
+    register_tokens and a class-token row in the position embedding) loads into the timm
+    architecture it is, to the same weights, instead of "does not match ... Check --arch"."""
+    torch.manual_seed(0)
+    timm_state = timm.create_model(arch, pretrained=False).state_dict()
+    release = {k: v.clone() for k, v in timm_state.items()}
+    release["mask_token"] = torch.zeros(1, release["cls_token"].shape[-1])
+    if "reg_token" in release:
+        cls_position = torch.randn(1, 1, release["cls_token"].shape[-1])
+        release["register_tokens"] = release.pop("reg_token")
+        release["pos_embed"] = torch.cat([cls_position, release["pos_embed"]], dim=1)
+        release["cls_token"] = release["cls_token"] - cls_position
+    path = tmp_path / "dinov2_release.pth"
+    torch.save(release, path)
+    loaded = load_backbone(str(path), arch=arch).model.state_dict()
+    assert sorted(loaded) == sorted(timm_state)
+    for key, value in timm_state.items():
+        torch.testing.assert_close(loaded[key], value, msg=key)
+
+
+def test_a_module_prefixed_checkpoint_with_an_epoch_entry_loads(tmp_path, reference_module):
+    """torch.save({**model.module.state_dict() named "module.*", "epoch": 7}) as DDP
+    training scripts write it: the "epoch" entry kept the "module." prefix on every key and
+    the file was refused as the wrong architecture."""
+    state = {f"module.{k}": v for k, v in reference_module.state_dict().items()}
+    path = tmp_path / "ddp_epoch.pth"
+    torch.save({**state, "epoch": 7, "arch": "vit_tiny_patch16_224"}, path)
+    loaded = load_backbone(str(path), arch="vit_tiny_patch16_224").model.state_dict()
+    for key, value in reference_module.state_dict().items():
+        torch.testing.assert_close(loaded[key], value, msg=key)
+    torch.save({"epoch": 7, "arch": "vit"}, tmp_path / "no_weights.pth")
+    with pytest.raises(BackboneError, match="holds no tensors"):
+        load_backbone(str(tmp_path / "no_weights.pth"), arch="vit_tiny_patch16_224")
+
+
+def test_prefixed_weights_beside_other_tensors_say_what_to_re_save(tmp_path, reference_module):
+    """'model.'-named weights beside an extra tensor ("step"): the prefix cannot be
+    removed safely; the error said only "Check --arch", though the architecture was right."""
+    state = {f"model.{k}": v for k, v in reference_module.state_dict().items()}
+    path = tmp_path / "with_step.pth"
+    torch.save({**state, "step": torch.tensor(1200)}, path)
+    with pytest.raises(BackboneError, match=r"tensors with the prefix 'model\.'") as info:
+        load_backbone(str(path), arch="vit_tiny_patch16_224")
+    assert "step" in str(info.value) and "Check --arch" not in str(info.value)

@@ -146,6 +146,31 @@ def test_summary_and_result_files_state_how_they_were_made(tmp_path):
     assert result.metadata["package_version"] == napari_attnreg.__version__
 
 
+def test_the_summary_says_which_layer_head_and_target_each_map_read(tmp_path, blob_image):
+    """Two runs into one folder, one with --layer: their rows differed only in a result
+    file nobody opens; the summary now names the layer, head, class-map target and sinks."""
+    import csv
+
+    image = tmp_path / "cells.tif"
+    tifffile.imwrite(image, blob_image)
+    common = ["run", str(image), "--n-boot", "8", "--quiet", "--device", "cpu"]
+    assert main([*common, "--out", str(tmp_path / "a"), "--layer", "-2", "--head", "1",
+                 "--exclude-sinks"]) == 0
+    assert main([*common, "--out", str(tmp_path / "b"), "--map", "gradcam"]) == 0
+    assert main([*common, "--out", str(tmp_path / "c"), "--map", "heads", "--head", "1"]) == 0
+    (heads,) = csv.DictReader(open(tmp_path / "c" / "summary.csv", newline=""))
+    assert (heads["layer"], heads["head"]) == ("-1", "all")  # each head is tested
+    (layered,) = csv.DictReader(open(tmp_path / "a" / "summary.csv", newline=""))
+    (gradcam,) = csv.DictReader(open(tmp_path / "b" / "summary.csv", newline=""))
+    assert (layered["map"], layered["layer"], layered["head"], layered["target"],
+            layered["exclude_sinks"]) == ("attention", "-2", "1", "", "yes")
+    # Grad-CAM reads the last block for the predicted class (its index): no layer, no head
+    scored = AttentionResult.load(tmp_path / "b" / "cells.tif.attnreg.npz").metadata["target"]
+    assert (gradcam["map"], gradcam["layer"], gradcam["head"], gradcam["target"],
+            gradcam["exclude_sinks"]) == ("gradcam", "", "", str(scored), "no")
+    assert gradcam["target"].isdigit()
+
+
 def test_device_and_head_values_are_checked_whole(tmp_path, capsys):
     from napari_attnreg.core.run.options import validate_options
 
@@ -239,3 +264,32 @@ def test_a_folder_scan_takes_a_tiff_without_an_ending(tmp_path, capsys):
 
     result = AttentionResult.load(out / "IMG_0001.attnreg.npz")
     assert result.spatial["scale"] == (0.5, 0.5) and result.spatial["units"] == ("µm", "µm")
+
+
+def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(tmp_path, monkeypatch, capsys):
+    """A Ctrl-C half-way through a batch: one line saying that a rerun resumes (exit 130,
+    as shells report SIGINT), not torch's stack frames; the rerun skips the finished image."""
+    from napari_attnreg.batch import run as batch
+
+    for i in range(2):
+        tifffile.imwrite(tmp_path / f"img{i}.tif",
+                         np.random.default_rng(i).integers(0, 999, (48, 48)).astype(np.uint16))
+    out = tmp_path / "out"
+    argv = ["run", str(tmp_path / "img0.tif"), str(tmp_path / "img1.tif"), "--n-boot", "4",
+            "--quiet", "--device", "cpu", "--out", str(out)]
+    real = batch.process_item
+
+    def ctrl_c_at_the_second(item, *args, **kwargs):
+        if item.source.name == "img1.tif":
+            raise KeyboardInterrupt
+        return real(item, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "process_item", ctrl_c_at_the_second)
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "run the same command again to resume" in err
+    assert str(out) in err and "Traceback" not in err
+    monkeypatch.setattr(batch, "process_item", real)
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "1 done, 1 skipped, 0 failed" in err

@@ -211,3 +211,24 @@ def test_a_resume_after_an_upgrade_redoes_only_the_files_whose_reading_changed(t
     code, err = _again(capsys, ["run", str(tmp_path / "a.png"), "--out", str(out), *FAST,
                                 "--intensity-window", "percentiles"])
     assert code == 0 and "the options changed (intensity_window)" in err  # a choice counts
+
+
+def test_another_figure_kind_redoes_the_output_instead_of_keeping_the_old_png(tmp_path,
+                                                                              capsys):
+    """A folder run with --figure overview, rerun for publication figures: every image was
+    'skipped (exists)' and kept its overview PNG."""
+    import imageio.v3 as iio
+
+    iio.imwrite(tmp_path / "a.png", (_img() // 256).astype(np.uint8))
+    run = ["run", str(tmp_path / "a.png"), "--out", str(tmp_path / "out"), "--model", "demo",
+           *FAST]
+    png = tmp_path / "out" / "a.png.attnreg.png"
+    assert main([*run, "--figure", "overview"]) == 0
+    height, width = iio.imread(png).shape[:2]
+    assert width > 2.5 * height  # the overview: five panels side by side
+    code, err = _again(capsys, run)  # the default: publication
+    assert code == 0 and "the options changed (figure)" in err and "1 done" in err, err
+    height, width = iio.imread(png).shape[:2]
+    assert width < 2 * height  # the publication figure: the image and its key
+    code, err = _again(capsys, run)
+    assert "0 done, 1 skipped" in err  # and now it is kept

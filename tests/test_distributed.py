@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import socket
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -206,3 +207,17 @@ def test_a_server_that_is_not_dask_is_a_clear_error_within_the_timeout(
         run_batch(items, tmp_path / "out", "demo", None, OPTS, scheduler=address)
     assert time.perf_counter() - t0 < 10
     assert address in str(info.value)
+
+
+def test_workers_without_dask_name_the_pip_command(tmp_path, monkeypatch, capsys):
+    """--workers on an install without the scale extra: one line with the pip command,
+    exit 2, no output folder; it was a traceback ending in 'No module named dask'."""
+    tifffile.imwrite(tmp_path / "a.tif", np.random.default_rng(0).integers(0, 999, (48, 48)))
+    for name in [m for m in sys.modules if m == "dask" or m.startswith("dask.")] + ["dask"]:
+        monkeypatch.setitem(sys.modules, name, None)  # "import dask..." raises ImportError
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "a.tif"), "--workers", "2", "--out", str(out),
+                 "--n-boot", "4", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'napari-attnreg[scale]'" in err and "Traceback" not in err
+    assert not out.exists()

@@ -376,3 +376,32 @@ def test_the_scale_bar_label_stays_on_a_narrow_image(tiny_backbone, tmp_path, dr
     (label,) = [t for t in image_ax.texts if "mm" in t.get_text()]
     text = label.get_window_extent(renderer)
     assert box.x0 <= text.x0 and text.x1 <= box.x1, (label.get_text(), text, box)
+
+
+def test_the_overview_keeps_small_raw_values_readable_and_titles_in_the_figure(tmp_path,
+                                                                              drawn):
+    """Grad-CAM of a DINOv2 encoder for a concept has raw values near 1e-4: the overview's
+    colour bars printed ten ticks edge to edge ("0.00000.00010.0002..."), and the long
+    class-map title of the last panel ran off the figure's right edge."""
+    from test_maps_presets import tiny_classifier
+
+    rng = np.random.default_rng(0)
+    image = rng.random((64, 64)).astype(np.float32)
+    image[8:24, 40:56] += 2.0
+    concept = np.random.default_rng(2).standard_normal(192).astype(np.float32)
+    result = regularize(image, tiny_classifier(), map="gradcam", target=concept, n_boot=12,
+                        device="cpu", chunk_size=6, seed=1)
+    result = replace(result, attention=result.attention * (7e-4 / result.attention.max()))
+    save_figure(result, image, tmp_path / "o.png", "title")
+    fig = drawn[-1]
+    fig.canvas.draw()
+    page = fig.bbox
+    for ax in fig.axes:
+        title = ax.title.get_window_extent()
+        if ax.get_title():  # with a margin: saved at 90 dpi, text draws a little wider
+            assert page.x0 <= title.x0 and title.x1 <= page.x1 - 0.01 * page.width, \
+                ax.get_title()
+        shown = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+        boxes = sorted((t.get_window_extent() for t in shown), key=lambda b: b.x0)
+        for left, right in zip(boxes, boxes[1:]):  # a character or two apart
+            assert right.x0 - left.x1 >= left.height, [t.get_text() for t in shown]

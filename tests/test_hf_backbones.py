@@ -134,3 +134,32 @@ def test_a_tiled_cpu_run_sizes_its_chunks_for_a_hugging_face_model(model_type):
     image = np.random.default_rng(0).random((150, 150)).astype(np.float32)
     result = regularize(image, bb, tiled=True, n_boot=4, device="cpu")
     assert result.metadata["n_tiles"] > 1 and np.isfinite(result.attention).all()
+
+
+def test_a_result_of_a_saved_folder_records_the_checksum_of_its_weights(tmp_path):
+    """A DINOv2-family encoder given as a save_pretrained folder: its results named the
+    folder but held no checksum, so a folder replaced later could not be told apart."""
+    import hashlib
+
+    from napari_attnreg import regularize
+
+    tiny_model("dinov2").save_pretrained(tmp_path / "encoder")
+    weights = (tmp_path / "encoder" / "model.safetensors").read_bytes()
+    image = np.random.default_rng(0).random((56, 56)).astype(np.float32)
+    result = regularize(image, load_backbone(str(tmp_path / "encoder")), n_boot=4,
+                        device="cpu")
+    assert result.metadata["weights"] == str(tmp_path / "encoder")
+    assert result.metadata["weights_sha256"] == hashlib.sha256(weights).hexdigest()
+
+
+def test_a_timm_architecture_named_with_a_transformers_folder_is_not_ignored(tmp_path):
+    """--model vit_base_patch16_224 --weights FOLDER loaded the folder's own (ViT-S/14)
+    model without a word about the architecture the user named."""
+    tiny_model("dinov2").save_pretrained(tmp_path / "encoder")
+    folder = str(tmp_path / "encoder")
+    for call in (lambda: load_backbone("vit_base_patch16_224", weights=folder),
+                 lambda: load_backbone(folder, arch="vit_base_patch16_224")):
+        with pytest.raises(BackboneError, match="names its own architecture") as info:
+            call()
+        assert f"--model {folder}" in str(info.value)
+    assert load_backbone(folder).patch_size == (14, 14)  # the folder alone loads

@@ -82,6 +82,10 @@ def run_files(paths: list[Path], out_dir: Path, model: Any, arch: str | None,
     from napari_attnreg.batch.run import check_run, run_batch
 
     check_run(opts, device=not (workers or scheduler))  # one message, before anything loads
+    if workers or scheduler:
+        from napari_attnreg.batch.distributed import check_dask
+
+        check_dask()  # a missing Dask names its pip command before the output folder is made
     prepare_output_dir(out_dir)  # a wrong --out fails before any image is read
     report = run_batch(items, out_dir, model, arch, opts, overwrite=overwrite, quiet=quiet,
                        figure=FIGURES[figure], workers=workers, scheduler=scheduler,
@@ -218,7 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "test article (synthetic nuclei), not for real data")
     run.add_argument("--arch", default=None, help="timm architecture or catalogue id of a weights file")
     run.add_argument("--weights", default=None, type=Path,
-                     help="local weights file (or transformers folder) for --model, offline")
+                     help="local weights file for --model (a catalogue id or timm name), "
+                          "offline; a transformers folder goes with a transformers catalogue id "
+                          "(rad-dino, phikon), or alone as --model FOLDER")
     _add_run_options(run)
     demo = sub.add_parser("demo", help="bundled demo model on the bundled sample image (offline)")
     _add_run_options(demo)
@@ -293,6 +299,13 @@ def _main(argv: list[str] | None) -> int:
         where = f": {err.filename}" if err.filename else ""
         print(f"attnreg: error: {err.strerror or err}{where}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C is how a batch is paused: a screen of torch's stack frames reads as a crash
+        # and hides the one thing the user needs, that rerunning resumes
+        print(f"\nattnreg: interrupted. The results finished so far are kept in {args.out}; "
+              "run the same command again to resume (finished images are skipped, the "
+              "interrupted one is redone).", file=sys.stderr)
+        return 130
     return 1 if report.failed else 0
 
 

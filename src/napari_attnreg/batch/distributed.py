@@ -34,12 +34,25 @@ def check_workers(workers: int | None) -> None:
                          "leave it out to run serially.")
 
 
-def _client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
+def check_dask() -> None:
+    """Dask (with distributed) must be importable for ``--workers`` / ``--scheduler``.
+
+    Raises
+    ------
+    ValueError
+        Naming the pip command; asked before the output folder or any image is touched.
+    """
     try:
-        from dask.distributed import Client, LocalCluster
+        import dask.distributed  # noqa: F401
     except ImportError as err:
-        raise ValueError("--workers / --scheduler need Dask: pip install "
-                         "'napari-attnreg[scale]' (dask[distributed]).") from err
+        raise ValueError("--workers / --scheduler need Dask, which is not installed: pip "
+                         "install 'napari-attnreg[scale]' (dask[distributed]), or leave "
+                         f"them out to run serially. ({err})") from None
+
+
+def _client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
+    from dask.distributed import Client, LocalCluster
+
     if scheduler:
         check_scheduler(scheduler)
         try:
@@ -162,6 +175,7 @@ def run_on_dask(task: Callable[..., list[Row]], items: Sequence[BatchItem], out_
         raise ValueError(
             "A Dask batch needs a model name or weights file that every worker can "
                          "load, not a loaded model object.")
+    check_dask()  # its pip command, not a traceback from the imports below
     from dask.base import tokenize
     from dask.distributed import as_completed
     from tqdm import tqdm

@@ -117,6 +117,7 @@ def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Pat
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     from napari_attnreg.core.files import atomic_write
     from napari_attnreg.core.results.display import (
@@ -143,8 +144,12 @@ def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Pat
         vmin, vmax = view.limits(result)
         im = ax.imshow(result.to_pixels(view.values(result, thresholds)), cmap=view.colormap,
                        alpha=0.6, vmin=vmin, vmax=vmax, aspect=aspect)
-        ax.set_title(view.title(result.preset, thresholds), fontsize=10)
+        # wrapped: a class map's long title ran off the right edge of the figure
+        ax.set_title(_panel_title(view.title(result.preset, thresholds)), fontsize=10)
         bar = fig.colorbar(im, cax=fig.add_subplot(grid[1, i]), orientation="horizontal")
+        # at most five ticks: Grad-CAM's raw values (about 1e-4) got ten, printed edge to
+        # edge as one unreadable string ("0.00000.00010.0002...")
+        bar.ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
         bar.ax.set_title(_colorbar_title(view, result.preset), fontsize=8)
         # wrapped by hand: matplotlib's wrap=True ignores the neighbouring panels
         bar.set_label(textwrap.fill(view.legend(result.preset), 48), fontsize=7)
@@ -165,6 +170,17 @@ def save_figure(result: Any, display: np.ndarray, path: Path, title: str) -> Pat
     finally:
         plt.close(fig)
     return path
+
+
+def _panel_title(text: str, width: int = 44) -> str:
+    """A panel title on two lines when long, broken before its parenthesis ("Grad-CAM for
+    concept: regularized" / "(ForwardStop, α = 0.1)"), never inside it."""
+    if len(text) <= width:
+        return text
+    cut = text.rfind(" (")
+    if cut > 0:
+        return f"{text[:cut]}\n{text[cut + 1:]}"
+    return textwrap.fill(text, width, break_on_hyphens=False)
 
 
 def _outline_significant(ax: Any, result: Any) -> None:

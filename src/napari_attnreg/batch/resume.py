@@ -370,6 +370,11 @@ def _same_but(recorded: Mapping[str, Any], stamp: Mapping[str, Any], key: str) -
         k: v for k, v in stamp.items() if k != key}
 
 
+#: Run fields compared only when the record and the run both have them: ``figure`` (the
+#: command line's --figure), absent from older records and from runs that draw no figure.
+COMPARED_WHERE_BOTH_SAY = ("figure",)
+
+
 def _changed(recorded: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
     """The options that differ, named as the analyst changed them: a changed preset stands
     for the defaults it fills in (``preset``, not a dozen thresholds). An option newer than
@@ -379,7 +384,10 @@ def _changed(recorded: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
 
     changed = sorted(k for k in set(recorded) | set(run) if recorded.get(k) != run.get(k)
                      and not (k not in recorded and k in OPTIONS
-                              and run.get(k) == _as_recorded(OPTIONS[k].default)))
+                              and run.get(k) == _as_recorded(OPTIONS[k].default))
+                     # records before the figure was recorded, and runs without a figure
+                     and not (k in COMPARED_WHERE_BOTH_SAY and (k not in recorded
+                                                                or k not in run)))
     if "preset" in changed:
         from_preset = {o.name for o in OPTIONS.values() if o.preset_dependent} | {"tail"}
         changed = [k for k in changed if k not in from_preset]

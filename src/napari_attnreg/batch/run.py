@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from napari_attnreg.batch.distributed import check_workers, run_on_dask
-from napari_attnreg.batch.figure import figure_view
+from napari_attnreg.batch.distributed import check_dask, check_workers, run_on_dask
+from napari_attnreg.batch.figure import FIGURES, figure_view
 from napari_attnreg.batch.items import (
     RESULT_SUFFIX,
     BatchItem,
@@ -216,7 +216,8 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
         # before reading: a file changed meanwhile is redone later
         stamp = input_stamp(item.source, item.files)
         ctx = _ItemContext(item, Path(out_dir), spec, dict(opts), figure, stamp,
-                           run_signature(spec, opts), overwrite, quiet, {},
+                           {**run_signature(spec, opts), **_figure_kind(figure)},
+                           overwrite, quiet, {},
                            before_run, geojson)  # extra: once the file is read
         whole, _ = _resume(ctx, None)
         if whole is not None:
@@ -231,6 +232,14 @@ def process_item(item: BatchItem, out_dir: Path, model: Any, arch: str | None,
     ctx = replace(ctx, extra=info.run_extra(), plane_names=info.plane_names)
     planes = source.planes() if isinstance(source, PlaneStack) else [()]
     return [_guarded_plane_row(ctx, source, index) for index in planes]
+
+
+def _figure_kind(figure: Figure | None) -> dict[str, str]:
+    """``{"figure": "publication"}`` or ``"overview"`` for the command line's figures, in the
+    resume record: a rerun with another --figure kept the other kind's PNG, saying nothing.
+    Nothing for no figure or a caller's own function (compared only where both say)."""
+    name = next((n for n, f in FIGURES.items() if f is figure), None)
+    return {} if name is None else {"figure": name}
 
 
 def _guarded_plane_row(ctx: _ItemContext, source: PlaneStack | LazyImage,
@@ -502,6 +511,8 @@ def run_batch(items: Sequence[BatchItem], out_dir: str | Path, model: Any, arch:
     distributed = bool(workers or scheduler)
     check_run(opts, device=not distributed)  # everyone's error: say it once, before any work
     check_workers(workers)
+    if distributed:
+        check_dask()
     out_dir = prepare_output_dir(out_dir).resolve()
     with FolderLock(out_dir):  # a second batch into this folder is refused until this ends
         return _run_locked(items, out_dir, model, arch, opts, overwrite=overwrite, quiet=quiet,

@@ -30,8 +30,12 @@ SUMMARY_COLUMNS = ("source", "plane", "output", "model", "preset", "B", "seed", 
                    # wall time: model loading (first run), the run, writing the result and figure
                    "compute_seconds", "wall_seconds", "status",
                    # how each result was made (io.export.provenance), after the summary
-                   "weights", "weights_sha256", "rule", "q_th", "p_th", "l_th", "z_th",
-                   "method", "null_pool", "pi0_method", "device", "package_version",
+                   "weights", "weights_sha256",
+                   # which part of the model the map reads: without them a --layer run's
+                   # rows could not be told from a default run's in one folder's summary
+                   "layer", "head", "target", "exclude_sinks",
+                   "rule", "q_th", "p_th", "l_th", "z_th", "method", "null_pool", "pi0_method",
+                   "device", "package_version",
                    "warnings",  # codes of the result's warning diagnostics, e.g. off_domain
                    "note")  # why an existing output was redone
 #: Columns earlier versions wrote that are gone (their rows are still read on resume).
@@ -68,12 +72,27 @@ def result_row(item: BatchItem, plane: tuple[int, ...] | None, out: Path, result
         "tokens_significant": int(sig.sum()),
         "fraction_significant": f"{int(sig.sum()) / max(n_tested, 1):.10g}",
         "p_map": "" if result.p_map is None else f"{result.p_map:.6g}",
-        "map": md.get("map") or "attention",
+        "map": md.get("map") or "attention", **_map_reads(md),
         "compute_seconds": "" if compute is None else f"{float(compute):.3f}",
         "wall_seconds": "" if seconds is None else f"{seconds:.3f}", "status": status,
         "warnings": ";".join(dict.fromkeys(d.code for d in result.diagnostics
                                            if d.severity == "warning")),
     }}
+
+
+def _map_reads(md: dict[str, Any]) -> Row:
+    """The layer and head (``all`` for the heads map) of a map made of one block's CLS
+    attention, the target of a class map (``concept``, or the class index it scored), and
+    whether sinks were left out; empty where the map does not use them (rollout reads
+    every layer)."""
+    name = md.get("map") or "attention"
+    one_block = name in ("attention", "heads")
+    return {"layer": md.get("layer", "") if one_block else "",
+            # the heads map tests every head on its own, whatever --head says
+            "head": md.get("head", "") if name == "attention" else "all" if one_block else "",
+            "target": "" if md.get("target") is None or name not in ("cdam", "gradcam")
+            else md["target"],  # class 0 is a target too
+            "exclude_sinks": "yes" if md.get("exclude_sinks") else "no"}
 
 
 def kept_row(item: BatchItem, plane: tuple[int, ...] | None, out: Path) -> Row | None:

@@ -168,11 +168,26 @@ def _route(source: str, arch: str | None, *, pretrained: bool) -> Backbone:
     entry = catalogue.find(source)
     if entry is not None:
         return catalogue.load_entry(entry, pretrained=pretrained)
+    if arch is not None and path.is_dir() and _is_timm_arch(arch):
+        # the folder's config.json builds the model: the timm architecture the user named
+        # (--model NAME --weights FOLDER) was ignored without a word
+        raise BackboneError(
+            f"{path} is a transformers folder (it has a config.json), which names its own "
+            f"architecture, so '{arch}' would not be used. Give the folder alone (command "
+            f"line: --model {path}; Python: load_backbone('{path}')), or a weights file "
+            f"saved from '{arch}'.")
     if source.startswith("hf:") or path.is_dir():
         return hf_backbones.load_transformers(source, pretrained=pretrained)
     if path.suffix.lower() in WEIGHT_SUFFIXES or path.is_file():
         return _load_weights_file(path, arch)
     return load_timm(source, pretrained=pretrained)
+
+
+def _is_timm_arch(name: str) -> bool:
+    """Whether ``name`` is a timm architecture (a tag or hf-hub: prefix allowed)."""
+    import timm
+
+    return bool(timm.is_model(arch_of(name)))
 
 
 def _load_weights_file(path: Path, arch: str | None) -> Backbone:

@@ -59,10 +59,15 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
             break
     if not isinstance(state, dict) or not state:
         raise BackboneError(f"{path} holds no state dict of tensors.")
-    for prefix in ("model.", "module.", "backbone.", "encoder."):
-        if all(k.startswith(prefix) for k in state):
-            state = {k[len(prefix):]: v for k, v in state.items()}
+    # the tensors only: a plain dict saved with an "epoch" or "args" entry beside the
+    # "module."-named weights kept the prefix, and no key then matched the model's
     tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+    for prefix in ("model.", "module.", "backbone.", "encoder."):
+        if tensors and all(k.startswith(prefix) for k in tensors):
+            tensors = {k[len(prefix):]: v for k, v in tensors.items()}
+    if not tensors:
+        raise BackboneError(f"{path} holds no tensors (its entries: "
+                            f"{', '.join(map(str, list(state)[:5]))}); give a weights file.")
     _warn_unusual_dtypes(path, tensors)
     return tensors
 
@@ -122,7 +127,12 @@ def _not_a_checkpoint(path: Path, err: BaseException) -> str:
 
 def load_timm_state(module: nn.Module, state: dict[str, torch.Tensor], source: str,
                     arch: str) -> None:
-    """Load ``state`` into a timm ViT, resampling the position embedding to the model's grid."""
+    """Load ``state`` into a timm ViT, resampling the position embedding to the model's grid.
+
+    A checkpoint as Meta releases DINOv2 (``mask_token``, ``register_tokens``) is first put
+    in timm's layout, as ``timm`` does for its own DINOv2 weights.
+    """
+    state = dinov2_release_to_timm(module, state)
     own = getattr(module, "pos_embed", None)
     if "pos_embed" in state and own is not None and state["pos_embed"].shape != own.shape:
         from timm.layers import resample_abs_pos_embed
@@ -154,8 +164,47 @@ def load_timm_state(module: nn.Module, state: dict[str, torch.Tensor], source: s
         raise BackboneError(
             f"{source} does not match architecture '{arch}': "
             f"{len(missing)} missing keys (e.g. {missing[:3]}), {len(unexpected)} unexpected "
-            f"(e.g. {unexpected[:3]}). Check --arch."
+            f"(e.g. {unexpected[:3]}). {_prefix_hint(missing, unexpected)}"
         )
+
+
+def _prefix_hint(missing: list[str], unexpected: list[str]) -> str:
+    """What to do about a key mismatch: when the model's keys are all in the file under one
+    prefix ("model.") that other entries kept from being removed, say so, not "Check --arch"
+    (the architecture is right)."""
+    for prefix in ("model.", "module.", "backbone.", "encoder."):
+        named = {k[len(prefix):] for k in unexpected if k.startswith(prefix)}
+        others = [k for k in unexpected if not k.startswith(prefix)]
+        if missing and others and set(missing) <= named:
+            return (f"The file names the model's tensors with the prefix '{prefix}', but it holds "
+                    f"{len(others)} other tensor(s) (e.g. {others[:3]}), so the prefix was not "
+                    "removed: save only the model's state dict (torch.save(model.state_dict(), "
+                    "...)), or as .safetensors.")
+    return "Check --arch."
+
+
+def dinov2_release_to_timm(module: nn.Module, state: dict[str, torch.Tensor]
+                           ) -> dict[str, torch.Tensor]:
+    """``state`` in timm's layout when it is a DINOv2 checkpoint as Meta releases it (and as
+    DINOv2-trained pathology and radiology encoders are often shared), else as it is.
+
+    The release has a ``mask_token`` (used only in training) and, with registers,
+    ``register_tokens`` and a position embedding with a class-token row; timm's DINOv2 with
+    registers adds no position to the prefix tokens, so that row moves into the class token.
+    Without this, a correct --arch was refused as the wrong one ("Check --arch").
+    """
+    if "mask_token" not in state or "mask_token" in module.state_dict():
+        return state
+    state = {k: v for k, v in state.items() if k != "mask_token"}
+    if "register_tokens" in state and getattr(module, "reg_token", None) is not None:
+        state["reg_token"] = state.pop("register_tokens")
+        if getattr(module, "no_embed_class", False) and "pos_embed" in state:
+            pos = state.pop("pos_embed")
+            state["cls_token"] = state["cls_token"] + pos[:, :1]
+            state["pos_embed"] = pos[:, 1:]
+    # the SwiGLU MLP of ViT-g is named w12 / w3 in the release, fc1 / fc2 in timm
+    return {k.replace(".mlp.w12.", ".mlp.fc1.").replace(".mlp.w3.", ".mlp.fc2."): v
+            for k, v in state.items()}
 
 
 def load_state_strict(module: nn.Module, state: dict[str, torch.Tensor], source: str,

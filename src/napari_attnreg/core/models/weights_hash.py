@@ -17,11 +17,21 @@ from napari_attnreg.core.models.catalogue import is_bundled
 _BUNDLED_MODELS = Path(__file__).resolve().parents[2] / "models"
 
 
+#: The weights file of a transformers folder, in the order transformers loads them.
+FOLDER_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+
+
 def weights_file(weights: Any, model: Any) -> Path | None:
-    """The local file a result's ``weights`` metadata names, if it still exists."""
+    """The local file a result's ``weights`` metadata names, if it still exists: for a
+    transformers folder (``save_pretrained``), its single weights file (the one the hub
+    lists a SHA-256 for); none for a folder of sharded weights."""
     if not isinstance(weights, str) or weights in ("pretrained", "random-init", "given module"):
         return None
-    candidates = [Path(weights)]
+    folder = Path(weights)
+    if folder.is_dir():
+        # a DINOv2-family encoder saved as a folder had no checksum in its results at all
+        return next((folder / n for n in FOLDER_WEIGHTS if (folder / n).is_file()), None)
+    candidates = [folder]
     if isinstance(model, str) and is_bundled(model):  # bundled models record only their file name
         candidates.append(_BUNDLED_MODELS / weights)
     return next((p for p in candidates if p.is_file()), None)
