@@ -40,16 +40,22 @@ def two_level_slide(tmp_path_factory):
     return path
 
 
+def _tiled_run_at_level_1(viewer, widget, run_and_wait, path):
+    """Open the slide through the plugin and run it tiled at level 1; its layer."""
+    [slide] = viewer.open(str(path), plugin="napari-attnreg")
+    widget.options.controls["tiled"].setChecked(True)
+    widget.options.set("level", 1)
+    run_and_wait(widget, timeout=120_000)
+    return slide
+
+
 def test_slide_shapes_as_polygons_give_the_label_rows(two_level_slide, viewer_widget,
                                                        run_and_wait, monkeypatch, tmp_path):
     from napari_attnreg._napari import roi_geometry
     from napari_attnreg.core.stats.roi import NO_PIXELS, NOT_TESTED
 
     viewer, widget = viewer_widget
-    [slide] = viewer.open(str(two_level_slide), plugin="napari-attnreg")
-    widget.options.controls["tiled"].setChecked(True)
-    widget.options.set("level", 1)
-    run_and_wait(widget, timeout=120_000)
+    slide = _tiled_run_at_level_1(viewer, widget, run_and_wait, two_level_slide)
     shapes = viewer.add_shapes(
         [np.array([[600.3, 40.7], [600.3, 300.2], [900.8, 300.2], [900.8, 40.7]]),  # tissue
          np.array([[700.0, 200.0], [980.0, 420.0], [1010.0, 150.0]]),  # over the first
@@ -86,10 +92,7 @@ def test_slide_rois_go_to_geojson_in_full_resolution_pixels(two_level_slide, vie
     import json
 
     viewer, widget = viewer_widget
-    [slide] = viewer.open(str(two_level_slide), plugin="napari-attnreg")
-    widget.options.controls["tiled"].setChecked(True)
-    widget.options.set("level", 1)
-    run_and_wait(widget, timeout=120_000)
+    slide = _tiled_run_at_level_1(viewer, widget, run_and_wait, two_level_slide)
     shapes = viewer.add_shapes(
         [np.array([[600.0, 40.0], [600.0, 300.0], [900.0, 300.0], [900.0, 40.0]])],
         shape_type="polygon", name="rois", scale=slide.scale, translate=slide.translate,
