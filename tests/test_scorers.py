@@ -14,6 +14,7 @@ from napari_attnreg.core.run.concept import concept_from
 from napari_attnreg.core.stats.map_checks import (
     SANITY_RHO,
     attention_sinks,
+    earlier_block,
     redraw_last_block,
     sanity_check,
     sink_tokens,
@@ -325,6 +326,16 @@ def test_sanity_check_warns_when_the_map_ignores_the_last_block(timm_bb):
     first_block = sanity_check(make_scorer("attention", layer=0), timm_bb, image, seed=0)
     assert first_block.rho == pytest.approx(1.0) and first_block.failed
     assert "barely depends" in first_block.diagnostic("attention").message
+    # a map of an earlier block is out of the check's reach, and the warning says so (it
+    # read as doubt on every --layer -2 map)
+    where = earlier_block(make_scorer("attention", layer=0), timm_bb)
+    assert where == (0, timm_bb.depth)
+    said = first_block.diagnostic("attention", where).message
+    assert "barely depends" in said and f"block 1 of {timm_bb.depth}" in said
+    assert "cannot judge this map" in said
+    for reads_last in (make_scorer("attention"), make_scorer("attention", layer=timm_bb.depth - 1),
+                       make_scorer("rollout"), make_scorer("cdam", target=1)):
+        assert earlier_block(reads_last, timm_bb) is None, reads_last.name
     last = sanity_check(make_scorer("cdam", target=1), timm_bb, image, seed=0)
     assert last.rho < SANITY_RHO and last.diagnostic("cdam") is None
 

@@ -38,6 +38,7 @@ from napari_attnreg.core.models.entering import Entering
 from napari_attnreg.core.models.scorers import Scorer, make_scorer
 from napari_attnreg.core.stats.map_checks import (
     SinkReport,
+    earlier_block,
     sanity_from_maps,
     sanity_maps,
     sink_tensors,
@@ -204,7 +205,8 @@ def map_checks(scorer: Scorer, backbone: Backbone, image: torch.Tensor, *, seed:
     maps = sanity_maps(scorer, backbone, image, seed, original, amp, entering)
     tensors = sink_tensors(backbone, image, share, amp, entering)
     sanity, sinks = sanity_from_maps(*maps, seed), sinks_from_tensors(*tensors)
-    found = [d.as_dict() for d in (sanity.diagnostic(scorer.name), sinks.diagnostic())
-             if d is not None]
+    found = [d.as_dict() for d in (sanity.diagnostic(scorer.name,
+                                                     earlier_block(scorer, backbone)),
+                                   sinks.diagnostic()) if d is not None]
     numbers = {"map_sanity_rho": sanity.rho, "sink_tokens": list(sinks.tokens)}
     return found, numbers, sinks

@@ -53,14 +53,38 @@ class SanityCheck:
     def failed(self) -> bool:
         return bool(np.isfinite(self.rho) and self.rho >= SANITY_RHO)
 
-    def diagnostic(self, map_name: str) -> Diagnostic | None:
-        """A warning when the check fails, else None."""
+    def diagnostic(self, map_name: str, block: tuple[int, int] | None = None,
+                   ) -> Diagnostic | None:
+        """A warning when the check fails, else None.
+
+        ``block``: ``(index, depth)`` of the block an earlier block's map is read from
+        (:func:`earlier_block`); re-drawing the last block cannot reach such a map, and the
+        warning says so rather than casting doubt on the map.
+        """
         if not self.failed:
             return None
+        if block is not None:
+            index, depth = block
+            return Diagnostic(
+                "map_sanity", "warning",
+                f"Sanity check: the {map_name} map barely depends on what the last block "
+                f"learned (Spearman's rho {self.rho:.2f}) because it is read from block "
+                f"{index + 1} of {depth}, before the last one, which the check re-draws: the "
+                "check cannot judge this map (it judges maps of the last block).")
         return Diagnostic("map_sanity", "warning",
                           f"Sanity check: the {map_name} map barely depends on what the last "
                           f"block learned (Spearman's rho {self.rho:.2f} with that block "
                           "re-drawn from its initialisation); read it with care.")
+
+
+def earlier_block(scorer: Scorer, backbone: Backbone) -> tuple[int, int] | None:
+    """``(index, depth)`` when ``scorer``'s map is one block's CLS attention read before the
+    last block (``layer=-2``, ``layer=0``), else None."""
+    depth = backbone.depth
+    if not scorer.needs.cls_heads or scorer.needs.all_layers:
+        return None
+    index = int(scorer.layer) % depth
+    return (index, depth) if index < depth - 1 else None
 
 
 def redraw_last_block(backbone: Backbone, seed: int) -> Backbone:
