@@ -688,3 +688,32 @@ def test_a_dicom_file_without_its_part_10_header_is_read(tmp_path):
     (tmp_path / "notes.dcm").write_bytes(b"\x00\x01" * 200)  # no dataset with an image
     with pytest.raises(ValueError, match="not a readable DICOM file"):
         read_dicom(tmp_path / "notes.dcm")
+
+
+def test_a_tiff_of_several_images_says_which_one_was_analysed(tmp_path, capsys):
+    """A TIFF whose pages differ in size holds several images; the run analysed the first
+    alone without a word, untiled or tiled. A palette TIFF read tile by tile gave its colour
+    indices."""
+    import tifffile
+
+    from napari_attnreg.cli import main
+    from napari_attnreg.io.readers import open_for_run
+
+    rng = np.random.default_rng(0)
+    with tifffile.TiffWriter(tmp_path / "two.tif") as tif:
+        tif.write(rng.integers(0, 255, (200, 200), dtype=np.uint8))
+        tif.write(rng.integers(0, 255, (150, 250), dtype=np.uint8))
+    for options in ({}, {"tiled": True}):
+        _, info = open_for_run(tmp_path / "two.tif", options)
+        (note,) = info.notes
+        assert "holds 2 images" in note and "(200x200)" in note and "150x250" in note
+    assert main(["run", str(tmp_path / "two.tif"), "--n-boot", "4", "--quiet",
+                 "--out", str(tmp_path / "out")]) == 0
+    assert "only the first (200x200) was analysed" in capsys.readouterr().err
+
+    table = np.zeros((3, 256), np.uint16)
+    table[:, :3] = 65535 * np.eye(3, dtype=np.uint16)
+    tifffile.imwrite(tmp_path / "palette.tif", rng.integers(0, 3, (64, 80), dtype=np.uint8),
+                     photometric="palette", colormap=table)
+    stack, _ = open_for_run(tmp_path / "palette.tif", {"tiled": True})
+    assert stack.rgb and stack.shape == (64, 80, 3)

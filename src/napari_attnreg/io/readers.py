@@ -287,7 +287,9 @@ def image_info(path: str | Path) -> ImageInfo:
             import tifffile
 
             with decoding(path), tifffile.TiffFile(path, _multifile=False) as tif:
-                return _tiff_info(tif)
+                note = _other_images_note(tif, path)
+                info = _tiff_info(tif)
+            return replace(info, notes=info.notes + (note,)) if note else info
     except ValueError:  # unreadable here: reading its pixels reports it
         pass
     return ImageInfo()
@@ -314,6 +316,8 @@ def read_lazy(path: str | Path) -> LazyImage | None:
     """
     path = Path(path)
     if not (is_zarr(path) or is_tiff(path)):
+        return None
+    if is_tiff(path) and tiff_in_colour_planes(path):  # tile by tile it would read indices
         return None
     from napari_attnreg.core.run.lazy import open_lazy
 
@@ -679,7 +683,25 @@ def _read_tiff(path: Path) -> tuple[np.ndarray, dict[str, Any], ImageInfo]:
         data, axes = _colours_as_shown(series.asarray(), series.axes, tif.pages.first,
                                        tif.is_shaped)
         info = _tiff_info(tif)
+        note = _other_images_note(tif, path)
+    if note:  # only the first image is analysed: never without a word
+        from napari_attnreg.core.run.notes import ImageNoteWarning
+
+        warnings.warn(note, ImageNoteWarning, stacklevel=2)
     return data, layout_from_axes(axes), info  # ours: outside the decoding boundary
+
+
+def _other_images_note(tif: Any, path: Path) -> str | None:
+    """What a TIFF of several images (series of other shapes: pages of different sizes)
+    leaves out; the run analyses the first alone."""
+    others = [tuple(s.shape) for s in tif.series[1:]]
+    if not others:
+        return None
+    sizes = ", ".join("x".join(map(str, shape)) for shape in others[:4])
+    first = "x".join(map(str, tif.series[0].shape))
+    return (f"{path.name} holds {len(others) + 1} images of different shapes; only the first "
+            f"({first}) was analysed, not {sizes}{', ...' if len(others) > 4 else ''}. Save "
+            "each image as its own file to analyse the others.")
 
 
 def _colours_as_shown(data: np.ndarray, axes: str, page: Any,
