@@ -285,3 +285,11 @@ def test_painted_labels_go_to_qupath_geojson_pixel_for_pixel(
         [r["area_px"] for r in rows] == [900 - 25, 300]
     back = read_geojson_rois(out, cells_image.shape)
     np.testing.assert_array_equal(back > 0, painted > 0)  # the same pixels, in place
+
+
+def test_table_numbers_read_as_numbers_not_exponents():
+    """An ROI of 9470 µm² read "9.47e+03" in the table."""
+    from napari_attnreg._napari.roi_panel import _fmt
+
+    assert _fmt(9470.4) == "9470" and _fmt(2.5e6) == "2500000"
+    assert _fmt(0.001234) == "0.00123" and _fmt(930.0) == "930" and _fmt(float("nan")) == "–"

@@ -100,7 +100,8 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         if np.isnan(value):
             return "–"
-        return f"{value:.3g}" if abs(value) < 1e4 else f"{value:.3e}"
+        # 3 significant digits, but an area of 9470 µm² is 9470, not 9.47e+03
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
     return str(value)
 
 
@@ -157,7 +158,11 @@ class RoiPanel(QWidget):
         top = QHBoxLayout()
         top.addWidget(QLabel("ROI layer"))
         top.addWidget(self.layer_combo, 1)
-        top.addWidget(self.export_button)
+        # the exports on a row of their own: beside the layer they widened the dock past
+        # the width napari gives it at 1280 px
+        exports = QHBoxLayout()
+        exports.addStretch(1)
+        exports.addWidget(self.export_button)
         # the regions themselves, for QuPath (File ▸ Import objects), with their statistics
         self.geojson_button = QPushButton("GeoJSON…")
         self.geojson_button.setToolTip(
@@ -166,11 +171,12 @@ class RoiPanel(QWidget):
             "each with its row of the table as measurements.")
         self.geojson_button.setEnabled(False)
         self.geojson_button.clicked.connect(self._on_geojson_clicked)
-        top.addWidget(self.geojson_button)
+        exports.addWidget(self.geojson_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(top)
         layout.addWidget(self.table)
+        layout.addLayout(exports)
         layout.addWidget(self.status)
 
         self.layer_combo.currentIndexChanged.connect(self._on_layer_chosen)
